@@ -1,0 +1,545 @@
+//! `networking.istio.io`: VirtualService, DestinationRule, Gateway, ServiceEntry, Sidecar and
+//! WorkloadEntry. Served as `v1`, `v1beta1` and `v1alpha3`, all with this one schema.
+
+use std::collections::BTreeMap;
+
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::{AnyObject, IstioStatus, LabelSelector, any_object, any_object_list};
+
+// ---------------------------------------------------------------- VirtualService
+
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "networking.istio.io",
+    version = "v1",
+    kind = "VirtualService",
+    plural = "virtualservices",
+    shortname = "vs",
+    namespaced,
+    status = "IstioStatus",
+    category = "istio-io",
+    category = "networking-istio-io"
+)]
+#[serde(rename_all = "camelCase")]
+pub struct VirtualServiceSpec {
+    #[serde(default)]
+    pub hosts: Vec<String>,
+    #[serde(default)]
+    pub gateways: Vec<String>,
+    #[serde(default)]
+    pub http: Vec<HttpRoute>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "any_object_list")]
+    pub tls: Vec<AnyObject>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "any_object_list")]
+    pub tcp: Vec<AnyObject>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub export_to: Vec<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpRoute {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, rename = "match", skip_serializing_if = "Vec::is_empty")]
+    pub match_: Vec<HttpMatchRequest>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub route: Vec<HttpRouteDestination>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redirect: Option<HttpRedirect>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub direct_response: Option<HttpDirectResponse>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_object")]
+    pub delegate: Option<AnyObject>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rewrite: Option<HttpRewrite>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retries: Option<HttpRetry>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_object")]
+    pub fault: Option<AnyObject>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_object")]
+    pub mirror: Option<AnyObject>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "any_object_list")]
+    pub mirrors: Vec<AnyObject>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_object")]
+    pub mirror_percentage: Option<AnyObject>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_object")]
+    pub cors_policy: Option<AnyObject>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub headers: Option<Headers>,
+}
+
+/// `StringMatch`: exactly one of `exact`, `prefix` or `regex` (RE2 syntax).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StringMatch {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exact: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub regex: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpMatchRequest {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uri: Option<StringMatch>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheme: Option<StringMatch>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub method: Option<StringMatch>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub authority: Option<StringMatch>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, StringMatch>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<u32>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub source_labels: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gateways: Vec<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub query_params: BTreeMap<String, StringMatch>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ignore_uri_case: Option<bool>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub without_headers: BTreeMap<String, StringMatch>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_namespace: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stat_prefix: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpRouteDestination {
+    pub destination: Destination,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub headers: Option<Headers>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Destination {
+    pub host: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subset: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<PortSelector>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PortSelector {
+    #[serde(default)]
+    pub number: u32,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Headers {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<HeaderOperations>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response: Option<HeaderOperations>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HeaderOperations {
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub set: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub add: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub remove: Vec<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpRewrite {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uri: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub authority: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_object")]
+    pub uri_regex_rewrite: Option<AnyObject>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpRedirect {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uri: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub authority: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheme: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redirect_code: Option<u32>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpDirectResponse {
+    pub status: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body: Option<HttpBody>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpBody {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub string: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpRetry {
+    #[serde(default)]
+    pub attempts: i32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_try_timeout: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_on: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_remote_localities: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backoff: Option<String>,
+}
+
+// ---------------------------------------------------------------- DestinationRule
+
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "networking.istio.io",
+    version = "v1",
+    kind = "DestinationRule",
+    plural = "destinationrules",
+    shortname = "dr",
+    namespaced,
+    status = "IstioStatus",
+    category = "istio-io",
+    category = "networking-istio-io"
+)]
+#[serde(rename_all = "camelCase")]
+pub struct DestinationRuleSpec {
+    pub host: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traffic_policy: Option<TrafficPolicy>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub subsets: Vec<Subset>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub export_to: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workload_selector: Option<super::WorkloadSelector>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Subset {
+    pub name: String,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traffic_policy: Option<TrafficPolicy>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TrafficPolicy {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load_balancer: Option<LoadBalancerSettings>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connection_pool: Option<ConnectionPoolSettings>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_object")]
+    pub outlier_detection: Option<AnyObject>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_object")]
+    pub tls: Option<AnyObject>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "any_object_list")]
+    pub port_level_settings: Vec<AnyObject>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_object")]
+    pub tunnel: Option<AnyObject>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_object")]
+    pub proxy_protocol: Option<AnyObject>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LoadBalancerSettings {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub simple: Option<SimpleLb>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_object")]
+    pub consistent_hash: Option<AnyObject>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_object")]
+    pub locality_lb_setting: Option<AnyObject>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warmup_duration_secs: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_object")]
+    pub warmup: Option<AnyObject>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum SimpleLb {
+    Unspecified,
+    LeastConn,
+    Random,
+    Passthrough,
+    RoundRobin,
+    LeastRequest,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ConnectionPoolSettings {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tcp: Option<TcpSettings>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_object")]
+    pub http: Option<AnyObject>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TcpSettings {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_connections: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connect_timeout: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_object")]
+    pub tcp_keepalive: Option<AnyObject>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_connection_duration: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_timeout: Option<String>,
+}
+
+// ---------------------------------------------------------------- Gateway
+
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "networking.istio.io",
+    version = "v1",
+    kind = "Gateway",
+    plural = "gateways",
+    shortname = "gw",
+    namespaced,
+    status = "IstioStatus",
+    category = "istio-io",
+    category = "networking-istio-io"
+)]
+#[serde(rename_all = "camelCase")]
+pub struct GatewaySpec {
+    #[serde(default)]
+    pub servers: Vec<Server>,
+    #[serde(default)]
+    pub selector: BTreeMap<String, String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Server {
+    pub port: Port,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bind: Option<String>,
+    #[serde(default)]
+    pub hosts: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_object")]
+    pub tls: Option<AnyObject>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_endpoint: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+/// `networking.istio.io` `Port` (Gateway servers) and `ServicePort` (ServiceEntry).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Port {
+    pub number: u32,
+    #[serde(default)]
+    pub protocol: String,
+    #[serde(default)]
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_port: Option<u32>,
+}
+
+// ---------------------------------------------------------------- ServiceEntry
+
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "networking.istio.io",
+    version = "v1",
+    kind = "ServiceEntry",
+    plural = "serviceentries",
+    shortname = "se",
+    namespaced,
+    status = "IstioStatus",
+    category = "istio-io",
+    category = "networking-istio-io"
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ServiceEntrySpec {
+    #[serde(default)]
+    pub hosts: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub addresses: Vec<String>,
+    #[serde(default)]
+    pub ports: Vec<Port>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub location: Option<Location>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolution: Option<Resolution>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub endpoints: Vec<WorkloadEntrySpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workload_selector: Option<LabelSelector>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub export_to: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub subject_alt_names: Vec<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Location {
+    MeshExternal,
+    MeshInternal,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Resolution {
+    None,
+    Static,
+    Dns,
+    DnsRoundRobin,
+}
+
+// ---------------------------------------------------------------- WorkloadEntry
+
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "networking.istio.io",
+    version = "v1",
+    kind = "WorkloadEntry",
+    plural = "workloadentries",
+    shortname = "we",
+    namespaced,
+    status = "IstioStatus",
+    category = "istio-io",
+    category = "networking-istio-io"
+)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkloadEntrySpec {
+    #[serde(default)]
+    pub address: String,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub ports: BTreeMap<String, u32>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub locality: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_account: Option<String>,
+}
+
+// ---------------------------------------------------------------- Sidecar
+
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "networking.istio.io",
+    version = "v1",
+    kind = "Sidecar",
+    plural = "sidecars",
+    namespaced,
+    status = "IstioStatus",
+    category = "istio-io",
+    category = "networking-istio-io"
+)]
+#[serde(rename_all = "camelCase")]
+pub struct SidecarSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workload_selector: Option<LabelSelector>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "any_object_list")]
+    pub ingress: Vec<AnyObject>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub egress: Vec<IstioEgressListener>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outbound_traffic_policy: Option<OutboundTrafficPolicy>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_object")]
+    pub inbound_connection_pool: Option<AnyObject>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct IstioEgressListener {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<Port>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bind: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capture_mode: Option<String>,
+    #[serde(default)]
+    pub hosts: Vec<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OutboundTrafficPolicy {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<OutboundMode>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_object")]
+    pub egress_proxy: Option<AnyObject>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum OutboundMode {
+    RegistryOnly,
+    AllowAny,
+}

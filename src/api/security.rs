@@ -1,0 +1,171 @@
+//! `security.istio.io`: PeerAuthentication and AuthorizationPolicy, served as `v1` and
+//! `v1beta1`. Their enforcement arrives with the security work; here they are parsed,
+//! validated and kept in the model.
+
+use std::collections::BTreeMap;
+
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::{AnyObject, IstioStatus, WorkloadSelector, any_object, any_object_list};
+
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "security.istio.io",
+    version = "v1",
+    kind = "PeerAuthentication",
+    plural = "peerauthentications",
+    shortname = "pa",
+    namespaced,
+    status = "IstioStatus",
+    category = "istio-io",
+    category = "security-istio-io"
+)]
+#[serde(rename_all = "camelCase")]
+pub struct PeerAuthenticationSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<WorkloadSelector>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mtls: Option<MutualTls>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub port_level_mtls: BTreeMap<u32, MutualTls>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+pub struct MutualTls {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<MtlsMode>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum MtlsMode {
+    Unset,
+    Disable,
+    Permissive,
+    Strict,
+}
+
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "security.istio.io",
+    version = "v1",
+    kind = "AuthorizationPolicy",
+    plural = "authorizationpolicies",
+    shortname = "ap",
+    namespaced,
+    status = "IstioStatus",
+    category = "istio-io",
+    category = "security-istio-io"
+)]
+#[serde(rename_all = "camelCase")]
+pub struct AuthorizationPolicySpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<WorkloadSelector>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_object")]
+    pub target_ref: Option<AnyObject>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "any_object_list")]
+    pub target_refs: Vec<AnyObject>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rules: Vec<Rule>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action: Option<AuthorizationAction>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_object")]
+    pub provider: Option<AnyObject>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum AuthorizationAction {
+    Allow,
+    Deny,
+    Audit,
+    Custom,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Rule {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub from: Vec<RuleFrom>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub to: Vec<RuleTo>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub when: Vec<Condition>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+pub struct RuleFrom {
+    #[serde(default)]
+    pub source: Source,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+pub struct RuleTo {
+    #[serde(default)]
+    pub operation: Operation,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Source {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub principals: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_principals: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub request_principals: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_request_principals: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub namespaces: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_namespaces: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ip_blocks: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_ip_blocks: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub remote_ip_blocks: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_remote_ip_blocks: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub service_accounts: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_service_accounts: Vec<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Operation {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hosts: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_hosts: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ports: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_ports: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub methods: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_methods: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub paths: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_paths: Vec<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Condition {
+    pub key: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub values: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_values: Vec<String>,
+}

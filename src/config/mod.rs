@@ -1,0 +1,284 @@
+//! Configuration objects as meshd holds them: Istio kinds with their typed specs, and the
+//! Kubernetes kinds (Service, EndpointSlice, Pod, Namespace) cut down at the edge to what the
+//! model uses. Both sources (the YAML directory here, the Kubernetes API later) produce these
+//! and apply them through one path.
+
+pub mod parse;
+pub mod validate;
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::Serialize;
+
+use crate::api::networking::{
+    DestinationRuleSpec, GatewaySpec, ServiceEntrySpec, SidecarSpec, VirtualServiceSpec,
+    WorkloadEntrySpec,
+};
+use crate::api::security::{AuthorizationPolicySpec, PeerAuthenticationSpec};
+
+/// The kinds meshd reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub enum Kind {
+    VirtualService,
+    DestinationRule,
+    Gateway,
+    ServiceEntry,
+    Sidecar,
+    WorkloadEntry,
+    PeerAuthentication,
+    AuthorizationPolicy,
+    Service,
+    EndpointSlice,
+    Pod,
+    Namespace,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 12] = [
+        Kind::VirtualService,
+        Kind::DestinationRule,
+        Kind::Gateway,
+        Kind::ServiceEntry,
+        Kind::Sidecar,
+        Kind::WorkloadEntry,
+        Kind::PeerAuthentication,
+        Kind::AuthorizationPolicy,
+        Kind::Service,
+        Kind::EndpointSlice,
+        Kind::Pod,
+        Kind::Namespace,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::VirtualService => "VirtualService",
+            Kind::DestinationRule => "DestinationRule",
+            Kind::Gateway => "Gateway",
+            Kind::ServiceEntry => "ServiceEntry",
+            Kind::Sidecar => "Sidecar",
+            Kind::WorkloadEntry => "WorkloadEntry",
+            Kind::PeerAuthentication => "PeerAuthentication",
+            Kind::AuthorizationPolicy => "AuthorizationPolicy",
+            Kind::Service => "Service",
+            Kind::EndpointSlice => "EndpointSlice",
+            Kind::Pod => "Pod",
+            Kind::Namespace => "Namespace",
+        }
+    }
+
+    /// API group, as in `apiVersion: GROUP/VERSION` (empty for the core group).
+    pub fn group(self) -> &'static str {
+        match self {
+            Kind::PeerAuthentication | Kind::AuthorizationPolicy => "security.istio.io",
+            Kind::Service | Kind::Pod | Kind::Namespace => "",
+            Kind::EndpointSlice => "discovery.k8s.io",
+            _ => "networking.istio.io",
+        }
+    }
+
+    /// The apiVersions under which this kind is accepted.
+    pub fn versions(self) -> &'static [&'static str] {
+        match self.group() {
+            "networking.istio.io" => crate::api::crd::NETWORKING_VERSIONS,
+            "security.istio.io" => crate::api::crd::SECURITY_VERSIONS,
+            _ => &["v1"],
+        }
+    }
+
+    /// The path segment Istio uses in config metadata (`.../virtual-service/NAME`).
+    pub fn istio_path_segment(self) -> &'static str {
+        match self {
+            Kind::VirtualService => "virtual-service",
+            Kind::DestinationRule => "destination-rule",
+            Kind::Gateway => "gateway",
+            Kind::ServiceEntry => "service-entry",
+            Kind::Sidecar => "sidecar",
+            Kind::WorkloadEntry => "workload-entry",
+            Kind::PeerAuthentication => "peer-authentication",
+            Kind::AuthorizationPolicy => "authorization-policy",
+            _ => "",
+        }
+    }
+
+    pub fn namespaced(self) -> bool {
+        self != Kind::Namespace
+    }
+
+    pub fn from_api(api_version: &str, kind: &str) -> Option<(Kind, bool)> {
+        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+        let k = Kind::ALL
+            .into_iter()
+            .find(|k| k.as_str() == kind && k.group() == group)?;
+        Some((k, k.versions().contains(&version)))
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Identity of one configuration object.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct ObjectKey {
+    pub kind: Kind,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl fmt::Display for ObjectKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.namespace.is_empty() {
+            write!(f, "{} {}", self.kind, self.name)
+        } else {
+            write!(f, "{} {}/{}", self.kind, self.namespace, self.name)
+        }
+    }
+}
+
+/// The metadata the model uses.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Meta {
+    pub name: String,
+    pub namespace: String,
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+    pub generation: Option<i64>,
+    pub creation_timestamp: Option<String>,
+}
+
+/// A Kubernetes Service, cut down.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct ServiceDef {
+    pub cluster_ip: Option<String>,
+    pub headless: bool,
+    pub selector: BTreeMap<String, String>,
+    pub ports: Vec<ServicePortDef>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct ServicePortDef {
+    pub name: String,
+    pub port: u32,
+    /// Numeric targetPort, or None when it is named (resolved from the endpoints).
+    pub target_port: Option<u32>,
+    pub target_port_name: Option<String>,
+    pub protocol: String,
+    pub app_protocol: Option<String>,
+}
+
+/// A `discovery.k8s.io/v1` EndpointSlice, cut down.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct EndpointSliceDef {
+    pub service_name: String,
+    pub ports: Vec<(String, u32)>,
+    pub endpoints: Vec<SliceEndpoint>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct SliceEndpoint {
+    pub addresses: Vec<String>,
+    pub ready: Option<bool>,
+    pub serving: Option<bool>,
+    pub terminating: Option<bool>,
+    pub zone: Option<String>,
+    pub node_name: Option<String>,
+    /// Name of the Pod behind the endpoint (targetRef), used for its labels.
+    pub pod: Option<String>,
+}
+
+/// A Pod, cut down to what proxies and endpoints need.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct PodDef {
+    pub ip: Option<String>,
+    pub service_account: Option<String>,
+    pub node_name: Option<String>,
+}
+
+/// The typed body of a configuration object.
+// Objects live behind an `Arc` in the store, so the variant sizes cost one allocation each.
+#[allow(clippy::large_enum_variant)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum Spec {
+    VirtualService(VirtualServiceSpec),
+    DestinationRule(DestinationRuleSpec),
+    Gateway(GatewaySpec),
+    ServiceEntry(ServiceEntrySpec),
+    Sidecar(SidecarSpec),
+    WorkloadEntry(WorkloadEntrySpec),
+    PeerAuthentication(PeerAuthenticationSpec),
+    AuthorizationPolicy(AuthorizationPolicySpec),
+    Service(ServiceDef),
+    EndpointSlice(EndpointSliceDef),
+    Pod(PodDef),
+    Namespace,
+}
+
+/// One accepted configuration object.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ConfigObject {
+    pub key: ObjectKey,
+    pub meta: Meta,
+    pub spec: Spec,
+}
+
+impl ConfigObject {
+    /// Istio's config path for filter metadata: `/apis/GROUP/v1/namespaces/NS/KIND/NAME`.
+    pub fn istio_config_path(&self) -> String {
+        format!(
+            "/apis/{}/v1/namespaces/{}/{}/{}",
+            self.key.kind.group(),
+            self.key.namespace,
+            self.key.kind.istio_path_segment(),
+            self.key.name
+        )
+    }
+}
+
+/// How bad a reported problem is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Level {
+    Error,
+    Warning,
+}
+
+/// A problem found in a configuration document, with everything needed to find it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ConfigIssue {
+    pub level: Level,
+    pub file: String,
+    /// Index of the document in its file, from 0.
+    pub document: usize,
+    pub kind: Option<String>,
+    pub namespace: Option<String>,
+    pub name: Option<String>,
+    /// Field path, e.g. `spec.http[0].match[0].uri.regex`; empty for the whole document.
+    pub field: String,
+    pub message: String,
+}
+
+impl fmt::Display for ConfigIssue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let level = match self.level {
+            Level::Error => "error",
+            Level::Warning => "warning",
+        };
+        write!(f, "{level}: {} (document {})", self.file, self.document)?;
+        if let Some(kind) = &self.kind {
+            write!(f, ": {kind}")?;
+            match (&self.namespace, &self.name) {
+                (Some(ns), Some(name)) if !ns.is_empty() => write!(f, " {ns}/{name}")?,
+                (_, Some(name)) => write!(f, " {name}")?,
+                _ => {}
+            }
+        }
+        if !self.field.is_empty() {
+            write!(f, ": {}", self.field)?;
+        }
+        write!(f, ": {}", self.message)
+    }
+}

@@ -1,0 +1,513 @@
+//! YAML text to [`ConfigObject`]s, with every problem reported as a [`ConfigIssue`] that
+//! names the file, the document, the object and the field.
+//!
+//! Documents are split on `---` lines and parsed one by one, so a syntax error in one
+//! document does not hide the others. Unknown fields are warnings (forward compatibility);
+//! a value of the wrong type is an error naming its path.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::api::discovery::v1 as discovery;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use super::{
+    ConfigIssue, ConfigObject, EndpointSliceDef, Kind, Level, Meta, ObjectKey, PodDef, ServiceDef,
+    ServicePortDef, SliceEndpoint, Spec, validate,
+};
+
+/// The outcome of parsing one file.
+#[derive(Debug, Default)]
+pub struct Parsed {
+    pub objects: Vec<ConfigObject>,
+    pub issues: Vec<ConfigIssue>,
+    /// Keys of documents that named an object but were rejected; the previous version of
+    /// such an object stays in force.
+    pub rejected: Vec<ObjectKey>,
+    /// The file could not be split into documents at all (or a document had a syntax
+    /// error): the caller keeps everything it previously accepted from it.
+    pub syntax_error: bool,
+}
+
+impl Parsed {
+    pub fn errors(&self) -> impl Iterator<Item = &ConfigIssue> {
+        self.issues.iter().filter(|i| i.level == Level::Error)
+    }
+}
+
+/// Splits a YAML stream into documents at `---` separator lines.
+fn split_documents(text: &str) -> Vec<String> {
+    let mut docs = vec![String::new()];
+    for line in text.lines() {
+        let is_separator =
+            line.starts_with("---") && line[3..].chars().next().is_none_or(|c| c.is_whitespace());
+        if is_separator {
+            docs.push(String::new());
+            let rest = line[3..].trim();
+            if !rest.is_empty() && !rest.starts_with('#') {
+                docs.last_mut().unwrap().push_str(rest);
+                docs.last_mut().unwrap().push('\n');
+            }
+        } else if line.trim_end() == "..." {
+            continue;
+        } else {
+            let doc = docs.last_mut().unwrap();
+            doc.push_str(line);
+            doc.push('\n');
+        }
+    }
+    docs
+}
+
+/// Parses every document of one file.
+pub fn parse_file(file: &str, text: &str) -> Parsed {
+    let mut out = Parsed::default();
+    for (index, doc) in split_documents(text).iter().enumerate() {
+        let only_comments = doc
+            .lines()
+            .all(|l| l.trim().is_empty() || l.trim_start().starts_with('#'));
+        if only_comments {
+            continue;
+        }
+        let value: Value = match serde_saphyr::from_str(doc) {
+            Ok(v) => v,
+            Err(e) => {
+                out.syntax_error = true;
+                out.issues
+                    .push(issue(file, index, None, "", format!("invalid YAML: {e}")));
+                continue;
+            }
+        };
+        if value.is_null() {
+            continue;
+        }
+        parse_document(file, index, value, &mut out);
+    }
+    out
+}
+
+fn issue(
+    file: &str,
+    document: usize,
+    key: Option<&ObjectKey>,
+    field: &str,
+    message: String,
+) -> ConfigIssue {
+    ConfigIssue {
+        level: Level::Error,
+        file: file.to_string(),
+        document,
+        kind: key.map(|k| k.kind.to_string()),
+        namespace: key.map(|k| k.namespace.clone()),
+        name: key.map(|k| k.name.clone()),
+        field: field.to_string(),
+        message,
+    }
+}
+
+fn warning(
+    file: &str,
+    document: usize,
+    key: Option<&ObjectKey>,
+    field: &str,
+    message: String,
+) -> ConfigIssue {
+    ConfigIssue {
+        level: Level::Warning,
+        ..issue(file, document, key, field, message)
+    }
+}
+
+fn parse_document(file: &str, index: usize, value: Value, out: &mut Parsed) {
+    let Value::Object(map) = &value else {
+        out.issues.push(issue(
+            file,
+            index,
+            None,
+            "",
+            "a document must be a mapping".into(),
+        ));
+        return;
+    };
+    let text = |k: &str| {
+        map.get(k)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    };
+    let (api_version, kind_name) = (text("apiVersion"), text("kind"));
+    if api_version.is_empty() || kind_name.is_empty() {
+        out.issues.push(issue(
+            file,
+            index,
+            None,
+            "",
+            "missing apiVersion or kind".into(),
+        ));
+        return;
+    }
+    if kind_name == "List" {
+        if let Some(Value::Array(items)) = map.get("items") {
+            for item in items.clone() {
+                parse_document(file, index, item, out);
+            }
+        }
+        return;
+    }
+    let Some((kind, version_ok)) = Kind::from_api(&api_version, &kind_name) else {
+        out.issues.push(warning(
+            file,
+            index,
+            None,
+            "",
+            format!("ignored: meshd does not read {kind_name} ({api_version})"),
+        ));
+        return;
+    };
+    let meta_value = map.get("metadata").cloned().unwrap_or(Value::Null);
+    let meta: ObjectMeta = match serde_json::from_value(meta_value) {
+        Ok(m) => m,
+        Err(e) => {
+            out.issues
+                .push(issue(file, index, None, "metadata", e.to_string()));
+            return;
+        }
+    };
+    let Some(name) = meta.name.clone().filter(|n| !n.is_empty()) else {
+        out.issues.push(issue(
+            file,
+            index,
+            None,
+            "metadata.name",
+            "is required".into(),
+        ));
+        return;
+    };
+    let namespace = if kind.namespaced() {
+        meta.namespace.clone().unwrap_or_else(|| "default".into())
+    } else {
+        String::new()
+    };
+    let key = ObjectKey {
+        kind,
+        namespace,
+        name,
+    };
+    if !version_ok {
+        out.issues.push(issue(
+            file,
+            index,
+            Some(&key),
+            "apiVersion",
+            format!(
+                "{api_version} is not served for {kind}; use one of {:?}",
+                kind.versions()
+            ),
+        ));
+        out.rejected.push(key);
+        return;
+    }
+    let mut unknown = Vec::new();
+    let spec = match decode_spec(kind, value, &mut unknown) {
+        Ok(spec) => spec,
+        Err((field, message)) => {
+            out.issues
+                .push(issue(file, index, Some(&key), &field, message));
+            out.rejected.push(key);
+            return;
+        }
+    };
+    for field in unknown {
+        out.issues.push(warning(
+            file,
+            index,
+            Some(&key),
+            &field,
+            "unknown field, ignored".into(),
+        ));
+    }
+    let meta = Meta {
+        name: key.name.clone(),
+        namespace: key.namespace.clone(),
+        labels: meta.labels.unwrap_or_default(),
+        annotations: meta.annotations.unwrap_or_default(),
+        generation: meta.generation,
+        creation_timestamp: meta.creation_timestamp.map(|t| t.0.to_string()),
+    };
+    let object = ConfigObject { key, meta, spec };
+    let problems = validate::validate(&object);
+    let mut failed = false;
+    for p in problems {
+        failed |= p.level == Level::Error;
+        out.issues.push(ConfigIssue {
+            level: p.level,
+            ..issue(file, index, Some(&object.key), &p.field, p.message)
+        });
+    }
+    if failed {
+        out.rejected.push(object.key);
+    } else {
+        out.objects.push(object);
+    }
+}
+
+/// Deserialises `value` as `T`, collecting unknown fields; an error carries its field path.
+fn typed<T: DeserializeOwned>(
+    value: Value,
+    prefix: &str,
+    unknown: &mut Vec<String>,
+) -> Result<T, (String, String)> {
+    let join = |path: String| match (prefix.is_empty(), path.is_empty() || path == ".") {
+        (_, true) => prefix.to_string(),
+        (true, false) => path,
+        (false, false) => format!("{prefix}.{path}"),
+    };
+    let mut on_unknown = |path: serde_ignored::Path<'_>| unknown.push(join(path.to_string()));
+    let de = serde_ignored::Deserializer::new(value, &mut on_unknown);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        (join(path), e.into_inner().to_string())
+    })
+}
+
+fn spec_of(value: &Value) -> Value {
+    value
+        .get("spec")
+        .cloned()
+        .unwrap_or_else(|| Value::Object(Default::default()))
+}
+
+fn decode_spec(
+    kind: Kind,
+    value: Value,
+    unknown: &mut Vec<String>,
+) -> Result<Spec, (String, String)> {
+    let spec = spec_of(&value);
+    Ok(match kind {
+        Kind::VirtualService => Spec::VirtualService(typed(spec, "spec", unknown)?),
+        Kind::DestinationRule => Spec::DestinationRule(typed(spec, "spec", unknown)?),
+        Kind::Gateway => Spec::Gateway(typed(spec, "spec", unknown)?),
+        Kind::ServiceEntry => Spec::ServiceEntry(typed(spec, "spec", unknown)?),
+        Kind::Sidecar => Spec::Sidecar(typed(spec, "spec", unknown)?),
+        Kind::WorkloadEntry => Spec::WorkloadEntry(typed(spec, "spec", unknown)?),
+        Kind::PeerAuthentication => Spec::PeerAuthentication(typed(spec, "spec", unknown)?),
+        Kind::AuthorizationPolicy => Spec::AuthorizationPolicy(typed(spec, "spec", unknown)?),
+        Kind::Service => {
+            let s: core::Service = typed(value, "", unknown)?;
+            Spec::Service(service_def(s))
+        }
+        Kind::EndpointSlice => {
+            let s: discovery::EndpointSlice = typed(value, "", unknown)?;
+            Spec::EndpointSlice(endpoint_slice_def(s)?)
+        }
+        Kind::Pod => {
+            let p: core::Pod = typed(value, "", unknown)?;
+            Spec::Pod(pod_def(p))
+        }
+        Kind::Namespace => {
+            let _: core::Namespace = typed(value, "", unknown)?;
+            Spec::Namespace
+        }
+    })
+}
+
+fn service_def(s: core::Service) -> ServiceDef {
+    let spec = s.spec.unwrap_or_default();
+    let cluster_ip = spec.cluster_ip.filter(|ip| !ip.is_empty());
+    ServiceDef {
+        headless: cluster_ip.as_deref() == Some("None"),
+        cluster_ip: cluster_ip.filter(|ip| ip != "None"),
+        selector: spec.selector.unwrap_or_default(),
+        ports: spec
+            .ports
+            .unwrap_or_default()
+            .into_iter()
+            .map(|p| {
+                let (target_port, target_port_name) = match p.target_port {
+                    Some(IntOrString::Int(n)) => (Some(n as u32), None),
+                    Some(IntOrString::String(name)) => match name.parse::<u32>() {
+                        Ok(n) => (Some(n), None),
+                        Err(_) => (None, Some(name)),
+                    },
+                    None => (Some(p.port as u32), None),
+                };
+                ServicePortDef {
+                    name: p.name.unwrap_or_default(),
+                    port: p.port as u32,
+                    target_port,
+                    target_port_name,
+                    protocol: p.protocol.unwrap_or_else(|| "TCP".into()),
+                    app_protocol: p.app_protocol,
+                }
+            })
+            .collect(),
+    }
+}
+
+fn endpoint_slice_def(s: discovery::EndpointSlice) -> Result<EndpointSliceDef, (String, String)> {
+    let labels: BTreeMap<String, String> = s.metadata.labels.unwrap_or_default();
+    let service_name = labels
+        .get("kubernetes.io/service-name")
+        .cloned()
+        .ok_or_else(|| {
+            (
+                "metadata.labels".to_string(),
+                "an EndpointSlice needs the kubernetes.io/service-name label".to_string(),
+            )
+        })?;
+    Ok(EndpointSliceDef {
+        service_name,
+        ports: s
+            .ports
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|p| Some((p.name.unwrap_or_default(), p.port? as u32)))
+            .collect(),
+        endpoints: s
+            .endpoints
+            .into_iter()
+            .flatten()
+            .map(|e| {
+                let c = e.conditions.unwrap_or_default();
+                SliceEndpoint {
+                    addresses: e.addresses,
+                    ready: c.ready,
+                    serving: c.serving,
+                    terminating: c.terminating,
+                    zone: e.zone,
+                    node_name: e.node_name,
+                    pod: e
+                        .target_ref
+                        .filter(|r| r.kind.as_deref() == Some("Pod"))
+                        .and_then(|r| r.name),
+                }
+            })
+            .collect(),
+    })
+}
+
+fn pod_def(p: core::Pod) -> PodDef {
+    let spec = p.spec.unwrap_or_default();
+    let status = p.status.unwrap_or_default();
+    PodDef {
+        ip: status.pod_ip,
+        service_account: spec.service_account_name,
+        node_name: spec.node_name,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const VS: &str = r#"
+apiVersion: networking.istio.io/v1alpha3
+kind: VirtualService
+metadata: {name: reviews, namespace: shop}
+spec:
+  hosts: [reviews]
+  http:
+  - match:
+    - uri: {prefix: /v2}
+    route:
+    - destination: {host: reviews, subset: v2}
+"#;
+
+    #[test]
+    fn an_istio_manifest_in_any_served_version_loads() {
+        for version in ["v1", "v1beta1", "v1alpha3"] {
+            let text = VS.replace("v1alpha3", version);
+            let parsed = parse_file("vs.yaml", &text);
+            assert!(parsed.issues.is_empty(), "{:?}", parsed.issues);
+            let obj = &parsed.objects[0];
+            assert_eq!(obj.key.to_string(), "VirtualService shop/reviews");
+            let Spec::VirtualService(spec) = &obj.spec else {
+                panic!()
+            };
+            assert_eq!(
+                spec.http[0].route[0].destination.subset.as_deref(),
+                Some("v2")
+            );
+        }
+    }
+
+    #[test]
+    fn an_unknown_field_is_a_warning_and_the_object_still_loads() {
+        let text = VS.replace("hosts: [reviews]", "hosts: [reviews]\n  futureField: 3");
+        let parsed = parse_file("vs.yaml", &text);
+        assert_eq!(parsed.objects.len(), 1);
+        let w = &parsed.issues[0];
+        assert_eq!(w.level, Level::Warning);
+        assert_eq!(w.field, "spec.futureField");
+    }
+
+    #[test]
+    fn a_wrong_type_is_an_error_naming_the_field_path() {
+        let text = VS.replace("subset: v2", "subset: v2, port: {number: eighty}");
+        let parsed = parse_file("vs.yaml", &text);
+        assert!(parsed.objects.is_empty());
+        let e = parsed.errors().next().unwrap();
+        assert_eq!(e.field, "spec.http[0].route[0].destination.port.number");
+        assert_eq!(parsed.rejected[0].name, "reviews");
+        let shown = e.to_string();
+        assert!(
+            shown.contains("vs.yaml (document 0): VirtualService shop/reviews"),
+            "{shown}"
+        );
+    }
+
+    #[test]
+    fn one_broken_document_does_not_hide_the_next() {
+        let text = format!("kind: [unclosed\n---\n{VS}");
+        let parsed = parse_file("multi.yaml", &text);
+        assert!(parsed.syntax_error);
+        assert_eq!(parsed.objects.len(), 1);
+        assert_eq!(parsed.issues[0].document, 0);
+    }
+
+    #[test]
+    fn an_unserved_api_version_is_rejected() {
+        let parsed = parse_file("vs.yaml", &VS.replace("v1alpha3", "v2"));
+        assert_eq!(parsed.errors().next().unwrap().field, "apiVersion");
+    }
+
+    #[test]
+    fn kubernetes_service_and_endpoint_slice_are_cut_down_at_the_edge() {
+        let text = r#"
+apiVersion: v1
+kind: Service
+metadata: {name: details, namespace: shop}
+spec:
+  clusterIP: 10.96.0.7
+  selector: {app: details}
+  ports: [{name: http, port: 9080, targetPort: 8080}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: details-abc
+  namespace: shop
+  labels: {kubernetes.io/service-name: details}
+addressType: IPv4
+ports: [{name: http, port: 8080}]
+endpoints:
+- addresses: [10.1.0.5]
+  conditions: {ready: true}
+  zone: us-east-1a
+"#;
+        let parsed = parse_file("svc.yaml", text);
+        assert!(parsed.issues.is_empty(), "{:?}", parsed.issues);
+        let Spec::Service(svc) = &parsed.objects[0].spec else {
+            panic!()
+        };
+        assert_eq!(svc.ports[0].target_port, Some(8080));
+        let Spec::EndpointSlice(slice) = &parsed.objects[1].spec else {
+            panic!()
+        };
+        assert_eq!(slice.service_name, "details");
+        assert_eq!(slice.endpoints[0].zone.as_deref(), Some("us-east-1a"));
+    }
+}

@@ -1,0 +1,339 @@
+//! Checks on one object that the schema cannot express: regexes that compile, exactly one
+//! StringMatch form, durations, weights, required fields. Cross-object checks (a route to a
+//! host that does not exist) happen when the push context is built.
+
+use regex::RegexBuilder;
+
+use super::{ConfigObject, Level, Spec};
+use crate::api::networking::{HttpRoute, StringMatch};
+
+/// One problem with a field of an object.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Problem {
+    pub level: Level,
+    pub field: String,
+    pub message: String,
+}
+
+#[derive(Default)]
+struct Report(Vec<Problem>);
+
+impl Report {
+    fn error(&mut self, field: impl Into<String>, message: impl Into<String>) {
+        self.0.push(Problem {
+            level: Level::Error,
+            field: field.into(),
+            message: message.into(),
+        });
+    }
+    fn warn(&mut self, field: impl Into<String>, message: impl Into<String>) {
+        self.0.push(Problem {
+            level: Level::Warning,
+            field: field.into(),
+            message: message.into(),
+        });
+    }
+    fn duration(&mut self, field: String, value: &Option<String>) {
+        if let Some(v) = value
+            && let Err(e) = crate::duration::parse(v)
+        {
+            self.error(field, e);
+        }
+    }
+}
+
+/// Envoy compiles regexes with RE2; the `regex` crate accepts the same syntax for what
+/// Istio users write, and rejects what RE2 rejects (look-around, back-references).
+pub fn check_regex(regex: &str) -> Result<(), String> {
+    RegexBuilder::new(regex)
+        .size_limit(1 << 20)
+        .build()
+        .map(|_| ())
+        .map_err(|e| {
+            format!(
+                "invalid regex {regex:?}: {}",
+                e.to_string().lines().last().unwrap_or("")
+            )
+        })
+}
+
+fn string_match(r: &mut Report, field: String, m: &StringMatch) {
+    let set = [m.exact.is_some(), m.prefix.is_some(), m.regex.is_some()];
+    match set.iter().filter(|b| **b).count() {
+        1 => {}
+        0 => r.error(field.clone(), "one of exact, prefix or regex is required"),
+        _ => r.error(
+            field.clone(),
+            "only one of exact, prefix or regex may be set",
+        ),
+    }
+    if let Some(regex) = &m.regex
+        && let Err(e) = check_regex(regex)
+    {
+        r.error(format!("{field}.regex"), e);
+    }
+}
+
+fn http_route(r: &mut Report, field: &str, route: &HttpRoute) {
+    for (i, m) in route.match_.iter().enumerate() {
+        let f = format!("{field}.match[{i}]");
+        for (name, sm) in [
+            ("uri", &m.uri),
+            ("scheme", &m.scheme),
+            ("method", &m.method),
+            ("authority", &m.authority),
+        ] {
+            if let Some(sm) = sm {
+                string_match(r, format!("{f}.{name}"), sm);
+            }
+        }
+        for (h, sm) in m.headers.iter().chain(&m.without_headers) {
+            if h.is_empty() || h.chars().any(|c| c.is_ascii_uppercase()) {
+                r.error(
+                    format!("{f}.headers.{h}"),
+                    "header names must be lowercase and non-empty",
+                );
+            }
+            if sm != &StringMatch::default() {
+                string_match(r, format!("{f}.headers.{h}"), sm);
+            }
+        }
+        for (q, sm) in &m.query_params {
+            string_match(r, format!("{f}.queryParams.{q}"), sm);
+        }
+    }
+    let actions = [
+        !route.route.is_empty(),
+        route.redirect.is_some(),
+        route.direct_response.is_some(),
+        route.delegate.is_some(),
+    ];
+    match actions.iter().filter(|b| **b).count() {
+        0 => r.error(
+            field.to_string(),
+            "one of route, redirect, directResponse or delegate is required",
+        ),
+        1 => {}
+        _ if route.redirect.is_some() && route.direct_response.is_some() => r.error(
+            field.to_string(),
+            "redirect and directResponse cannot both be set",
+        ),
+        _ if !route.route.is_empty()
+            && (route.redirect.is_some() || route.direct_response.is_some()) =>
+        {
+            r.error(
+                field.to_string(),
+                "route cannot be combined with redirect or directResponse",
+            )
+        }
+        _ => {}
+    }
+    let mut total = 0i64;
+    for (i, d) in route.route.iter().enumerate() {
+        let f = format!("{field}.route[{i}]");
+        if d.destination.host.is_empty() {
+            r.error(format!("{f}.destination.host"), "is required");
+        }
+        if let Some(p) = &d.destination.port
+            && !(1..=65535).contains(&p.number)
+        {
+            r.error(
+                format!("{f}.destination.port.number"),
+                format!("port {} out of range", p.number),
+            );
+        }
+        match d.weight {
+            Some(w) if w < 0 => r.error(format!("{f}.weight"), "weight must not be negative"),
+            Some(w) => total += w as i64,
+            None => {}
+        }
+    }
+    if route.route.len() > 1 && total == 0 {
+        r.error(
+            format!("{field}.route"),
+            "with several destinations, at least one weight must be set",
+        );
+    }
+    r.duration(format!("{field}.timeout"), &route.timeout);
+    if let Some(retries) = &route.retries {
+        if retries.attempts < 0 {
+            r.error(format!("{field}.retries.attempts"), "must not be negative");
+        }
+        r.duration(
+            format!("{field}.retries.perTryTimeout"),
+            &retries.per_try_timeout,
+        );
+    }
+    if let Some(rw) = &route.rewrite
+        && rw.uri_regex_rewrite.is_some()
+        && rw.uri.is_some()
+    {
+        r.error(
+            format!("{field}.rewrite"),
+            "uri and uriRegexRewrite cannot both be set",
+        );
+    }
+}
+
+fn hosts(r: &mut Report, field: &str, hosts: &[String]) {
+    if hosts.is_empty() {
+        r.error(field.to_string(), "at least one host is required");
+    }
+    for (i, h) in hosts.iter().enumerate() {
+        let bare = h.rsplit_once('/').map_or(h.as_str(), |(_, h)| h);
+        if bare.is_empty() || bare.contains(char::is_whitespace) {
+            r.error(format!("{field}[{i}]"), format!("invalid host {h:?}"));
+        } else if bare.len() > 1 && bare[1..].contains('*') {
+            r.error(
+                format!("{field}[{i}]"),
+                format!("wildcard is only allowed as the first label: {h:?}"),
+            );
+        }
+    }
+}
+
+/// Every problem found in `object`.
+pub fn validate(object: &ConfigObject) -> Vec<Problem> {
+    let mut r = Report::default();
+    match &object.spec {
+        Spec::VirtualService(vs) => {
+            hosts(&mut r, "spec.hosts", &vs.hosts);
+            for (i, route) in vs.http.iter().enumerate() {
+                http_route(&mut r, &format!("spec.http[{i}]"), route);
+            }
+            if !vs.tls.is_empty() || !vs.tcp.is_empty() {
+                r.warn(
+                    "spec",
+                    "tls and tcp routes are accepted but not yet translated by meshd",
+                );
+            }
+        }
+        Spec::DestinationRule(dr) => {
+            if dr.host.is_empty() {
+                r.error("spec.host", "is required");
+            }
+            let mut seen = std::collections::BTreeSet::new();
+            for (i, s) in dr.subsets.iter().enumerate() {
+                if s.name.is_empty() {
+                    r.error(format!("spec.subsets[{i}].name"), "is required");
+                } else if !seen.insert(&s.name) {
+                    r.error(
+                        format!("spec.subsets[{i}].name"),
+                        format!("duplicate subset {:?}", s.name),
+                    );
+                }
+            }
+        }
+        Spec::Gateway(gw) => {
+            if gw.servers.is_empty() {
+                r.error("spec.servers", "at least one server is required");
+            }
+            for (i, s) in gw.servers.iter().enumerate() {
+                let f = format!("spec.servers[{i}]");
+                if !(1..=65535).contains(&s.port.number) {
+                    r.error(
+                        format!("{f}.port.number"),
+                        format!("port {} out of range", s.port.number),
+                    );
+                }
+                if s.port.protocol.is_empty() {
+                    r.error(format!("{f}.port.protocol"), "is required");
+                }
+                hosts(&mut r, &format!("{f}.hosts"), &s.hosts);
+            }
+        }
+        Spec::ServiceEntry(se) => {
+            hosts(&mut r, "spec.hosts", &se.hosts);
+            for (i, p) in se.ports.iter().enumerate() {
+                if !(1..=65535).contains(&p.number) {
+                    r.error(
+                        format!("spec.ports[{i}].number"),
+                        format!("port {} out of range", p.number),
+                    );
+                }
+            }
+        }
+        Spec::Sidecar(sc) => {
+            for (i, e) in sc.egress.iter().enumerate() {
+                for (j, h) in e.hosts.iter().enumerate() {
+                    if !h.contains('/') {
+                        r.error(
+                            format!("spec.egress[{i}].hosts[{j}]"),
+                            format!("must be namespace/host, got {h:?}"),
+                        );
+                    }
+                }
+            }
+        }
+        Spec::WorkloadEntry(we) => {
+            if we.address.is_empty() {
+                r.warn(
+                    "spec.address",
+                    "no address: this entry contributes no endpoint",
+                );
+            }
+        }
+        Spec::AuthorizationPolicy(ap) => {
+            if ap.action == Some(crate::api::security::AuthorizationAction::Custom)
+                && ap.provider.is_none()
+            {
+                r.error("spec.provider", "a CUSTOM action needs a provider");
+            }
+        }
+        Spec::Service(svc) => {
+            for (i, p) in svc.ports.iter().enumerate() {
+                if !(1..=65535).contains(&p.port) {
+                    r.error(
+                        format!("spec.ports[{i}].port"),
+                        format!("port {} out of range", p.port),
+                    );
+                }
+            }
+        }
+        Spec::PeerAuthentication(_) | Spec::EndpointSlice(_) | Spec::Pod(_) | Spec::Namespace => {}
+    }
+    r.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::parse::parse_file;
+
+    #[test]
+    fn an_invalid_regex_is_rejected_with_its_field() {
+        let text = r#"
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: bad, namespace: default}
+spec:
+  hosts: [web]
+  http:
+  - match: [{uri: {regex: "/(unclosed"}}]
+    route: [{destination: {host: web}}]
+"#;
+        let parsed = parse_file("bad.yaml", text);
+        assert!(parsed.objects.is_empty());
+        let e = parsed.errors().next().unwrap();
+        assert_eq!(e.field, "spec.http[0].match[0].uri.regex");
+        assert!(e.message.contains("invalid regex"), "{}", e.message);
+    }
+
+    #[test]
+    fn a_route_needs_an_action_and_a_string_match_needs_one_form() {
+        let text = r#"
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: bad}
+spec:
+  hosts: [web]
+  http:
+  - match: [{uri: {exact: /a, prefix: /b}}]
+    timeout: soon
+"#;
+        let parsed = parse_file("bad.yaml", text);
+        let fields: Vec<_> = parsed.errors().map(|e| e.field.as_str()).collect();
+        assert!(fields.contains(&"spec.http[0].match[0].uri"), "{fields:?}");
+        assert!(fields.contains(&"spec.http[0]"), "{fields:?}");
+        assert!(fields.contains(&"spec.http[0].timeout"), "{fields:?}");
+    }
+}

@@ -1,0 +1,112 @@
+//! The monitoring port (15014): `/metrics`, `/ready`, and the debug views
+//! (`/debug/configz`, `/debug/syncz`, `/debug/registryz`, `/debug/push_status`).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Json};
+use axum::routing::get;
+use serde_json::json;
+
+use crate::filesource::IssueBoard;
+use crate::metrics::Metrics;
+use crate::model::Store;
+use crate::xds::XdsShared;
+
+#[derive(Clone)]
+pub struct DebugState {
+    pub metrics: Arc<Metrics>,
+    pub store: Arc<RwLock<Store>>,
+    pub issues: IssueBoard,
+    pub xds: Arc<XdsShared>,
+    pub ready: Arc<AtomicBool>,
+}
+
+pub fn router(state: DebugState) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/ready", get(ready))
+        .route("/debug/configz", get(configz))
+        .route("/debug/syncz", get(syncz))
+        .route("/debug/registryz", get(registryz))
+        .route("/debug/push_status", get(push_status))
+        .with_state(state)
+}
+
+async fn metrics(State(s): State<DebugState>) -> impl IntoResponse {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        s.metrics.render(),
+    )
+}
+
+async fn ready(State(s): State<DebugState>) -> impl IntoResponse {
+    if s.ready.load(Ordering::Acquire) {
+        (StatusCode::OK, "ready\n")
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "initial configuration not loaded yet\n",
+        )
+    }
+}
+
+/// Every accepted object, every problem found per file, and cross-object problems.
+async fn configz(State(s): State<DebugState>) -> impl IntoResponse {
+    let objects: Vec<_> = s
+        .store
+        .read()
+        .unwrap()
+        .iter()
+        .map(|o| {
+            json!({
+                "kind": o.key.kind,
+                "namespace": o.key.namespace,
+                "name": o.key.name,
+                "generation": o.meta.generation,
+                "labels": o.meta.labels,
+                "spec": o.spec,
+            })
+        })
+        .collect();
+    let issues = s.issues.read().unwrap().clone();
+    let push = s.xds.current_push();
+    Json(json!({
+        "objects": objects,
+        "errors": issues,
+        "crossObjectWarnings": push.context.issues,
+    }))
+}
+
+async fn syncz(State(s): State<DebugState>) -> impl IntoResponse {
+    Json(s.xds.sync_status())
+}
+
+async fn registryz(State(s): State<DebugState>) -> impl IntoResponse {
+    let push = s.xds.current_push();
+    Json(
+        push.context
+            .services
+            .values()
+            .map(|s| (**s).clone())
+            .collect::<Vec<_>>(),
+    )
+}
+
+async fn push_status(State(s): State<DebugState>) -> impl IntoResponse {
+    let push = s.xds.current_push();
+    Json(json!({
+        "version": push.version(),
+        "push": push.number,
+        "services": push.context.services.len(),
+        "virtualServices": push.context.virtual_services.len(),
+        "connectedProxies": s.xds.sync_status().len(),
+        "crossObjectWarnings": push.context.issues.len(),
+    }))
+}

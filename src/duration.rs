@@ -1,0 +1,63 @@
+//! Durations as Istio writes them: Go's `time.ParseDuration` forms (`100ms`, `1.5s`, `1m30s`),
+//! used for VirtualService timeouts and the `PILOT_*` environment variables alike.
+
+use std::time::Duration;
+
+/// Parses `"10s"`, `"100ms"`, `"1.5s"`, `"1h2m"`, `"0"`.
+pub fn parse(text: &str) -> Result<Duration, String> {
+    let s = text.trim();
+    if s == "0" {
+        return Ok(Duration::ZERO);
+    }
+    if s.is_empty() || s.starts_with('-') {
+        return Err(format!("invalid duration {text:?}"));
+    }
+    let mut total = 0f64;
+    let mut rest = s;
+    while !rest.is_empty() {
+        let num_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        if num_len == 0 {
+            return Err(format!("invalid duration {text:?}"));
+        }
+        let value: f64 = rest[..num_len]
+            .parse()
+            .map_err(|_| format!("invalid duration {text:?}"))?;
+        rest = &rest[num_len..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let scale = match &rest[..unit_len] {
+            "ns" => 1e-9,
+            "us" | "µs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => {
+                return Err(format!(
+                    "invalid duration {text:?}: missing or unknown unit"
+                ));
+            }
+        };
+        rest = &rest[unit_len..];
+        total += value * scale;
+    }
+    Ok(Duration::from_secs_f64(total))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn go_style_durations_parse() {
+        assert_eq!(parse("100ms").unwrap(), Duration::from_millis(100));
+        assert_eq!(parse("1.5s").unwrap(), Duration::from_millis(1500));
+        assert_eq!(parse("1m30s").unwrap(), Duration::from_secs(90));
+        assert_eq!(parse("0").unwrap(), Duration::ZERO);
+        assert!(parse("10").is_err());
+        assert!(parse("fast").is_err());
+    }
+}

@@ -1,0 +1,14 @@
+//! meshd: an Istio-compatible service-mesh control plane.
+//!
+//! Flow: `filesource` (and later `k8s`) → `model` → `translate` (pure) → `xds` → Envoy.
+
+pub mod api;
+pub mod config;
+pub mod debug;
+pub mod duration;
+pub mod filesource;
+pub mod metrics;
+pub mod model;
+pub mod serve;
+pub mod translate;
+pub mod xds;

@@ -1,0 +1,121 @@
+//! The one in-memory model: every accepted configuration object, keyed, plus the derived
+//! views a push needs ([`PushContext`]). Sources write here through [`Store::apply`] and
+//! [`Store::delete`]; nothing here knows about files, Kubernetes or protobuf.
+
+pub mod proxy;
+pub mod push_context;
+pub mod service;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::config::{ConfigObject, Kind, ObjectKey};
+
+pub use proxy::{Interception, Proxy, ProxyKind};
+pub use push_context::PushContext;
+pub use service::{Endpoint, Locality, Protocol, Service, ServicePort};
+
+/// The cluster-local DNS suffix (`meshConfig` `trustDomain`-independent domain suffix).
+pub const DOMAIN_SUFFIX: &str = "cluster.local";
+
+/// All accepted configuration, keyed by kind, namespace and name.
+#[derive(Clone, Debug, Default)]
+pub struct Store {
+    objects: BTreeMap<ObjectKey, Arc<ConfigObject>>,
+}
+
+impl Store {
+    /// Adds or replaces an object. Returns false when the stored object was identical (an
+    /// unchanged resync costs no push).
+    pub fn apply(&mut self, object: ConfigObject) -> bool {
+        match self.objects.get(&object.key) {
+            Some(old) if **old == object => false,
+            _ => {
+                self.objects.insert(object.key.clone(), Arc::new(object));
+                true
+            }
+        }
+    }
+
+    /// Removes an object. Returns whether it was present.
+    pub fn delete(&mut self, key: &ObjectKey) -> bool {
+        self.objects.remove(key).is_some()
+    }
+
+    pub fn get(&self, key: &ObjectKey) -> Option<&Arc<ConfigObject>> {
+        self.objects.get(key)
+    }
+
+    pub fn of_kind(&self, kind: Kind) -> impl Iterator<Item = &Arc<ConfigObject>> {
+        let start = ObjectKey {
+            kind,
+            namespace: String::new(),
+            name: String::new(),
+        };
+        self.objects
+            .range(start..)
+            .take_while(move |(k, _)| k.kind == kind)
+            .map(|(_, v)| v)
+    }
+
+    pub fn len(&self) -> usize {
+        self.objects.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.objects.is_empty()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<ConfigObject>> {
+        self.objects.values()
+    }
+}
+
+/// Resolves a host as Istio does: a name without dots is a Kubernetes short name in
+/// `namespace`; anything else is already fully qualified.
+pub fn resolve_host(host: &str, namespace: &str) -> String {
+    if host == "*" || host.contains('.') {
+        host.to_string()
+    } else {
+        format!("{host}.{namespace}.svc.{DOMAIN_SUFFIX}")
+    }
+}
+
+/// Istio host matching: exact, or a `*.suffix` wildcard on either side, or `*`.
+pub fn host_matches(pattern: &str, host: &str) -> bool {
+    if pattern == "*" || pattern == host {
+        return true;
+    }
+    match (pattern.strip_prefix('*'), host.strip_prefix('*')) {
+        (Some(suffix), None) => host.ends_with(suffix),
+        (None, Some(suffix)) => pattern.ends_with(suffix),
+        (Some(a), Some(b)) => a.ends_with(b) || b.ends_with(a),
+        (None, None) => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_names_resolve_in_the_config_namespace() {
+        assert_eq!(
+            resolve_host("reviews", "shop"),
+            "reviews.shop.svc.cluster.local"
+        );
+        assert_eq!(
+            resolve_host("reviews.other.svc.cluster.local", "shop"),
+            "reviews.other.svc.cluster.local"
+        );
+        assert_eq!(resolve_host("*", "shop"), "*");
+    }
+
+    #[test]
+    fn wildcard_hosts_match_their_suffix() {
+        assert!(host_matches("*.example.com", "api.example.com"));
+        assert!(!host_matches("*.example.com", "example.org"));
+        assert!(host_matches("*", "anything"));
+        assert!(host_matches("api.example.com", "*.example.com"));
+    }
+}

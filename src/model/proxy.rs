@@ -1,0 +1,156 @@
+//! A connected proxy, identified the Istio way: node id `TYPE~IP~POD.NAMESPACE~DNSDOMAIN`
+//! plus node metadata (`NAMESPACE`, `LABELS`, `CLUSTER_ID`, `INTERCEPTION_MODE`, ...).
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProxyKind {
+    Sidecar,
+    Router,
+}
+
+/// How traffic reaches the proxy (`INTERCEPTION_MODE`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub enum Interception {
+    Redirect,
+    Tproxy,
+    /// No iptables capture: outbound listeners bind for real, on the proxy's IP.
+    None,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Proxy {
+    pub id: String,
+    pub kind: ProxyKind,
+    pub ips: Vec<String>,
+    pub pod_name: String,
+    pub namespace: String,
+    pub dns_domain: String,
+    pub labels: BTreeMap<String, String>,
+    pub cluster_id: String,
+    pub istio_version: Option<String>,
+    pub revision: Option<String>,
+    pub interception: Interception,
+    pub service_account: Option<String>,
+}
+
+impl Proxy {
+    /// Parses a node id and its metadata; the error says what is wrong, for the client.
+    pub fn from_node(id: &str, metadata: &Map<String, Value>) -> Result<Proxy, String> {
+        let parts: Vec<&str> = id.split('~').collect();
+        let [kind, ip, pod_id, domain] = parts[..] else {
+            return Err(format!(
+                "node id {id:?} must have 4 parts TYPE~IP~POD.NAMESPACE~DOMAIN"
+            ));
+        };
+        let kind = match kind {
+            "sidecar" => ProxyKind::Sidecar,
+            "router" => ProxyKind::Router,
+            other => {
+                return Err(format!(
+                    "node id {id:?}: unsupported proxy type {other:?} (sidecar or router)"
+                ));
+            }
+        };
+        let text = |k: &str| metadata.get(k).and_then(Value::as_str).map(str::to_string);
+        let ips: Vec<String> = match text("INSTANCE_IPS") {
+            Some(list) if list.split(',').all(|s| s.trim().parse::<IpAddr>().is_ok()) => {
+                list.split(',').map(|s| s.trim().to_string()).collect()
+            }
+            _ => vec![ip.to_string()],
+        };
+        if ips.iter().any(|ip| ip.parse::<IpAddr>().is_err()) {
+            return Err(format!("node id {id:?}: {ip:?} is not an IP address"));
+        }
+        let (pod_name, id_namespace) = pod_id.split_once('.').unwrap_or((pod_id, ""));
+        let namespace = text("NAMESPACE")
+            .or_else(|| {
+                domain
+                    .split('.')
+                    .next()
+                    .map(str::to_string)
+                    .filter(|s| !s.is_empty())
+            })
+            .or_else(|| Some(id_namespace.to_string()).filter(|s| !s.is_empty()))
+            .ok_or_else(|| format!("node id {id:?}: no namespace in metadata or DNS domain"))?;
+        let labels = match metadata.get("LABELS") {
+            Some(Value::Object(m)) => m
+                .iter()
+                .filter(|(k, _)| k.as_str() != "pod-template-hash")
+                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                .collect(),
+            _ => BTreeMap::new(),
+        };
+        let interception = match text("INTERCEPTION_MODE").as_deref() {
+            Some("NONE") => Interception::None,
+            Some("TPROXY") => Interception::Tproxy,
+            _ => Interception::Redirect,
+        };
+        Ok(Proxy {
+            id: id.to_string(),
+            kind,
+            ips,
+            pod_name: pod_name.to_string(),
+            namespace,
+            dns_domain: domain.to_string(),
+            revision: text("ISTIO_REVISION").or_else(|| labels.get("istio.io/rev").cloned()),
+            labels,
+            cluster_id: text("CLUSTER_ID").unwrap_or_else(|| "Kubernetes".into()),
+            istio_version: text("ISTIO_VERSION"),
+            interception,
+            service_account: text("SERVICE_ACCOUNT"),
+        })
+    }
+
+    pub fn ip(&self) -> &str {
+        &self.ips[0]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_sidecar_node_id_and_metadata_parse_the_istio_way() {
+        let meta = json!({"NAMESPACE": "shop", "LABELS": {"app": "reviews", "pod-template-hash": "x"}, "INTERCEPTION_MODE": "NONE"});
+        let p = Proxy::from_node(
+            "sidecar~10.1.2.3~reviews-v1-abc.shop~shop.svc.cluster.local",
+            meta.as_object().unwrap(),
+        )
+        .unwrap();
+        assert_eq!(p.kind, ProxyKind::Sidecar);
+        assert_eq!(p.ip(), "10.1.2.3");
+        assert_eq!(p.pod_name, "reviews-v1-abc");
+        assert_eq!(p.namespace, "shop");
+        assert_eq!(p.labels.len(), 1);
+        assert_eq!(p.interception, Interception::None);
+        assert_eq!(p.cluster_id, "Kubernetes");
+    }
+
+    #[test]
+    fn a_malformed_node_id_is_refused_with_a_reason() {
+        let empty = Map::new();
+        assert!(
+            Proxy::from_node("sidecar~10.0.0.1", &empty)
+                .unwrap_err()
+                .contains("4 parts")
+        );
+        assert!(
+            Proxy::from_node("waiter~10.0.0.1~a.b~b.svc.cluster.local", &empty)
+                .unwrap_err()
+                .contains("unsupported")
+        );
+        assert!(
+            Proxy::from_node("router~nope~a.b~b.svc.cluster.local", &empty)
+                .unwrap_err()
+                .contains("not an IP")
+        );
+    }
+}

@@ -1,0 +1,260 @@
+//! The push context: an immutable, indexed snapshot of the model built once per push and
+//! shared (behind an `Arc`) by every proxy that push reaches. Translation reads only this.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use super::service::build_services;
+use super::{Proxy, ProxyKind, Service, Store, host_matches, resolve_host};
+use crate::api::labels_match;
+use crate::api::networking::{DestinationRuleSpec, GatewaySpec, SidecarSpec, VirtualServiceSpec};
+use crate::config::{ConfigObject, Kind, Spec};
+
+/// A problem that only shows when objects are put together (a route to a missing host).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ModelIssue {
+    pub object: String,
+    pub field: String,
+    pub message: String,
+}
+
+#[derive(Debug, Default)]
+pub struct PushContext {
+    /// `<RFC3339>/<counter>`, as istiod versions its pushes.
+    pub version: String,
+    pub services: BTreeMap<String, Arc<Service>>,
+    /// VirtualServices, oldest first (Istio's precedence), then by namespace/name.
+    pub virtual_services: Vec<Arc<ConfigObject>>,
+    /// DestinationRules by the FQDN they apply to.
+    pub destination_rules: HashMap<String, Arc<ConfigObject>>,
+    pub gateways: Vec<Arc<ConfigObject>>,
+    pub sidecars: Vec<Arc<ConfigObject>>,
+    pub pod_labels: HashMap<(String, String), BTreeMap<String, String>>,
+    pub issues: Vec<ModelIssue>,
+}
+
+fn by_age(objects: &mut [Arc<ConfigObject>]) {
+    objects.sort_by(|a, b| {
+        (a.meta.creation_timestamp.as_deref().unwrap_or(""), &a.key)
+            .cmp(&(b.meta.creation_timestamp.as_deref().unwrap_or(""), &b.key))
+    });
+}
+
+impl PushContext {
+    pub fn build(store: &Store, version: String) -> PushContext {
+        let services = build_services(store);
+        let mut virtual_services: Vec<_> = store.of_kind(Kind::VirtualService).cloned().collect();
+        by_age(&mut virtual_services);
+        let mut drs: Vec<_> = store.of_kind(Kind::DestinationRule).cloned().collect();
+        by_age(&mut drs);
+        let mut destination_rules = HashMap::new();
+        for dr in drs {
+            if let Spec::DestinationRule(spec) = &dr.spec {
+                destination_rules
+                    .entry(resolve_host(&spec.host, &dr.key.namespace))
+                    .or_insert(dr.clone());
+            }
+        }
+        let mut gateways: Vec<_> = store.of_kind(Kind::Gateway).cloned().collect();
+        by_age(&mut gateways);
+        let sidecars = store.of_kind(Kind::Sidecar).cloned().collect();
+        let pod_labels = store
+            .of_kind(Kind::Pod)
+            .map(|p| {
+                (
+                    (p.key.namespace.clone(), p.key.name.clone()),
+                    p.meta.labels.clone(),
+                )
+            })
+            .collect();
+        let mut ctx = PushContext {
+            version,
+            services,
+            virtual_services,
+            destination_rules,
+            gateways,
+            sidecars,
+            pod_labels,
+            issues: Vec::new(),
+        };
+        ctx.issues = ctx.cross_check();
+        ctx
+    }
+
+    /// Cross-object checks: every route destination and subset must exist.
+    fn cross_check(&self) -> Vec<ModelIssue> {
+        let mut issues = Vec::new();
+        for vs in &self.virtual_services {
+            let Spec::VirtualService(spec) = &vs.spec else {
+                continue;
+            };
+            for (i, http) in spec.http.iter().enumerate() {
+                for (j, d) in http.route.iter().enumerate() {
+                    let host = resolve_host(&d.destination.host, &vs.key.namespace);
+                    let field = format!("spec.http[{i}].route[{j}].destination");
+                    if !self.services.contains_key(&host)
+                        && !self.services.keys().any(|h| host_matches(h, &host))
+                    {
+                        issues.push(ModelIssue {
+                            object: vs.key.to_string(),
+                            field: format!("{field}.host"),
+                            message: format!("no service or ServiceEntry for host {host:?}; requests get 503 until one exists"),
+                        });
+                    } else if let Some(subset) = &d.destination.subset {
+                        let defined = self
+                            .destination_rule(&host)
+                            .is_some_and(|(_, dr)| dr.subsets.iter().any(|s| &s.name == subset));
+                        if !defined {
+                            issues.push(ModelIssue {
+                                object: vs.key.to_string(),
+                                field: format!("{field}.subset"),
+                                message: format!("subset {subset:?} of {host:?} is not defined by any DestinationRule"),
+                            });
+                        }
+                    }
+                }
+            }
+            for (i, gw) in spec.gateways.iter().enumerate() {
+                if gw != "mesh" && self.gateway(gw, &vs.key.namespace).is_none() {
+                    issues.push(ModelIssue {
+                        object: vs.key.to_string(),
+                        field: format!("spec.gateways[{i}]"),
+                        message: format!("gateway {gw:?} not found"),
+                    });
+                }
+            }
+        }
+        issues
+    }
+
+    fn gateway(&self, reference: &str, namespace: &str) -> Option<&Arc<ConfigObject>> {
+        let (ns, name) = reference.split_once('/').unwrap_or((namespace, reference));
+        self.gateways
+            .iter()
+            .find(|g| g.key.namespace == ns && g.key.name == name)
+    }
+
+    pub fn destination_rule(&self, host: &str) -> Option<(&ConfigObject, &DestinationRuleSpec)> {
+        let dr = self.destination_rules.get(host)?;
+        match &dr.spec {
+            Spec::DestinationRule(spec) => Some((dr, spec)),
+            _ => None,
+        }
+    }
+
+    /// The labels istiod uses for a proxy: its Pod's, else metadata `LABELS`.
+    pub fn proxy_labels<'a>(&'a self, proxy: &'a Proxy) -> &'a BTreeMap<String, String> {
+        self.pod_labels
+            .get(&(proxy.namespace.clone(), proxy.pod_name.clone()))
+            .unwrap_or(&proxy.labels)
+    }
+
+    /// The Sidecar resource that applies to a proxy: one whose workloadSelector matches,
+    /// else the namespace's selector-less one.
+    pub fn sidecar_for(&self, proxy: &Proxy) -> Option<(&ConfigObject, &SidecarSpec)> {
+        if proxy.kind != ProxyKind::Sidecar {
+            return None;
+        }
+        let labels = self.proxy_labels(proxy);
+        let in_ns = self
+            .sidecars
+            .iter()
+            .filter(|s| s.key.namespace == proxy.namespace);
+        let mut fallback = None;
+        for sc in in_ns {
+            let Spec::Sidecar(spec) = &sc.spec else {
+                continue;
+            };
+            match &spec.workload_selector {
+                Some(sel) if labels_match(&sel.labels, labels) => return Some((sc, spec)),
+                Some(_) => {}
+                None => fallback = fallback.or(Some((&**sc, spec))),
+            }
+        }
+        fallback
+    }
+
+    /// Whether a config object in `namespace` with host `host` is in the Sidecar scope.
+    fn in_scope(scope: Option<&SidecarSpec>, proxy_ns: &str, namespace: &str, host: &str) -> bool {
+        let Some(scope) = scope else { return true };
+        if scope.egress.is_empty() {
+            return true;
+        }
+        scope.egress.iter().flat_map(|e| &e.hosts).any(|h| {
+            let (ns, pattern) = h.split_once('/').unwrap_or(("*", h));
+            let ns_ok = match ns {
+                "*" => true,
+                "." => namespace == proxy_ns,
+                "~" => false,
+                other => other == namespace,
+            };
+            ns_ok && host_matches(pattern, host)
+        })
+    }
+
+    /// Services a proxy may reach: exportTo, then its Sidecar's egress hosts.
+    pub fn services_for(&self, proxy: &Proxy) -> Vec<&Arc<Service>> {
+        let scope = self.sidecar_for(proxy).map(|(_, s)| s);
+        self.services
+            .values()
+            .filter(|s| s.visible_from(&proxy.namespace))
+            .filter(|s| Self::in_scope(scope, &proxy.namespace, &s.namespace, &s.hostname))
+            .collect()
+    }
+
+    /// VirtualServices bound to `gateway` (`mesh` or `NS/NAME`) visible to the proxy.
+    pub fn virtual_services_for<'a>(
+        &'a self,
+        proxy: &Proxy,
+        gateway: &str,
+    ) -> Vec<(&'a ConfigObject, &'a VirtualServiceSpec)> {
+        let scope = self.sidecar_for(proxy).map(|(_, s)| s);
+        self.virtual_services
+            .iter()
+            .filter_map(|vs| match &vs.spec {
+                Spec::VirtualService(spec) => Some((&**vs, spec)),
+                _ => None,
+            })
+            .filter(|(vs, spec)| {
+                let bound = if spec.gateways.is_empty() {
+                    gateway == "mesh"
+                } else {
+                    spec.gateways.iter().any(|g| {
+                        g == gateway
+                            || (!g.contains('/') && format!("{}/{g}", vs.key.namespace) == gateway)
+                    })
+                };
+                let visible = spec.export_to.is_empty()
+                    || spec.export_to.iter().any(|e| {
+                        e == "*"
+                            || e == &proxy.namespace
+                            || (e == "." && vs.key.namespace == proxy.namespace)
+                    });
+                bound
+                    && visible
+                    && spec.hosts.iter().any(|h| {
+                        Self::in_scope(
+                            scope,
+                            &proxy.namespace,
+                            &vs.key.namespace,
+                            &resolve_host(h, &vs.key.namespace),
+                        )
+                    })
+            })
+            .collect()
+    }
+
+    /// Gateways whose selector matches a router proxy.
+    pub fn gateways_for(&self, proxy: &Proxy) -> Vec<(&ConfigObject, &GatewaySpec)> {
+        let labels = self.proxy_labels(proxy);
+        self.gateways
+            .iter()
+            .filter_map(|g| match &g.spec {
+                Spec::Gateway(spec) if labels_match(&spec.selector, labels) => Some((&**g, spec)),
+                _ => None,
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,366 @@
+//! Services and their endpoints, built from Kubernetes Services + EndpointSlices (+ Pod
+//! labels) and from ServiceEntries + WorkloadEntries.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use super::{DOMAIN_SUFFIX, Store};
+use crate::api::labels_match;
+use crate::api::networking::{Location, Resolution, ServiceEntrySpec, WorkloadEntrySpec};
+use crate::config::{ConfigObject, Kind, Spec};
+
+/// Protocol of a service port, from its name prefix or appProtocol, as Istio infers it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Protocol {
+    Http,
+    Http2,
+    Grpc,
+    Https,
+    Tls,
+    Tcp,
+    /// Unnamed port: Istio sniffs it; meshd treats it as HTTP (see README).
+    Unknown,
+}
+
+impl Protocol {
+    pub fn parse(name: &str) -> Protocol {
+        let prefix = name.split('-').next().unwrap_or("").to_ascii_lowercase();
+        match prefix.as_str() {
+            "http" => Protocol::Http,
+            "http2" => Protocol::Http2,
+            "grpc" | "grpc-web" => Protocol::Grpc,
+            "https" => Protocol::Https,
+            "tls" => Protocol::Tls,
+            "tcp" | "mongo" | "mysql" | "redis" => Protocol::Tcp,
+            _ => Protocol::Unknown,
+        }
+    }
+
+    pub fn is_http(self) -> bool {
+        matches!(
+            self,
+            Protocol::Http | Protocol::Http2 | Protocol::Grpc | Protocol::Unknown
+        )
+    }
+
+    pub fn is_http2(self) -> bool {
+        matches!(self, Protocol::Http2 | Protocol::Grpc)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ServicePort {
+    pub name: String,
+    pub port: u32,
+    pub protocol: Protocol,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct Locality {
+    pub region: String,
+    pub zone: String,
+    pub subzone: String,
+}
+
+impl Locality {
+    /// `region/zone/subzone`, as WorkloadEntry and the locality label write it.
+    pub fn parse(text: &str) -> Locality {
+        let mut parts = text.split('/').map(str::to_string);
+        Locality {
+            region: parts.next().unwrap_or_default(),
+            zone: parts.next().unwrap_or_default(),
+            subzone: parts.next().unwrap_or_default(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Endpoint {
+    pub address: String,
+    /// Service port number -> the port this endpoint listens on.
+    pub ports: BTreeMap<u32, u32>,
+    pub labels: BTreeMap<String, String>,
+    pub locality: Locality,
+    pub weight: u32,
+    pub healthy: bool,
+    pub service_account: Option<String>,
+}
+
+/// How Envoy finds a service's endpoints.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Discovery {
+    Eds,
+    StrictDns,
+    LogicalDns,
+    Passthrough,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Service {
+    pub hostname: String,
+    pub namespace: String,
+    /// The Kubernetes Service name, or the ServiceEntry name.
+    pub name: String,
+    pub kubernetes: bool,
+    pub vip: Option<String>,
+    pub ports: Vec<ServicePort>,
+    pub endpoints: Vec<Endpoint>,
+    pub discovery: Discovery,
+    pub mesh_external: bool,
+    pub export_to: Vec<String>,
+    pub creation: Option<String>,
+}
+
+impl Service {
+    pub fn port(&self, number: u32) -> Option<&ServicePort> {
+        self.ports.iter().find(|p| p.port == number)
+    }
+
+    /// Whether a proxy in `namespace` may see this service (`exportTo`).
+    pub fn visible_from(&self, namespace: &str) -> bool {
+        self.export_to.is_empty()
+            || self
+                .export_to
+                .iter()
+                .any(|e| e == "*" || (e == "." && namespace == self.namespace) || e == namespace)
+    }
+}
+
+/// Builds every service from the store.
+pub fn build_services(store: &Store) -> BTreeMap<String, Arc<Service>> {
+    let pod_labels = pod_labels(store);
+    let mut slices: HashMap<(String, String), Vec<&ConfigObject>> = HashMap::new();
+    for obj in store.of_kind(Kind::EndpointSlice) {
+        if let Spec::EndpointSlice(s) = &obj.spec {
+            slices
+                .entry((obj.key.namespace.clone(), s.service_name.clone()))
+                .or_default()
+                .push(obj);
+        }
+    }
+    let mut out = BTreeMap::new();
+    for obj in store.of_kind(Kind::Service) {
+        let Spec::Service(def) = &obj.spec else {
+            continue;
+        };
+        let hostname = format!("{}.{}.svc.{DOMAIN_SUFFIX}", obj.key.name, obj.key.namespace);
+        let ports: Vec<ServicePort> = def
+            .ports
+            .iter()
+            .map(|p| ServicePort {
+                name: p.name.clone(),
+                port: p.port,
+                protocol: Protocol::parse(p.app_protocol.as_deref().unwrap_or(&p.name)),
+            })
+            .collect();
+        let mut endpoints = Vec::new();
+        for slice in slices
+            .get(&(obj.key.namespace.clone(), obj.key.name.clone()))
+            .into_iter()
+            .flatten()
+        {
+            let Spec::EndpointSlice(s) = &slice.spec else {
+                continue;
+            };
+            for e in &s.endpoints {
+                if e.terminating == Some(true) {
+                    continue;
+                }
+                let mut port_map = BTreeMap::new();
+                for sp in &def.ports {
+                    let by_name = s.ports.iter().find(|(n, _)| *n == sp.name).map(|(_, p)| *p);
+                    if let Some(p) = by_name.or(sp.target_port) {
+                        port_map.insert(sp.port, p);
+                    }
+                }
+                let labels = e
+                    .pod
+                    .as_ref()
+                    .and_then(|pod| pod_labels.get(&(obj.key.namespace.as_str(), pod.as_str())))
+                    .cloned()
+                    .unwrap_or_default();
+                let locality = labels
+                    .get("topology.istio.io/locality")
+                    .map(|l| Locality::parse(&l.replace('.', "/")))
+                    .unwrap_or_else(|| Locality {
+                        zone: e.zone.clone().unwrap_or_default(),
+                        ..Default::default()
+                    });
+                for address in &e.addresses {
+                    endpoints.push(Endpoint {
+                        address: address.clone(),
+                        ports: port_map.clone(),
+                        labels: labels.clone(),
+                        locality: locality.clone(),
+                        weight: 1,
+                        healthy: e.ready != Some(false),
+                        service_account: None,
+                    });
+                }
+            }
+        }
+        endpoints.sort_by(|a, b| a.address.cmp(&b.address));
+        out.insert(
+            hostname.clone(),
+            Arc::new(Service {
+                hostname,
+                namespace: obj.key.namespace.clone(),
+                name: obj.key.name.clone(),
+                kubernetes: true,
+                vip: def.cluster_ip.clone(),
+                ports,
+                endpoints,
+                discovery: if def.headless {
+                    Discovery::Passthrough
+                } else {
+                    Discovery::Eds
+                },
+                mesh_external: false,
+                export_to: obj
+                    .meta
+                    .annotations
+                    .get("networking.istio.io/exportTo")
+                    .map(|v| v.split(',').map(|s| s.trim().to_string()).collect())
+                    .unwrap_or_default(),
+                creation: obj.meta.creation_timestamp.clone(),
+            }),
+        );
+    }
+    let workload_entries: Vec<&Arc<ConfigObject>> = store.of_kind(Kind::WorkloadEntry).collect();
+    for obj in store.of_kind(Kind::ServiceEntry) {
+        let Spec::ServiceEntry(se) = &obj.spec else {
+            continue;
+        };
+        for svc in service_entry_services(obj, se, &workload_entries) {
+            out.entry(svc.hostname.clone())
+                .or_insert_with(|| Arc::new(svc));
+        }
+    }
+    out
+}
+
+fn pod_labels(store: &Store) -> HashMap<(&str, &str), BTreeMap<String, String>> {
+    store
+        .of_kind(Kind::Pod)
+        .map(|p| {
+            (
+                (p.key.namespace.as_str(), p.key.name.as_str()),
+                p.meta.labels.clone(),
+            )
+        })
+        .collect()
+}
+
+fn workload_endpoint(
+    we: &WorkloadEntrySpec,
+    ports: &[ServicePort],
+    se_ports: &[crate::api::networking::Port],
+) -> Endpoint {
+    let mut map = BTreeMap::new();
+    for (p, sp) in ports.iter().zip(se_ports) {
+        let target = we
+            .ports
+            .get(&p.name)
+            .copied()
+            .or(sp.target_port)
+            .unwrap_or(p.port);
+        map.insert(p.port, target);
+    }
+    Endpoint {
+        address: we.address.clone(),
+        ports: map,
+        labels: we.labels.clone(),
+        locality: we
+            .locality
+            .as_deref()
+            .map(Locality::parse)
+            .unwrap_or_default(),
+        weight: we.weight.filter(|w| *w > 0).unwrap_or(1),
+        healthy: true,
+        service_account: we.service_account.clone(),
+    }
+}
+
+fn service_entry_services(
+    obj: &ConfigObject,
+    se: &ServiceEntrySpec,
+    workload_entries: &[&Arc<ConfigObject>],
+) -> Vec<Service> {
+    let ports: Vec<ServicePort> = se
+        .ports
+        .iter()
+        .map(|p| ServicePort {
+            name: p.name.clone(),
+            port: p.number,
+            protocol: Protocol::parse(if p.protocol.is_empty() {
+                &p.name
+            } else {
+                &p.protocol
+            }),
+        })
+        .collect();
+    let mut endpoints: Vec<Endpoint> = se
+        .endpoints
+        .iter()
+        .filter(|e| !e.address.is_empty())
+        .map(|e| workload_endpoint(e, &ports, &se.ports))
+        .collect();
+    if let Some(sel) = &se.workload_selector {
+        for we in workload_entries {
+            if we.key.namespace != obj.key.namespace {
+                continue;
+            }
+            if let Spec::WorkloadEntry(w) = &we.spec
+                && labels_match(&sel.labels, &w.labels)
+                && !w.address.is_empty()
+            {
+                endpoints.push(workload_endpoint(w, &ports, &se.ports));
+            }
+        }
+    }
+    let discovery = match se.resolution.unwrap_or(Resolution::None) {
+        Resolution::Static => Discovery::Eds,
+        Resolution::Dns => Discovery::StrictDns,
+        Resolution::DnsRoundRobin => Discovery::LogicalDns,
+        Resolution::None => Discovery::Passthrough,
+    };
+    if matches!(discovery, Discovery::StrictDns | Discovery::LogicalDns) && endpoints.is_empty() {
+        for host in se.hosts.iter().filter(|h| !h.starts_with('*')) {
+            endpoints.push(Endpoint {
+                address: host.clone(),
+                ports: ports.iter().map(|p| (p.port, p.port)).collect(),
+                labels: BTreeMap::new(),
+                locality: Locality::default(),
+                weight: 1,
+                healthy: true,
+                service_account: None,
+            });
+        }
+    }
+    se.hosts
+        .iter()
+        .map(|host| Service {
+            hostname: host.clone(),
+            namespace: obj.key.namespace.clone(),
+            name: obj.key.name.clone(),
+            kubernetes: false,
+            vip: se.addresses.first().cloned(),
+            ports: ports.clone(),
+            endpoints: if matches!(discovery, Discovery::StrictDns | Discovery::LogicalDns) {
+                endpoints
+                    .iter()
+                    .filter(|e| !se.endpoints.is_empty() || &e.address == host)
+                    .cloned()
+                    .collect()
+            } else {
+                endpoints.clone()
+            },
+            discovery,
+            mesh_external: se.location != Some(Location::MeshInternal),
+            export_to: se.export_to.clone(),
+            creation: obj.meta.creation_timestamp.clone(),
+        })
+        .collect()
+}

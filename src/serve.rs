@@ -1,0 +1,148 @@
+//! `meshd serve`: wires the config source, the model, the push pipeline, the xDS server and
+//! the monitoring port together, and runs them until SIGINT/SIGTERM.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use tokio::sync::{mpsc, watch};
+
+use crate::config::{ConfigIssue, Level};
+use crate::debug::{self, DebugState};
+use crate::filesource::FileSource;
+use crate::metrics::Metrics;
+use crate::model::Store;
+use crate::xds::push::{ConfigEvent, PushSettings, build_push, debounce_loop};
+use crate::xds::{AdsService, XdsShared};
+
+#[derive(Clone, Debug)]
+pub struct ServeOptions {
+    pub config_dir: PathBuf,
+    pub xds_address: SocketAddr,
+    pub monitoring_address: SocketAddr,
+    pub push: PushSettings,
+}
+
+fn log_issue(metrics: &Metrics, issue: &ConfigIssue) {
+    match issue.level {
+        Level::Error => {
+            let kind = issue.kind.clone().unwrap_or_else(|| "unknown".into());
+            metrics
+                .config_errors
+                .get_or_create(&vec![("kind", kind)])
+                .inc();
+            tracing::error!("rejected config: {issue}");
+        }
+        Level::Warning => tracing::warn!("{issue}"),
+    }
+}
+
+pub async fn run(opts: ServeOptions) -> anyhow::Result<()> {
+    let metrics = Arc::new(Metrics::new());
+    let store = Arc::new(RwLock::new(Store::default()));
+    let hook_metrics = metrics.clone();
+    let mut source = FileSource::new(
+        opts.config_dir.clone(),
+        store.clone(),
+        Arc::new(move |i| log_issue(&hook_metrics, i)),
+    );
+    anyhow::ensure!(
+        opts.config_dir.exists(),
+        "config directory {} does not exist",
+        opts.config_dir.display()
+    );
+    let loaded = source.sync();
+    tracing::info!(dir = %opts.config_dir.display(), objects = loaded.len(), "initial configuration loaded");
+    let issues = source.issues.clone();
+
+    let first = build_push(&store, 1, Instant::now(), &metrics);
+    let (push_tx, push_rx) = watch::channel(Arc::new(first));
+    let (event_tx, event_rx) = mpsc::unbounded_channel();
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+
+    tokio::spawn(debounce_loop(
+        event_rx,
+        store.clone(),
+        push_tx,
+        opts.push.clone(),
+        metrics.clone(),
+    ));
+    let watch_shutdown = shutdown_rx.clone();
+    tokio::spawn(async move {
+        let on_change = move |keys: std::collections::BTreeSet<crate::config::ObjectKey>| {
+            let kinds = keys.iter().map(|k| k.kind).collect();
+            let _ = event_tx.send(ConfigEvent {
+                at: Instant::now(),
+                kinds,
+            });
+        };
+        if let Err(e) = source.watch(on_change, watch_shutdown).await {
+            tracing::error!(
+                "config directory watch stopped: {e:#}; serving the last loaded config"
+            );
+        }
+    });
+
+    let xds = XdsShared::new(metrics.clone(), push_rx, opts.push.push_throttle);
+    let ready = Arc::new(AtomicBool::new(false));
+    let debug_state = DebugState {
+        metrics: metrics.clone(),
+        store: store.clone(),
+        issues,
+        xds: xds.clone(),
+        ready: ready.clone(),
+    };
+
+    let monitoring = tokio::net::TcpListener::bind(opts.monitoring_address)
+        .await
+        .with_context(|| format!("binding the monitoring port {}", opts.monitoring_address))?;
+    let xds_listener = tokio::net::TcpListener::bind(opts.xds_address)
+        .await
+        .with_context(|| format!("binding the xDS port {}", opts.xds_address))?;
+    tracing::info!(xds = %opts.xds_address, monitoring = %opts.monitoring_address, "meshd serving");
+
+    let mut debug_shutdown = shutdown_rx.clone();
+    let debug_task = tokio::spawn(async move {
+        axum::serve(monitoring, debug::router(debug_state))
+            .with_graceful_shutdown(async move {
+                let _ = debug_shutdown.changed().await;
+            })
+            .await
+    });
+    let mut xds_shutdown = shutdown_rx.clone();
+    let xds_task = tokio::spawn(
+        tonic::transport::Server::builder()
+            .http2_keepalive_interval(Some(Duration::from_secs(30)))
+            .http2_keepalive_timeout(Some(Duration::from_secs(10)))
+            .add_service(AdsService::new(xds).into_server())
+            .serve_with_incoming_shutdown(
+                tokio_stream::wrappers::TcpListenerStream::new(xds_listener),
+                async move {
+                    let _ = xds_shutdown.changed().await;
+                },
+            ),
+    );
+    ready.store(true, Ordering::Release);
+
+    shutdown_signal().await;
+    tracing::info!("shutting down");
+    let _ = shutdown_tx.send(true);
+    let _ = tokio::time::timeout(Duration::from_secs(5), async {
+        let _ = xds_task.await;
+        let _ = debug_task.await;
+    })
+    .await;
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("BUG: SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}

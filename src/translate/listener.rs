@@ -1,0 +1,210 @@
+//! LDS: a sidecar's outbound listeners (one per HTTP port, `0.0.0.0_PORT` with RDS `"PORT"`;
+//! one per TCP service port, `VIP_PORT` with tcp_proxy) and `virtualOutbound`; a gateway's
+//! listeners, one per Gateway server port (`0.0.0.0_PORT` with RDS `http.PORT`).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use envoy_types::pb::envoy::config::core::v3::TrafficDirection;
+use envoy_types::pb::envoy::config::listener::v3::{
+    Filter, FilterChain, Listener, filter::ConfigType,
+};
+use envoy_types::pb::envoy::config::route::v3::RouteConfiguration;
+use envoy_types::pb::envoy::extensions::filters::http::router::v3::Router;
+use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+    HttpConnectionManager, HttpFilter, Rds,
+    http_connection_manager::{
+        CodecType, PathWithEscapedSlashesAction, RouteSpecifier, ServerHeaderTransformation,
+        UpgradeConfig,
+    },
+    http_filter,
+};
+use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{
+    TcpProxy, tcp_proxy::ClusterSpecifier,
+};
+use envoy_types::pb::google::protobuf::BoolValue;
+use envoy_types::util::pack_any;
+
+use super::endpoint::socket_address;
+use super::{PASSTHROUGH_CLUSTER, ads_config_source, outbound_cluster_name, route};
+use crate::model::{Interception, Protocol, Proxy, PushContext, Service};
+
+/// Ports a sidecar's wildcard listeners never take (its own capture and admin ports).
+const RESERVED_PORTS: [u32; 4] = [15001, 15006, 15021, 15090];
+
+fn http_connection_manager(stat_prefix: String, route_name: String, gateway: bool) -> Filter {
+    let hcm = HttpConnectionManager {
+        stat_prefix,
+        codec_type: CodecType::Auto as i32,
+        route_specifier: Some(RouteSpecifier::Rds(Rds {
+            config_source: Some(ads_config_source()),
+            route_config_name: route_name,
+        })),
+        http_filters: vec![HttpFilter {
+            name: "envoy.filters.http.router".into(),
+            config_type: Some(http_filter::ConfigType::TypedConfig(pack_any(
+                Router::default(),
+            ))),
+            ..Default::default()
+        }],
+        use_remote_address: Some(BoolValue { value: gateway }),
+        normalize_path: Some(BoolValue { value: true }),
+        path_with_escaped_slashes_action: PathWithEscapedSlashesAction::KeepUnchanged as i32,
+        upgrade_configs: vec![UpgradeConfig {
+            upgrade_type: "websocket".into(),
+            ..Default::default()
+        }],
+        server_name: if gateway {
+            "istio-envoy".into()
+        } else {
+            String::new()
+        },
+        server_header_transformation: ServerHeaderTransformation::Overwrite as i32,
+        ..Default::default()
+    };
+    Filter {
+        name: "envoy.filters.network.http_connection_manager".into(),
+        config_type: Some(ConfigType::TypedConfig(pack_any(hcm))),
+    }
+}
+
+fn tcp_proxy(cluster: &str) -> Filter {
+    let tp = TcpProxy {
+        stat_prefix: cluster.to_string(),
+        cluster_specifier: Some(ClusterSpecifier::Cluster(cluster.to_string())),
+        ..Default::default()
+    };
+    Filter {
+        name: "envoy.filters.network.tcp_proxy".into(),
+        config_type: Some(ConfigType::TypedConfig(pack_any(tp))),
+    }
+}
+
+fn listener(
+    bind: &str,
+    port: u32,
+    bind_to_port: bool,
+    direction: TrafficDirection,
+    filters: Vec<Filter>,
+) -> Listener {
+    Listener {
+        name: format!("{bind}_{port}"),
+        address: Some(socket_address(bind, port)),
+        bind_to_port: Some(BoolValue {
+            value: bind_to_port,
+        }),
+        traffic_direction: direction as i32,
+        filter_chains: vec![FilterChain {
+            filters,
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+/// A sidecar's outbound listeners and their route configurations.
+pub fn sidecar(
+    ctx: &PushContext,
+    proxy: &Proxy,
+    services: &[&Arc<Service>],
+) -> (Vec<Listener>, Vec<RouteConfiguration>) {
+    // With no capture (INTERCEPTION_MODE=NONE) listeners bind for real, on the proxy's IP.
+    let real_bind = proxy.interception == Interception::None;
+    let wildcard = if real_bind { proxy.ip() } else { "0.0.0.0" };
+    let mut http_ports: BTreeMap<u32, Vec<&Arc<Service>>> = BTreeMap::new();
+    let mut tcp: BTreeMap<String, Listener> = BTreeMap::new();
+    for svc in services {
+        for p in &svc.ports {
+            if RESERVED_PORTS.contains(&p.port) {
+                continue;
+            }
+            if p.protocol.is_http() {
+                http_ports.entry(p.port).or_default().push(svc);
+            } else if matches!(p.protocol, Protocol::Tcp | Protocol::Tls | Protocol::Https) {
+                let bind = if real_bind {
+                    wildcard
+                } else {
+                    svc.vip.as_deref().unwrap_or("0.0.0.0")
+                };
+                let cluster = outbound_cluster_name(p.port, "", &svc.hostname);
+                let l = listener(
+                    bind,
+                    p.port,
+                    real_bind,
+                    TrafficDirection::Outbound,
+                    vec![tcp_proxy(&cluster)],
+                );
+                tcp.entry(l.name.clone()).or_insert(l);
+            }
+        }
+    }
+    let mut listeners = Vec::new();
+    let mut routes = Vec::new();
+    for (port, svcs) in &http_ports {
+        let name = format!("{wildcard}_{port}");
+        if tcp.contains_key(&name) {
+            continue;
+        }
+        let hcm = http_connection_manager(format!("outbound_{name}"), port.to_string(), false);
+        listeners.push(listener(
+            wildcard,
+            *port,
+            real_bind,
+            TrafficDirection::Outbound,
+            vec![hcm],
+        ));
+        routes.push(route::sidecar(ctx, proxy, svcs, *port));
+    }
+    listeners.extend(tcp.into_values());
+    if !real_bind {
+        let mut virtual_outbound = listener(
+            "0.0.0.0",
+            15001,
+            true,
+            TrafficDirection::Outbound,
+            vec![tcp_proxy(PASSTHROUGH_CLUSTER)],
+        );
+        virtual_outbound.name = "virtualOutbound".into();
+        virtual_outbound.filter_chains[0].name = "virtualOutbound-catchall-tcp".into();
+        virtual_outbound.use_original_dst = Some(BoolValue { value: true });
+        listeners.push(virtual_outbound);
+    }
+    (listeners, routes)
+}
+
+/// A gateway's listeners: one per server port of the Gateways that select it.
+pub fn gateway(
+    ctx: &PushContext,
+    proxy: &Proxy,
+    _services: &[&Arc<Service>],
+) -> (Vec<Listener>, Vec<RouteConfiguration>) {
+    // port -> [(gateway "ns/name", server hosts)]
+    let mut http_servers: BTreeMap<u32, Vec<(String, Vec<String>)>> = BTreeMap::new();
+    for (gw_obj, gw) in ctx.gateways_for(proxy) {
+        for server in &gw.servers {
+            let protocol = server.port.protocol.to_ascii_uppercase();
+            // HTTPS/TLS servers need credentials (the security work); only plain HTTP here.
+            if matches!(protocol.as_str(), "HTTP" | "HTTP2" | "GRPC") && server.tls.is_none() {
+                http_servers.entry(server.port.number).or_default().push((
+                    format!("{}/{}", gw_obj.key.namespace, gw_obj.key.name),
+                    server.hosts.clone(),
+                ));
+            }
+        }
+    }
+    let mut listeners = Vec::new();
+    let mut routes = Vec::new();
+    for (port, servers) in &http_servers {
+        let name = format!("0.0.0.0_{port}");
+        let hcm = http_connection_manager(format!("outbound_{name}"), format!("http.{port}"), true);
+        listeners.push(listener(
+            "0.0.0.0",
+            *port,
+            true,
+            TrafficDirection::Outbound,
+            vec![hcm],
+        ));
+        routes.push(route::gateway(ctx, proxy, *port, servers));
+    }
+    (listeners, routes)
+}

@@ -1,0 +1,597 @@
+//! RDS: route configurations for sidecar outbound ports (`"9080"`) and gateway ports
+//! (`"http.8080"`), virtual hosts with every name Kubernetes users write, and routes from
+//! VirtualService `http` entries with Istio's defaults (timeout 0s, default retry policy).
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+
+use envoy_types::pb::envoy::config::core::v3::{
+    DataSource, HeaderValue, HeaderValueOption, data_source::Specifier,
+    header_value_option::HeaderAppendAction,
+};
+use envoy_types::pb::envoy::config::route::v3::{
+    Decorator, DirectResponseAction, HeaderMatcher, QueryParameterMatcher, RedirectAction,
+    RetryPolicy, Route, RouteAction, RouteConfiguration, RouteMatch, VirtualHost, WeightedCluster,
+    header_matcher::HeaderMatchSpecifier,
+    query_parameter_matcher::QueryParameterMatchSpecifier,
+    redirect_action,
+    retry_policy::RetryHostPredicate,
+    route::Action,
+    route_action::{ClusterSpecifier, HostRewriteSpecifier},
+    route_match::PathSpecifier,
+    weighted_cluster::ClusterWeight,
+};
+use envoy_types::pb::envoy::extensions::retry::host::previous_hosts::v3::PreviousHostsPredicate;
+use envoy_types::pb::envoy::r#type::matcher::v3::{
+    RegexMatcher, StringMatcher, string_matcher::MatchPattern,
+};
+use envoy_types::pb::google::protobuf::{BoolValue, UInt32Value};
+use envoy_types::util::pack_any;
+
+use super::{PASSTHROUGH_CLUSTER, duration, istio_metadata, outbound_cluster_name, string_value};
+use crate::api::labels_match;
+use crate::api::networking::{
+    HeaderOperations, HttpMatchRequest, HttpRoute, StringMatch, VirtualServiceSpec,
+};
+use crate::config::ConfigObject;
+use crate::model::{Proxy, PushContext, Service, host_matches, resolve_host};
+
+/// Istio's default retry policy, as the seeds specify it (older Istio: 3 host-selection
+/// attempts, retriable status 503).
+pub const DEFAULT_RETRY_ON: &str =
+    "connect-failure,refused-stream,unavailable,cancelled,retriable-status-codes";
+pub const DEFAULT_RETRIES: u32 = 2;
+pub const DEFAULT_HOST_SELECTION_ATTEMPTS: i64 = 3;
+pub const DEFAULT_RETRIABLE_STATUS: u32 = 503;
+
+fn route_configuration(name: String, virtual_hosts: Vec<VirtualHost>) -> RouteConfiguration {
+    RouteConfiguration {
+        name,
+        virtual_hosts,
+        validate_clusters: Some(BoolValue { value: false }),
+        ignore_port_in_host_matching: true,
+        max_direct_response_body_size_bytes: Some(UInt32Value { value: 1_048_576 }),
+        ..Default::default()
+    }
+}
+
+/// An empty route configuration, for a name no listener defines (so listeners finish warming).
+pub fn empty(name: &str) -> RouteConfiguration {
+    route_configuration(name.to_string(), Vec::new())
+}
+
+/// Every domain Istio gives a service's virtual host, seen from `proxy_ns`.
+pub fn domains(svc: &Service, proxy_ns: &str) -> Vec<String> {
+    let mut out = vec![svc.hostname.clone(), format!("{}.", svc.hostname)];
+    if svc.kubernetes {
+        if svc.namespace == proxy_ns {
+            out.push(svc.name.clone());
+        }
+        out.push(format!("{}.{}.svc", svc.name, svc.namespace));
+        out.push(format!("{}.{}", svc.name, svc.namespace));
+    }
+    if let Some(vip) = &svc.vip {
+        out.push(vip.clone());
+    }
+    let mut seen = HashSet::new();
+    out.retain(|d| seen.insert(d.clone()));
+    out
+}
+
+/// The route configuration `"PORT"` of a sidecar's outbound HTTP listener.
+pub fn sidecar(
+    ctx: &PushContext,
+    proxy: &Proxy,
+    services: &[&Arc<Service>],
+    port: u32,
+) -> RouteConfiguration {
+    let mut covered = HashSet::new();
+    let mut vhosts = Vec::new();
+    for (vs_obj, vs) in ctx.virtual_services_for(proxy, "mesh") {
+        let hosts: Vec<String> = vs
+            .hosts
+            .iter()
+            .map(|h| resolve_host(h, &vs_obj.key.namespace))
+            .collect();
+        let matched: Vec<&&Arc<Service>> = services
+            .iter()
+            .filter(|s| {
+                !covered.contains(&s.hostname) && hosts.iter().any(|h| host_matches(h, &s.hostname))
+            })
+            .collect();
+        if matched.is_empty() {
+            continue;
+        }
+        let routes = http_routes(ctx, proxy, vs_obj, vs, port, "mesh");
+        for svc in matched {
+            covered.insert(svc.hostname.clone());
+            vhosts.push(VirtualHost {
+                name: format!("{}:{port}", svc.hostname),
+                domains: domains(svc, &proxy.namespace),
+                routes: routes.clone(),
+                include_request_attempt_count: true,
+                ..Default::default()
+            });
+        }
+    }
+    for svc in services.iter().filter(|s| !covered.contains(&s.hostname)) {
+        vhosts.push(VirtualHost {
+            name: format!("{}:{port}", svc.hostname),
+            domains: domains(svc, &proxy.namespace),
+            routes: vec![default_route(&svc.hostname, port)],
+            include_request_attempt_count: true,
+            ..Default::default()
+        });
+    }
+    vhosts.sort_by(|a, b| a.name.cmp(&b.name));
+    vhosts.push(VirtualHost {
+        name: "allow_any".into(),
+        domains: vec!["*".into()],
+        routes: vec![Route {
+            name: "allow_any".into(),
+            r#match: Some(prefix_match("/")),
+            action: Some(Action::Route(RouteAction {
+                cluster_specifier: Some(ClusterSpecifier::Cluster(PASSTHROUGH_CLUSTER.into())),
+                timeout: Some(duration(std::time::Duration::ZERO)),
+                ..Default::default()
+            })),
+            ..Default::default()
+        }],
+        include_request_attempt_count: true,
+        ..Default::default()
+    });
+    route_configuration(port.to_string(), vhosts)
+}
+
+/// The route configuration `http.PORT` of a gateway: one virtual host per server host
+/// that a VirtualService bound to the gateway claims.
+pub fn gateway(
+    ctx: &PushContext,
+    proxy: &Proxy,
+    port: u32,
+    servers: &[(String, Vec<String>)],
+) -> RouteConfiguration {
+    let mut vhosts: BTreeMap<String, VirtualHost> = BTreeMap::new();
+    for (gateway, server_hosts) in servers {
+        let gw_ns = gateway.split('/').next().unwrap_or_default();
+        for (vs_obj, vs) in ctx.virtual_services_for(proxy, gateway) {
+            let routes = http_routes(ctx, proxy, vs_obj, vs, port, gateway);
+            if routes.is_empty() {
+                continue;
+            }
+            for vs_host in &vs.hosts {
+                for server_host in server_hosts {
+                    let (ns, pattern) = server_host.split_once('/').unwrap_or(("*", server_host));
+                    if !(ns == "*"
+                        || ns == vs_obj.key.namespace
+                        || (ns == "." && vs_obj.key.namespace == gw_ns))
+                    {
+                        continue;
+                    }
+                    // The narrower of the two names is the virtual host's domain.
+                    let host = if host_matches(pattern, vs_host) {
+                        if pattern.starts_with('*') && !vs_host.starts_with('*') || pattern == "*" {
+                            vs_host
+                        } else {
+                            pattern
+                        }
+                    } else {
+                        continue;
+                    };
+                    let vh = vhosts
+                        .entry(host.to_string())
+                        .or_insert_with(|| VirtualHost {
+                            name: format!("{host}:{port}"),
+                            domains: vec![host.to_string()],
+                            include_request_attempt_count: true,
+                            ..Default::default()
+                        });
+                    vh.routes.extend(routes.iter().cloned());
+                }
+            }
+        }
+    }
+    let mut vhosts: Vec<VirtualHost> = vhosts.into_values().collect();
+    if vhosts.is_empty() {
+        vhosts.push(VirtualHost {
+            name: format!("blackhole:{port}"),
+            domains: vec!["*".into()],
+            ..Default::default()
+        });
+    }
+    route_configuration(format!("http.{port}"), vhosts)
+}
+
+fn prefix_match(prefix: &str) -> RouteMatch {
+    RouteMatch {
+        path_specifier: Some(PathSpecifier::Prefix(prefix.into())),
+        ..Default::default()
+    }
+}
+
+pub fn default_retry_policy() -> RetryPolicy {
+    RetryPolicy {
+        retry_on: DEFAULT_RETRY_ON.into(),
+        num_retries: Some(UInt32Value {
+            value: DEFAULT_RETRIES,
+        }),
+        retry_host_predicate: vec![previous_hosts()],
+        host_selection_retry_max_attempts: DEFAULT_HOST_SELECTION_ATTEMPTS,
+        retriable_status_codes: vec![DEFAULT_RETRIABLE_STATUS],
+        ..Default::default()
+    }
+}
+
+fn previous_hosts() -> RetryHostPredicate {
+    RetryHostPredicate {
+        name: "envoy.retry_host_predicates.previous_hosts".into(),
+        config_type: Some(envoy_types::pb::envoy::config::route::v3::retry_policy::retry_host_predicate::ConfigType::TypedConfig(
+            pack_any(PreviousHostsPredicate {}),
+        )),
+    }
+}
+
+fn default_route(host: &str, port: u32) -> Route {
+    Route {
+        name: "default".into(),
+        r#match: Some(prefix_match("/")),
+        action: Some(Action::Route(RouteAction {
+            cluster_specifier: Some(ClusterSpecifier::Cluster(outbound_cluster_name(
+                port, "", host,
+            ))),
+            timeout: Some(duration(std::time::Duration::ZERO)),
+            retry_policy: Some(default_retry_policy()),
+            ..Default::default()
+        })),
+        decorator: Some(Decorator {
+            operation: format!("{host}:{port}/*"),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn string_matcher(m: &StringMatch, ignore_case: bool) -> Option<StringMatcher> {
+    let pattern = if let Some(e) = &m.exact {
+        MatchPattern::Exact(e.clone())
+    } else if let Some(p) = &m.prefix {
+        MatchPattern::Prefix(p.clone())
+    } else if let Some(r) = &m.regex {
+        MatchPattern::SafeRegex(RegexMatcher {
+            regex: r.clone(),
+            ..Default::default()
+        })
+    } else {
+        return None;
+    };
+    Some(StringMatcher {
+        match_pattern: Some(pattern),
+        ignore_case,
+    })
+}
+
+fn header_matcher(name: &str, m: &StringMatch, invert: bool) -> HeaderMatcher {
+    let presence = m == &StringMatch::default() || m.regex.as_deref() == Some("*");
+    HeaderMatcher {
+        name: name.to_string(),
+        header_match_specifier: Some(match string_matcher(m, false) {
+            Some(sm) if !presence => HeaderMatchSpecifier::StringMatch(sm),
+            _ => HeaderMatchSpecifier::PresentMatch(true),
+        }),
+        invert_match: invert,
+        treat_missing_header_as_empty: invert && !presence,
+    }
+}
+
+fn route_match(m: Option<&HttpMatchRequest>) -> RouteMatch {
+    let Some(m) = m else { return prefix_match("/") };
+    let ignore_case = m.ignore_uri_case.unwrap_or(false);
+    let path_specifier = match &m.uri {
+        Some(StringMatch { exact: Some(e), .. }) => PathSpecifier::Path(e.clone()),
+        Some(StringMatch {
+            prefix: Some(p), ..
+        }) => PathSpecifier::Prefix(p.clone()),
+        Some(StringMatch { regex: Some(r), .. }) => PathSpecifier::SafeRegex(RegexMatcher {
+            regex: r.clone(),
+            ..Default::default()
+        }),
+        _ => PathSpecifier::Prefix("/".into()),
+    };
+    let mut headers: Vec<HeaderMatcher> = m
+        .headers
+        .iter()
+        .map(|(n, sm)| header_matcher(n, sm, false))
+        .collect();
+    headers.extend(
+        m.without_headers
+            .iter()
+            .map(|(n, sm)| header_matcher(n, sm, true)),
+    );
+    for (pseudo, sm) in [
+        (":method", &m.method),
+        (":authority", &m.authority),
+        (":scheme", &m.scheme),
+    ] {
+        if let Some(sm) = sm {
+            headers.push(header_matcher(pseudo, sm, false));
+        }
+    }
+    headers.sort_by(|a, b| a.name.cmp(&b.name));
+    RouteMatch {
+        path_specifier: Some(path_specifier),
+        case_sensitive: ignore_case.then_some(BoolValue { value: false }),
+        headers,
+        query_parameters: m
+            .query_params
+            .iter()
+            .map(|(name, sm)| QueryParameterMatcher {
+                name: name.clone(),
+                query_parameter_match_specifier: string_matcher(sm, false)
+                    .map(QueryParameterMatchSpecifier::StringMatch),
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+fn header_options(ops: &HeaderOperations) -> (Vec<HeaderValueOption>, Vec<String>) {
+    let mut add: Vec<HeaderValueOption> = Vec::new();
+    for (set, action) in [
+        (&ops.set, HeaderAppendAction::OverwriteIfExistsOrAdd),
+        (&ops.add, HeaderAppendAction::AppendIfExistsOrAdd),
+    ] {
+        for (k, v) in set {
+            add.push(HeaderValueOption {
+                header: Some(HeaderValue {
+                    key: k.clone(),
+                    value: v.clone(),
+                    ..Default::default()
+                }),
+                append_action: action as i32,
+                ..Default::default()
+            });
+        }
+    }
+    (add, ops.remove.clone())
+}
+
+/// Routes from a VirtualService's `http` list for one listener port and gateway.
+pub fn http_routes(
+    ctx: &PushContext,
+    proxy: &Proxy,
+    vs_obj: &ConfigObject,
+    vs: &VirtualServiceSpec,
+    port: u32,
+    gateway: &str,
+) -> Vec<Route> {
+    let labels = ctx.proxy_labels(proxy);
+    let mut out = Vec::new();
+    for http in &vs.http {
+        let matches: Vec<Option<&HttpMatchRequest>> = if http.match_.is_empty() {
+            vec![None]
+        } else {
+            let kept: Vec<_> = http
+                .match_
+                .iter()
+                .filter(|m| m.port.is_none_or(|p| p == port))
+                .filter(|m| {
+                    m.gateways.is_empty()
+                        || m.gateways.iter().any(|g| {
+                            g == gateway || format!("{}/{g}", vs_obj.key.namespace) == gateway
+                        })
+                })
+                .filter(|m| labels_match(&m.source_labels, labels))
+                .filter(|m| {
+                    m.source_namespace
+                        .as_ref()
+                        .is_none_or(|ns| ns == &proxy.namespace)
+                })
+                .map(Some)
+                .collect();
+            if kept.is_empty() {
+                continue;
+            }
+            kept
+        };
+        for m in &matches {
+            out.push(translate_route(ctx, vs_obj, http, *m, port));
+        }
+        if http.match_.is_empty() {
+            break; // a catch-all route shadows everything after it
+        }
+    }
+    out
+}
+
+fn destination_port(
+    ctx: &PushContext,
+    host: &str,
+    explicit: Option<u32>,
+    listener_port: u32,
+) -> u32 {
+    explicit
+        .or_else(|| {
+            ctx.services
+                .get(host)
+                .filter(|s| s.ports.len() == 1)
+                .map(|s| s.ports[0].port)
+        })
+        .unwrap_or(listener_port)
+}
+
+fn translate_route(
+    ctx: &PushContext,
+    vs_obj: &ConfigObject,
+    http: &HttpRoute,
+    m: Option<&HttpMatchRequest>,
+    port: u32,
+) -> Route {
+    let ns = &vs_obj.key.namespace;
+    let name = match (&http.name, m.and_then(|m| m.name.as_ref())) {
+        (Some(r), Some(mn)) => format!("{r}.{mn}"),
+        (Some(r), None) => r.clone(),
+        (None, Some(mn)) => mn.clone(),
+        (None, None) => String::new(),
+    };
+    let mut route = Route {
+        name,
+        r#match: Some(route_match(m)),
+        metadata: Some(istio_metadata(vec![(
+            "config",
+            string_value(vs_obj.istio_config_path()),
+        )])),
+        ..Default::default()
+    };
+    if let Some(h) = &http.headers {
+        if let Some(req) = &h.request {
+            (
+                route.request_headers_to_add,
+                route.request_headers_to_remove,
+            ) = header_options(req);
+        }
+        if let Some(resp) = &h.response {
+            (
+                route.response_headers_to_add,
+                route.response_headers_to_remove,
+            ) = header_options(resp);
+        }
+    }
+    if let Some(redirect) = &http.redirect {
+        let code = match redirect.redirect_code.unwrap_or(301) {
+            302 => redirect_action::RedirectResponseCode::Found,
+            303 => redirect_action::RedirectResponseCode::SeeOther,
+            307 => redirect_action::RedirectResponseCode::TemporaryRedirect,
+            308 => redirect_action::RedirectResponseCode::PermanentRedirect,
+            _ => redirect_action::RedirectResponseCode::MovedPermanently,
+        };
+        route.action = Some(Action::Redirect(RedirectAction {
+            host_redirect: redirect.authority.clone().unwrap_or_default(),
+            port_redirect: redirect.port.unwrap_or(0),
+            path_rewrite_specifier: redirect
+                .uri
+                .clone()
+                .map(redirect_action::PathRewriteSpecifier::PathRedirect),
+            scheme_rewrite_specifier: redirect
+                .scheme
+                .clone()
+                .map(redirect_action::SchemeRewriteSpecifier::SchemeRedirect),
+            response_code: code as i32,
+            ..Default::default()
+        }));
+        return route;
+    }
+    if let Some(dr) = &http.direct_response {
+        route.action = Some(Action::DirectResponse(DirectResponseAction {
+            status: dr.status,
+            body: dr
+                .body
+                .as_ref()
+                .and_then(|b| b.string.clone())
+                .map(|s| DataSource {
+                    specifier: Some(Specifier::InlineString(s)),
+                    ..Default::default()
+                }),
+            ..Default::default()
+        }));
+        return route;
+    }
+    let mut targets: Vec<(String, u32)> = Vec::new();
+    for d in &http.route {
+        let host = resolve_host(&d.destination.host, ns);
+        let p = destination_port(
+            ctx,
+            &host,
+            d.destination.port.as_ref().map(|p| p.number),
+            port,
+        );
+        let weight = match d.weight {
+            Some(w) => w.max(0) as u32,
+            None if http.route.len() == 1 => 100,
+            None => 0,
+        };
+        if weight > 0 {
+            targets.push((
+                outbound_cluster_name(p, d.destination.subset.as_deref().unwrap_or(""), &host),
+                weight,
+            ));
+        }
+    }
+    let cluster_specifier = match targets.len() {
+        0 => ClusterSpecifier::Cluster("BlackHoleCluster".into()),
+        1 => ClusterSpecifier::Cluster(targets[0].0.clone()),
+        _ => ClusterSpecifier::WeightedClusters(WeightedCluster {
+            clusters: targets
+                .iter()
+                .map(|(name, w)| ClusterWeight {
+                    name: name.clone(),
+                    weight: Some(UInt32Value { value: *w }),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        }),
+    };
+    let timeout = http
+        .timeout
+        .as_deref()
+        .and_then(|t| crate::duration::parse(t).ok())
+        .unwrap_or_default();
+    let retry_policy = match &http.retries {
+        None => Some(default_retry_policy()),
+        Some(r) if r.attempts == 0 => None,
+        Some(r) => {
+            let mut codes = Vec::new();
+            let mut on: Vec<String> = Vec::new();
+            for tok in r
+                .retry_on
+                .as_deref()
+                .unwrap_or(DEFAULT_RETRY_ON)
+                .split(',')
+                .map(str::trim)
+                .filter(|t| !t.is_empty())
+            {
+                match tok.parse::<u32>() {
+                    Ok(code) => codes.push(code),
+                    Err(_) => on.push(tok.to_string()),
+                }
+            }
+            if !codes.is_empty() && !on.iter().any(|t| t == "retriable-status-codes") {
+                on.push("retriable-status-codes".into());
+            }
+            Some(RetryPolicy {
+                retry_on: on.join(","),
+                num_retries: Some(UInt32Value {
+                    value: r.attempts as u32,
+                }),
+                per_try_timeout: r
+                    .per_try_timeout
+                    .as_deref()
+                    .and_then(|t| crate::duration::parse(t).ok())
+                    .map(duration),
+                retry_host_predicate: vec![previous_hosts()],
+                host_selection_retry_max_attempts: DEFAULT_HOST_SELECTION_ATTEMPTS,
+                retriable_status_codes: codes,
+                ..Default::default()
+            })
+        }
+    };
+    let rewrite = http.rewrite.as_ref();
+    route.action = Some(Action::Route(RouteAction {
+        cluster_specifier: Some(cluster_specifier),
+        timeout: Some(duration(timeout)),
+        retry_policy,
+        prefix_rewrite: rewrite.and_then(|r| r.uri.clone()).unwrap_or_default(),
+        host_rewrite_specifier: rewrite
+            .and_then(|r| r.authority.clone())
+            .map(HostRewriteSpecifier::HostRewriteLiteral),
+        ..Default::default()
+    }));
+    if let Some((first, _)) = targets.first() {
+        let host = first.rsplit('|').next().unwrap_or_default();
+        route.decorator = Some(Decorator {
+            operation: format!("{host}:{port}/*"),
+            ..Default::default()
+        });
+    }
+    route
+}

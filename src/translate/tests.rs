@@ -1,0 +1,309 @@
+//! Table tests of the translation: names, domains, defaults and scoping as istiod emits them.
+
+use envoy_types::pb::envoy::config::route::v3::{route::Action, route_action::ClusterSpecifier};
+use serde_json::json;
+
+use super::*;
+use crate::config::parse::parse_file;
+use crate::model::{Proxy, PushContext, Store};
+use crate::xds::resource::{TypeKind, View};
+
+const MESH: &str = r#"
+apiVersion: v1
+kind: Service
+metadata: {name: reviews, namespace: shop}
+spec:
+  clusterIP: 10.96.1.2
+  ports: [{name: http, port: 9080}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: reviews-a, namespace: shop, labels: {kubernetes.io/service-name: reviews}}
+addressType: IPv4
+ports: [{name: http, port: 9080}]
+endpoints:
+- {addresses: [10.0.0.1], conditions: {ready: true}, targetRef: {kind: Pod, name: reviews-v1}, zone: z1}
+- {addresses: [10.0.0.2], conditions: {ready: true}, targetRef: {kind: Pod, name: reviews-v2}, zone: z2}
+- {addresses: [10.0.0.3], conditions: {ready: false}, targetRef: {kind: Pod, name: reviews-v2b}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: reviews-v1, namespace: shop, labels: {app: reviews, version: v1}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: reviews-v2, namespace: shop, labels: {app: reviews, version: v2}}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: ratings, namespace: other}
+spec:
+  clusterIP: 10.96.1.3
+  ports: [{name: http, port: 9080}, {name: tcp-db, port: 5432}]
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: reviews, namespace: shop}
+spec:
+  host: reviews
+  subsets: [{name: v1, labels: {version: v1}}, {name: v2, labels: {version: v2}}]
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: reviews, namespace: shop}
+spec:
+  hosts: [reviews]
+  http:
+  - match: [{headers: {end-user: {exact: jason}}}]
+    route: [{destination: {host: reviews, subset: v2}}]
+  - route:
+    - {destination: {host: reviews, subset: v1}, weight: 80}
+    - {destination: {host: reviews, subset: v2}, weight: 20}
+    timeout: 3s
+"#;
+
+fn context(extra: &str) -> PushContext {
+    let mut store = Store::default();
+    let parsed = parse_file("mesh.yaml", &format!("{MESH}\n---\n{extra}"));
+    assert!(parsed.errors().next().is_none(), "{:?}", parsed.issues);
+    for o in parsed.objects {
+        store.apply(o);
+    }
+    PushContext::build(&store, "v/1".into())
+}
+
+fn sidecar(ns: &str, labels: serde_json::Value) -> Proxy {
+    let meta = json!({"NAMESPACE": ns, "LABELS": labels});
+    Proxy::from_node(
+        &format!("sidecar~10.9.9.9~p.{ns}~{ns}.svc.cluster.local"),
+        meta.as_object().unwrap(),
+    )
+    .unwrap()
+}
+
+#[test]
+fn clusters_are_named_outbound_port_subset_host_with_istio_metadata() {
+    let cfg = proxy_config(&context(""), &sidecar("shop", json!({})));
+    let names: Vec<&str> = cfg.clusters.iter().map(|c| c.name.as_str()).collect();
+    for expected in [
+        "outbound|9080||reviews.shop.svc.cluster.local",
+        "outbound|9080|v1|reviews.shop.svc.cluster.local",
+        "outbound|9080|v2|reviews.shop.svc.cluster.local",
+        "outbound|5432||ratings.other.svc.cluster.local",
+        "BlackHoleCluster",
+        "PassthroughCluster",
+    ] {
+        assert!(
+            names.contains(&expected),
+            "{expected} missing from {names:?}"
+        );
+    }
+    let v1 = cfg
+        .clusters
+        .iter()
+        .find(|c| c.name.contains("|v1|"))
+        .unwrap();
+    let istio = &v1.metadata.as_ref().unwrap().filter_metadata["istio"];
+    assert_eq!(
+        istio.fields["config"],
+        string_value("/apis/networking.istio.io/v1/namespaces/shop/destination-rule/reviews")
+    );
+    assert_eq!(istio.fields["subset"], string_value("v1"));
+    assert_eq!(v1.connect_timeout.as_ref().unwrap().seconds, 10);
+}
+
+#[test]
+fn subset_endpoints_are_filtered_by_labels_and_grouped_by_locality() {
+    let cfg = proxy_config(&context(""), &sidecar("shop", json!({})));
+    let cla = |name: &str| {
+        cfg.endpoints
+            .iter()
+            .find(|e| e.cluster_name == name)
+            .unwrap()
+    };
+    let all = cla("outbound|9080||reviews.shop.svc.cluster.local");
+    assert_eq!(all.endpoints.len(), 3, "localities '', z1, z2");
+    let v2 = cla("outbound|9080|v2|reviews.shop.svc.cluster.local");
+    assert_eq!(v2.endpoints.len(), 1);
+    assert_eq!(v2.endpoints[0].locality.as_ref().unwrap().zone, "z2");
+    assert_eq!(v2.endpoints[0].lb_endpoints.len(), 1);
+}
+
+#[test]
+fn sidecar_routes_carry_every_kubernetes_name_and_the_virtual_service() {
+    let cfg = proxy_config(&context(""), &sidecar("shop", json!({})));
+    let rc = cfg.routes.iter().find(|r| r.name == "9080").unwrap();
+    let vh = rc
+        .virtual_hosts
+        .iter()
+        .find(|v| v.name == "reviews.shop.svc.cluster.local:9080")
+        .unwrap();
+    assert_eq!(
+        vh.domains,
+        [
+            "reviews.shop.svc.cluster.local",
+            "reviews.shop.svc.cluster.local.",
+            "reviews",
+            "reviews.shop.svc",
+            "reviews.shop",
+            "10.96.1.2"
+        ]
+    );
+    assert_eq!(vh.routes.len(), 2);
+    assert_eq!(
+        vh.routes[0].r#match.as_ref().unwrap().headers[0].name,
+        "end-user"
+    );
+    let Some(Action::Route(split)) = &vh.routes[1].action else {
+        panic!()
+    };
+    let Some(ClusterSpecifier::WeightedClusters(w)) = &split.cluster_specifier else {
+        panic!()
+    };
+    let weights: Vec<u32> = w
+        .clusters
+        .iter()
+        .map(|c| c.weight.as_ref().unwrap().value)
+        .collect();
+    assert_eq!(weights, [80, 20]);
+    assert_eq!(split.timeout.as_ref().unwrap().seconds, 3);
+    let retry = split.retry_policy.as_ref().unwrap();
+    assert_eq!(
+        retry.retry_on,
+        "connect-failure,refused-stream,unavailable,cancelled,retriable-status-codes"
+    );
+    assert_eq!(retry.num_retries.as_ref().unwrap().value, 2);
+    assert_eq!(retry.host_selection_retry_max_attempts, 3);
+    assert_eq!(retry.retriable_status_codes, [503]);
+    assert_eq!(
+        retry.retry_host_predicate[0].name,
+        "envoy.retry_host_predicates.previous_hosts"
+    );
+    // Seen from another namespace, the bare short name is not a domain.
+    let other = proxy_config(&context(""), &sidecar("other", json!({})));
+    let vh = other
+        .routes
+        .iter()
+        .find(|r| r.name == "9080")
+        .unwrap()
+        .virtual_hosts
+        .iter()
+        .find(|v| v.name.starts_with("reviews"))
+        .unwrap();
+    assert!(!vh.domains.contains(&"reviews".to_string()));
+    assert_eq!(rc.virtual_hosts.last().unwrap().name, "allow_any");
+}
+
+#[test]
+fn a_sidecar_resource_limits_what_its_proxies_receive() {
+    let scope = r#"
+apiVersion: networking.istio.io/v1
+kind: Sidecar
+metadata: {name: default, namespace: shop}
+spec:
+  egress: [{hosts: ["./*"]}]
+---
+apiVersion: networking.istio.io/v1
+kind: Sidecar
+metadata: {name: ratings-only, namespace: shop}
+spec:
+  workloadSelector: {labels: {app: frontend}}
+  egress: [{hosts: ["other/ratings.other.svc.cluster.local"]}]
+"#;
+    let ctx = context(scope);
+    let names = |labels| -> Vec<String> {
+        proxy_config(&ctx, &sidecar("shop", labels))
+            .clusters
+            .into_iter()
+            .map(|c| c.name)
+            .filter(|n| n.starts_with("outbound"))
+            .collect()
+    };
+    let namespace_default = names(json!({}));
+    assert!(
+        namespace_default
+            .iter()
+            .all(|n| n.ends_with("reviews.shop.svc.cluster.local")),
+        "{namespace_default:?}"
+    );
+    let selected = names(json!({"app": "frontend"}));
+    assert!(
+        selected
+            .iter()
+            .all(|n| n.ends_with("ratings.other.svc.cluster.local")),
+        "{selected:?}"
+    );
+    assert_eq!(selected.len(), 2);
+    // Another namespace has no Sidecar: it sees everything.
+    assert_eq!(
+        proxy_config(&ctx, &sidecar("other", json!({})))
+            .clusters
+            .len(),
+        7
+    );
+}
+
+#[test]
+fn a_gateway_gets_one_listener_per_server_port_and_routes_from_bound_virtual_services() {
+    let gw = r#"
+apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata: {name: web, namespace: shop}
+spec:
+  selector: {istio: ingressgateway}
+  servers: [{port: {number: 8080, name: http, protocol: HTTP}, hosts: ["shop.example.com"]}]
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: front, namespace: shop}
+spec:
+  hosts: ["shop.example.com"]
+  gateways: [web]
+  http:
+  - match: [{uri: {prefix: /reviews}}]
+    route: [{destination: {host: reviews}}]
+"#;
+    let ctx = context(gw);
+    let meta = json!({"LABELS": {"istio": "ingressgateway"}});
+    let proxy = Proxy::from_node(
+        "router~10.1.1.1~gw-1.istio-system~istio-system.svc.cluster.local",
+        meta.as_object().unwrap(),
+    )
+    .unwrap();
+    let cfg = proxy_config(&ctx, &proxy);
+    assert_eq!(cfg.listeners.len(), 1);
+    assert_eq!(cfg.listeners[0].name, "0.0.0.0_8080");
+    let rc = &cfg.routes[0];
+    assert_eq!(rc.name, "http.8080");
+    assert_eq!(rc.virtual_hosts[0].name, "shop.example.com:8080");
+    assert_eq!(rc.virtual_hosts[0].domains, ["shop.example.com"]);
+    let Some(Action::Route(a)) = &rc.virtual_hosts[0].routes[0].action else {
+        panic!()
+    };
+    assert_eq!(
+        a.cluster_specifier,
+        Some(ClusterSpecifier::Cluster(
+            "outbound|9080||reviews.shop.svc.cluster.local".into()
+        ))
+    );
+    // The sidecar-bound VirtualService does not leak onto the gateway.
+    assert_eq!(rc.virtual_hosts.len(), 1);
+}
+
+#[test]
+fn translating_twice_gives_byte_identical_resources() {
+    let ctx = context("");
+    let proxy = sidecar("shop", json!({}));
+    let a = View::new(proxy_config(&ctx, &proxy));
+    let b = View::new(proxy_config(&ctx, &proxy));
+    for kind in crate::xds::resource::PUSH_ORDER {
+        let versions = |v: &View| {
+            v.all(kind)
+                .values()
+                .map(|r| r.version.clone())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(versions(&a), versions(&b), "{kind:?}");
+    }
+    assert!(a.all(TypeKind::Cluster).len() > 3);
+}

@@ -1,0 +1,132 @@
+//! Deterministic encoding. prost writes map fields in `HashMap` iteration order, which
+//! differs between map instances, so the same resource could encode to different bytes
+//! (and so different versions) on every push. Every map meshd emits holds at most one entry
+//! except the `Struct` fields of a cluster's `metadata.filter_metadata.istio`; this module
+//! encodes `Metadata` with every map in key order, and [`encode_cluster`] appends it to the
+//! cluster's other fields. Protobuf merges a repeated occurrence of a message field, so
+//! Envoy decodes exactly the same Cluster.
+
+use envoy_types::pb::envoy::config::cluster::v3::Cluster;
+use envoy_types::pb::envoy::config::core::v3::Metadata;
+use envoy_types::pb::google::protobuf::{ListValue, Struct, Value, value::Kind};
+use prost::Message;
+use prost::encoding::{WireType, encode_key, encode_varint};
+
+/// Field number of `Cluster.metadata`.
+const CLUSTER_METADATA: u32 = 25;
+
+fn length_delimited(tag: u32, body: &[u8], out: &mut Vec<u8>) {
+    encode_key(tag, WireType::LengthDelimited, out);
+    encode_varint(body.len() as u64, out);
+    out.extend_from_slice(body);
+}
+
+fn string_field(tag: u32, s: &str, out: &mut Vec<u8>) {
+    length_delimited(tag, s.as_bytes(), out);
+}
+
+fn encode_value(v: &Value) -> Vec<u8> {
+    let mut out = Vec::new();
+    match &v.kind {
+        Some(Kind::StructValue(s)) => length_delimited(5, &encode_struct(s), &mut out),
+        Some(Kind::ListValue(l)) => length_delimited(6, &encode_list(l), &mut out),
+        _ => v
+            .encode(&mut out)
+            .expect("BUG: encoding to a Vec cannot fail"),
+    }
+    out
+}
+
+fn encode_list(l: &ListValue) -> Vec<u8> {
+    let mut out = Vec::new();
+    for v in &l.values {
+        length_delimited(1, &encode_value(v), &mut out);
+    }
+    out
+}
+
+fn encode_struct(s: &Struct) -> Vec<u8> {
+    let mut keys: Vec<&String> = s.fields.keys().collect();
+    keys.sort();
+    let mut out = Vec::new();
+    for k in keys {
+        let mut entry = Vec::new();
+        string_field(1, k, &mut entry);
+        length_delimited(2, &encode_value(&s.fields[k]), &mut entry);
+        length_delimited(1, &entry, &mut out);
+    }
+    out
+}
+
+/// `Metadata` with `filter_metadata` and every nested Struct in key order.
+pub fn encode_metadata(m: &Metadata) -> Vec<u8> {
+    let mut keys: Vec<&String> = m.filter_metadata.keys().collect();
+    keys.sort();
+    let mut out = Vec::new();
+    for k in keys {
+        let mut entry = Vec::new();
+        string_field(1, k, &mut entry);
+        length_delimited(2, &encode_struct(&m.filter_metadata[k]), &mut entry);
+        length_delimited(1, &entry, &mut out);
+    }
+    let mut typed = Metadata {
+        typed_filter_metadata: m.typed_filter_metadata.clone(),
+        ..Default::default()
+    };
+    debug_assert!(
+        typed.typed_filter_metadata.len() <= 1,
+        "BUG: typed_filter_metadata must stay deterministic"
+    );
+    typed.filter_metadata.clear();
+    out.extend(typed.encode_to_vec());
+    out
+}
+
+/// A cluster's bytes, identical for identical clusters.
+pub fn encode_cluster(c: &Cluster) -> Vec<u8> {
+    let Some(metadata) = &c.metadata else {
+        return c.encode_to_vec();
+    };
+    let mut rest = c.clone();
+    rest.metadata = None;
+    let mut out = rest.encode_to_vec();
+    length_delimited(CLUSTER_METADATA, &encode_metadata(metadata), &mut out);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::translate::{istio_metadata, string_value, struct_value};
+
+    fn cluster() -> Cluster {
+        let services = struct_value(vec![
+            ("host", string_value("a.b.svc")),
+            ("name", string_value("a")),
+            ("namespace", string_value("b")),
+        ]);
+        Cluster {
+            name: "outbound|80||a.b.svc".into(),
+            metadata: Some(istio_metadata(vec![
+                ("services", services),
+                ("config", string_value("/apis/x")),
+                ("subset", string_value("v1")),
+            ])),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn identical_clusters_encode_to_identical_bytes() {
+        let first = encode_cluster(&cluster());
+        for _ in 0..20 {
+            assert_eq!(encode_cluster(&cluster()), first);
+        }
+    }
+
+    #[test]
+    fn the_canonical_bytes_decode_to_the_same_cluster() {
+        let c = cluster();
+        assert_eq!(Cluster::decode(encode_cluster(&c).as_slice()).unwrap(), c);
+    }
+}

@@ -1,0 +1,246 @@
+//! Per-connection xDS state, shared by the SotW and delta framings: what each type is
+//! subscribed to, what was sent (name → version), which nonce is outstanding, and the
+//! bookkeeping behind `/debug/syncz` and the convergence metric.
+//!
+//! Per-proxy state is kept to subscriptions and versions; the resources themselves live
+//! in the push's shared views.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use serde::Serialize;
+
+use super::XdsShared;
+use super::push::Push;
+use super::resource::{PUSH_ORDER, Resource, TypeKind, View};
+use crate::metrics::type_label;
+use crate::model::Proxy;
+
+/// One type's watch on one stream.
+#[derive(Debug, Default)]
+pub struct Watch {
+    /// The proxy has asked for this type on this stream.
+    pub subscribed: bool,
+    pub wildcard: bool,
+    pub names: BTreeSet<String>,
+    /// What the proxy was sent (or, on delta reconnect, says it has): name → version.
+    pub sent: HashMap<String, String>,
+    pub nonce_sent: Option<String>,
+    pub nonce_acked: Option<String>,
+    /// Trigger time of the push whose response is not ACKed yet.
+    pub pending_since: Option<Instant>,
+    /// Names to resend even if unchanged (EDS after its cluster changed; re-subscriptions).
+    pub force: BTreeSet<String>,
+    /// SotW: answer the next request even if it only ACKs (EDS after a CDS push).
+    pub always_respond: bool,
+}
+
+/// What `/debug/syncz` shows of one type on one connection.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct TypeStatus {
+    pub nonce_sent: String,
+    pub nonce_acked: String,
+    pub version_sent: String,
+    pub version_acked: String,
+    pub responses: u64,
+    pub resources: usize,
+    pub rejects: u64,
+    pub last_error: Option<String>,
+}
+
+/// What `/debug/syncz` shows of one connection.
+#[derive(Clone, Debug, Serialize)]
+pub struct SyncStatus {
+    pub connection_id: String,
+    pub proxy: String,
+    pub proxy_type: String,
+    pub namespace: String,
+    pub cluster_id: String,
+    pub istio_version: String,
+    pub delta: bool,
+    pub types: BTreeMap<&'static str, TypeStatus>,
+}
+
+pub struct Connection {
+    pub id: u64,
+    pub proxy: Proxy,
+    pub push: Arc<Push>,
+    pub watches: [Watch; 4],
+    pub status: Arc<Mutex<SyncStatus>>,
+    pub shared: Arc<XdsShared>,
+    nonces: u64,
+    /// The version_info of the last SotW response per type (the push version it carried).
+    pub versions: [String; 4],
+}
+
+impl Connection {
+    pub fn new(shared: Arc<XdsShared>, proxy: Proxy, delta: bool) -> Connection {
+        let id = shared.next_connection_id();
+        let status = Arc::new(Mutex::new(SyncStatus {
+            connection_id: format!("{}-{id}", proxy.id),
+            proxy: proxy.id.clone(),
+            proxy_type: format!("{:?}", proxy.kind).to_lowercase(),
+            namespace: proxy.namespace.clone(),
+            cluster_id: proxy.cluster_id.clone(),
+            istio_version: proxy.istio_version.clone().unwrap_or_default(),
+            delta,
+            types: BTreeMap::new(),
+        }));
+        shared.register(id, &proxy, status.clone());
+        let push = shared.current_push();
+        Connection {
+            id,
+            proxy,
+            push,
+            watches: Default::default(),
+            status,
+            shared,
+            nonces: 0,
+            versions: Default::default(),
+        }
+    }
+
+    pub fn next_nonce(&mut self) -> String {
+        self.nonces += 1;
+        format!("{}-{}", self.push.number, self.nonces)
+    }
+
+    pub fn view(&self) -> Arc<View> {
+        self.push.view(&self.proxy)
+    }
+
+    /// What the proxy should hold for `kind` now, given its subscription.
+    pub fn desired(&self, view: &View, kind: TypeKind) -> Vec<Arc<Resource>> {
+        let w = &self.watches[kind as usize];
+        if w.wildcard {
+            view.all(kind).values().cloned().collect()
+        } else {
+            w.names.iter().filter_map(|n| view.get(kind, n)).collect()
+        }
+    }
+
+    /// Resources that differ from what was sent (or are forced), and names to remove.
+    pub fn diff(&self, view: &View, kind: TypeKind) -> (Vec<Arc<Resource>>, Vec<String>) {
+        let w = &self.watches[kind as usize];
+        let desired = self.desired(view, kind);
+        let changed: Vec<Arc<Resource>> = desired
+            .iter()
+            .filter(|r| w.force.contains(&r.name) || w.sent.get(&r.name) != Some(&r.version))
+            .cloned()
+            .collect();
+        let keep: BTreeSet<&str> = desired.iter().map(|r| r.name.as_str()).collect();
+        let mut removed: Vec<String> = w
+            .sent
+            .keys()
+            .filter(|n| !keep.contains(n.as_str()))
+            .cloned()
+            .collect();
+        removed.sort();
+        (changed, removed)
+    }
+
+    /// Records a response about to be sent; returns its nonce.
+    pub fn record_sent(
+        &mut self,
+        kind: TypeKind,
+        changed: &[Arc<Resource>],
+        removed: &[String],
+        full: bool,
+        trigger: Option<Instant>,
+    ) -> String {
+        let nonce = self.next_nonce();
+        let push_version = self.push.version().to_string();
+        let w = &mut self.watches[kind as usize];
+        if full {
+            w.sent.clear();
+        }
+        for r in changed {
+            w.sent.insert(r.name.clone(), r.version.clone());
+            w.force.remove(&r.name);
+        }
+        for n in removed {
+            w.sent.remove(n);
+        }
+        w.nonce_sent = Some(nonce.clone());
+        if w.pending_since.is_none() {
+            w.pending_since = trigger;
+        }
+        let resources = w.sent.len();
+        self.versions[kind as usize] = push_version.clone();
+        self.shared
+            .metrics
+            .xds_pushes
+            .get_or_create(&type_label(kind.short()))
+            .inc();
+        let mut status = self.status.lock().unwrap();
+        let t = status.types.entry(kind.short()).or_default();
+        t.nonce_sent = nonce.clone();
+        t.version_sent = push_version;
+        t.responses += 1;
+        t.resources = resources;
+        nonce
+    }
+
+    /// An ACK of the outstanding nonce.
+    pub fn record_ack(&mut self, kind: TypeKind, nonce: &str) {
+        let w = &mut self.watches[kind as usize];
+        w.nonce_acked = Some(nonce.to_string());
+        if let Some(since) = w.pending_since.take() {
+            self.shared
+                .metrics
+                .proxy_convergence_time
+                .observe(since.elapsed().as_secs_f64());
+        }
+        let mut status = self.status.lock().unwrap();
+        let t = status.types.entry(kind.short()).or_default();
+        t.nonce_acked = nonce.to_string();
+        t.version_acked = t.version_sent.clone();
+    }
+
+    /// A NACK: the proxy keeps its last good config; meshd logs, counts and records it,
+    /// and does not resend the rejected version.
+    pub fn record_nack(&mut self, kind: TypeKind, nonce: &str, message: &str) {
+        self.shared
+            .metrics
+            .total_xds_rejects
+            .get_or_create(&type_label(kind.short()))
+            .inc();
+        tracing::warn!(proxy = %self.proxy.id, r#type = kind.short(), nonce, "proxy rejected config: {message}");
+        self.watches[kind as usize].pending_since = None;
+        let mut status = self.status.lock().unwrap();
+        let t = status.types.entry(kind.short()).or_default();
+        t.rejects += 1;
+        t.last_error = Some(message.to_string());
+    }
+
+    pub fn record_expired_nonce(&self, kind: TypeKind) {
+        self.shared
+            .metrics
+            .xds_expired_nonce
+            .get_or_create(&type_label(kind.short()))
+            .inc();
+    }
+
+    /// After a CDS response, the changed clusters' load assignments must follow even if
+    /// unchanged, or Envoy keeps those clusters warming.
+    pub fn force_endpoints_after_clusters(&mut self, clusters: &[Arc<Resource>]) {
+        let eds = &mut self.watches[TypeKind::Endpoint as usize];
+        eds.force.extend(clusters.iter().map(|c| c.name.clone()));
+        eds.always_respond = true;
+    }
+
+    /// Types in push order that this stream has subscribed to.
+    pub fn subscribed_types(&self) -> Vec<TypeKind> {
+        PUSH_ORDER
+            .into_iter()
+            .filter(|k| self.watches[*k as usize].subscribed)
+            .collect()
+    }
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        self.shared.deregister(self.id, &self.proxy);
+    }
+}

@@ -1,0 +1,196 @@
+//! The xDS server: Envoy's `AggregatedDiscoveryService`, both state-of-the-world and delta,
+//! on one tonic service. Streams reach the model only through the published [`Push`]es.
+//!
+//! Locking: `XdsShared.connections` is held only to register, deregister or snapshot the
+//! per-connection status; each connection's state is owned by its task.
+
+pub mod canonical;
+pub mod connection;
+pub mod delta;
+pub mod push;
+pub mod resource;
+pub mod sotw;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use envoy_types::pb::envoy::config::core::v3::Node;
+use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_server::{
+    AggregatedDiscoveryService, AggregatedDiscoveryServiceServer,
+};
+use envoy_types::pb::envoy::service::discovery::v3::{
+    DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
+};
+use envoy_types::pb::google::protobuf::{Struct, Value as PbValue, value::Kind as PbKind};
+use tokio::sync::{Semaphore, mpsc, watch};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+
+use self::connection::SyncStatus;
+use self::push::Push;
+use crate::metrics::Metrics;
+use crate::model::Proxy;
+
+/// The response stream went away.
+#[derive(Debug)]
+pub struct Closed;
+
+/// State every connection shares.
+pub struct XdsShared {
+    pub metrics: Arc<Metrics>,
+    pub throttle: Semaphore,
+    pushes: watch::Receiver<Arc<Push>>,
+    next_id: AtomicU64,
+    connections: Mutex<BTreeMap<u64, Arc<Mutex<SyncStatus>>>>,
+}
+
+impl XdsShared {
+    pub fn new(
+        metrics: Arc<Metrics>,
+        pushes: watch::Receiver<Arc<Push>>,
+        push_throttle: usize,
+    ) -> Arc<XdsShared> {
+        Arc::new(XdsShared {
+            metrics,
+            throttle: Semaphore::new(push_throttle.max(1)),
+            pushes,
+            next_id: AtomicU64::new(1),
+            connections: Mutex::default(),
+        })
+    }
+
+    pub fn subscribe(&self) -> watch::Receiver<Arc<Push>> {
+        self.pushes.clone()
+    }
+
+    pub fn current_push(&self) -> Arc<Push> {
+        self.pushes.borrow().clone()
+    }
+
+    fn next_connection_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    fn register(&self, id: u64, proxy: &Proxy, status: Arc<Mutex<SyncStatus>>) {
+        self.connections.lock().unwrap().insert(id, status);
+        self.metrics.xds_clients.inc();
+        self.metrics
+            .xds_by_version
+            .get_or_create(&version_label(proxy))
+            .inc();
+    }
+
+    fn deregister(&self, id: u64, proxy: &Proxy) {
+        self.connections.lock().unwrap().remove(&id);
+        self.metrics.xds_clients.dec();
+        self.metrics
+            .xds_by_version
+            .get_or_create(&version_label(proxy))
+            .dec();
+    }
+
+    /// A snapshot of every connection's sync status, for `/debug/syncz`.
+    pub fn sync_status(&self) -> Vec<SyncStatus> {
+        self.connections
+            .lock()
+            .unwrap()
+            .values()
+            .map(|s| s.lock().unwrap().clone())
+            .collect()
+    }
+}
+
+fn version_label(proxy: &Proxy) -> Vec<(&'static str, String)> {
+    vec![(
+        "version",
+        proxy
+            .istio_version
+            .clone()
+            .unwrap_or_else(|| "unknown".into()),
+    )]
+}
+
+/// Converts node metadata (a protobuf Struct) to JSON for the model.
+pub fn struct_to_json(s: &Struct) -> serde_json::Map<String, serde_json::Value> {
+    s.fields
+        .iter()
+        .map(|(k, v)| (k.clone(), value_to_json(v)))
+        .collect()
+}
+
+fn value_to_json(v: &PbValue) -> serde_json::Value {
+    use serde_json::Value as J;
+    match &v.kind {
+        None | Some(PbKind::NullValue(_)) => J::Null,
+        Some(PbKind::NumberValue(n)) => serde_json::Number::from_f64(*n).map_or(J::Null, J::Number),
+        Some(PbKind::StringValue(s)) => J::String(s.clone()),
+        Some(PbKind::BoolValue(b)) => J::Bool(*b),
+        Some(PbKind::StructValue(s)) => J::Object(struct_to_json(s)),
+        Some(PbKind::ListValue(l)) => J::Array(l.values.iter().map(value_to_json).collect()),
+    }
+}
+
+/// Identifies the proxy from the first request's node, or refuses the stream.
+fn proxy_from_node(shared: &XdsShared, node: Option<&Node>) -> Result<Proxy, Status> {
+    let refuse = |reason: &str, message: String| {
+        shared
+            .metrics
+            .xds_connection_errors
+            .get_or_create(&vec![("reason", reason.to_string())])
+            .inc();
+        tracing::warn!("refusing xDS stream: {message}");
+        Status::invalid_argument(message)
+    };
+    let node =
+        node.ok_or_else(|| refuse("no_node", "the first request must carry the node".into()))?;
+    let metadata = node
+        .metadata
+        .as_ref()
+        .map(struct_to_json)
+        .unwrap_or_default();
+    Proxy::from_node(&node.id, &metadata).map_err(|e| refuse("bad_node", e))
+}
+
+/// The tonic service.
+#[derive(Clone)]
+pub struct AdsService {
+    shared: Arc<XdsShared>,
+}
+
+impl AdsService {
+    pub fn new(shared: Arc<XdsShared>) -> AdsService {
+        AdsService { shared }
+    }
+
+    pub fn into_server(self) -> AggregatedDiscoveryServiceServer<AdsService> {
+        AggregatedDiscoveryServiceServer::new(self).max_decoding_message_size(16 << 20)
+    }
+}
+
+/// Responses buffered per stream before back-pressure holds the sender.
+const STREAM_BUFFER: usize = 8;
+
+#[tonic::async_trait]
+impl AggregatedDiscoveryService for AdsService {
+    type StreamAggregatedResourcesStream = ReceiverStream<Result<DiscoveryResponse, Status>>;
+    type DeltaAggregatedResourcesStream = ReceiverStream<Result<DeltaDiscoveryResponse, Status>>;
+
+    async fn stream_aggregated_resources(
+        &self,
+        request: Request<Streaming<DiscoveryRequest>>,
+    ) -> Result<Response<Self::StreamAggregatedResourcesStream>, Status> {
+        let (tx, rx) = mpsc::channel(STREAM_BUFFER);
+        tokio::spawn(sotw::run(self.shared.clone(), request.into_inner(), tx));
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+
+    async fn delta_aggregated_resources(
+        &self,
+        request: Request<Streaming<DeltaDiscoveryRequest>>,
+    ) -> Result<Response<Self::DeltaAggregatedResourcesStream>, Status> {
+        let (tx, rx) = mpsc::channel(STREAM_BUFFER);
+        tokio::spawn(delta::run(self.shared.clone(), request.into_inner(), tx));
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+}

@@ -1,0 +1,239 @@
+//! The push pipeline: config events are debounced (`PILOT_DEBOUNCE_AFTER`,
+//! `PILOT_DEBOUNCE_MAX`), then one push context is built and published to every connection
+//! through a `watch` channel, so a slow proxy only ever sees the newest push. Encoded views
+//! are cached per push and shared by all proxies with the same view key.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{mpsc, watch};
+
+use super::resource::View;
+use crate::config::Kind;
+use crate::metrics::{Metrics, type_label};
+use crate::model::{Interception, Proxy, ProxyKind, PushContext, Store};
+use crate::translate;
+
+/// Pipeline settings, from Istio's environment variables.
+#[derive(Clone, Debug)]
+pub struct PushSettings {
+    pub debounce_after: Duration,
+    pub debounce_max: Duration,
+    pub push_throttle: usize,
+}
+
+impl Default for PushSettings {
+    fn default() -> Self {
+        PushSettings {
+            debounce_after: Duration::from_millis(100),
+            debounce_max: Duration::from_secs(10),
+            push_throttle: 100,
+        }
+    }
+}
+
+impl PushSettings {
+    /// Reads `PILOT_DEBOUNCE_AFTER`, `PILOT_DEBOUNCE_MAX` (Go durations) and
+    /// `PILOT_PUSH_THROTTLE` (0 = Istio's automatic value, min(15 + 5 × cores, 100)).
+    pub fn from_env() -> anyhow::Result<PushSettings> {
+        let mut s = PushSettings::default();
+        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        if let Some(v) = var("PILOT_DEBOUNCE_AFTER") {
+            s.debounce_after = crate::duration::parse(&v)
+                .map_err(|e| anyhow::anyhow!("PILOT_DEBOUNCE_AFTER: {e}"))?;
+        }
+        if let Some(v) = var("PILOT_DEBOUNCE_MAX") {
+            s.debounce_max = crate::duration::parse(&v)
+                .map_err(|e| anyhow::anyhow!("PILOT_DEBOUNCE_MAX: {e}"))?;
+        }
+        if let Some(v) = var("PILOT_PUSH_THROTTLE") {
+            let n: usize = v
+                .parse()
+                .map_err(|_| anyhow::anyhow!("PILOT_PUSH_THROTTLE: {v:?} is not a number"))?;
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+            s.push_throttle = if n == 0 { (15 + 5 * cores).min(100) } else { n };
+        }
+        Ok(s)
+    }
+}
+
+/// A config change entering the pipeline.
+#[derive(Clone, Debug)]
+pub struct ConfigEvent {
+    pub at: Instant,
+    pub kinds: Vec<Kind>,
+}
+
+/// What makes two proxies receive identical configuration.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ViewKey {
+    kind: ProxyKind,
+    namespace: String,
+    labels: BTreeMap<String, String>,
+    /// Only with no traffic capture, where listeners bind on the proxy's own IP.
+    bind_ip: Option<String>,
+}
+
+/// One push: the shared context, when its first triggering event happened, and the
+/// encoded views built so far.
+pub struct Push {
+    pub context: Arc<PushContext>,
+    pub number: u64,
+    /// The first config event this push carries (for convergence time).
+    pub triggered_at: Instant,
+    /// When the push was handed to the connections (for queue time).
+    pub published_at: Instant,
+    views: Mutex<HashMap<ViewKey, Arc<OnceLock<Arc<View>>>>>,
+}
+
+impl Push {
+    pub fn new(context: PushContext, number: u64, triggered_at: Instant) -> Push {
+        Push {
+            context: Arc::new(context),
+            number,
+            triggered_at,
+            published_at: Instant::now(),
+            views: Mutex::default(),
+        }
+    }
+
+    pub fn version(&self) -> &str {
+        &self.context.version
+    }
+
+    /// The encoded configuration for `proxy`, built once per view key and shared.
+    pub fn view(&self, proxy: &Proxy) -> Arc<View> {
+        let key = ViewKey {
+            kind: proxy.kind,
+            namespace: proxy.namespace.clone(),
+            labels: self.context.proxy_labels(proxy).clone(),
+            bind_ip: (proxy.interception == Interception::None).then(|| proxy.ip().to_string()),
+        };
+        let cell = self.views.lock().unwrap().entry(key).or_default().clone();
+        cell.get_or_init(|| Arc::new(View::new(translate::proxy_config(&self.context, proxy))))
+            .clone()
+    }
+}
+
+/// Builds a push context from the store's current state.
+pub fn build_push(
+    store: &RwLock<Store>,
+    number: u64,
+    triggered_at: Instant,
+    metrics: &Metrics,
+) -> Push {
+    let snapshot = store.read().unwrap().clone();
+    let version = format!("{}/{number}", rfc3339_now());
+    let context = PushContext::build(&snapshot, version);
+    metrics.push_context_recompute.inc();
+    metrics.services.set(context.services.len() as i64);
+    metrics
+        .virt_services
+        .set(context.virtual_services.len() as i64);
+    for issue in &context.issues {
+        tracing::warn!(object = %issue.object, field = %issue.field, "{}", issue.message);
+    }
+    Push::new(context, number, triggered_at)
+}
+
+fn rfc3339_now() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs()) as i64;
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    // Civil-from-days (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// Debounces config events and publishes pushes until the event channel closes.
+pub async fn debounce_loop(
+    mut events: mpsc::UnboundedReceiver<ConfigEvent>,
+    store: Arc<RwLock<Store>>,
+    pushes: watch::Sender<Arc<Push>>,
+    settings: PushSettings,
+    metrics: Arc<Metrics>,
+) {
+    let mut number = pushes.borrow().number;
+    while let Some(first) = events.recv().await {
+        let started = first.at;
+        let mut last = Instant::now();
+        let mut merged = 1usize;
+        for k in &first.kinds {
+            metrics
+                .push_triggers
+                .get_or_create(&type_label(trigger_type(*k)))
+                .inc();
+        }
+        loop {
+            let deadline = (last + settings.debounce_after).min(started + settings.debounce_max);
+            tokio::select! {
+                next = events.recv() => match next {
+                    Some(ev) => {
+                        last = Instant::now();
+                        merged += 1;
+                        for k in &ev.kinds {
+                            metrics.push_triggers.get_or_create(&type_label(trigger_type(*k))).inc();
+                        }
+                    }
+                    None => break,
+                },
+                _ = tokio::time::sleep_until(deadline.into()) => break,
+            }
+        }
+        metrics
+            .debounce_time
+            .observe(started.elapsed().as_secs_f64());
+        number += 1;
+        let build_store = store.clone();
+        let build_metrics = metrics.clone();
+        let push = tokio::task::spawn_blocking(move || {
+            build_push(&build_store, number, started, &build_metrics)
+        })
+        .await
+        .expect("BUG: push context build panicked");
+        tracing::debug!(
+            push = number,
+            merged,
+            version = push.version(),
+            "push context built"
+        );
+        let _ = pushes.send(Arc::new(push));
+    }
+}
+
+fn trigger_type(kind: Kind) -> &'static str {
+    match kind {
+        Kind::EndpointSlice | Kind::Pod | Kind::WorkloadEntry => "endpoint",
+        Kind::Service | Kind::ServiceEntry => "service",
+        Kind::Namespace => "namespace",
+        _ => "config",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc3339_dates_are_civil() {
+        let s = rfc3339_now();
+        assert_eq!(s.len(), 20, "{s}");
+        assert!(s.starts_with("20") && s.ends_with('Z'));
+    }
+}

@@ -1,0 +1,136 @@
+//! Encoded resources. Each resource is encoded once per push view and shared, behind an
+//! `Arc`, by every proxy that receives it; its version is a hash of its bytes, so an
+//! unchanged resource keeps its version across pushes and restarts (which is what makes
+//! `initial_resource_versions` on reconnect useful).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use envoy_types::pb::google::protobuf::Any;
+use prost::{Message, Name};
+
+use envoy_types::pb::envoy::config::cluster::v3::Cluster;
+
+use crate::translate::{self, ProxyConfig};
+
+/// The xDS types meshd serves, in push order (make-before-break: CDS, EDS, LDS, RDS).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum TypeKind {
+    Cluster = 0,
+    Endpoint = 1,
+    Listener = 2,
+    Route = 3,
+}
+
+pub const PUSH_ORDER: [TypeKind; 4] = [
+    TypeKind::Cluster,
+    TypeKind::Endpoint,
+    TypeKind::Listener,
+    TypeKind::Route,
+];
+
+pub const CLUSTER_TYPE: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
+pub const ENDPOINT_TYPE: &str =
+    "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment";
+pub const LISTENER_TYPE: &str = "type.googleapis.com/envoy.config.listener.v3.Listener";
+pub const ROUTE_TYPE: &str = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration";
+
+impl TypeKind {
+    pub fn url(self) -> &'static str {
+        match self {
+            TypeKind::Cluster => CLUSTER_TYPE,
+            TypeKind::Endpoint => ENDPOINT_TYPE,
+            TypeKind::Listener => LISTENER_TYPE,
+            TypeKind::Route => ROUTE_TYPE,
+        }
+    }
+
+    pub fn from_url(url: &str) -> Option<TypeKind> {
+        PUSH_ORDER.into_iter().find(|t| t.url() == url)
+    }
+
+    /// Istio's short name, used as the `type` metric label.
+    pub fn short(self) -> &'static str {
+        match self {
+            TypeKind::Cluster => "cds",
+            TypeKind::Endpoint => "eds",
+            TypeKind::Listener => "lds",
+            TypeKind::Route => "rds",
+        }
+    }
+
+    /// LDS and CDS are wildcard types; EDS and RDS are requested by name.
+    pub fn wildcard(self) -> bool {
+        matches!(self, TypeKind::Cluster | TypeKind::Listener)
+    }
+}
+
+#[derive(Debug, PartialEq)]
+pub struct Resource {
+    pub name: String,
+    pub version: String,
+    pub body: Any,
+}
+
+pub fn encode<T: Message + Name>(name: &str, message: &T) -> Arc<Resource> {
+    from_bytes::<T>(name, message.encode_to_vec())
+}
+
+fn from_bytes<T: Name>(name: &str, value: Vec<u8>) -> Arc<Resource> {
+    let version = format!("{:016x}", xxhash_rust::xxh3::xxh3_64(&value));
+    Arc::new(Resource {
+        name: name.to_string(),
+        version,
+        body: Any {
+            type_url: T::type_url(),
+            value,
+        },
+    })
+}
+
+pub type ResourceMap = BTreeMap<String, Arc<Resource>>;
+
+/// Everything one kind of proxy is sent in one push, encoded.
+#[derive(Debug, Default)]
+pub struct View {
+    sets: [ResourceMap; 4],
+}
+
+impl View {
+    pub fn new(config: ProxyConfig) -> View {
+        let mut view = View::default();
+        for c in &config.clusters {
+            let bytes = super::canonical::encode_cluster(c);
+            view.sets[TypeKind::Cluster as usize]
+                .insert(c.name.clone(), from_bytes::<Cluster>(&c.name, bytes));
+        }
+        for e in &config.endpoints {
+            view.sets[TypeKind::Endpoint as usize]
+                .insert(e.cluster_name.clone(), encode(&e.cluster_name, e));
+        }
+        for l in &config.listeners {
+            view.sets[TypeKind::Listener as usize].insert(l.name.clone(), encode(&l.name, l));
+        }
+        for r in &config.routes {
+            view.sets[TypeKind::Route as usize].insert(r.name.clone(), encode(&r.name, r));
+        }
+        view
+    }
+
+    pub fn all(&self, kind: TypeKind) -> &ResourceMap {
+        &self.sets[kind as usize]
+    }
+
+    /// A named resource; EDS and RDS names meshd does not know get an empty resource, as
+    /// istiod answers every requested name (so Envoy never waits on a missing one).
+    pub fn get(&self, kind: TypeKind, name: &str) -> Option<Arc<Resource>> {
+        if let Some(r) = self.sets[kind as usize].get(name) {
+            return Some(r.clone());
+        }
+        match kind {
+            TypeKind::Endpoint => Some(encode(name, &translate::endpoint::empty_assignment(name))),
+            TypeKind::Route => Some(encode(name, &translate::route::empty(name))),
+            _ => None,
+        }
+    }
+}
