@@ -88,8 +88,8 @@ impl Metrics {
             "Number of endpoints connected to this pilot using XDS, by proxy version.",
             m.xds_by_version.clone(),
         );
-        registry.register("pilot_proxy_convergence_time", "Delay in seconds between config change and a proxy receiving all required configuration.", m.proxy_convergence_time.clone());
-        registry.register("pilot_debounce_time", "Delay in seconds between the first config enters debouncing and the merged push request is pushed into the push queue.", m.debounce_time.clone());
+        registry.register("pilot_proxy_convergence_time", "Delay in seconds between config change and a proxy receiving all required configuration", m.proxy_convergence_time.clone());
+        registry.register("pilot_debounce_time", "Delay in seconds between the first config enters debouncing and the merged push request is pushed into the push queue", m.debounce_time.clone());
         registry.register(
             "pilot_xds_push_time",
             "Total time in seconds Pilot takes to push lds, rds, cds and eds.",

@@ -5,6 +5,7 @@
 pub mod proxy;
 pub mod push_context;
 pub mod service;
+pub mod testmesh;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

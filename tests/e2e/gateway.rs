@@ -1,0 +1,153 @@
+//! An Envoy ingress gateway configured by Gateway + VirtualService.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::harness::*;
+
+pub fn gateway_yaml(port: u16) -> String {
+    format!(
+        "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {{name: web, namespace: shop}}\nspec:\n  selector: {{istio: ingressgateway}}\n  servers:\n  - port: {{number: {port}, name: http, protocol: HTTP}}\n    hosts: [\"*\"]\n"
+    )
+}
+
+pub fn front_vs(prefix_routes: &[(&str, &str)]) -> String {
+    let mut out = String::from(
+        "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: front, namespace: shop}\nspec:\n  hosts: [\"*\"]\n  gateways: [web]\n  http:\n",
+    );
+    for (prefix, host) in prefix_routes {
+        out.push_str(&format!("  - match: [{{uri: {{prefix: {prefix}}}}}]\n    route: [{{destination: {{host: {host}}}}}]\n"));
+    }
+    out
+}
+
+/// meshd with a gateway and two services, productpage and reviews.
+pub struct GatewayMesh {
+    pub meshd: Meshd,
+    pub envoy: Envoy,
+    pub addr: String,
+    pub _upstreams: Vec<Upstream>,
+}
+
+pub fn gateway_mesh(name: &str, ads: Ads, routes: &[(&str, &str)]) -> GatewayMesh {
+    let dir = temp_dir(name).join("config");
+    std::fs::create_dir_all(&dir).unwrap();
+    let product = Upstream::start("productpage");
+    let reviews = Upstream::start("reviews");
+    let port = free_port();
+    std::fs::write(
+        dir.join("services.yaml"),
+        format!(
+            "{}---\n{}",
+            service_yaml("shop", "productpage", 9080, &[(&product, &[])]),
+            service_yaml("shop", "reviews", 9080, &[(&reviews, &[])])
+        ),
+    )
+    .unwrap();
+    std::fs::write(dir.join("gateway.yaml"), gateway_yaml(port)).unwrap();
+    std::fs::write(dir.join("front.yaml"), front_vs(routes)).unwrap();
+    let meshd = Meshd::start(&dir);
+    let envoy = Envoy::gateway(&meshd, ads, name);
+    let addr = format!("127.0.0.1:{port}");
+    wait_until("the gateway to route", Duration::from_secs(10), || {
+        http_get(&addr, "shop.example.com", routes[0].0, &[]).is_ok_and(|r| r.status == 200)
+    });
+    GatewayMesh {
+        meshd,
+        envoy,
+        addr,
+        _upstreams: vec![product, reviews],
+    }
+}
+
+#[test]
+fn gateway_routes_by_path_prefix_to_two_services() {
+    let m = gateway_mesh(
+        "gw-prefix",
+        Ads::Delta,
+        &[("/productpage", "productpage"), ("/reviews", "reviews")],
+    );
+    let get = |path| http_get(&m.addr, "shop.example.com", path, &[]).unwrap();
+    assert_eq!(get("/productpage").body, "productpage");
+    assert_eq!(get("/reviews/1").body, "reviews");
+    assert_eq!(get("/reviews/1").headers["x-path"], "/reviews/1");
+    assert_eq!(get("/elsewhere").status, 404, "no route matches");
+    let sync = m.meshd.syncz(&m.envoy.id);
+    assert_eq!(sync["delta"], true);
+    for t in ["cds", "eds", "lds", "rds"] {
+        assert_eq!(
+            sync["types"][t]["nonce_sent"], sync["types"][t]["nonce_acked"],
+            "{t} not ACKed: {sync}"
+        );
+    }
+    assert_eq!(m.meshd.metric("pilot_xds_clients"), 1.0);
+    assert_eq!(m.meshd.metric("pilot_total_xds_rejects{type=\"rds\"}"), 0.0);
+}
+
+#[test]
+fn a_live_edit_of_a_virtual_service_changes_routing_within_two_seconds_without_failures() {
+    let m = gateway_mesh("gw-live", Ads::Delta, &[("/api", "productpage")]);
+    let stop = Arc::new(AtomicBool::new(false));
+    let failures = Arc::new(Mutex::new(Vec::new()));
+    let seen = Arc::new(Mutex::new(Vec::<(Instant, String)>::new()));
+    let sent = Arc::new(AtomicUsize::new(0));
+    let worker = {
+        let (stop, failures, seen, sent, addr) = (
+            stop.clone(),
+            failures.clone(),
+            seen.clone(),
+            sent.clone(),
+            m.addr.clone(),
+        );
+        thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                sent.fetch_add(1, Ordering::Relaxed);
+                match http_get(&addr, "shop.example.com", "/api/items", &[]) {
+                    Ok(r) if r.status == 200 => seen.lock().unwrap().push((Instant::now(), r.body)),
+                    Ok(r) => failures
+                        .lock()
+                        .unwrap()
+                        .push(format!("status {} {}", r.status, r.body)),
+                    Err(e) => failures.lock().unwrap().push(e.to_string()),
+                }
+            }
+        })
+    };
+    thread::sleep(Duration::from_millis(500));
+    let edited = Instant::now();
+    m.meshd
+        .write("front.yaml", &front_vs(&[("/api", "reviews")]));
+    wait_until("the edit to take effect", Duration::from_secs(5), || {
+        seen.lock()
+            .unwrap()
+            .iter()
+            .any(|(_, body)| body == "reviews")
+    });
+    thread::sleep(Duration::from_millis(500));
+    stop.store(true, Ordering::Relaxed);
+    worker.join().unwrap();
+    let seen = seen.lock().unwrap();
+    let first_new = seen.iter().find(|(_, b)| b == "reviews").unwrap().0;
+    let switch = first_new.duration_since(edited);
+    assert!(
+        switch <= Duration::from_secs(2),
+        "routing changed after {switch:?}"
+    );
+    let after: Vec<_> = seen.iter().filter(|(t, _)| *t > first_new).collect();
+    assert!(
+        after.iter().all(|(_, b)| b == "reviews"),
+        "traffic flapped back after the switch"
+    );
+    assert!(
+        seen.len() > 20,
+        "too few requests to mean anything: {}",
+        seen.len()
+    );
+    assert!(
+        failures.lock().unwrap().is_empty(),
+        "failed requests during the change: {:?}",
+        failures.lock().unwrap()
+    );
+}

