@@ -246,6 +246,23 @@ impl PushContext {
             .collect()
     }
 
+    /// The port a gateway actually listens on for a Gateway server port: the targetPort of
+    /// the gateway's own Service (one in its namespace selecting it) when that Service
+    /// exposes the port, as istiod's resolvePorts does; else the port as written.
+    pub fn gateway_listen_port(&self, proxy: &Proxy, port: u32) -> u32 {
+        let labels = self.proxy_labels(proxy);
+        self.services
+            .values()
+            .filter(|s| s.kubernetes && s.namespace == proxy.namespace && !s.selector.is_empty())
+            .filter(|s| {
+                !s.labels
+                    .contains_key("experimental.istio.io/disable-gateway-port-translation")
+            })
+            .filter(|s| labels_match(&s.selector, labels))
+            .find_map(|s| s.port(port))
+            .map_or(port, |p| p.target_port.unwrap_or(port))
+    }
+
     /// Gateways whose selector matches a router proxy.
     pub fn gateways_for(&self, proxy: &Proxy) -> Vec<(&ConfigObject, &GatewaySpec)> {
         let labels = self.proxy_labels(proxy);

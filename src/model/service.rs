@@ -55,6 +55,8 @@ pub struct ServicePort {
     pub name: String,
     pub port: u32,
     pub protocol: Protocol,
+    /// The numeric targetPort, when the Service names one.
+    pub target_port: Option<u32>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -111,6 +113,9 @@ pub struct Service {
     pub mesh_external: bool,
     pub export_to: Vec<String>,
     pub creation: Option<String>,
+    /// Kubernetes pod selector (empty for ServiceEntries).
+    pub selector: BTreeMap<String, String>,
+    pub labels: BTreeMap<String, String>,
 }
 
 impl Service {
@@ -153,6 +158,7 @@ pub fn build_services(store: &Store) -> BTreeMap<String, Arc<Service>> {
                 name: p.name.clone(),
                 port: p.port,
                 protocol: Protocol::parse(p.app_protocol.as_deref().unwrap_or(&p.name)),
+                target_port: p.target_port,
             })
             .collect();
         let mut endpoints = Vec::new();
@@ -225,6 +231,8 @@ pub fn build_services(store: &Store) -> BTreeMap<String, Arc<Service>> {
                     .map(|v| v.split(',').map(|s| s.trim().to_string()).collect())
                     .unwrap_or_default(),
                 creation: obj.meta.creation_timestamp.clone(),
+                selector: def.selector.clone(),
+                labels: obj.meta.labels.clone(),
             }),
         );
     }
@@ -299,6 +307,7 @@ fn service_entry_services(
             } else {
                 &p.protocol
             }),
+            target_port: p.target_port,
         })
         .collect();
     let mut endpoints: Vec<Endpoint> = se
@@ -361,6 +370,8 @@ fn service_entry_services(
             mesh_external: se.location != Some(Location::MeshInternal),
             export_to: se.export_to.clone(),
             creation: obj.meta.creation_timestamp.clone(),
+            selector: BTreeMap::new(),
+            labels: obj.meta.labels.clone(),
         })
         .collect()
 }

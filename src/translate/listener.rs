@@ -172,23 +172,37 @@ pub fn sidecar(
     (listeners, routes)
 }
 
-/// A gateway's listeners: one per server port of the Gateways that select it.
+/// One HTTP server of a Gateway, as the route builder needs it.
+pub struct GatewayServer {
+    /// `namespace/name` of the Gateway.
+    pub gateway: String,
+    pub hosts: Vec<String>,
+    /// The port as the Gateway declares it (virtual host names and `match.port` use it).
+    pub port: u32,
+}
+
+/// A gateway's listeners: one per server port of the Gateways that select it, on the port
+/// the gateway's own Service maps that port to.
 pub fn gateway(
     ctx: &PushContext,
     proxy: &Proxy,
     _services: &[&Arc<Service>],
 ) -> (Vec<Listener>, Vec<RouteConfiguration>) {
-    // port -> [(gateway "ns/name", server hosts)]
-    let mut http_servers: BTreeMap<u32, Vec<(String, Vec<String>)>> = BTreeMap::new();
+    let mut http_servers: BTreeMap<u32, Vec<GatewayServer>> = BTreeMap::new();
     for (gw_obj, gw) in ctx.gateways_for(proxy) {
         for server in &gw.servers {
             let protocol = server.port.protocol.to_ascii_uppercase();
             // HTTPS/TLS servers need credentials (the security work); only plain HTTP here.
             if matches!(protocol.as_str(), "HTTP" | "HTTP2" | "GRPC") && server.tls.is_none() {
-                http_servers.entry(server.port.number).or_default().push((
-                    format!("{}/{}", gw_obj.key.namespace, gw_obj.key.name),
-                    server.hosts.clone(),
-                ));
+                let listen_port = ctx.gateway_listen_port(proxy, server.port.number);
+                http_servers
+                    .entry(listen_port)
+                    .or_default()
+                    .push(GatewayServer {
+                        gateway: format!("{}/{}", gw_obj.key.namespace, gw_obj.key.name),
+                        hosts: server.hosts.clone(),
+                        port: server.port.number,
+                    });
             }
         }
     }

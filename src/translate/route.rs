@@ -28,6 +28,7 @@ use envoy_types::pb::envoy::r#type::matcher::v3::{
 use envoy_types::pb::google::protobuf::{BoolValue, UInt32Value};
 use envoy_types::util::pack_any;
 
+use super::listener::GatewayServer;
 use super::{PASSTHROUGH_CLUSTER, duration, istio_metadata, outbound_cluster_name, string_value};
 use crate::api::labels_match;
 use crate::api::networking::{
@@ -148,11 +149,12 @@ pub fn sidecar(
 pub fn gateway(
     ctx: &PushContext,
     proxy: &Proxy,
-    port: u32,
-    servers: &[(String, Vec<String>)],
+    listen_port: u32,
+    servers: &[GatewayServer],
 ) -> RouteConfiguration {
     let mut vhosts: BTreeMap<String, VirtualHost> = BTreeMap::new();
-    for (gateway, server_hosts) in servers {
+    for server in servers {
+        let (gateway, server_hosts, port) = (&server.gateway, &server.hosts, server.port);
         let gw_ns = gateway.split('/').next().unwrap_or_default();
         for (vs_obj, vs) in ctx.virtual_services_for(proxy, gateway) {
             let routes = http_routes(ctx, proxy, vs_obj, vs, port, gateway);
@@ -194,12 +196,12 @@ pub fn gateway(
     let mut vhosts: Vec<VirtualHost> = vhosts.into_values().collect();
     if vhosts.is_empty() {
         vhosts.push(VirtualHost {
-            name: format!("blackhole:{port}"),
+            name: format!("blackhole:{listen_port}"),
             domains: vec!["*".into()],
             ..Default::default()
         });
     }
-    route_configuration(format!("http.{port}"), vhosts)
+    route_configuration(format!("http.{listen_port}"), vhosts)
 }
 
 fn prefix_match(prefix: &str) -> RouteMatch {

@@ -251,7 +251,14 @@ kind: Gateway
 metadata: {name: web, namespace: shop}
 spec:
   selector: {istio: ingressgateway}
-  servers: [{port: {number: 8080, name: http, protocol: HTTP}, hosts: ["shop.example.com"]}]
+  servers: [{port: {number: 80, name: http, protocol: HTTP}, hosts: ["shop.example.com"]}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: istio-ingressgateway, namespace: istio-system}
+spec:
+  selector: {istio: ingressgateway}
+  ports: [{name: http2, port: 80, targetPort: 8080}]
 ---
 apiVersion: networking.istio.io/v1
 kind: VirtualService
@@ -271,11 +278,12 @@ spec:
     )
     .unwrap();
     let cfg = proxy_config(&ctx, &proxy);
+    // Server port 80 is the gateway Service's port 80, whose targetPort is 8080.
     assert_eq!(cfg.listeners.len(), 1);
     assert_eq!(cfg.listeners[0].name, "0.0.0.0_8080");
     let rc = &cfg.routes[0];
     assert_eq!(rc.name, "http.8080");
-    assert_eq!(rc.virtual_hosts[0].name, "shop.example.com:8080");
+    assert_eq!(rc.virtual_hosts[0].name, "shop.example.com:80");
     assert_eq!(rc.virtual_hosts[0].domains, ["shop.example.com"]);
     let Some(Action::Route(a)) = &rc.virtual_hosts[0].routes[0].action else {
         panic!()

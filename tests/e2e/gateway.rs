@@ -7,9 +7,11 @@ use std::time::{Duration, Instant};
 
 use crate::harness::*;
 
-pub fn gateway_yaml(port: u16) -> String {
+/// A Gateway on port 80, and the gateway's own Service mapping 80 to the port the test's
+/// Envoy really listens on (istiod's targetPort translation).
+pub fn gateway_yaml(listen_port: u16) -> String {
     format!(
-        "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {{name: web, namespace: shop}}\nspec:\n  selector: {{istio: ingressgateway}}\n  servers:\n  - port: {{number: {port}, name: http, protocol: HTTP}}\n    hosts: [\"*\"]\n"
+        "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {{name: web, namespace: shop}}\nspec:\n  selector: {{istio: ingressgateway}}\n  servers:\n  - port: {{number: 80, name: http, protocol: HTTP}}\n    hosts: [\"*\"]\n---\napiVersion: v1\nkind: Service\nmetadata: {{name: istio-ingressgateway, namespace: istio-system}}\nspec:\n  selector: {{istio: ingressgateway}}\n  ports: [{{name: http2, port: 80, targetPort: {listen_port}}}]\n"
     )
 }
 

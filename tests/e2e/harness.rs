@@ -209,7 +209,36 @@ pub struct Meshd {
 }
 
 impl Meshd {
+    /// Starts meshd on fresh ports; a port taken in the meantime by a parallel test makes
+    /// meshd exit, and the start is retried on other ports.
     pub fn start(config_dir: &Path) -> Meshd {
+        for _ in 0..5 {
+            let mut m = Meshd::spawn(config_dir);
+            let start = Instant::now();
+            loop {
+                if m.get("/ready").is_ok_and(|r| r.status == 200) {
+                    return m;
+                }
+                if m.child.try_wait().unwrap().is_some() {
+                    assert!(
+                        m.log().contains("binding the"),
+                        "meshd exited at start-up:\n{}",
+                        m.log()
+                    );
+                    break; // a port race: try other ports
+                }
+                assert!(
+                    start.elapsed() < Duration::from_secs(20),
+                    "meshd not ready in 20s:\n{}",
+                    m.log()
+                );
+                thread::sleep(Duration::from_millis(25));
+            }
+        }
+        panic!("meshd could not bind free ports in 5 attempts");
+    }
+
+    fn spawn(config_dir: &Path) -> Meshd {
         let (xds_port, monitoring_port) = (free_port(), free_port());
         let log = config_dir.with_extension("meshd.log");
         let child = Command::new(env!("CARGO_BIN_EXE_meshd"))
@@ -226,17 +255,13 @@ impl Meshd {
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .expect("starting meshd");
-        let m = Meshd {
+        Meshd {
             child,
             config_dir: config_dir.to_path_buf(),
             xds_port,
             monitoring_port,
             log,
-        };
-        wait_until("meshd /ready", Duration::from_secs(20), || {
-            m.get("/ready").is_ok_and(|r| r.status == 200)
-        });
-        m
+        }
     }
 
     pub fn get(&self, path: &str) -> std::io::Result<HttpResponse> {
@@ -328,7 +353,38 @@ impl Envoy {
         Envoy::start(meshd, ads, id, meta, ip)
     }
 
+    /// Starts Envoy and waits until it has initialised from meshd; an admin port taken in
+    /// the meantime by a parallel test makes Envoy exit, and the start is retried.
     fn start(meshd: &Meshd, ads: Ads, id: String, metadata: String, ip: String) -> Envoy {
+        for _ in 0..5 {
+            let mut e = Envoy::spawn(meshd, ads, id.clone(), metadata.clone(), ip.clone());
+            let start = Instant::now();
+            loop {
+                if e.admin("/ready").is_ok_and(|r| r.status == 200) {
+                    return e;
+                }
+                if e.child.try_wait().unwrap().is_some() {
+                    assert!(
+                        e.log().contains("ddress already in use"),
+                        "Envoy {} exited at start-up:\n{}",
+                        e.id,
+                        e.log()
+                    );
+                    break;
+                }
+                assert!(
+                    start.elapsed() < Duration::from_secs(20),
+                    "Envoy {} did not initialise from meshd in 20s; its log:\n{}",
+                    e.id,
+                    e.log()
+                );
+                thread::sleep(Duration::from_millis(25));
+            }
+        }
+        panic!("Envoy could not bind a free admin port in 5 attempts");
+    }
+
+    fn spawn(meshd: &Meshd, ads: Ads, id: String, metadata: String, ip: String) -> Envoy {
         let admin_port = free_port();
         let dir = meshd
             .config_dir
@@ -389,24 +445,13 @@ static_resources:
             .stderr(Stdio::null())
             .spawn()
             .expect("starting envoy");
-        let e = Envoy {
+        Envoy {
             child,
             id,
             admin_port,
             ip,
             log,
-        };
-        let start = Instant::now();
-        while !e.admin("/ready").is_ok_and(|r| r.status == 200) {
-            assert!(
-                start.elapsed() < Duration::from_secs(20),
-                "Envoy {} did not initialise from meshd in 20s; its log:\n{}",
-                e.id,
-                e.log()
-            );
-            thread::sleep(Duration::from_millis(25));
         }
-        e
     }
 
     pub fn admin(&self, path: &str) -> std::io::Result<HttpResponse> {
