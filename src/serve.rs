@@ -58,7 +58,7 @@ pub async fn run(opts: ServeOptions) -> anyhow::Result<()> {
     tracing::info!(dir = %opts.config_dir.display(), objects = loaded.len(), "initial configuration loaded");
     let issues = source.issues.clone();
 
-    let first = build_push(&store, 1, Instant::now(), &metrics);
+    let first = build_push(&store, 1, Instant::now(), None, &metrics);
     let (push_tx, push_rx) = watch::channel(Arc::new(first));
     let (event_tx, event_rx) = mpsc::unbounded_channel();
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
@@ -73,10 +73,9 @@ pub async fn run(opts: ServeOptions) -> anyhow::Result<()> {
     let watch_shutdown = shutdown_rx.clone();
     tokio::spawn(async move {
         let on_change = move |keys: std::collections::BTreeSet<crate::config::ObjectKey>| {
-            let kinds = keys.iter().map(|k| k.kind).collect();
             let _ = event_tx.send(ConfigEvent {
                 at: Instant::now(),
-                kinds,
+                keys: keys.into_iter().collect(),
             });
         };
         if let Err(e) = source.watch(on_change, watch_shutdown).await {

@@ -10,7 +10,7 @@ use super::service::build_services;
 use super::{Proxy, ProxyKind, Service, Store, host_matches, resolve_host};
 use crate::api::labels_match;
 use crate::api::networking::{DestinationRuleSpec, GatewaySpec, SidecarSpec, VirtualServiceSpec};
-use crate::config::{ConfigObject, Kind, Spec};
+use crate::config::{ConfigObject, Kind, ObjectKey, Spec};
 
 /// A problem that only shows when objects are put together (a route to a missing host).
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -263,6 +263,44 @@ impl PushContext {
             .map_or(port, |p| p.target_port.unwrap_or(port))
     }
 
+    /// Whether a change to `key` can alter what `proxy` receives, judged on this (new)
+    /// context. Conservative: a wrong `true` costs one diff, a wrong `false` would leave a
+    /// proxy stale, so every kind translation reads must be covered here.
+    pub fn affects(&self, proxy: &Proxy, key: &ObjectKey) -> bool {
+        match key.kind {
+            // Not translated yet (enforcement comes with the security work).
+            Kind::PeerAuthentication | Kind::AuthorizationPolicy => false,
+            // A Sidecar can only select proxies of its own namespace.
+            Kind::Sidecar => key.namespace == proxy.namespace,
+            // Sidecars read only `mesh`-bound routes; Gateways shape routers alone.
+            Kind::Gateway => proxy.kind == ProxyKind::Router,
+            // Found by host, from any namespace; rare enough to push to all.
+            Kind::DestinationRule | Kind::Namespace => true,
+            Kind::Pod if key.namespace == proxy.namespace && key.name == proxy.pod_name => true,
+            Kind::VirtualService
+            | Kind::Service
+            | Kind::EndpointSlice
+            | Kind::ServiceEntry
+            | Kind::WorkloadEntry
+            | Kind::Pod => self.namespace_in_scope(proxy, &key.namespace),
+        }
+    }
+
+    /// Whether config from `namespace` can be in a proxy's Sidecar egress scope.
+    fn namespace_in_scope(&self, proxy: &Proxy, namespace: &str) -> bool {
+        if proxy.kind == ProxyKind::Router {
+            return true;
+        }
+        let Some((_, scope)) = self.sidecar_for(proxy) else {
+            return true;
+        };
+        scope.egress.is_empty()
+            || scope.egress.iter().flat_map(|e| &e.hosts).any(|h| {
+                let ns = h.split_once('/').map_or("*", |(ns, _)| ns);
+                ns == "*" || ns == namespace || (ns == "." && namespace == proxy.namespace)
+            })
+    }
+
     /// Gateways whose selector matches a router proxy.
     pub fn gateways_for(&self, proxy: &Proxy) -> Vec<(&ConfigObject, &GatewaySpec)> {
         let labels = self.proxy_labels(proxy);
@@ -273,5 +311,76 @@ impl PushContext {
                 _ => None,
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::config::parse::parse_file;
+
+    fn key(kind: Kind, namespace: &str, name: &str) -> ObjectKey {
+        ObjectKey {
+            kind,
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+
+    #[test]
+    fn a_change_names_the_proxies_it_can_affect() {
+        let yaml = "apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {name: default, namespace: shop}\nspec:\n  egress: [{hosts: [\"./*\", \"istio-system/*\"]}]\n";
+        let mut store = Store::default();
+        for o in parse_file("s.yaml", yaml).objects {
+            store.apply(o);
+        }
+        let ctx = PushContext::build(&store, "v".into());
+        let meta = json!({"LABELS": {"app": "web"}});
+        let scoped = Proxy::from_node(
+            "sidecar~10.0.0.1~web-1.shop~shop.svc.cluster.local",
+            meta.as_object().unwrap(),
+        )
+        .unwrap();
+        let open = Proxy::from_node(
+            "sidecar~10.0.0.2~web-1.lab~lab.svc.cluster.local",
+            meta.as_object().unwrap(),
+        )
+        .unwrap();
+        let router = Proxy::from_node(
+            "router~10.0.0.3~gw-1.istio-system~istio-system.svc.cluster.local",
+            meta.as_object().unwrap(),
+        )
+        .unwrap();
+
+        let vs_elsewhere = key(Kind::VirtualService, "billing", "x");
+        assert!(
+            !ctx.affects(&scoped, &vs_elsewhere),
+            "outside the Sidecar's egress scope"
+        );
+        assert!(
+            ctx.affects(&open, &vs_elsewhere),
+            "no Sidecar: everything is in scope"
+        );
+        assert!(ctx.affects(&scoped, &key(Kind::VirtualService, "shop", "x")));
+        assert!(ctx.affects(&scoped, &key(Kind::EndpointSlice, "istio-system", "x")));
+        assert!(!ctx.affects(&scoped, &key(Kind::Sidecar, "lab", "default")));
+        assert!(ctx.affects(&open, &key(Kind::Sidecar, "lab", "default")));
+        assert!(!ctx.affects(&scoped, &key(Kind::Gateway, "shop", "gw")));
+        assert!(ctx.affects(&router, &key(Kind::Gateway, "shop", "gw")));
+        assert!(
+            ctx.affects(&scoped, &key(Kind::DestinationRule, "billing", "x")),
+            "found by host from anywhere"
+        );
+        assert!(
+            ctx.affects(&scoped, &key(Kind::Pod, "shop", "web-1")),
+            "its own labels"
+        );
+        assert!(!ctx.affects(&scoped, &key(Kind::Pod, "billing", "other")));
+        assert!(
+            !ctx.affects(&open, &key(Kind::AuthorizationPolicy, "lab", "x")),
+            "not translated yet"
+        );
     }
 }

@@ -315,3 +315,111 @@ fn translating_twice_gives_byte_identical_resources() {
     }
     assert!(a.all(TypeKind::Cluster).len() > 3);
 }
+
+#[test]
+fn service_entries_become_dns_or_eds_clusters_with_workload_entry_endpoints() {
+    let entries = r#"
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: external-api, namespace: shop}
+spec:
+  hosts: [api.example.com]
+  location: MESH_EXTERNAL
+  ports: [{number: 443, name: tls, protocol: TLS}]
+  resolution: DNS
+---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: legacy, namespace: shop}
+spec:
+  hosts: [legacy.internal]
+  location: MESH_INTERNAL
+  ports: [{number: 8080, name: http, protocol: HTTP}]
+  resolution: STATIC
+  workloadSelector: {labels: {app: legacy}}
+---
+apiVersion: networking.istio.io/v1
+kind: WorkloadEntry
+metadata: {name: legacy-vm-1, namespace: shop}
+spec:
+  address: 10.5.0.1
+  labels: {app: legacy, version: v1}
+  locality: us-east/zone-a/rack-1
+  weight: 3
+  ports: {http: 18080}
+"#;
+    let cfg = proxy_config(&context(entries), &sidecar("shop", json!({})));
+    let dns = cfg
+        .clusters
+        .iter()
+        .find(|c| c.name == "outbound|443||api.example.com")
+        .unwrap();
+    assert_eq!(
+        dns.cluster_discovery_type,
+        Some(
+            envoy_types::pb::envoy::config::cluster::v3::cluster::ClusterDiscoveryType::Type(
+                envoy_types::pb::envoy::config::cluster::v3::cluster::DiscoveryType::StrictDns
+                    as i32
+            )
+        )
+    );
+    assert_eq!(
+        dns.metadata.as_ref().unwrap().filter_metadata["istio"].fields["external"].kind,
+        Some(ValueKind::BoolValue(true))
+    );
+    assert!(
+        cfg.listeners.iter().any(|l| l.name == "0.0.0.0_443"),
+        "a TLS port gets a TCP listener"
+    );
+
+    let cla = cfg
+        .endpoints
+        .iter()
+        .find(|e| e.cluster_name == "outbound|8080||legacy.internal")
+        .unwrap();
+    let group = &cla.endpoints[0];
+    let locality = group.locality.as_ref().unwrap();
+    assert_eq!(
+        (
+            locality.region.as_str(),
+            locality.zone.as_str(),
+            locality.sub_zone.as_str()
+        ),
+        ("us-east", "zone-a", "rack-1")
+    );
+    assert_eq!(group.load_balancing_weight.as_ref().unwrap().value, 3);
+    let Some(envoy_types::pb::envoy::config::endpoint::v3::lb_endpoint::HostIdentifier::Endpoint(
+        ep,
+    )) = &group.lb_endpoints[0].host_identifier
+    else {
+        panic!()
+    };
+    let Some(envoy_types::pb::envoy::config::core::v3::address::Address::SocketAddress(sa)) =
+        &ep.address.as_ref().unwrap().address
+    else {
+        panic!()
+    };
+    assert_eq!(sa.address, "10.5.0.1");
+    assert_eq!(
+        sa.port_specifier,
+        Some(
+            envoy_types::pb::envoy::config::core::v3::socket_address::PortSpecifier::PortValue(
+                18080
+            )
+        )
+    );
+    let vh = cfg
+        .routes
+        .iter()
+        .find(|r| r.name == "8080")
+        .unwrap()
+        .virtual_hosts
+        .iter()
+        .find(|v| v.name == "legacy.internal:8080")
+        .unwrap();
+    assert_eq!(
+        vh.domains,
+        ["legacy.internal", "legacy.internal."],
+        "no Kubernetes short names for a ServiceEntry host"
+    );
+}

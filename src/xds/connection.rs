@@ -226,7 +226,14 @@ impl Connection {
     /// unchanged, or Envoy keeps those clusters warming.
     pub fn force_endpoints_after_clusters(&mut self, clusters: &[Arc<Resource>]) {
         let eds = &mut self.watches[TypeKind::Endpoint as usize];
-        eds.force.extend(clusters.iter().map(|c| c.name.clone()));
+        // Only names already subscribed: a new cluster's name arrives as a subscription,
+        // which is always answered.
+        let subscribed: Vec<String> = clusters
+            .iter()
+            .filter(|c| eds.wildcard || eds.names.contains(&c.name))
+            .map(|c| c.name.clone())
+            .collect();
+        eds.force.extend(subscribed);
         eds.always_respond = true;
     }
 

@@ -3,14 +3,14 @@
 //! through a `watch` channel, so a slow proxy only ever sees the newest push. Encoded views
 //! are cached per push and shared by all proxies with the same view key.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, watch};
 
 use super::resource::View;
-use crate::config::Kind;
+use crate::config::{Kind, ObjectKey};
 use crate::metrics::{Metrics, type_label};
 use crate::model::{Interception, Proxy, ProxyKind, PushContext, Store};
 use crate::translate;
@@ -37,8 +37,13 @@ impl PushSettings {
     /// Reads `PILOT_DEBOUNCE_AFTER`, `PILOT_DEBOUNCE_MAX` (Go durations) and
     /// `PILOT_PUSH_THROTTLE` (0 = Istio's automatic value, min(15 + 5 × cores, 100)).
     pub fn from_env() -> anyhow::Result<PushSettings> {
+        Self::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    /// As [`PushSettings::from_env`], reading variables through `var`.
+    pub fn from_lookup(var: impl Fn(&str) -> Option<String>) -> anyhow::Result<PushSettings> {
         let mut s = PushSettings::default();
-        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        let var = |name: &str| var(name).filter(|v| !v.is_empty());
         if let Some(v) = var("PILOT_DEBOUNCE_AFTER") {
             s.debounce_after = crate::duration::parse(&v)
                 .map_err(|e| anyhow::anyhow!("PILOT_DEBOUNCE_AFTER: {e}"))?;
@@ -62,7 +67,7 @@ impl PushSettings {
 #[derive(Clone, Debug)]
 pub struct ConfigEvent {
     pub at: Instant,
-    pub kinds: Vec<Kind>,
+    pub keys: Vec<ObjectKey>,
 }
 
 /// What makes two proxies receive identical configuration.
@@ -84,17 +89,34 @@ pub struct Push {
     pub triggered_at: Instant,
     /// When the push was handed to the connections (for queue time).
     pub published_at: Instant,
+    /// The objects this push carries changes for; `None` for a full push.
+    pub changed: Option<BTreeSet<ObjectKey>>,
     views: Mutex<HashMap<ViewKey, Arc<OnceLock<Arc<View>>>>>,
 }
 
 impl Push {
-    pub fn new(context: PushContext, number: u64, triggered_at: Instant) -> Push {
+    pub fn new(
+        context: PushContext,
+        number: u64,
+        triggered_at: Instant,
+        changed: Option<BTreeSet<ObjectKey>>,
+    ) -> Push {
         Push {
             context: Arc::new(context),
             number,
             triggered_at,
             published_at: Instant::now(),
+            changed,
             views: Mutex::default(),
+        }
+    }
+
+    /// Whether this push can change anything for `proxy` (the change index; the per-proxy
+    /// diff still decides what is sent).
+    pub fn affects(&self, proxy: &Proxy) -> bool {
+        match &self.changed {
+            None => true,
+            Some(keys) => keys.iter().any(|k| self.context.affects(proxy, k)),
         }
     }
 
@@ -121,6 +143,7 @@ pub fn build_push(
     store: &RwLock<Store>,
     number: u64,
     triggered_at: Instant,
+    changed: Option<BTreeSet<ObjectKey>>,
     metrics: &Metrics,
 ) -> Push {
     let snapshot = store.read().unwrap().clone();
@@ -134,7 +157,7 @@ pub fn build_push(
     for issue in &context.issues {
         tracing::warn!(object = %issue.object, field = %issue.field, "{}", issue.message);
     }
-    Push::new(context, number, triggered_at)
+    Push::new(context, number, triggered_at, changed)
 }
 
 fn rfc3339_now() -> String {
@@ -172,38 +195,42 @@ pub async fn debounce_loop(
     let mut number = pushes.borrow().number;
     while let Some(first) = events.recv().await {
         let started = first.at;
-        let mut last = Instant::now();
-        let mut merged = 1usize;
-        for k in &first.kinds {
-            metrics
-                .push_triggers
-                .get_or_create(&type_label(trigger_type(*k)))
-                .inc();
-        }
+        // The window is timed on tokio's clock; `started` (the event time) feeds the metrics.
+        let window_start = tokio::time::Instant::now();
+        let mut last = window_start;
+        let mut changed = BTreeSet::new();
+        let mut absorb = |ev: ConfigEvent| {
+            for k in ev.keys {
+                metrics
+                    .push_triggers
+                    .get_or_create(&type_label(trigger_type(k.kind)))
+                    .inc();
+                changed.insert(k);
+            }
+        };
+        absorb(first);
         loop {
-            let deadline = (last + settings.debounce_after).min(started + settings.debounce_max);
+            let deadline =
+                (last + settings.debounce_after).min(window_start + settings.debounce_max);
             tokio::select! {
                 next = events.recv() => match next {
                     Some(ev) => {
-                        last = Instant::now();
-                        merged += 1;
-                        for k in &ev.kinds {
-                            metrics.push_triggers.get_or_create(&type_label(trigger_type(*k))).inc();
-                        }
+                        last = tokio::time::Instant::now();
+                        absorb(ev);
                     }
                     None => break,
                 },
-                _ = tokio::time::sleep_until(deadline.into()) => break,
+                _ = tokio::time::sleep_until(deadline) => break,
             }
         }
         metrics
             .debounce_time
             .observe(started.elapsed().as_secs_f64());
         number += 1;
-        let build_store = store.clone();
-        let build_metrics = metrics.clone();
+        let (build_store, build_metrics) = (store.clone(), metrics.clone());
+        let merged = changed.len();
         let push = tokio::task::spawn_blocking(move || {
-            build_push(&build_store, number, started, &build_metrics)
+            build_push(&build_store, number, started, Some(changed), &build_metrics)
         })
         .await
         .expect("BUG: push context build panicked");
@@ -229,11 +256,120 @@ fn trigger_type(kind: Kind) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Kind;
 
     #[test]
     fn rfc3339_dates_are_civil() {
         let s = rfc3339_now();
         assert_eq!(s.len(), 20, "{s}");
         assert!(s.starts_with("20") && s.ends_with('Z'));
+    }
+
+    #[test]
+    fn settings_come_from_istios_variables() {
+        let d = PushSettings::from_lookup(|_| None).unwrap();
+        assert_eq!(
+            (d.debounce_after, d.debounce_max, d.push_throttle),
+            (Duration::from_millis(100), Duration::from_secs(10), 100)
+        );
+        let vars = |k: &str| match k {
+            "PILOT_DEBOUNCE_AFTER" => Some("250ms".to_string()),
+            "PILOT_DEBOUNCE_MAX" => Some("2s".to_string()),
+            "PILOT_PUSH_THROTTLE" => Some("7".to_string()),
+            _ => None,
+        };
+        let s = PushSettings::from_lookup(vars).unwrap();
+        assert_eq!(
+            (s.debounce_after, s.debounce_max, s.push_throttle),
+            (Duration::from_millis(250), Duration::from_secs(2), 7)
+        );
+        let auto =
+            PushSettings::from_lookup(|k| (k == "PILOT_PUSH_THROTTLE").then(|| "0".to_string()))
+                .unwrap();
+        assert!((20..=100).contains(&auto.push_throttle));
+        let bad = PushSettings::from_lookup(|k| {
+            (k == "PILOT_DEBOUNCE_AFTER").then(|| "soon".to_string())
+        });
+        assert!(
+            bad.unwrap_err()
+                .to_string()
+                .contains("PILOT_DEBOUNCE_AFTER")
+        );
+    }
+
+    fn key(i: usize) -> ObjectKey {
+        ObjectKey {
+            kind: Kind::VirtualService,
+            namespace: "ns".into(),
+            name: format!("vs-{i}"),
+        }
+    }
+
+    /// Runs the debounce loop with the given settings; returns the event sender, the push
+    /// receiver and the metrics.
+    fn pipeline(
+        after: Duration,
+        max: Duration,
+    ) -> (
+        mpsc::UnboundedSender<ConfigEvent>,
+        watch::Receiver<Arc<Push>>,
+        Arc<Metrics>,
+    ) {
+        let store = Arc::new(RwLock::new(Store::default()));
+        let metrics = Arc::new(Metrics::new());
+        let first = build_push(&store, 1, Instant::now(), None, &metrics);
+        let (push_tx, push_rx) = watch::channel(Arc::new(first));
+        let (tx, rx) = mpsc::unbounded_channel();
+        let settings = PushSettings {
+            debounce_after: after,
+            debounce_max: max,
+            push_throttle: 1,
+        };
+        tokio::spawn(debounce_loop(rx, store, push_tx, settings, metrics.clone()));
+        (tx, push_rx, metrics)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_burst_of_changes_becomes_one_push_carrying_all_of_them() {
+        let (tx, mut pushes, _m) = pipeline(Duration::from_millis(100), Duration::from_secs(10));
+        for i in 0..5 {
+            tx.send(ConfigEvent {
+                at: Instant::now(),
+                keys: vec![key(i)],
+            })
+            .unwrap();
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        pushes.changed().await.unwrap();
+        let push = pushes.borrow_and_update().clone();
+        assert_eq!(push.number, 2);
+        assert_eq!(push.changed.as_ref().unwrap().len(), 5);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(!pushes.has_changed().unwrap(), "one burst, one push");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_change_storm_still_pushes_every_debounce_max() {
+        let (tx, mut pushes, _m) = pipeline(Duration::from_millis(100), Duration::from_millis(500));
+        let storm = tokio::spawn(async move {
+            for i in 0..100 {
+                tx.send(ConfigEvent {
+                    at: Instant::now(),
+                    keys: vec![key(i)],
+                })
+                .unwrap();
+                tokio::time::sleep(Duration::from_millis(50)).await; // never quiet for 100ms
+            }
+        });
+        let mut seen = 0;
+        while seen < 3 {
+            pushes.changed().await.unwrap();
+            pushes.borrow_and_update();
+            seen += 1;
+        }
+        assert!(
+            !storm.is_finished(),
+            "pushes happened during the storm, bounded by PILOT_DEBOUNCE_MAX"
+        );
     }
 }

@@ -122,6 +122,10 @@ async fn respond(
 
 async fn push_to(conn: &mut Connection, push: Arc<Push>, tx: &Tx) -> Result<(), Closed> {
     let shared = conn.shared.clone();
+    if !push.affects(&conn.proxy) {
+        conn.push = push; // nothing it depends on changed: no queue, no diff, no send
+        return Ok(());
+    }
     let _permit = shared.throttle.acquire().await.map_err(|_| Closed)?;
     shared
         .metrics
