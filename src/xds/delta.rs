@@ -105,9 +105,19 @@ async fn handle(conn: &mut Connection, req: DeltaDiscoveryRequest, tx: &Tx) -> R
         w.force.remove(name);
     }
     if first || !req.resource_names_subscribe.is_empty() {
-        respond(conn, kind, None, first, tx).await?;
+        respond(conn, kind, None, Part::Everything, first, tx).await?;
     }
     Ok(())
+}
+
+/// Which part of the difference a response carries.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Part {
+    Everything,
+    /// Added and changed resources only.
+    Updates,
+    /// Removals only.
+    Removals,
 }
 
 /// Sends what differs for `kind`; with `always`, sends even an empty response.
@@ -115,11 +125,17 @@ async fn respond(
     conn: &mut Connection,
     kind: TypeKind,
     trigger: Option<Instant>,
+    part: Part,
     always: bool,
     tx: &Tx,
 ) -> Result<bool, Closed> {
     let view = conn.view();
-    let (changed, removed) = conn.diff(&view, kind);
+    let (mut changed, mut removed) = conn.diff(&view, kind);
+    match part {
+        Part::Everything => {}
+        Part::Updates => removed.clear(),
+        Part::Removals => changed.clear(),
+    }
     if changed.is_empty() && removed.is_empty() && !always {
         return Ok(false);
     }
@@ -160,15 +176,27 @@ async fn push_to(conn: &mut Connection, push: Arc<Push>, tx: &Tx) -> Result<(), 
         .observe(push.published_at.elapsed().as_secs_f64());
     let trigger = Some(push.triggered_at);
     conn.push = push;
-    for kind in conn.subscribed_types() {
+    // Make-before-break: clusters are added and updated first and removed last, after the
+    // listeners and routes that stop using them.
+    let types = conn.subscribed_types();
+    for kind in &types {
+        let kind = *kind;
         let started = Instant::now();
-        if respond(conn, kind, trigger, false, tx).await? {
+        let part = if kind == TypeKind::Cluster {
+            Part::Updates
+        } else {
+            Part::Everything
+        };
+        if respond(conn, kind, trigger, part, false, tx).await? {
             shared
                 .metrics
                 .xds_push_time
                 .get_or_create(&type_label(kind.short()))
                 .observe(started.elapsed().as_secs_f64());
         }
+    }
+    if types.contains(&TypeKind::Cluster) {
+        respond(conn, TypeKind::Cluster, trigger, Part::Removals, false, tx).await?;
     }
     Ok(())
 }

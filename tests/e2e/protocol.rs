@@ -207,6 +207,62 @@ async fn delta_unsubscribe_and_delete_follow_the_protocol() {
     c.expect_silence().await; // EDS for ratings was unsubscribed; reviews did not change
 }
 
+const LDS: &str = "type.googleapis.com/envoy.config.listener.v3.Listener";
+const RDS: &str = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration";
+
+#[tokio::test]
+async fn delta_removes_clusters_only_after_the_routes_that_stop_using_them() {
+    let m = meshd("proto-mbb");
+    let mut c = Delta::open(&m, cds_request(HashMap::new())).await;
+    let cds = c.recv().await;
+    c.ack(&cds).await;
+    c.send(DeltaDiscoveryRequest {
+        type_url: LDS.into(),
+        ..Default::default()
+    })
+    .await;
+    let lds = c.recv().await;
+    c.ack(&lds).await;
+    c.send(DeltaDiscoveryRequest {
+        type_url: RDS.into(),
+        resource_names_subscribe: vec!["9080".into()],
+        ..Default::default()
+    })
+    .await;
+    let rds = c.recv().await;
+    assert_eq!(rds.resources[0].name, "9080");
+    c.ack(&rds).await;
+
+    // One change: details arrives and ratings goes, in the same debounce window.
+    std::fs::write(m.config_dir.join("details.yaml"), svc("details")).unwrap();
+    std::fs::remove_file(m.config_dir.join("ratings.yaml")).unwrap();
+    let mut seen = Vec::new();
+    while seen
+        .last()
+        .is_none_or(|r: &DeltaDiscoveryResponse| r.removed_resources.is_empty())
+    {
+        let r = c.recv().await;
+        c.ack(&r).await;
+        seen.push(r);
+    }
+    let order: Vec<&str> = seen.iter().map(|r| r.type_url.as_str()).collect();
+    assert_eq!(
+        order,
+        [CDS, RDS, CDS],
+        "add clusters, then routes, then remove clusters"
+    );
+    assert_eq!(
+        seen[0].resources[0].name,
+        "outbound|9080||details.shop.svc.cluster.local"
+    );
+    assert!(
+        seen[0].removed_resources.is_empty(),
+        "nothing is removed before the routes move"
+    );
+    assert_eq!(seen[2].removed_resources, [RATINGS]);
+    assert!(seen[2].resources.is_empty());
+}
+
 struct Sotw {
     tx: mpsc::Sender<DiscoveryRequest>,
     rx: Streaming<DiscoveryResponse>,
