@@ -6,6 +6,8 @@
 //! cluster's other fields. Protobuf merges a repeated occurrence of a message field, so
 //! Envoy decodes exactly the same Cluster.
 
+use std::collections::HashMap;
+
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;
 use envoy_types::pb::envoy::config::core::v3::Metadata;
 use envoy_types::pb::google::protobuf::{ListValue, Struct, Value, value::Kind};
@@ -45,39 +47,41 @@ fn encode_list(l: &ListValue) -> Vec<u8> {
     out
 }
 
-fn encode_struct(s: &Struct) -> Vec<u8> {
-    let mut keys: Vec<&String> = s.fields.keys().collect();
+/// A `map<string, V>` field with its entries in key order.
+fn sorted_map<V>(
+    tag: u32,
+    map: &HashMap<String, V>,
+    value: impl Fn(&V) -> Vec<u8>,
+    out: &mut Vec<u8>,
+) {
+    let mut keys: Vec<&String> = map.keys().collect();
     keys.sort();
-    let mut out = Vec::new();
     for k in keys {
         let mut entry = Vec::new();
         string_field(1, k, &mut entry);
-        length_delimited(2, &encode_value(&s.fields[k]), &mut entry);
-        length_delimited(1, &entry, &mut out);
+        length_delimited(2, &value(&map[k]), &mut entry);
+        length_delimited(tag, &entry, out);
     }
+}
+
+fn encode_struct(s: &Struct) -> Vec<u8> {
+    let mut out = Vec::new();
+    sorted_map(1, &s.fields, encode_value, &mut out);
     out
 }
 
 /// `Metadata` with `filter_metadata` and every nested Struct in key order.
 pub fn encode_metadata(m: &Metadata) -> Vec<u8> {
-    let mut keys: Vec<&String> = m.filter_metadata.keys().collect();
-    keys.sort();
     let mut out = Vec::new();
-    for k in keys {
-        let mut entry = Vec::new();
-        string_field(1, k, &mut entry);
-        length_delimited(2, &encode_struct(&m.filter_metadata[k]), &mut entry);
-        length_delimited(1, &entry, &mut out);
-    }
-    let mut typed = Metadata {
+    sorted_map(1, &m.filter_metadata, encode_struct, &mut out);
+    debug_assert!(
+        m.typed_filter_metadata.len() <= 1,
+        "BUG: typed_filter_metadata must stay deterministic"
+    );
+    let typed = Metadata {
         typed_filter_metadata: m.typed_filter_metadata.clone(),
         ..Default::default()
     };
-    debug_assert!(
-        typed.typed_filter_metadata.len() <= 1,
-        "BUG: typed_filter_metadata must stay deterministic"
-    );
-    typed.filter_metadata.clear();
     out.extend(typed.encode_to_vec());
     out
 }

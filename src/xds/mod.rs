@@ -10,6 +10,7 @@ pub mod delta;
 pub mod push;
 pub mod resource;
 pub mod sotw;
+pub mod stream;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -181,7 +182,11 @@ impl AggregatedDiscoveryService for AdsService {
         request: Request<Streaming<DiscoveryRequest>>,
     ) -> Result<Response<Self::StreamAggregatedResourcesStream>, Status> {
         let (tx, rx) = mpsc::channel(STREAM_BUFFER);
-        tokio::spawn(sotw::run(self.shared.clone(), request.into_inner(), tx));
+        tokio::spawn(stream::run::<sotw::Sotw>(
+            self.shared.clone(),
+            request.into_inner(),
+            tx,
+        ));
         Ok(Response::new(ReceiverStream::new(rx)))
     }
 
@@ -190,7 +195,11 @@ impl AggregatedDiscoveryService for AdsService {
         request: Request<Streaming<DeltaDiscoveryRequest>>,
     ) -> Result<Response<Self::DeltaAggregatedResourcesStream>, Status> {
         let (tx, rx) = mpsc::channel(STREAM_BUFFER);
-        tokio::spawn(delta::run(self.shared.clone(), request.into_inner(), tx));
+        tokio::spawn(stream::run::<delta::Delta>(
+            self.shared.clone(),
+            request.into_inner(),
+            tx,
+        ));
         Ok(Response::new(ReceiverStream::new(rx)))
     }
 }

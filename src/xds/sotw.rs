@@ -2,59 +2,42 @@
 //! subscribed set of its type; requests ACK or NACK by nonce; a stale nonce is ignored.
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
 use std::time::Instant;
 
+use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
-use tokio::sync::mpsc;
-use tonic::{Status, Streaming};
 
+use super::Closed;
 use super::connection::Connection;
-use super::push::Push;
 use super::resource::TypeKind;
-use super::{Closed, XdsShared, proxy_from_node};
+use super::stream::Framing;
 use crate::metrics::type_label;
 
-type Tx = mpsc::Sender<Result<DiscoveryResponse, Status>>;
+type Tx = super::stream::Tx<DiscoveryResponse>;
 
-pub async fn run(shared: Arc<XdsShared>, mut requests: Streaming<DiscoveryRequest>, tx: Tx) {
-    let first = match requests.message().await {
-        Ok(Some(r)) => r,
-        _ => return,
-    };
-    let proxy = match proxy_from_node(&shared, first.node.as_ref()) {
-        Ok(p) => p,
-        Err(status) => {
-            let _ = tx.send(Err(status)).await;
-            return;
-        }
-    };
-    let mut pushes = shared.subscribe();
-    let mut conn = Connection::new(shared.clone(), proxy, false);
-    conn.push = pushes.borrow_and_update().clone();
-    tracing::info!(proxy = %conn.proxy.id, "proxy connected (SotW)");
-    if handle(&mut conn, first, &tx).await.is_err() {
-        return;
+/// State-of-the-world framing.
+pub struct Sotw;
+
+impl Framing for Sotw {
+    type Request = DiscoveryRequest;
+    type Response = DiscoveryResponse;
+    const NAME: &'static str = "SotW";
+
+    fn node(request: &DiscoveryRequest) -> Option<&Node> {
+        request.node.as_ref()
     }
-    loop {
-        tokio::select! {
-            msg = requests.message() => match msg {
-                Ok(Some(req)) => if handle(&mut conn, req, &tx).await.is_err() { break },
-                Ok(None) => break,
-                Err(status) => {
-                    shared.metrics.xds_connection_errors.get_or_create(&vec![("reason", "stream".to_string())]).inc();
-                    tracing::info!(proxy = %conn.proxy.id, "stream closed with error: {}", status.message());
-                    break;
-                }
-            },
-            changed = pushes.changed() => {
-                if changed.is_err() { break }
-                let push = pushes.borrow_and_update().clone();
-                if push_to(&mut conn, push, &tx).await.is_err() { break }
-            }
-        }
+
+    async fn handle(
+        conn: &mut Connection,
+        request: DiscoveryRequest,
+        tx: &Tx,
+    ) -> Result<(), Closed> {
+        handle(conn, request, tx).await
     }
-    tracing::info!(proxy = %conn.proxy.id, "proxy disconnected");
+
+    async fn push(conn: &mut Connection, tx: &Tx) -> Result<(), Closed> {
+        push_to(conn, tx).await
+    }
 }
 
 async fn handle(conn: &mut Connection, req: DiscoveryRequest, tx: &Tx) -> Result<(), Closed> {
@@ -120,19 +103,9 @@ async fn respond(
     tx.send(Ok(response)).await.map_err(|_| Closed)
 }
 
-async fn push_to(conn: &mut Connection, push: Arc<Push>, tx: &Tx) -> Result<(), Closed> {
+async fn push_to(conn: &mut Connection, tx: &Tx) -> Result<(), Closed> {
     let shared = conn.shared.clone();
-    if !push.affects(&conn.proxy) {
-        conn.push = push; // nothing it depends on changed: no queue, no diff, no send
-        return Ok(());
-    }
-    let _permit = shared.throttle.acquire().await.map_err(|_| Closed)?;
-    shared
-        .metrics
-        .proxy_queue_time
-        .observe(push.published_at.elapsed().as_secs_f64());
-    let trigger = Some(push.triggered_at);
-    conn.push = push;
+    let trigger = Some(conn.push.triggered_at);
     let view = conn.view();
     for kind in conn.subscribed_types() {
         let started = Instant::now();

@@ -198,6 +198,48 @@ fn serve_connection(conn: TcpStream, name: &str) {
     }
 }
 
+// ------------------------------------------------------------------ processes
+
+/// A child process started on ports the harness picked. A parallel test may take such a
+/// port first; the process then exits saying so, and the start is retried on fresh ports.
+trait Started {
+    const WHAT: &'static str;
+    /// What the process logs when a port it was given is taken.
+    const PORT_TAKEN: &'static str;
+    fn child(&mut self) -> &mut Child;
+    fn ready(&self) -> bool;
+    fn log(&self) -> String;
+}
+
+fn start_retrying<T: Started>(mut spawn: impl FnMut() -> T) -> T {
+    for _ in 0..5 {
+        let mut p = spawn();
+        let start = Instant::now();
+        loop {
+            if p.ready() {
+                return p;
+            }
+            if p.child().try_wait().unwrap().is_some() {
+                assert!(
+                    p.log().contains(T::PORT_TAKEN),
+                    "{} exited at start-up:\n{}",
+                    T::WHAT,
+                    p.log()
+                );
+                break;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "{} not ready in 20s:\n{}",
+                T::WHAT,
+                p.log()
+            );
+            thread::sleep(Duration::from_millis(25));
+        }
+    }
+    panic!("{} could not bind free ports in 5 attempts", T::WHAT);
+}
+
 // ------------------------------------------------------------------ meshd
 
 pub struct Meshd {
@@ -209,33 +251,9 @@ pub struct Meshd {
 }
 
 impl Meshd {
-    /// Starts meshd on fresh ports; a port taken in the meantime by a parallel test makes
-    /// meshd exit, and the start is retried on other ports.
+    /// Starts meshd on fresh ports and waits until it is ready.
     pub fn start(config_dir: &Path) -> Meshd {
-        for _ in 0..5 {
-            let mut m = Meshd::spawn(config_dir);
-            let start = Instant::now();
-            loop {
-                if m.get("/ready").is_ok_and(|r| r.status == 200) {
-                    return m;
-                }
-                if m.child.try_wait().unwrap().is_some() {
-                    assert!(
-                        m.log().contains("binding the"),
-                        "meshd exited at start-up:\n{}",
-                        m.log()
-                    );
-                    break; // a port race: try other ports
-                }
-                assert!(
-                    start.elapsed() < Duration::from_secs(20),
-                    "meshd not ready in 20s:\n{}",
-                    m.log()
-                );
-                thread::sleep(Duration::from_millis(25));
-            }
-        }
-        panic!("meshd could not bind free ports in 5 attempts");
+        start_retrying(|| Meshd::spawn(config_dir))
     }
 
     fn spawn(config_dir: &Path) -> Meshd {
@@ -311,6 +329,20 @@ impl Meshd {
     }
 }
 
+impl Started for Meshd {
+    const WHAT: &'static str = "meshd";
+    const PORT_TAKEN: &'static str = "binding the";
+    fn child(&mut self) -> &mut Child {
+        &mut self.child
+    }
+    fn ready(&self) -> bool {
+        self.get("/ready").is_ok_and(|r| r.status == 200)
+    }
+    fn log(&self) -> String {
+        Meshd::log(self)
+    }
+}
+
 impl Drop for Meshd {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -353,35 +385,9 @@ impl Envoy {
         Envoy::start(meshd, ads, id, meta, ip)
     }
 
-    /// Starts Envoy and waits until it has initialised from meshd; an admin port taken in
-    /// the meantime by a parallel test makes Envoy exit, and the start is retried.
+    /// Starts Envoy and waits until it has initialised from meshd.
     fn start(meshd: &Meshd, ads: Ads, id: String, metadata: String, ip: String) -> Envoy {
-        for _ in 0..5 {
-            let mut e = Envoy::spawn(meshd, ads, id.clone(), metadata.clone(), ip.clone());
-            let start = Instant::now();
-            loop {
-                if e.admin("/ready").is_ok_and(|r| r.status == 200) {
-                    return e;
-                }
-                if e.child.try_wait().unwrap().is_some() {
-                    assert!(
-                        e.log().contains("ddress already in use"),
-                        "Envoy {} exited at start-up:\n{}",
-                        e.id,
-                        e.log()
-                    );
-                    break;
-                }
-                assert!(
-                    start.elapsed() < Duration::from_secs(20),
-                    "Envoy {} did not initialise from meshd in 20s; its log:\n{}",
-                    e.id,
-                    e.log()
-                );
-                thread::sleep(Duration::from_millis(25));
-            }
-        }
-        panic!("Envoy could not bind a free admin port in 5 attempts");
+        start_retrying(|| Envoy::spawn(meshd, ads, id.clone(), metadata.clone(), ip.clone()))
     }
 
     fn spawn(meshd: &Meshd, ads: Ads, id: String, metadata: String, ip: String) -> Envoy {
@@ -476,6 +482,20 @@ static_resources:
 
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Started for Envoy {
+    const WHAT: &'static str = "Envoy";
+    const PORT_TAKEN: &'static str = "Address already in use";
+    fn child(&mut self) -> &mut Child {
+        &mut self.child
+    }
+    fn ready(&self) -> bool {
+        self.admin("/ready").is_ok_and(|r| r.status == 200)
+    }
+    fn log(&self) -> String {
+        Envoy::log(self)
     }
 }
 

@@ -73,6 +73,22 @@ async fn client(m: &Meshd) -> AggregatedDiscoveryServiceClient<tonic::transport:
         .unwrap()
 }
 
+/// The next message on a stream, within 5 s.
+async fn recv<T>(rx: &mut Streaming<T>) -> T {
+    tokio::time::timeout(Duration::from_secs(5), rx.message())
+        .await
+        .expect("no response in 5s")
+        .unwrap()
+        .unwrap()
+}
+
+/// Asserts meshd sends nothing for 400 ms.
+async fn expect_silence<T: std::fmt::Debug>(rx: &mut Streaming<T>) {
+    if let Ok(msg) = tokio::time::timeout(Duration::from_millis(400), rx.message()).await {
+        panic!("expected no response, got {msg:?}");
+    }
+}
+
 struct Delta {
     tx: mpsc::Sender<DeltaDiscoveryRequest>,
     rx: Streaming<DeltaDiscoveryResponse>,
@@ -94,16 +110,10 @@ impl Delta {
         self.tx.send(req).await.unwrap();
     }
     async fn recv(&mut self) -> DeltaDiscoveryResponse {
-        tokio::time::timeout(Duration::from_secs(5), self.rx.message())
-            .await
-            .expect("no response in 5s")
-            .unwrap()
-            .unwrap()
+        recv(&mut self.rx).await
     }
     async fn expect_silence(&mut self) {
-        if let Ok(msg) = tokio::time::timeout(Duration::from_millis(400), self.rx.message()).await {
-            panic!("expected no response, got {msg:?}");
-        }
+        expect_silence(&mut self.rx).await
     }
     async fn ack(&self, r: &DeltaDiscoveryResponse) {
         self.send(DeltaDiscoveryRequest {
@@ -270,16 +280,10 @@ struct Sotw {
 
 impl Sotw {
     async fn recv(&mut self) -> DiscoveryResponse {
-        tokio::time::timeout(Duration::from_secs(5), self.rx.message())
-            .await
-            .expect("no response in 5s")
-            .unwrap()
-            .unwrap()
+        recv(&mut self.rx).await
     }
     async fn expect_silence(&mut self) {
-        if let Ok(msg) = tokio::time::timeout(Duration::from_millis(400), self.rx.message()).await {
-            panic!("expected no response, got {msg:?}");
-        }
+        expect_silence(&mut self.rx).await
     }
 }
 

@@ -1,0 +1,104 @@
+//! One ADS stream's life, shared by both framings: identify the proxy from the first
+//! request, then serve its requests and the pushes published to it until either side goes.
+//! What differs between state-of-the-world and delta is behind [`Framing`].
+
+use std::future::Future;
+use std::sync::Arc;
+
+use envoy_types::pb::envoy::config::core::v3::Node;
+use tokio::sync::mpsc;
+use tonic::{Status, Streaming};
+
+use super::connection::Connection;
+use super::push::Push;
+use super::{Closed, XdsShared, proxy_from_node};
+
+pub type Tx<R> = mpsc::Sender<Result<R, Status>>;
+
+/// The framing of one ADS variant.
+pub trait Framing: 'static {
+    type Request: Send + 'static;
+    type Response: Send + 'static;
+    /// `SotW` or `delta`, for logs and `/debug/syncz`.
+    const NAME: &'static str;
+
+    fn node(request: &Self::Request) -> Option<&Node>;
+
+    /// Answers one request from the proxy.
+    fn handle(
+        conn: &mut Connection,
+        request: Self::Request,
+        tx: &Tx<Self::Response>,
+    ) -> impl Future<Output = Result<(), Closed>> + Send;
+
+    /// Sends what a push changed for this proxy (`conn.push` is already the new push).
+    fn push(
+        conn: &mut Connection,
+        tx: &Tx<Self::Response>,
+    ) -> impl Future<Output = Result<(), Closed>> + Send;
+}
+
+pub async fn run<F: Framing>(
+    shared: Arc<XdsShared>,
+    mut requests: Streaming<F::Request>,
+    tx: Tx<F::Response>,
+) {
+    let first = match requests.message().await {
+        Ok(Some(r)) => r,
+        _ => return,
+    };
+    let proxy = match proxy_from_node(&shared, F::node(&first)) {
+        Ok(p) => p,
+        Err(status) => {
+            let _ = tx.send(Err(status)).await;
+            return;
+        }
+    };
+    let mut pushes = shared.subscribe();
+    let mut conn = Connection::new(shared.clone(), proxy, F::NAME == "delta");
+    conn.push = pushes.borrow_and_update().clone();
+    tracing::info!(proxy = %conn.proxy.id, "proxy connected ({})", F::NAME);
+    if F::handle(&mut conn, first, &tx).await.is_err() {
+        return;
+    }
+    loop {
+        tokio::select! {
+            msg = requests.message() => match msg {
+                Ok(Some(req)) => if F::handle(&mut conn, req, &tx).await.is_err() { break },
+                Ok(None) => break,
+                Err(status) => {
+                    shared.metrics.xds_connection_errors.get_or_create(&vec![("reason", "stream".to_string())]).inc();
+                    tracing::info!(proxy = %conn.proxy.id, "stream closed with error: {}", status.message());
+                    break;
+                }
+            },
+            changed = pushes.changed() => {
+                if changed.is_err() { break }
+                let push = pushes.borrow_and_update().clone();
+                if deliver::<F>(&mut conn, push, &tx).await.is_err() { break }
+            }
+        }
+    }
+    tracing::info!(proxy = %conn.proxy.id, "proxy disconnected");
+}
+
+/// A push reaches a proxy only if it can change something for it, and then through the
+/// throttle (`PILOT_PUSH_THROTTLE` pushes at once).
+async fn deliver<F: Framing>(
+    conn: &mut Connection,
+    push: Arc<Push>,
+    tx: &Tx<F::Response>,
+) -> Result<(), Closed> {
+    if !push.affects(&conn.proxy) {
+        conn.push = push; // nothing it depends on changed: no queue, no diff, no send
+        return Ok(());
+    }
+    let shared = conn.shared.clone();
+    let _permit = shared.throttle.acquire().await.map_err(|_| Closed)?;
+    shared
+        .metrics
+        .proxy_queue_time
+        .observe(push.published_at.elapsed().as_secs_f64());
+    conn.push = push;
+    F::push(conn, tx).await
+}
