@@ -71,6 +71,7 @@ async fn configz(State(s): State<DebugState>) -> impl IntoResponse {
                 "name": o.key.name,
                 "generation": o.meta.generation,
                 "labels": o.meta.labels,
+                "annotations": o.meta.annotations,
                 "spec": o.spec,
             })
         })

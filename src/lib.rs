@@ -7,6 +7,7 @@ pub mod config;
 pub mod debug;
 pub mod duration;
 pub mod filesource;
+pub mod k8s;
 pub mod metrics;
 pub mod model;
 pub mod serve;

@@ -9,7 +9,8 @@ use clap::{Parser, Subcommand};
 use meshd::config::Level;
 use meshd::config::parse::parse_file;
 use meshd::filesource::yaml_files;
-use meshd::serve::{ServeOptions, run};
+use meshd::k8s::Scope;
+use meshd::serve::{ServeOptions, Source, run};
 use meshd::xds::push::PushSettings;
 
 #[derive(Parser)]
@@ -27,9 +28,17 @@ struct Cli {
 enum Command {
     /// Serve xDS to Envoy proxies from a directory of Istio and Kubernetes YAML.
     Serve {
-        /// Directory of *.yaml / *.yml files (watched; edits apply live).
+        /// Directory of *.yaml / *.yml files (watched; edits apply live). Without it, meshd
+        /// watches the Kubernetes API (kubeconfig or in-cluster configuration).
         #[arg(long, env = "MESHD_CONFIG_DIR")]
-        config_dir: PathBuf,
+        config_dir: Option<PathBuf>,
+        /// The control-plane revision served: proxies and namespaces labelled
+        /// `istio.io/rev=REVISION` (Istio's `REVISION`).
+        #[arg(long, env = "REVISION", default_value = "default")]
+        revision: String,
+        /// Comma-separated namespaces to watch and keep (Kubernetes mode); all if empty.
+        #[arg(long, env = "WATCHED_NAMESPACES", value_delimiter = ',')]
+        watched_namespaces: Vec<String>,
         /// xDS (ADS over gRPC, plaintext), Istio's port 15010.
         #[arg(long, default_value = "0.0.0.0:15010")]
         xds_address: SocketAddr,
@@ -57,6 +66,8 @@ fn main() -> ExitCode {
         Command::Validate { paths } => validate(&paths),
         Command::Serve {
             config_dir,
+            revision,
+            watched_namespaces,
             xds_address,
             monitoring_address,
         } => {
@@ -74,8 +85,19 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
+            let source = match config_dir {
+                Some(dir) => Source::ConfigDir(dir),
+                None => Source::Kubernetes(Scope {
+                    revision: revision.clone(),
+                    namespaces: watched_namespaces
+                        .into_iter()
+                        .filter(|n| !n.is_empty())
+                        .collect(),
+                }),
+            };
             let opts = ServeOptions {
-                config_dir,
+                source,
+                revision,
                 xds_address,
                 monitoring_address,
                 push,

@@ -10,20 +10,34 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use tokio::sync::{mpsc, watch};
 
+use crate::config::ObjectKey;
 use crate::config::{ConfigIssue, Level};
 use crate::debug::{self, DebugState};
-use crate::filesource::FileSource;
+use crate::filesource::{FileSource, IssueBoard, IssueHook};
+use crate::k8s::{KubeSource, Scope};
 use crate::metrics::Metrics;
 use crate::model::Store;
 use crate::xds::push::{ConfigEvent, PushSettings, build_push, debounce_loop};
 use crate::xds::{AdsService, XdsShared};
+use std::collections::BTreeSet;
+
+/// Where configuration comes from.
+#[derive(Clone, Debug)]
+pub enum Source {
+    /// A directory of YAML, watched.
+    ConfigDir(PathBuf),
+    /// The Kubernetes API (kubeconfig or in-cluster config).
+    Kubernetes(Scope),
+}
 
 #[derive(Clone, Debug)]
 pub struct ServeOptions {
-    pub config_dir: PathBuf,
+    pub source: Source,
     pub xds_address: SocketAddr,
     pub monitoring_address: SocketAddr,
     pub push: PushSettings,
+    /// The revision this instance serves (`default` unless told otherwise).
+    pub revision: String,
 }
 
 fn log_issue(metrics: &Metrics, issue: &ConfigIssue) {
@@ -44,65 +58,43 @@ pub async fn run(opts: ServeOptions) -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::new());
     let store = Arc::new(RwLock::new(Store::default()));
     let hook_metrics = metrics.clone();
-    let mut source = FileSource::new(
-        opts.config_dir.clone(),
-        store.clone(),
-        Arc::new(move |i| log_issue(&hook_metrics, i)),
-    );
-    anyhow::ensure!(
-        opts.config_dir.exists(),
-        "config directory {} does not exist",
-        opts.config_dir.display()
-    );
-    let loaded = source.sync();
-    tracing::info!(dir = %opts.config_dir.display(), objects = loaded.len(), "initial configuration loaded");
-    let issues = source.issues.clone();
-
-    let first = build_push(&store, 1, Instant::now(), None, &metrics);
-    let (push_tx, push_rx) = watch::channel(Arc::new(first));
+    let hook: IssueHook = Arc::new(move |i| log_issue(&hook_metrics, i));
     let (event_tx, event_rx) = mpsc::unbounded_channel();
-    let (shutdown_tx, shutdown_rx) = watch::channel(false);
-
-    tokio::spawn(debounce_loop(
-        event_rx,
-        store.clone(),
-        push_tx,
-        opts.push.clone(),
-        metrics.clone(),
-    ));
-    let watch_shutdown = shutdown_rx.clone();
-    tokio::spawn(async move {
-        let on_change = move |keys: std::collections::BTreeSet<crate::config::ObjectKey>| {
+    let on_change: Arc<dyn Fn(BTreeSet<ObjectKey>) + Send + Sync> =
+        Arc::new(move |keys: BTreeSet<ObjectKey>| {
             let _ = event_tx.send(ConfigEvent {
                 at: Instant::now(),
                 keys: keys.into_iter().collect(),
             });
-        };
-        if let Err(e) = source.watch(on_change, watch_shutdown).await {
-            tracing::error!(
-                "config directory watch stopped: {e:#}; serving the last loaded config"
-            );
-        }
-    });
+        });
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
 
-    let xds = XdsShared::new(metrics.clone(), push_rx, opts.push.push_throttle);
+    // Until the initial configuration is in, proxies see nothing and /ready says so.
+    let (push_tx, push_rx) = watch::channel(Arc::new(build_push(
+        &store,
+        0,
+        Instant::now(),
+        None,
+        &metrics,
+    )));
+    let xds = XdsShared::new(
+        metrics.clone(),
+        push_rx,
+        opts.push.push_throttle,
+        opts.revision.clone(),
+    );
     let ready = Arc::new(AtomicBool::new(false));
+    let issues: IssueBoard = Arc::default();
     let debug_state = DebugState {
         metrics: metrics.clone(),
         store: store.clone(),
-        issues,
+        issues: issues.clone(),
         xds: xds.clone(),
         ready: ready.clone(),
     };
-
     let monitoring = tokio::net::TcpListener::bind(opts.monitoring_address)
         .await
         .with_context(|| format!("binding the monitoring port {}", opts.monitoring_address))?;
-    let xds_listener = tokio::net::TcpListener::bind(opts.xds_address)
-        .await
-        .with_context(|| format!("binding the xDS port {}", opts.xds_address))?;
-    tracing::info!(xds = %opts.xds_address, monitoring = %opts.monitoring_address, "meshd serving");
-
     let mut debug_shutdown = shutdown_rx.clone();
     let debug_task = tokio::spawn(async move {
         axum::serve(monitoring, debug::router(debug_state))
@@ -111,6 +103,72 @@ pub async fn run(opts: ServeOptions) -> anyhow::Result<()> {
             })
             .await
     });
+
+    match &opts.source {
+        Source::ConfigDir(dir) => {
+            anyhow::ensure!(
+                dir.exists(),
+                "config directory {} does not exist",
+                dir.display()
+            );
+            let mut source = FileSource::new(dir.clone(), store.clone(), hook.clone());
+            source.issues = issues.clone();
+            let loaded = source.sync();
+            tracing::info!(dir = %dir.display(), objects = loaded.len(), "initial configuration loaded");
+            let watch_shutdown = shutdown_rx.clone();
+            let on_change = on_change.clone();
+            tokio::spawn(async move {
+                if let Err(e) = source
+                    .watch(move |keys| on_change(keys), watch_shutdown)
+                    .await
+                {
+                    tracing::error!(
+                        "config directory watch stopped: {e:#}; serving the last loaded config"
+                    );
+                }
+            });
+        }
+        Source::Kubernetes(scope) => {
+            let client = kube::Client::try_default()
+                .await
+                .context("no --config-dir was given and no Kubernetes configuration (kubeconfig or in-cluster) was found")?;
+            let source = KubeSource::new(
+                client,
+                store.clone(),
+                scope.clone(),
+                issues.clone(),
+                hook.clone(),
+            );
+            source.start(on_change.clone());
+            tracing::info!(revision = %scope.revision, "waiting for the initial list of every kind");
+            source.synced().await;
+            tracing::info!(
+                objects = store.read().unwrap().len(),
+                "initial configuration loaded from Kubernetes"
+            );
+        }
+    }
+
+    push_tx.send_replace(Arc::new(build_push(
+        &store,
+        1,
+        Instant::now(),
+        None,
+        &metrics,
+    )));
+    tokio::spawn(debounce_loop(
+        event_rx,
+        store.clone(),
+        push_tx,
+        opts.push.clone(),
+        metrics.clone(),
+    ));
+
+    let xds_listener = tokio::net::TcpListener::bind(opts.xds_address)
+        .await
+        .with_context(|| format!("binding the xDS port {}", opts.xds_address))?;
+    tracing::info!(xds = %opts.xds_address, monitoring = %opts.monitoring_address, "meshd serving");
+
     let mut xds_shutdown = shutdown_rx.clone();
     let xds_task = tokio::spawn(
         tonic::transport::Server::builder()

@@ -86,6 +86,29 @@ impl Kind {
         }
     }
 
+    /// The resource name in API paths (`/apis/GROUP/VERSION/PLURAL`).
+    pub fn plural(self) -> &'static str {
+        match self {
+            Kind::VirtualService => "virtualservices",
+            Kind::DestinationRule => "destinationrules",
+            Kind::Gateway => "gateways",
+            Kind::ServiceEntry => "serviceentries",
+            Kind::Sidecar => "sidecars",
+            Kind::WorkloadEntry => "workloadentries",
+            Kind::PeerAuthentication => "peerauthentications",
+            Kind::AuthorizationPolicy => "authorizationpolicies",
+            Kind::Service => "services",
+            Kind::EndpointSlice => "endpointslices",
+            Kind::Pod => "pods",
+            Kind::Namespace => "namespaces",
+        }
+    }
+
+    /// Istio's configuration kinds (as opposed to the Kubernetes workload kinds).
+    pub fn is_istio(self) -> bool {
+        self.group().ends_with("istio.io")
+    }
+
     /// The path segment Istio uses in config metadata (`.../virtual-service/NAME`).
     pub fn istio_path_segment(self) -> &'static str {
         match self {

@@ -89,6 +89,13 @@ pub fn parse_file(file: &str, text: &str) -> Parsed {
     out
 }
 
+/// Parses one object given as JSON (the Kubernetes source), reported under `source`.
+pub fn parse_value(source: &str, value: Value) -> Parsed {
+    let mut out = Parsed::default();
+    parse_document(source, 0, value, &mut out);
+    out
+}
+
 fn issue(
     file: &str,
     document: usize,
@@ -229,11 +236,14 @@ fn parse_document(file: &str, index: usize, value: Value, out: &mut Parsed) {
             "unknown field, ignored".into(),
         ));
     }
+    let mut annotations = meta.annotations.unwrap_or_default();
+    // Large and never read: kubectl's copy of the whole object.
+    annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
     let meta = Meta {
         name: key.name.clone(),
         namespace: key.namespace.clone(),
         labels: meta.labels.unwrap_or_default(),
-        annotations: meta.annotations.unwrap_or_default(),
+        annotations,
         generation: meta.generation,
         creation_timestamp: meta.creation_timestamp.map(|t| t.0.to_string()),
     };

@@ -32,6 +32,7 @@ pub struct PushContext {
     pub gateways: Vec<Arc<ConfigObject>>,
     pub sidecars: Vec<Arc<ConfigObject>>,
     pub pod_labels: HashMap<(String, String), BTreeMap<String, String>>,
+    pub namespace_labels: HashMap<String, BTreeMap<String, String>>,
     pub issues: Vec<ModelIssue>,
 }
 
@@ -69,6 +70,10 @@ impl PushContext {
                 )
             })
             .collect();
+        let namespace_labels = store
+            .of_kind(Kind::Namespace)
+            .map(|n| (n.key.name.clone(), n.meta.labels.clone()))
+            .collect();
         let mut ctx = PushContext {
             version,
             services,
@@ -77,6 +82,7 @@ impl PushContext {
             gateways,
             sidecars,
             pod_labels,
+            namespace_labels,
             issues: Vec::new(),
         };
         ctx.issues = ctx.cross_check();
@@ -299,6 +305,21 @@ impl PushContext {
                 let ns = h.split_once('/').map_or("*", |(ns, _)| ns);
                 ns == "*" || ns == namespace || (ns == "." && namespace == proxy.namespace)
             })
+    }
+
+    /// The control-plane revision a proxy belongs to, as Istio's injector decides it: the
+    /// pod's `istio.io/rev` label, else `ISTIO_REVISION`, else its namespace's
+    /// `istio.io/rev` label, else `default` (which `istio-injection=enabled` also means).
+    pub fn proxy_revision(&self, proxy: &Proxy) -> String {
+        self.proxy_labels(proxy)
+            .get("istio.io/rev")
+            .cloned()
+            .or_else(|| proxy.revision.clone())
+            .or_else(|| {
+                let labels = self.namespace_labels.get(&proxy.namespace)?;
+                labels.get("istio.io/rev").cloned()
+            })
+            .unwrap_or_else(|| "default".to_string())
     }
 
     /// Gateways whose selector matches a router proxy.

@@ -40,6 +40,8 @@ pub struct Closed;
 /// State every connection shares.
 pub struct XdsShared {
     pub metrics: Arc<Metrics>,
+    /// The revision this instance serves; proxies of other revisions are refused.
+    pub revision: String,
     pub throttle: Semaphore,
     pushes: watch::Receiver<Arc<Push>>,
     next_id: AtomicU64,
@@ -51,9 +53,11 @@ impl XdsShared {
         metrics: Arc<Metrics>,
         pushes: watch::Receiver<Arc<Push>>,
         push_throttle: usize,
+        revision: String,
     ) -> Arc<XdsShared> {
         Arc::new(XdsShared {
             metrics,
+            revision,
             throttle: Semaphore::new(push_throttle.max(1)),
             pushes,
             next_id: AtomicU64::new(1),
@@ -134,6 +138,7 @@ fn value_to_json(v: &PbValue) -> serde_json::Value {
 
 /// Identifies the proxy from the first request's node, or refuses the stream.
 fn proxy_from_node(shared: &XdsShared, node: Option<&Node>) -> Result<Proxy, Status> {
+    // Counts and logs a refusal; the caller picks the status code.
     let refuse = |reason: &str, message: String| {
         shared
             .metrics
@@ -141,16 +146,33 @@ fn proxy_from_node(shared: &XdsShared, node: Option<&Node>) -> Result<Proxy, Sta
             .get_or_create(&vec![("reason", reason.to_string())])
             .inc();
         tracing::warn!("refusing xDS stream: {message}");
-        Status::invalid_argument(message)
+        message
     };
-    let node =
-        node.ok_or_else(|| refuse("no_node", "the first request must carry the node".into()))?;
+    let node = node.ok_or_else(|| {
+        Status::invalid_argument(refuse(
+            "no_node",
+            "the first request must carry the node".into(),
+        ))
+    })?;
     let metadata = node
         .metadata
         .as_ref()
         .map(struct_to_json)
         .unwrap_or_default();
-    Proxy::from_node(&node.id, &metadata).map_err(|e| refuse("bad_node", e))
+    let proxy = Proxy::from_node(&node.id, &metadata)
+        .map_err(|e| Status::invalid_argument(refuse("bad_node", e)))?;
+    let revision = shared.current_push().context.proxy_revision(&proxy);
+    if revision != shared.revision {
+        let message = format!(
+            "proxy {} belongs to revision {revision:?} but this meshd serves revision {:?}; connect it to that revision's control plane",
+            proxy.id, shared.revision
+        );
+        return Err(Status::failed_precondition(refuse(
+            "wrong_revision",
+            message,
+        )));
+    }
+    Ok(proxy)
 }
 
 /// The tonic service.

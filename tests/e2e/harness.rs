@@ -253,16 +253,41 @@ pub struct Meshd {
 impl Meshd {
     /// Starts meshd on fresh ports and waits until it is ready.
     pub fn start(config_dir: &Path) -> Meshd {
-        start_retrying(|| Meshd::spawn(config_dir))
+        start_retrying(|| {
+            Meshd::spawn(
+                config_dir,
+                &["--config-dir".into(), config_dir.display().to_string()],
+                None,
+            )
+        })
     }
 
-    fn spawn(config_dir: &Path) -> Meshd {
+    /// meshd in Kubernetes mode against `kubeconfig`, serving `revision`; `dir` holds its
+    /// log (and is where tests would write files, which this mode ignores).
+    pub fn start_kubernetes(dir: &Path, kubeconfig: &Path, revision: &str) -> Meshd {
+        start_retrying(|| Meshd::spawn_kubernetes(dir, kubeconfig, revision))
+    }
+
+    /// As [`Meshd::start_kubernetes`], without waiting for readiness.
+    pub fn spawn_kubernetes(dir: &Path, kubeconfig: &Path, revision: &str) -> Meshd {
+        std::fs::create_dir_all(dir).unwrap();
+        Meshd::spawn(
+            dir,
+            &["--revision".into(), revision.into()],
+            Some(kubeconfig),
+        )
+    }
+
+    fn spawn(config_dir: &Path, args: &[String], kubeconfig: Option<&Path>) -> Meshd {
         let (xds_port, monitoring_port) = (free_port(), free_port());
         let log = config_dir.with_extension("meshd.log");
-        let child = Command::new(env!("CARGO_BIN_EXE_meshd"))
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_meshd"));
+        if let Some(k) = kubeconfig {
+            cmd.env("KUBECONFIG", k);
+        }
+        let child = cmd
             .arg("serve")
-            .arg("--config-dir")
-            .arg(config_dir)
+            .args(args)
             .args(["--xds-address", &format!("127.0.0.1:{xds_port}")])
             .args([
                 "--monitoring-address",

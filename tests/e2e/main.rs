@@ -3,9 +3,11 @@
 
 mod harness;
 
+mod apiserver;
 mod bad_config;
 mod cli;
 mod gateway;
+mod kubernetes;
 mod protocol;
 mod scoping;
 mod sidecar;

@@ -1,0 +1,321 @@
+//! The Kubernetes source: a kube-runtime watcher per kind meshd reads, feeding the model
+//! through the same parse, validate and apply path as the config directory.
+//!
+//! - Memory: objects are cut down at the edge (`config::parse`); managed fields and
+//!   kubectl's last-applied annotation never reach the model.
+//! - Relists (start-up, `410 Gone`, a dropped watch) replace one kind's set atomically
+//!   at `InitDone`, applying only real differences, so proxies keep their config and
+//!   only changes are pushed.
+//! - Revisions: an Istio object labelled `istio.io/rev` for another revision is treated
+//!   as absent; unlabelled objects apply to every revision, as in Istio.
+//! - Bad objects keep their last good version and are reported like bad files.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock};
+
+use futures::StreamExt;
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client};
+use serde_json::Value;
+use tokio::sync::watch;
+
+use crate::config::parse::parse_value;
+use crate::config::{ConfigObject, Kind, ObjectKey};
+use crate::filesource::{IssueBoard, IssueHook};
+use crate::model::Store;
+
+/// Label naming the control-plane revision an object or namespace belongs to.
+pub const REVISION_LABEL: &str = "istio.io/rev";
+
+/// What this instance watches and keeps.
+#[derive(Clone, Debug)]
+pub struct Scope {
+    /// This instance's revision (`default` unless `--revision` says otherwise).
+    pub revision: String,
+    /// If not empty, only these namespaces are kept (`WATCHED_NAMESPACES`).
+    pub namespaces: BTreeSet<String>,
+}
+
+impl Scope {
+    fn keeps(&self, object: &ConfigObject) -> bool {
+        if !self.namespaces.is_empty()
+            && object.key.kind.namespaced()
+            && !self.namespaces.contains(&object.key.namespace)
+        {
+            return false;
+        }
+        if object.key.kind.is_istio()
+            && let Some(rev) = object.meta.labels.get(REVISION_LABEL)
+        {
+            return *rev == self.revision;
+        }
+        true
+    }
+}
+
+fn api_resource(kind: Kind) -> ApiResource {
+    let version = kind.versions()[0];
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk(kind.group(), version, kind.as_str()),
+        kind.plural(),
+    )
+}
+
+/// Shared state of the watchers.
+pub struct KubeSource {
+    client: Client,
+    store: Arc<RwLock<Store>>,
+    scope: Scope,
+    issues: IssueBoard,
+    hook: IssueHook,
+    synced: Arc<AtomicUsize>,
+    synced_tx: watch::Sender<bool>,
+}
+
+impl KubeSource {
+    pub fn new(
+        client: Client,
+        store: Arc<RwLock<Store>>,
+        scope: Scope,
+        issues: IssueBoard,
+        hook: IssueHook,
+    ) -> Arc<KubeSource> {
+        let (synced_tx, _) = watch::channel(false);
+        Arc::new(KubeSource {
+            client,
+            store,
+            scope,
+            issues,
+            hook,
+            synced: Arc::default(),
+            synced_tx,
+        })
+    }
+
+    /// Starts one watcher per kind; `on_change` receives the keys each event changed.
+    pub fn start(self: &Arc<Self>, on_change: Arc<dyn Fn(BTreeSet<ObjectKey>) + Send + Sync>) {
+        for kind in Kind::ALL {
+            let this = self.clone();
+            let on_change = on_change.clone();
+            tokio::spawn(async move { this.watch(kind, on_change).await });
+        }
+    }
+
+    /// Resolves once every kind has been listed once.
+    pub async fn synced(&self) {
+        let mut rx = self.synced_tx.subscribe();
+        let _ = rx.wait_for(|done| *done).await;
+    }
+
+    async fn watch(&self, kind: Kind, on_change: Arc<dyn Fn(BTreeSet<ObjectKey>) + Send + Sync>) {
+        let ar = api_resource(kind);
+        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &ar);
+        let mut events = watcher(api, watcher::Config::default())
+            .default_backoff()
+            .boxed();
+        let mut buffer: Option<Vec<DynamicObject>> = None;
+        let mut first_sync = true;
+        while let Some(event) = events.next().await {
+            let changed = match event {
+                Ok(watcher::Event::Apply(obj)) => self.apply(kind, &ar, obj),
+                Ok(watcher::Event::Delete(obj)) => self.delete(kind, &obj),
+                Ok(watcher::Event::Init) => {
+                    buffer = Some(Vec::new());
+                    BTreeSet::new()
+                }
+                Ok(watcher::Event::InitApply(obj)) => {
+                    buffer.get_or_insert_with(Vec::new).push(obj);
+                    BTreeSet::new()
+                }
+                Ok(watcher::Event::InitDone) => {
+                    let changed = self.replace(kind, &ar, buffer.take().unwrap_or_default());
+                    if std::mem::take(&mut first_sync) {
+                        tracing::info!(kind = %kind, "initial list synced");
+                        if self.synced.fetch_add(1, Ordering::AcqRel) + 1 == Kind::ALL.len() {
+                            self.synced_tx.send_replace(true);
+                        }
+                    } else {
+                        tracing::info!(kind = %kind, changed = changed.len(), "relisted");
+                    }
+                    changed
+                }
+                Err(e) => {
+                    tracing::warn!(kind = %kind, "watch failed, retrying with backoff: {e}");
+                    continue;
+                }
+            };
+            if !changed.is_empty() {
+                on_change(changed);
+            }
+        }
+    }
+
+    fn board_key(key: &ObjectKey) -> String {
+        format!("kubernetes:{key}")
+    }
+
+    /// Parses one object; `Err` carries the key of an object that was rejected (its last
+    /// good version stays), `Ok(None)` an object outside this instance's scope.
+    fn convert(
+        &self,
+        kind: Kind,
+        ar: &ApiResource,
+        obj: DynamicObject,
+    ) -> Result<Option<ConfigObject>, Option<ObjectKey>> {
+        let mut value = serde_json::to_value(&obj).map_err(|_| None)?;
+        value["apiVersion"] = Value::String(ar.api_version.clone());
+        value["kind"] = Value::String(ar.kind.clone());
+        let source = format!("kubernetes:{}", kind.plural());
+        let parsed = parse_value(&source, value);
+        let key = parsed
+            .objects
+            .first()
+            .map(|o| o.key.clone())
+            .or_else(|| parsed.rejected.first().cloned());
+        if let Some(key) = &key {
+            let mut board = self.issues.write().unwrap();
+            if parsed.issues.is_empty() {
+                board.remove(&Self::board_key(key));
+            } else {
+                board.insert(Self::board_key(key), parsed.issues.clone());
+            }
+        }
+        for issue in &parsed.issues {
+            (self.hook)(issue);
+        }
+        match parsed.objects.into_iter().next() {
+            Some(o) if self.scope.keeps(&o) => Ok(Some(o)),
+            Some(_) => Ok(None),
+            None => Err(key),
+        }
+    }
+
+    fn key_of(kind: Kind, obj: &DynamicObject) -> ObjectKey {
+        ObjectKey {
+            kind,
+            namespace: if kind.namespaced() {
+                obj.metadata.namespace.clone().unwrap_or_default()
+            } else {
+                String::new()
+            },
+            name: obj.metadata.name.clone().unwrap_or_default(),
+        }
+    }
+
+    fn apply(&self, kind: Kind, ar: &ApiResource, obj: DynamicObject) -> BTreeSet<ObjectKey> {
+        let key = Self::key_of(kind, &obj);
+        let mut changed = BTreeSet::new();
+        match self.convert(kind, ar, obj) {
+            Ok(Some(o)) => {
+                if self.store.write().unwrap().apply(o) {
+                    changed.insert(key);
+                }
+            }
+            // Out of scope now (e.g. relabelled to another revision): gone for us.
+            Ok(None) => {
+                if self.store.write().unwrap().delete(&key) {
+                    changed.insert(key);
+                }
+            }
+            Err(_) => {} // rejected: the last good version stays
+        }
+        changed
+    }
+
+    fn delete(&self, kind: Kind, obj: &DynamicObject) -> BTreeSet<ObjectKey> {
+        let key = Self::key_of(kind, obj);
+        self.issues.write().unwrap().remove(&Self::board_key(&key));
+        let mut changed = BTreeSet::new();
+        if self.store.write().unwrap().delete(&key) {
+            changed.insert(key);
+        }
+        changed
+    }
+
+    /// A relist: the listed objects replace what the store holds of `kind`.
+    fn replace(
+        &self,
+        kind: Kind,
+        ar: &ApiResource,
+        listed: Vec<DynamicObject>,
+    ) -> BTreeSet<ObjectKey> {
+        let mut keep = BTreeSet::new();
+        let mut accepted = Vec::new();
+        for obj in listed {
+            let key = Self::key_of(kind, &obj);
+            match self.convert(kind, ar, obj) {
+                Ok(Some(o)) => {
+                    keep.insert(key);
+                    accepted.push(o);
+                }
+                Ok(None) => {}
+                Err(_) => {
+                    keep.insert(key); // rejected now, but its last good version stays
+                }
+            }
+        }
+        let mut changed = BTreeSet::new();
+        let mut store = self.store.write().unwrap();
+        for o in accepted {
+            let key = o.key.clone();
+            if store.apply(o) {
+                changed.insert(key);
+            }
+        }
+        let stale: Vec<ObjectKey> = store
+            .of_kind(kind)
+            .map(|o| o.key.clone())
+            .filter(|k| !keep.contains(k))
+            .collect();
+        for key in stale {
+            store.delete(&key);
+            changed.insert(key);
+        }
+        changed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::parse::parse_file;
+
+    fn object(yaml: &str) -> ConfigObject {
+        parse_file("t.yaml", yaml).objects.remove(0)
+    }
+
+    #[test]
+    fn a_revision_label_and_the_namespace_allow_list_decide_what_is_kept() {
+        let scope = Scope {
+            revision: "blue".into(),
+            namespaces: BTreeSet::new(),
+        };
+        let vs = "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: a, namespace: shop, labels: {istio.io/rev: REV}}\nspec: {hosts: [a]}\n";
+        assert!(scope.keeps(&object(&vs.replace("REV", "blue"))));
+        assert!(
+            !scope.keeps(&object(&vs.replace("REV", "green"))),
+            "another revision's object"
+        );
+        assert!(
+            scope.keeps(&object(&vs.replace(", labels: {istio.io/rev: REV}", ""))),
+            "unlabelled: every revision"
+        );
+        let svc = "apiVersion: v1\nkind: Service\nmetadata: {name: a, namespace: shop, labels: {istio.io/rev: green}}\nspec: {ports: [{port: 80}]}\n";
+        assert!(
+            scope.keeps(&object(svc)),
+            "workload kinds are not sharded by revision"
+        );
+        let only_other = Scope {
+            revision: "blue".into(),
+            namespaces: ["other".to_string()].into(),
+        };
+        assert!(!only_other.keeps(&object(svc)));
+        let ns = "apiVersion: v1\nkind: Namespace\nmetadata: {name: shop}\n";
+        assert!(
+            only_other.keeps(&object(ns)),
+            "namespaces themselves are cluster-scoped"
+        );
+    }
+}

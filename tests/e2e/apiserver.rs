@@ -1,0 +1,267 @@
+//! An in-process Kubernetes API server speaking the list/watch protocol the kube client
+//! uses: lists with a resourceVersion, watches as newline-delimited JSON events with
+//! history replay from a resourceVersion, `410 Gone` for expired versions, dropped
+//! streams, and lists that can be held back (to test readiness).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+use std::thread;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{Query, State};
+use axum::http::{StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use tokio_stream::StreamExt;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+
+#[derive(Default)]
+struct Inner {
+    rv: u64,
+    /// plural -> (namespace, name) -> object
+    objects: BTreeMap<String, BTreeMap<(String, String), Value>>,
+    /// plural -> (resourceVersion, event)
+    history: BTreeMap<String, Vec<(u64, Value)>>,
+    watchers: BTreeMap<String, Vec<mpsc::UnboundedSender<Bytes>>>,
+    /// Watches from a resourceVersion below this get `410 Gone`.
+    expired_below: u64,
+    /// Kinds whose lists answer 503 for now.
+    held: BTreeSet<String>,
+    /// Every list request, by plural.
+    lists: BTreeMap<String, usize>,
+}
+
+#[derive(Clone)]
+pub struct FakeApiServer {
+    inner: Arc<Mutex<Inner>>,
+    pub port: u16,
+}
+
+fn plural_of(kind: &str) -> &'static str {
+    meshd::config::Kind::ALL
+        .into_iter()
+        .find(|k| k.as_str() == kind)
+        .map(|k| k.plural())
+        .unwrap_or_else(|| panic!("unknown kind {kind}"))
+}
+
+fn line(event: &Value) -> Bytes {
+    let mut s = event.to_string();
+    s.push('\n');
+    Bytes::from(s)
+}
+
+impl FakeApiServer {
+    pub fn start() -> FakeApiServer {
+        let inner = Arc::new(Mutex::new(Inner {
+            rv: 100,
+            ..Default::default()
+        }));
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let state = inner.clone();
+        thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+                let app = Router::new().fallback(handle).with_state(state);
+                axum::serve(listener, app).await.unwrap();
+            });
+        });
+        FakeApiServer { inner, port }
+    }
+
+    /// A kubeconfig pointing at this server.
+    pub fn kubeconfig(&self, dir: &std::path::Path) -> std::path::PathBuf {
+        let path = dir.join("kubeconfig");
+        std::fs::write(
+            &path,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters: [{{name: fake, cluster: {{server: \"http://127.0.0.1:{}\"}}}}]\nusers: [{{name: fake, user: {{token: test}}}}]\ncontexts: [{{name: fake, context: {{cluster: fake, user: fake}}}}]\ncurrent-context: fake\n",
+                self.port
+            ),
+        )
+        .unwrap();
+        path
+    }
+
+    /// Creates or replaces objects given as YAML (several documents allowed).
+    pub fn apply_yaml(&self, yaml: &str) {
+        let docs: Vec<Value> = serde_saphyr::from_multiple(yaml).unwrap();
+        for doc in docs.into_iter().filter(|d| !d.is_null()) {
+            self.apply(doc);
+        }
+    }
+
+    pub fn apply(&self, mut obj: Value) {
+        let plural = plural_of(obj["kind"].as_str().unwrap());
+        let ns = obj["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
+        let name = obj["metadata"]["name"].as_str().unwrap().to_string();
+        let mut inner = self.inner.lock().unwrap();
+        inner.rv += 1;
+        let rv = inner.rv;
+        obj["metadata"]["resourceVersion"] = json!(rv.to_string());
+        let existed = inner
+            .objects
+            .entry(plural.into())
+            .or_default()
+            .insert((ns, name), obj.clone())
+            .is_some();
+        let event = json!({"type": if existed { "MODIFIED" } else { "ADDED" }, "object": obj});
+        Self::publish(&mut inner, plural, rv, event);
+    }
+
+    pub fn delete(&self, kind: &str, namespace: &str, name: &str) {
+        let plural = plural_of(kind);
+        let mut inner = self.inner.lock().unwrap();
+        let Some(mut obj) = inner
+            .objects
+            .entry(plural.into())
+            .or_default()
+            .remove(&(namespace.into(), name.into()))
+        else {
+            return;
+        };
+        inner.rv += 1;
+        let rv = inner.rv;
+        obj["metadata"]["resourceVersion"] = json!(rv.to_string());
+        Self::publish(
+            &mut inner,
+            plural,
+            rv,
+            json!({"type": "DELETED", "object": obj}),
+        );
+    }
+
+    fn publish(inner: &mut Inner, plural: &str, rv: u64, event: Value) {
+        inner
+            .history
+            .entry(plural.into())
+            .or_default()
+            .push((rv, event.clone()));
+        if let Some(ws) = inner.watchers.get_mut(plural) {
+            ws.retain(|w| w.send(line(&event)).is_ok());
+        }
+    }
+
+    /// Compacts history: open watches get `410 Gone` and close; the clients must relist.
+    pub fn expire_watches(&self) {
+        let mut inner = self.inner.lock().unwrap();
+        // History up to now is compacted: a watch must start from a fresh list.
+        inner.rv += 1;
+        inner.expired_below = inner.rv;
+        let gone = json!({"type": "ERROR", "object": {"apiVersion": "v1", "kind": "Status", "metadata": {}, "status": "Failure", "message": "too old resource version", "reason": "Expired", "code": 410}});
+        for (_, ws) in std::mem::take(&mut inner.watchers) {
+            for w in ws {
+                let _ = w.send(line(&gone));
+            }
+        }
+    }
+
+    /// Closes every open watch stream, as a load balancer or API server restart would.
+    pub fn drop_watches(&self) {
+        self.inner.lock().unwrap().watchers.clear();
+    }
+
+    /// Makes lists of `kind` fail (503) until [`FakeApiServer::release`].
+    pub fn hold(&self, kind: &str) {
+        self.inner
+            .lock()
+            .unwrap()
+            .held
+            .insert(plural_of(kind).into());
+    }
+
+    pub fn release(&self, kind: &str) {
+        self.inner.lock().unwrap().held.remove(plural_of(kind));
+    }
+
+    pub fn list_requests(&self, kind: &str) -> usize {
+        self.inner
+            .lock()
+            .unwrap()
+            .lists
+            .get(plural_of(kind))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    pub fn open_watches(&self) -> usize {
+        self.inner
+            .lock()
+            .unwrap()
+            .watchers
+            .values()
+            .map(Vec::len)
+            .sum()
+    }
+}
+
+/// `/api/v1/PLURAL` or `/apis/GROUP/VERSION/PLURAL`.
+fn plural_from_path(path: &str) -> Option<String> {
+    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+    match parts.as_slice() {
+        ["api", "v1", plural] => Some(plural.to_string()),
+        ["apis", _, _, plural] => Some(plural.to_string()),
+        _ => None,
+    }
+}
+
+async fn handle(
+    State(inner): State<Arc<Mutex<Inner>>>,
+    uri: Uri,
+    Query(q): Query<BTreeMap<String, String>>,
+) -> Response {
+    let Some(plural) = plural_from_path(uri.path()) else {
+        return (StatusCode::NOT_FOUND, "not found").into_response();
+    };
+    let watch = q.get("watch").is_some_and(|w| w == "true" || w == "1");
+    let mut guard = inner.lock().unwrap();
+    if !watch {
+        *guard.lists.entry(plural.clone()).or_default() += 1;
+        if guard.held.contains(&plural) {
+            return (StatusCode::SERVICE_UNAVAILABLE, "held by the test").into_response();
+        }
+        let items: Vec<Value> = guard
+            .objects
+            .get(&plural)
+            .map(|m| m.values().cloned().collect())
+            .unwrap_or_default();
+        let body = json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": guard.rv.to_string()}, "items": items});
+        return ([("content-type", "application/json")], body.to_string()).into_response();
+    }
+    let from: u64 = q
+        .get("resourceVersion")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let (tx, rx) = mpsc::unbounded_channel();
+    if from < guard.expired_below {
+        let gone = json!({"type": "ERROR", "object": {"apiVersion": "v1", "kind": "Status", "metadata": {}, "status": "Failure", "message": "too old resource version", "reason": "Expired", "code": 410}});
+        let _ = tx.send(line(&gone));
+        drop(tx);
+    } else {
+        for (rv, event) in guard.history.get(&plural).into_iter().flatten() {
+            if *rv > from {
+                let _ = tx.send(line(event));
+            }
+        }
+        guard.watchers.entry(plural).or_default().push(tx);
+    }
+    drop(guard);
+    let stream = UnboundedReceiverStream::new(rx).map(Ok::<_, Infallible>);
+    (
+        [("content-type", "application/json")],
+        Body::from_stream(stream),
+    )
+        .into_response()
+}

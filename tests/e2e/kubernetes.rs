@@ -1,0 +1,325 @@
+//! Kubernetes mode: the real kube client and kube-runtime watchers against the in-process
+//! API server, a real Envoy routing real requests by what the API holds.
+
+use std::time::Duration;
+
+use envoy_types::pb::envoy::config::core::v3::Node;
+use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
+use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
+use envoy_types::pb::google::protobuf::{Struct, Value, value::Kind};
+use tokio_stream::wrappers::ReceiverStream;
+
+use crate::apiserver::FakeApiServer;
+use crate::gateway::{front_vs, gateway_yaml};
+use crate::harness::*;
+
+struct KubeMesh {
+    api: FakeApiServer,
+    meshd: Meshd,
+    envoy: Envoy,
+    addr: String,
+    _upstreams: Vec<Upstream>,
+}
+
+fn kube_mesh(name: &str) -> KubeMesh {
+    let api = FakeApiServer::start();
+    let dir = temp_dir(name);
+    let product = Upstream::start("productpage");
+    let reviews = Upstream::start("reviews");
+    let port = free_port();
+    api.apply_yaml("apiVersion: v1\nkind: Namespace\nmetadata: {name: shop, labels: {istio-injection: enabled}}\n");
+    api.apply_yaml(&service_yaml(
+        "shop",
+        "productpage",
+        9080,
+        &[(&product, &[])],
+    ));
+    api.apply_yaml(&service_yaml("shop", "reviews", 9080, &[(&reviews, &[])]));
+    api.apply_yaml(&gateway_yaml(port));
+    // As kubectl leaves it: managed fields and the last-applied annotation.
+    let vs = front_vs(&[("/productpage", "productpage")]).replace(
+        "metadata: {name: front, namespace: shop}",
+        "metadata:\n  name: front\n  namespace: shop\n  generation: 1\n  annotations: {kubectl.kubernetes.io/last-applied-configuration: '{\"huge\": true}', team: shop}\n  managedFields: [{manager: kubectl, operation: Apply, apiVersion: networking.istio.io/v1}]",
+    );
+    api.apply_yaml(&vs);
+    let meshd = Meshd::start_kubernetes(&dir.join("meshd"), &api.kubeconfig(&dir), "default");
+    let envoy = Envoy::gateway(&meshd, Ads::Delta, name);
+    let addr = format!("127.0.0.1:{port}");
+    wait_until(
+        "the gateway to route from Kubernetes objects",
+        Duration::from_secs(10),
+        || {
+            http_get(&addr, "shop.example.com", "/productpage", &[])
+                .is_ok_and(|r| r.body == "productpage")
+        },
+    );
+    KubeMesh {
+        api,
+        meshd,
+        envoy,
+        addr,
+        _upstreams: vec![product, reviews],
+    }
+}
+
+impl KubeMesh {
+    fn get(&self, path: &str) -> HttpResponse {
+        http_get(&self.addr, "shop.example.com", path, &[]).unwrap()
+    }
+    fn responses(&self) -> u64 {
+        let s = self.meshd.syncz(&self.envoy.id);
+        ["cds", "eds", "lds", "rds"]
+            .iter()
+            .map(|t| s["types"][t]["responses"].as_u64().unwrap_or(0))
+            .sum()
+    }
+}
+
+#[test]
+fn kubernetes_objects_route_real_traffic_and_follow_live_changes() {
+    let m = kube_mesh("k8s-route");
+    // Cut down at the edge: kubectl's copy of the object is not kept.
+    let configz = m.meshd.json("/debug/configz");
+    let front = configz["objects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["name"] == "front")
+        .unwrap()
+        .clone();
+    assert_eq!(front["kind"], "VirtualService");
+    assert!(front.to_string().contains("team"), "{front}");
+    assert!(
+        !front.to_string().contains("last-applied") && !front.to_string().contains("managedFields"),
+        "{front}"
+    );
+
+    m.api.apply_yaml(&front_vs(&[("/productpage", "reviews")]));
+    wait_until("the change to route", Duration::from_secs(5), || {
+        m.get("/productpage").body == "reviews"
+    });
+
+    m.api.delete("VirtualService", "shop", "front");
+    wait_until("the delete to apply", Duration::from_secs(5), || {
+        m.get("/productpage").status == 404
+    });
+
+    // An invalid object from the API is reported and changes nothing.
+    m.api
+        .apply_yaml(&front_vs(&[("/productpage", "productpage")]));
+    wait_until(
+        "the VirtualService to return",
+        Duration::from_secs(5),
+        || m.get("/productpage").body == "productpage",
+    );
+    m.api.apply_yaml(
+        &front_vs(&[("/productpage", "reviews")]).replace("prefix: /productpage", "regex: \"(\""),
+    );
+    wait_until(
+        "meshd to report the bad object",
+        Duration::from_secs(5),
+        || {
+            m.meshd
+                .metric("meshd_config_errors{kind=\"VirtualService\"}")
+                >= 1.0
+        },
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        m.get("/productpage").body,
+        "productpage",
+        "the last good version stays in force"
+    );
+    let issues =
+        m.meshd.json("/debug/configz")["errors"]["kubernetes:VirtualService shop/front"].clone();
+    assert_eq!(
+        issues[0]["field"], "spec.http[0].match[0].uri.regex",
+        "{issues}"
+    );
+}
+
+#[test]
+fn a_relist_after_410_gone_pushes_only_real_differences() {
+    let m = kube_mesh("k8s-relist");
+    std::thread::sleep(Duration::from_millis(400));
+    let (responses, recomputes, lists) = (
+        m.responses(),
+        m.meshd.metric("pilot_push_context_recompute_count"),
+        m.api.list_requests("VirtualService"),
+    );
+
+    m.api.expire_watches();
+    wait_until("every watcher to relist", Duration::from_secs(15), || {
+        m.api.list_requests("VirtualService") > lists
+    });
+    wait_until("the watches to resume", Duration::from_secs(15), || {
+        m.api.open_watches() >= 12
+    });
+    std::thread::sleep(Duration::from_millis(400));
+    assert_eq!(
+        m.responses(),
+        responses,
+        "an unchanged relist sends the proxy nothing"
+    );
+    assert_eq!(
+        m.meshd.metric("pilot_push_context_recompute_count"),
+        recomputes,
+        "and builds no push"
+    );
+    assert_eq!(m.get("/productpage").body, "productpage");
+
+    // A dropped stream resumes from its resourceVersion; a change made meanwhile arrives.
+    m.api.drop_watches();
+    m.api.apply_yaml(&front_vs(&[("/productpage", "reviews")]));
+    wait_until(
+        "the change made while the watch was down",
+        Duration::from_secs(15),
+        || m.get("/productpage").body == "reviews",
+    );
+}
+
+#[test]
+fn readiness_waits_for_every_initial_list_and_no_proxy_sees_a_partial_mesh() {
+    let api = FakeApiServer::start();
+    let dir = temp_dir("k8s-ready");
+    api.apply_yaml(&front_vs(&[("/x", "x")]));
+    api.hold("VirtualService");
+    let meshd = Meshd::spawn_kubernetes(&dir.join("meshd"), &api.kubeconfig(&dir), "default");
+    wait_until(
+        "meshd to answer on its monitoring port",
+        Duration::from_secs(10),
+        || meshd.get("/ready").is_ok(),
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(
+        meshd.get("/ready").unwrap().status,
+        503,
+        "not ready while a list is failing"
+    );
+    assert!(
+        std::net::TcpStream::connect(("127.0.0.1", meshd.xds_port)).is_err(),
+        "xDS is not served before the initial lists"
+    );
+    api.release("VirtualService");
+    wait_until(
+        "readiness after the list succeeds",
+        Duration::from_secs(30),
+        || meshd.get("/ready").is_ok_and(|r| r.status == 200),
+    );
+    assert_eq!(meshd.json("/debug/push_status")["virtualServices"], 1);
+}
+
+fn node(id: &str, namespace: &str) -> Node {
+    let s = |v: &str| Value {
+        kind: Some(Kind::StringValue(v.into())),
+    };
+    Node {
+        id: id.into(),
+        metadata: Some(Struct {
+            fields: [("NAMESPACE".to_string(), s(namespace))].into(),
+        }),
+        ..Default::default()
+    }
+}
+
+/// Opens a delta stream as the proxy and returns the first answer (or the refusal).
+async fn first_answer(meshd: &Meshd, namespace: &str) -> Result<usize, tonic::Status> {
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    let id = format!("sidecar~10.2.0.1~app-0.{namespace}~{namespace}.svc.cluster.local");
+    tx.send(DeltaDiscoveryRequest {
+        node: Some(node(&id, namespace)),
+        type_url: "type.googleapis.com/envoy.config.cluster.v3.Cluster".into(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let mut client =
+        AggregatedDiscoveryServiceClient::connect(format!("http://127.0.0.1:{}", meshd.xds_port))
+            .await
+            .unwrap();
+    let mut stream = client
+        .delta_aggregated_resources(ReceiverStream::new(rx))
+        .await?
+        .into_inner();
+    let first = tokio::time::timeout(Duration::from_secs(5), stream.message())
+        .await
+        .expect("no answer in 5s")?;
+    Ok(first.expect("stream closed").resources.len())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_revisions_each_serve_exactly_their_shard() {
+    let api = FakeApiServer::start();
+    let dir = temp_dir("k8s-revisions");
+    api.apply_yaml(
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: blue-ns, labels: {istio.io/rev: blue}}\n---\napiVersion: v1\nkind: Namespace\nmetadata: {name: green-ns, labels: {istio.io/rev: green}}\n",
+    );
+    api.apply_yaml(
+        "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: canary, namespace: green-ns, labels: {istio.io/rev: green}}\nspec:\n  hosts: [canary]\n  http: [{route: [{destination: {host: canary}}]}]\n---\napiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: shared, namespace: blue-ns}\nspec:\n  hosts: [shared]\n  http: [{route: [{destination: {host: shared}}]}]\n",
+    );
+    let kubeconfig = api.kubeconfig(&dir);
+    let (d1, d2, k1, k2) = (
+        dir.join("blue"),
+        dir.join("green"),
+        kubeconfig.clone(),
+        kubeconfig.clone(),
+    );
+    let blue = tokio::task::spawn_blocking(move || Meshd::start_kubernetes(&d1, &k1, "blue"))
+        .await
+        .unwrap();
+    let green = tokio::task::spawn_blocking(move || Meshd::start_kubernetes(&d2, &k2, "green"))
+        .await
+        .unwrap();
+
+    let names = |m: &Meshd| -> Vec<String> {
+        let mut names: Vec<String> = m.json("/debug/configz")["objects"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|o| o["kind"] == "VirtualService")
+            .map(|o| o["name"].as_str().unwrap().to_string())
+            .collect();
+        names.sort();
+        names
+    };
+    assert_eq!(
+        names(&blue),
+        ["shared"],
+        "a revision-labelled object belongs to its revision only"
+    );
+    assert_eq!(
+        names(&green),
+        ["canary", "shared"],
+        "unlabelled objects apply to every revision"
+    );
+
+    assert!(first_answer(&blue, "blue-ns").await.is_ok());
+    let refused = first_answer(&green, "blue-ns").await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::FailedPrecondition);
+    assert!(
+        refused.message().contains("revision \"blue\"")
+            && refused.message().contains("serves revision \"green\""),
+        "{}",
+        refused.message()
+    );
+    assert!(first_answer(&green, "green-ns").await.is_ok());
+    assert_eq!(
+        green.metric("meshd_xds_connection_errors{reason=\"wrong_revision\"}"),
+        1.0
+    );
+
+    // Relabelling the namespace moves its proxies to the other revision on reconnection.
+    api.apply_yaml("apiVersion: v1\nkind: Namespace\nmetadata: {name: blue-ns, labels: {istio.io/rev: green}}\n");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while first_answer(&green, "blue-ns").await.is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "green never took over blue-ns"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        first_answer(&blue, "blue-ns").await.unwrap_err().code(),
+        tonic::Code::FailedPrecondition
+    );
+}
