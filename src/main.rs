@@ -10,7 +10,7 @@ use meshd::config::Level;
 use meshd::config::parse::parse_file;
 use meshd::filesource::yaml_files;
 use meshd::k8s::Scope;
-use meshd::serve::{ServeOptions, Source, run};
+use meshd::serve::{LeaderOptions, ServeOptions, Source, run};
 use meshd::xds::push::PushSettings;
 
 #[derive(Parser)]
@@ -39,6 +39,15 @@ enum Command {
         /// Comma-separated namespaces to watch and keep (Kubernetes mode); all if empty.
         #[arg(long, env = "WATCHED_NAMESPACES", value_delimiter = ',')]
         watched_namespaces: Vec<String>,
+        /// This replica's identity for status leader election (Kubernetes mode).
+        #[arg(long, env = "POD_NAME")]
+        pod_name: Option<String>,
+        /// Namespace of the status leader Lease (Kubernetes mode).
+        #[arg(long, env = "POD_NAMESPACE", default_value = "istio-system")]
+        pod_namespace: String,
+        /// How long a status leader's Lease lasts without renewal.
+        #[arg(long, default_value = "15s", value_parser = parse_duration)]
+        leader_lease_duration: std::time::Duration,
         /// xDS (ADS over gRPC, plaintext), Istio's port 15010.
         #[arg(long, default_value = "0.0.0.0:15010")]
         xds_address: SocketAddr,
@@ -68,6 +77,9 @@ fn main() -> ExitCode {
             config_dir,
             revision,
             watched_namespaces,
+            pod_name,
+            pod_namespace,
+            leader_lease_duration,
             xds_address,
             monitoring_address,
         } => {
@@ -95,8 +107,18 @@ fn main() -> ExitCode {
                         .collect(),
                 }),
             };
+            let identity = pod_name.unwrap_or_else(|| {
+                let host = std::fs::read_to_string("/etc/hostname").unwrap_or_default();
+                format!("{}-{}", host.trim(), std::process::id())
+            });
+            let leader = LeaderOptions {
+                identity,
+                namespace: pod_namespace,
+                lease_duration: leader_lease_duration,
+            };
             let opts = ServeOptions {
                 source,
+                leader,
                 revision,
                 xds_address,
                 monitoring_address,
@@ -154,4 +176,8 @@ fn validate(paths: &[PathBuf]) -> ExitCode {
         println!("{objects} object(s) valid");
         ExitCode::SUCCESS
     }
+}
+
+fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    meshd::duration::parse(text)
 }

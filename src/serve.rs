@@ -14,6 +14,8 @@ use crate::config::ObjectKey;
 use crate::config::{ConfigIssue, Level};
 use crate::debug::{self, DebugState};
 use crate::filesource::{FileSource, IssueBoard, IssueHook};
+use crate::k8s::lease::LeaderElection;
+use crate::k8s::status::StatusWriter;
 use crate::k8s::{KubeSource, Scope};
 use crate::metrics::Metrics;
 use crate::model::Store;
@@ -38,6 +40,18 @@ pub struct ServeOptions {
     pub push: PushSettings,
     /// The revision this instance serves (`default` unless told otherwise).
     pub revision: String,
+    /// Who writes status in Kubernetes mode.
+    pub leader: LeaderOptions,
+}
+
+/// Leader election among the replicas of one revision (only the leader writes status).
+#[derive(Clone, Debug)]
+pub struct LeaderOptions {
+    /// This replica's name in the Lease (`POD_NAME`).
+    pub identity: String,
+    /// Where the Lease lives (`POD_NAMESPACE`).
+    pub namespace: String,
+    pub lease_duration: Duration,
 }
 
 fn log_issue(metrics: &Metrics, issue: &ConfigIssue) {
@@ -133,7 +147,7 @@ pub async fn run(opts: ServeOptions) -> anyhow::Result<()> {
                 .await
                 .context("no --config-dir was given and no Kubernetes configuration (kubeconfig or in-cluster) was found")?;
             let source = KubeSource::new(
-                client,
+                client.clone(),
                 store.clone(),
                 scope.clone(),
                 issues.clone(),
@@ -146,6 +160,23 @@ pub async fn run(opts: ServeOptions) -> anyhow::Result<()> {
                 objects = store.read().unwrap().len(),
                 "initial configuration loaded from Kubernetes"
             );
+            let leader = LeaderElection::new(
+                client.clone(),
+                &opts.leader.namespace,
+                format!("meshd-status-leader-{}", opts.revision),
+                opts.leader.identity.clone(),
+                opts.leader.lease_duration,
+            )
+            .spawn();
+            let writer = StatusWriter {
+                client,
+                store: store.clone(),
+                issues: issues.clone(),
+                generations: source.generations.clone(),
+                pushes: xds.subscribe(),
+                leader,
+            };
+            tokio::spawn(writer.run());
         }
     }
 

@@ -10,7 +10,10 @@
 //!   as absent; unlabelled objects apply to every revision, as in Istio.
 //! - Bad objects keep their last good version and are reported like bad files.
 
-use std::collections::BTreeSet;
+pub mod lease;
+pub mod status;
+
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
@@ -72,6 +75,8 @@ pub struct KubeSource {
     hook: IssueHook,
     synced: Arc<AtomicUsize>,
     synced_tx: watch::Sender<bool>,
+    /// The latest generation seen per Istio object, accepted or not (for status).
+    pub generations: Arc<RwLock<HashMap<ObjectKey, i64>>>,
 }
 
 impl KubeSource {
@@ -84,6 +89,7 @@ impl KubeSource {
     ) -> Arc<KubeSource> {
         let (synced_tx, _) = watch::channel(false);
         Arc::new(KubeSource {
+            generations: Arc::default(),
             client,
             store,
             scope,
@@ -164,6 +170,12 @@ impl KubeSource {
         ar: &ApiResource,
         obj: DynamicObject,
     ) -> Result<Option<ConfigObject>, Option<ObjectKey>> {
+        if let (true, Some(generation)) = (kind.is_istio(), obj.metadata.generation) {
+            self.generations
+                .write()
+                .unwrap()
+                .insert(Self::key_of(kind, &obj), generation);
+        }
         let mut value = serde_json::to_value(&obj).map_err(|_| None)?;
         value["apiVersion"] = Value::String(ar.api_version.clone());
         value["kind"] = Value::String(ar.kind.clone());
@@ -227,6 +239,7 @@ impl KubeSource {
     fn delete(&self, kind: Kind, obj: &DynamicObject) -> BTreeSet<ObjectKey> {
         let key = Self::key_of(kind, obj);
         self.issues.write().unwrap().remove(&Self::board_key(&key));
+        self.generations.write().unwrap().remove(&key);
         let mut changed = BTreeSet::new();
         if self.store.write().unwrap().delete(&key) {
             changed.insert(key);

@@ -11,7 +11,7 @@ use std::thread;
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::{Query, State};
-use axum::http::{StatusCode, Uri};
+use axum::http::{Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -32,6 +32,10 @@ struct Inner {
     held: BTreeSet<String>,
     /// Every list request, by plural.
     lists: BTreeMap<String, usize>,
+    /// Status patches, by "plural/namespace/name".
+    patches: BTreeMap<String, usize>,
+    /// Leases, by "namespace/name".
+    leases: BTreeMap<String, Value>,
 }
 
 #[derive(Clone)]
@@ -111,6 +115,27 @@ impl FakeApiServer {
         inner.rv += 1;
         let rv = inner.rv;
         obj["metadata"]["resourceVersion"] = json!(rv.to_string());
+        // As the API server does: generation counts spec changes; status is kept.
+        let previous = inner
+            .objects
+            .get(plural)
+            .and_then(|m| m.get(&(ns.clone(), name.clone())))
+            .cloned();
+        let generation = match &previous {
+            None => 1,
+            Some(p) if p["spec"] == obj["spec"] => {
+                p["metadata"]["generation"].as_i64().unwrap_or(1)
+            }
+            Some(p) => p["metadata"]["generation"].as_i64().unwrap_or(1) + 1,
+        };
+        obj["metadata"]["generation"] = json!(generation);
+        if let Some(status) = previous
+            .as_ref()
+            .map(|p| p["status"].clone())
+            .filter(|s| !s.is_null())
+        {
+            obj["status"] = status;
+        }
         let existed = inner
             .objects
             .entry(plural.into())
@@ -196,6 +221,33 @@ impl FakeApiServer {
             .unwrap_or(0)
     }
 
+    /// The object as the API server holds it now.
+    pub fn object(&self, kind: &str, namespace: &str, name: &str) -> Value {
+        let inner = self.inner.lock().unwrap();
+        let objects = inner.objects.get(plural_of(kind));
+        objects
+            .and_then(|m| m.get(&(namespace.into(), name.into())))
+            .cloned()
+            .unwrap_or(Value::Null)
+    }
+
+    pub fn status_patches(&self, kind: &str, namespace: &str, name: &str) -> usize {
+        let key = format!("{}/{namespace}/{name}", plural_of(kind));
+        self.inner
+            .lock()
+            .unwrap()
+            .patches
+            .get(&key)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    pub fn lease_holder(&self, namespace: &str, name: &str) -> Option<String> {
+        let inner = self.inner.lock().unwrap();
+        let lease = inner.leases.get(&format!("{namespace}/{name}"))?;
+        lease["spec"]["holderIdentity"].as_str().map(str::to_string)
+    }
+
     pub fn open_watches(&self) -> usize {
         self.inner
             .lock()
@@ -217,13 +269,140 @@ fn plural_from_path(path: &str) -> Option<String> {
     }
 }
 
+fn status(code: u16, reason: &str, message: &str) -> Response {
+    let body = json!({"apiVersion": "v1", "kind": "Status", "metadata": {}, "status": "Failure", "message": message, "reason": reason, "code": code});
+    (
+        StatusCode::from_u16(code).unwrap(),
+        [("content-type", "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+fn json_response(v: &Value) -> Response {
+    ([("content-type", "application/json")], v.to_string()).into_response()
+}
+
+/// `PATCH /apis/G/V/namespaces/NS/PLURAL/NAME/status` (server-side apply of `status`).
+fn patch_status(inner: &mut Inner, plural: &str, ns: &str, name: &str, body: &[u8]) -> Response {
+    let Ok(patch) = serde_json::from_slice::<Value>(body) else {
+        return status(400, "BadRequest", "patch body is not JSON");
+    };
+    let key = (ns.to_string(), name.to_string());
+    let Some(mut obj) = inner.objects.get(plural).and_then(|m| m.get(&key)).cloned() else {
+        return status(404, "NotFound", "no such object");
+    };
+    inner.rv += 1;
+    let rv = inner.rv;
+    obj["status"] = patch["status"].clone();
+    obj["metadata"]["resourceVersion"] = json!(rv.to_string());
+    inner
+        .objects
+        .get_mut(plural)
+        .unwrap()
+        .insert(key, obj.clone());
+    *inner
+        .patches
+        .entry(format!("{plural}/{ns}/{name}"))
+        .or_default() += 1;
+    FakeApiServer::publish(
+        inner,
+        plural,
+        rv,
+        json!({"type": "MODIFIED", "object": obj}),
+    );
+    json_response(&obj)
+}
+
+/// Leases: get, create, and replace with optimistic concurrency.
+fn lease(
+    inner: &mut Inner,
+    method: &Method,
+    ns: &str,
+    name: Option<&str>,
+    body: &[u8],
+) -> Response {
+    let parsed: Value = serde_json::from_slice(body).unwrap_or_default();
+    match (method.as_str(), name) {
+        ("GET", Some(name)) => match inner.leases.get(&format!("{ns}/{name}")) {
+            Some(l) => json_response(l),
+            None => status(404, "NotFound", "lease not found"),
+        },
+        ("POST", None) => {
+            let mut l = parsed;
+            let key = format!(
+                "{ns}/{}",
+                l["metadata"]["name"].as_str().unwrap_or_default()
+            );
+            if inner.leases.contains_key(&key) {
+                return status(409, "AlreadyExists", "lease exists");
+            }
+            inner.rv += 1;
+            l["metadata"]["resourceVersion"] = json!(inner.rv.to_string());
+            l["metadata"]["namespace"] = json!(ns);
+            inner.leases.insert(key, l.clone());
+            json_response(&l)
+        }
+        ("PUT", Some(name)) => {
+            let mut l = parsed;
+            let key = format!("{ns}/{name}");
+            let current = inner
+                .leases
+                .get(&key)
+                .map(|c| c["metadata"]["resourceVersion"].clone());
+            if current != Some(l["metadata"]["resourceVersion"].clone()) {
+                return status(
+                    409,
+                    "Conflict",
+                    "the lease was modified; apply your changes to the latest version",
+                );
+            }
+            inner.rv += 1;
+            l["metadata"]["resourceVersion"] = json!(inner.rv.to_string());
+            inner.leases.insert(key, l.clone());
+            json_response(&l)
+        }
+        _ => status(405, "MethodNotAllowed", "not supported by the fake"),
+    }
+}
+
 async fn handle(
     State(inner): State<Arc<Mutex<Inner>>>,
+    method: Method,
     uri: Uri,
     Query(q): Query<BTreeMap<String, String>>,
+    body: Bytes,
 ) -> Response {
+    let parts: Vec<&str> = uri.path().trim_matches('/').split('/').collect();
+    match parts.as_slice() {
+        [
+            "apis",
+            "coordination.k8s.io",
+            "v1",
+            "namespaces",
+            ns,
+            "leases",
+        ] => {
+            return lease(&mut inner.lock().unwrap(), &method, ns, None, &body);
+        }
+        [
+            "apis",
+            "coordination.k8s.io",
+            "v1",
+            "namespaces",
+            ns,
+            "leases",
+            name,
+        ] => {
+            return lease(&mut inner.lock().unwrap(), &method, ns, Some(name), &body);
+        }
+        ["apis", _, _, "namespaces", ns, plural, name, "status"] if method == Method::PATCH => {
+            return patch_status(&mut inner.lock().unwrap(), plural, ns, name, &body);
+        }
+        _ => {}
+    }
     let Some(plural) = plural_from_path(uri.path()) else {
-        return (StatusCode::NOT_FOUND, "not found").into_response();
+        return status(404, "NotFound", "not served by the fake");
     };
     let watch = q.get("watch").is_some_and(|w| w == "true" || w == "1");
     let mut guard = inner.lock().unwrap();

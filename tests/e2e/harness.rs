@@ -270,12 +270,26 @@ impl Meshd {
 
     /// As [`Meshd::start_kubernetes`], without waiting for readiness.
     pub fn spawn_kubernetes(dir: &Path, kubeconfig: &Path, revision: &str) -> Meshd {
+        Meshd::spawn_kubernetes_with(dir, kubeconfig, &["--revision", revision])
+    }
+
+    /// A status-writing replica named `pod` with a short leader lease.
+    pub fn start_replica(dir: &Path, kubeconfig: &Path, pod: &str) -> Meshd {
+        let args = [
+            "--pod-name",
+            pod,
+            "--pod-namespace",
+            "istio-system",
+            "--leader-lease-duration",
+            "2s",
+        ];
+        start_retrying(|| Meshd::spawn_kubernetes_with(dir, kubeconfig, &args))
+    }
+
+    fn spawn_kubernetes_with(dir: &Path, kubeconfig: &Path, args: &[&str]) -> Meshd {
         std::fs::create_dir_all(dir).unwrap();
-        Meshd::spawn(
-            dir,
-            &["--revision".into(), revision.into()],
-            Some(kubeconfig),
-        )
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        Meshd::spawn(dir, &args, Some(kubeconfig))
     }
 
     fn spawn(config_dir: &Path, args: &[String], kubeconfig: Option<&Path>) -> Meshd {

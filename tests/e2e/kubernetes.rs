@@ -323,3 +323,103 @@ async fn two_revisions_each_serve_exactly_their_shard() {
         tonic::Code::FailedPrecondition
     );
 }
+
+fn vs(name: &str, host: &str, uri: &str) -> String {
+    format!(
+        "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: {name}, namespace: shop}}\nspec:\n  hosts: [{host}]\n  http:\n  - match: [{{uri: {uri}}}]\n    route: [{{destination: {{host: {host}}}}}]\n"
+    )
+}
+
+fn condition(api: &FakeApiServer, name: &str) -> serde_json::Value {
+    api.object("VirtualService", "shop", name)["status"]["conditions"][0].clone()
+}
+
+#[test]
+fn the_leader_writes_status_once_and_a_standby_takes_over() {
+    let api = FakeApiServer::start();
+    let dir = temp_dir("k8s-status");
+    let product = Upstream::start("productpage");
+    api.apply_yaml(&service_yaml(
+        "shop",
+        "productpage",
+        9080,
+        &[(&product, &[])],
+    ));
+    api.apply_yaml(&vs("good", "productpage", "{prefix: /}"));
+    api.apply_yaml(&vs("good", "productpage", "{prefix: /v2}")); // generation 2
+    api.apply_yaml(&vs("bad", "productpage", "{regex: \"(\"}"));
+    api.apply_yaml(&vs("dangling", "nowhere", "{prefix: /}"));
+    let kubeconfig = api.kubeconfig(&dir);
+    let mut replicas = [
+        Some(Meshd::start_replica(&dir.join("a"), &kubeconfig, "meshd-a")),
+        Some(Meshd::start_replica(&dir.join("b"), &kubeconfig, "meshd-b")),
+    ];
+    wait_until("status on every object", Duration::from_secs(20), || {
+        ["good", "bad", "dangling"]
+            .iter()
+            .all(|n| !condition(&api, n).is_null())
+    });
+    let good = condition(&api, "good");
+    assert_eq!(
+        (good["type"].as_str(), good["status"].as_str()),
+        (Some("Reconciled"), Some("True"))
+    );
+    assert_eq!(good["observedGeneration"], 2);
+    let bad = condition(&api, "bad");
+    assert_eq!(bad["status"], "False");
+    assert!(
+        bad["message"]
+            .as_str()
+            .unwrap()
+            .contains("spec.http[0].match[0].uri.regex"),
+        "{bad}"
+    );
+    assert_eq!(
+        api.object("VirtualService", "shop", "bad")["status"]["validationMessages"][0]["level"],
+        "ERROR"
+    );
+    let dangling = condition(&api, "dangling");
+    assert_eq!(dangling["reason"], "AcceptedWithWarnings");
+    assert!(
+        dangling["message"].as_str().unwrap().contains("nowhere"),
+        "{dangling}"
+    );
+
+    // One writer: each object was written once, and the status echoes pushed nothing.
+    let holder = api
+        .lease_holder("istio-system", "meshd-status-leader-default")
+        .expect("a leader");
+    let recomputes: Vec<f64> = replicas
+        .iter()
+        .flatten()
+        .map(|m| m.metric("pilot_push_context_recompute_count"))
+        .collect();
+    std::thread::sleep(Duration::from_millis(1500));
+    for name in ["good", "bad", "dangling"] {
+        assert_eq!(
+            api.status_patches("VirtualService", "shop", name),
+            1,
+            "{name} written more than once"
+        );
+    }
+    let after: Vec<f64> = replicas
+        .iter()
+        .flatten()
+        .map(|m| m.metric("pilot_push_context_recompute_count"))
+        .collect();
+    assert_eq!(recomputes, after, "writing status must not cause pushes");
+
+    // The leader goes; the standby takes the lease and writes the next status.
+    let leader_index = if holder == "meshd-a" { 0 } else { 1 };
+    replicas[leader_index].take();
+    api.apply_yaml(&vs("later", "productpage", "{prefix: /later}"));
+    wait_until(
+        "the standby to take over and write",
+        Duration::from_secs(20),
+        || condition(&api, "later")["status"] == "True",
+    );
+    let new_holder = api
+        .lease_holder("istio-system", "meshd-status-leader-default")
+        .unwrap();
+    assert_ne!(new_holder, holder);
+}

@@ -1,0 +1,224 @@
+//! Status written back to Istio objects: a `Reconciled` condition with the generation it
+//! describes, Istio's `validationMessages`, and the reason in words when an object was
+//! rejected or refers to something missing. Only the leader of a revision writes; writes
+//! are server-side apply (field manager `meshd`), batched after each push, and made only
+//! when an object's desired status differs from what this replica last wrote.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use kube::{Api, Client};
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+use crate::config::{ConfigIssue, Kind, Level, ObjectKey};
+use crate::filesource::IssueBoard;
+use crate::model::Store;
+use crate::model::push_context::ModelIssue;
+use crate::xds::push::Push;
+
+/// Writes in flight at once.
+const CONCURRENT_WRITES: usize = 8;
+
+pub struct StatusWriter {
+    pub client: Client,
+    pub store: Arc<RwLock<Store>>,
+    pub issues: IssueBoard,
+    /// The latest generation seen per object, accepted or not.
+    pub generations: Arc<RwLock<HashMap<ObjectKey, i64>>>,
+    pub pushes: watch::Receiver<Arc<Push>>,
+    pub leader: watch::Receiver<bool>,
+}
+
+/// The status an object should carry.
+pub fn desired_status(
+    generation: Option<i64>,
+    errors: &[&ConfigIssue],
+    warnings: &[String],
+) -> Value {
+    let (status, reason, message) = if !errors.is_empty() {
+        let text: Vec<String> = errors
+            .iter()
+            .map(|e| format!("{}: {}", e.field, e.message))
+            .collect();
+        (
+            "False",
+            "Invalid",
+            format!(
+                "rejected, the last valid version stays in force: {}",
+                text.join("; ")
+            ),
+        )
+    } else if !warnings.is_empty() {
+        ("True", "AcceptedWithWarnings", warnings.join("; "))
+    } else {
+        ("True", "Accepted", "accepted and translated".to_string())
+    };
+    let mut messages: Vec<Value> = Vec::new();
+    for _ in errors {
+        messages
+            .push(json!({"level": "ERROR", "type": {"code": "IST0002", "name": "InvalidField"}}));
+    }
+    for _ in warnings {
+        messages.push(json!({"level": "WARNING", "type": {"code": "IST0101", "name": "ReferencedResourceNotFound"}}));
+    }
+    let mut condition =
+        json!({"type": "Reconciled", "status": status, "reason": reason, "message": message});
+    let mut out = json!({"conditions": [], "validationMessages": messages});
+    if let Some(g) = generation {
+        condition["observedGeneration"] = json!(g);
+        out["observedGeneration"] = json!(g);
+    }
+    out["conditions"] = json!([condition]);
+    out
+}
+
+impl StatusWriter {
+    pub async fn run(mut self) {
+        let mut written: HashMap<ObjectKey, Value> = HashMap::new();
+        loop {
+            tokio::select! {
+                changed = self.pushes.changed() => if changed.is_err() { return },
+                changed = self.leader.changed() => {
+                    if changed.is_err() { return }
+                    written.clear(); // a new leader rewrites what it cannot vouch for
+                }
+            }
+            // Batch: let a burst of pushes settle.
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            if !*self.leader.borrow_and_update() {
+                continue;
+            }
+            let push = self.pushes.borrow_and_update().clone();
+            let desired = self.desired(&push.context.issues);
+            let todo: Vec<(ObjectKey, Value)> = desired
+                .into_iter()
+                .filter(|(k, v)| written.get(k) != Some(v))
+                .collect();
+            let this = &self;
+            let results: Vec<(ObjectKey, Value, Result<(), kube::Error>)> =
+                futures::stream::iter(todo)
+                    .map(|(key, status)| async move {
+                        let r = this.write(&key, &status).await;
+                        (key, status, r)
+                    })
+                    .buffer_unordered(CONCURRENT_WRITES)
+                    .collect()
+                    .await;
+            for (key, status, result) in results {
+                match result {
+                    Ok(()) => {
+                        written.insert(key, status);
+                    }
+                    Err(e) => tracing::warn!(object = %key, "writing status: {e}"),
+                }
+            }
+        }
+    }
+
+    fn desired(&self, model_issues: &[ModelIssue]) -> Vec<(ObjectKey, Value)> {
+        let generations = self.generations.read().unwrap();
+        let board = self.issues.read().unwrap();
+        let mut keys: Vec<ObjectKey> = self
+            .store
+            .read()
+            .unwrap()
+            .iter()
+            .map(|o| o.key.clone())
+            .filter(|k| k.kind.is_istio())
+            .collect();
+        for issues in board.values() {
+            for i in issues {
+                let kind = i
+                    .kind
+                    .as_deref()
+                    .and_then(|k| Kind::ALL.into_iter().find(|x| x.as_str() == k));
+                if let (Some(kind), Some(ns), Some(name)) = (kind, &i.namespace, &i.name)
+                    && kind.is_istio()
+                {
+                    keys.push(ObjectKey {
+                        kind,
+                        namespace: ns.clone(),
+                        name: name.clone(),
+                    });
+                }
+            }
+        }
+        keys.sort();
+        keys.dedup();
+        keys.into_iter()
+            .map(|key| {
+                let errors: Vec<&ConfigIssue> = board
+                    .get(&format!("kubernetes:{key}"))
+                    .into_iter()
+                    .flatten()
+                    .filter(|i| i.level == Level::Error)
+                    .collect();
+                let object = key.to_string();
+                let warnings: Vec<String> = model_issues
+                    .iter()
+                    .filter(|i| i.object == object)
+                    .map(|i| format!("{}: {}", i.field, i.message))
+                    .collect();
+                let status = desired_status(generations.get(&key).copied(), &errors, &warnings);
+                (key, status)
+            })
+            .collect()
+    }
+
+    async fn write(&self, key: &ObjectKey, status: &Value) -> Result<(), kube::Error> {
+        let gvk =
+            GroupVersionKind::gvk(key.kind.group(), key.kind.versions()[0], key.kind.as_str());
+        let ar = ApiResource::from_gvk_with_plural(&gvk, key.kind.plural());
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), &key.namespace, &ar);
+        let body = json!({"apiVersion": ar.api_version, "kind": ar.kind, "status": status});
+        api.patch_status(
+            &key.name,
+            &PatchParams::apply("meshd").force(),
+            &Patch::Apply(&body),
+        )
+        .await?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rejected_object_says_why_and_an_accepted_one_names_its_generation() {
+        let err = ConfigIssue {
+            level: Level::Error,
+            file: "kubernetes:virtualservices".into(),
+            document: 0,
+            kind: Some("VirtualService".into()),
+            namespace: Some("shop".into()),
+            name: Some("front".into()),
+            field: "spec.http[0].match[0].uri.regex".into(),
+            message: "invalid regex".into(),
+        };
+        let s = desired_status(Some(4), &[&err], &[]);
+        assert_eq!(s["conditions"][0]["status"], "False");
+        assert_eq!(s["conditions"][0]["observedGeneration"], 4);
+        assert!(
+            s["conditions"][0]["message"]
+                .as_str()
+                .unwrap()
+                .contains("spec.http[0].match[0].uri.regex: invalid regex")
+        );
+        assert_eq!(s["validationMessages"][0]["level"], "ERROR");
+        let ok = desired_status(Some(2), &[], &[]);
+        assert_eq!(
+            (
+                ok["conditions"][0]["status"].as_str(),
+                ok["observedGeneration"].as_i64()
+            ),
+            (Some("True"), Some(2))
+        );
+    }
+}
