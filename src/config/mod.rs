@@ -32,10 +32,11 @@ pub enum Kind {
     EndpointSlice,
     Pod,
     Namespace,
+    Node,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 12] = [
+    pub const ALL: [Kind; 13] = [
         Kind::VirtualService,
         Kind::DestinationRule,
         Kind::Gateway,
@@ -48,6 +49,7 @@ impl Kind {
         Kind::EndpointSlice,
         Kind::Pod,
         Kind::Namespace,
+        Kind::Node,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -64,6 +66,7 @@ impl Kind {
             Kind::EndpointSlice => "EndpointSlice",
             Kind::Pod => "Pod",
             Kind::Namespace => "Namespace",
+            Kind::Node => "Node",
         }
     }
 
@@ -71,7 +74,7 @@ impl Kind {
     pub fn group(self) -> &'static str {
         match self {
             Kind::PeerAuthentication | Kind::AuthorizationPolicy => "security.istio.io",
-            Kind::Service | Kind::Pod | Kind::Namespace => "",
+            Kind::Service | Kind::Pod | Kind::Namespace | Kind::Node => "",
             Kind::EndpointSlice => "discovery.k8s.io",
             _ => "networking.istio.io",
         }
@@ -101,6 +104,7 @@ impl Kind {
             Kind::EndpointSlice => "endpointslices",
             Kind::Pod => "pods",
             Kind::Namespace => "namespaces",
+            Kind::Node => "nodes",
         }
     }
 
@@ -125,7 +129,7 @@ impl Kind {
     }
 
     pub fn namespaced(self) -> bool {
-        self != Kind::Namespace
+        !matches!(self, Kind::Namespace | Kind::Node)
     }
 
     pub fn from_api(api_version: &str, kind: &str) -> Option<(Kind, bool)> {
@@ -238,6 +242,8 @@ pub enum Spec {
     EndpointSlice(EndpointSliceDef),
     Pod(PodDef),
     Namespace,
+    /// A Node: only its labels (topology) matter, and they are in `Meta`.
+    Node,
 }
 
 /// One accepted configuration object.

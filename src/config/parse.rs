@@ -321,6 +321,10 @@ fn decode_spec(
             let _: core::Namespace = typed(value, "", unknown)?;
             Spec::Namespace
         }
+        Kind::Node => {
+            let _: core::Node = typed(value, "", unknown)?;
+            Spec::Node
+        }
     })
 }
 

@@ -290,7 +290,11 @@ pub fn validate(object: &ConfigObject) -> Vec<Problem> {
                 }
             }
         }
-        Spec::PeerAuthentication(_) | Spec::EndpointSlice(_) | Spec::Pod(_) | Spec::Namespace => {}
+        Spec::PeerAuthentication(_)
+        | Spec::EndpointSlice(_)
+        | Spec::Pod(_)
+        | Spec::Namespace
+        | Spec::Node => {}
     }
     r.0
 }

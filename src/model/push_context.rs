@@ -280,8 +280,8 @@ impl PushContext {
             Kind::Sidecar => key.namespace == proxy.namespace,
             // Sidecars read only `mesh`-bound routes; Gateways shape routers alone.
             Kind::Gateway => proxy.kind == ProxyKind::Router,
-            // Found by host, from any namespace; rare enough to push to all.
-            Kind::DestinationRule | Kind::Namespace => true,
+            // Found by host from any namespace, or shaping endpoints everywhere: rare.
+            Kind::DestinationRule | Kind::Namespace | Kind::Node => true,
             Kind::Pod if key.namespace == proxy.namespace && key.name == proxy.pod_name => true,
             Kind::VirtualService
             | Kind::Service

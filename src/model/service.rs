@@ -136,6 +136,10 @@ impl Service {
 /// Builds every service from the store.
 pub fn build_services(store: &Store) -> BTreeMap<String, Arc<Service>> {
     let pod_labels = pod_labels(store);
+    let nodes: HashMap<&str, &BTreeMap<String, String>> = store
+        .of_kind(Kind::Node)
+        .map(|n| (n.key.name.as_str(), &n.meta.labels))
+        .collect();
     let mut slices: HashMap<(String, String), Vec<&ConfigObject>> = HashMap::new();
     for obj in store.of_kind(Kind::EndpointSlice) {
         if let Spec::EndpointSlice(s) = &obj.spec {
@@ -187,13 +191,8 @@ pub fn build_services(store: &Store) -> BTreeMap<String, Arc<Service>> {
                     .and_then(|pod| pod_labels.get(&(obj.key.namespace.as_str(), pod.as_str())))
                     .cloned()
                     .unwrap_or_default();
-                let locality = labels
-                    .get("topology.istio.io/locality")
-                    .map(|l| Locality::parse(&l.replace('.', "/")))
-                    .unwrap_or_else(|| Locality {
-                        zone: e.zone.clone().unwrap_or_default(),
-                        ..Default::default()
-                    });
+                let node = e.node_name.as_deref().and_then(|n| nodes.get(n).copied());
+                let locality = endpoint_locality(&labels, node, e.zone.as_deref());
                 for address in &e.addresses {
                     endpoints.push(Endpoint {
                         address: address.clone(),
@@ -247,6 +246,30 @@ pub fn build_services(store: &Store) -> BTreeMap<String, Arc<Service>> {
         }
     }
     out
+}
+
+/// Istio's locality for an endpoint: the pod label `topology.istio.io/locality`
+/// (`region.zone.subzone`), else its Node's `topology.kubernetes.io/region|zone` and
+/// `topology.istio.io/subzone` labels, else the EndpointSlice's zone.
+fn endpoint_locality(
+    pod_labels: &BTreeMap<String, String>,
+    node: Option<&BTreeMap<String, String>>,
+    slice_zone: Option<&str>,
+) -> Locality {
+    if let Some(l) = pod_labels.get("topology.istio.io/locality") {
+        return Locality::parse(&l.replace('.', "/"));
+    }
+    let node_label = |k: &str| node.and_then(|n| n.get(k)).cloned().unwrap_or_default();
+    let zone = node_label("topology.kubernetes.io/zone");
+    Locality {
+        region: node_label("topology.kubernetes.io/region"),
+        zone: if zone.is_empty() {
+            slice_zone.unwrap_or_default().to_string()
+        } else {
+            zone
+        },
+        subzone: node_label("topology.istio.io/subzone"),
+    }
 }
 
 fn pod_labels(store: &Store) -> HashMap<(&str, &str), BTreeMap<String, String>> {

@@ -423,3 +423,60 @@ spec:
         "no Kubernetes short names for a ServiceEntry host"
     );
 }
+
+#[test]
+fn endpoint_locality_comes_from_the_node_or_the_pod_label() {
+    let extra = r#"
+apiVersion: v1
+kind: Node
+metadata: {name: node-a, labels: {topology.kubernetes.io/region: eu-west, topology.kubernetes.io/zone: eu-west-1b, topology.istio.io/subzone: rack-7}}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: ratings, namespace: shop}
+spec:
+  ports: [{name: http, port: 9080}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: ratings-a, namespace: shop, labels: {kubernetes.io/service-name: ratings}}
+addressType: IPv4
+ports: [{name: http, port: 9080}]
+endpoints:
+- {addresses: [10.0.1.1], nodeName: node-a, zone: ignored-when-the-node-says}
+- {addresses: [10.0.1.2], targetRef: {kind: Pod, name: ratings-pinned}, nodeName: node-a}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: ratings-pinned, namespace: shop, labels: {app: ratings, topology.istio.io/locality: us-east.us-east-1a.r1}}
+"#;
+    let cfg = proxy_config(&context(extra), &sidecar("shop", json!({})));
+    let cla = cfg
+        .endpoints
+        .iter()
+        .find(|e| e.cluster_name == "outbound|9080||ratings.shop.svc.cluster.local")
+        .unwrap();
+    let localities: Vec<(String, String, String)> = cla
+        .endpoints
+        .iter()
+        .map(|g| {
+            let l = g.locality.as_ref().unwrap();
+            (l.region.clone(), l.zone.clone(), l.sub_zone.clone())
+        })
+        .collect();
+    assert_eq!(
+        localities,
+        [
+            (
+                "eu-west".to_string(),
+                "eu-west-1b".to_string(),
+                "rack-7".to_string()
+            ),
+            (
+                "us-east".to_string(),
+                "us-east-1a".to_string(),
+                "r1".to_string()
+            )
+        ]
+    );
+}

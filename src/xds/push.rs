@@ -249,6 +249,7 @@ fn trigger_type(kind: Kind) -> &'static str {
         Kind::EndpointSlice | Kind::Pod | Kind::WorkloadEntry => "endpoint",
         Kind::Service | Kind::ServiceEntry => "service",
         Kind::Namespace => "namespace",
+        Kind::Node => "endpoint",
         _ => "config",
     }
 }

@@ -153,7 +153,7 @@ fn a_relist_after_410_gone_pushes_only_real_differences() {
         m.api.list_requests("VirtualService") > lists
     });
     wait_until("the watches to resume", Duration::from_secs(15), || {
-        m.api.open_watches() >= 12
+        m.api.open_watches() >= meshd::config::Kind::ALL.len()
     });
     std::thread::sleep(Duration::from_millis(400));
     assert_eq!(
