@@ -101,6 +101,7 @@ fn main() -> ExitCode {
                 Some(dir) => Source::ConfigDir(dir),
                 None => Source::Kubernetes(Scope {
                     revision: revision.clone(),
+                    config_namespace: pod_namespace.clone(),
                     namespaces: watched_namespaces
                         .into_iter()
                         .filter(|n| !n.is_empty())

@@ -33,10 +33,12 @@ pub enum Kind {
     Pod,
     Namespace,
     Node,
+    /// Only Istio's mesh ConfigMap (`istio`, or `istio-REV`); other ConfigMaps are ignored.
+    ConfigMap,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 13] = [
+    pub const ALL: [Kind; 14] = [
         Kind::VirtualService,
         Kind::DestinationRule,
         Kind::Gateway,
@@ -50,6 +52,7 @@ impl Kind {
         Kind::Pod,
         Kind::Namespace,
         Kind::Node,
+        Kind::ConfigMap,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -67,6 +70,7 @@ impl Kind {
             Kind::Pod => "Pod",
             Kind::Namespace => "Namespace",
             Kind::Node => "Node",
+            Kind::ConfigMap => "ConfigMap",
         }
     }
 
@@ -74,7 +78,7 @@ impl Kind {
     pub fn group(self) -> &'static str {
         match self {
             Kind::PeerAuthentication | Kind::AuthorizationPolicy => "security.istio.io",
-            Kind::Service | Kind::Pod | Kind::Namespace | Kind::Node => "",
+            Kind::Service | Kind::Pod | Kind::Namespace | Kind::Node | Kind::ConfigMap => "",
             Kind::EndpointSlice => "discovery.k8s.io",
             _ => "networking.istio.io",
         }
@@ -105,6 +109,7 @@ impl Kind {
             Kind::Pod => "pods",
             Kind::Namespace => "namespaces",
             Kind::Node => "nodes",
+            Kind::ConfigMap => "configmaps",
         }
     }
 
@@ -244,6 +249,8 @@ pub enum Spec {
     Namespace,
     /// A Node: only its labels (topology) matter, and they are in `Meta`.
     Node,
+    /// Istio's mesh ConfigMap, its `mesh` key parsed.
+    MeshConfig(crate::model::mesh::MeshConfig),
 }
 
 /// One accepted configuration object.

@@ -203,6 +203,12 @@ fn parse_document(file: &str, index: usize, value: Value, out: &mut Parsed) {
         namespace,
         name,
     };
+    if kind == Kind::ConfigMap && !(key.name == "istio" || key.name.starts_with("istio-")) {
+        let message = "ignored: meshd reads only the istio mesh ConfigMap".to_string();
+        out.issues
+            .push(warning(file, index, Some(&key), "", message));
+        return;
+    }
     if !version_ok {
         out.issues.push(issue(
             file,
@@ -324,6 +330,17 @@ fn decode_spec(
         Kind::Node => {
             let _: core::Node = typed(value, "", unknown)?;
             Spec::Node
+        }
+        Kind::ConfigMap => {
+            let cm: core::ConfigMap = typed(value, "", unknown)?;
+            let mesh = cm
+                .data
+                .unwrap_or_default()
+                .remove("mesh")
+                .unwrap_or_default();
+            let mesh = crate::model::mesh::MeshConfig::parse(&mesh)
+                .map_err(|e| ("data.mesh".to_string(), e))?;
+            Spec::MeshConfig(mesh)
         }
     })
 }

@@ -294,7 +294,8 @@ pub fn validate(object: &ConfigObject) -> Vec<Problem> {
         | Spec::EndpointSlice(_)
         | Spec::Pod(_)
         | Spec::Namespace
-        | Spec::Node => {}
+        | Spec::Node
+        | Spec::MeshConfig(_) => {}
     }
     r.0
 }

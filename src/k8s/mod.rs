@@ -14,7 +14,6 @@ pub mod lease;
 pub mod status;
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
 use futures::StreamExt;
@@ -28,6 +27,7 @@ use crate::config::parse::parse_value;
 use crate::config::{ConfigObject, Kind, ObjectKey};
 use crate::filesource::{IssueBoard, IssueHook};
 use crate::model::Store;
+use crate::model::mesh::MeshConfig;
 
 /// Label naming the control-plane revision an object or namespace belongs to.
 pub const REVISION_LABEL: &str = "istio.io/rev";
@@ -39,6 +39,8 @@ pub struct Scope {
     pub revision: String,
     /// If not empty, only these namespaces are kept (`WATCHED_NAMESPACES`).
     pub namespaces: BTreeSet<String>,
+    /// Where the mesh ConfigMap lives (the root namespace, `istio-system`).
+    pub config_namespace: String,
 }
 
 impl Scope {
@@ -73,11 +75,20 @@ pub struct KubeSource {
     scope: Scope,
     issues: IssueBoard,
     hook: IssueHook,
-    synced: Arc<AtomicUsize>,
-    synced_tx: watch::Sender<bool>,
+    /// Kinds listed at least once.
+    synced: watch::Sender<BTreeSet<Kind>>,
+    /// Namespaces selected by the mesh's `discoverySelectors`; `None` keeps all.
+    selection: RwLock<Option<BTreeSet<String>>>,
+    /// Bumped when the selection changes: namespaced watchers relist.
+    rescope: watch::Sender<u64>,
     /// The latest generation seen per Istio object, accepted or not (for status).
     pub generations: Arc<RwLock<HashMap<ObjectKey, i64>>>,
 }
+
+type OnChange = Arc<dyn Fn(BTreeSet<ObjectKey>) + Send + Sync>;
+
+/// Kinds that decide what the other watchers keep, so they are listed first.
+const SCOPING_KINDS: [Kind; 2] = [Kind::Namespace, Kind::ConfigMap];
 
 impl KubeSource {
     pub fn new(
@@ -87,7 +98,6 @@ impl KubeSource {
         issues: IssueBoard,
         hook: IssueHook,
     ) -> Arc<KubeSource> {
-        let (synced_tx, _) = watch::channel(false);
         Arc::new(KubeSource {
             generations: Arc::default(),
             client,
@@ -95,65 +105,148 @@ impl KubeSource {
             scope,
             issues,
             hook,
-            synced: Arc::default(),
-            synced_tx,
+            synced: watch::channel(BTreeSet::new()).0,
+            selection: RwLock::new(None),
+            rescope: watch::channel(0).0,
         })
     }
 
-    /// Starts one watcher per kind; `on_change` receives the keys each event changed.
-    pub fn start(self: &Arc<Self>, on_change: Arc<dyn Fn(BTreeSet<ObjectKey>) + Send + Sync>) {
-        for kind in Kind::ALL {
-            let this = self.clone();
-            let on_change = on_change.clone();
-            tokio::spawn(async move { this.watch(kind, on_change).await });
-        }
+    /// Starts one watcher per kind (Namespaces and the mesh ConfigMap first, as they decide
+    /// what the others keep); `on_change` receives the keys each event changed.
+    pub fn start(self: &Arc<Self>, on_change: OnChange) {
+        let this = self.clone();
+        tokio::spawn(async move {
+            for kind in SCOPING_KINDS {
+                let (w, on_change) = (this.clone(), on_change.clone());
+                tokio::spawn(async move { w.watch(kind, on_change).await });
+            }
+            let mut synced = this.synced.subscribe();
+            let _ = synced
+                .wait_for(|s| SCOPING_KINDS.iter().all(|k| s.contains(k)))
+                .await;
+            *this.selection.write().unwrap() = this.compute_selection();
+            for kind in Kind::ALL.into_iter().filter(|k| !SCOPING_KINDS.contains(k)) {
+                let (w, on_change) = (this.clone(), on_change.clone());
+                tokio::spawn(async move { w.watch(kind, on_change).await });
+            }
+        });
     }
 
     /// Resolves once every kind has been listed once.
     pub async fn synced(&self) {
-        let mut rx = self.synced_tx.subscribe();
-        let _ = rx.wait_for(|done| *done).await;
+        let mut rx = self.synced.subscribe();
+        let _ = rx.wait_for(|s| s.len() == Kind::ALL.len()).await;
     }
 
-    async fn watch(&self, kind: Kind, on_change: Arc<dyn Fn(BTreeSet<ObjectKey>) + Send + Sync>) {
+    /// The namespaces `discoverySelectors` select now, or `None` for all.
+    fn compute_selection(&self) -> Option<BTreeSet<String>> {
+        let store = self.store.read().unwrap();
+        let mesh = MeshConfig::from_store(&store);
+        if mesh.discovery_selectors.is_empty() {
+            return None;
+        }
+        let selected = store
+            .of_kind(Kind::Namespace)
+            .filter(|n| mesh.selects(&n.key.name, &n.meta.labels));
+        Some(selected.map(|n| n.key.name.clone()).collect())
+    }
+
+    /// After a Namespace or mesh config change: if the selected namespaces changed, the
+    /// namespaced watchers relist (objects newly out of scope go, newly in scope come).
+    fn rescope_if_needed(&self) {
+        let selection = self.compute_selection();
+        let mut current = self.selection.write().unwrap();
+        if *current != selection {
+            tracing::info!(namespaces = ?selection, "discoverySelectors select other namespaces: relisting");
+            *current = selection;
+            self.rescope.send_modify(|generation| *generation += 1);
+        }
+    }
+
+    fn selected(&self, object: &ConfigObject) -> bool {
+        let kind = object.key.kind;
+        if !kind.namespaced() || SCOPING_KINDS.contains(&kind) {
+            return true;
+        }
+        self.selection
+            .read()
+            .unwrap()
+            .as_ref()
+            .is_none_or(|s| s.contains(&object.key.namespace))
+    }
+
+    fn api(&self, kind: Kind, ar: &ApiResource) -> (Api<DynamicObject>, watcher::Config) {
+        if kind == Kind::ConfigMap {
+            let name = MeshConfig::configmap_name(&self.scope.revision);
+            let api = Api::namespaced_with(self.client.clone(), &self.scope.config_namespace, ar);
+            return (
+                api,
+                watcher::Config::default().fields(&format!("metadata.name={name}")),
+            );
+        }
+        (
+            Api::all_with(self.client.clone(), ar),
+            watcher::Config::default(),
+        )
+    }
+
+    async fn watch(&self, kind: Kind, on_change: OnChange) {
         let ar = api_resource(kind);
-        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &ar);
-        let mut events = watcher(api, watcher::Config::default())
-            .default_backoff()
-            .boxed();
-        let mut buffer: Option<Vec<DynamicObject>> = None;
+        let (api, config) = self.api(kind, &ar);
+        let rescopable = kind.namespaced() && !SCOPING_KINDS.contains(&kind);
+        let mut rescope = self.rescope.subscribe();
+        rescope.mark_unchanged();
         let mut first_sync = true;
-        while let Some(event) = events.next().await {
-            let changed = match event {
-                Ok(watcher::Event::Apply(obj)) => self.apply(kind, &ar, obj),
-                Ok(watcher::Event::Delete(obj)) => self.delete(kind, &obj),
-                Ok(watcher::Event::Init) => {
-                    buffer = Some(Vec::new());
-                    BTreeSet::new()
-                }
-                Ok(watcher::Event::InitApply(obj)) => {
-                    buffer.get_or_insert_with(Vec::new).push(obj);
-                    BTreeSet::new()
-                }
-                Ok(watcher::Event::InitDone) => {
-                    let changed = self.replace(kind, &ar, buffer.take().unwrap_or_default());
-                    if std::mem::take(&mut first_sync) {
-                        tracing::info!(kind = %kind, "initial list synced");
-                        if self.synced.fetch_add(1, Ordering::AcqRel) + 1 == Kind::ALL.len() {
-                            self.synced_tx.send_replace(true);
-                        }
-                    } else {
-                        tracing::info!(kind = %kind, changed = changed.len(), "relisted");
+        loop {
+            let mut events = watcher(api.clone(), config.clone())
+                .default_backoff()
+                .boxed();
+            let mut buffer: Option<Vec<DynamicObject>> = None;
+            loop {
+                let event = tokio::select! {
+                    event = events.next() => match event {
+                        Some(event) => event,
+                        None => return,
+                    },
+                    changed = rescope.changed(), if rescopable => {
+                        if changed.is_err() { return }
+                        break; // a fresh list under the new selection
                     }
-                    changed
+                };
+                let changed = match event {
+                    Ok(watcher::Event::Apply(obj)) => self.apply(kind, &ar, obj),
+                    Ok(watcher::Event::Delete(obj)) => self.delete(kind, &obj),
+                    Ok(watcher::Event::Init) => {
+                        buffer = Some(Vec::new());
+                        BTreeSet::new()
+                    }
+                    Ok(watcher::Event::InitApply(obj)) => {
+                        buffer.get_or_insert_with(Vec::new).push(obj);
+                        BTreeSet::new()
+                    }
+                    Ok(watcher::Event::InitDone) => {
+                        let changed = self.replace(kind, &ar, buffer.take().unwrap_or_default());
+                        if std::mem::take(&mut first_sync) {
+                            tracing::info!(kind = %kind, "initial list synced");
+                            self.synced.send_modify(|s| {
+                                s.insert(kind);
+                            });
+                        } else {
+                            tracing::info!(kind = %kind, changed = changed.len(), "relisted");
+                        }
+                        changed
+                    }
+                    Err(e) => {
+                        tracing::warn!(kind = %kind, "watch failed, retrying with backoff: {e}");
+                        continue;
+                    }
+                };
+                if SCOPING_KINDS.contains(&kind) && !changed.is_empty() && !first_sync {
+                    self.rescope_if_needed();
                 }
-                Err(e) => {
-                    tracing::warn!(kind = %kind, "watch failed, retrying with backoff: {e}");
-                    continue;
+                if !changed.is_empty() {
+                    on_change(changed);
                 }
-            };
-            if !changed.is_empty() {
-                on_change(changed);
             }
         }
     }
@@ -198,7 +291,7 @@ impl KubeSource {
             (self.hook)(issue);
         }
         match parsed.objects.into_iter().next() {
-            Some(o) if self.scope.keeps(&o) => Ok(Some(o)),
+            Some(o) if self.scope.keeps(&o) && self.selected(&o) => Ok(Some(o)),
             Some(_) => Ok(None),
             None => Err(key),
         }
@@ -304,6 +397,7 @@ mod tests {
         let scope = Scope {
             revision: "blue".into(),
             namespaces: BTreeSet::new(),
+            config_namespace: "istio-system".into(),
         };
         let vs = "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: a, namespace: shop, labels: {istio.io/rev: REV}}\nspec: {hosts: [a]}\n";
         assert!(scope.keeps(&object(&vs.replace("REV", "blue"))));
@@ -323,6 +417,7 @@ mod tests {
         let only_other = Scope {
             revision: "blue".into(),
             namespaces: ["other".to_string()].into(),
+            config_namespace: "istio-system".into(),
         };
         assert!(!only_other.keeps(&object(svc)));
         let ns = "apiVersion: v1\nkind: Namespace\nmetadata: {name: shop}\n";

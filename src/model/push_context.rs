@@ -9,8 +9,11 @@ use serde::Serialize;
 use super::service::build_services;
 use super::{Proxy, ProxyKind, Service, Store, host_matches, resolve_host};
 use crate::api::labels_match;
-use crate::api::networking::{DestinationRuleSpec, GatewaySpec, SidecarSpec, VirtualServiceSpec};
+use crate::api::networking::{
+    DestinationRuleSpec, GatewaySpec, OutboundMode, SidecarSpec, VirtualServiceSpec,
+};
 use crate::config::{ConfigObject, Kind, ObjectKey, Spec};
+use crate::model::mesh::MeshConfig;
 
 /// A problem that only shows when objects are put together (a route to a missing host).
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -33,6 +36,8 @@ pub struct PushContext {
     pub sidecars: Vec<Arc<ConfigObject>>,
     pub pod_labels: HashMap<(String, String), BTreeMap<String, String>>,
     pub namespace_labels: HashMap<String, BTreeMap<String, String>>,
+    /// Mesh-wide settings (the `istio` ConfigMap), defaults without one.
+    pub mesh: MeshConfig,
     pub issues: Vec<ModelIssue>,
 }
 
@@ -83,6 +88,7 @@ impl PushContext {
             sidecars,
             pod_labels,
             namespace_labels,
+            mesh: MeshConfig::from_store(store),
             issues: Vec::new(),
         };
         ctx.issues = ctx.cross_check();
@@ -281,7 +287,7 @@ impl PushContext {
             // Sidecars read only `mesh`-bound routes; Gateways shape routers alone.
             Kind::Gateway => proxy.kind == ProxyKind::Router,
             // Found by host from any namespace, or shaping endpoints everywhere: rare.
-            Kind::DestinationRule | Kind::Namespace | Kind::Node => true,
+            Kind::DestinationRule | Kind::Namespace | Kind::Node | Kind::ConfigMap => true,
             Kind::Pod if key.namespace == proxy.namespace && key.name == proxy.pod_name => true,
             Kind::VirtualService
             | Kind::Service
@@ -305,6 +311,18 @@ impl PushContext {
                 let ns = h.split_once('/').map_or("*", |(ns, _)| ns);
                 ns == "*" || ns == namespace || (ns == "." && namespace == proxy.namespace)
             })
+    }
+
+    /// Whether traffic from this proxy to hosts outside the registry is refused: its
+    /// Sidecar's `outboundTrafficPolicy`, else the mesh's.
+    pub fn registry_only(&self, proxy: &Proxy) -> bool {
+        let sidecar_mode = self
+            .sidecar_for(proxy)
+            .and_then(|(_, s)| s.outbound_traffic_policy.as_ref()?.mode);
+        match sidecar_mode {
+            Some(mode) => mode == OutboundMode::RegistryOnly,
+            None => self.mesh.registry_only(),
+        }
     }
 
     /// The control-plane revision a proxy belongs to, as Istio's injector decides it: the

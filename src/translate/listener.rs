@@ -26,7 +26,9 @@ use envoy_types::pb::google::protobuf::BoolValue;
 use envoy_types::util::pack_any;
 
 use super::endpoint::socket_address;
-use super::{PASSTHROUGH_CLUSTER, ads_config_source, outbound_cluster_name, route};
+use super::{
+    BLACKHOLE_CLUSTER, PASSTHROUGH_CLUSTER, ads_config_source, outbound_cluster_name, route,
+};
 use crate::model::{Interception, Protocol, Proxy, PushContext, Service};
 
 /// Ports a sidecar's wildcard listeners never take (its own capture and admin ports).
@@ -162,7 +164,11 @@ pub fn sidecar(
             15001,
             true,
             TrafficDirection::Outbound,
-            vec![tcp_proxy(PASSTHROUGH_CLUSTER)],
+            vec![tcp_proxy(if ctx.registry_only(proxy) {
+                BLACKHOLE_CLUSTER
+            } else {
+                PASSTHROUGH_CLUSTER
+            })],
         );
         virtual_outbound.name = "virtualOutbound".into();
         virtual_outbound.filter_chains[0].name = "virtualOutbound-catchall-tcp".into();

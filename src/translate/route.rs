@@ -125,23 +125,41 @@ pub fn sidecar(
         });
     }
     vhosts.sort_by(|a, b| a.name.cmp(&b.name));
-    vhosts.push(VirtualHost {
-        name: "allow_any".into(),
+    vhosts.push(catch_all(ctx.registry_only(proxy)));
+    route_configuration(port.to_string(), vhosts)
+}
+
+/// The last virtual host: `allow_any` to PassthroughCluster (ALLOW_ANY), or `block_all`
+/// answering 502 (REGISTRY_ONLY), as istiod writes them.
+fn catch_all(registry_only: bool) -> VirtualHost {
+    let (name, action) = if registry_only {
+        (
+            "block_all",
+            Action::DirectResponse(DirectResponseAction {
+                status: 502,
+                ..Default::default()
+            }),
+        )
+    } else {
+        let to_passthrough = RouteAction {
+            cluster_specifier: Some(ClusterSpecifier::Cluster(PASSTHROUGH_CLUSTER.into())),
+            timeout: Some(duration(std::time::Duration::ZERO)),
+            ..Default::default()
+        };
+        ("allow_any", Action::Route(to_passthrough))
+    };
+    VirtualHost {
+        name: name.into(),
         domains: vec!["*".into()],
         routes: vec![Route {
-            name: "allow_any".into(),
+            name: name.into(),
             r#match: Some(prefix_match("/")),
-            action: Some(Action::Route(RouteAction {
-                cluster_specifier: Some(ClusterSpecifier::Cluster(PASSTHROUGH_CLUSTER.into())),
-                timeout: Some(duration(std::time::Duration::ZERO)),
-                ..Default::default()
-            })),
+            action: Some(action),
             ..Default::default()
         }],
         include_request_attempt_count: true,
         ..Default::default()
-    });
-    route_configuration(port.to_string(), vhosts)
+    }
 }
 
 /// The route configuration `http.PORT` of a gateway: one virtual host per server host

@@ -480,3 +480,75 @@ metadata: {name: ratings-pinned, namespace: shop, labels: {app: ratings, topolog
         ]
     );
 }
+
+#[test]
+fn registry_only_from_the_mesh_config_blocks_unknown_hosts_unless_a_sidecar_allows_them() {
+    let mesh = r#"
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: istio, namespace: istio-system}
+data:
+  mesh: |
+    outboundTrafficPolicy:
+      mode: REGISTRY_ONLY
+---
+apiVersion: networking.istio.io/v1
+kind: Sidecar
+metadata: {name: open, namespace: other}
+spec:
+  outboundTrafficPolicy: {mode: ALLOW_ANY}
+"#;
+    let ctx = context(mesh);
+    let catch_all = |ns: &str| {
+        let cfg = proxy_config(&ctx, &sidecar(ns, json!({})));
+        let vh = cfg
+            .routes
+            .iter()
+            .find(|r| r.name == "9080")
+            .unwrap()
+            .virtual_hosts
+            .last()
+            .unwrap()
+            .clone();
+        let outbound = cfg
+            .listeners
+            .iter()
+            .find(|l| l.name == "virtualOutbound")
+            .unwrap()
+            .clone();
+        (vh, outbound)
+    };
+    let (blocked, outbound) = catch_all("shop");
+    assert_eq!(blocked.name, "block_all");
+    let Some(Action::DirectResponse(dr)) = &blocked.routes[0].action else {
+        panic!("{blocked:?}")
+    };
+    assert_eq!(dr.status, 502);
+    use envoy_types::pb::envoy::config::listener::v3::filter::ConfigType;
+    use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{
+        TcpProxy, tcp_proxy::ClusterSpecifier as TcpCluster,
+    };
+    use prost::Message;
+    let Some(ConfigType::TypedConfig(any)) = &outbound.filter_chains[0].filters[0].config_type
+    else {
+        panic!()
+    };
+    let tcp = TcpProxy::decode(any.value.as_slice()).unwrap();
+    assert_eq!(
+        tcp.cluster_specifier,
+        Some(TcpCluster::Cluster("BlackHoleCluster".into()))
+    );
+    assert_eq!(
+        catch_all("other").0.name,
+        "allow_any",
+        "the Sidecar's policy wins"
+    );
+    assert_eq!(
+        proxy_config(&context(""), &sidecar("shop", json!({}))).routes[0]
+            .virtual_hosts
+            .last()
+            .unwrap()
+            .name,
+        "allow_any"
+    );
+}

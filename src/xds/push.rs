@@ -250,6 +250,7 @@ fn trigger_type(kind: Kind) -> &'static str {
         Kind::Service | Kind::ServiceEntry => "service",
         Kind::Namespace => "namespace",
         Kind::Node => "endpoint",
+        Kind::ConfigMap => "global",
         _ => "config",
     }
 }

@@ -18,6 +18,9 @@ use tokio::sync::mpsc;
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
+/// An open watch: the namespace it is limited to (if any) and its stream.
+type Watch = (Option<String>, mpsc::UnboundedSender<Bytes>);
+
 #[derive(Default)]
 struct Inner {
     rv: u64,
@@ -25,7 +28,8 @@ struct Inner {
     objects: BTreeMap<String, BTreeMap<(String, String), Value>>,
     /// plural -> (resourceVersion, event)
     history: BTreeMap<String, Vec<(u64, Value)>>,
-    watchers: BTreeMap<String, Vec<mpsc::UnboundedSender<Bytes>>>,
+    /// plural -> open watches (with the namespace they are limited to, if any)
+    watchers: BTreeMap<String, Vec<Watch>>,
     /// Watches from a resourceVersion below this get `410 Gone`.
     expired_below: u64,
     /// Kinds whose lists answer 503 for now.
@@ -174,8 +178,14 @@ impl FakeApiServer {
             .entry(plural.into())
             .or_default()
             .push((rv, event.clone()));
+        let ns = event["object"]["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
         if let Some(ws) = inner.watchers.get_mut(plural) {
-            ws.retain(|w| w.send(line(&event)).is_ok());
+            ws.retain(|(only, w)| {
+                only.as_ref().is_some_and(|o| *o != ns) || w.send(line(&event)).is_ok()
+            });
         }
     }
 
@@ -187,7 +197,7 @@ impl FakeApiServer {
         inner.expired_below = inner.rv;
         let gone = json!({"type": "ERROR", "object": {"apiVersion": "v1", "kind": "Status", "metadata": {}, "status": "Failure", "message": "too old resource version", "reason": "Expired", "code": 410}});
         for (_, ws) in std::mem::take(&mut inner.watchers) {
-            for w in ws {
+            for (_, w) in ws {
                 let _ = w.send(line(&gone));
             }
         }
@@ -259,12 +269,15 @@ impl FakeApiServer {
     }
 }
 
-/// `/api/v1/PLURAL` or `/apis/GROUP/VERSION/PLURAL`.
-fn plural_from_path(path: &str) -> Option<String> {
+/// `/api/v1/PLURAL`, `/apis/GROUP/VERSION/PLURAL`, or either under `namespaces/NS/`:
+/// the plural and the namespace the request is limited to.
+fn plural_from_path(path: &str) -> Option<(String, Option<String>)> {
     let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
     match parts.as_slice() {
-        ["api", "v1", plural] => Some(plural.to_string()),
-        ["apis", _, _, plural] => Some(plural.to_string()),
+        ["api", "v1", plural] | ["apis", _, _, plural] => Some((plural.to_string(), None)),
+        ["api", "v1", "namespaces", ns, plural] | ["apis", _, _, "namespaces", ns, plural] => {
+            Some((plural.to_string(), Some(ns.to_string())))
+        }
         _ => None,
     }
 }
@@ -401,8 +414,12 @@ async fn handle(
         }
         _ => {}
     }
-    let Some(plural) = plural_from_path(uri.path()) else {
+    let Some((plural, only)) = plural_from_path(uri.path()) else {
         return status(404, "NotFound", "not served by the fake");
+    };
+    let in_scope = |o: &Value| {
+        only.as_deref()
+            .is_none_or(|ns| o["metadata"]["namespace"] == ns)
     };
     let watch = q.get("watch").is_some_and(|w| w == "true" || w == "1");
     let mut guard = inner.lock().unwrap();
@@ -414,7 +431,7 @@ async fn handle(
         let items: Vec<Value> = guard
             .objects
             .get(&plural)
-            .map(|m| m.values().cloned().collect())
+            .map(|m| m.values().filter(|o| in_scope(o)).cloned().collect())
             .unwrap_or_default();
         let body = json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": guard.rv.to_string()}, "items": items});
         return ([("content-type", "application/json")], body.to_string()).into_response();
@@ -430,11 +447,11 @@ async fn handle(
         drop(tx);
     } else {
         for (rv, event) in guard.history.get(&plural).into_iter().flatten() {
-            if *rv > from {
+            if *rv > from && in_scope(&event["object"]) {
                 let _ = tx.send(line(event));
             }
         }
-        guard.watchers.entry(plural).or_default().push(tx);
+        guard.watchers.entry(plural).or_default().push((only, tx));
     }
     drop(guard);
     let stream = UnboundedReceiverStream::new(rx).map(Ok::<_, Infallible>);

@@ -423,3 +423,76 @@ fn the_leader_writes_status_once_and_a_standby_takes_over() {
         .unwrap();
     assert_ne!(new_holder, holder);
 }
+
+fn mesh_configmap(mesh: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: istio, namespace: istio-system}}\ndata:\n  mesh: |\n{}",
+        mesh.lines()
+            .map(|l| format!("    {l}\n"))
+            .collect::<String>()
+    )
+}
+
+fn kept_services(m: &Meshd) -> Vec<String> {
+    let mut names: Vec<String> = m
+        .json("/debug/registryz")
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["hostname"].as_str().unwrap().to_string())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn discovery_selectors_limit_what_is_kept_and_follow_changes_live() {
+    let api = FakeApiServer::start();
+    let dir = temp_dir("k8s-selectors");
+    let up = Upstream::start("any");
+    api.apply_yaml("apiVersion: v1\nkind: Namespace\nmetadata: {name: in-mesh, labels: {mesh: \"on\"}}\n---\napiVersion: v1\nkind: Namespace\nmetadata: {name: outside}\n");
+    api.apply_yaml(&service_yaml("in-mesh", "a", 9080, &[(&up, &[])]));
+    api.apply_yaml(&service_yaml("outside", "b", 9080, &[(&up, &[])]));
+    api.apply_yaml(&mesh_configmap(
+        "discoverySelectors:\n- matchLabels: {mesh: \"on\"}",
+    ));
+    let meshd = Meshd::start_kubernetes(&dir.join("meshd"), &api.kubeconfig(&dir), "default");
+    assert_eq!(
+        kept_services(&meshd),
+        ["a.in-mesh.svc.cluster.local"],
+        "only selected namespaces are kept"
+    );
+    let configz = meshd.json("/debug/configz");
+    let outside: Vec<_> = configz["objects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|o| o["namespace"] == "outside")
+        .collect();
+    assert!(
+        outside.is_empty(),
+        "nothing of an unselected namespace is cached: {outside:?}"
+    );
+
+    // A namespace joins by label: its objects are listed in.
+    api.apply_yaml(
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: outside, labels: {mesh: \"on\"}}\n",
+    );
+    wait_until(
+        "the relabelled namespace to be kept",
+        Duration::from_secs(15),
+        || kept_services(&meshd).len() == 2,
+    );
+
+    // The mesh config changes live: a selector nobody matches leaves only the root namespace.
+    api.apply_yaml(&mesh_configmap("discoverySelectors:\n- matchLabels: {mesh: nobody}\noutboundTrafficPolicy: {mode: REGISTRY_ONLY}"));
+    wait_until(
+        "the new selectors to apply",
+        Duration::from_secs(15),
+        || kept_services(&meshd).is_empty(),
+    );
+    api.apply_yaml(&mesh_configmap("accessLogFile: /dev/stdout"));
+    wait_until("no selectors: everything", Duration::from_secs(15), || {
+        kept_services(&meshd).len() == 2
+    });
+}

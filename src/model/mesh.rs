@@ -1,0 +1,167 @@
+//! Mesh-wide settings: Istio's MeshConfig, from the `mesh` key of the `istio` ConfigMap
+//! (`istio-REV` for a revision) in the root namespace. Only the fields meshd acts on are
+//! read; the rest of MeshConfig is accepted and ignored.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::Store;
+use crate::api::networking::{OutboundMode, OutboundTrafficPolicy};
+use crate::config::{ConfigObject, Kind, Spec};
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MeshConfig {
+    /// Namespaces whose objects meshd keeps at all; empty means every namespace.
+    #[serde(default)]
+    pub discovery_selectors: Vec<LabelSelector>,
+    #[serde(default)]
+    pub outbound_traffic_policy: Option<OutboundTrafficPolicy>,
+    #[serde(default)]
+    pub root_namespace: Option<String>,
+    #[serde(default)]
+    pub trust_domain: Option<String>,
+}
+
+/// A Kubernetes label selector (`matchLabels` and `matchExpressions`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LabelSelector {
+    #[serde(default)]
+    pub match_labels: BTreeMap<String, String>,
+    #[serde(default)]
+    pub match_expressions: Vec<LabelRequirement>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LabelRequirement {
+    pub key: String,
+    pub operator: String,
+    #[serde(default)]
+    pub values: Vec<String>,
+}
+
+impl LabelSelector {
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        crate::api::labels_match(&self.match_labels, labels)
+            && self.match_expressions.iter().all(|r| {
+                let value = labels.get(&r.key);
+                match r.operator.as_str() {
+                    "In" => value.is_some_and(|v| r.values.contains(v)),
+                    "NotIn" => value.is_none_or(|v| !r.values.contains(v)),
+                    "Exists" => value.is_some(),
+                    "DoesNotExist" => value.is_none(),
+                    _ => false,
+                }
+            })
+    }
+}
+
+/// The namespace holding mesh-wide config when MeshConfig does not name one.
+pub const DEFAULT_ROOT_NAMESPACE: &str = "istio-system";
+
+impl MeshConfig {
+    /// Parses the `mesh` key's YAML; unknown MeshConfig fields are ignored.
+    pub fn parse(yaml: &str) -> Result<MeshConfig, String> {
+        if yaml.trim().is_empty() {
+            return Ok(MeshConfig::default());
+        }
+        serde_saphyr::from_str(yaml).map_err(|e| e.to_string())
+    }
+
+    /// Whether objects in a namespace with these labels are kept (`discoverySelectors`).
+    pub fn selects(&self, namespace: &str, labels: &BTreeMap<String, String>) -> bool {
+        self.discovery_selectors.is_empty()
+            || namespace == self.root_namespace()
+            || self.discovery_selectors.iter().any(|s| s.matches(labels))
+    }
+
+    pub fn root_namespace(&self) -> &str {
+        self.root_namespace
+            .as_deref()
+            .unwrap_or(DEFAULT_ROOT_NAMESPACE)
+    }
+
+    /// REGISTRY_ONLY: traffic to hosts the mesh does not know is refused.
+    pub fn registry_only(&self) -> bool {
+        self.outbound_traffic_policy.as_ref().and_then(|p| p.mode)
+            == Some(OutboundMode::RegistryOnly)
+    }
+
+    /// The mesh ConfigMap's settings held in `store`: the one in its root namespace, else
+    /// any, else the defaults.
+    pub fn from_store(store: &Store) -> MeshConfig {
+        let configs: Vec<(&ConfigObject, &MeshConfig)> = store
+            .of_kind(Kind::ConfigMap)
+            .filter_map(|o| match &o.spec {
+                Spec::MeshConfig(m) => Some((&**o, m)),
+                _ => None,
+            })
+            .collect();
+        configs
+            .iter()
+            .find(|(o, m)| o.key.namespace == m.root_namespace())
+            .or(configs.first())
+            .map(|(_, m)| (*m).clone())
+            .unwrap_or_default()
+    }
+
+    /// The name of the mesh ConfigMap for a revision.
+    pub fn configmap_name(revision: &str) -> String {
+        if revision == "default" {
+            "istio".to_string()
+        } else {
+            format!("istio-{revision}")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn mesh_config_reads_what_meshd_uses_and_ignores_the_rest() {
+        let m = MeshConfig::parse(
+            "accessLogFile: /dev/stdout\noutboundTrafficPolicy: {mode: REGISTRY_ONLY}\ndiscoverySelectors:\n- matchLabels: {mesh: on}\n- matchExpressions: [{key: team, operator: In, values: [pay, shop]}]\n",
+        )
+        .unwrap();
+        assert!(m.registry_only());
+        assert!(m.selects("a", &labels(&[("mesh", "on")])));
+        assert!(m.selects("b", &labels(&[("team", "shop")])));
+        assert!(!m.selects("c", &labels(&[("team", "ops")])));
+        assert!(
+            m.selects("istio-system", &labels(&[])),
+            "the root namespace is always kept"
+        );
+        assert!(MeshConfig::parse("").unwrap().selects("x", &labels(&[])));
+        assert!(MeshConfig::parse("discoverySelectors: 3").is_err());
+    }
+
+    #[test]
+    fn label_selector_operators_follow_kubernetes() {
+        let r = |op: &str, values: &[&str]| LabelSelector {
+            match_labels: BTreeMap::new(),
+            match_expressions: vec![LabelRequirement {
+                key: "k".into(),
+                operator: op.into(),
+                values: values.iter().map(|v| v.to_string()).collect(),
+            }],
+        };
+        let with = labels(&[("k", "v")]);
+        let without = labels(&[]);
+        assert!(r("NotIn", &["x"]).matches(&with) && r("NotIn", &["x"]).matches(&without));
+        assert!(!r("NotIn", &["v"]).matches(&with));
+        assert!(r("Exists", &[]).matches(&with) && !r("Exists", &[]).matches(&without));
+        assert!(r("DoesNotExist", &[]).matches(&without));
+        assert!(!r("Bogus", &[]).matches(&with));
+    }
+}
