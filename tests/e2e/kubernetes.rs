@@ -496,3 +496,47 @@ fn discovery_selectors_limit_what_is_kept_and_follow_changes_live() {
         kept_services(&meshd).len() == 2
     });
 }
+
+#[test]
+fn an_api_server_outage_leaves_proxies_on_their_last_config() {
+    let m = kube_mesh("k8s-outage");
+    std::thread::sleep(Duration::from_millis(400));
+    let (responses, recomputes) = (
+        m.responses(),
+        m.meshd.metric("pilot_push_context_recompute_count"),
+    );
+    for kind in meshd::config::Kind::ALL {
+        m.api.hold(kind.as_str());
+    }
+    m.api.expire_watches(); // every watcher must relist, and every list fails
+    for _ in 0..10 {
+        assert_eq!(
+            m.get("/productpage").body,
+            "productpage",
+            "proxies keep their config"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(
+        m.meshd.get("/ready").unwrap().status,
+        200,
+        "an outage after start-up is not unreadiness"
+    );
+    assert_eq!(
+        (
+            m.responses(),
+            m.meshd.metric("pilot_push_context_recompute_count")
+        ),
+        (responses, recomputes),
+        "nothing was pushed"
+    );
+
+    // The API server comes back with a change made meanwhile.
+    m.api.apply_yaml(&front_vs(&[("/productpage", "reviews")]));
+    for kind in meshd::config::Kind::ALL {
+        m.api.release(kind.as_str());
+    }
+    wait_until("recovery with the change", Duration::from_secs(40), || {
+        m.get("/productpage").body == "reviews"
+    });
+}
