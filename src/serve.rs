@@ -19,7 +19,7 @@ use crate::k8s::status::StatusWriter;
 use crate::k8s::{KubeSource, Scope};
 use crate::metrics::Metrics;
 use crate::model::Store;
-use crate::xds::push::{ConfigEvent, PushSettings, build_push, debounce_loop};
+use crate::xds::push::{ChangeLog, ConfigEvent, PushSettings, build_push, debounce_loop};
 use crate::xds::{AdsService, XdsShared};
 use std::collections::BTreeSet;
 
@@ -84,6 +84,7 @@ pub async fn run(opts: ServeOptions) -> anyhow::Result<()> {
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
 
     // Until the initial configuration is in, proxies see nothing and /ready says so.
+    let change_log: ChangeLog = Arc::default();
     let (push_tx, push_rx) = watch::channel(Arc::new(build_push(
         &store,
         0,
@@ -174,6 +175,8 @@ pub async fn run(opts: ServeOptions) -> anyhow::Result<()> {
                 issues: issues.clone(),
                 generations: source.generations.clone(),
                 pushes: xds.subscribe(),
+                xds: xds.clone(),
+                change_log: change_log.clone(),
                 leader,
             };
             tokio::spawn(writer.run());
@@ -193,6 +196,7 @@ pub async fn run(opts: ServeOptions) -> anyhow::Result<()> {
         push_tx,
         opts.push.clone(),
         metrics.clone(),
+        change_log,
     ));
 
     let xds_listener = tokio::net::TcpListener::bind(opts.xds_address)

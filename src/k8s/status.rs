@@ -18,7 +18,8 @@ use crate::config::{ConfigIssue, Kind, Level, ObjectKey};
 use crate::filesource::IssueBoard;
 use crate::model::Store;
 use crate::model::push_context::ModelIssue;
-use crate::xds::push::Push;
+use crate::xds::XdsShared;
+use crate::xds::push::{ChangeLog, Push};
 
 /// Writes in flight at once.
 const CONCURRENT_WRITES: usize = 8;
@@ -30,15 +31,22 @@ pub struct StatusWriter {
     /// The latest generation seen per object, accepted or not.
     pub generations: Arc<RwLock<HashMap<ObjectKey, i64>>>,
     pub pushes: watch::Receiver<Arc<Push>>,
+    /// Connected proxies and how far each is in sync (for the ACK count).
+    pub xds: Arc<XdsShared>,
+    pub change_log: ChangeLog,
     pub leader: watch::Receiver<bool>,
 }
 
 /// The status an object should carry.
+/// `in_sync`: how many of the connected proxies hold the configuration this generation
+/// produced, out of how many.
 pub fn desired_status(
     generation: Option<i64>,
     errors: &[&ConfigIssue],
     warnings: &[String],
+    in_sync: (usize, usize),
 ) -> Value {
+    let proxies = format!("{}/{} connected proxies in sync", in_sync.0, in_sync.1);
     let (status, reason, message) = if !errors.is_empty() {
         let text: Vec<String> = errors
             .iter()
@@ -53,9 +61,17 @@ pub fn desired_status(
             ),
         )
     } else if !warnings.is_empty() {
-        ("True", "AcceptedWithWarnings", warnings.join("; "))
+        (
+            "True",
+            "AcceptedWithWarnings",
+            format!("{}; {proxies}", warnings.join("; ")),
+        )
     } else {
-        ("True", "Accepted", "accepted and translated".to_string())
+        (
+            "True",
+            "Accepted",
+            format!("accepted and translated; {proxies}"),
+        )
     };
     let mut messages: Vec<Value> = Vec::new();
     for _ in errors {
@@ -79,9 +95,12 @@ pub fn desired_status(
 impl StatusWriter {
     pub async fn run(mut self) {
         let mut written: HashMap<ObjectKey, Value> = HashMap::new();
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
         loop {
             tokio::select! {
                 changed = self.pushes.changed() => if changed.is_err() { return },
+                // ACKs arrive after pushes: look again for changed in-sync counts.
+                _ = tick.tick() => {}
                 changed = self.leader.changed() => {
                     if changed.is_err() { return }
                     written.clear(); // a new leader rewrites what it cannot vouch for
@@ -121,6 +140,13 @@ impl StatusWriter {
 
     fn desired(&self, model_issues: &[ModelIssue]) -> Vec<(ObjectKey, Value)> {
         let generations = self.generations.read().unwrap();
+        let proxies: Vec<u64> = self
+            .xds
+            .sync_status()
+            .iter()
+            .map(|s| s.in_sync_push)
+            .collect();
+        let change_log = self.change_log.lock().unwrap();
         let board = self.issues.read().unwrap();
         let mut keys: Vec<ObjectKey> = self
             .store
@@ -163,7 +189,13 @@ impl StatusWriter {
                     .filter(|i| i.object == object)
                     .map(|i| format!("{}: {}", i.field, i.message))
                     .collect();
-                let status = desired_status(generations.get(&key).copied(), &errors, &warnings);
+                let since = change_log.get(&key).copied().unwrap_or(1);
+                let in_sync = (
+                    proxies.iter().filter(|p| **p >= since).count(),
+                    proxies.len(),
+                );
+                let status =
+                    desired_status(generations.get(&key).copied(), &errors, &warnings, in_sync);
                 (key, status)
             })
             .collect()
@@ -202,7 +234,7 @@ mod tests {
             field: "spec.http[0].match[0].uri.regex".into(),
             message: "invalid regex".into(),
         };
-        let s = desired_status(Some(4), &[&err], &[]);
+        let s = desired_status(Some(4), &[&err], &[], (0, 0));
         assert_eq!(s["conditions"][0]["status"], "False");
         assert_eq!(s["conditions"][0]["observedGeneration"], 4);
         assert!(
@@ -212,7 +244,9 @@ mod tests {
                 .contains("spec.http[0].match[0].uri.regex: invalid regex")
         );
         assert_eq!(s["validationMessages"][0]["level"], "ERROR");
-        let ok = desired_status(Some(2), &[], &[]);
+        let ok = desired_status(Some(2), &[], &[], (2, 3));
+        let text = ok["conditions"][0]["message"].as_str().unwrap().to_string();
+        assert!(text.ends_with("2/3 connected proxies in sync"), "{text}");
         assert_eq!(
             (
                 ok["conditions"][0]["status"].as_str(),

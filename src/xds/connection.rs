@@ -60,6 +60,9 @@ pub struct SyncStatus {
     pub istio_version: String,
     pub delta: bool,
     pub types: BTreeMap<&'static str, TypeStatus>,
+    /// The newest push this proxy is known to hold in full: every subscribed type ACKed,
+    /// or the push could not change anything for it.
+    pub in_sync_push: u64,
 }
 
 pub struct Connection {
@@ -86,6 +89,7 @@ impl Connection {
             istio_version: proxy.istio_version.clone().unwrap_or_default(),
             delta,
             types: BTreeMap::new(),
+            in_sync_push: 0,
         }));
         shared.register(id, &proxy, status.clone());
         let push = shared.current_push();
@@ -192,10 +196,22 @@ impl Connection {
                 .proxy_convergence_time
                 .observe(since.elapsed().as_secs_f64());
         }
-        let mut status = self.status.lock().unwrap();
-        let t = status.types.entry(kind.short()).or_default();
-        t.nonce_acked = nonce.to_string();
-        t.version_acked = t.version_sent.clone();
+        {
+            let mut status = self.status.lock().unwrap();
+            let t = status.types.entry(kind.short()).or_default();
+            t.nonce_acked = nonce.to_string();
+            t.version_acked = t.version_sent.clone();
+        }
+        self.note_sync();
+    }
+
+    /// Records that the proxy holds its current push in full, if every response sent to
+    /// it has been ACKed.
+    pub fn note_sync(&self) {
+        let all_acked = self.watches.iter().all(|w| w.nonce_sent == w.nonce_acked);
+        if all_acked {
+            self.status.lock().unwrap().in_sync_push = self.push.number;
+        }
     }
 
     /// A NACK: the proxy keeps its last good config; meshd logs, counts and records it,

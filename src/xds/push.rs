@@ -63,6 +63,10 @@ impl PushSettings {
     }
 }
 
+/// The push in which each object last changed (objects unchanged since start-up have no
+/// entry: they came with the first push).
+pub type ChangeLog = Arc<Mutex<HashMap<ObjectKey, u64>>>;
+
 /// A config change entering the pipeline.
 #[derive(Clone, Debug)]
 pub struct ConfigEvent {
@@ -191,6 +195,7 @@ pub async fn debounce_loop(
     pushes: watch::Sender<Arc<Push>>,
     settings: PushSettings,
     metrics: Arc<Metrics>,
+    change_log: ChangeLog,
 ) {
     let mut number = pushes.borrow().number;
     while let Some(first) = events.recv().await {
@@ -229,6 +234,12 @@ pub async fn debounce_loop(
         number += 1;
         let (build_store, build_metrics) = (store.clone(), metrics.clone());
         let merged = changed.len();
+        {
+            let mut log = change_log.lock().unwrap();
+            for key in &changed {
+                log.insert(key.clone(), number);
+            }
+        }
         let push = tokio::task::spawn_blocking(move || {
             build_push(&build_store, number, started, Some(changed), &build_metrics)
         })
@@ -327,7 +338,14 @@ mod tests {
             debounce_max: max,
             push_throttle: 1,
         };
-        tokio::spawn(debounce_loop(rx, store, push_tx, settings, metrics.clone()));
+        tokio::spawn(debounce_loop(
+            rx,
+            store,
+            push_tx,
+            settings,
+            metrics.clone(),
+            Arc::default(),
+        ));
         (tx, push_rx, metrics)
     }
 

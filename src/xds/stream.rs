@@ -91,6 +91,7 @@ async fn deliver<F: Framing>(
 ) -> Result<(), Closed> {
     if !push.affects(&conn.proxy) {
         conn.push = push; // nothing it depends on changed: no queue, no diff, no send
+        conn.note_sync();
         return Ok(());
     }
     let shared = conn.shared.clone();
@@ -100,5 +101,7 @@ async fn deliver<F: Framing>(
         .proxy_queue_time
         .observe(push.published_at.elapsed().as_secs_f64());
     conn.push = push;
-    F::push(conn, tx).await
+    F::push(conn, tx).await?;
+    conn.note_sync(); // in sync already if nothing needed sending
+    Ok(())
 }

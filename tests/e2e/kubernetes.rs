@@ -98,6 +98,19 @@ fn kubernetes_objects_route_real_traffic_and_follow_live_changes() {
     wait_until("the change to route", Duration::from_secs(5), || {
         m.get("/productpage").body == "reviews"
     });
+    // The status reports the new generation and that the gateway holds it.
+    wait_until(
+        "the status to count the proxy in sync",
+        Duration::from_secs(10),
+        || {
+            let c =
+                m.api.object("VirtualService", "shop", "front")["status"]["conditions"][0].clone();
+            c["observedGeneration"] == 2
+                && c["message"]
+                    .as_str()
+                    .is_some_and(|t| t.ends_with("1/1 connected proxies in sync"))
+        },
+    );
 
     m.api.delete("VirtualService", "shop", "front");
     wait_until("the delete to apply", Duration::from_secs(5), || {
