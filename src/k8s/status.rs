@@ -18,8 +18,8 @@ use crate::config::{ConfigIssue, Kind, Level, ObjectKey};
 use crate::filesource::IssueBoard;
 use crate::model::Store;
 use crate::model::push_context::ModelIssue;
-use crate::xds::XdsShared;
 use crate::xds::push::{ChangeLog, Push};
+use crate::xds::{Rejection, XdsShared};
 
 /// Writes in flight at once.
 const CONCURRENT_WRITES: usize = 8;
@@ -45,6 +45,7 @@ pub fn desired_status(
     errors: &[&ConfigIssue],
     warnings: &[String],
     in_sync: (usize, usize),
+    rejection: Option<&Rejection>,
 ) -> Value {
     let proxies = format!("{}/{} connected proxies in sync", in_sync.0, in_sync.1);
     let (status, reason, message) = if !errors.is_empty() {
@@ -60,6 +61,12 @@ pub fn desired_status(
                 text.join("; ")
             ),
         )
+    } else if let Some(r) = rejection {
+        let message = format!(
+            "proxy {} rejected the configuration built from this object (it keeps its last accepted configuration): {}",
+            r.proxy, r.message
+        );
+        ("False", "Rejected", message)
     } else if !warnings.is_empty() {
         (
             "True",
@@ -74,6 +81,11 @@ pub fn desired_status(
         )
     };
     let mut messages: Vec<Value> = Vec::new();
+    if rejection.is_some() {
+        messages.push(
+            json!({"level": "ERROR", "type": {"code": "MESHD0001", "name": "RejectedByProxy"}}),
+        );
+    }
     for _ in errors {
         messages
             .push(json!({"level": "ERROR", "type": {"code": "IST0002", "name": "InvalidField"}}));
@@ -146,6 +158,7 @@ impl StatusWriter {
             .iter()
             .map(|s| s.in_sync_push)
             .collect();
+        let rejections = self.xds.rejections();
         let change_log = self.change_log.lock().unwrap();
         let board = self.issues.read().unwrap();
         let mut keys: Vec<ObjectKey> = self
@@ -194,8 +207,10 @@ impl StatusWriter {
                     proxies.iter().filter(|p| **p >= since).count(),
                     proxies.len(),
                 );
-                let status =
-                    desired_status(generations.get(&key).copied(), &errors, &warnings, in_sync);
+                // A NACK counts while it concerns the object's current generation.
+                let rejection = rejections.get(&key).filter(|r| r.push >= since);
+                let generation = generations.get(&key).copied();
+                let status = desired_status(generation, &errors, &warnings, in_sync, rejection);
                 (key, status)
             })
             .collect()
@@ -234,7 +249,7 @@ mod tests {
             field: "spec.http[0].match[0].uri.regex".into(),
             message: "invalid regex".into(),
         };
-        let s = desired_status(Some(4), &[&err], &[], (0, 0));
+        let s = desired_status(Some(4), &[&err], &[], (0, 0), None);
         assert_eq!(s["conditions"][0]["status"], "False");
         assert_eq!(s["conditions"][0]["observedGeneration"], 4);
         assert!(
@@ -244,7 +259,7 @@ mod tests {
                 .contains("spec.http[0].match[0].uri.regex: invalid regex")
         );
         assert_eq!(s["validationMessages"][0]["level"], "ERROR");
-        let ok = desired_status(Some(2), &[], &[], (2, 3));
+        let ok = desired_status(Some(2), &[], &[], (2, 3), None);
         let text = ok["conditions"][0]["message"].as_str().unwrap().to_string();
         assert!(text.ends_with("2/3 connected proxies in sync"), "{text}");
         assert_eq!(

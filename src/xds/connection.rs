@@ -14,6 +14,7 @@ use serde::Serialize;
 use super::XdsShared;
 use super::push::Push;
 use super::resource::{PUSH_ORDER, Resource, TypeKind, View};
+use crate::config::ObjectKey;
 use crate::metrics::type_label;
 use crate::model::Proxy;
 
@@ -34,6 +35,8 @@ pub struct Watch {
     pub force: BTreeSet<String>,
     /// SotW: answer the next request even if it only ACKs (EDS after a CDS push).
     pub always_respond: bool,
+    /// The resources of the outstanding response (to name what a NACK rejected).
+    pub last_response: Vec<Arc<Resource>>,
 }
 
 /// What `/debug/syncz` shows of one type on one connection.
@@ -167,6 +170,7 @@ impl Connection {
             w.sent.remove(n);
         }
         w.nonce_sent = Some(nonce.clone());
+        w.last_response = changed.to_vec();
         if w.pending_since.is_none() {
             w.pending_since = trigger;
         }
@@ -223,7 +227,30 @@ impl Connection {
             .get_or_create(&type_label(kind.short()))
             .inc();
         tracing::warn!(proxy = %self.proxy.id, r#type = kind.short(), nonce, "proxy rejected config: {message}");
-        self.watches[kind as usize].pending_since = None;
+        let w = &mut self.watches[kind as usize];
+        w.pending_since = None;
+        if w.nonce_sent.as_deref() == Some(nonce) {
+            // A resource is built from several objects (a route configuration from every
+            // VirtualService on its port): blame those the push changed, if any.
+            let origins = super::origin::origins(kind, &w.last_response);
+            let changed: Vec<ObjectKey> = match &self.push.changed {
+                Some(keys) => origins
+                    .iter()
+                    .filter(|o| keys.contains(*o))
+                    .cloned()
+                    .collect(),
+                None => Vec::new(),
+            };
+            let blamed = if changed.is_empty() { origins } else { changed };
+            for object in blamed {
+                let rejection = super::Rejection {
+                    proxy: self.proxy.id.clone(),
+                    message: message.to_string(),
+                    push: self.push.number,
+                };
+                self.shared.record_rejection(object, rejection);
+            }
+        }
         let mut status = self.status.lock().unwrap();
         let t = status.types.entry(kind.short()).or_default();
         t.rejects += 1;

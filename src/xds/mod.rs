@@ -7,12 +7,13 @@
 pub mod canonical;
 pub mod connection;
 pub mod delta;
+pub mod origin;
 pub mod push;
 pub mod resource;
 pub mod sotw;
 pub mod stream;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -30,6 +31,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use self::connection::SyncStatus;
 use self::push::Push;
+use crate::config::ObjectKey;
 use crate::metrics::Metrics;
 use crate::model::Proxy;
 
@@ -46,6 +48,18 @@ pub struct XdsShared {
     pushes: watch::Receiver<Arc<Push>>,
     next_id: AtomicU64,
     connections: Mutex<BTreeMap<u64, Arc<Mutex<SyncStatus>>>>,
+    /// The latest NACK of a resource built from each object.
+    rejections: Mutex<HashMap<ObjectKey, Rejection>>,
+}
+
+/// A proxy refused a resource built from an object.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Rejection {
+    pub proxy: String,
+    /// Envoy's `error_detail`.
+    pub message: String,
+    /// The push the rejected response belonged to.
+    pub push: u64,
 }
 
 impl XdsShared {
@@ -62,6 +76,7 @@ impl XdsShared {
             pushes,
             next_id: AtomicU64::new(1),
             connections: Mutex::default(),
+            rejections: Mutex::default(),
         })
     }
 
@@ -93,6 +108,15 @@ impl XdsShared {
             .xds_by_version
             .get_or_create(&version_label(proxy))
             .dec();
+    }
+
+    pub fn record_rejection(&self, object: ObjectKey, rejection: Rejection) {
+        self.rejections.lock().unwrap().insert(object, rejection);
+    }
+
+    /// The latest NACK per object.
+    pub fn rejections(&self) -> HashMap<ObjectKey, Rejection> {
+        self.rejections.lock().unwrap().clone()
     }
 
     /// A snapshot of every connection's sync status, for `/debug/syncz`.

@@ -553,3 +553,32 @@ fn an_api_server_outage_leaves_proxies_on_their_last_config() {
         m.get("/productpage").body == "reviews"
     });
 }
+
+#[test]
+fn a_nack_is_reported_on_the_object_that_produced_the_rejected_route() {
+    let m = kube_mesh("k8s-nack");
+    // Valid RE2 (meshd accepts it) whose program exceeds Envoy's default size limit.
+    let greek = "alpha|beta|gamma|delta|epsilon|zeta|eta|theta|iota|kappa|lambda|mu|nu|xi|omicron|pi|rho|sigma|tau";
+    m.api.apply_yaml(&format!(
+        "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: big, namespace: shop}}\nspec:\n  hosts: [\"big.example.com\"]\n  gateways: [web]\n  http:\n  - match: [{{uri: {{regex: \"^/({greek}){{1,20}}$\"}}}}]\n    route: [{{destination: {{host: reviews}}}}]\n"
+    ));
+    wait_until(
+        "the NACK on the object's status",
+        Duration::from_secs(15),
+        || {
+            m.api.object("VirtualService", "shop", "big")["status"]["conditions"][0]["reason"]
+                == "Rejected"
+        },
+    );
+    let c = m.api.object("VirtualService", "shop", "big")["status"]["conditions"][0].clone();
+    let text = c["message"].as_str().unwrap();
+    assert!(
+        text.contains(&m.envoy.id) && text.contains("program size"),
+        "{text}"
+    );
+    assert_eq!(c["status"], "False");
+    // Its neighbour on the same route configuration is not blamed, and traffic flows.
+    let front = m.api.object("VirtualService", "shop", "front")["status"]["conditions"][0].clone();
+    assert_eq!(front["status"], "True", "{front}");
+    assert_eq!(m.get("/productpage").body, "productpage");
+}
