@@ -56,6 +56,11 @@ fn plural_of(kind: &str) -> &'static str {
         .unwrap_or_else(|| panic!("unknown kind {kind}"))
 }
 
+/// The watch event of an expired resourceVersion: `410 Gone`.
+fn gone() -> Value {
+    json!({"type": "ERROR", "object": {"apiVersion": "v1", "kind": "Status", "metadata": {}, "status": "Failure", "message": "too old resource version", "reason": "Expired", "code": 410}})
+}
+
 fn line(event: &Value) -> Bytes {
     let mut s = event.to_string();
     s.push('\n');
@@ -195,7 +200,7 @@ impl FakeApiServer {
         // History up to now is compacted: a watch must start from a fresh list.
         inner.rv += 1;
         inner.expired_below = inner.rv;
-        let gone = json!({"type": "ERROR", "object": {"apiVersion": "v1", "kind": "Status", "metadata": {}, "status": "Failure", "message": "too old resource version", "reason": "Expired", "code": 410}});
+        let gone = gone();
         for (_, ws) in std::mem::take(&mut inner.watchers) {
             for (_, w) in ws {
                 let _ = w.send(line(&gone));
@@ -388,6 +393,7 @@ async fn handle(
 ) -> Response {
     let parts: Vec<&str> = uri.path().trim_matches('/').split('/').collect();
     match parts.as_slice() {
+        // `.../leases` (create) and `.../leases/NAME` (get, replace).
         [
             "apis",
             "coordination.k8s.io",
@@ -395,19 +401,15 @@ async fn handle(
             "namespaces",
             ns,
             "leases",
-        ] => {
-            return lease(&mut inner.lock().unwrap(), &method, ns, None, &body);
-        }
-        [
-            "apis",
-            "coordination.k8s.io",
-            "v1",
-            "namespaces",
-            ns,
-            "leases",
-            name,
-        ] => {
-            return lease(&mut inner.lock().unwrap(), &method, ns, Some(name), &body);
+            name @ ..,
+        ] if name.len() <= 1 => {
+            return lease(
+                &mut inner.lock().unwrap(),
+                &method,
+                ns,
+                name.first().copied(),
+                &body,
+            );
         }
         ["apis", _, _, "namespaces", ns, plural, name, "status"] if method == Method::PATCH => {
             return patch_status(&mut inner.lock().unwrap(), plural, ns, name, &body);
@@ -442,7 +444,7 @@ async fn handle(
         .unwrap_or(0);
     let (tx, rx) = mpsc::unbounded_channel();
     if from < guard.expired_below {
-        let gone = json!({"type": "ERROR", "object": {"apiVersion": "v1", "kind": "Status", "metadata": {}, "status": "Failure", "message": "too old resource version", "reason": "Expired", "code": 410}});
+        let gone = gone();
         let _ = tx.send(line(&gone));
         drop(tx);
     } else {
