@@ -68,6 +68,30 @@ fn api_resource(kind: Kind) -> ApiResource {
     )
 }
 
+/// What the namespaces' labels and the mesh config say this instance keeps.
+#[derive(Clone, Debug, Default, PartialEq)]
+struct NamespaceScope {
+    /// Namespaces selected by the mesh's `discoverySelectors`; `None` keeps all.
+    selected: Option<BTreeSet<String>>,
+    /// Namespaces owned by another revision (`istio.io/rev`, or `istio-injection=enabled`
+    /// for `default`): their unlabelled Istio objects belong to that revision.
+    other_revision: BTreeSet<String>,
+}
+
+/// The revision a namespace belongs to, if any, as the injector decides it.
+fn namespace_revision(labels: &std::collections::BTreeMap<String, String>) -> Option<&str> {
+    match labels.get(REVISION_LABEL) {
+        Some(rev) => Some(rev.as_str()),
+        None if labels
+            .get("istio-injection")
+            .is_some_and(|v| v == "enabled") =>
+        {
+            Some("default")
+        }
+        None => None,
+    }
+}
+
 /// Shared state of the watchers.
 pub struct KubeSource {
     client: Client,
@@ -77,8 +101,8 @@ pub struct KubeSource {
     hook: IssueHook,
     /// Kinds listed at least once.
     synced: watch::Sender<BTreeSet<Kind>>,
-    /// Namespaces selected by the mesh's `discoverySelectors`; `None` keeps all.
-    selection: RwLock<Option<BTreeSet<String>>>,
+    /// Which namespaces' objects this instance keeps.
+    selection: RwLock<NamespaceScope>,
     /// Bumped when the selection changes: namespaced watchers relist.
     rescope: watch::Sender<u64>,
     /// The latest generation seen per Istio object, accepted or not (for status).
@@ -106,7 +130,7 @@ impl KubeSource {
             issues,
             hook,
             synced: watch::channel(BTreeSet::new()).0,
-            selection: RwLock::new(None),
+            selection: RwLock::new(NamespaceScope::default()),
             rescope: watch::channel(0).0,
         })
     }
@@ -138,26 +162,35 @@ impl KubeSource {
         let _ = rx.wait_for(|s| s.len() == Kind::ALL.len()).await;
     }
 
-    /// The namespaces `discoverySelectors` select now, or `None` for all.
-    fn compute_selection(&self) -> Option<BTreeSet<String>> {
+    /// The namespaces selected now (`discoverySelectors`) and those of other revisions.
+    fn compute_selection(&self) -> NamespaceScope {
         let store = self.store.read().unwrap();
         let mesh = MeshConfig::from_store(&store);
-        if mesh.discovery_selectors.is_empty() {
-            return None;
+        let namespaces = || store.of_kind(Kind::Namespace);
+        let selected = (!mesh.discovery_selectors.is_empty()).then(|| {
+            let selected = namespaces().filter(|n| mesh.selects(&n.key.name, &n.meta.labels));
+            selected.map(|n| n.key.name.clone()).collect()
+        });
+        let other_revision = namespaces()
+            .filter(|n| n.key.name != mesh.root_namespace())
+            .filter(|n| {
+                namespace_revision(&n.meta.labels).is_some_and(|r| r != self.scope.revision)
+            })
+            .map(|n| n.key.name.clone())
+            .collect();
+        NamespaceScope {
+            selected,
+            other_revision,
         }
-        let selected = store
-            .of_kind(Kind::Namespace)
-            .filter(|n| mesh.selects(&n.key.name, &n.meta.labels));
-        Some(selected.map(|n| n.key.name.clone()).collect())
     }
 
-    /// After a Namespace or mesh config change: if the selected namespaces changed, the
-    /// namespaced watchers relist (objects newly out of scope go, newly in scope come).
+    /// After a Namespace or mesh config change: if what is kept changed, the namespaced
+    /// watchers relist (objects newly out of scope go, newly in scope come).
     fn rescope_if_needed(&self) {
         let selection = self.compute_selection();
         let mut current = self.selection.write().unwrap();
         if *current != selection {
-            tracing::info!(namespaces = ?selection, "discoverySelectors select other namespaces: relisting");
+            tracing::info!(scope = ?selection, "namespace scope changed: relisting");
             *current = selection;
             self.rescope.send_modify(|generation| *generation += 1);
         }
@@ -168,11 +201,16 @@ impl KubeSource {
         if !kind.namespaced() || SCOPING_KINDS.contains(&kind) {
             return true;
         }
-        self.selection
-            .read()
-            .unwrap()
-            .as_ref()
-            .is_none_or(|s| s.contains(&object.key.namespace))
+        let scope = self.selection.read().unwrap();
+        let ns = &object.key.namespace;
+        if scope.selected.as_ref().is_some_and(|s| !s.contains(ns)) {
+            return false;
+        }
+        // An object's own revision label decides (Scope::keeps); unlabelled Istio
+        // config belongs to its namespace's revision.
+        !(kind.is_istio()
+            && !object.meta.labels.contains_key(REVISION_LABEL)
+            && scope.other_revision.contains(ns))
     }
 
     fn api(&self, kind: Kind, ar: &ApiResource) -> (Api<DynamicObject>, watcher::Config) {

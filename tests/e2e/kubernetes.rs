@@ -270,6 +270,10 @@ async fn two_revisions_each_serve_exactly_their_shard() {
     api.apply_yaml(
         "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: canary, namespace: green-ns, labels: {istio.io/rev: green}}\nspec:\n  hosts: [canary]\n  http: [{route: [{destination: {host: canary}}]}]\n---\napiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: shared, namespace: blue-ns}\nspec:\n  hosts: [shared]\n  http: [{route: [{destination: {host: shared}}]}]\n",
     );
+    // Mesh-wide: unlabelled config in the root namespace applies to every revision.
+    api.apply_yaml(
+        "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: mesh-wide, namespace: istio-system}\nspec:\n  hosts: [mesh-wide]\n  http: [{route: [{destination: {host: mesh-wide}}]}]\n",
+    );
     let kubeconfig = api.kubeconfig(&dir);
     let (d1, d2, k1, k2) = (
         dir.join("blue"),
@@ -295,16 +299,10 @@ async fn two_revisions_each_serve_exactly_their_shard() {
         names.sort();
         names
     };
-    assert_eq!(
-        names(&blue),
-        ["shared"],
-        "a revision-labelled object belongs to its revision only"
-    );
-    assert_eq!(
-        names(&green),
-        ["canary", "shared"],
-        "unlabelled objects apply to every revision"
-    );
+    // A revision-labelled object belongs to its revision; an unlabelled one to its
+    // namespace's revision; root-namespace config to all.
+    assert_eq!(names(&blue), ["mesh-wide", "shared"]);
+    assert_eq!(names(&green), ["canary", "mesh-wide"]);
 
     assert!(first_answer(&blue, "blue-ns").await.is_ok());
     let refused = first_answer(&green, "blue-ns").await.unwrap_err();
@@ -335,6 +333,16 @@ async fn two_revisions_each_serve_exactly_their_shard() {
         first_answer(&blue, "blue-ns").await.unwrap_err().code(),
         tonic::Code::FailedPrecondition
     );
+    // Its config moves with it: both views stay consistent.
+    let (b, g) = (blue, green);
+    let moved = tokio::task::spawn_blocking(move || {
+        wait_until(
+            "the namespace's config to move to green",
+            Duration::from_secs(15),
+            || names(&g) == ["canary", "mesh-wide", "shared"] && names(&b) == ["mesh-wide"],
+        );
+    });
+    moved.await.unwrap();
 }
 
 fn vs(name: &str, host: &str, uri: &str) -> String {
