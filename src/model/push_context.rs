@@ -275,11 +275,17 @@ impl PushContext {
             .map_or(port, |p| p.target_port.unwrap_or(port))
     }
 
-    /// Whether a change to `key` can alter what `proxy` receives, judged on this (new)
-    /// context. Conservative: a wrong `true` costs one diff, a wrong `false` would leave a
-    /// proxy stale, so every kind translation reads must be covered here.
-    pub fn affects(&self, proxy: &Proxy, key: &ObjectKey) -> bool {
-        match key.kind {
+    /// Whether a change to any of `keys` can alter what `proxy` receives, judged on this
+    /// (new) context. Conservative: a wrong `true` costs one diff, a wrong `false` would
+    /// leave a proxy stale, so every kind translation reads must be covered here.
+    pub fn affects<'a>(
+        &self,
+        proxy: &Proxy,
+        keys: impl IntoIterator<Item = &'a ObjectKey>,
+    ) -> bool {
+        // The proxy's Sidecar, resolved once and only if a key needs it.
+        let mut sidecar: Option<Option<&SidecarSpec>> = None;
+        keys.into_iter().any(|key| match key.kind {
             // Not translated yet (enforcement comes with the security work).
             Kind::PeerAuthentication | Kind::AuthorizationPolicy => false,
             // A Sidecar can only select proxies of its own namespace.
@@ -294,16 +300,20 @@ impl PushContext {
             | Kind::EndpointSlice
             | Kind::ServiceEntry
             | Kind::WorkloadEntry
-            | Kind::Pod => self.namespace_in_scope(proxy, &key.namespace),
-        }
+            | Kind::Pod => {
+                let scope = *sidecar.get_or_insert_with(|| self.sidecar_for(proxy).map(|(_, s)| s));
+                Self::namespace_in_scope(proxy, scope, &key.namespace)
+            }
+        })
     }
 
-    /// Whether config from `namespace` can be in a proxy's Sidecar egress scope.
-    fn namespace_in_scope(&self, proxy: &Proxy, namespace: &str) -> bool {
+    /// Whether config from `namespace` can be in the egress scope of `proxy`, whose
+    /// Sidecar is `scope`.
+    fn namespace_in_scope(proxy: &Proxy, scope: Option<&SidecarSpec>, namespace: &str) -> bool {
         if proxy.kind == ProxyKind::Router {
             return true;
         }
-        let Some((_, scope)) = self.sidecar_for(proxy) else {
+        let Some(scope) = scope else {
             return true;
         };
         scope.egress.is_empty()
@@ -395,30 +405,43 @@ mod tests {
 
         let vs_elsewhere = key(Kind::VirtualService, "billing", "x");
         assert!(
-            !ctx.affects(&scoped, &vs_elsewhere),
+            !ctx.affects(&scoped, [&vs_elsewhere]),
             "outside the Sidecar's egress scope"
         );
         assert!(
-            ctx.affects(&open, &vs_elsewhere),
+            ctx.affects(&open, [&vs_elsewhere]),
             "no Sidecar: everything is in scope"
         );
-        assert!(ctx.affects(&scoped, &key(Kind::VirtualService, "shop", "x")));
-        assert!(ctx.affects(&scoped, &key(Kind::EndpointSlice, "istio-system", "x")));
-        assert!(!ctx.affects(&scoped, &key(Kind::Sidecar, "lab", "default")));
-        assert!(ctx.affects(&open, &key(Kind::Sidecar, "lab", "default")));
-        assert!(!ctx.affects(&scoped, &key(Kind::Gateway, "shop", "gw")));
-        assert!(ctx.affects(&router, &key(Kind::Gateway, "shop", "gw")));
+        assert!(ctx.affects(&scoped, [&key(Kind::VirtualService, "shop", "x")]));
+        let unrelated = [
+            key(Kind::VirtualService, "billing", "a"),
+            key(Kind::Gateway, "shop", "gw"),
+        ];
         assert!(
-            ctx.affects(&scoped, &key(Kind::DestinationRule, "billing", "x")),
+            !ctx.affects(&scoped, &unrelated),
+            "no key of the set reaches it"
+        );
+        let shop = key(Kind::VirtualService, "shop", "x");
+        assert!(
+            ctx.affects(&scoped, unrelated.iter().chain([&shop])),
+            "one key of the set does"
+        );
+        assert!(ctx.affects(&scoped, [&key(Kind::EndpointSlice, "istio-system", "x")]));
+        assert!(!ctx.affects(&scoped, [&key(Kind::Sidecar, "lab", "default")]));
+        assert!(ctx.affects(&open, [&key(Kind::Sidecar, "lab", "default")]));
+        assert!(!ctx.affects(&scoped, [&key(Kind::Gateway, "shop", "gw")]));
+        assert!(ctx.affects(&router, [&key(Kind::Gateway, "shop", "gw")]));
+        assert!(
+            ctx.affects(&scoped, [&key(Kind::DestinationRule, "billing", "x")]),
             "found by host from anywhere"
         );
         assert!(
-            ctx.affects(&scoped, &key(Kind::Pod, "shop", "web-1")),
+            ctx.affects(&scoped, [&key(Kind::Pod, "shop", "web-1")]),
             "its own labels"
         );
-        assert!(!ctx.affects(&scoped, &key(Kind::Pod, "billing", "other")));
+        assert!(!ctx.affects(&scoped, [&key(Kind::Pod, "billing", "other")]));
         assert!(
-            !ctx.affects(&open, &key(Kind::AuthorizationPolicy, "lab", "x")),
+            !ctx.affects(&open, [&key(Kind::AuthorizationPolicy, "lab", "x")]),
             "not translated yet"
         );
     }

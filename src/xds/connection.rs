@@ -129,8 +129,16 @@ impl Connection {
 
     /// Resources that differ from what was sent (or are forced), and names to remove.
     pub fn diff(&self, view: &View, kind: TypeKind) -> (Vec<Arc<Resource>>, Vec<String>) {
+        self.diff_of(kind, &self.desired(view, kind))
+    }
+
+    /// As [`Connection::diff`], against a desired set the caller already holds.
+    pub fn diff_of(
+        &self,
+        kind: TypeKind,
+        desired: &[Arc<Resource>],
+    ) -> (Vec<Arc<Resource>>, Vec<String>) {
         let w = &self.watches[kind as usize];
-        let desired = self.desired(view, kind);
         let changed: Vec<Arc<Resource>> = desired
             .iter()
             .filter(|r| w.force.contains(&r.name) || w.sent.get(&r.name) != Some(&r.version))

@@ -2,6 +2,7 @@
 //! `removed_resources`; subscriptions change by `resource_names_subscribe` /
 //! `_unsubscribe`; `initial_resource_versions` on reconnect means only differences are sent.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use envoy_types::pb::envoy::config::core::v3::Node;
@@ -11,7 +12,7 @@ use envoy_types::pb::envoy::service::discovery::v3::{
 
 use super::Closed;
 use super::connection::Connection;
-use super::resource::TypeKind;
+use super::resource::{Resource, TypeKind};
 use super::stream::Framing;
 use crate::metrics::type_label;
 
@@ -88,37 +89,22 @@ async fn handle(conn: &mut Connection, req: DeltaDiscoveryRequest, tx: &Tx) -> R
         w.force.remove(name);
     }
     if first || !req.resource_names_subscribe.is_empty() {
-        respond(conn, kind, None, Part::Everything, first, tx).await?;
+        let (changed, removed) = conn.diff(&conn.view(), kind);
+        respond(conn, kind, changed, removed, None, first, tx).await?;
     }
     Ok(())
 }
 
-/// Which part of the difference a response carries.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Part {
-    Everything,
-    /// Added and changed resources only.
-    Updates,
-    /// Removals only.
-    Removals,
-}
-
-/// Sends what differs for `kind`; with `always`, sends even an empty response.
+/// Sends `changed` and `removed` for `kind`; with `always`, sends even an empty response.
 async fn respond(
     conn: &mut Connection,
     kind: TypeKind,
+    changed: Vec<Arc<Resource>>,
+    removed: Vec<String>,
     trigger: Option<Instant>,
-    part: Part,
     always: bool,
     tx: &Tx,
 ) -> Result<bool, Closed> {
-    let view = conn.view();
-    let (mut changed, mut removed) = conn.diff(&view, kind);
-    match part {
-        Part::Everything => {}
-        Part::Updates => removed.clear(),
-        Part::Removals => changed.clear(),
-    }
     if changed.is_empty() && removed.is_empty() && !always {
         return Ok(false);
     }
@@ -149,18 +135,17 @@ async fn respond(
 async fn push_to(conn: &mut Connection, tx: &Tx) -> Result<(), Closed> {
     let shared = conn.shared.clone();
     let trigger = Some(conn.push.triggered_at);
+    let view = conn.view();
     // Make-before-break: clusters are added and updated first and removed last, after the
     // listeners and routes that stop using them.
-    let types = conn.subscribed_types();
-    for kind in &types {
-        let kind = *kind;
+    let mut removed_clusters = Vec::new();
+    for kind in conn.subscribed_types() {
         let started = Instant::now();
-        let part = if kind == TypeKind::Cluster {
-            Part::Updates
-        } else {
-            Part::Everything
-        };
-        if respond(conn, kind, trigger, part, false, tx).await? {
+        let (changed, mut removed) = conn.diff(&view, kind);
+        if kind == TypeKind::Cluster {
+            removed_clusters = std::mem::take(&mut removed);
+        }
+        if respond(conn, kind, changed, removed, trigger, false, tx).await? {
             shared
                 .metrics
                 .xds_push_time
@@ -168,8 +153,17 @@ async fn push_to(conn: &mut Connection, tx: &Tx) -> Result<(), Closed> {
                 .observe(started.elapsed().as_secs_f64());
         }
     }
-    if types.contains(&TypeKind::Cluster) {
-        respond(conn, TypeKind::Cluster, trigger, Part::Removals, false, tx).await?;
+    if !removed_clusters.is_empty() {
+        respond(
+            conn,
+            TypeKind::Cluster,
+            Vec::new(),
+            removed_clusters,
+            trigger,
+            false,
+            tx,
+        )
+        .await?;
     }
     Ok(())
 }

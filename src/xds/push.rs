@@ -120,7 +120,7 @@ impl Push {
     pub fn affects(&self, proxy: &Proxy) -> bool {
         match &self.changed {
             None => true,
-            Some(keys) => keys.iter().any(|k| self.context.affects(proxy, k)),
+            Some(keys) => self.context.affects(proxy, keys),
         }
     }
 

@@ -2,6 +2,7 @@
 //! subscribed set of its type; requests ACK or NACK by nonce; a stale nonce is ignored.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::Instant;
 
 use envoy_types::pb::envoy::config::core::v3::Node;
@@ -9,7 +10,7 @@ use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, Discovery
 
 use super::Closed;
 use super::connection::Connection;
-use super::resource::TypeKind;
+use super::resource::{Resource, TypeKind};
 use super::stream::Framing;
 use crate::metrics::type_label;
 
@@ -75,23 +76,27 @@ async fn handle(conn: &mut Connection, req: DiscoveryRequest, tx: &Tx) -> Result
     let w = &mut conn.watches[idx];
     let always = std::mem::take(&mut w.always_respond);
     if first || names_changed || always {
-        respond(conn, kind, None, tx).await?;
+        let view = conn.view();
+        let desired = conn.desired(&view, kind);
+        let (changed, _) = conn.diff_of(kind, &desired);
+        respond(conn, kind, desired, &changed, None, tx).await?;
     }
     Ok(())
 }
 
+/// Sends the full subscribed set of `kind` (`resources`); `changed` is the part of it the
+/// proxy does not hold yet.
 async fn respond(
     conn: &mut Connection,
     kind: TypeKind,
+    resources: Vec<Arc<Resource>>,
+    changed: &[Arc<Resource>],
     trigger: Option<Instant>,
     tx: &Tx,
 ) -> Result<(), Closed> {
-    let view = conn.view();
-    let (changed, _) = conn.diff(&view, kind);
-    let resources = conn.desired(&view, kind);
     let nonce = conn.record_sent(kind, &resources, &[], true, trigger);
     if kind == TypeKind::Cluster && !changed.is_empty() {
-        conn.force_endpoints_after_clusters(&changed);
+        conn.force_endpoints_after_clusters(changed);
     }
     let response = DiscoveryResponse {
         version_info: conn.push.version().to_string(),
@@ -109,11 +114,12 @@ async fn push_to(conn: &mut Connection, tx: &Tx) -> Result<(), Closed> {
     let view = conn.view();
     for kind in conn.subscribed_types() {
         let started = Instant::now();
-        let (changed, removed) = conn.diff(&view, kind);
+        let desired = conn.desired(&view, kind);
+        let (changed, removed) = conn.diff_of(kind, &desired);
         if changed.is_empty() && removed.is_empty() {
             continue;
         }
-        respond(conn, kind, trigger, tx).await?;
+        respond(conn, kind, desired, &changed, trigger, tx).await?;
         shared
             .metrics
             .xds_push_time
