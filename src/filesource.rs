@@ -23,6 +23,9 @@ pub type IssueBoard = Arc<RwLock<BTreeMap<String, Vec<ConfigIssue>>>>;
 /// Called with every problem as it is found (logging and metrics live with the caller).
 pub type IssueHook = Arc<dyn Fn(&ConfigIssue) + Send + Sync>;
 
+/// Called with the keys whose stored objects a source changed (both sources use it).
+pub type OnChange = Arc<dyn Fn(BTreeSet<ObjectKey>) + Send + Sync>;
+
 #[derive(Default)]
 struct FileState {
     hash: u64,
@@ -69,12 +72,18 @@ pub fn yaml_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
 }
 
 impl FileSource {
-    pub fn new(dir: PathBuf, store: Arc<RwLock<Store>>, hook: IssueHook) -> FileSource {
+    /// A source for `dir`, reporting problems into `issues` and through `hook`.
+    pub fn new(
+        dir: PathBuf,
+        store: Arc<RwLock<Store>>,
+        issues: IssueBoard,
+        hook: IssueHook,
+    ) -> FileSource {
         FileSource {
             dir,
             store,
             files: HashMap::new(),
-            issues: Default::default(),
+            issues,
             hook,
         }
     }
@@ -183,7 +192,7 @@ impl FileSource {
     /// of file events. Runs until `shutdown` fires.
     pub async fn watch(
         mut self,
-        on_change: impl Fn(BTreeSet<ObjectKey>) + Send + 'static,
+        on_change: OnChange,
         mut shutdown: tokio::sync::watch::Receiver<bool>,
     ) -> anyhow::Result<()> {
         let (tx, mut rx) = mpsc::unbounded_channel();
@@ -222,7 +231,12 @@ mod tests {
     fn source(dir: &Path) -> (FileSource, Arc<RwLock<Store>>) {
         let store = Arc::new(RwLock::new(Store::default()));
         (
-            FileSource::new(dir.to_path_buf(), store.clone(), Arc::new(|_| {})),
+            FileSource::new(
+                dir.to_path_buf(),
+                store.clone(),
+                Arc::default(),
+                Arc::new(|_| {}),
+            ),
             store,
         )
     }

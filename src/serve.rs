@@ -13,7 +13,7 @@ use tokio::sync::{mpsc, watch};
 use crate::config::ObjectKey;
 use crate::config::{ConfigIssue, Level};
 use crate::debug::{self, DebugState};
-use crate::filesource::{FileSource, IssueBoard, IssueHook};
+use crate::filesource::{FileSource, IssueBoard, IssueHook, OnChange};
 use crate::k8s::lease::LeaderElection;
 use crate::k8s::status::StatusWriter;
 use crate::k8s::{KubeSource, Scope};
@@ -74,13 +74,12 @@ pub async fn run(opts: ServeOptions) -> anyhow::Result<()> {
     let hook_metrics = metrics.clone();
     let hook: IssueHook = Arc::new(move |i| log_issue(&hook_metrics, i));
     let (event_tx, event_rx) = mpsc::unbounded_channel();
-    let on_change: Arc<dyn Fn(BTreeSet<ObjectKey>) + Send + Sync> =
-        Arc::new(move |keys: BTreeSet<ObjectKey>| {
-            let _ = event_tx.send(ConfigEvent {
-                at: Instant::now(),
-                keys: keys.into_iter().collect(),
-            });
+    let on_change: OnChange = Arc::new(move |keys: BTreeSet<ObjectKey>| {
+        let _ = event_tx.send(ConfigEvent {
+            at: Instant::now(),
+            keys: keys.into_iter().collect(),
         });
+    });
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
 
     // Until the initial configuration is in, proxies see nothing and /ready says so.
@@ -126,17 +125,14 @@ pub async fn run(opts: ServeOptions) -> anyhow::Result<()> {
                 "config directory {} does not exist",
                 dir.display()
             );
-            let mut source = FileSource::new(dir.clone(), store.clone(), hook.clone());
-            source.issues = issues.clone();
+            let mut source =
+                FileSource::new(dir.clone(), store.clone(), issues.clone(), hook.clone());
             let loaded = source.sync();
             tracing::info!(dir = %dir.display(), objects = loaded.len(), "initial configuration loaded");
             let watch_shutdown = shutdown_rx.clone();
             let on_change = on_change.clone();
             tokio::spawn(async move {
-                if let Err(e) = source
-                    .watch(move |keys| on_change(keys), watch_shutdown)
-                    .await
-                {
+                if let Err(e) = source.watch(on_change, watch_shutdown).await {
                     tracing::error!(
                         "config directory watch stopped: {e:#}; serving the last loaded config"
                     );

@@ -25,7 +25,7 @@ use tokio::sync::watch;
 
 use crate::config::parse::parse_value;
 use crate::config::{ConfigObject, Kind, ObjectKey};
-use crate::filesource::{IssueBoard, IssueHook};
+use crate::filesource::{IssueBoard, IssueHook, OnChange};
 use crate::model::Store;
 use crate::model::mesh::MeshConfig;
 
@@ -108,8 +108,6 @@ pub struct KubeSource {
     /// The latest generation seen per Istio object, accepted or not (for status).
     pub generations: Arc<RwLock<HashMap<ObjectKey, i64>>>,
 }
-
-type OnChange = Arc<dyn Fn(BTreeSet<ObjectKey>) + Send + Sync>;
 
 /// Kinds that decide what the other watchers keep, so they are listed first.
 const SCOPING_KINDS: [Kind; 2] = [Kind::Namespace, Kind::ConfigMap];
