@@ -92,6 +92,15 @@ fn namespace_revision(labels: &std::collections::BTreeMap<String, String>) -> Op
     }
 }
 
+/// What became of one object from the API.
+enum Outcome {
+    Keep(Box<ConfigObject>),
+    /// Outside this instance's scope (revision, namespaces): absent for us.
+    OutOfScope,
+    /// Invalid: reported, and its last good version (if any) stays.
+    Rejected,
+}
+
 /// Shared state of the watchers.
 pub struct KubeSource {
     client: Client,
@@ -291,31 +300,21 @@ impl KubeSource {
         format!("kubernetes:{key}")
     }
 
-    /// Parses one object; `Err` carries the key of an object that was rejected (its last
-    /// good version stays), `Ok(None)` an object outside this instance's scope.
-    fn convert(
-        &self,
-        kind: Kind,
-        ar: &ApiResource,
-        obj: DynamicObject,
-    ) -> Result<Option<ConfigObject>, Option<ObjectKey>> {
-        if let (true, Some(generation)) = (kind.is_istio(), obj.metadata.generation) {
+    /// Parses one object (whose key is `key`), reporting its problems.
+    fn convert(&self, key: &ObjectKey, ar: &ApiResource, obj: DynamicObject) -> Outcome {
+        if let (true, Some(generation)) = (key.kind.is_istio(), obj.metadata.generation) {
             self.generations
                 .write()
                 .unwrap()
-                .insert(Self::key_of(kind, &obj), generation);
+                .insert(key.clone(), generation);
         }
-        let mut value = serde_json::to_value(&obj).map_err(|_| None)?;
+        let Ok(mut value) = serde_json::to_value(&obj) else {
+            return Outcome::Rejected;
+        };
         value["apiVersion"] = Value::String(ar.api_version.clone());
         value["kind"] = Value::String(ar.kind.clone());
-        let source = format!("kubernetes:{}", kind.plural());
-        let parsed = parse_value(&source, value);
-        let key = parsed
-            .objects
-            .first()
-            .map(|o| o.key.clone())
-            .or_else(|| parsed.rejected.first().cloned());
-        if let Some(key) = &key {
+        let parsed = parse_value(&format!("kubernetes:{}", key.kind.plural()), value);
+        {
             let mut board = self.issues.write().unwrap();
             if parsed.issues.is_empty() {
                 board.remove(&Self::board_key(key));
@@ -327,9 +326,9 @@ impl KubeSource {
             (self.hook)(issue);
         }
         match parsed.objects.into_iter().next() {
-            Some(o) if self.scope.keeps(&o) && self.selected(&o) => Ok(Some(o)),
-            Some(_) => Ok(None),
-            None => Err(key),
+            Some(o) if self.scope.keeps(&o) && self.selected(&o) => Outcome::Keep(Box::new(o)),
+            Some(_) => Outcome::OutOfScope,
+            None => Outcome::Rejected,
         }
     }
 
@@ -348,19 +347,19 @@ impl KubeSource {
     fn apply(&self, kind: Kind, ar: &ApiResource, obj: DynamicObject) -> BTreeSet<ObjectKey> {
         let key = Self::key_of(kind, &obj);
         let mut changed = BTreeSet::new();
-        match self.convert(kind, ar, obj) {
-            Ok(Some(o)) => {
-                if self.store.write().unwrap().apply(o) {
+        match self.convert(&key, ar, obj) {
+            Outcome::Keep(o) => {
+                if self.store.write().unwrap().apply(*o) {
                     changed.insert(key);
                 }
             }
             // Out of scope now (e.g. relabelled to another revision): gone for us.
-            Ok(None) => {
+            Outcome::OutOfScope => {
                 if self.store.write().unwrap().delete(&key) {
                     changed.insert(key);
                 }
             }
-            Err(_) => {} // rejected: the last good version stays
+            Outcome::Rejected => {} // the last good version stays
         }
         changed
     }
@@ -387,13 +386,13 @@ impl KubeSource {
         let mut accepted = Vec::new();
         for obj in listed {
             let key = Self::key_of(kind, &obj);
-            match self.convert(kind, ar, obj) {
-                Ok(Some(o)) => {
+            match self.convert(&key, ar, obj) {
+                Outcome::Keep(o) => {
                     keep.insert(key);
-                    accepted.push(o);
+                    accepted.push(*o);
                 }
-                Ok(None) => {}
-                Err(_) => {
+                Outcome::OutOfScope => {}
+                Outcome::Rejected => {
                     keep.insert(key); // rejected now, but its last good version stays
                 }
             }
