@@ -28,9 +28,7 @@ use crate::config::{ConfigObject, Kind, ObjectKey};
 use crate::filesource::{IssueBoard, IssueHook, OnChange};
 use crate::model::Store;
 use crate::model::mesh::MeshConfig;
-
-/// Label naming the control-plane revision an object or namespace belongs to.
-pub const REVISION_LABEL: &str = "istio.io/rev";
+use crate::model::{REVISION_LABEL, namespace_revision};
 
 /// What this instance watches and keeps.
 #[derive(Clone, Debug)]
@@ -76,20 +74,6 @@ struct NamespaceScope {
     /// Namespaces owned by another revision (`istio.io/rev`, or `istio-injection=enabled`
     /// for `default`): their unlabelled Istio objects belong to that revision.
     other_revision: BTreeSet<String>,
-}
-
-/// The revision a namespace belongs to, if any, as the injector decides it.
-fn namespace_revision(labels: &std::collections::BTreeMap<String, String>) -> Option<&str> {
-    match labels.get(REVISION_LABEL) {
-        Some(rev) => Some(rev.as_str()),
-        None if labels
-            .get("istio-injection")
-            .is_some_and(|v| v == "enabled") =>
-        {
-            Some("default")
-        }
-        None => None,
-    }
 }
 
 /// What became of one object from the API.

@@ -73,6 +73,24 @@ impl Store {
     }
 }
 
+/// Label naming the control-plane revision an object, pod or namespace belongs to.
+pub const REVISION_LABEL: &str = "istio.io/rev";
+
+/// The revision a namespace belongs to, if any, as Istio's injector decides it: its
+/// `istio.io/rev` label, or `default` for `istio-injection=enabled`.
+pub fn namespace_revision(labels: &BTreeMap<String, String>) -> Option<&str> {
+    match labels.get(REVISION_LABEL) {
+        Some(rev) => Some(rev.as_str()),
+        None if labels
+            .get("istio-injection")
+            .is_some_and(|v| v == "enabled") =>
+        {
+            Some("default")
+        }
+        None => None,
+    }
+}
+
 /// Resolves a host as Istio does: a name without dots is a Kubernetes short name in
 /// `namespace`; anything else is already fully qualified.
 pub fn resolve_host(host: &str, namespace: &str) -> String {

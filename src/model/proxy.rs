@@ -98,7 +98,7 @@ impl Proxy {
             pod_name: pod_name.to_string(),
             namespace,
             dns_domain: domain.to_string(),
-            revision: text("ISTIO_REVISION").or_else(|| labels.get("istio.io/rev").cloned()),
+            revision: text("ISTIO_REVISION").or_else(|| labels.get(super::REVISION_LABEL).cloned()),
             labels,
             cluster_id: text("CLUSTER_ID").unwrap_or_else(|| "Kubernetes".into()),
             istio_version: text("ISTIO_VERSION"),

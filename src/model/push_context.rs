@@ -7,7 +7,10 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use super::service::build_services;
-use super::{Proxy, ProxyKind, Service, Store, host_matches, resolve_host};
+use super::{
+    Proxy, ProxyKind, REVISION_LABEL, Service, Store, host_matches, namespace_revision,
+    resolve_host,
+};
 use crate::api::labels_match;
 use crate::api::networking::{
     DestinationRuleSpec, GatewaySpec, OutboundMode, SidecarSpec, VirtualServiceSpec,
@@ -336,16 +339,16 @@ impl PushContext {
     }
 
     /// The control-plane revision a proxy belongs to, as Istio's injector decides it: the
-    /// pod's `istio.io/rev` label, else `ISTIO_REVISION`, else its namespace's
-    /// `istio.io/rev` label, else `default` (which `istio-injection=enabled` also means).
+    /// pod's `istio.io/rev` label, else `ISTIO_REVISION`, else its namespace's revision
+    /// ([`namespace_revision`]), else `default`.
     pub fn proxy_revision(&self, proxy: &Proxy) -> String {
         self.proxy_labels(proxy)
-            .get("istio.io/rev")
+            .get(REVISION_LABEL)
             .cloned()
             .or_else(|| proxy.revision.clone())
             .or_else(|| {
                 let labels = self.namespace_labels.get(&proxy.namespace)?;
-                labels.get("istio.io/rev").cloned()
+                namespace_revision(labels).map(str::to_string)
             })
             .unwrap_or_else(|| "default".to_string())
     }
