@@ -203,8 +203,12 @@ fn parse_document(file: &str, index: usize, value: Value, out: &mut Parsed) {
         namespace,
         name,
     };
-    if kind == Kind::ConfigMap && !(key.name == "istio" || key.name.starts_with("istio-")) {
-        let message = "ignored: meshd reads only the istio mesh ConfigMap".to_string();
+    // Only Istio's mesh ConfigMap: `istio` or `istio-REV` with a `mesh` key (not, say,
+    // the `istio-ca-root-cert` ConfigMap Istio publishes in every namespace).
+    let mesh_configmap = (key.name == "istio" || key.name.starts_with("istio-"))
+        && map.get("data").and_then(|d| d.get("mesh")).is_some();
+    if kind == Kind::ConfigMap && !mesh_configmap {
+        let message = "ignored: meshd reads only the istio mesh ConfigMap (data.mesh)".to_string();
         out.issues
             .push(warning(file, index, Some(&key), "", message));
         return;
@@ -497,6 +501,25 @@ spec:
         assert!(parsed.syntax_error);
         assert_eq!(parsed.objects.len(), 1);
         assert_eq!(parsed.issues[0].document, 0);
+    }
+
+    #[test]
+    fn only_the_mesh_configmap_is_read() {
+        let cm = |name: &str, key: &str| {
+            format!(
+                "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}, namespace: istio-system}}\ndata: {{{key}: \"accessLogFile: /dev/stdout\"}}\n"
+            )
+        };
+        let mesh = parse_file("cm.yaml", &cm("istio", "mesh"));
+        assert_eq!(mesh.objects.len(), 1, "{:?}", mesh.issues);
+        for (name, key) in [("istio-ca-root-cert", "root-cert.pem"), ("other", "mesh")] {
+            let ignored = parse_file("cm.yaml", &cm(name, key));
+            assert!(
+                ignored.objects.is_empty() && ignored.rejected.is_empty(),
+                "{name}"
+            );
+            assert_eq!(ignored.issues[0].level, Level::Warning);
+        }
     }
 
     #[test]
