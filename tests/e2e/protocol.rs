@@ -6,12 +6,9 @@ use std::collections::HashMap;
 use std::io::Write;
 use std::time::Duration;
 
-use envoy_types::pb::envoy::config::core::v3::Node;
-use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
 use envoy_types::pb::envoy::service::discovery::v3::{
     DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
 };
-use envoy_types::pb::google::protobuf::{Struct, Value, value::Kind};
 use envoy_types::pb::google::rpc::Status as RpcStatus;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -40,38 +37,7 @@ fn meshd(name: &str) -> Meshd {
     Meshd::start(&dir)
 }
 
-fn node(id: &str) -> Node {
-    let s = |v: &str| Value {
-        kind: Some(Kind::StringValue(v.into())),
-    };
-    let labels = Struct {
-        fields: [("app".to_string(), s("test"))].into(),
-    };
-    Node {
-        id: id.into(),
-        metadata: Some(Struct {
-            fields: [
-                ("NAMESPACE".to_string(), s("shop")),
-                (
-                    "LABELS".to_string(),
-                    Value {
-                        kind: Some(Kind::StructValue(labels)),
-                    },
-                ),
-            ]
-            .into(),
-        }),
-        ..Default::default()
-    }
-}
-
 const NODE: &str = "sidecar~10.1.9.9~client-0.shop~shop.svc.cluster.local";
-
-async fn client(m: &Meshd) -> AggregatedDiscoveryServiceClient<tonic::transport::Channel> {
-    AggregatedDiscoveryServiceClient::connect(format!("http://127.0.0.1:{}", m.xds_port))
-        .await
-        .unwrap()
-}
 
 /// The next message on a stream, within 5 s.
 async fn recv<T>(rx: &mut Streaming<T>) -> T {
@@ -98,7 +64,7 @@ impl Delta {
     async fn open(m: &Meshd, first: DeltaDiscoveryRequest) -> Delta {
         let (tx, rx) = mpsc::channel(16);
         tx.send(first).await.unwrap();
-        let rx = client(m)
+        let rx = xds_client(m)
             .await
             .delta_aggregated_resources(ReceiverStream::new(rx))
             .await
@@ -127,7 +93,7 @@ impl Delta {
 
 fn cds_request(initial: HashMap<String, String>) -> DeltaDiscoveryRequest {
     DeltaDiscoveryRequest {
-        node: Some(node(NODE)),
+        node: Some(xds_node(NODE, "shop")),
         type_url: CDS.into(),
         initial_resource_versions: initial,
         ..Default::default()
@@ -292,13 +258,13 @@ async fn a_sotw_nack_is_counted_and_a_stale_nonce_is_ignored() {
     let m = meshd("proto-nack");
     let (tx, rx) = mpsc::channel(16);
     tx.send(DiscoveryRequest {
-        node: Some(node(NODE)),
+        node: Some(xds_node(NODE, "shop")),
         type_url: CDS.into(),
         ..Default::default()
     })
     .await
     .unwrap();
-    let rx = client(&m)
+    let rx = xds_client(&m)
         .await
         .stream_aggregated_resources(ReceiverStream::new(rx))
         .await
@@ -353,7 +319,7 @@ async fn a_sotw_nack_is_counted_and_a_stale_nonce_is_ignored() {
 async fn a_stream_with_a_malformed_node_id_is_refused_with_the_reason() {
     let m = meshd("proto-badnode");
     let (tx, rx) = mpsc::channel(16);
-    let mut bad = node("sidecar~10.0.0.1");
+    let mut bad = xds_node("sidecar~10.0.0.1", "shop");
     bad.id = "sidecar~10.0.0.1".into();
     tx.send(DeltaDiscoveryRequest {
         node: Some(bad),
@@ -362,7 +328,7 @@ async fn a_stream_with_a_malformed_node_id_is_refused_with_the_reason() {
     })
     .await
     .unwrap();
-    let mut rx = client(&m)
+    let mut rx = xds_client(&m)
         .await
         .delta_aggregated_resources(ReceiverStream::new(rx))
         .await
