@@ -39,6 +39,9 @@ enum Command {
         /// Comma-separated namespaces to watch and keep (Kubernetes mode); all if empty.
         #[arg(long, env = "WATCHED_NAMESPACES", value_delimiter = ',')]
         watched_namespaces: Vec<String>,
+        /// Read discovery.k8s.io/v1 EndpointSlices (true) or core v1 Endpoints (false).
+        #[arg(long, env = "PILOT_USE_ENDPOINT_SLICE", default_value_t = true, action = clap::ArgAction::Set)]
+        use_endpoint_slice: bool,
         /// This replica's identity for status leader election (Kubernetes mode).
         #[arg(long, env = "POD_NAME")]
         pod_name: Option<String>,
@@ -77,6 +80,7 @@ fn main() -> ExitCode {
             config_dir,
             revision,
             watched_namespaces,
+            use_endpoint_slice,
             pod_name,
             pod_namespace,
             leader_lease_duration,
@@ -106,6 +110,7 @@ fn main() -> ExitCode {
                         .into_iter()
                         .filter(|n| !n.is_empty())
                         .collect(),
+                    use_endpoint_slice,
                 }),
             };
             let identity = pod_name.unwrap_or_else(|| {

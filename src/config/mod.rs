@@ -30,15 +30,20 @@ pub enum Kind {
     AuthorizationPolicy,
     Service,
     EndpointSlice,
+    /// Core v1 Endpoints: read when `PILOT_USE_ENDPOINT_SLICE=false`, and for a Service
+    /// that has no EndpointSlice.
+    Endpoints,
     Pod,
     Namespace,
     Node,
+    /// TLS Secrets, for gateway `credentialName` (other Secret types are ignored).
+    Secret,
     /// Only Istio's mesh ConfigMap (`istio`, or `istio-REV`); other ConfigMaps are ignored.
     ConfigMap,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 14] = [
+    pub const ALL: [Kind; 16] = [
         Kind::VirtualService,
         Kind::DestinationRule,
         Kind::Gateway,
@@ -49,9 +54,11 @@ impl Kind {
         Kind::AuthorizationPolicy,
         Kind::Service,
         Kind::EndpointSlice,
+        Kind::Endpoints,
         Kind::Pod,
         Kind::Namespace,
         Kind::Node,
+        Kind::Secret,
         Kind::ConfigMap,
     ];
 
@@ -67,9 +74,11 @@ impl Kind {
             Kind::AuthorizationPolicy => "AuthorizationPolicy",
             Kind::Service => "Service",
             Kind::EndpointSlice => "EndpointSlice",
+            Kind::Endpoints => "Endpoints",
             Kind::Pod => "Pod",
             Kind::Namespace => "Namespace",
             Kind::Node => "Node",
+            Kind::Secret => "Secret",
             Kind::ConfigMap => "ConfigMap",
         }
     }
@@ -78,7 +87,13 @@ impl Kind {
     pub fn group(self) -> &'static str {
         match self {
             Kind::PeerAuthentication | Kind::AuthorizationPolicy => "security.istio.io",
-            Kind::Service | Kind::Pod | Kind::Namespace | Kind::Node | Kind::ConfigMap => "",
+            Kind::Service
+            | Kind::Endpoints
+            | Kind::Pod
+            | Kind::Namespace
+            | Kind::Node
+            | Kind::Secret
+            | Kind::ConfigMap => "",
             Kind::EndpointSlice => "discovery.k8s.io",
             _ => "networking.istio.io",
         }
@@ -106,9 +121,11 @@ impl Kind {
             Kind::AuthorizationPolicy => "authorizationpolicies",
             Kind::Service => "services",
             Kind::EndpointSlice => "endpointslices",
+            Kind::Endpoints => "endpoints",
             Kind::Pod => "pods",
             Kind::Namespace => "namespaces",
             Kind::Node => "nodes",
+            Kind::Secret => "secrets",
             Kind::ConfigMap => "configmaps",
         }
     }
@@ -221,6 +238,26 @@ pub struct SliceEndpoint {
     pub pod: Option<String>,
 }
 
+/// A TLS credential from a Secret (`tls.crt`/`tls.key`/`ca.crt`, or Istio's generic
+/// `cert`/`key`/`cacert`), PEM. The key is never serialized (debug views print the rest).
+#[derive(Clone, PartialEq, Serialize)]
+pub struct SecretDef {
+    pub cert: Option<String>,
+    #[serde(skip)]
+    pub key: Option<String>,
+    pub ca: Option<String>,
+}
+
+impl fmt::Debug for SecretDef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SecretDef")
+            .field("cert", &self.cert.as_ref().map(|c| c.len()))
+            .field("key", &self.key.as_ref().map(|_| "<redacted>"))
+            .field("ca", &self.ca.as_ref().map(|c| c.len()))
+            .finish()
+    }
+}
+
 /// A Pod, cut down to what proxies and endpoints need.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct PodDef {
@@ -245,10 +282,13 @@ pub enum Spec {
     AuthorizationPolicy(AuthorizationPolicySpec),
     Service(ServiceDef),
     EndpointSlice(EndpointSliceDef),
+    /// Core v1 Endpoints, one slice-shaped entry per subset.
+    Endpoints(Vec<EndpointSliceDef>),
     Pod(PodDef),
     Namespace,
     /// A Node: only its labels (topology) matter, and they are in `Meta`.
     Node,
+    Secret(SecretDef),
     /// Istio's mesh ConfigMap, its `mesh` key parsed.
     MeshConfig(crate::model::mesh::MeshConfig),
 }

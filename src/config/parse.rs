@@ -15,8 +15,8 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::{
-    ConfigIssue, ConfigObject, EndpointSliceDef, Kind, Level, Meta, ObjectKey, PodDef, ServiceDef,
-    ServicePortDef, SliceEndpoint, Spec, validate,
+    ConfigIssue, ConfigObject, EndpointSliceDef, Kind, Level, Meta, ObjectKey, PodDef, SecretDef,
+    ServiceDef, ServicePortDef, SliceEndpoint, Spec, validate,
 };
 
 /// The outcome of parsing one file.
@@ -323,6 +323,14 @@ fn decode_spec(
             let s: discovery::EndpointSlice = typed(value, "", unknown)?;
             Spec::EndpointSlice(endpoint_slice_def(s)?)
         }
+        Kind::Endpoints => {
+            let e: core::Endpoints = typed(value, "", unknown)?;
+            Spec::Endpoints(endpoints_def(e))
+        }
+        Kind::Secret => {
+            let s: core::Secret = typed(value, "", unknown)?;
+            Spec::Secret(secret_def(s)?)
+        }
         Kind::Pod => {
             let p: core::Pod = typed(value, "", unknown)?;
             Spec::Pod(pod_def(p))
@@ -421,6 +429,79 @@ fn endpoint_slice_def(s: discovery::EndpointSlice) -> Result<EndpointSliceDef, (
                 }
             })
             .collect(),
+    })
+}
+
+/// Core v1 Endpoints as slices, one per subset: `addresses` are ready, `notReadyAddresses`
+/// are not (the same conditions an EndpointSlice would carry).
+fn endpoints_def(e: core::Endpoints) -> Vec<EndpointSliceDef> {
+    let service_name = e.metadata.name.unwrap_or_default();
+    let address = |a: core::EndpointAddress, ready: bool| SliceEndpoint {
+        addresses: vec![a.ip],
+        ready: Some(ready),
+        serving: Some(ready),
+        terminating: None,
+        zone: None,
+        node_name: a.node_name,
+        pod: a
+            .target_ref
+            .filter(|r| r.kind.as_deref() == Some("Pod"))
+            .and_then(|r| r.name),
+    };
+    e.subsets
+        .into_iter()
+        .flatten()
+        .map(|subset| EndpointSliceDef {
+            service_name: service_name.clone(),
+            ports: subset
+                .ports
+                .into_iter()
+                .flatten()
+                .map(|p| (p.name.unwrap_or_default(), p.port as u32))
+                .collect(),
+            endpoints: subset
+                .addresses
+                .into_iter()
+                .flatten()
+                .map(|a| address(a, true))
+                .chain(
+                    subset
+                        .not_ready_addresses
+                        .into_iter()
+                        .flatten()
+                        .map(|a| address(a, false)),
+                )
+                .collect(),
+        })
+        .collect()
+}
+
+/// The TLS material of a Secret, under Kubernetes' names (`tls.crt`, `tls.key`, `ca.crt`)
+/// or Istio's generic ones (`cert`, `key`, `cacert`); `stringData` counts as in a manifest.
+fn secret_def(s: core::Secret) -> Result<SecretDef, (String, String)> {
+    let mut data: BTreeMap<String, Vec<u8>> = s
+        .data
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, v)| (k, v.0))
+        .collect();
+    for (k, v) in s.string_data.unwrap_or_default() {
+        data.insert(k, v.into_bytes());
+    }
+    let mut take = |names: [&str; 2]| -> Result<Option<String>, (String, String)> {
+        for name in names {
+            if let Some(bytes) = data.remove(name) {
+                return String::from_utf8(bytes)
+                    .map(Some)
+                    .map_err(|_| (format!("data.{name}"), "is not PEM text".to_string()));
+            }
+        }
+        Ok(None)
+    };
+    Ok(SecretDef {
+        cert: take(["tls.crt", "cert"])?,
+        key: take(["tls.key", "key"])?,
+        ca: take(["ca.crt", "cacert"])?,
     })
 }
 
@@ -563,5 +644,58 @@ endpoints:
         };
         assert_eq!(slice.service_name, "details");
         assert_eq!(slice.endpoints[0].zone.as_deref(), Some("us-east-1a"));
+    }
+
+    #[test]
+    fn core_endpoints_become_one_slice_per_subset_with_readiness() {
+        let yaml = "apiVersion: v1\nkind: Endpoints\nmetadata: {name: details, namespace: shop}\nsubsets:\n- addresses: [{ip: 10.0.0.1, nodeName: n1, targetRef: {kind: Pod, name: details-1}}]\n  notReadyAddresses: [{ip: 10.0.0.2}]\n  ports: [{name: http, port: 9080}]\n- addresses: [{ip: 10.0.0.3}]\n  ports: [{name: grpc, port: 9090}]\n";
+        let parsed = parse_file("ep.yaml", yaml);
+        assert!(parsed.issues.is_empty(), "{:?}", parsed.issues);
+        let Spec::Endpoints(subsets) = &parsed.objects[0].spec else {
+            panic!()
+        };
+        assert_eq!(subsets.len(), 2);
+        assert_eq!(subsets[0].service_name, "details");
+        assert_eq!(subsets[0].ports, vec![("http".to_string(), 9080)]);
+        let ready: Vec<_> = subsets[0]
+            .endpoints
+            .iter()
+            .map(|e| (e.addresses[0].as_str(), e.ready))
+            .collect();
+        assert_eq!(
+            ready,
+            vec![("10.0.0.1", Some(true)), ("10.0.0.2", Some(false))]
+        );
+        assert_eq!(subsets[0].endpoints[0].pod.as_deref(), Some("details-1"));
+        assert_eq!(subsets[1].ports, vec![("grpc".to_string(), 9090)]);
+    }
+
+    #[test]
+    fn a_tls_secret_is_read_under_either_naming_and_its_key_is_never_printed() {
+        // data is base64 as the API returns it; stringData as a manifest may carry it.
+        let yaml = "apiVersion: v1\nkind: Secret\nmetadata: {name: gw-cert, namespace: istio-system}\ntype: kubernetes.io/tls\ndata: {tls.crt: Q0VSVA==, tls.key: S0VZ}\nstringData: {ca.crt: ROOT}\n";
+        let parsed = parse_file("s.yaml", yaml);
+        assert!(parsed.issues.is_empty(), "{:?}", parsed.issues);
+        let Spec::Secret(s) = &parsed.objects[0].spec else {
+            panic!()
+        };
+        assert_eq!(s.cert.as_deref(), Some("CERT"));
+        assert_eq!(s.key.as_deref(), Some("KEY"));
+        assert_eq!(s.ca.as_deref(), Some("ROOT"));
+        let shown = format!(
+            "{} {:?}",
+            serde_json::to_string(&parsed.objects[0]).unwrap(),
+            parsed.objects[0]
+        );
+        assert!(shown.contains("CERT") && !shown.contains("KEY"), "{shown}");
+
+        let generic = "apiVersion: v1\nkind: Secret\nmetadata: {name: gw, namespace: istio-system}\nstringData: {cert: C, key: K, cacert: A}\n";
+        let Spec::Secret(s) = &parse_file("s.yaml", generic).objects[0].spec else {
+            panic!()
+        };
+        assert_eq!(
+            (s.cert.as_deref(), s.key.as_deref(), s.ca.as_deref()),
+            (Some("C"), Some("K"), Some("A"))
+        );
     }
 }

@@ -293,6 +293,8 @@ pub fn validate(object: &ConfigObject) -> Vec<Problem> {
         Spec::PeerAuthentication(_)
         | Spec::EndpointSlice(_)
         | Spec::Pod(_)
+        | Spec::Endpoints(_)
+        | Spec::Secret(_)
         | Spec::Namespace
         | Spec::Node
         | Spec::MeshConfig(_) => {}

@@ -39,9 +39,22 @@ pub struct Scope {
     pub namespaces: BTreeSet<String>,
     /// Where the mesh ConfigMap lives (the root namespace, `istio-system`).
     pub config_namespace: String,
+    /// EndpointSlices (Istio's default) or, when false, core v1 Endpoints
+    /// (`PILOT_USE_ENDPOINT_SLICE`).
+    pub use_endpoint_slice: bool,
 }
 
 impl Scope {
+    /// The kinds watched: all but the endpoint kind not chosen.
+    fn kinds(&self) -> Vec<Kind> {
+        let unused = if self.use_endpoint_slice {
+            Kind::Endpoints
+        } else {
+            Kind::EndpointSlice
+        };
+        Kind::ALL.into_iter().filter(|k| *k != unused).collect()
+    }
+
     fn keeps(&self, object: &ConfigObject) -> bool {
         if !self.namespaces.is_empty()
             && object.key.kind.namespaced()
@@ -140,7 +153,8 @@ impl KubeSource {
                 .wait_for(|s| SCOPING_KINDS.iter().all(|k| s.contains(k)))
                 .await;
             *this.selection.write().unwrap() = this.compute_selection();
-            for kind in Kind::ALL.into_iter().filter(|k| !SCOPING_KINDS.contains(k)) {
+            let kinds = this.scope.kinds();
+            for kind in kinds.into_iter().filter(|k| !SCOPING_KINDS.contains(k)) {
                 let (w, on_change) = (this.clone(), on_change.clone());
                 tokio::spawn(async move { w.watch(kind, on_change).await });
             }
@@ -150,7 +164,8 @@ impl KubeSource {
     /// Resolves once every kind has been listed once.
     pub async fn synced(&self) {
         let mut rx = self.synced.subscribe();
-        let _ = rx.wait_for(|s| s.len() == Kind::ALL.len()).await;
+        let kinds = self.scope.kinds();
+        let _ = rx.wait_for(|s| kinds.iter().all(|k| s.contains(k))).await;
     }
 
     /// The namespaces selected now (`discoverySelectors`) and those of other revisions.
@@ -213,10 +228,14 @@ impl KubeSource {
                 watcher::Config::default().fields(&format!("metadata.name={name}")),
             );
         }
-        (
-            Api::all_with(self.client.clone(), ar),
-            watcher::Config::default(),
-        )
+        let config = if kind == Kind::Secret {
+            // As istiod: never cache service-account tokens or Helm releases.
+            watcher::Config::default()
+                .fields("type!=kubernetes.io/service-account-token,type!=helm.sh/release.v1")
+        } else {
+            watcher::Config::default()
+        };
+        (Api::all_with(self.client.clone(), ar), config)
     }
 
     async fn watch(&self, kind: Kind, on_change: OnChange) {
@@ -417,6 +436,7 @@ mod tests {
             revision: "blue".into(),
             namespaces: BTreeSet::new(),
             config_namespace: "istio-system".into(),
+            use_endpoint_slice: true,
         };
         let vs = "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: a, namespace: shop, labels: {istio.io/rev: REV}}\nspec: {hosts: [a]}\n";
         assert!(scope.keeps(&object(&vs.replace("REV", "blue"))));
@@ -437,6 +457,7 @@ mod tests {
             revision: "blue".into(),
             namespaces: ["other".to_string()].into(),
             config_namespace: "istio-system".into(),
+            use_endpoint_slice: true,
         };
         assert!(!only_other.keeps(&object(svc)));
         let ns = "apiVersion: v1\nkind: Namespace\nmetadata: {name: shop}\n";

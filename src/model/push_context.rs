@@ -293,14 +293,16 @@ impl PushContext {
             Kind::PeerAuthentication | Kind::AuthorizationPolicy => false,
             // A Sidecar can only select proxies of its own namespace.
             Kind::Sidecar => key.namespace == proxy.namespace,
-            // Sidecars read only `mesh`-bound routes; Gateways shape routers alone.
-            Kind::Gateway => proxy.kind == ProxyKind::Router,
+            // Sidecars read only `mesh`-bound routes; Gateways shape routers alone, and
+            // only gateways read Secrets (credentialName).
+            Kind::Gateway | Kind::Secret => proxy.kind == ProxyKind::Router,
             // Found by host from any namespace, or shaping endpoints everywhere: rare.
             Kind::DestinationRule | Kind::Namespace | Kind::Node | Kind::ConfigMap => true,
             Kind::Pod if key.namespace == proxy.namespace && key.name == proxy.pod_name => true,
             Kind::VirtualService
             | Kind::Service
             | Kind::EndpointSlice
+            | Kind::Endpoints
             | Kind::ServiceEntry
             | Kind::WorkloadEntry
             | Kind::Pod => {

@@ -9,7 +9,7 @@ use serde::Serialize;
 use super::{DOMAIN_SUFFIX, Store};
 use crate::api::labels_match;
 use crate::api::networking::{Location, Resolution, ServiceEntrySpec, WorkloadEntrySpec};
-use crate::config::{ConfigObject, Kind, Spec};
+use crate::config::{ConfigObject, EndpointSliceDef, Kind, Spec};
 
 /// Protocol of a service port, from its name prefix or appProtocol, as Istio infers it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -140,13 +140,23 @@ pub fn build_services(store: &Store) -> BTreeMap<String, Arc<Service>> {
         .of_kind(Kind::Node)
         .map(|n| (n.key.name.as_str(), &n.meta.labels))
         .collect();
-    let mut slices: HashMap<(String, String), Vec<&ConfigObject>> = HashMap::new();
+    let mut slices: HashMap<(String, String), Vec<&EndpointSliceDef>> = HashMap::new();
     for obj in store.of_kind(Kind::EndpointSlice) {
         if let Spec::EndpointSlice(s) = &obj.spec {
             slices
                 .entry((obj.key.namespace.clone(), s.service_name.clone()))
                 .or_default()
-                .push(obj);
+                .push(s);
+        }
+    }
+    // Core Endpoints stand in for a Service that has no EndpointSlice (the source reads
+    // them only with PILOT_USE_ENDPOINT_SLICE=false; a directory may hold either).
+    for obj in store.of_kind(Kind::Endpoints) {
+        if let Spec::Endpoints(subsets) = &obj.spec {
+            let key = (obj.key.namespace.clone(), obj.key.name.clone());
+            slices
+                .entry(key)
+                .or_insert_with(|| subsets.iter().collect());
         }
     }
     let mut out = BTreeMap::new();
@@ -171,9 +181,7 @@ pub fn build_services(store: &Store) -> BTreeMap<String, Arc<Service>> {
             .into_iter()
             .flatten()
         {
-            let Spec::EndpointSlice(s) = &slice.spec else {
-                continue;
-            };
+            let s = *slice;
             for e in &s.endpoints {
                 if e.terminating == Some(true) {
                     continue;
@@ -397,4 +405,49 @@ fn service_entry_services(
             labels: obj.meta.labels.clone(),
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::parse::parse_file;
+
+    fn services(yaml: &str) -> BTreeMap<String, Arc<Service>> {
+        let mut store = Store::default();
+        for o in parse_file("t.yaml", yaml).objects {
+            store.apply(o);
+        }
+        build_services(&store)
+    }
+
+    #[test]
+    fn endpoints_stand_in_only_for_a_service_without_slices() {
+        let svc = "apiVersion: v1\nkind: Service\nmetadata: {name: NAME, namespace: shop}\nspec: {clusterIP: 10.0.0.9, ports: [{name: http, port: 80, targetPort: 8080}]}\n---\napiVersion: v1\nkind: Endpoints\nmetadata: {name: NAME, namespace: shop}\nsubsets: [{addresses: [{ip: 10.1.0.1}], notReadyAddresses: [{ip: 10.1.0.2}], ports: [{name: http, port: 8080}]}]\n";
+        let slice = "---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: a-1, namespace: shop, labels: {kubernetes.io/service-name: a}}\naddressType: IPv4\nports: [{name: http, port: 8080}]\nendpoints: [{addresses: [10.2.0.1]}]\n";
+        let yaml = format!(
+            "{}---\n{}{slice}",
+            svc.replace("NAME", "a"),
+            svc.replace("NAME", "b")
+        );
+        let all = services(&yaml);
+        let addresses = |host: &str| -> Vec<(String, bool)> {
+            all[host]
+                .endpoints
+                .iter()
+                .map(|e| (e.address.clone(), e.healthy))
+                .collect()
+        };
+        assert_eq!(
+            addresses("a.shop.svc.cluster.local"),
+            vec![("10.2.0.1".to_string(), true)],
+            "a Service with slices ignores its Endpoints"
+        );
+        assert_eq!(
+            addresses("b.shop.svc.cluster.local"),
+            vec![
+                ("10.1.0.1".to_string(), true),
+                ("10.1.0.2".to_string(), false)
+            ]
+        );
+    }
 }

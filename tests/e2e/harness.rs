@@ -292,6 +292,11 @@ impl Meshd {
         start_retrying(|| Meshd::spawn_kubernetes_with(dir, kubeconfig, &args))
     }
 
+    /// Kubernetes mode with extra flags.
+    pub fn start_kubernetes_with(dir: &Path, kubeconfig: &Path, args: &[&str]) -> Meshd {
+        start_retrying(|| Meshd::spawn_kubernetes_with(dir, kubeconfig, args))
+    }
+
     fn spawn_kubernetes_with(dir: &Path, kubeconfig: &Path, args: &[&str]) -> Meshd {
         std::fs::create_dir_all(dir).unwrap();
         let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();

@@ -149,6 +149,63 @@ fn kubernetes_objects_route_real_traffic_and_follow_live_changes() {
 }
 
 #[test]
+fn with_endpoint_slices_off_core_endpoints_feed_the_model() {
+    let api = FakeApiServer::start();
+    let dir = temp_dir("k8s-endpoints");
+    let kubeconfig = api.kubeconfig(&dir);
+    let by_slice = Upstream::start("from-slice");
+    let by_endpoints = Upstream::start("from-endpoints");
+    let port = free_port();
+    api.apply_yaml("apiVersion: v1\nkind: Namespace\nmetadata: {name: shop}\n");
+    api.apply_yaml(&service_yaml(
+        "shop",
+        "productpage",
+        9080,
+        &[(&by_slice, &[])],
+    ));
+    let endpoints = format!(
+        "apiVersion: v1\nkind: Endpoints\nmetadata: {{name: productpage, namespace: shop}}\nsubsets:\n- addresses: [{{ip: 127.0.0.1}}]\n  notReadyAddresses: [{{ip: 127.0.0.2}}]\n  ports: [{{name: http, port: {}}}]\n",
+        by_endpoints.port
+    );
+    api.apply_yaml(&endpoints);
+    api.apply_yaml(&gateway_yaml(port));
+    api.apply_yaml(&front_vs(&[("/productpage", "productpage")]));
+    let addr = format!("127.0.0.1:{port}");
+    for (flag, expected) in [("true", "from-slice"), ("false", "from-endpoints")] {
+        let meshd = Meshd::start_kubernetes_with(
+            &dir.join(format!("meshd-{flag}")),
+            &kubeconfig,
+            &["--use-endpoint-slice", flag],
+        );
+        let envoy = Envoy::gateway(&meshd, Ads::Delta, &format!("k8s-endpoints-{flag}"));
+        wait_until(
+            &format!("PILOT_USE_ENDPOINT_SLICE={flag} to route to {expected}"),
+            Duration::from_secs(10),
+            || {
+                http_get(&addr, "shop.example.com", "/productpage", &[])
+                    .is_ok_and(|r| r.body == expected)
+            },
+        );
+        if flag == "false" {
+            // The not-ready address is sent as unhealthy, and a change to the Endpoints
+            // object is followed live.
+            let eds = envoy.admin("/clusters").unwrap().body;
+            assert!(eds.contains("127.0.0.2:"), "{eds}");
+            api.delete("Endpoints", "shop", "productpage");
+            wait_until(
+                "the Endpoints delete to apply",
+                Duration::from_secs(5),
+                || {
+                    http_get(&addr, "shop.example.com", "/productpage", &[])
+                        .is_ok_and(|r| r.status == 503)
+                },
+            );
+        }
+        drop(envoy);
+    }
+}
+
+#[test]
 fn a_relist_after_410_gone_pushes_only_real_differences() {
     let m = kube_mesh("k8s-relist");
     std::thread::sleep(Duration::from_millis(400));
@@ -163,7 +220,7 @@ fn a_relist_after_410_gone_pushes_only_real_differences() {
         m.api.list_requests("VirtualService") > lists
     });
     wait_until("the watches to resume", Duration::from_secs(15), || {
-        m.api.open_watches() >= meshd::config::Kind::ALL.len()
+        m.api.open_watches() >= meshd::config::Kind::ALL.len() - 1 // one endpoint kind
     });
     std::thread::sleep(Duration::from_millis(400));
     assert_eq!(
