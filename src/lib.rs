@@ -3,6 +3,7 @@
 //! Flow: `filesource` (and later `k8s`) → `model` → `translate` (pure) → `xds` → Envoy.
 
 pub mod api;
+pub mod ca;
 pub mod config;
 pub mod debug;
 pub mod duration;

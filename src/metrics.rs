@@ -34,6 +34,10 @@ pub struct Metrics {
     pub virt_services: Gauge,
     pub config_errors: Family<Labels, Counter>,
     pub xds_connection_errors: Family<Labels, Counter>,
+    pub csr_count: Counter,
+    pub cert_issued: Counter,
+    pub ca_auth_failures: Counter,
+    pub ca_errors: Family<Labels, Counter>,
 }
 
 impl Default for Metrics {
@@ -61,6 +65,10 @@ impl Metrics {
             virt_services: Gauge::default(),
             config_errors: Family::default(),
             xds_connection_errors: Family::default(),
+            csr_count: Counter::default(),
+            cert_issued: Counter::default(),
+            ca_auth_failures: Counter::default(),
+            ca_errors: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -129,6 +137,26 @@ impl Metrics {
             "meshd_xds_connection_errors",
             "xDS streams refused or broken, by reason.",
             m.xds_connection_errors.clone(),
+        );
+        registry.register(
+            "citadel_server_csr_count",
+            "The number of CSRs received by Citadel server.",
+            m.csr_count.clone(),
+        );
+        registry.register(
+            "citadel_server_success_cert_issuance_count",
+            "The number of certificates issuances that have succeeded.",
+            m.cert_issued.clone(),
+        );
+        registry.register(
+            "citadel_server_authentication_failure_count",
+            "The number of authentication failures.",
+            m.ca_auth_failures.clone(),
+        );
+        registry.register(
+            "meshd_ca_errors",
+            "Certificate requests refused, by reason.",
+            m.ca_errors.clone(),
         );
         Metrics { registry, ..m }
     }
