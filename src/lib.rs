@@ -2,6 +2,7 @@
 //!
 //! Flow: `filesource` (and later `k8s`) → `model` → `translate` (pure) → `xds` → Envoy.
 
+pub mod agent;
 pub mod api;
 pub mod ca;
 pub mod config;
@@ -11,6 +12,8 @@ pub mod filesource;
 pub mod k8s;
 pub mod metrics;
 pub mod model;
+pub mod secure;
 pub mod serve;
+pub mod tls;
 pub mod translate;
 pub mod xds;

@@ -6,10 +6,12 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+use meshd::ca::CertTtl;
 use meshd::config::Level;
 use meshd::config::parse::parse_file;
 use meshd::filesource::yaml_files;
 use meshd::k8s::Scope;
+use meshd::secure::SecurityOptions;
 use meshd::serve::{LeaderOptions, ServeOptions, Source, run};
 use meshd::xds::push::PushSettings;
 
@@ -24,6 +26,8 @@ struct Cli {
     command: Command,
 }
 
+// Parsed once at start-up; the size of the `serve` variant does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     /// Serve xDS to Envoy proxies from a directory of Istio and Kubernetes YAML.
@@ -51,13 +55,23 @@ enum Command {
         /// How long a status leader's Lease lasts without renewal.
         #[arg(long, default_value = "15s", value_parser = parse_duration)]
         leader_lease_duration: std::time::Duration,
-        /// xDS (ADS over gRPC, plaintext), Istio's port 15010.
+        /// xDS (ADS over gRPC, plaintext, no identity: never serves secrets), Istio's port
+        /// 15010.
         #[arg(long, default_value = "0.0.0.0:15010")]
         xds_address: SocketAddr,
+        /// Turn the plaintext xDS port off; proxies must use the secure port.
+        #[arg(long, env = "MESHD_DISABLE_PLAINTEXT_XDS")]
+        no_plaintext_xds: bool,
+        #[command(flatten)]
+        security: SecurityArgs,
         /// Metrics, readiness and debug endpoints, Istio's port 15014.
         #[arg(long, default_value = "0.0.0.0:15014")]
         monitoring_address: SocketAddr,
     },
+    /// The sidecar's companion (like pilot-agent): workload key and certificate from meshd's
+    /// CA, served to Envoy over SDS on a Unix socket, renewed before expiry, and Envoy's
+    /// bootstrap.
+    Agent(AgentArgs),
     /// Print the CustomResourceDefinitions of every Istio kind meshd serves.
     Crds,
     /// Check Istio YAML offline, like `istioctl validate`; exits 1 if anything is invalid.
@@ -76,6 +90,25 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Command::Validate { paths } => validate(&paths),
+        Command::Agent(args) => {
+            init_tracing();
+            let opts = match args.options() {
+                Ok(o) => o,
+                Err(e) => {
+                    eprintln!("meshd agent: {e:#}");
+                    return ExitCode::from(2);
+                }
+            };
+            let runtime =
+                tokio::runtime::Runtime::new().expect("BUG: cannot start the tokio runtime");
+            match runtime.block_on(meshd::agent::run(opts)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("meshd agent: {e:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::Serve {
             config_dir,
             revision,
@@ -85,15 +118,11 @@ fn main() -> ExitCode {
             pod_namespace,
             leader_lease_duration,
             xds_address,
+            no_plaintext_xds,
+            security,
             monitoring_address,
         } => {
-            tracing_subscriber::fmt()
-                .with_env_filter(
-                    tracing_subscriber::EnvFilter::try_from_default_env()
-                        .unwrap_or_else(|_| "info".into()),
-                )
-                .with_writer(std::io::stderr)
-                .init();
+            init_tracing();
             let push = match PushSettings::from_env() {
                 Ok(p) => p,
                 Err(e) => {
@@ -122,11 +151,19 @@ fn main() -> ExitCode {
                 namespace: pod_namespace,
                 lease_duration: leader_lease_duration,
             };
+            let security = match security.options() {
+                Ok(s) => s,
+                Err(e) => {
+                    eprintln!("meshd: {e}");
+                    return ExitCode::from(2);
+                }
+            };
             let opts = ServeOptions {
                 source,
                 leader,
                 revision,
-                xds_address,
+                xds_address: (!no_plaintext_xds).then_some(xds_address),
+                security,
                 monitoring_address,
                 push,
             };
@@ -140,6 +177,211 @@ fn main() -> ExitCode {
                 }
             }
         }
+    }
+}
+
+fn init_tracing() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+#[derive(clap::Args)]
+struct AgentArgs {
+    /// meshd's CA (and secure xDS), `https://HOST:PORT`.
+    #[arg(
+        long,
+        env = "CA_ADDR",
+        default_value = "https://istiod.istio-system.svc:15012"
+    )]
+    ca_address: String,
+    /// The root certificate meshd's serving certificate chains to (the
+    /// `istio-ca-root-cert` ConfigMap, mounted).
+    #[arg(long, default_value = "/var/run/secrets/istio/root-cert.pem")]
+    ca_root_cert: PathBuf,
+    /// The name meshd's serving certificate must carry.
+    #[arg(long, default_value = "istiod.istio-system.svc")]
+    ca_server_name: String,
+    /// Bearer token for the first certificate (service-account JWT, or a bootstrap token
+    /// in local mode); renewals authenticate with the current certificate.
+    #[arg(long, env = "MESHD_AGENT_TOKEN_FILE")]
+    token_file: Option<PathBuf>,
+    #[arg(long, env = "TRUST_DOMAIN", default_value = "cluster.local")]
+    trust_domain: String,
+    #[arg(long, env = "POD_NAMESPACE")]
+    namespace: String,
+    #[arg(long, env = "SERVICE_ACCOUNT", default_value = "default")]
+    service_account: String,
+    #[arg(long, env = "POD_NAME")]
+    pod_name: String,
+    #[arg(long, env = "INSTANCE_IP", default_value = "127.0.0.1")]
+    instance_ip: String,
+    /// `sidecar` or `router` (a gateway).
+    #[arg(long, default_value = "sidecar")]
+    proxy_type: String,
+    /// Pod labels, `KEY=VALUE` (repeatable).
+    #[arg(long = "label", value_parser = key_value)]
+    labels: Vec<(String, String)>,
+    /// `REDIRECT`, `TPROXY` or `NONE` (no traffic capture).
+    #[arg(long, env = "ISTIO_META_INTERCEPTION_MODE", default_value = "REDIRECT")]
+    interception_mode: String,
+    #[arg(long, default_value = "./var/run/secrets/workload-spiffe-uds/socket")]
+    sds_socket: String,
+    /// Where to write Envoy's bootstrap.
+    #[arg(long, default_value = "./etc/istio/proxy/envoy-rev.json")]
+    bootstrap: PathBuf,
+    #[arg(long, default_value_t = 15000)]
+    admin_port: u16,
+    /// Delta xDS (Istio's default since 1.22) or state of the world.
+    #[arg(long, env = "ISTIO_DELTA_XDS", default_value_t = true, action = clap::ArgAction::Set)]
+    delta: bool,
+    /// Requested certificate lifetime.
+    #[arg(long, env = "SECRET_TTL", default_value = "24h", value_parser = parse_duration)]
+    secret_ttl: std::time::Duration,
+    /// Renew when this fraction of the lifetime is left (0.2: at 80% of it).
+    #[arg(long, env = "SECRET_GRACE_PERIOD_RATIO", default_value_t = 0.2)]
+    secret_grace_period_ratio: f64,
+}
+
+fn key_value(text: &str) -> Result<(String, String), String> {
+    text.split_once('=')
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .ok_or_else(|| format!("{text:?} is not KEY=VALUE"))
+}
+
+impl AgentArgs {
+    fn options(self) -> anyhow::Result<meshd::agent::AgentOptions> {
+        use meshd::agent::bootstrap::BootstrapOptions;
+        use meshd::agent::certs::CaClientOptions;
+        let root_pem = std::fs::read_to_string(&self.ca_root_cert).map_err(|e| {
+            anyhow::anyhow!("reading the CA root {}: {e}", self.ca_root_cert.display())
+        })?;
+        let authority = self
+            .ca_address
+            .split_once("://")
+            .map_or(self.ca_address.as_str(), |(_, rest)| rest)
+            .trim_end_matches('/');
+        let (xds_host, xds_port) = authority
+            .rsplit_once(':')
+            .and_then(|(h, p)| Some((h.to_string(), p.parse::<u16>().ok()?)))
+            .ok_or_else(|| anyhow::anyhow!("--ca-address {:?} needs HOST:PORT", self.ca_address))?;
+        if !(0.0..1.0).contains(&self.secret_grace_period_ratio) {
+            anyhow::bail!("SECRET_GRACE_PERIOD_RATIO must be in [0, 1)");
+        }
+        let ns = &self.namespace;
+        let labels: serde_json::Map<String, serde_json::Value> = self
+            .labels
+            .into_iter()
+            .map(|(k, v)| (k, serde_json::Value::String(v)))
+            .collect();
+        let metadata = serde_json::json!({
+            "NAMESPACE": ns,
+            "SERVICE_ACCOUNT": self.service_account,
+            "LABELS": labels,
+            "INTERCEPTION_MODE": self.interception_mode,
+            "CLUSTER_ID": "Kubernetes",
+            "ISTIO_VERSION": "1.28.0",
+            "POD_NAME": self.pod_name,
+        });
+        Ok(meshd::agent::AgentOptions {
+            ca: CaClientOptions {
+                address: self.ca_address.clone(),
+                server_name: self.ca_server_name.clone(),
+                root_pem,
+                token_file: self.token_file,
+                spiffe_id: format!(
+                    "spiffe://{}/ns/{ns}/sa/{}",
+                    self.trust_domain, self.service_account
+                ),
+                ttl: self.secret_ttl,
+                grace_ratio: self.secret_grace_period_ratio,
+            },
+            bootstrap: BootstrapOptions {
+                node_id: format!(
+                    "{}~{}~{}.{ns}~{ns}.svc.cluster.local",
+                    self.proxy_type, self.instance_ip, self.pod_name
+                ),
+                metadata: metadata.as_object().cloned().unwrap_or_default(),
+                xds_host,
+                xds_port,
+                xds_server_name: self.ca_server_name,
+                sds_socket: self.sds_socket,
+                admin_port: self.admin_port,
+                delta: self.delta,
+            },
+            bootstrap_path: self.bootstrap,
+        })
+    }
+}
+
+/// The secure port (15012) and the CA.
+#[derive(clap::Args)]
+struct SecurityArgs {
+    /// xDS over TLS and the CA's IstioCertificateService, Istio's port 15012.
+    #[arg(long, default_value = "0.0.0.0:15012")]
+    secure_xds_address: SocketAddr,
+    /// The SPIFFE trust domain of issued identities.
+    #[arg(long, env = "TRUST_DOMAIN", default_value = "cluster.local")]
+    trust_domain: String,
+    /// Local mode: where the self-signed root is kept (made on first start).
+    #[arg(long, env = "MESHD_CA_DIR", default_value = ".meshd/ca")]
+    ca_dir: PathBuf,
+    /// Plugged-in CA files (ca-cert.pem, ca-key.pem, cert-chain.pem, root-cert.pem), used
+    /// when the directory holds ca-key.pem; in Kubernetes mode the Secret `cacerts`.
+    #[arg(long, default_value = "/etc/cacerts")]
+    cacerts_dir: PathBuf,
+    /// Local mode: bootstrap tokens, one `TOKEN NAMESPACE SERVICE_ACCOUNT` per line.
+    #[arg(long, env = "MESHD_CA_TOKEN_FILE")]
+    ca_token_file: Option<PathBuf>,
+    /// Audiences a service-account token must carry (Kubernetes mode).
+    #[arg(
+        long,
+        env = "TOKEN_AUDIENCES",
+        default_value = "istio-ca",
+        value_delimiter = ','
+    )]
+    token_audiences: Vec<String>,
+    /// Lifetime of a workload certificate when the request asks for none
+    /// (`DEFAULT_WORKLOAD_CERT_TTL`; `PILOT_WORKLOAD_CERT_TTL` is read too).
+    #[arg(long, env = "DEFAULT_WORKLOAD_CERT_TTL", value_parser = parse_duration)]
+    workload_cert_ttl: Option<std::time::Duration>,
+    /// No workload certificate lives longer.
+    #[arg(long, env = "MAX_WORKLOAD_CERT_TTL", default_value = "2160h", value_parser = parse_duration)]
+    max_workload_cert_ttl: std::time::Duration,
+    /// Lifetime of a self-signed root.
+    #[arg(long, env = "CITADEL_SELF_SIGNED_CA_CERT_TTL", default_value = "87600h", value_parser = parse_duration)]
+    self_signed_ca_cert_ttl: std::time::Duration,
+    /// Extra names (DNS or IP) in meshd's serving certificate.
+    #[arg(long, value_delimiter = ',')]
+    serving_names: Vec<String>,
+}
+
+impl SecurityArgs {
+    fn options(self) -> Result<SecurityOptions, String> {
+        let mut opts = SecurityOptions::defaults(Some(self.secure_xds_address));
+        let default_ttl = match self.workload_cert_ttl {
+            Some(ttl) => ttl,
+            None => match std::env::var("PILOT_WORKLOAD_CERT_TTL") {
+                Ok(v) => parse_duration(&v).map_err(|e| format!("PILOT_WORKLOAD_CERT_TTL: {e}"))?,
+                Err(_) => opts.ttl.default,
+            },
+        };
+        opts.trust_domain = self.trust_domain.clone();
+        opts.ttl = CertTtl {
+            default: default_ttl,
+            max: self.max_workload_cert_ttl,
+        };
+        opts.root.trust_domain = self.trust_domain;
+        opts.root.ttl = self.self_signed_ca_cert_ttl;
+        opts.root.cacerts_dir = Some(self.cacerts_dir);
+        opts.ca_dir = self.ca_dir;
+        opts.token_file = self.ca_token_file;
+        opts.audiences = self.token_audiences;
+        opts.dns_names.extend(self.serving_names);
+        Ok(opts)
     }
 }
 

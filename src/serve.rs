@@ -19,6 +19,7 @@ use crate::k8s::status::StatusWriter;
 use crate::k8s::{KubeSource, Scope};
 use crate::metrics::Metrics;
 use crate::model::Store;
+use crate::secure::{Security, SecurityOptions};
 use crate::xds::push::{ChangeLog, ConfigEvent, PushSettings, build_push, debounce_loop};
 use crate::xds::{AdsService, XdsShared};
 use std::collections::BTreeSet;
@@ -35,7 +36,10 @@ pub enum Source {
 #[derive(Clone, Debug)]
 pub struct ServeOptions {
     pub source: Source,
-    pub xds_address: SocketAddr,
+    /// The plaintext xDS port (15010); `None` turns it off.
+    pub xds_address: Option<SocketAddr>,
+    /// The secure port (15012) and the CA.
+    pub security: SecurityOptions,
     pub monitoring_address: SocketAddr,
     pub push: PushSettings,
     /// The revision this instance serves (`default` unless told otherwise).
@@ -118,7 +122,7 @@ pub async fn run(opts: ServeOptions) -> anyhow::Result<()> {
             .await
     });
 
-    match &opts.source {
+    let client = match &opts.source {
         Source::ConfigDir(dir) => {
             anyhow::ensure!(
                 dir.exists(),
@@ -138,6 +142,7 @@ pub async fn run(opts: ServeOptions) -> anyhow::Result<()> {
                     );
                 }
             });
+            None
         }
         Source::Kubernetes(scope) => {
             let client = kube::Client::try_default()
@@ -166,7 +171,7 @@ pub async fn run(opts: ServeOptions) -> anyhow::Result<()> {
             )
             .spawn();
             let writer = StatusWriter {
-                client,
+                client: client.clone(),
                 store: store.clone(),
                 issues: issues.clone(),
                 generations: source.generations.clone(),
@@ -176,8 +181,13 @@ pub async fn run(opts: ServeOptions) -> anyhow::Result<()> {
                 leader,
             };
             tokio::spawn(writer.run());
+            Some(client)
         }
-    }
+    };
+    let security = match opts.security.address {
+        Some(_) => Some(Security::start(&opts.security, client, &opts.leader.namespace).await?),
+        None => None,
+    };
 
     push_tx.send_replace(Arc::new(build_push(
         &store,
@@ -195,23 +205,36 @@ pub async fn run(opts: ServeOptions) -> anyhow::Result<()> {
         change_log,
     ));
 
-    let xds_listener = tokio::net::TcpListener::bind(opts.xds_address)
-        .await
-        .with_context(|| format!("binding the xDS port {}", opts.xds_address))?;
-    tracing::info!(xds = %opts.xds_address, monitoring = %opts.monitoring_address, "meshd serving");
-
-    let mut xds_shutdown = shutdown_rx.clone();
-    let xds_task = tokio::spawn(
-        tonic::transport::Server::builder()
-            .http2_keepalive_interval(Some(Duration::from_secs(30)))
-            .http2_keepalive_timeout(Some(Duration::from_secs(10)))
-            .add_service(AdsService::new(xds).into_server())
-            .serve_with_incoming_shutdown(
-                tokio_stream::wrappers::TcpListenerStream::new(xds_listener),
-                async move {
-                    let _ = xds_shutdown.changed().await;
-                },
-            ),
+    let mut servers = Vec::new();
+    if let Some(address) = opts.xds_address {
+        let listener = tokio::net::TcpListener::bind(address)
+            .await
+            .with_context(|| format!("binding the xDS port {address}"))?;
+        let mut xds_shutdown = shutdown_rx.clone();
+        servers.push(tokio::spawn(
+            tonic::transport::Server::builder()
+                .http2_keepalive_interval(Some(Duration::from_secs(30)))
+                .http2_keepalive_timeout(Some(Duration::from_secs(10)))
+                .add_service(AdsService::new(xds.clone()).into_server())
+                .serve_with_incoming_shutdown(
+                    tokio_stream::wrappers::TcpListenerStream::new(listener),
+                    async move {
+                        let _ = xds_shutdown.changed().await;
+                    },
+                ),
+        ));
+    }
+    if let (Some(security), Some(address)) = (&security, opts.security.address) {
+        let listener = tokio::net::TcpListener::bind(address)
+            .await
+            .with_context(|| format!("binding the secure xDS port {address}"))?;
+        servers.push(security.serve(listener, xds.clone(), metrics.clone(), shutdown_rx.clone()));
+    }
+    tracing::info!(
+        xds = ?opts.xds_address,
+        secure_xds = ?opts.security.address,
+        monitoring = %opts.monitoring_address,
+        "meshd serving"
     );
     ready.store(true, Ordering::Release);
 
@@ -219,14 +242,16 @@ pub async fn run(opts: ServeOptions) -> anyhow::Result<()> {
     tracing::info!("shutting down");
     let _ = shutdown_tx.send(true);
     let _ = tokio::time::timeout(Duration::from_secs(5), async {
-        let _ = xds_task.await;
+        for server in servers {
+            let _ = server.await;
+        }
         let _ = debug_task.await;
     })
     .await;
     Ok(())
 }
 
-async fn shutdown_signal() {
+pub async fn shutdown_signal() {
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .expect("BUG: SIGTERM handler");
     tokio::select! {

@@ -9,6 +9,7 @@ pub mod authn;
 pub mod csr;
 pub mod identity;
 pub mod material;
+pub mod persist;
 pub mod service;
 
 use std::sync::{Arc, RwLock};

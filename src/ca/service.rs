@@ -19,8 +19,10 @@ use pb::istio_certificate_service_server::{
 };
 use pb::{IstioCertificateRequest, IstioCertificateResponse};
 
-/// The largest CreateCertificate request accepted on the wire.
-pub const MAX_REQUEST_BYTES: usize = 64 * 1024;
+/// The largest CreateCertificate message read off the wire. A CSR is capped far lower
+/// (`csr::MAX_CSR_BYTES`) in the handler, where the refusal is counted; this bound only
+/// keeps a hostile client from making meshd buffer megabytes.
+pub const MAX_REQUEST_BYTES: usize = 1024 * 1024;
 
 #[derive(Clone)]
 pub struct CaService {

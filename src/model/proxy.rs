@@ -37,6 +37,9 @@ pub struct Proxy {
     pub revision: Option<String>,
     pub interception: Interception,
     pub service_account: Option<String>,
+    /// The SPIFFE identity the connection proved (secure port only). Identity-bound
+    /// config (secrets) is served only to proxies that have one.
+    pub identity: Option<String>,
 }
 
 impl Proxy {
@@ -104,6 +107,7 @@ impl Proxy {
             istio_version: text("ISTIO_VERSION"),
             interception,
             service_account: text("SERVICE_ACCOUNT"),
+            identity: None,
         })
     }
 

@@ -31,6 +31,8 @@ use tonic::{Request, Response, Status, Streaming};
 
 use self::connection::SyncStatus;
 use self::push::Push;
+use crate::ca::Identity;
+use crate::ca::authn::Authenticator;
 use crate::config::ObjectKey;
 use crate::metrics::Metrics;
 use crate::model::Proxy;
@@ -160,8 +162,14 @@ fn value_to_json(v: &PbValue) -> serde_json::Value {
     }
 }
 
-/// Identifies the proxy from the first request's node, or refuses the stream.
-fn proxy_from_node(shared: &XdsShared, node: Option<&Node>) -> Result<Proxy, Status> {
+/// Identifies the proxy from the first request's node, or refuses the stream. On the
+/// secure port `caller` is the identity the connection proved: the node must be a proxy of
+/// that namespace and service account.
+fn proxy_from_node(
+    shared: &XdsShared,
+    node: Option<&Node>,
+    caller: Option<&Identity>,
+) -> Result<Proxy, Status> {
     // Counts and logs a refusal; the caller picks the status code.
     let refuse = |reason: &str, message: String| {
         shared
@@ -183,8 +191,26 @@ fn proxy_from_node(shared: &XdsShared, node: Option<&Node>) -> Result<Proxy, Sta
         .as_ref()
         .map(struct_to_json)
         .unwrap_or_default();
-    let proxy = Proxy::from_node(&node.id, &metadata)
+    let mut proxy = Proxy::from_node(&node.id, &metadata)
         .map_err(|e| Status::invalid_argument(refuse("bad_node", e)))?;
+    if let Some(identity) = caller {
+        let claimed_sa = proxy.service_account.as_deref();
+        if identity.namespace != proxy.namespace
+            || claimed_sa.is_some_and(|sa| sa != identity.service_account)
+        {
+            let message = format!(
+                "node {} (namespace {:?}, service account {:?}) does not match the connection's identity {identity}",
+                proxy.id,
+                proxy.namespace,
+                claimed_sa.unwrap_or("-")
+            );
+            return Err(Status::permission_denied(refuse(
+                "identity_mismatch",
+                message,
+            )));
+        }
+        proxy.identity = Some(identity.to_string());
+    }
     let revision = shared.current_push().context.proxy_revision(&proxy);
     if revision != shared.revision {
         let message = format!(
@@ -203,11 +229,49 @@ fn proxy_from_node(shared: &XdsShared, node: Option<&Node>) -> Result<Proxy, Sta
 #[derive(Clone)]
 pub struct AdsService {
     shared: Arc<XdsShared>,
+    /// Set on the secure port: every stream must prove a workload identity.
+    authn: Option<Arc<Authenticator>>,
 }
 
 impl AdsService {
+    /// The plaintext port (15010): no identity, so nothing identity-bound is served.
     pub fn new(shared: Arc<XdsShared>) -> AdsService {
-        AdsService { shared }
+        AdsService {
+            shared,
+            authn: None,
+        }
+    }
+
+    /// The secure port (15012): a client certificate from this CA, or a token on first
+    /// connect.
+    pub fn secure(shared: Arc<XdsShared>, authn: Arc<Authenticator>) -> AdsService {
+        AdsService {
+            shared,
+            authn: Some(authn),
+        }
+    }
+
+    /// The caller's identity on the secure port (`None` on the plaintext one).
+    async fn caller<T>(&self, request: &Request<T>) -> Result<Option<Identity>, Status> {
+        let Some(authn) = &self.authn else {
+            return Ok(None);
+        };
+        let peer = crate::ca::service::peer_certs(request);
+        match authn
+            .authenticate(peer.as_deref(), request.metadata())
+            .await
+        {
+            Ok(identity) => Ok(Some(identity)),
+            Err(e) => {
+                self.shared
+                    .metrics
+                    .xds_connection_errors
+                    .get_or_create(&vec![("reason", "unauthenticated".to_string())])
+                    .inc();
+                tracing::warn!("refusing xDS stream: {e}");
+                Err(Status::unauthenticated(e.to_string()))
+            }
+        }
     }
 
     pub fn into_server(self) -> AggregatedDiscoveryServiceServer<AdsService> {
@@ -227,11 +291,13 @@ impl AggregatedDiscoveryService for AdsService {
         &self,
         request: Request<Streaming<DiscoveryRequest>>,
     ) -> Result<Response<Self::StreamAggregatedResourcesStream>, Status> {
+        let caller = self.caller(&request).await?;
         let (tx, rx) = mpsc::channel(STREAM_BUFFER);
         tokio::spawn(stream::run::<sotw::Sotw>(
             self.shared.clone(),
             request.into_inner(),
             tx,
+            caller,
         ));
         Ok(Response::new(ReceiverStream::new(rx)))
     }
@@ -240,11 +306,13 @@ impl AggregatedDiscoveryService for AdsService {
         &self,
         request: Request<Streaming<DeltaDiscoveryRequest>>,
     ) -> Result<Response<Self::DeltaAggregatedResourcesStream>, Status> {
+        let caller = self.caller(&request).await?;
         let (tx, rx) = mpsc::channel(STREAM_BUFFER);
         tokio::spawn(stream::run::<delta::Delta>(
             self.shared.clone(),
             request.into_inner(),
             tx,
+            caller,
         ));
         Ok(Response::new(ReceiverStream::new(rx)))
     }

@@ -42,12 +42,13 @@ pub async fn run<F: Framing>(
     shared: Arc<XdsShared>,
     mut requests: Streaming<F::Request>,
     tx: Tx<F::Response>,
+    caller: Option<crate::ca::Identity>,
 ) {
     let first = match requests.message().await {
         Ok(Some(r)) => r,
         _ => return,
     };
-    let proxy = match proxy_from_node(&shared, F::node(&first)) {
+    let proxy = match proxy_from_node(&shared, F::node(&first), caller.as_ref()) {
         Ok(p) => p,
         Err(status) => {
             let _ = tx.send(Err(status)).await;

@@ -40,6 +40,10 @@ struct Inner {
     patches: BTreeMap<String, usize>,
     /// Leases, by "namespace/name".
     leases: BTreeMap<String, Value>,
+    /// Service-account tokens TokenReview knows: token -> (username, audiences, expired).
+    tokens: BTreeMap<String, (String, Vec<String>, bool)>,
+    /// TokenReview requests answered.
+    token_reviews: usize,
 }
 
 #[derive(Clone)]
@@ -113,46 +117,25 @@ impl FakeApiServer {
         }
     }
 
-    pub fn apply(&self, mut obj: Value) {
-        let plural = plural_of(obj["kind"].as_str().unwrap());
-        let ns = obj["metadata"]["namespace"]
-            .as_str()
-            .unwrap_or("")
-            .to_string();
-        let name = obj["metadata"]["name"].as_str().unwrap().to_string();
-        let mut inner = self.inner.lock().unwrap();
-        inner.rv += 1;
-        let rv = inner.rv;
-        obj["metadata"]["resourceVersion"] = json!(rv.to_string());
-        // As the API server does: generation counts spec changes; status is kept.
-        let previous = inner
-            .objects
-            .get(plural)
-            .and_then(|m| m.get(&(ns.clone(), name.clone())))
-            .cloned();
-        let generation = match &previous {
-            None => 1,
-            Some(p) if p["spec"] == obj["spec"] => {
-                p["metadata"]["generation"].as_i64().unwrap_or(1)
-            }
-            Some(p) => p["metadata"]["generation"].as_i64().unwrap_or(1) + 1,
-        };
-        obj["metadata"]["generation"] = json!(generation);
-        if let Some(status) = previous
-            .as_ref()
-            .map(|p| p["status"].clone())
-            .filter(|s| !s.is_null())
-        {
-            obj["status"] = status;
-        }
-        let existed = inner
-            .objects
-            .entry(plural.into())
-            .or_default()
-            .insert((ns, name), obj.clone())
-            .is_some();
-        let event = json!({"type": if existed { "MODIFIED" } else { "ADDED" }, "object": obj});
-        Self::publish(&mut inner, plural, rv, event);
+    pub fn apply(&self, obj: Value) {
+        apply_locked(&mut self.inner.lock().unwrap(), obj);
+    }
+
+    /// A service-account token that TokenReview accepts for `audiences` (or reports as
+    /// expired).
+    pub fn add_token(&self, token: &str, ns: &str, sa: &str, audiences: &[&str], expired: bool) {
+        self.inner.lock().unwrap().tokens.insert(
+            token.to_string(),
+            (
+                format!("system:serviceaccount:{ns}:{sa}"),
+                audiences.iter().map(|a| a.to_string()).collect(),
+                expired,
+            ),
+        );
+    }
+
+    pub fn token_reviews(&self) -> usize {
+        self.inner.lock().unwrap().token_reviews
     }
 
     pub fn delete(&self, kind: &str, namespace: &str, name: &str) {
@@ -287,6 +270,122 @@ fn plural_from_path(path: &str) -> Option<(String, Option<String>)> {
     }
 }
 
+fn apply_locked(inner: &mut Inner, mut obj: Value) -> Value {
+    let plural = plural_of(obj["kind"].as_str().unwrap());
+    let ns = obj["metadata"]["namespace"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    let name = obj["metadata"]["name"].as_str().unwrap().to_string();
+    inner.rv += 1;
+    let rv = inner.rv;
+    obj["metadata"]["resourceVersion"] = json!(rv.to_string());
+    // As the API server does: generation counts spec changes; status is kept.
+    let previous = inner
+        .objects
+        .get(plural)
+        .and_then(|m| m.get(&(ns.clone(), name.clone())))
+        .cloned();
+    let generation = match &previous {
+        None => 1,
+        Some(p) if p["spec"] == obj["spec"] => p["metadata"]["generation"].as_i64().unwrap_or(1),
+        Some(p) => p["metadata"]["generation"].as_i64().unwrap_or(1) + 1,
+    };
+    obj["metadata"]["generation"] = json!(generation);
+    if let Some(status) = previous
+        .as_ref()
+        .map(|p| p["status"].clone())
+        .filter(|s| !s.is_null())
+    {
+        obj["status"] = status;
+    }
+    let existed = inner
+        .objects
+        .entry(plural.into())
+        .or_default()
+        .insert((ns, name), obj.clone())
+        .is_some();
+    let event = json!({"type": if existed { "MODIFIED" } else { "ADDED" }, "object": obj});
+    FakeApiServer::publish(inner, plural, rv, event);
+    obj
+}
+
+/// `POST .../tokenreviews`: as the API server answers, including audience checks.
+fn token_review(inner: &mut Inner, body: &[u8]) -> Response {
+    inner.token_reviews += 1;
+    let review: Value = serde_json::from_slice(body).unwrap_or_default();
+    let token = review["spec"]["token"].as_str().unwrap_or_default();
+    let wanted: Vec<String> =
+        serde_json::from_value(review["spec"]["audiences"].clone()).unwrap_or_default();
+    let status = match inner.tokens.get(token) {
+        None => json!({"authenticated": false, "error": "invalid bearer token"}),
+        Some((_, _, true)) => json!({"authenticated": false, "error": "token has expired"}),
+        Some((user, audiences, false)) => {
+            let granted: Vec<&String> = audiences.iter().filter(|a| wanted.contains(a)).collect();
+            if granted.is_empty() && !wanted.is_empty() {
+                json!({"authenticated": false, "error": "token audiences is invalid for the target audiences"})
+            } else {
+                json!({"authenticated": true, "user": {"username": user}, "audiences": granted})
+            }
+        }
+    };
+    json_response(
+        &json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": review["spec"], "status": status}),
+    )
+}
+
+/// Get, create and replace of one namespaced object (the CA's Secrets).
+fn crud(
+    inner: &mut Inner,
+    method: &Method,
+    plural: &str,
+    ns: &str,
+    name: Option<&str>,
+    body: &[u8],
+) -> Response {
+    let existing = |inner: &Inner, name: &str| {
+        inner
+            .objects
+            .get(plural)
+            .and_then(|m| m.get(&(ns.to_string(), name.to_string())))
+            .cloned()
+    };
+    let Ok(mut obj) = serde_json::from_slice::<Value>(body).or_else(|_| {
+        if body.is_empty() {
+            Ok(Value::Null)
+        } else {
+            Err(())
+        }
+    }) else {
+        return status(400, "BadRequest", "body is not JSON");
+    };
+    match (method.as_str(), name) {
+        ("GET", Some(name)) => match existing(inner, name) {
+            Some(o) => json_response(&o),
+            None => status(404, "NotFound", "not found"),
+        },
+        ("POST", None) => {
+            let name = obj["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            if existing(inner, &name).is_some() {
+                return status(409, "AlreadyExists", "already exists");
+            }
+            obj["metadata"]["namespace"] = json!(ns);
+            json_response(&apply_locked(inner, obj))
+        }
+        ("PUT", Some(name)) => {
+            if existing(inner, name).is_none() {
+                return status(404, "NotFound", "not found");
+            }
+            obj["metadata"]["namespace"] = json!(ns);
+            json_response(&apply_locked(inner, obj))
+        }
+        _ => status(405, "MethodNotAllowed", "not supported by the fake"),
+    }
+}
+
 fn status(code: u16, reason: &str, message: &str) -> Response {
     let body = json!({"apiVersion": "v1", "kind": "Status", "metadata": {}, "status": "Failure", "message": message, "reason": reason, "code": code});
     (
@@ -406,6 +505,21 @@ async fn handle(
             return lease(
                 &mut inner.lock().unwrap(),
                 &method,
+                ns,
+                name.first().copied(),
+                &body,
+            );
+        }
+        ["apis", "authentication.k8s.io", "v1", "tokenreviews"] if method == Method::POST => {
+            return token_review(&mut inner.lock().unwrap(), &body);
+        }
+        ["api", "v1", "namespaces", ns, "secrets", name @ ..]
+            if name.len() <= 1 && (name.len() == 1 || method == Method::POST) =>
+        {
+            return crud(
+                &mut inner.lock().unwrap(),
+                &method,
+                "secrets",
                 ns,
                 name.first().copied(),
                 &body,

@@ -252,7 +252,11 @@ pub struct Meshd {
     child: Child,
     pub config_dir: PathBuf,
     pub xds_port: u16,
+    /// The secure port (xDS over TLS and the CA), Istio's 15012.
+    pub secure_port: u16,
     pub monitoring_port: u16,
+    /// Where a local-mode CA keeps its root.
+    pub ca_dir: PathBuf,
     log: PathBuf,
 }
 
@@ -266,6 +270,40 @@ impl Meshd {
                 None,
             )
         })
+    }
+
+    /// As [`Meshd::start`], with extra flags.
+    pub fn start_with(config_dir: &Path, extra: &[&str]) -> Meshd {
+        start_retrying(|| {
+            let mut args = vec!["--config-dir".into(), config_dir.display().to_string()];
+            args.extend(extra.iter().map(|a| a.to_string()));
+            Meshd::spawn(config_dir, &args, None)
+        })
+    }
+
+    /// The CA's root certificate (local mode keeps it in `ca_dir`).
+    pub fn root_pem(&self) -> String {
+        std::fs::read_to_string(self.ca_dir.join("root-cert.pem")).unwrap()
+    }
+
+    /// A gRPC channel to the secure port, trusting `root_pem`, presenting `identity`
+    /// (chain, key) if given.
+    pub async fn secure_channel(
+        &self,
+        root_pem: &str,
+        identity: Option<(&str, &str)>,
+    ) -> Result<tonic::transport::Channel, tonic::transport::Error> {
+        use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
+        let mut tls = ClientTlsConfig::new()
+            .ca_certificate(Certificate::from_pem(root_pem))
+            .domain_name("localhost");
+        if let Some((chain, key)) = identity {
+            tls = tls.identity(Identity::from_pem(chain, key));
+        }
+        Endpoint::from_shared(format!("https://127.0.0.1:{}", self.secure_port))?
+            .tls_config(tls)?
+            .connect()
+            .await
     }
 
     /// meshd in Kubernetes mode against `kubeconfig`, serving `revision`; `dir` holds its
@@ -304,8 +342,9 @@ impl Meshd {
     }
 
     fn spawn(config_dir: &Path, args: &[String], kubeconfig: Option<&Path>) -> Meshd {
-        let (xds_port, monitoring_port) = (free_port(), free_port());
+        let (xds_port, secure_port, monitoring_port) = (free_port(), free_port(), free_port());
         let log = config_dir.with_extension("meshd.log");
+        let ca_dir = config_dir.with_extension("ca");
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_meshd"));
         if let Some(k) = kubeconfig {
             cmd.env("KUBECONFIG", k);
@@ -314,6 +353,11 @@ impl Meshd {
             .arg("serve")
             .args(args)
             .args(["--xds-address", &format!("127.0.0.1:{xds_port}")])
+            .args(["--secure-xds-address", &format!("127.0.0.1:{secure_port}")])
+            .arg("--ca-dir")
+            .arg(&ca_dir)
+            .arg("--cacerts-dir")
+            .arg(config_dir.with_extension("no-cacerts"))
             .args([
                 "--monitoring-address",
                 &format!("127.0.0.1:{monitoring_port}"),
@@ -327,7 +371,9 @@ impl Meshd {
             child,
             config_dir: config_dir.to_path_buf(),
             xds_port,
+            secure_port,
             monitoring_port,
+            ca_dir,
             log,
         }
     }

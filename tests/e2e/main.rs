@@ -5,6 +5,7 @@ mod harness;
 
 mod apiserver;
 mod bad_config;
+mod ca;
 mod cli;
 mod gateway;
 mod kubernetes;

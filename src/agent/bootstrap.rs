@@ -1,0 +1,123 @@
+//! Envoy's bootstrap, as pilot-agent writes it in spirit: the node (Istio id and metadata),
+//! ADS to meshd's secure port over mutual TLS with the workload certificate, and the SDS
+//! cluster on the agent's Unix socket. Envoy never reads a key from disk.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Value, json};
+
+/// What the bootstrap says.
+#[derive(Clone, Debug)]
+pub struct BootstrapOptions {
+    pub node_id: String,
+    pub metadata: serde_json::Map<String, Value>,
+    /// meshd's secure xDS address, `HOST:PORT`.
+    pub xds_host: String,
+    pub xds_port: u16,
+    /// The name meshd's serving certificate carries (SNI and SAN check).
+    pub xds_server_name: String,
+    pub sds_socket: String,
+    pub admin_port: u16,
+    /// DELTA_GRPC (`ISTIO_DELTA_XDS`, Istio's default) or GRPC.
+    pub delta: bool,
+}
+
+fn sds(name: &str) -> Value {
+    json!({
+        "name": name,
+        "sds_config": {
+            "api_config_source": {
+                "api_type": "GRPC",
+                "transport_api_version": "V3",
+                "set_node_on_first_message_only": true,
+                "grpc_services": [{"envoy_grpc": {"cluster_name": "sds-grpc"}}]
+            },
+            "initial_fetch_timeout": "0s",
+            "resource_api_version": "V3"
+        }
+    })
+}
+
+/// The `UpstreamTlsContext` Istio uses for mesh traffic and for the xDS connection: the
+/// workload certificate and the root bundle, both from SDS.
+fn mesh_tls_context(sni: &str, san_exact: &[String], alpn: &[&str]) -> Value {
+    let sans: Vec<Value> = san_exact
+        .iter()
+        .map(|s| json!({"san_type": "URI", "matcher": {"exact": s}}))
+        .collect();
+    json!({
+        "common_tls_context": {
+            "tls_params": {"tls_minimum_protocol_version": "TLSv1_2", "tls_maximum_protocol_version": "TLSv1_3"},
+            "alpn_protocols": alpn,
+            "tls_certificate_sds_secret_configs": [sds("default")],
+            "combined_validation_context": {
+                "default_validation_context": {"match_typed_subject_alt_names": sans},
+                "validation_context_sds_secret_config": sds("ROOTCA")
+            }
+        },
+        "sni": sni
+    })
+}
+
+pub fn render(o: &BootstrapOptions) -> Value {
+    let mut xds_tls = mesh_tls_context(&o.xds_server_name, &[], &["h2"]);
+    // meshd's serving certificate is named by DNS, not SPIFFE.
+    xds_tls["common_tls_context"]["combined_validation_context"]["default_validation_context"] = json!({
+        "match_typed_subject_alt_names": [{"san_type": "DNS", "matcher": {"exact": o.xds_server_name}}]
+    });
+    let h2 = json!({
+        "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+            "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+            "explicit_http_config": {"http2_protocol_options": {}}
+        }
+    });
+    let ads_source =
+        json!({"ads": {}, "initial_fetch_timeout": "0s", "resource_api_version": "V3"});
+    let metadata: BTreeMap<&String, &Value> = o.metadata.iter().collect();
+    json!({
+        "node": {"id": o.node_id, "cluster": "meshd", "metadata": metadata},
+        "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": o.admin_port}}},
+        "dynamic_resources": {
+            "ads_config": {
+                "api_type": if o.delta { "DELTA_GRPC" } else { "GRPC" },
+                "transport_api_version": "V3",
+                "set_node_on_first_message_only": true,
+                "grpc_services": [{"envoy_grpc": {"cluster_name": "xds-grpc"}}]
+            },
+            "cds_config": ads_source,
+            "lds_config": ads_source
+        },
+        "static_resources": {
+            "clusters": [
+                {
+                    "name": "xds-grpc",
+                    "type": "STRICT_DNS",
+                    "connect_timeout": "1s",
+                    "typed_extension_protocol_options": h2,
+                    "load_assignment": {
+                        "cluster_name": "xds-grpc",
+                        "endpoints": [{"lb_endpoints": [{"endpoint": {"address": {"socket_address": {"address": o.xds_host, "port_value": o.xds_port}}}}]}]
+                    },
+                    "transport_socket": {
+                        "name": "envoy.transport_sockets.tls",
+                        "typed_config": {
+                            "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext",
+                            "common_tls_context": xds_tls["common_tls_context"],
+                            "sni": o.xds_server_name
+                        }
+                    }
+                },
+                {
+                    "name": "sds-grpc",
+                    "type": "STATIC",
+                    "connect_timeout": "1s",
+                    "typed_extension_protocol_options": h2,
+                    "load_assignment": {
+                        "cluster_name": "sds-grpc",
+                        "endpoints": [{"lb_endpoints": [{"endpoint": {"address": {"pipe": {"path": o.sds_socket}}}}]}]
+                    }
+                }
+            ]
+        }
+    })
+}

@@ -1,0 +1,116 @@
+//! TLS for meshd's secure port (15012): rustls configs built from the CA's current material,
+//! and an accept loop that handshakes each connection on its own task (a slow or silent
+//! client never holds up the others) with the config current at that moment, so a renewed
+//! serving certificate or a rotated root applies to new connections without a restart.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rustls::RootCertStore;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::WebPkiClientVerifier;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch};
+use tokio_rustls::TlsAcceptor;
+use tokio_rustls::server::TlsStream;
+use tokio_stream::wrappers::ReceiverStream;
+
+/// How long a client has to finish the TLS handshake.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+pub fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// Certificates from PEM text.
+pub fn certs(pem: &str) -> anyhow::Result<Vec<CertificateDer<'static>>> {
+    CertificateDer::pem_slice_iter(pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| anyhow::anyhow!("bad certificate PEM: {e}"))
+}
+
+/// A server config presenting `chain_pem`/`key_pem`, speaking h2, that asks for a client
+/// certificate and verifies it against `roots_pem` when one is sent (a first connection
+/// may come with a token instead).
+pub fn server_config(
+    chain_pem: &str,
+    key_pem: &str,
+    roots_pem: &str,
+) -> anyhow::Result<Arc<rustls::ServerConfig>> {
+    let mut roots = RootCertStore::empty();
+    for cert in certs(roots_pem)? {
+        roots.add(cert)?;
+    }
+    let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
+        .allow_unauthenticated()
+        .build()?;
+    let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes())
+        .map_err(|e| anyhow::anyhow!("bad key PEM: {e}"))?;
+    let mut config = rustls::ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(certs(chain_pem)?, key)?;
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// A client config trusting `roots_pem`, presenting `identity` (chain, key) if given.
+pub fn client_config(
+    roots_pem: &str,
+    identity: Option<(&str, &str)>,
+) -> anyhow::Result<rustls::ClientConfig> {
+    let mut roots = RootCertStore::empty();
+    for cert in certs(roots_pem)? {
+        roots.add(cert)?;
+    }
+    let builder = rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots);
+    let mut config = match identity {
+        Some((chain, key)) => {
+            let key = PrivateKeyDer::from_pem_slice(key.as_bytes())
+                .map_err(|e| anyhow::anyhow!("bad key PEM: {e}"))?;
+            builder.with_client_auth_cert(certs(chain)?, key)?
+        }
+        None => builder.with_no_client_auth(),
+    };
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(config)
+}
+
+/// Accepts TCP connections on `listener` and yields those whose TLS handshake (with the
+/// config current when they connected) succeeds.
+pub fn incoming(
+    listener: TcpListener,
+    configs: watch::Receiver<Arc<rustls::ServerConfig>>,
+) -> ReceiverStream<std::io::Result<TlsStream<TcpStream>>> {
+    let (tx, rx) = mpsc::channel(64);
+    tokio::spawn(async move {
+        loop {
+            let (tcp, peer) = match listener.accept().await {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::warn!("secure port accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            let acceptor = TlsAcceptor::from(configs.borrow().clone());
+            if tx.is_closed() {
+                return;
+            }
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                    Ok(Ok(tls)) => {
+                        let _ = tx.send(Ok(tls)).await;
+                    }
+                    Ok(Err(e)) => tracing::info!(%peer, "TLS handshake failed: {e}"),
+                    Err(_) => tracing::info!(%peer, "TLS handshake timed out"),
+                }
+            });
+        }
+    });
+    ReceiverStream::new(rx)
+}

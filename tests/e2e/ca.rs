@@ -1,0 +1,355 @@
+//! The CA on the secure port: real gRPC over real TLS, local (bootstrap tokens) and
+//! Kubernetes (TokenReview against the in-process API server) authentication, and every
+//! way a request can be bad.
+
+use std::time::Duration;
+
+use meshd::agent::certs::{CaClientOptions, WorkloadCert, request_certificate};
+use meshd::ca::Identity;
+use meshd::ca::csr;
+use meshd::ca::service::pb::IstioCertificateRequest;
+use meshd::ca::service::pb::istio_certificate_service_client::IstioCertificateServiceClient;
+use p256::ecdsa::SigningKey;
+use p256::elliptic_curve::Generate;
+use tonic::Code;
+
+use crate::apiserver::FakeApiServer;
+use crate::harness::*;
+
+/// meshd in local mode with a bootstrap token for `shop/reviews`.
+fn local_ca(name: &str) -> Meshd {
+    let dir = temp_dir(name);
+    let tokens = dir.join("tokens");
+    std::fs::write(
+        &tokens,
+        "# token namespace service-account\nreviews-token shop reviews\n",
+    )
+    .unwrap();
+    let config = dir.join("config");
+    std::fs::create_dir_all(&config).unwrap();
+    Meshd::start_with(&config, &["--ca-token-file", tokens.to_str().unwrap()])
+}
+
+fn client_options(
+    meshd: &Meshd,
+    root_pem: String,
+    token: Option<&std::path::Path>,
+    id: &str,
+) -> CaClientOptions {
+    CaClientOptions {
+        address: format!("https://127.0.0.1:{}", meshd.secure_port),
+        server_name: "localhost".into(),
+        root_pem,
+        token_file: token.map(|t| t.to_path_buf()),
+        spiffe_id: id.into(),
+        ttl: Duration::from_secs(3600),
+        grace_ratio: 0.2,
+    }
+}
+
+fn token_file(dir: &std::path::Path, token: &str) -> std::path::PathBuf {
+    let path = dir.join(format!("token-{}", token.len()));
+    std::fs::write(&path, token).unwrap();
+    path
+}
+
+async fn raw_request(
+    meshd: &Meshd,
+    token: Option<&str>,
+    identity: Option<(&str, &str)>,
+    csr: String,
+) -> Result<Vec<String>, tonic::Status> {
+    let channel = meshd
+        .secure_channel(&meshd.root_pem(), identity)
+        .await
+        .unwrap();
+    let mut request = tonic::Request::new(IstioCertificateRequest {
+        csr,
+        validity_duration: 600,
+        metadata: None,
+    });
+    if let Some(t) = token {
+        request
+            .metadata_mut()
+            .insert("authorization", format!("Bearer {t}").parse().unwrap());
+    }
+    IstioCertificateServiceClient::new(channel)
+        .create_certificate(request)
+        .await
+        .map(|r| r.into_inner().cert_chain)
+}
+
+const REVIEWS: &str = "spiffe://cluster.local/ns/shop/sa/reviews";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_token_gets_a_certificate_and_the_certificate_renews_itself() {
+    let meshd = local_ca("ca-local");
+    let dir = meshd.config_dir.parent().unwrap().to_path_buf();
+    let token = token_file(&dir, "reviews-token");
+    let opts = client_options(&meshd, meshd.root_pem(), Some(&token), REVIEWS);
+    let first = request_certificate(&opts, None, 1).await.unwrap();
+    let leaf_der = pem_to_der(&first.chain_pem);
+    assert_eq!(
+        Identity::from_certificate_der(&leaf_der),
+        vec![Identity::parse(REVIEWS).unwrap()]
+    );
+    assert_eq!(first.roots_pem, meshd.root_pem());
+
+    // Renewal: no token at all, only the current certificate as TLS client identity.
+    let no_token = CaClientOptions {
+        token_file: None,
+        ..opts.clone()
+    };
+    let renewed: WorkloadCert = request_certificate(&no_token, Some(&first), 2)
+        .await
+        .unwrap();
+    assert_ne!(renewed.key_pem, first.key_pem, "a fresh key every time");
+    // Without either, the CA refuses.
+    let e = request_certificate(&no_token, None, 3).await.unwrap_err();
+    assert!(
+        format!("{e:#}").contains("no client certificate and no bearer token"),
+        "{e:#}"
+    );
+    assert_eq!(meshd.metric("citadel_server_csr_count"), 3.0);
+    assert_eq!(
+        meshd.metric("citadel_server_success_cert_issuance_count"),
+        2.0
+    );
+    assert_eq!(
+        meshd.metric(r#"meshd_ca_errors{reason="unauthenticated"}"#),
+        1.0
+    );
+}
+
+fn pem_to_der(pem: &str) -> Vec<u8> {
+    use x509_cert::der::{DecodePem, Encode};
+    x509_cert::Certificate::from_pem(pem.as_bytes())
+        .unwrap()
+        .to_der()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn forged_foreign_malformed_and_oversized_requests_are_refused_and_counted() {
+    let meshd = local_ca("ca-negative");
+    let key = SigningKey::generate();
+    let token = Some("reviews-token");
+
+    // Someone else's identity, with a valid token for reviews.
+    let e = raw_request(
+        &meshd,
+        token,
+        None,
+        csr::build(&key, "spiffe://cluster.local/ns/bank/sa/teller").unwrap(),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+    assert!(e.message().contains("ns/bank/sa/teller"), "{e:?}");
+
+    // A signature made by another key.
+    let good = csr::build(&key, REVIEWS).unwrap();
+    let forged = {
+        use x509_cert::der::{DecodePem, EncodePem};
+        let mut req = x509_cert::request::CertReq::from_pem(good.as_bytes()).unwrap();
+        let other = csr::build(&SigningKey::generate(), REVIEWS).unwrap();
+        req.signature = x509_cert::request::CertReq::from_pem(other.as_bytes())
+            .unwrap()
+            .signature;
+        req.to_pem(x509_cert::der::pem::LineEnding::LF).unwrap()
+    };
+    let e = raw_request(&meshd, token, None, forged).await.unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+    assert!(e.message().contains("signature"), "{e:?}");
+
+    // Garbage, and a request bigger than the CA reads.
+    let e = raw_request(
+        &meshd,
+        token,
+        None,
+        "-----BEGIN CERTIFICATE REQUEST-----\nnot base64\n".into(),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+    let e = raw_request(&meshd, token, None, "A".repeat(100 * 1024))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+    assert!(e.message().contains("the limit is 8192"), "{e:?}");
+
+    // An unknown token.
+    let e = raw_request(&meshd, Some("guess"), None, good.clone())
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::Unauthenticated, "{e:?}");
+
+    // And meshd is still there and still signs.
+    let chain = raw_request(&meshd, token, None, good).await.unwrap();
+    assert_eq!(chain.len(), 2);
+    for (reason, n) in [
+        ("identity_mismatch", 1.0),
+        ("bad_signature", 1.0),
+        ("bad_csr", 1.0),
+        ("unauthenticated", 1.0),
+        ("too_large", 1.0),
+    ] {
+        assert_eq!(
+            meshd.metric(&format!(r#"meshd_ca_errors{{reason="{reason}"}}"#)),
+            n,
+            "{reason}"
+        );
+    }
+    assert!(
+        meshd.log().contains("CSR refused") && meshd.log().contains("ns/bank/sa/teller"),
+        "refusals are logged"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_local_root_survives_a_restart() {
+    let dir = temp_dir("ca-restart");
+    let config = dir.join("config");
+    std::fs::create_dir_all(&config).unwrap();
+    let first = Meshd::start(&config);
+    let root = first.root_pem();
+    drop(first);
+    let second = Meshd::start(&config);
+    assert_eq!(second.root_pem(), root);
+    // And the restarted CA's TLS port chains to it.
+    assert!(second.secure_channel(&root, None).await.is_ok());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn in_kubernetes_tokens_are_checked_by_token_review_and_the_root_lives_in_a_secret() {
+    let api = FakeApiServer::start();
+    let dir = temp_dir("ca-k8s");
+    api.apply_yaml("apiVersion: v1\nkind: Namespace\nmetadata: {name: shop}\n");
+    api.add_token("good", "shop", "reviews", &["istio-ca"], false);
+    api.add_token("old", "shop", "reviews", &["istio-ca"], true);
+    api.add_token("other-audience", "shop", "reviews", &["vault"], false);
+    let meshd = Meshd::start_kubernetes(&dir.join("meshd"), &api.kubeconfig(&dir), "default");
+    let secret = api.object("Secret", "istio-system", "istio-ca-secret");
+    let root_b64 = secret["data"]["root-cert.pem"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let root = String::from_utf8(base64_decode(&root_b64)).unwrap();
+
+    let opts = |token: &str| {
+        client_options(
+            &meshd,
+            root.clone(),
+            Some(&token_file(&dir, token)),
+            REVIEWS,
+        )
+    };
+    let cert = request_certificate(&opts("good"), None, 1).await.unwrap();
+    assert_eq!(cert.roots_pem, root);
+    for (token, expected) in [
+        ("old", "token has expired"),
+        ("other-audience", "invalid for the target audiences"),
+        ("forged", "invalid bearer token"),
+    ] {
+        let e = request_certificate(&opts(token), None, 1)
+            .await
+            .unwrap_err();
+        assert!(format!("{e:#}").contains(expected), "{token}: {e:#}");
+    }
+    assert_eq!(api.token_reviews(), 4);
+
+    // A second replica (or a restart) uses the same root.
+    let again = Meshd::start_kubernetes(&dir.join("meshd2"), &api.kubeconfig(&dir), "default");
+    assert!(again.secure_channel(&root, None).await.is_ok());
+    let cert2 = request_certificate(
+        &CaClientOptions {
+            address: format!("https://127.0.0.1:{}", again.secure_port),
+            ..opts("good")
+        },
+        None,
+        1,
+    )
+    .await
+    .unwrap();
+    assert_eq!(cert2.roots_pem, root);
+}
+
+fn base64_decode(text: &str) -> Vec<u8> {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = Vec::new();
+    let (mut buf, mut bits) = (0u32, 0);
+    for c in text
+        .bytes()
+        .filter(|c| *c != b'=' && !c.is_ascii_whitespace())
+    {
+        let v = ALPHABET.iter().position(|a| *a == c).unwrap() as u32;
+        buf = (buf << 6) | v;
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((buf >> bits) as u8);
+        }
+    }
+    out
+}
+
+/// Opens delta ADS on the secure port as `namespace`'s proxy and returns how many clusters
+/// the first answer holds.
+async fn secure_ads(
+    meshd: &Meshd,
+    identity: Option<(&str, &str)>,
+    namespace: &str,
+) -> Result<usize, tonic::Status> {
+    use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
+    use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    let id = format!("sidecar~10.2.0.1~app-0.{namespace}~{namespace}.svc.cluster.local");
+    tx.send(DeltaDiscoveryRequest {
+        node: Some(xds_node(&id, namespace)),
+        type_url: "type.googleapis.com/envoy.config.cluster.v3.Cluster".into(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let channel = meshd
+        .secure_channel(&meshd.root_pem(), identity)
+        .await
+        .unwrap();
+    let mut stream = AggregatedDiscoveryServiceClient::new(channel)
+        .delta_aggregated_resources(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await?
+        .into_inner();
+    let first = tokio::time::timeout(Duration::from_secs(5), stream.message())
+        .await
+        .expect("no answer in 5s")?;
+    Ok(first.expect("stream closed").resources.len())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_secure_xds_port_serves_only_proxies_of_the_proven_identity() {
+    let meshd = local_ca("ca-xds");
+    let dir = meshd.config_dir.parent().unwrap().to_path_buf();
+    let opts = client_options(
+        &meshd,
+        meshd.root_pem(),
+        Some(&token_file(&dir, "reviews-token")),
+        REVIEWS,
+    );
+    let cert = request_certificate(&opts, None, 1).await.unwrap();
+    let identity = Some((cert.chain_pem.as_str(), cert.key_pem.as_str()));
+
+    assert!(secure_ads(&meshd, identity, "shop").await.is_ok());
+    let e = secure_ads(&meshd, identity, "bank").await.unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+    assert!(e.message().contains("ns/shop/sa/reviews"), "{e:?}");
+    let e = secure_ads(&meshd, None, "shop").await.unwrap_err();
+    assert_eq!(e.code(), Code::Unauthenticated, "{e:?}");
+    assert_eq!(
+        meshd.metric(r#"meshd_xds_connection_errors{reason="identity_mismatch"}"#),
+        1.0
+    );
+    assert_eq!(
+        meshd.metric(r#"meshd_xds_connection_errors{reason="unauthenticated"}"#),
+        1.0
+    );
+}
