@@ -33,6 +33,7 @@ pub fn router(state: DebugState) -> Router {
         .route("/debug/syncz", get(syncz))
         .route("/debug/registryz", get(registryz))
         .route("/debug/push_status", get(push_status))
+        .route("/debug/authenticationz", get(authenticationz))
         .with_state(state)
 }
 
@@ -87,6 +88,57 @@ async fn configz(State(s): State<DebugState>) -> impl IntoResponse {
 
 async fn syncz(State(s): State<DebugState>) -> impl IntoResponse {
     Json(s.xds.sync_status())
+}
+
+#[derive(serde::Deserialize)]
+struct ProxyQuery {
+    #[serde(rename = "proxyID")]
+    proxy_id: String,
+}
+
+/// The effective mTLS mode of each inbound port of a connected proxy, and the
+/// PeerAuthentication that decided it.
+async fn authenticationz(
+    State(s): State<DebugState>,
+    axum::extract::Query(q): axum::extract::Query<ProxyQuery>,
+) -> impl IntoResponse {
+    let Some(proxy) = s
+        .xds
+        .sync_status()
+        .into_iter()
+        .find(|c| c.proxy == q.proxy_id || c.proxy.contains(&format!("~{}~", q.proxy_id)))
+        .map(|c| c.model)
+    else {
+        return (
+            StatusCode::NOT_FOUND,
+            Json(json!({"error": format!("no connected proxy {:?}", q.proxy_id)})),
+        );
+    };
+    let push = s.xds.current_push();
+    let ctx = &push.context;
+    let ports: Vec<_> = ctx
+        .sidecar_for(&proxy)
+        .map(|(_, sc)| sc.ingress.iter().map(|i| i.port.number).collect())
+        .unwrap_or_else(Vec::new)
+        .into_iter()
+        .map(|port| {
+            let d = ctx.mtls_mode(&proxy, port);
+            json!({"port": port, "mode": d.mode, "policy": d.policy})
+        })
+        .collect();
+    let policies: Vec<String> = ctx
+        .authorization_policies_for(&proxy)
+        .iter()
+        .map(|(o, _)| format!("{}/{}", o.key.namespace, o.key.name))
+        .collect();
+    (
+        StatusCode::OK,
+        Json(json!({
+            "proxy": proxy.id,
+            "ports": ports,
+            "authorizationPolicies": policies,
+        })),
+    )
 }
 
 async fn registryz(State(s): State<DebugState>) -> impl IntoResponse {

@@ -24,7 +24,9 @@ pub struct WorkloadCert {
     pub key_pem: String,
     /// The trust bundle (`ROOTCA`).
     pub roots_pem: String,
-    pub not_before: SystemTime,
+    /// When the agent received it (the certificate itself is valid from a little earlier,
+    /// for clock skew; renewal counts the lifetime from here).
+    pub received: SystemTime,
     pub not_after: SystemTime,
     /// Increases with every new certificate: the SDS version.
     pub generation: u64,
@@ -115,7 +117,7 @@ pub async fn request_certificate(
         } else {
             opts.root_pem.clone()
         },
-        not_before: SystemTime::from(validity.not_before),
+        received: SystemTime::now(),
         not_after: SystemTime::from(validity.not_after),
         generation,
     })
@@ -125,7 +127,7 @@ pub async fn request_certificate(
 pub fn renew_at(cert: &WorkloadCert, grace_ratio: f64) -> SystemTime {
     let life = cert
         .not_after
-        .duration_since(cert.not_before)
+        .duration_since(cert.received)
         .unwrap_or_default();
     cert.not_after - life.mul_f64(grace_ratio.clamp(0.0, 1.0))
 }

@@ -503,8 +503,7 @@ pub struct SidecarSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workload_selector: Option<LabelSelector>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(schema_with = "any_object_list")]
-    pub ingress: Vec<AnyObject>,
+    pub ingress: Vec<IstioIngressListener>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub egress: Vec<IstioEgressListener>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -512,6 +511,25 @@ pub struct SidecarSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "any_object")]
     pub inbound_connection_pool: Option<AnyObject>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct IstioIngressListener {
+    pub port: Port,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bind: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capture_mode: Option<String>,
+    /// `127.0.0.1:PORT`, `0.0.0.0:PORT` or `unix://PATH`: where the application listens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_endpoint: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_object")]
+    pub tls: Option<AnyObject>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_object")]
+    pub connection_pool: Option<AnyObject>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]

@@ -192,6 +192,78 @@ fn hosts(r: &mut Report, field: &str, hosts: &[String]) {
     }
 }
 
+/// AuthorizationPolicy: what meshd cannot enforce is refused, never applied in part.
+fn authorization_policy(r: &mut Report, ap: &crate::api::security::AuthorizationPolicySpec) {
+    use crate::api::security::AuthorizationAction;
+    if ap.action == Some(AuthorizationAction::Custom) {
+        r.error(
+            "spec.action",
+            "CUSTOM (external authorization) is not supported by meshd",
+        );
+    }
+    if ap.provider.is_some() {
+        r.error("spec.provider", "not supported by meshd");
+    }
+    if ap.target_ref.is_some() || !ap.target_refs.is_empty() {
+        r.error(
+            "spec.targetRefs",
+            "targetRef(s) (waypoints and gateways) are not supported by meshd; use selector",
+        );
+    }
+    for (i, rule) in ap.rules.iter().enumerate() {
+        for (j, from) in rule.from.iter().enumerate() {
+            let s = &from.source;
+            if !s.request_principals.is_empty() || !s.not_request_principals.is_empty() {
+                r.error(
+                    format!("spec.rules[{i}].from[{j}].source.requestPrincipals"),
+                    "request principals need RequestAuthentication, which meshd does not support",
+                );
+            }
+            for (k, block) in s.ip_blocks.iter().chain(&s.remote_ip_blocks).enumerate() {
+                if !valid_cidr(block) {
+                    r.error(
+                        format!("spec.rules[{i}].from[{j}].source.ipBlocks[{k}]"),
+                        format!("{block:?} is not an IP or CIDR"),
+                    );
+                }
+            }
+        }
+        for (j, to) in rule.to.iter().enumerate() {
+            for (k, port) in to
+                .operation
+                .ports
+                .iter()
+                .chain(&to.operation.not_ports)
+                .enumerate()
+            {
+                if port.parse::<u16>().is_err() {
+                    r.error(
+                        format!("spec.rules[{i}].to[{j}].operation.ports[{k}]"),
+                        format!("{port:?} is not a port number"),
+                    );
+                }
+            }
+        }
+        for (j, c) in rule.when.iter().enumerate() {
+            if !crate::translate::authz::condition_key_supported(&c.key) {
+                r.error(
+                    format!("spec.rules[{i}].when[{j}].key"),
+                    format!("{:?} is not a condition key meshd supports", c.key),
+                );
+            }
+        }
+    }
+}
+
+fn valid_cidr(text: &str) -> bool {
+    let (ip, len) = text.split_once('/').unwrap_or((text, ""));
+    let Ok(ip) = ip.parse::<std::net::IpAddr>() else {
+        return false;
+    };
+    let max = if ip.is_ipv4() { 32 } else { 128 };
+    len.is_empty() || len.parse::<u8>().is_ok_and(|l| l <= max)
+}
+
 /// Every problem found in `object`.
 pub fn validate(object: &ConfigObject) -> Vec<Problem> {
     let mut r = Report::default();
@@ -254,6 +326,21 @@ pub fn validate(object: &ConfigObject) -> Vec<Problem> {
             }
         }
         Spec::Sidecar(sc) => {
+            for (i, ing) in sc.ingress.iter().enumerate() {
+                let field = format!("spec.ingress[{i}].defaultEndpoint");
+                match ing.default_endpoint.as_deref() {
+                    None => r.error(field, "is required: where the application listens"),
+                    Some(e) if e.starts_with("unix://") => {}
+                    Some(e) => {
+                        let ok = e
+                            .rsplit_once(':')
+                            .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok());
+                        if !ok {
+                            r.error(field, format!("{e:?} is not HOST:PORT or unix://PATH"));
+                        }
+                    }
+                }
+            }
             for (i, e) in sc.egress.iter().enumerate() {
                 for (j, h) in e.hosts.iter().enumerate() {
                     if !h.contains('/') {
@@ -273,13 +360,7 @@ pub fn validate(object: &ConfigObject) -> Vec<Problem> {
                 );
             }
         }
-        Spec::AuthorizationPolicy(ap) => {
-            if ap.action == Some(crate::api::security::AuthorizationAction::Custom)
-                && ap.provider.is_none()
-            {
-                r.error("spec.provider", "a CUSTOM action needs a provider");
-            }
-        }
+        Spec::AuthorizationPolicy(ap) => authorization_policy(&mut r, ap),
         Spec::Service(svc) => {
             for (i, p) in svc.ports.iter().enumerate() {
                 if !(1..=65535).contains(&p.port) {

@@ -5,6 +5,7 @@
 pub mod mesh;
 pub mod proxy;
 pub mod push_context;
+pub mod security;
 pub mod service;
 pub mod testmesh;
 

@@ -37,6 +37,10 @@ pub struct PushContext {
     pub destination_rules: HashMap<String, Arc<ConfigObject>>,
     pub gateways: Vec<Arc<ConfigObject>>,
     pub sidecars: Vec<Arc<ConfigObject>>,
+    /// Oldest first, then by key.
+    pub peer_authentications: Vec<Arc<ConfigObject>>,
+    /// Oldest first, then by key.
+    pub authorization_policies: Vec<Arc<ConfigObject>>,
     pub pod_labels: HashMap<(String, String), BTreeMap<String, String>>,
     pub namespace_labels: HashMap<String, BTreeMap<String, String>>,
     /// Mesh-wide settings (the `istio` ConfigMap), defaults without one.
@@ -89,6 +93,12 @@ impl PushContext {
             destination_rules,
             gateways,
             sidecars,
+            peer_authentications: super::security::sorted(
+                store.of_kind(Kind::PeerAuthentication).cloned().collect(),
+            ),
+            authorization_policies: super::security::sorted(
+                store.of_kind(Kind::AuthorizationPolicy).cloned().collect(),
+            ),
             pod_labels,
             namespace_labels,
             mesh: MeshConfig::from_store(store),
@@ -289,8 +299,12 @@ impl PushContext {
         // The proxy's Sidecar, resolved once and only if a key needs it.
         let mut sidecar: Option<Option<&SidecarSpec>> = None;
         keys.into_iter().any(|key| match key.kind {
-            // Not translated yet (enforcement comes with the security work).
-            Kind::PeerAuthentication | Kind::AuthorizationPolicy => false,
+            // Inbound policy: the proxy's namespace, or mesh-wide from the root namespace.
+            Kind::PeerAuthentication | Kind::AuthorizationPolicy => {
+                proxy.kind == ProxyKind::Sidecar
+                    && (key.namespace == proxy.namespace
+                        || key.namespace == self.mesh.root_namespace())
+            }
             // A Sidecar can only select proxies of its own namespace.
             Kind::Sidecar => key.namespace == proxy.namespace,
             // Sidecars read only `mesh`-bound routes; Gateways shape routers alone, and
@@ -446,8 +460,17 @@ mod tests {
         );
         assert!(!ctx.affects(&scoped, [&key(Kind::Pod, "billing", "other")]));
         assert!(
-            !ctx.affects(&open, [&key(Kind::AuthorizationPolicy, "lab", "x")]),
-            "not translated yet"
+            !ctx.affects(&open, [&key(Kind::AuthorizationPolicy, "billing", "x")]),
+            "another namespace's policy"
         );
+        assert!(ctx.affects(&open, [&key(Kind::AuthorizationPolicy, "lab", "x")]));
+        assert!(
+            ctx.affects(&open, [&key(Kind::PeerAuthentication, "istio-system", "x")]),
+            "mesh-wide"
+        );
+        assert!(!ctx.affects(
+            &router,
+            [&key(Kind::PeerAuthentication, "istio-system", "x")]
+        ));
     }
 }

@@ -193,12 +193,12 @@ pub fn build_services(store: &Store) -> BTreeMap<String, Arc<Service>> {
                         port_map.insert(sp.port, p);
                     }
                 }
-                let labels = e
+                let pod = e
                     .pod
                     .as_ref()
-                    .and_then(|pod| pod_labels.get(&(obj.key.namespace.as_str(), pod.as_str())))
-                    .cloned()
-                    .unwrap_or_default();
+                    .and_then(|pod| pod_labels.get(&(obj.key.namespace.as_str(), pod.as_str())));
+                let labels = pod.map(|(l, _)| l.clone()).unwrap_or_default();
+                let service_account = pod.and_then(|(_, sa)| sa.clone());
                 let node = e.node_name.as_deref().and_then(|n| nodes.get(n).copied());
                 let locality = endpoint_locality(&labels, node, e.zone.as_deref());
                 for address in &e.addresses {
@@ -209,7 +209,7 @@ pub fn build_services(store: &Store) -> BTreeMap<String, Arc<Service>> {
                         locality: locality.clone(),
                         weight: 1,
                         healthy: e.ready != Some(false),
-                        service_account: None,
+                        service_account: service_account.clone(),
                     });
                 }
             }
@@ -280,17 +280,24 @@ fn endpoint_locality(
     }
 }
 
-fn pod_labels(store: &Store) -> HashMap<(&str, &str), BTreeMap<String, String>> {
+/// Each Pod's labels and service account.
+fn pod_labels(store: &Store) -> HashMap<(&str, &str), PodInfo> {
     store
         .of_kind(Kind::Pod)
         .map(|p| {
+            let sa = match &p.spec {
+                Spec::Pod(def) => def.service_account.clone(),
+                _ => None,
+            };
             (
                 (p.key.namespace.as_str(), p.key.name.as_str()),
-                p.meta.labels.clone(),
+                (p.meta.labels.clone(), sa),
             )
         })
         .collect()
 }
+
+type PodInfo = (BTreeMap<String, String>, Option<String>);
 
 fn workload_endpoint(
     we: &WorkloadEntrySpec,

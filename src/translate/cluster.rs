@@ -7,7 +7,9 @@ use std::sync::Arc;
 use envoy_types::pb::envoy::config::cluster::v3::cluster::DnsLookupFamily;
 use envoy_types::pb::envoy::config::cluster::v3::{
     Cluster,
-    cluster::{ClusterDiscoveryType, DiscoveryType, EdsClusterConfig, LbPolicy},
+    cluster::{
+        ClusterDiscoveryType, DiscoveryType, EdsClusterConfig, LbPolicy, TransportSocketMatch,
+    },
 };
 use envoy_types::pb::envoy::config::core::v3::Http2ProtocolOptions;
 use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
@@ -28,16 +30,21 @@ use super::{
 use crate::api::labels_match;
 use crate::api::networking::{SimpleLb, TrafficPolicy};
 use crate::model::service::Discovery;
-use crate::model::{ProxyKind, PushContext, Service, ServicePort};
+use crate::model::{Proxy, ProxyKind, PushContext, Service, ServicePort};
 
 const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Outbound clusters for `services`, and the load assignments of the EDS ones.
+///
+/// Mutual TLS needs the workload certificate, which only a proxy that proved its identity
+/// (the secure port) has: a proxy on the plaintext port gets plaintext clusters.
 pub fn outbound(
     ctx: &PushContext,
+    proxy: &Proxy,
     services: &[&Arc<Service>],
-    kind: ProxyKind,
 ) -> (Vec<Cluster>, Vec<ClusterLoadAssignment>) {
+    let kind = proxy.kind;
+    let secure = proxy.identity.is_some();
     let mut clusters = Vec::new();
     let mut assignments = Vec::new();
     for svc in services {
@@ -46,7 +53,10 @@ pub fn outbound(
             let base_policy = dr.and_then(|(_, d)| d.traffic_policy.as_ref());
             let name = outbound_cluster_name(port.port, "", &svc.hostname);
             let mut meta = service_metadata(svc, dr.map(|(o, _)| o.istio_config_path()), None);
-            let c = build(&name, svc, port, base_policy, kind, &mut meta);
+            let mut c = build(&name, svc, port, base_policy, kind, &mut meta);
+            if secure {
+                mutual_tls(&mut c, ctx, svc, port, "", base_policy);
+            }
             if is_eds(&c) {
                 assignments.push(load_assignment(&name, svc, port.port, |_| true));
             }
@@ -59,7 +69,10 @@ pub fn outbound(
                 let policy = subset.traffic_policy.as_ref().or(base_policy);
                 let mut meta =
                     service_metadata(svc, Some(dr_obj.istio_config_path()), Some(&subset.name));
-                let c = build(&name, svc, port, policy, kind, &mut meta);
+                let mut c = build(&name, svc, port, policy, kind, &mut meta);
+                if secure {
+                    mutual_tls(&mut c, ctx, svc, port, &subset.name, policy);
+                }
                 if is_eds(&c) {
                     assignments.push(load_assignment(&name, svc, port.port, |e| {
                         labels_match(&subset.labels, &e.labels)
@@ -213,6 +226,79 @@ fn build(
         );
     }
     c
+}
+
+/// The label the injector puts on mesh pods; their endpoints get mTLS.
+pub const TLS_MODE_LABEL: &str = "security.istio.io/tlsMode";
+
+/// Istio's mTLS SNI: `outbound_.PORT_.SUBSET_.HOST`.
+pub fn mtls_sni(port: u32, subset: &str, host: &str) -> String {
+    format!("outbound_.{port}_.{subset}_.{host}")
+}
+
+/// The DestinationRule's `tls.mode`, if it sets one.
+fn tls_mode(policy: Option<&TrafficPolicy>) -> Option<String> {
+    policy?
+        .tls
+        .as_ref()?
+        .get("mode")?
+        .as_str()
+        .map(str::to_ascii_uppercase)
+}
+
+/// Auto mTLS (Istio's default): endpoints labelled `tlsMode: istio` get ISTIO_MUTUAL with
+/// the service's SPIFFE identities verified, others plaintext. A DestinationRule with
+/// `tls.mode: ISTIO_MUTUAL` forces it; `DISABLE` turns it off. Not for mesh-external
+/// services or ORIGINAL_DST clusters.
+fn mutual_tls(
+    c: &mut Cluster,
+    ctx: &PushContext,
+    svc: &Service,
+    port: &ServicePort,
+    subset: &str,
+    policy: Option<&TrafficPolicy>,
+) {
+    let original_dst = c.cluster_discovery_type
+        == Some(ClusterDiscoveryType::Type(
+            DiscoveryType::OriginalDst as i32,
+        ));
+    let mode = tls_mode(policy);
+    if original_dst || matches!(mode.as_deref(), Some("DISABLE" | "SIMPLE" | "MUTUAL")) {
+        return;
+    }
+    if svc.mesh_external && mode.is_none() {
+        return;
+    }
+    let trust_domain = ctx.mesh.trust_domain.as_deref().unwrap_or("cluster.local");
+    let mut sans: Vec<String> = svc
+        .endpoints
+        .iter()
+        .filter_map(|e| e.service_account.as_deref())
+        .map(|sa| format!("spiffe://{trust_domain}/ns/{}/sa/{sa}", svc.namespace))
+        .collect();
+    sans.sort();
+    sans.dedup();
+    let tls = super::tls::upstream(
+        &mtls_sni(port.port, subset, &svc.hostname),
+        &sans,
+        port.protocol.is_http2(),
+    );
+    if mode.as_deref() == Some("ISTIO_MUTUAL") {
+        c.transport_socket = Some(tls);
+        return;
+    }
+    c.transport_socket_matches = vec![
+        TransportSocketMatch {
+            name: "tlsMode-istio".into(),
+            r#match: Some(super::make_struct(vec![("tlsMode", string_value("istio"))])),
+            transport_socket: Some(tls),
+        },
+        TransportSocketMatch {
+            name: "tlsMode-disabled".into(),
+            r#match: Some(Default::default()),
+            transport_socket: Some(super::tls::raw_buffer()),
+        },
+    ];
 }
 
 fn is_eds(c: &Cluster) -> bool {

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use envoy_types::pb::envoy::config::core::v3::{
-    Address, HealthStatus, Locality as PbLocality, SocketAddress, address,
+    Address, HealthStatus, Locality as PbLocality, Metadata, SocketAddress, address,
     socket_address::PortSpecifier,
 };
 use envoy_types::pb::envoy::config::endpoint::v3::{
@@ -42,13 +42,13 @@ pub fn load_assignment(
                 address: Some(socket_address(&e.address, *target)),
                 ..Default::default()
             })),
+            metadata: tls_mode_metadata(e),
             health_status: if e.healthy {
                 HealthStatus::Healthy
             } else {
                 HealthStatus::Unhealthy
             } as i32,
             load_balancing_weight: Some(UInt32Value { value: e.weight }),
-            ..Default::default()
         });
     }
     ClusterLoadAssignment {
@@ -73,6 +73,24 @@ pub fn load_assignment(
             .collect(),
         ..Default::default()
     }
+}
+
+/// `envoy.transport_socket_match: {tlsMode: istio}` for a mesh endpoint (its pod carries
+/// `security.istio.io/tlsMode: istio`), so the cluster's mTLS transport socket applies.
+fn tls_mode_metadata(e: &Endpoint) -> Option<Metadata> {
+    if e.labels
+        .get(super::cluster::TLS_MODE_LABEL)
+        .map(String::as_str)
+        != Some("istio")
+    {
+        return None;
+    }
+    let mut m = Metadata::default();
+    m.filter_metadata.insert(
+        "envoy.transport_socket_match".into(),
+        super::make_struct(vec![("tlsMode", super::string_value("istio"))]),
+    );
+    Some(m)
 }
 
 /// A load assignment with no endpoints: istiod answers every requested EDS name.

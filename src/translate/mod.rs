@@ -1,10 +1,13 @@
 //! Pure translation: `&PushContext` + `&Proxy` in, Envoy resources out. No I/O, no clocks,
 //! no tonic. A sidecar and a gateway (router) each get CDS, EDS, LDS and RDS resources.
 
+pub mod authz;
 pub mod cluster;
 pub mod endpoint;
+pub mod inbound;
 pub mod listener;
 pub mod route;
+pub mod tls;
 
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;
 use envoy_types::pb::envoy::config::core::v3::{
@@ -38,11 +41,19 @@ pub fn proxy_config(ctx: &PushContext, proxy: &Proxy) -> ProxyConfig {
             .filter(|s| s.visible_from(&proxy.namespace))
             .collect(),
     };
-    let (clusters, endpoints) = cluster::outbound(ctx, &services, proxy.kind);
-    let (listeners, routes) = match proxy.kind {
+    let (mut clusters, endpoints) = cluster::outbound(ctx, proxy, &services);
+    let (mut listeners, routes) = match proxy.kind {
         ProxyKind::Sidecar => listener::sidecar(ctx, proxy, &services),
         ProxyKind::Router => listener::gateway(ctx, proxy, &services),
     };
+    if proxy.kind == ProxyKind::Sidecar {
+        let (inbound_listeners, inbound_clusters) = inbound::sidecar(ctx, proxy);
+        // Without capture, an outbound listener may bind the proxy's IP on a port its
+        // Sidecar ingress also takes: the inbound one wins, as there is one socket.
+        listeners.retain(|l| !inbound_listeners.iter().any(|i| i.name == l.name));
+        listeners.extend(inbound_listeners);
+        clusters.extend(inbound_clusters);
+    }
     ProxyConfig {
         clusters,
         endpoints,
@@ -107,5 +118,7 @@ pub fn outbound_cluster_name(port: u32, subset: &str, host: &str) -> String {
 pub const BLACKHOLE_CLUSTER: &str = "BlackHoleCluster";
 pub const PASSTHROUGH_CLUSTER: &str = "PassthroughCluster";
 
+#[cfg(test)]
+mod security_tests;
 #[cfg(test)]
 mod tests;

@@ -98,6 +98,26 @@ pub fn encode_cluster(c: &Cluster) -> Vec<u8> {
     out
 }
 
+/// An HTTP (`stat_prefix` None) or network RBAC filter config holding `rules`, with the
+/// policy map in key order (several policies are common there).
+pub fn encode_rbac_filter(
+    rules: &envoy_types::pb::envoy::config::rbac::v3::Rbac,
+    stat_prefix: Option<&str>,
+) -> Vec<u8> {
+    let without_policies = envoy_types::pb::envoy::config::rbac::v3::Rbac {
+        policies: HashMap::new(),
+        ..rules.clone()
+    };
+    let mut rbac = without_policies.encode_to_vec();
+    sorted_map(2, &rules.policies, |p| p.encode_to_vec(), &mut rbac);
+    let mut out = Vec::new();
+    length_delimited(1, &rbac, &mut out);
+    if let Some(prefix) = stat_prefix {
+        string_field(3, prefix, &mut out);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

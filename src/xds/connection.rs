@@ -66,6 +66,9 @@ pub struct SyncStatus {
     /// The newest push this proxy is known to hold in full: every subscribed type ACKed,
     /// or the push could not change anything for it.
     pub in_sync_push: u64,
+    /// The proxy as the model sees it (for views that need its labels).
+    #[serde(skip)]
+    pub model: Arc<Proxy>,
 }
 
 pub struct Connection {
@@ -93,6 +96,7 @@ impl Connection {
             delta,
             types: BTreeMap::new(),
             in_sync_push: 0,
+            model: Arc::new(proxy.clone()),
         }));
         shared.register(id, &proxy, status.clone());
         let push = shared.current_push();

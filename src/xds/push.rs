@@ -82,6 +82,8 @@ pub struct ViewKey {
     labels: BTreeMap<String, String>,
     /// Only with no traffic capture, where listeners bind on the proxy's own IP.
     bind_ip: Option<String>,
+    /// Connected with a proven identity (the secure port): gets identity-bound config.
+    secure: bool,
 }
 
 /// One push: the shared context, when its first triggering event happened, and the
@@ -135,6 +137,7 @@ impl Push {
             namespace: proxy.namespace.clone(),
             labels: self.context.proxy_labels(proxy).clone(),
             bind_ip: (proxy.interception == Interception::None).then(|| proxy.ip().to_string()),
+            secure: proxy.identity.is_some(),
         };
         let cell = self.views.lock().unwrap().entry(key).or_default().clone();
         cell.get_or_init(|| Arc::new(View::new(translate::proxy_config(&self.context, proxy))))

@@ -128,15 +128,39 @@ pub fn http_get(
         .and_then(|l| l.split_whitespace().nth(1))
         .and_then(|s| s.parse().ok())
         .ok_or_else(|| std::io::Error::other("bad status line"))?;
-    let headers = lines
+    let headers: BTreeMap<String, String> = lines
         .filter_map(|l| l.split_once(':'))
         .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
         .collect();
+    let body = if headers
+        .get("transfer-encoding")
+        .is_some_and(|t| t.contains("chunked"))
+    {
+        dechunk(body)
+    } else {
+        body.to_string()
+    };
     Ok(HttpResponse {
         status,
         headers,
-        body: body.to_string(),
+        body,
     })
+}
+
+/// A chunked body, joined.
+fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let Ok(n) = usize::from_str_radix(size.trim(), 16) else {
+            break;
+        };
+        if n == 0 || rest.len() < n {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        body = rest[n..].trim_start_matches("\r\n");
+    }
+    out
 }
 
 /// A real HTTP/1.1 server answering every request with its own name (keep-alive aware).
@@ -174,6 +198,7 @@ fn serve_connection(conn: TcpStream, name: &str) {
         let path = line.split_whitespace().nth(1).unwrap_or("/").to_string();
         let mut content_length = 0usize;
         let mut close = false;
+        let mut xfcc = String::new();
         loop {
             let mut h = String::new();
             if reader.read_line(&mut h).unwrap_or(0) == 0 {
@@ -189,13 +214,16 @@ fn serve_connection(conn: TcpStream, name: &str) {
             if lower.starts_with("connection:") && lower.contains("close") {
                 close = true;
             }
+            if lower.starts_with("x-forwarded-client-cert:") {
+                xfcc = h["x-forwarded-client-cert:".len()..].trim().to_string();
+            }
         }
         let mut body = vec![0; content_length];
         if reader.read_exact(&mut body).is_err() {
             return;
         }
         let resp = format!(
-            "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\nx-upstream: {name}\r\nx-path: {path}\r\ncontent-length: {}\r\n\r\n{name}",
+            "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\nx-upstream: {name}\r\nx-path: {path}\r\nx-echo-xfcc: {xfcc}\r\ncontent-length: {}\r\n\r\n{name}",
             name.len()
         );
         if writer.write_all(resp.as_bytes()).is_err() || close {
@@ -567,10 +595,15 @@ static_resources:
         );
         let config = dir.join("bootstrap.yaml");
         std::fs::write(&config, bootstrap).unwrap();
+        Envoy::run(&config, &dir, id, admin_port, ip)
+    }
+
+    /// Runs Envoy on a bootstrap file; its log goes next to it in `dir`.
+    fn run(config: &Path, dir: &Path, id: String, admin_port: u16, ip: String) -> Envoy {
         let log = dir.join("envoy.log");
         let child = Command::new(envoy_bin())
             .arg("-c")
-            .arg(&config)
+            .arg(config)
             .args([
                 "--disable-hot-restart",
                 "--concurrency",
@@ -636,6 +669,154 @@ impl Drop for Envoy {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+// ------------------------------------------------------------------ meshd agent
+
+/// A mesh workload as in a pod: `meshd agent` (key, certificate, SDS, bootstrap) and the
+/// Envoy it bootstraps, connected to meshd's secure port. No capture: the sidecar's
+/// listeners bind on its own loopback IP.
+pub struct Workload {
+    pub envoy: Envoy,
+    agent: Child,
+    agent_log: PathBuf,
+}
+
+impl Workload {
+    /// `namespace/service_account` workload labelled `app=APP`, authenticating its first
+    /// certificate with `token`; `extra` flags go to the agent (e.g. `--secret-ttl`).
+    pub fn start(
+        meshd: &Meshd,
+        namespace: &str,
+        app: &str,
+        service_account: &str,
+        token: &str,
+        ip: &str,
+        extra: &[&str],
+    ) -> Workload {
+        for _ in 0..5 {
+            let mut w = Workload::spawn(meshd, namespace, app, service_account, token, ip, extra);
+            let start = Instant::now();
+            loop {
+                if w.envoy.admin("/ready").is_ok_and(|r| r.status == 200) {
+                    return w;
+                }
+                if w.envoy.child.try_wait().unwrap().is_some() {
+                    assert!(
+                        w.envoy.log().contains("Address already in use"),
+                        "envoy exited:\n{}\nagent:\n{}",
+                        w.envoy.log(),
+                        w.agent_log()
+                    );
+                    break;
+                }
+                assert!(
+                    w.agent.try_wait().unwrap().is_none(),
+                    "the agent exited:\n{}",
+                    w.agent_log()
+                );
+                assert!(
+                    start.elapsed() < Duration::from_secs(20),
+                    "workload {app} not ready in 20s:\nenvoy:\n{}\nagent:\n{}",
+                    w.envoy.log(),
+                    w.agent_log()
+                );
+                thread::sleep(Duration::from_millis(25));
+            }
+        }
+        panic!("workload {app} could not bind free ports in 5 attempts");
+    }
+
+    fn spawn(
+        meshd: &Meshd,
+        namespace: &str,
+        app: &str,
+        service_account: &str,
+        token: &str,
+        ip: &str,
+        extra: &[&str],
+    ) -> Workload {
+        let admin_port = free_port();
+        let dir = meshd
+            .config_dir
+            .parent()
+            .unwrap()
+            .join(format!("workload-{app}-{admin_port}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let token_path = dir.join("token");
+        std::fs::write(&token_path, token).unwrap();
+        // Unix socket paths are short-limited; keep it out of the deep test directory.
+        let socket = std::env::temp_dir().join(format!(
+            "meshd-sds-{}-{admin_port}.sock",
+            std::process::id()
+        ));
+        let bootstrap = dir.join("envoy.json");
+        let agent_log = dir.join("agent.log");
+        let pod = format!("{app}-0");
+        let mut agent = Command::new(env!("CARGO_BIN_EXE_meshd"))
+            .arg("agent")
+            .args([
+                "--ca-address",
+                &format!("https://127.0.0.1:{}", meshd.secure_port),
+            ])
+            .arg("--ca-root-cert")
+            .arg(meshd.ca_dir.join("root-cert.pem"))
+            .args(["--ca-server-name", "localhost"])
+            .arg("--token-file")
+            .arg(&token_path)
+            .args([
+                "--namespace",
+                namespace,
+                "--service-account",
+                service_account,
+            ])
+            .args(["--pod-name", &pod, "--instance-ip", ip])
+            .args(["--label", &format!("app={app}")])
+            .args(["--interception-mode", "NONE"])
+            .arg("--sds-socket")
+            .arg(&socket)
+            .arg("--bootstrap")
+            .arg(&bootstrap)
+            .args(["--admin-port", &admin_port.to_string()])
+            .args(extra)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&agent_log).unwrap())
+            .spawn()
+            .expect("starting meshd agent");
+        let start = Instant::now();
+        while !bootstrap.exists() {
+            if let Some(status) = agent.try_wait().unwrap() {
+                panic!(
+                    "meshd agent exited ({status}):\n{}",
+                    std::fs::read_to_string(&agent_log).unwrap_or_default()
+                );
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "no bootstrap from the agent"
+            );
+            thread::sleep(Duration::from_millis(20));
+        }
+        let id = format!("sidecar~{ip}~{pod}.{namespace}~{namespace}.svc.cluster.local");
+        let envoy = Envoy::run(&bootstrap, &dir, id, admin_port, ip.to_string());
+        Workload {
+            envoy,
+            agent,
+            agent_log,
+        }
+    }
+
+    pub fn agent_log(&self) -> String {
+        std::fs::read_to_string(&self.agent_log).unwrap_or_default()
+    }
+}
+
+impl Drop for Workload {
+    fn drop(&mut self) {
+        let _ = self.agent.kill();
+        let _ = self.agent.wait();
     }
 }
 

@@ -9,6 +9,7 @@ mod ca;
 mod cli;
 mod gateway;
 mod kubernetes;
+mod mtls;
 mod protocol;
 mod scoping;
 mod sidecar;

@@ -1,0 +1,247 @@
+//! Which PeerAuthentication and AuthorizationPolicies apply to a proxy, resolved as Istio
+//! does: a workload-level policy (selector matches, same namespace) over the namespace's
+//! selector-less one over the mesh-wide one in the root namespace; port-level mTLS over
+//! the workload's mode; `UNSET` inherits; nothing at all means PERMISSIVE.
+
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use super::{Proxy, PushContext};
+use crate::api::labels_match;
+use crate::api::security::{AuthorizationPolicySpec, MtlsMode, PeerAuthenticationSpec};
+use crate::config::{ConfigObject, Spec};
+
+/// The effective mTLS mode of one inbound port.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum Mtls {
+    Strict,
+    Permissive,
+    Disable,
+}
+
+impl Mtls {
+    fn from(mode: MtlsMode) -> Option<Mtls> {
+        match mode {
+            MtlsMode::Strict => Some(Mtls::Strict),
+            MtlsMode::Permissive => Some(Mtls::Permissive),
+            MtlsMode::Disable => Some(Mtls::Disable),
+            MtlsMode::Unset => None,
+        }
+    }
+}
+
+/// Where an effective mode came from, for `/debug/authenticationz`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct MtlsDecision {
+    pub mode: Mtls,
+    /// `namespace/name` of the deciding PeerAuthentication, or `default`.
+    pub policy: String,
+}
+
+fn pa(obj: &ConfigObject) -> Option<&PeerAuthenticationSpec> {
+    match &obj.spec {
+        Spec::PeerAuthentication(s) => Some(s),
+        _ => None,
+    }
+}
+
+impl PushContext {
+    /// The PeerAuthentications that apply to `proxy`, most specific first: workload,
+    /// namespace, mesh. Of several at one level, the oldest wins (Istio's rule).
+    fn peer_authentications_for(&self, proxy: &Proxy) -> Vec<&ConfigObject> {
+        let labels = self.proxy_labels(proxy);
+        let root = self.mesh.root_namespace();
+        let level = |want_selector: bool, namespace: &str| {
+            self.peer_authentications
+                .iter()
+                .map(|o| &**o)
+                .filter(|o| o.key.namespace == namespace)
+                .find(|o| {
+                    let Some(spec) = pa(o) else { return false };
+                    match (&spec.selector, want_selector) {
+                        (Some(sel), true) => {
+                            !sel.match_labels.is_empty() && labels_match(&sel.match_labels, labels)
+                        }
+                        (Some(sel), false) => sel.match_labels.is_empty(),
+                        (None, false) => true,
+                        (None, true) => false,
+                    }
+                })
+        };
+        [
+            level(true, &proxy.namespace),
+            level(false, &proxy.namespace),
+            level(false, root),
+        ]
+        .into_iter()
+        .flatten()
+        .collect()
+    }
+
+    /// The effective mTLS mode for inbound traffic to `port` (the workload's port) of
+    /// `proxy`.
+    pub fn mtls_mode(&self, proxy: &Proxy, port: u32) -> MtlsDecision {
+        for obj in self.peer_authentications_for(proxy) {
+            let Some(spec) = pa(obj) else { continue };
+            let name = format!("{}/{}", obj.key.namespace, obj.key.name);
+            // Port-level settings apply only on a workload-level policy (with a selector).
+            if spec.selector.is_some()
+                && let Some(mode) = spec
+                    .port_level_mtls
+                    .get(&port)
+                    .and_then(|m| m.mode)
+                    .and_then(Mtls::from)
+            {
+                return MtlsDecision { mode, policy: name };
+            }
+            if let Some(mode) = spec.mtls.as_ref().and_then(|m| m.mode).and_then(Mtls::from) {
+                return MtlsDecision { mode, policy: name };
+            }
+        }
+        MtlsDecision {
+            mode: Mtls::Permissive,
+            policy: "default".into(),
+        }
+    }
+
+    /// The AuthorizationPolicies that apply to `proxy`: the root namespace's selector-less
+    /// ones (mesh-wide), its namespace's selector-less ones, and those whose selector
+    /// matches it; in namespace/name order.
+    pub fn authorization_policies_for(
+        &self,
+        proxy: &Proxy,
+    ) -> Vec<(&ConfigObject, &AuthorizationPolicySpec)> {
+        let labels = self.proxy_labels(proxy);
+        let root = self.mesh.root_namespace();
+        self.authorization_policies
+            .iter()
+            .filter_map(|o| match &o.spec {
+                Spec::AuthorizationPolicy(spec) => Some((&**o, spec)),
+                _ => None,
+            })
+            .filter(|(o, spec)| {
+                let selects = spec
+                    .selector
+                    .as_ref()
+                    .is_none_or(|sel| labels_match(&sel.match_labels, labels));
+                selects && (o.key.namespace == proxy.namespace || o.key.namespace == root)
+            })
+            .collect()
+    }
+}
+
+/// Objects of one kind, for the push context.
+pub fn sorted(mut objects: Vec<Arc<ConfigObject>>) -> Vec<Arc<ConfigObject>> {
+    objects.sort_by(|a, b| {
+        (a.meta.creation_timestamp.as_deref().unwrap_or(""), &a.key)
+            .cmp(&(b.meta.creation_timestamp.as_deref().unwrap_or(""), &b.key))
+    });
+    objects
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::parse::parse_file;
+    use crate::model::Store;
+    use serde_json::json;
+
+    fn ctx(yaml: &str) -> PushContext {
+        let mut store = Store::default();
+        let parsed = parse_file("t.yaml", yaml);
+        assert!(parsed.errors().next().is_none(), "{:?}", parsed.issues);
+        for o in parsed.objects {
+            store.apply(o);
+        }
+        PushContext::build(&store, "v".into())
+    }
+
+    fn proxy(ns: &str, app: &str) -> Proxy {
+        Proxy::from_node(
+            &format!("sidecar~10.0.0.1~{app}-0.{ns}~{ns}.svc.cluster.local"),
+            json!({"LABELS": {"app": app}}).as_object().unwrap(),
+        )
+        .unwrap()
+    }
+
+    const PA: &str = "apiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {name: NAME, namespace: NS}\nspec: SPEC\n";
+
+    fn pa_yaml(name: &str, ns: &str, spec: &str) -> String {
+        PA.replace("NAME", name)
+            .replace("NS", ns)
+            .replace("SPEC", spec)
+    }
+
+    #[test]
+    fn the_most_specific_peer_authentication_decides_and_unset_inherits() {
+        let yaml = [
+            pa_yaml("mesh", "istio-system", "{mtls: {mode: STRICT}}"),
+            pa_yaml("ns", "shop", "{mtls: {mode: PERMISSIVE}}"),
+            pa_yaml(
+                "reviews",
+                "shop",
+                "{selector: {matchLabels: {app: reviews}}, mtls: {mode: UNSET}, portLevelMtls: {9080: {mode: DISABLE}}}",
+            ),
+        ]
+        .join("---\n");
+        let c = ctx(&yaml);
+        let mode = |ns: &str, app: &str, port: u32| c.mtls_mode(&proxy(ns, app), port);
+        assert_eq!(mode("bank", "teller", 80).mode, Mtls::Strict, "mesh-wide");
+        assert_eq!(mode("bank", "teller", 80).policy, "istio-system/mesh");
+        assert_eq!(mode("shop", "cart", 80).mode, Mtls::Permissive, "namespace");
+        assert_eq!(
+            mode("shop", "reviews", 9080).mode,
+            Mtls::Disable,
+            "port level"
+        );
+        let inherited = mode("shop", "reviews", 8080);
+        assert_eq!(
+            (inherited.mode, inherited.policy.as_str()),
+            (Mtls::Permissive, "shop/ns"),
+            "UNSET inherits from the namespace"
+        );
+        assert_eq!(
+            ctx("").mtls_mode(&proxy("a", "b"), 1).mode,
+            Mtls::Permissive
+        );
+    }
+
+    #[test]
+    fn authorization_policies_apply_by_namespace_root_and_selector() {
+        let ap = "apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {name: NAME, namespace: NS}\nspec: SPEC\n";
+        let yaml = [
+            (
+                "mesh",
+                "istio-system",
+                "{action: DENY, rules: [{to: [{operation: {paths: [/admin]}}]}]}",
+            ),
+            ("all-shop", "shop", "{}"),
+            (
+                "reviews",
+                "shop",
+                "{selector: {matchLabels: {app: reviews}}}",
+            ),
+            ("bank", "bank", "{}"),
+        ]
+        .iter()
+        .map(|(n, ns, spec)| {
+            ap.replace("NAME", n)
+                .replace("NS", ns)
+                .replace("SPEC", spec)
+        })
+        .collect::<Vec<_>>()
+        .join("---\n");
+        let c = ctx(&yaml);
+        let names = |ns: &str, app: &str| -> Vec<String> {
+            c.authorization_policies_for(&proxy(ns, app))
+                .iter()
+                .map(|(o, _)| o.key.name.clone())
+                .collect()
+        };
+        assert_eq!(names("shop", "reviews"), ["mesh", "all-shop", "reviews"]);
+        assert_eq!(names("shop", "cart"), ["mesh", "all-shop"]);
+        assert_eq!(names("web", "x"), ["mesh"]);
+    }
+}

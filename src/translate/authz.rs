@@ -1,0 +1,522 @@
+//! AuthorizationPolicy → Envoy RBAC, evaluated as Istio does: AUDIT (a LOG filter), then
+//! DENY, then ALLOW. If any ALLOW policy applies, a request no ALLOW rule matches is denied
+//! (an ALLOW policy with no rules allows nothing). Each rule is one RBAC policy named
+//! `ns[NS]-policy[NAME]-rule[I]`: its `from` sources become principals, its `to` operations
+//! permissions, and its `when` conditions join whichever side their key belongs to.
+//!
+//! On TCP ports, HTTP-only fields (hosts, methods, paths, request headers) cannot be
+//! checked: an ALLOW rule using them matches nothing, a DENY rule is applied without them
+//! (so it denies more, never less). Fields meshd does not support are refused at
+//! validation, so a policy is never half-applied open.
+
+use envoy_types::pb::envoy::config::core::v3::CidrRange;
+use envoy_types::pb::envoy::config::listener::v3::{Filter, filter::ConfigType};
+use envoy_types::pb::envoy::config::rbac::v3::{
+    Permission, Policy, Principal, Rbac, permission, principal, rbac::Action,
+};
+use envoy_types::pb::envoy::config::route::v3::{HeaderMatcher, header_matcher};
+use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+    HttpFilter, http_filter,
+};
+use envoy_types::pb::envoy::r#type::matcher::v3::{
+    PathMatcher, RegexMatcher, StringMatcher, path_matcher, string_matcher::MatchPattern,
+};
+use envoy_types::pb::google::protobuf::{Any, UInt32Value};
+
+use crate::api::security::{AuthorizationAction, AuthorizationPolicySpec, Condition, Rule};
+use crate::config::ConfigObject;
+use crate::xds::canonical;
+
+/// The `when` keys meshd evaluates (Istio's documented keys without request
+/// authentication, which needs RequestAuthentication).
+pub const SUPPORTED_CONDITION_KEYS: [&str; 8] = [
+    "source.ip",
+    "remote.ip",
+    "source.namespace",
+    "source.principal",
+    "destination.ip",
+    "destination.port",
+    "connection.sni",
+    "request.headers[",
+];
+
+pub fn condition_key_supported(key: &str) -> bool {
+    SUPPORTED_CONDITION_KEYS.iter().any(|k| {
+        if k.ends_with('[') {
+            key.starts_with(k) && key.ends_with(']') && key.len() > k.len() + 1
+        } else {
+            key == *k
+        }
+    })
+}
+
+/// Istio's value patterns: `*` (present), `abc*` (prefix), `*abc` (suffix), exact.
+fn string_match(value: &str, ignore_case: bool) -> StringMatcher {
+    let pattern = if value == "*" {
+        MatchPattern::SafeRegex(RegexMatcher {
+            regex: ".+".into(),
+            ..Default::default()
+        })
+    } else if let Some(p) = value.strip_suffix('*') {
+        MatchPattern::Prefix(p.into())
+    } else if let Some(s) = value.strip_prefix('*') {
+        MatchPattern::Suffix(s.into())
+    } else {
+        MatchPattern::Exact(value.into())
+    };
+    StringMatcher {
+        match_pattern: Some(pattern),
+        ignore_case,
+    }
+}
+
+fn regex(re: String) -> StringMatcher {
+    StringMatcher {
+        match_pattern: Some(MatchPattern::SafeRegex(RegexMatcher {
+            regex: re,
+            ..Default::default()
+        })),
+        ignore_case: false,
+    }
+}
+
+fn header(name: &str, value: &str, ignore_case: bool) -> HeaderMatcher {
+    HeaderMatcher {
+        name: name.into(),
+        header_match_specifier: Some(header_matcher::HeaderMatchSpecifier::StringMatch(
+            string_match(value, ignore_case),
+        )),
+        ..Default::default()
+    }
+}
+
+fn cidr(block: &str) -> CidrRange {
+    let (ip, len) = match block.split_once('/') {
+        Some((ip, len)) => (ip, len.parse().unwrap_or(32)),
+        None => (block, if block.contains(':') { 128 } else { 32 }),
+    };
+    CidrRange {
+        address_prefix: ip.into(),
+        prefix_len: Some(UInt32Value { value: len }),
+    }
+}
+
+// ----------------------------------------------------------------- principals
+
+fn id(p: principal::Identifier) -> Principal {
+    Principal {
+        identifier: Some(p),
+    }
+}
+
+fn authenticated(m: StringMatcher) -> Principal {
+    id(principal::Identifier::Authenticated(
+        principal::Authenticated {
+            principal_name: Some(m),
+        },
+    ))
+}
+
+/// `cluster.local/ns/shop/sa/reviews` (with `*` patterns) against the peer's URI SAN.
+fn spiffe_principal(value: &str) -> Principal {
+    if value.starts_with('*') {
+        // `*` (any authenticated peer) or a suffix: no scheme to add.
+        return authenticated(string_match(value, false));
+    }
+    authenticated(string_match(&format!("spiffe://{value}"), false))
+}
+
+fn namespace_principal(ns: &str) -> Principal {
+    let pattern = regex_escape_with_wildcards(ns);
+    authenticated(regex(format!("^spiffe://[^/]+/ns/{pattern}/.*")))
+}
+
+/// A namespace or similar with `*` wildcards, as a regex fragment.
+fn regex_escape_with_wildcards(value: &str) -> String {
+    value
+        .split('*')
+        .map(regex_escape)
+        .collect::<Vec<_>>()
+        .join("[^/]*")
+}
+
+fn regex_escape(s: &str) -> String {
+    let mut out = String::new();
+    for c in s.chars() {
+        if "\\.+*?()|[]{}^$".contains(c) {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn any_of_ids(ids: Vec<Principal>) -> Principal {
+    if ids.len() == 1 {
+        return ids.into_iter().next().unwrap();
+    }
+    id(principal::Identifier::OrIds(principal::Set { ids }))
+}
+
+fn all_of_ids(ids: Vec<Principal>) -> Principal {
+    if ids.is_empty() {
+        return id(principal::Identifier::Any(true));
+    }
+    if ids.len() == 1 {
+        return ids.into_iter().next().unwrap();
+    }
+    id(principal::Identifier::AndIds(principal::Set { ids }))
+}
+
+fn not_id(p: Principal) -> Principal {
+    id(principal::Identifier::NotId(Box::new(p)))
+}
+
+/// `values` matched by `one`, OR'ed; `not_values` NOT(OR)'ed; both AND'ed into `out`.
+fn field<T>(
+    out: &mut Vec<T>,
+    values: &[String],
+    not_values: &[String],
+    one: impl Fn(&str) -> T,
+    any: impl Fn(Vec<T>) -> T,
+    not: impl Fn(T) -> T,
+) {
+    if !values.is_empty() {
+        out.push(any(values.iter().map(|v| one(v)).collect()));
+    }
+    if !not_values.is_empty() {
+        out.push(not(any(not_values.iter().map(|v| one(v)).collect())));
+    }
+}
+
+fn source_principal(s: &crate::api::security::Source) -> Principal {
+    let mut and = Vec::new();
+    field(
+        &mut and,
+        &s.principals,
+        &s.not_principals,
+        spiffe_principal,
+        any_of_ids,
+        not_id,
+    );
+    field(
+        &mut and,
+        &s.namespaces,
+        &s.not_namespaces,
+        namespace_principal,
+        any_of_ids,
+        not_id,
+    );
+    let sa = |v: &str| {
+        let (ns, sa) = v.split_once('/').unwrap_or(("*", v));
+        authenticated(regex(format!(
+            "^spiffe://[^/]+/ns/{}/sa/{}$",
+            regex_escape_with_wildcards(ns),
+            regex_escape_with_wildcards(sa)
+        )))
+    };
+    field(
+        &mut and,
+        &s.service_accounts,
+        &s.not_service_accounts,
+        sa,
+        any_of_ids,
+        not_id,
+    );
+    let direct = |v: &str| id(principal::Identifier::DirectRemoteIp(cidr(v)));
+    field(
+        &mut and,
+        &s.ip_blocks,
+        &s.not_ip_blocks,
+        direct,
+        any_of_ids,
+        not_id,
+    );
+    let remote = |v: &str| id(principal::Identifier::RemoteIp(cidr(v)));
+    field(
+        &mut and,
+        &s.remote_ip_blocks,
+        &s.not_remote_ip_blocks,
+        remote,
+        any_of_ids,
+        not_id,
+    );
+    all_of_ids(and)
+}
+
+// ---------------------------------------------------------------- permissions
+
+fn rule(r: permission::Rule) -> Permission {
+    Permission { rule: Some(r) }
+}
+
+fn any_of_rules(rules: Vec<Permission>) -> Permission {
+    if rules.len() == 1 {
+        return rules.into_iter().next().unwrap();
+    }
+    rule(permission::Rule::OrRules(permission::Set { rules }))
+}
+
+fn all_of_rules(rules: Vec<Permission>) -> Permission {
+    if rules.is_empty() {
+        return rule(permission::Rule::Any(true));
+    }
+    if rules.len() == 1 {
+        return rules.into_iter().next().unwrap();
+    }
+    rule(permission::Rule::AndRules(permission::Set { rules }))
+}
+
+fn not_rule(p: Permission) -> Permission {
+    rule(permission::Rule::NotRule(Box::new(p)))
+}
+
+fn path(value: &str) -> Permission {
+    rule(permission::Rule::UrlPath(PathMatcher {
+        rule: Some(path_matcher::Rule::Path(string_match(value, false))),
+    }))
+}
+
+fn port(value: &str) -> Permission {
+    match value.parse::<u32>() {
+        Ok(p) => rule(permission::Rule::DestinationPort(p)),
+        // Validation refuses non-numeric ports; never match rather than match all.
+        Err(_) => not_rule(rule(permission::Rule::Any(true))),
+    }
+}
+
+fn method(value: &str) -> Permission {
+    rule(permission::Rule::Header(header(":method", value, false)))
+}
+
+fn host(value: &str) -> Permission {
+    rule(permission::Rule::Header(header(":authority", value, true)))
+}
+
+/// The permission of one operation; `None` if it needs HTTP on a TCP port and `drop_http`
+/// says such rules match nothing (ALLOW).
+fn operation_permission(op: &crate::api::security::Operation, http: bool) -> (Permission, bool) {
+    let mut and = Vec::new();
+    let uses_http = !(op.hosts.is_empty()
+        && op.not_hosts.is_empty()
+        && op.methods.is_empty()
+        && op.not_methods.is_empty()
+        && op.paths.is_empty()
+        && op.not_paths.is_empty());
+    if http {
+        field(
+            &mut and,
+            &op.hosts,
+            &op.not_hosts,
+            host,
+            any_of_rules,
+            not_rule,
+        );
+        field(
+            &mut and,
+            &op.methods,
+            &op.not_methods,
+            method,
+            any_of_rules,
+            not_rule,
+        );
+        field(
+            &mut and,
+            &op.paths,
+            &op.not_paths,
+            path,
+            any_of_rules,
+            not_rule,
+        );
+    }
+    field(
+        &mut and,
+        &op.ports,
+        &op.not_ports,
+        port,
+        any_of_rules,
+        not_rule,
+    );
+    (all_of_rules(and), uses_http && !http)
+}
+
+// ------------------------------------------------------------------ conditions
+
+enum Side {
+    Principal(Principal),
+    Permission(Permission),
+    /// An HTTP-only condition on a TCP port.
+    HttpOnly,
+}
+
+fn condition(c: &Condition, http: bool) -> Side {
+    let key = c.key.as_str();
+    let both = |one: &dyn Fn(&str) -> Principal| -> Principal {
+        let mut and = Vec::new();
+        field(&mut and, &c.values, &c.not_values, one, any_of_ids, not_id);
+        all_of_ids(and)
+    };
+    let both_rules = |one: &dyn Fn(&str) -> Permission| -> Permission {
+        let mut and = Vec::new();
+        field(
+            &mut and,
+            &c.values,
+            &c.not_values,
+            one,
+            any_of_rules,
+            not_rule,
+        );
+        all_of_rules(and)
+    };
+    match key {
+        "source.ip" => Side::Principal(both(&|v| {
+            id(principal::Identifier::DirectRemoteIp(cidr(v)))
+        })),
+        "remote.ip" => Side::Principal(both(&|v| id(principal::Identifier::RemoteIp(cidr(v))))),
+        "source.namespace" => Side::Principal(both(&namespace_principal)),
+        "source.principal" => Side::Principal(both(&spiffe_principal)),
+        "destination.ip" => Side::Permission(both_rules(&|v| {
+            rule(permission::Rule::DestinationIp(cidr(v)))
+        })),
+        "destination.port" => Side::Permission(both_rules(&port)),
+        "connection.sni" => Side::Permission(both_rules(&|v| {
+            rule(permission::Rule::RequestedServerName(string_match(
+                v, false,
+            )))
+        })),
+        _ => {
+            let name = key
+                .strip_prefix("request.headers[")
+                .and_then(|k| k.strip_suffix(']'))
+                .unwrap_or(key);
+            if !http {
+                return Side::HttpOnly;
+            }
+            Side::Permission(both_rules(&|v| {
+                rule(permission::Rule::Header(header(name, v, false)))
+            }))
+        }
+    }
+}
+
+/// One rule as an RBAC policy, or `None` if it can match nothing here.
+fn rule_policy(r: &Rule, http: bool, action: AuthorizationAction) -> Option<Policy> {
+    let deny = action == AuthorizationAction::Deny;
+    let mut principals = Vec::new();
+    if !r.from.is_empty() {
+        principals.push(any_of_ids(
+            r.from.iter().map(|f| source_principal(&f.source)).collect(),
+        ));
+    }
+    let mut permissions = Vec::new();
+    if !r.to.is_empty() {
+        let mut ops = Vec::new();
+        for t in &r.to {
+            let (p, needed_http) = operation_permission(&t.operation, http);
+            if needed_http && !deny {
+                continue; // an ALLOW operation that cannot be checked matches nothing
+            }
+            ops.push(p);
+        }
+        if ops.is_empty() {
+            return None;
+        }
+        permissions.push(any_of_rules(ops));
+    }
+    for c in &r.when {
+        match condition(c, http) {
+            Side::Principal(p) => principals.push(p),
+            Side::Permission(p) => permissions.push(p),
+            Side::HttpOnly if deny => {}
+            Side::HttpOnly => return None,
+        }
+    }
+    Some(Policy {
+        permissions: vec![all_of_rules(permissions)],
+        principals: vec![all_of_ids(principals)],
+        ..Default::default()
+    })
+}
+
+/// The RBAC configs for one inbound port, in evaluation order (AUDIT, DENY, ALLOW); each
+/// is present only if some policy of that action applies.
+pub fn rbac_rules(policies: &[(&ConfigObject, &AuthorizationPolicySpec)], http: bool) -> Vec<Rbac> {
+    let mut out = Vec::new();
+    for (action, envoy_action) in [
+        (AuthorizationAction::Audit, Action::Log),
+        (AuthorizationAction::Deny, Action::Deny),
+        (AuthorizationAction::Allow, Action::Allow),
+    ] {
+        let mut rbac = Rbac {
+            action: envoy_action as i32,
+            ..Default::default()
+        };
+        let mut present = false;
+        for (obj, spec) in policies {
+            if spec.action.unwrap_or(AuthorizationAction::Allow) != action {
+                continue;
+            }
+            present = true;
+            for (i, r) in spec.rules.iter().enumerate() {
+                if let Some(p) = rule_policy(r, http, action) {
+                    let name = format!(
+                        "ns[{}]-policy[{}]-rule[{i}]",
+                        obj.key.namespace, obj.key.name
+                    );
+                    rbac.policies.insert(name, p);
+                }
+            }
+        }
+        if present {
+            out.push(rbac);
+        }
+    }
+    out
+}
+
+const HTTP_RBAC: &str = "type.googleapis.com/envoy.extensions.filters.http.rbac.v3.RBAC";
+const NETWORK_RBAC: &str = "type.googleapis.com/envoy.extensions.filters.network.rbac.v3.RBAC";
+
+/// HTTP RBAC filters for the inbound HCM.
+pub fn http_filters(policies: &[(&ConfigObject, &AuthorizationPolicySpec)]) -> Vec<HttpFilter> {
+    rbac_rules(policies, true)
+        .into_iter()
+        .map(|rules| HttpFilter {
+            name: "envoy.filters.http.rbac".into(),
+            config_type: Some(http_filter::ConfigType::TypedConfig(Any {
+                type_url: HTTP_RBAC.into(),
+                value: canonical::encode_rbac_filter(&rules, None),
+            })),
+            ..Default::default()
+        })
+        .collect()
+}
+
+/// Network RBAC filters for an inbound TCP chain.
+pub fn network_filters(policies: &[(&ConfigObject, &AuthorizationPolicySpec)]) -> Vec<Filter> {
+    rbac_rules(policies, false)
+        .into_iter()
+        .map(|rules| Filter {
+            name: "envoy.filters.network.rbac".into(),
+            config_type: Some(ConfigType::TypedConfig(Any {
+                type_url: NETWORK_RBAC.into(),
+                value: canonical::encode_rbac_filter(&rules, Some("tcp.")),
+            })),
+        })
+        .collect()
+}
+
+/// A network RBAC filter that allows nothing.
+pub fn deny_all_network_filter() -> Filter {
+    let rules = Rbac {
+        action: Action::Allow as i32,
+        ..Default::default()
+    };
+    Filter {
+        name: "envoy.filters.network.rbac".into(),
+        config_type: Some(ConfigType::TypedConfig(Any {
+            type_url: NETWORK_RBAC.into(),
+            value: canonical::encode_rbac_filter(&rules, Some("tcp.")),
+        })),
+    }
+}

@@ -1,0 +1,337 @@
+//! Table tests of the security translation: auto mTLS on clusters and endpoints, inbound
+//! chains per PeerAuthentication mode, and AuthorizationPolicy as RBAC.
+
+use envoy_types::pb::envoy::config::listener::v3::filter::ConfigType;
+use envoy_types::pb::envoy::config::rbac::v3::rbac::Action;
+use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+    HttpConnectionManager, http_filter,
+};
+use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
+    UpstreamTlsContext, common_tls_context::ValidationContextType,
+};
+use prost::Message;
+use serde_json::json;
+
+use super::*;
+use crate::config::parse::parse_file;
+use crate::model::{Proxy, PushContext, Store};
+use envoy_types::pb::envoy::config::core::v3::transport_socket;
+
+const MESH: &str = r#"
+apiVersion: v1
+kind: Service
+metadata: {name: reviews, namespace: shop}
+spec: {clusterIP: 10.96.1.2, ports: [{name: http, port: 9080}]}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: reviews-a, namespace: shop, labels: {kubernetes.io/service-name: reviews}}
+addressType: IPv4
+ports: [{name: http, port: 9080}]
+endpoints:
+- {addresses: [10.0.0.1], targetRef: {kind: Pod, name: reviews-mesh}}
+- {addresses: [10.0.0.2], targetRef: {kind: Pod, name: reviews-legacy}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: reviews-mesh, namespace: shop, labels: {app: reviews, security.istio.io/tlsMode: istio}}
+spec: {serviceAccountName: reviews, containers: []}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: reviews-legacy, namespace: shop, labels: {app: reviews}}
+spec: {serviceAccountName: legacy, containers: []}
+---
+apiVersion: networking.istio.io/v1
+kind: Sidecar
+metadata: {name: reviews, namespace: shop}
+spec:
+  workloadSelector: {labels: {app: reviews}}
+  ingress:
+  - {port: {number: 9080, protocol: HTTP, name: http}, defaultEndpoint: "127.0.0.1:8080"}
+  - {port: {number: 5432, protocol: TCP, name: tcp}, defaultEndpoint: "127.0.0.1:5433"}
+"#;
+
+fn context(extra: &str) -> PushContext {
+    let mut store = Store::default();
+    let parsed = parse_file("mesh.yaml", &format!("{MESH}\n---\n{extra}"));
+    assert!(parsed.errors().next().is_none(), "{:?}", parsed.issues);
+    for o in parsed.objects {
+        store.apply(o);
+    }
+    PushContext::build(&store, "v/1".into())
+}
+
+fn reviews_proxy() -> Proxy {
+    let meta =
+        json!({"NAMESPACE": "shop", "LABELS": {"app": "reviews"}, "INTERCEPTION_MODE": "NONE"});
+    let mut proxy = Proxy::from_node(
+        "sidecar~127.0.0.9~reviews-mesh.shop~shop.svc.cluster.local",
+        meta.as_object().unwrap(),
+    )
+    .unwrap();
+    proxy.identity = Some("spiffe://cluster.local/ns/shop/sa/reviews".into());
+    proxy
+}
+
+#[test]
+fn mesh_endpoints_get_istio_mutual_with_the_services_identities_and_others_plaintext() {
+    let cfg = proxy_config(&context(""), &reviews_proxy());
+    let c = cfg
+        .clusters
+        .iter()
+        .find(|c| c.name == "outbound|9080||reviews.shop.svc.cluster.local")
+        .unwrap();
+    let names: Vec<&str> = c
+        .transport_socket_matches
+        .iter()
+        .map(|m| m.name.as_str())
+        .collect();
+    assert_eq!(names, ["tlsMode-istio", "tlsMode-disabled"]);
+    let tls = c.transport_socket_matches[0]
+        .transport_socket
+        .as_ref()
+        .unwrap();
+    let Some(transport_socket::ConfigType::TypedConfig(any)) = &tls.config_type else {
+        panic!()
+    };
+    let ctx = UpstreamTlsContext::decode(any.value.as_slice()).unwrap();
+    assert_eq!(ctx.sni, "outbound_.9080_._.reviews.shop.svc.cluster.local");
+    let common = ctx.common_tls_context.unwrap();
+    assert_eq!(common.alpn_protocols, ["istio-peer-exchange", "istio"]);
+    assert_eq!(common.tls_certificate_sds_secret_configs[0].name, "default");
+    let Some(ValidationContextType::CombinedValidationContext(v)) = common.validation_context_type
+    else {
+        panic!()
+    };
+    assert_eq!(
+        v.validation_context_sds_secret_config.unwrap().name,
+        "ROOTCA"
+    );
+    let sans: Vec<String> = v
+        .default_validation_context
+        .unwrap()
+        .match_typed_subject_alt_names
+        .iter()
+        .map(|m| format!("{:?}", m.matcher.as_ref().unwrap().match_pattern))
+        .collect();
+    assert_eq!(sans.len(), 2, "{sans:?}");
+    assert!(sans[0].contains("spiffe://cluster.local/ns/shop/sa/legacy"));
+    assert!(sans[1].contains("spiffe://cluster.local/ns/shop/sa/reviews"));
+
+    let cla = cfg
+        .endpoints
+        .iter()
+        .find(|e| e.cluster_name == "outbound|9080||reviews.shop.svc.cluster.local")
+        .unwrap();
+    let marked: Vec<bool> = cla.endpoints[0]
+        .lb_endpoints
+        .iter()
+        .map(|e| e.metadata.is_some())
+        .collect();
+    assert_eq!(marked, [true, false], "only the injected pod opts in");
+
+    // A DestinationRule can force it, or turn it off.
+    let dr = |mode: &str| {
+        format!(
+            "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {{name: r, namespace: shop}}\nspec: {{host: reviews, trafficPolicy: {{tls: {{mode: {mode}}}}}}}\n"
+        )
+    };
+    let find = |cfg: &ProxyConfig| {
+        cfg.clusters
+            .iter()
+            .find(|c| c.name == "outbound|9080||reviews.shop.svc.cluster.local")
+            .cloned()
+            .unwrap()
+    };
+    let forced = find(&proxy_config(
+        &context(&dr("ISTIO_MUTUAL")),
+        &reviews_proxy(),
+    ));
+    assert!(forced.transport_socket.is_some() && forced.transport_socket_matches.is_empty());
+    let off = find(&proxy_config(&context(&dr("DISABLE")), &reviews_proxy()));
+    assert!(off.transport_socket.is_none() && off.transport_socket_matches.is_empty());
+}
+
+fn pa(mode: &str) -> String {
+    format!(
+        "apiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {{name: default, namespace: shop}}\nspec: {{mtls: {{mode: {mode}}}}}\n"
+    )
+}
+
+fn chains(ctx: &PushContext, listener: &str) -> Vec<String> {
+    let cfg = proxy_config(ctx, &reviews_proxy());
+    let l = cfg
+        .listeners
+        .iter()
+        .find(|l| l.name == listener)
+        .unwrap_or_else(|| panic!("no {listener}"));
+    l.filter_chains
+        .iter()
+        .map(|c| {
+            let m = c.filter_chain_match.as_ref().unwrap();
+            format!("{}:{}", m.transport_protocol, c.transport_socket.is_some())
+        })
+        .collect()
+}
+
+#[test]
+fn inbound_chains_follow_the_peer_authentication_mode() {
+    assert_eq!(
+        chains(&context(""), "127.0.0.9_9080"),
+        ["tls:true", "raw_buffer:false"],
+        "PERMISSIVE by default"
+    );
+    assert_eq!(
+        chains(&context(&pa("STRICT")), "127.0.0.9_9080"),
+        ["tls:true"]
+    );
+    assert_eq!(
+        chains(&context(&pa("DISABLE")), "127.0.0.9_5432"),
+        ["raw_buffer:false"]
+    );
+    let cfg = proxy_config(&context(""), &reviews_proxy());
+    let inbound = cfg
+        .clusters
+        .iter()
+        .find(|c| c.name == "inbound|9080||")
+        .unwrap();
+    let ep = format!("{:?}", inbound.load_assignment);
+    assert!(ep.contains("127.0.0.1") && ep.contains("8080"), "{ep}");
+}
+
+fn rbac_of_http(ctx: &PushContext) -> Vec<(i32, Vec<String>)> {
+    let cfg = proxy_config(ctx, &reviews_proxy());
+    let l = cfg
+        .listeners
+        .iter()
+        .find(|l| l.name == "127.0.0.9_9080")
+        .unwrap();
+    let Some(ConfigType::TypedConfig(any)) = &l.filter_chains[0].filters[0].config_type else {
+        panic!()
+    };
+    let hcm = HttpConnectionManager::decode(any.value.as_slice()).unwrap();
+    hcm.http_filters
+        .iter()
+        .filter(|f| f.name == "envoy.filters.http.rbac")
+        .map(|f| {
+            let Some(http_filter::ConfigType::TypedConfig(any)) = &f.config_type else {
+                panic!()
+            };
+            let rbac = envoy_types::pb::envoy::extensions::filters::http::rbac::v3::Rbac::decode(
+                any.value.as_slice(),
+            )
+            .unwrap()
+            .rules
+            .unwrap();
+            let mut names: Vec<String> = rbac.policies.keys().cloned().collect();
+            names.sort();
+            (rbac.action, names)
+        })
+        .collect()
+}
+
+fn ap(name: &str, spec: &str) -> String {
+    format!(
+        "apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {{name: {name}, namespace: shop}}\nspec: {spec}\n"
+    )
+}
+
+#[test]
+fn authorization_policies_become_deny_then_allow_rbac_filters() {
+    assert!(
+        rbac_of_http(&context("")).is_empty(),
+        "no policy, no filter"
+    );
+    let allow = ap(
+        "allow-web",
+        "{selector: {matchLabels: {app: reviews}}, rules: [{from: [{source: {principals: [cluster.local/ns/web/sa/web]}}], to: [{operation: {methods: [GET], paths: [/api/*]}}]}]}",
+    );
+    let deny = ap(
+        "deny-admin",
+        "{action: DENY, rules: [{to: [{operation: {paths: [/admin*]}}]}]}",
+    );
+    let got = rbac_of_http(&context(&format!("{allow}---\n{deny}")));
+    assert_eq!(
+        got,
+        [
+            (
+                Action::Deny as i32,
+                vec!["ns[shop]-policy[deny-admin]-rule[0]".to_string()]
+            ),
+            (
+                Action::Allow as i32,
+                vec!["ns[shop]-policy[allow-web]-rule[0]".to_string()]
+            ),
+        ]
+    );
+    // Allow-nothing: an ALLOW policy without rules still installs a (matchless) ALLOW.
+    let nothing = rbac_of_http(&context(&ap("nothing", "{}")));
+    assert_eq!(nothing, [(Action::Allow as i32, Vec::<String>::new())]);
+}
+
+#[test]
+fn rbac_encoding_is_deterministic_across_many_policies() {
+    let many: Vec<String> = (0..12)
+        .map(|i| {
+            ap(
+                &format!("p{i}"),
+                "{rules: [{from: [{source: {namespaces: [web]}}]}]}",
+            )
+        })
+        .collect();
+    let ctx = context(&many.join("---\n"));
+    let encode = || {
+        let cfg = proxy_config(&ctx, &reviews_proxy());
+        let l = cfg
+            .listeners
+            .iter()
+            .find(|l| l.name == "127.0.0.9_9080")
+            .unwrap()
+            .clone();
+        l.encode_to_vec()
+    };
+    let first = encode();
+    for _ in 0..5 {
+        assert_eq!(encode(), first);
+    }
+}
+
+#[test]
+fn a_proxy_without_a_proven_identity_gets_no_identity_bound_config() {
+    let mut plain = reviews_proxy();
+    plain.identity = None;
+    let cfg = proxy_config(&context(""), &plain);
+    assert!(
+        cfg.clusters
+            .iter()
+            .all(|c| c.transport_socket.is_none() && c.transport_socket_matches.is_empty()),
+        "no SDS-backed transport sockets on the plaintext port"
+    );
+    let l = cfg
+        .listeners
+        .iter()
+        .find(|l| l.name == "127.0.0.9_9080")
+        .unwrap();
+    assert!(l.filter_chains.iter().all(|c| c.transport_socket.is_none()));
+    let strict = proxy_config(&context(&pa("STRICT")), &plain);
+    let l = strict
+        .listeners
+        .iter()
+        .find(|l| l.name == "127.0.0.9_9080")
+        .unwrap();
+    assert_eq!(l.filter_chains.len(), 1);
+    let names: Vec<&str> = l.filter_chains[0]
+        .filters
+        .iter()
+        .map(|f| f.name.as_str())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "envoy.filters.network.rbac",
+            "envoy.filters.network.tcp_proxy"
+        ],
+        "STRICT without a certificate: refused, never plaintext"
+    );
+}

@@ -1,0 +1,145 @@
+//! Istio's mutual TLS contexts: the workload certificate (SDS `default`) and the root bundle
+//! (SDS `ROOTCA`), both from the local agent's `sds-grpc` cluster, never inline. Outbound
+//! verifies the server's SPIFFE identities; inbound requires a client certificate.
+
+use envoy_types::pb::envoy::config::core::v3::{
+    ApiConfigSource, ApiVersion, ConfigSource, GrpcService, TransportSocket,
+    api_config_source::ApiType, config_source::ConfigSourceSpecifier, grpc_service,
+    transport_socket,
+};
+use envoy_types::pb::envoy::extensions::transport_sockets::raw_buffer::v3::RawBuffer;
+use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
+    CertificateValidationContext, CommonTlsContext, DownstreamTlsContext, SdsSecretConfig,
+    SubjectAltNameMatcher, TlsParameters, UpstreamTlsContext,
+    common_tls_context::{CombinedCertificateValidationContext, ValidationContextType},
+    subject_alt_name_matcher::SanType,
+    tls_parameters::TlsProtocol,
+};
+use envoy_types::pb::envoy::r#type::matcher::v3::{StringMatcher, string_matcher::MatchPattern};
+use envoy_types::pb::google::protobuf::BoolValue;
+use envoy_types::util::pack_any;
+
+use super::duration;
+
+/// The SDS secret names the agent serves.
+pub const WORKLOAD_SECRET: &str = "default";
+pub const ROOT_SECRET: &str = "ROOTCA";
+/// The bootstrap cluster of the agent's SDS socket.
+pub const SDS_CLUSTER: &str = "sds-grpc";
+
+/// ALPN a mesh client offers (`istio-peer-exchange`, `istio`; plus `h2` for HTTP/2).
+pub fn mesh_alpn(h2: bool) -> Vec<String> {
+    let mut alpn = vec!["istio-peer-exchange".to_string(), "istio".to_string()];
+    if h2 {
+        alpn.push("h2".into());
+    }
+    alpn
+}
+
+fn sds(name: &str) -> SdsSecretConfig {
+    SdsSecretConfig {
+        name: name.to_string(),
+        sds_config: Some(ConfigSource {
+            config_source_specifier: Some(ConfigSourceSpecifier::ApiConfigSource(
+                ApiConfigSource {
+                    api_type: ApiType::Grpc as i32,
+                    transport_api_version: ApiVersion::V3 as i32,
+                    set_node_on_first_message_only: true,
+                    grpc_services: vec![GrpcService {
+                        target_specifier: Some(grpc_service::TargetSpecifier::EnvoyGrpc(
+                            grpc_service::EnvoyGrpc {
+                                cluster_name: SDS_CLUSTER.into(),
+                                ..Default::default()
+                            },
+                        )),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                },
+            )),
+            initial_fetch_timeout: Some(duration(std::time::Duration::ZERO)),
+            resource_api_version: ApiVersion::V3 as i32,
+            ..Default::default()
+        }),
+    }
+}
+
+fn common(alpn: Vec<String>, sans: &[String]) -> CommonTlsContext {
+    let san_matchers = sans
+        .iter()
+        .map(|s| SubjectAltNameMatcher {
+            san_type: SanType::Uri as i32,
+            matcher: Some(StringMatcher {
+                match_pattern: Some(MatchPattern::Exact(s.clone())),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .collect();
+    CommonTlsContext {
+        tls_params: Some(TlsParameters {
+            tls_minimum_protocol_version: TlsProtocol::TlSv12 as i32,
+            tls_maximum_protocol_version: TlsProtocol::TlSv13 as i32,
+            ..Default::default()
+        }),
+        alpn_protocols: alpn,
+        tls_certificate_sds_secret_configs: vec![sds(WORKLOAD_SECRET)],
+        validation_context_type: Some(ValidationContextType::CombinedValidationContext(
+            CombinedCertificateValidationContext {
+                default_validation_context: Some(CertificateValidationContext {
+                    match_typed_subject_alt_names: san_matchers,
+                    ..Default::default()
+                }),
+                validation_context_sds_secret_config: Some(sds(ROOT_SECRET)),
+                ..Default::default()
+            },
+        )),
+        ..Default::default()
+    }
+}
+
+/// ISTIO_MUTUAL towards a server that must be one of `sans` (any mesh identity if empty).
+pub fn upstream(sni: &str, sans: &[String], h2: bool) -> TransportSocket {
+    let ctx = UpstreamTlsContext {
+        common_tls_context: Some(common(mesh_alpn(h2), sans)),
+        sni: sni.to_string(),
+        ..Default::default()
+    };
+    TransportSocket {
+        name: "envoy.transport_sockets.tls".into(),
+        config_type: Some(transport_socket::ConfigType::TypedConfig(pack_any(ctx))),
+    }
+}
+
+/// Plaintext, for endpoints outside the mesh.
+pub fn raw_buffer() -> TransportSocket {
+    TransportSocket {
+        name: "envoy.transport_sockets.raw_buffer".into(),
+        config_type: Some(transport_socket::ConfigType::TypedConfig(pack_any(
+            RawBuffer::default(),
+        ))),
+    }
+}
+
+/// The inbound side of mutual TLS: the workload certificate, a client certificate required
+/// and verified against the root bundle.
+pub fn downstream(http: bool) -> TransportSocket {
+    let alpn = if http {
+        vec!["h2".to_string(), "http/1.1".to_string()]
+    } else {
+        vec![
+            "istio-peer-exchange".to_string(),
+            "h2".to_string(),
+            "http/1.1".to_string(),
+        ]
+    };
+    let ctx = DownstreamTlsContext {
+        common_tls_context: Some(common(alpn, &[])),
+        require_client_certificate: Some(BoolValue { value: true }),
+        ..Default::default()
+    };
+    TransportSocket {
+        name: "envoy.transport_sockets.tls".into(),
+        config_type: Some(transport_socket::ConfigType::TypedConfig(pack_any(ctx))),
+    }
+}
