@@ -28,3 +28,15 @@ envoy:
 # Micro-benchmarks (push context build, per-proxy generation); see BENCHMARKS.md.
 bench:
     cargo bench --locked --bench push
+
+# CA throughput over gRPC + mTLS next to the raw P-256 rate; see BENCHMARKS.md.
+bench-ca seconds="5":
+    cargo bench --locked --bench ca -- {{seconds}}
+
+# Fuzz CSR parsing and verification (cargo install cargo-fuzz; needs a nightly toolchain).
+fuzz-csr seconds="60":
+    cd fuzz && cargo +nightly fuzz run csr -- -max_total_time={{seconds}}
+
+# Fuzz the CA request handler (protobuf body -> verify -> sign or refuse).
+fuzz-ca seconds="60":
+    cd fuzz && cargo +nightly fuzz run ca_request -- -max_total_time={{seconds}}

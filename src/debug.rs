@@ -5,7 +5,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
 use axum::Router;
-use axum::extract::State;
+use std::net::SocketAddr;
+
+use axum::extract::{ConnectInfo, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Json};
 use axum::routing::get;
@@ -25,16 +27,40 @@ pub struct DebugState {
     pub ready: Arc<AtomicBool>,
 }
 
-pub fn router(state: DebugState) -> Router {
-    Router::new()
-        .route("/metrics", get(metrics))
-        .route("/ready", get(ready))
+/// `/metrics` and `/ready` for everyone (Prometheus, probes); the `/debug` views, which
+/// expose configuration, only to local callers unless `remote_debug` is set.
+pub fn router(state: DebugState, remote_debug: bool) -> Router {
+    let debug = Router::new()
         .route("/debug/configz", get(configz))
         .route("/debug/syncz", get(syncz))
         .route("/debug/registryz", get(registryz))
         .route("/debug/push_status", get(push_status))
         .route("/debug/authenticationz", get(authenticationz))
+        .layer(axum::middleware::from_fn(
+            move |ConnectInfo(peer): ConnectInfo<SocketAddr>,
+                  request: axum::extract::Request,
+                  next: axum::middleware::Next| async move {
+                if debug_allowed(peer, remote_debug) {
+                    next.run(request).await
+                } else {
+                    (
+                        StatusCode::FORBIDDEN,
+                        "debug endpoints answer local callers only (meshd serve --remote-debug)\n",
+                    )
+                        .into_response()
+                }
+            },
+        ));
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/ready", get(ready))
+        .merge(debug)
         .with_state(state)
+}
+
+/// Whether a caller at `peer` may read the debug views.
+pub fn debug_allowed(peer: SocketAddr, remote_debug: bool) -> bool {
+    remote_debug || peer.ip().is_loopback()
 }
 
 async fn metrics(State(s): State<DebugState>) -> impl IntoResponse {
@@ -162,4 +188,19 @@ async fn push_status(State(s): State<DebugState>) -> impl IntoResponse {
         "connectedProxies": s.xds.sync_status().len(),
         "crossObjectWarnings": push.context.issues.len(),
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_views_answer_local_callers_unless_told_otherwise() {
+        let local: SocketAddr = "127.0.0.1:5000".parse().unwrap();
+        let local6: SocketAddr = "[::1]:5000".parse().unwrap();
+        let remote: SocketAddr = "10.1.2.3:5000".parse().unwrap();
+        assert!(debug_allowed(local, false) && debug_allowed(local6, false));
+        assert!(!debug_allowed(remote, false));
+        assert!(debug_allowed(remote, true));
+    }
 }

@@ -67,6 +67,10 @@ enum Command {
         /// Metrics, readiness and debug endpoints, Istio's port 15014.
         #[arg(long, default_value = "0.0.0.0:15014")]
         monitoring_address: SocketAddr,
+        /// Answer the /debug views (which expose configuration) to non-local callers too;
+        /// by default only localhost may read them. /metrics and /ready are always open.
+        #[arg(long, env = "MESHD_REMOTE_DEBUG")]
+        remote_debug: bool,
     },
     /// The sidecar's companion (like pilot-agent): workload key and certificate from meshd's
     /// CA, served to Envoy over SDS on a Unix socket, renewed before expiry, and Envoy's
@@ -121,6 +125,7 @@ fn main() -> ExitCode {
             no_plaintext_xds,
             security,
             monitoring_address,
+            remote_debug,
         } => {
             init_tracing();
             let push = match PushSettings::from_env() {
@@ -165,6 +170,7 @@ fn main() -> ExitCode {
                 xds_address: (!no_plaintext_xds).then_some(xds_address),
                 security,
                 monitoring_address,
+                remote_debug,
                 push,
             };
             let runtime =
@@ -357,6 +363,17 @@ struct SecurityArgs {
     /// Extra names (DNS or IP) in meshd's serving certificate.
     #[arg(long, value_delimiter = ',')]
     serving_names: Vec<String>,
+    /// Forward certificate requests to this Istio-compatible CA (`https://HOST:PORT`)
+    /// instead of signing them: this instance still authenticates the caller and checks
+    /// its CSR, and the external CA authenticates the caller's token again.
+    #[arg(long, env = "EXTERNAL_CA")]
+    external_ca: Option<String>,
+    /// The root the external CA's serving certificate chains to (PEM file).
+    #[arg(long, env = "EXTERNAL_CA_ROOT_CERT")]
+    external_ca_root_cert: Option<PathBuf>,
+    /// The name the external CA's serving certificate carries.
+    #[arg(long, default_value = "istiod.istio-system.svc")]
+    external_ca_server_name: String,
 }
 
 impl SecurityArgs {
@@ -381,6 +398,18 @@ impl SecurityArgs {
         opts.token_file = self.ca_token_file;
         opts.audiences = self.token_audiences;
         opts.dns_names.extend(self.serving_names);
+        if let Some(address) = self.external_ca {
+            let root = self
+                .external_ca_root_cert
+                .ok_or("--external-ca needs --external-ca-root-cert")?;
+            let root_pem = std::fs::read_to_string(&root)
+                .map_err(|e| format!("reading {}: {e}", root.display()))?;
+            opts.external_ca = Some(meshd::ca::service::UpstreamCa {
+                address,
+                root_pem,
+                server_name: self.external_ca_server_name,
+            });
+        }
         Ok(opts)
     }
 }

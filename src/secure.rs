@@ -13,7 +13,7 @@ use tokio::sync::watch;
 
 use crate::ca::authn::{Authenticator, DEFAULT_AUDIENCE, TokenVerifier};
 use crate::ca::persist::{CaStore, RootOptions, needs_rotation};
-use crate::ca::service::CaService;
+use crate::ca::service::{CaService, UpstreamCa};
 use crate::ca::{CertTtl, CertificateAuthority};
 use crate::metrics::Metrics;
 use crate::xds::{AdsService, XdsShared};
@@ -34,6 +34,8 @@ pub struct SecurityOptions {
     pub audiences: Vec<String>,
     /// Names in meshd's serving certificate.
     pub dns_names: Vec<String>,
+    /// Forward certificate requests to this CA instead of signing (`EXTERNAL_CA`).
+    pub external_ca: Option<UpstreamCa>,
 }
 
 impl SecurityOptions {
@@ -57,6 +59,7 @@ impl SecurityOptions {
                 "localhost".into(),
                 "127.0.0.1".into(),
             ],
+            external_ca: None,
         }
     }
 }
@@ -70,6 +73,7 @@ const CHECK_EVERY: Duration = Duration::from_secs(60);
 pub struct Security {
     pub ca: Arc<CertificateAuthority>,
     pub authn: Arc<Authenticator>,
+    upstream: Option<UpstreamCa>,
     configs: watch::Receiver<Arc<rustls::ServerConfig>>,
 }
 
@@ -108,7 +112,12 @@ impl Security {
         let (config, renew_at) = serving_config(&ca, &opts.dns_names)?;
         let (tx, configs) = watch::channel(config);
         tokio::spawn(maintain(ca.clone(), store, opts.clone(), tx, renew_at));
-        Ok(Security { ca, authn, configs })
+        Ok(Security {
+            ca,
+            authn,
+            upstream: opts.external_ca.clone(),
+            configs,
+        })
     }
 
     /// Serves the CA and secure ADS on `listener` until `shutdown` changes.
@@ -120,7 +129,8 @@ impl Security {
         mut shutdown: watch::Receiver<bool>,
     ) -> tokio::task::JoinHandle<Result<(), tonic::transport::Error>> {
         let incoming = crate::tls::incoming(listener, self.configs.clone());
-        let ca = CaService::new(self.ca.clone(), self.authn.clone(), metrics);
+        let ca = CaService::new(self.ca.clone(), self.authn.clone(), metrics)
+            .forwarding_to(self.upstream.clone());
         let ads = AdsService::secure(xds, self.authn.clone());
         tokio::spawn(
             tonic::transport::Server::builder()

@@ -41,6 +41,8 @@ pub struct ServeOptions {
     /// The secure port (15012) and the CA.
     pub security: SecurityOptions,
     pub monitoring_address: SocketAddr,
+    /// Serve the `/debug` views to non-local callers too.
+    pub remote_debug: bool,
     pub push: PushSettings,
     /// The revision this instance serves (`default` unless told otherwise).
     pub revision: String,
@@ -114,12 +116,17 @@ pub async fn run(opts: ServeOptions) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("binding the monitoring port {}", opts.monitoring_address))?;
     let mut debug_shutdown = shutdown_rx.clone();
+    let remote_debug = opts.remote_debug;
     let debug_task = tokio::spawn(async move {
-        axum::serve(monitoring, debug::router(debug_state))
-            .with_graceful_shutdown(async move {
-                let _ = debug_shutdown.changed().await;
-            })
-            .await
+        axum::serve(
+            monitoring,
+            debug::router(debug_state, remote_debug)
+                .into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .with_graceful_shutdown(async move {
+            let _ = debug_shutdown.changed().await;
+        })
+        .await
     });
 
     let client = match &opts.source {

@@ -100,6 +100,9 @@ pub fn incoming(
             if tx.is_closed() {
                 return;
             }
+            // As tonic does for its own listeners: small gRPC frames must not wait for
+            // Nagle's algorithm and the peer's delayed ACK (40 ms a response).
+            let _ = tcp.set_nodelay(true);
             let tx = tx.clone();
             tokio::spawn(async move {
                 match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {

@@ -88,9 +88,9 @@ pub async fn request_certificate(
         validity_duration: opts.ttl.as_secs() as i64,
         metadata: None,
     });
-    if valid.is_none()
-        && let Some(file) = &opts.token_file
-    {
+    // The token goes along even on renewal: a CA that forwards to an external one needs
+    // it (meshd itself prefers the certificate).
+    if let Some(file) = &opts.token_file {
         let token = std::fs::read_to_string(file)
             .map_err(|e| anyhow::anyhow!("reading the token {}: {e}", file.display()))?;
         request

@@ -1,7 +1,6 @@
 //! Certificate signing requests: parsed from PEM, their signature verified, their key and
 //! requested identities read. Everything here treats the input as hostile.
 
-use p256::ecdsa::signature::Verifier;
 use p256::ecdsa::{DerSignature, VerifyingKey};
 use x509_cert::der::oid::ObjectIdentifier;
 use x509_cert::der::referenced::OwnedToRef;
@@ -46,19 +45,23 @@ pub fn verify(pem: &str) -> Result<VerifiedCsr, CaError> {
             req.algorithm.oid
         )));
     }
-    let key = VerifyingKey::try_from(req.info.public_key.owned_to_ref()).map_err(|e| {
+    // The key must be a P-256 point (this also checks the SPKI's curve).
+    VerifyingKey::try_from(req.info.public_key.owned_to_ref()).map_err(|e| {
         CaError::UnsupportedKey(format!("the CSR's key is not an ECDSA P-256 key: {e}"))
     })?;
     let signature = req
         .signature
         .as_bytes()
-        .and_then(|b| DerSignature::from_bytes(b).ok())
         .ok_or_else(|| CaError::BadSignature("the CSR's signature is malformed".into()))?;
     let info = req
         .info
         .to_der()
         .map_err(|e| CaError::BadCsr(format!("cannot re-encode the request: {e}")))?;
-    key.verify(&info, &signature)
+    // ring's P-256 verification is about three times faster than the pure-Rust one and is
+    // already linked for TLS; the signature is the CA's largest cost per request.
+    let point = req.info.public_key.subject_public_key.raw_bytes();
+    ring::signature::UnparsedPublicKey::new(&ring::signature::ECDSA_P256_SHA256_ASN1, point)
+        .verify(&info, signature)
         .map_err(|_| CaError::BadSignature("the CSR's signature does not match its key".into()))?;
 
     let mut uris = Vec::new();

@@ -24,11 +24,23 @@ use pb::{IstioCertificateRequest, IstioCertificateResponse};
 /// keeps a hostile client from making meshd buffer megabytes.
 pub const MAX_REQUEST_BYTES: usize = 1024 * 1024;
 
+/// Another Istio-compatible CA that signs instead of this one (`EXTERNAL_CA`).
+#[derive(Clone, Debug)]
+pub struct UpstreamCa {
+    /// `https://HOST:PORT`.
+    pub address: String,
+    /// PEM roots its serving certificate chains to.
+    pub root_pem: String,
+    /// The name its serving certificate carries.
+    pub server_name: String,
+}
+
 #[derive(Clone)]
 pub struct CaService {
     ca: Arc<CertificateAuthority>,
     authn: Arc<Authenticator>,
     metrics: Arc<Metrics>,
+    upstream: Option<UpstreamCa>,
 }
 
 impl CaService {
@@ -37,7 +49,18 @@ impl CaService {
         authn: Arc<Authenticator>,
         metrics: Arc<Metrics>,
     ) -> CaService {
-        CaService { ca, authn, metrics }
+        CaService {
+            ca,
+            authn,
+            metrics,
+            upstream: None,
+        }
+    }
+
+    /// Forward verified requests to `upstream` instead of signing them here.
+    pub fn forwarding_to(mut self, upstream: Option<UpstreamCa>) -> CaService {
+        self.upstream = upstream;
+        self
     }
 
     pub fn into_server(self) -> IstioCertificateServiceServer<CaService> {
@@ -53,17 +76,72 @@ impl CaService {
             .authn
             .authenticate(peer.as_deref(), request.metadata())
             .await?;
+        let authorization = request.metadata().get("authorization").cloned();
         let req = request.into_inner();
-        let chain = self
-            .ca
-            .sign_workload(&req.csr, &identity, req.validity_duration)
-            .map_err(|e| {
-                tracing::warn!(caller = %identity, "CSR refused: {e}");
-                e
-            })?;
+        let result = match &self.upstream {
+            None => self
+                .ca
+                .sign_workload(&req.csr, &identity, req.validity_duration),
+            Some(upstream) => forward(upstream, &req, &identity, authorization).await,
+        };
+        let chain = result.map_err(|e| {
+            tracing::warn!(caller = %identity, "CSR refused: {e}");
+            e
+        })?;
         tracing::debug!(identity = %identity, "certificate issued");
         Ok(chain)
     }
+}
+
+/// Checks the CSR here (signature, and that it asks only for the caller's identity), then
+/// has `upstream` sign it, presenting the caller's own token: the upstream CA
+/// authenticates the workload itself, so this instance can never widen what it may get.
+async fn forward(
+    upstream: &UpstreamCa,
+    req: &IstioCertificateRequest,
+    identity: &super::Identity,
+    authorization: Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>,
+) -> Result<Vec<String>, CaError> {
+    let csr = super::csr::verify(&req.csr)?;
+    let wanted = identity.to_string();
+    if let Some(other) = csr.uris.iter().find(|u| **u != wanted) {
+        return Err(CaError::IdentityMismatch(format!(
+            "the CSR asks for {other} but the caller is {wanted}"
+        )));
+    }
+    let Some(authorization) = authorization else {
+        return Err(CaError::Unauthenticated(
+            "with an external CA, requests must carry the workload's token".into(),
+        ));
+    };
+    let upstream_err =
+        |e: &dyn std::fmt::Display| CaError::Upstream(format!("{}: {e}", upstream.address));
+    let tls = tonic::transport::ClientTlsConfig::new()
+        .ca_certificate(tonic::transport::Certificate::from_pem(&upstream.root_pem))
+        .domain_name(upstream.server_name.clone());
+    let channel = tonic::transport::Endpoint::from_shared(upstream.address.clone())
+        .map_err(|e| upstream_err(&e))?
+        .tls_config(tls)
+        .map_err(|e| upstream_err(&e))?
+        .timeout(std::time::Duration::from_secs(10))
+        .connect()
+        .await
+        .map_err(|e| upstream_err(&e))?;
+    let mut request = tonic::Request::new(req.clone());
+    request
+        .metadata_mut()
+        .insert("authorization", authorization);
+    pb::istio_certificate_service_client::IstioCertificateServiceClient::new(channel)
+        .create_certificate(request)
+        .await
+        .map(|r| r.into_inner().cert_chain)
+        .map_err(|s| match s.code() {
+            tonic::Code::Unauthenticated => CaError::Unauthenticated(format!(
+                "the external CA refused the caller: {}",
+                s.message()
+            )),
+            _ => upstream_err(&s.message()),
+        })
 }
 
 /// The DER certificates the TLS client presented, if any.

@@ -353,3 +353,77 @@ async fn the_secure_xds_port_serves_only_proxies_of_the_proven_identity() {
         1.0
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_an_external_ca_requests_are_checked_here_and_signed_there() {
+    let upstream = local_ca("ca-upstream");
+    let dir = temp_dir("ca-front");
+    let tokens = dir.join("tokens");
+    // The front instance also knows a token the upstream does not.
+    std::fs::write(
+        &tokens,
+        "reviews-token shop reviews\nfront-only shop reviews\n",
+    )
+    .unwrap();
+    let config = dir.join("config");
+    std::fs::create_dir_all(&config).unwrap();
+    let upstream_root = upstream.ca_dir.join("root-cert.pem");
+    let front = Meshd::start_with(
+        &config,
+        &[
+            "--ca-token-file",
+            tokens.to_str().unwrap(),
+            "--external-ca",
+            &format!("https://127.0.0.1:{}", upstream.secure_port),
+            "--external-ca-root-cert",
+            upstream_root.to_str().unwrap(),
+            "--external-ca-server-name",
+            "localhost",
+        ],
+    );
+    let opts = |token: &str| {
+        client_options(
+            &front,
+            front.root_pem(),
+            Some(&token_file(&dir, token)),
+            REVIEWS,
+        )
+    };
+    let cert = request_certificate(&opts("reviews-token"), None, 1)
+        .await
+        .unwrap();
+    assert_eq!(
+        cert.roots_pem,
+        upstream.root_pem(),
+        "signed by the external CA"
+    );
+    assert_ne!(front.root_pem(), upstream.root_pem());
+    assert_eq!(
+        upstream.metric("citadel_server_success_cert_issuance_count"),
+        1.0
+    );
+
+    // The external CA authenticates the workload again.
+    let e = request_certificate(&opts("front-only"), None, 1)
+        .await
+        .unwrap_err();
+    assert!(
+        format!("{e:#}").contains("the external CA refused the caller"),
+        "{e:#}"
+    );
+    // And a foreign identity never leaves this instance.
+    let e = raw_request(
+        &front,
+        Some("reviews-token"),
+        None,
+        csr::build(
+            &SigningKey::generate(),
+            "spiffe://cluster.local/ns/bank/sa/teller",
+        )
+        .unwrap(),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+    assert_eq!(upstream.metric("citadel_server_csr_count"), 2.0);
+}
