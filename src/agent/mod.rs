@@ -37,8 +37,11 @@ pub async fn run(opts: AgentOptions) -> anyhow::Result<()> {
     let (cert_tx, cert_rx) = watch::channel(None);
     tokio::spawn(certs::keep_fresh(Arc::new(opts.ca.clone()), cert_tx));
 
+    // Written whole, then renamed: whoever starts Envoy never reads half a file.
     let text = serde_json::to_string_pretty(&bootstrap::render(&opts.bootstrap))?;
-    std::fs::write(&opts.bootstrap_path, text)
+    let tmp = opts.bootstrap_path.with_extension("tmp");
+    std::fs::write(&tmp, text)
+        .and_then(|()| std::fs::rename(&tmp, &opts.bootstrap_path))
         .with_context(|| format!("writing {}", opts.bootstrap_path.display()))?;
     tracing::info!(
         node = %opts.bootstrap.node_id,

@@ -41,6 +41,8 @@ pub struct PushContext {
     pub peer_authentications: Vec<Arc<ConfigObject>>,
     /// Oldest first, then by key.
     pub authorization_policies: Vec<Arc<ConfigObject>>,
+    /// TLS Secrets by (namespace, name), for gateway credentials.
+    pub secrets: HashMap<(String, String), Arc<ConfigObject>>,
     pub pod_labels: HashMap<(String, String), BTreeMap<String, String>>,
     pub namespace_labels: HashMap<String, BTreeMap<String, String>>,
     /// Mesh-wide settings (the `istio` ConfigMap), defaults without one.
@@ -99,6 +101,10 @@ impl PushContext {
             authorization_policies: super::security::sorted(
                 store.of_kind(Kind::AuthorizationPolicy).cloned().collect(),
             ),
+            secrets: store
+                .of_kind(Kind::Secret)
+                .map(|o| ((o.key.namespace.clone(), o.key.name.clone()), o.clone()))
+                .collect(),
             pod_labels,
             namespace_labels,
             mesh: MeshConfig::from_store(store),

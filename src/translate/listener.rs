@@ -7,10 +7,11 @@ use std::sync::Arc;
 
 use envoy_types::pb::envoy::config::core::v3::TrafficDirection;
 use envoy_types::pb::envoy::config::listener::v3::{
-    Filter, FilterChain, Listener, filter::ConfigType,
+    Filter, FilterChain, Listener, ListenerFilter, filter::ConfigType, listener_filter,
 };
 use envoy_types::pb::envoy::config::route::v3::RouteConfiguration;
 use envoy_types::pb::envoy::extensions::filters::http::router::v3::Router;
+use envoy_types::pb::envoy::extensions::filters::listener::tls_inspector::v3::TlsInspector;
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
     HttpConnectionManager, HttpFilter, Rds,
     http_connection_manager::{
@@ -22,9 +23,11 @@ use envoy_types::pb::envoy::extensions::filters::network::http_connection_manage
 use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{
     TcpProxy, tcp_proxy::ClusterSpecifier,
 };
+use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::Secret;
 use envoy_types::pb::google::protobuf::BoolValue;
 use envoy_types::util::pack_any;
 
+use super::credentials::{self, ServerTls};
 use super::endpoint::socket_address;
 use super::{
     BLACKHOLE_CLUSTER, PASSTHROUGH_CLUSTER, ads_config_source, outbound_cluster_name, route,
@@ -188,33 +191,52 @@ pub struct GatewayServer {
 }
 
 /// A gateway's listeners: one per server port of the Gateways that select it, on the port
-/// the gateway's own Service maps that port to.
+/// the gateway's own Service maps that port to. HTTP servers share `http.PORT`; each HTTPS
+/// server with a `credentialName` gets its own SNI-matched chain and route
+/// `https.PORT.PORTNAME.GATEWAY.NAMESPACE`, only for a gateway with a proven identity.
 pub fn gateway(
     ctx: &PushContext,
     proxy: &Proxy,
     _services: &[&Arc<Service>],
-) -> (Vec<Listener>, Vec<RouteConfiguration>) {
+) -> (Vec<Listener>, Vec<RouteConfiguration>, Vec<Secret>) {
     let mut http_servers: BTreeMap<u32, Vec<GatewayServer>> = BTreeMap::new();
+    let mut https_servers: BTreeMap<u32, Vec<(GatewayServer, ServerTls, String)>> = BTreeMap::new();
     for (gw_obj, gw) in ctx.gateways_for(proxy) {
         for server in &gw.servers {
             let protocol = server.port.protocol.to_ascii_uppercase();
-            // HTTPS/TLS servers need credentials (the security work); only plain HTTP here.
+            let listen_port = ctx.gateway_listen_port(proxy, server.port.number);
+            let gs = GatewayServer {
+                gateway: format!("{}/{}", gw_obj.key.namespace, gw_obj.key.name),
+                hosts: server.hosts.clone(),
+                port: server.port.number,
+            };
             if matches!(protocol.as_str(), "HTTP" | "HTTP2" | "GRPC") && server.tls.is_none() {
-                let listen_port = ctx.gateway_listen_port(proxy, server.port.number);
-                http_servers
+                http_servers.entry(listen_port).or_default().push(gs);
+            } else if protocol == "HTTPS"
+                && proxy.identity.is_some()
+                && let Some(tls) = ServerTls::from_server(server.tls.as_ref(), &proxy.namespace)
+            {
+                let mut route_name = format!(
+                    "https.{}.{}.{}.{}",
+                    server.port.number, server.port.name, gw_obj.key.name, gw_obj.key.namespace
+                );
+                if let Some(bind) = &server.bind {
+                    route_name.push_str(&format!(".{bind}"));
+                }
+                https_servers
                     .entry(listen_port)
                     .or_default()
-                    .push(GatewayServer {
-                        gateway: format!("{}/{}", gw_obj.key.namespace, gw_obj.key.name),
-                        hosts: server.hosts.clone(),
-                        port: server.port.number,
-                    });
+                    .push((gs, tls, route_name));
             }
         }
     }
     let mut listeners = Vec::new();
     let mut routes = Vec::new();
+    let mut credentials = Vec::new();
     for (port, servers) in &http_servers {
+        if https_servers.contains_key(port) {
+            continue; // one socket per port: the HTTPS servers take it
+        }
         let name = format!("0.0.0.0_{port}");
         let hcm = http_connection_manager(format!("outbound_{name}"), format!("http.{port}"), true);
         listeners.push(listener(
@@ -224,7 +246,46 @@ pub fn gateway(
             TrafficDirection::Outbound,
             vec![hcm],
         ));
-        routes.push(route::gateway(ctx, proxy, *port, servers));
+        routes.push(route::gateway(
+            ctx,
+            proxy,
+            *port,
+            servers,
+            format!("http.{port}"),
+        ));
     }
-    (listeners, routes)
+    for (port, servers) in https_servers {
+        let name = format!("0.0.0.0_{port}");
+        let mut chains = Vec::new();
+        for (server, tls, route_name) in servers {
+            let hcm = http_connection_manager(format!("outbound_{name}"), route_name.clone(), true);
+            chains.push(credentials::https_chain(&server.hosts, &tls, vec![hcm]));
+            routes.push(route::gateway(
+                ctx,
+                proxy,
+                port,
+                std::slice::from_ref(&server),
+                route_name,
+            ));
+            credentials.push(tls);
+        }
+        let mut l = listener(
+            "0.0.0.0",
+            port,
+            true,
+            TrafficDirection::Outbound,
+            Vec::new(),
+        );
+        l.filter_chains = chains;
+        l.listener_filters = vec![ListenerFilter {
+            name: "envoy.filters.listener.tls_inspector".into(),
+            config_type: Some(listener_filter::ConfigType::TypedConfig(pack_any(
+                TlsInspector::default(),
+            ))),
+            ..Default::default()
+        }];
+        listeners.push(l);
+    }
+    let secrets = credentials::secrets(ctx, proxy, &credentials);
+    (listeners, routes, secrets)
 }

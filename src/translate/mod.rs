@@ -3,6 +3,7 @@
 
 pub mod authz;
 pub mod cluster;
+pub mod credentials;
 pub mod endpoint;
 pub mod inbound;
 pub mod listener;
@@ -17,6 +18,7 @@ use envoy_types::pb::envoy::config::core::v3::{
 use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
 use envoy_types::pb::envoy::config::listener::v3::Listener;
 use envoy_types::pb::envoy::config::route::v3::RouteConfiguration;
+use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::Secret;
 use envoy_types::pb::google::protobuf::{self as pbp, Struct, value::Kind as ValueKind};
 
 use crate::model::{Proxy, ProxyKind, PushContext};
@@ -28,6 +30,8 @@ pub struct ProxyConfig {
     pub endpoints: Vec<ClusterLoadAssignment>,
     pub listeners: Vec<Listener>,
     pub routes: Vec<RouteConfiguration>,
+    /// Gateway credentials, for proxies with a proven identity only.
+    pub secrets: Vec<Secret>,
 }
 
 /// Translates the push context for one proxy.
@@ -42,8 +46,11 @@ pub fn proxy_config(ctx: &PushContext, proxy: &Proxy) -> ProxyConfig {
             .collect(),
     };
     let (mut clusters, endpoints) = cluster::outbound(ctx, proxy, &services);
-    let (mut listeners, routes) = match proxy.kind {
-        ProxyKind::Sidecar => listener::sidecar(ctx, proxy, &services),
+    let (mut listeners, routes, secrets) = match proxy.kind {
+        ProxyKind::Sidecar => {
+            let (l, r) = listener::sidecar(ctx, proxy, &services);
+            (l, r, Vec::new())
+        }
         ProxyKind::Router => listener::gateway(ctx, proxy, &services),
     };
     if proxy.kind == ProxyKind::Sidecar {
@@ -59,6 +66,7 @@ pub fn proxy_config(ctx: &PushContext, proxy: &Proxy) -> ProxyConfig {
         endpoints,
         listeners,
         routes,
+        secrets,
     }
 }
 

@@ -162,13 +162,15 @@ fn catch_all(registry_only: bool) -> VirtualHost {
     }
 }
 
-/// The route configuration `http.PORT` of a gateway: one virtual host per server host
-/// that a VirtualService bound to the gateway claims.
+/// A gateway route configuration (`http.PORT`, or `https.PORT.NAME.GATEWAY.NS` for one
+/// HTTPS server): one virtual host per server host that a VirtualService bound to the
+/// gateway claims.
 pub fn gateway(
     ctx: &PushContext,
     proxy: &Proxy,
     listen_port: u32,
     servers: &[GatewayServer],
+    name: String,
 ) -> RouteConfiguration {
     let mut vhosts: BTreeMap<String, VirtualHost> = BTreeMap::new();
     for server in servers {
@@ -219,7 +221,7 @@ pub fn gateway(
             ..Default::default()
         });
     }
-    route_configuration(format!("http.{listen_port}"), vhosts)
+    route_configuration(name, vhosts)
 }
 
 fn prefix_match(prefix: &str) -> RouteMatch {

@@ -335,3 +335,72 @@ fn a_proxy_without_a_proven_identity_gets_no_identity_bound_config() {
         "STRICT without a certificate: refused, never plaintext"
     );
 }
+
+const GATEWAY: &str = r#"
+apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata: {name: web, namespace: istio-system}
+spec:
+  selector: {istio: ingressgateway}
+  servers:
+  - port: {number: 8443, name: https, protocol: HTTPS}
+    hosts: ["shop/shop.example.com"]
+    tls: {mode: SIMPLE, credentialName: shop-cert}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: shop-cert, namespace: istio-system}
+type: kubernetes.io/tls
+stringData: {tls.crt: CERT, tls.key: KEY}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: shop-cert, namespace: elsewhere}
+stringData: {tls.crt: OTHER, tls.key: OTHERKEY}
+"#;
+
+fn gateway_proxy(identity: bool) -> Proxy {
+    let meta = json!({"NAMESPACE": "istio-system", "LABELS": {"istio": "ingressgateway"}});
+    let mut p = Proxy::from_node(
+        "router~10.1.1.1~gw-0.istio-system~istio-system.svc.cluster.local",
+        meta.as_object().unwrap(),
+    )
+    .unwrap();
+    if identity {
+        p.identity = Some("spiffe://cluster.local/ns/istio-system/sa/istio-ingressgateway".into());
+    }
+    p
+}
+
+#[test]
+fn an_https_server_gets_its_credential_over_sds_only_with_a_proven_identity() {
+    let ctx = context(GATEWAY);
+    let cfg = proxy_config(&ctx, &gateway_proxy(true));
+    let l = cfg
+        .listeners
+        .iter()
+        .find(|l| l.name == "0.0.0.0_8443")
+        .unwrap();
+    let chain = &l.filter_chains[0];
+    assert_eq!(
+        chain.filter_chain_match.as_ref().unwrap().server_names,
+        ["shop.example.com"]
+    );
+    assert!(
+        cfg.routes
+            .iter()
+            .any(|r| r.name == "https.8443.https.web.istio-system")
+    );
+    let names: Vec<&str> = cfg.secrets.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["kubernetes://shop-cert"]);
+    let body = format!("{:?}", cfg.secrets[0]);
+    assert!(
+        body.contains(&format!("{:?}", b"CERT".to_vec())),
+        "the gateway namespace's Secret, not another namespace's"
+    );
+
+    // On the plaintext port: neither the HTTPS listener nor any secret.
+    let plain = proxy_config(&ctx, &gateway_proxy(false));
+    assert!(plain.secrets.is_empty());
+    assert!(!plain.listeners.iter().any(|l| l.name == "0.0.0.0_8443"));
+}

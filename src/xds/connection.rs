@@ -13,7 +13,7 @@ use serde::Serialize;
 
 use super::XdsShared;
 use super::push::Push;
-use super::resource::{PUSH_ORDER, Resource, TypeKind, View};
+use super::resource::{PUSH_ORDER, Resource, TYPES, TypeKind, View};
 use crate::config::ObjectKey;
 use crate::metrics::type_label;
 use crate::model::Proxy;
@@ -75,12 +75,12 @@ pub struct Connection {
     pub id: u64,
     pub proxy: Proxy,
     pub push: Arc<Push>,
-    pub watches: [Watch; 4],
+    pub watches: [Watch; TYPES],
     pub status: Arc<Mutex<SyncStatus>>,
     pub shared: Arc<XdsShared>,
     nonces: u64,
     /// The version_info of the last SotW response per type (the push version it carried).
-    pub versions: [String; 4],
+    pub versions: [String; TYPES],
 }
 
 impl Connection {

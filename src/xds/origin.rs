@@ -61,7 +61,7 @@ pub fn origins(kind: TypeKind, resources: &[std::sync::Arc<Resource>]) -> Vec<Ob
                     out.extend(routes.filter_map(|route| config_of(route.metadata.as_ref())));
                 }
             }
-            TypeKind::Endpoint | TypeKind::Listener => {}
+            TypeKind::Endpoint | TypeKind::Listener | TypeKind::Secret => {}
         }
     }
     out.sort();

@@ -20,13 +20,19 @@ pub enum TypeKind {
     Endpoint = 1,
     Listener = 2,
     Route = 3,
+    /// SDS over ADS: gateway credentials (`kubernetes://NAME`), secure port only.
+    Secret = 4,
 }
 
-pub const PUSH_ORDER: [TypeKind; 4] = [
+/// Number of xDS types.
+pub const TYPES: usize = 5;
+
+pub const PUSH_ORDER: [TypeKind; TYPES] = [
     TypeKind::Cluster,
     TypeKind::Endpoint,
     TypeKind::Listener,
     TypeKind::Route,
+    TypeKind::Secret,
 ];
 
 pub const CLUSTER_TYPE: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
@@ -34,6 +40,8 @@ pub const ENDPOINT_TYPE: &str =
     "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment";
 pub const LISTENER_TYPE: &str = "type.googleapis.com/envoy.config.listener.v3.Listener";
 pub const ROUTE_TYPE: &str = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration";
+pub const SECRET_TYPE: &str =
+    "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret";
 
 impl TypeKind {
     pub fn url(self) -> &'static str {
@@ -42,6 +50,7 @@ impl TypeKind {
             TypeKind::Endpoint => ENDPOINT_TYPE,
             TypeKind::Listener => LISTENER_TYPE,
             TypeKind::Route => ROUTE_TYPE,
+            TypeKind::Secret => SECRET_TYPE,
         }
     }
 
@@ -56,6 +65,7 @@ impl TypeKind {
             TypeKind::Endpoint => "eds",
             TypeKind::Listener => "lds",
             TypeKind::Route => "rds",
+            TypeKind::Secret => "sds",
         }
     }
 
@@ -93,7 +103,7 @@ pub type ResourceMap = BTreeMap<String, Arc<Resource>>;
 /// Everything one kind of proxy is sent in one push, encoded.
 #[derive(Debug, Default)]
 pub struct View {
-    sets: [ResourceMap; 4],
+    sets: [ResourceMap; TYPES],
 }
 
 impl View {
@@ -113,6 +123,9 @@ impl View {
         }
         for r in &config.routes {
             view.sets[TypeKind::Route as usize].insert(r.name.clone(), encode(&r.name, r));
+        }
+        for s in &config.secrets {
+            view.sets[TypeKind::Secret as usize].insert(s.name.clone(), encode(&s.name, s));
         }
         view
     }

@@ -118,7 +118,40 @@ pub fn http_get(
     stream.write_all(req.as_bytes())?;
     let mut raw = Vec::new();
     stream.read_to_end(&mut raw)?;
-    let text = String::from_utf8_lossy(&raw);
+    parse_response(&raw)
+}
+
+/// One HTTPS/1.1 request with SNI `sni`, trusting only `root_pem`.
+pub fn https_get(
+    addr: &str,
+    sni: &str,
+    root_pem: &str,
+    path: &str,
+) -> std::io::Result<HttpResponse> {
+    let mut config = meshd::tls::client_config(root_pem, None).map_err(std::io::Error::other)?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let name =
+        rustls::pki_types::ServerName::try_from(sni.to_string()).map_err(std::io::Error::other)?;
+    let conn = rustls::ClientConnection::new(std::sync::Arc::new(config), name)
+        .map_err(std::io::Error::other)?;
+    let tcp =
+        TcpStream::connect_timeout(&addr.parse::<SocketAddr>().unwrap(), Duration::from_secs(2))?;
+    tcp.set_read_timeout(Some(Duration::from_secs(5)))?;
+    let mut tls = rustls::StreamOwned::new(conn, tcp);
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {sni}\r\nConnection: close\r\n\r\n");
+    tls.write_all(req.as_bytes())?;
+    let mut raw = Vec::new();
+    match tls.read_to_end(&mut raw) {
+        Ok(_) => {}
+        // Envoy may close without close_notify after `Connection: close`.
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !raw.is_empty() => {}
+        Err(e) => return Err(e),
+    }
+    parse_response(&raw)
+}
+
+fn parse_response(raw: &[u8]) -> std::io::Result<HttpResponse> {
+    let text = String::from_utf8_lossy(raw);
     let (head, body) = text
         .split_once("\r\n\r\n")
         .ok_or_else(|| std::io::Error::other(format!("bad response: {text:?}")))?;
@@ -799,7 +832,9 @@ impl Workload {
             );
             thread::sleep(Duration::from_millis(20));
         }
-        let id = format!("sidecar~{ip}~{pod}.{namespace}~{namespace}.svc.cluster.local");
+        let written: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&bootstrap).unwrap()).unwrap();
+        let id = written["node"]["id"].as_str().unwrap().to_string();
         let envoy = Envoy::run(&bootstrap, &dir, id, admin_port, ip.to_string());
         Workload {
             envoy,

@@ -8,6 +8,7 @@ mod bad_config;
 mod ca;
 mod cli;
 mod gateway;
+mod gateway_tls;
 mod kubernetes;
 mod mtls;
 mod protocol;

@@ -1,0 +1,181 @@
+//! Gateway TLS from `credentialName`: the HTTPS server's TLS context asks for the secret
+//! `kubernetes://NAME` over ADS (and `kubernetes://NAME-cacert` for MUTUAL), and meshd
+//! serves it from the Kubernetes Secret NAME in the gateway's own namespace, as istiod
+//! does. Only a gateway that proved its identity (the secure port) gets either: a private
+//! key never goes to a connection without one.
+
+use envoy_types::pb::envoy::config::core::v3::{DataSource, data_source::Specifier};
+use envoy_types::pb::envoy::config::listener::v3::{FilterChain, FilterChainMatch};
+use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
+    CertificateValidationContext, CommonTlsContext, DownstreamTlsContext, SdsSecretConfig, Secret,
+    TlsCertificate, common_tls_context::ValidationContextType, secret,
+};
+use envoy_types::pb::google::protobuf::BoolValue;
+use envoy_types::util::pack_any;
+
+use super::ads_config_source;
+use crate::api::AnyObject;
+use crate::config::Spec;
+use crate::model::{Proxy, PushContext};
+
+/// A Gateway server's `tls` block, as far as meshd serves it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ServerTls {
+    /// The Secret's name in the gateway's namespace.
+    pub credential: String,
+    /// MUTUAL: clients must present a certificate signed by the credential's CA.
+    pub mutual: bool,
+}
+
+impl ServerTls {
+    /// Reads `{mode: SIMPLE|MUTUAL, credentialName: ...}`; `None` for anything else
+    /// (PASSTHROUGH, ISTIO_MUTUAL, file-based certificates), which meshd does not serve.
+    pub fn from_server(tls: Option<&AnyObject>, gateway_namespace: &str) -> Option<ServerTls> {
+        let tls = tls?;
+        let mode = tls.get("mode")?.as_str()?.to_ascii_uppercase();
+        let name = tls.get("credentialName")?.as_str()?;
+        let name = name
+            .strip_prefix("kubernetes://")
+            .unwrap_or(name)
+            .to_string();
+        // `ns/name` names another namespace: only the gateway's own is served.
+        let name = match name.split_once('/') {
+            Some((ns, n)) if ns == gateway_namespace => n.to_string(),
+            Some(_) => return None,
+            None => name,
+        };
+        match mode.as_str() {
+            "SIMPLE" => Some(ServerTls {
+                credential: name,
+                mutual: false,
+            }),
+            "MUTUAL" => Some(ServerTls {
+                credential: name,
+                mutual: true,
+            }),
+            _ => None,
+        }
+    }
+
+    pub fn cert_resource(&self) -> String {
+        format!("kubernetes://{}", self.credential)
+    }
+
+    pub fn ca_resource(&self) -> String {
+        format!("kubernetes://{}-cacert", self.credential)
+    }
+}
+
+fn ads_secret(name: String) -> SdsSecretConfig {
+    SdsSecretConfig {
+        name,
+        sds_config: Some(ads_config_source()),
+    }
+}
+
+/// The filter chain of one HTTPS server: SNI match on its hosts (none if `*` is one), the
+/// credential over SDS, then `filters`.
+pub fn https_chain(
+    hosts: &[String],
+    tls: &ServerTls,
+    filters: Vec<envoy_types::pb::envoy::config::listener::v3::Filter>,
+) -> FilterChain {
+    let mut server_names: Vec<String> = hosts
+        .iter()
+        .map(|h| h.split_once('/').map_or(h.as_str(), |(_, h)| h).to_string())
+        .collect();
+    server_names.sort();
+    server_names.dedup();
+    if server_names.iter().any(|h| h == "*") {
+        server_names.clear();
+    }
+    let ctx = DownstreamTlsContext {
+        common_tls_context: Some(CommonTlsContext {
+            alpn_protocols: vec!["h2".into(), "http/1.1".into()],
+            tls_certificate_sds_secret_configs: vec![ads_secret(tls.cert_resource())],
+            validation_context_type: tls.mutual.then(|| {
+                ValidationContextType::ValidationContextSdsSecretConfig(ads_secret(
+                    tls.ca_resource(),
+                ))
+            }),
+            ..Default::default()
+        }),
+        require_client_certificate: Some(BoolValue { value: tls.mutual }),
+        ..Default::default()
+    };
+    FilterChain {
+        filter_chain_match: Some(FilterChainMatch {
+            server_names,
+            ..Default::default()
+        }),
+        transport_socket: Some(envoy_types::pb::envoy::config::core::v3::TransportSocket {
+            name: "envoy.transport_sockets.tls".into(),
+            config_type: Some(
+                envoy_types::pb::envoy::config::core::v3::transport_socket::ConfigType::TypedConfig(
+                    pack_any(ctx),
+                ),
+            ),
+        }),
+        filters,
+        transport_socket_connect_timeout: Some(super::duration(std::time::Duration::from_secs(15))),
+        ..Default::default()
+    }
+}
+
+fn inline(text: &str) -> Option<DataSource> {
+    Some(DataSource {
+        specifier: Some(Specifier::InlineBytes(text.as_bytes().to_vec())),
+        ..Default::default()
+    })
+}
+
+/// The SDS resources for `credentials`, from Secrets in the proxy's namespace. A missing
+/// Secret (or one without a key) yields nothing: Envoy keeps that listener warming rather
+/// than serving without a certificate.
+pub fn secrets(ctx: &PushContext, proxy: &Proxy, credentials: &[ServerTls]) -> Vec<Secret> {
+    let lookup = |name: &str| {
+        ctx.secrets
+            .get(&(proxy.namespace.clone(), name.to_string()))
+            .and_then(|o| match &o.spec {
+                Spec::Secret(s) => Some(s),
+                _ => None,
+            })
+    };
+    let mut out = Vec::new();
+    for tls in credentials {
+        let Some(s) = lookup(&tls.credential) else {
+            continue;
+        };
+        if let (Some(cert), Some(key)) = (&s.cert, &s.key) {
+            out.push(Secret {
+                name: tls.cert_resource(),
+                r#type: Some(secret::Type::TlsCertificate(TlsCertificate {
+                    certificate_chain: inline(cert),
+                    private_key: inline(key),
+                    ..Default::default()
+                })),
+            });
+        }
+        if tls.mutual {
+            // The CA is in the credential itself (ca.crt) or in NAME-cacert, as in Istio.
+            let ca = s.ca.clone().or_else(|| {
+                lookup(&format!("{}-cacert", tls.credential))
+                    .and_then(|c| c.ca.clone().or_else(|| c.cert.clone()))
+            });
+            if let Some(ca) = ca {
+                out.push(Secret {
+                    name: tls.ca_resource(),
+                    r#type: Some(secret::Type::ValidationContext(
+                        CertificateValidationContext {
+                            trusted_ca: inline(&ca),
+                            ..Default::default()
+                        },
+                    )),
+                });
+            }
+        }
+    }
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    out.dedup_by(|a, b| a.name == b.name);
+    out
+}
