@@ -93,6 +93,34 @@ impl Material {
         Material::self_signed_with(self.key.clone(), trust_domain, ttl, still_valid)
     }
 
+    /// A new intermediate CA signed by this material, as Istio-named files ready to be
+    /// plugged in elsewhere (`cacerts`): its certificate and key, the chain up to and
+    /// including this root, and the root.
+    pub fn issue_intermediate(&self, organization: &str, ttl: Duration) -> Result<Files, CaError> {
+        let key = SigningKey::generate();
+        let subject: Name = format!("O={organization}")
+            .parse()
+            .map_err(|e| CaError::Internal(format!("intermediate subject: {e}")))?;
+        let spki = SubjectPublicKeyInfoOwned::from_key(key.verifying_key())
+            .map_err(|e| CaError::Internal(e.to_string()))?;
+        let profile = Profile {
+            issuer: self.cert.tbs_certificate().subject().clone(),
+            subject,
+            names: Vec::new(),
+            usage: Usage::Root,
+        };
+        let cert = build(profile, spki, ttl, &self.key)?;
+        let pem = cert_pem(&cert)?;
+        let mut chain = vec![pem.clone()];
+        chain.extend(self.chain_pem.iter().cloned());
+        Ok(Files {
+            ca_cert: pem,
+            ca_key: key_to_pem(&key)?,
+            cert_chain: chain.concat(),
+            root_cert: self.roots_pem.concat(),
+        })
+    }
+
     /// When the current signing certificate stops being valid.
     pub fn not_after(&self) -> SystemTime {
         SystemTime::from(self.cert.tbs_certificate().validity().not_after)

@@ -427,3 +427,100 @@ async fn with_an_external_ca_requests_are_checked_here_and_signed_there() {
     assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
     assert_eq!(upstream.metric("citadel_server_csr_count"), 2.0);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn plugged_in_intermediate_certificates_sign_and_chain_to_their_root() {
+    use meshd::ca::material::Material;
+    let dir = temp_dir("ca-plugged");
+    let config = dir.join("config");
+    std::fs::create_dir_all(&config).unwrap();
+    let tokens = dir.join("tokens");
+    std::fs::write(&tokens, "reviews-token shop reviews\n").unwrap();
+    // An offline root, and an intermediate for this cluster in `cacerts`.
+    let root = Material::self_signed("corp-root", Duration::from_secs(7200)).unwrap();
+    let files = root
+        .issue_intermediate("cluster-1", Duration::from_secs(3600))
+        .unwrap();
+    Material::from_files(&files)
+        .unwrap()
+        .save_dir(&cacerts_dir(&config))
+        .unwrap();
+    let meshd = Meshd::start_with(&config, &["--ca-token-file", tokens.to_str().unwrap()]);
+    let root_pem = root.roots_pem.concat();
+    let opts = client_options(
+        &meshd,
+        root_pem.clone(),
+        Some(&token_file(&dir, "reviews-token")),
+        REVIEWS,
+    );
+    let cert = request_certificate(&opts, None, 1).await.unwrap();
+    assert_eq!(
+        cert.roots_pem, root_pem,
+        "the chain ends at the offline root"
+    );
+    assert!(
+        cert.chain_pem.contains(files.ca_cert.trim()),
+        "the intermediate travels with the leaf"
+    );
+    assert!(
+        !meshd.ca_dir.join("ca-key.pem").exists(),
+        "no self-signed root is made when certificates are plugged in"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_proxy_may_open_secure_xds_with_its_token_and_the_plaintext_port_can_be_turned_off() {
+    use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
+    use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
+    let dir = temp_dir("ca-xds-token");
+    let config = dir.join("config");
+    std::fs::create_dir_all(&config).unwrap();
+    let tokens = dir.join("tokens");
+    std::fs::write(&tokens, "reviews-token shop reviews\n").unwrap();
+    let meshd = Meshd::start_with(
+        &config,
+        &[
+            "--ca-token-file",
+            tokens.to_str().unwrap(),
+            "--no-plaintext-xds",
+        ],
+    );
+    let first = |token: &'static str| {
+        let meshd = &meshd;
+        async move {
+            let (tx, rx) = tokio::sync::mpsc::channel(4);
+            tx.send(DeltaDiscoveryRequest {
+                node: Some(xds_node(
+                    "sidecar~10.2.0.1~app-0.shop~shop.svc.cluster.local",
+                    "shop",
+                )),
+                type_url: "type.googleapis.com/envoy.config.cluster.v3.Cluster".into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+            let channel = meshd.secure_channel(&meshd.root_pem(), None).await.unwrap();
+            let mut request = tonic::Request::new(tokio_stream::wrappers::ReceiverStream::new(rx));
+            request
+                .metadata_mut()
+                .insert("authorization", format!("Bearer {token}").parse().unwrap());
+            let mut stream = AggregatedDiscoveryServiceClient::new(channel)
+                .delta_aggregated_resources(request)
+                .await?
+                .into_inner();
+            let msg = tokio::time::timeout(Duration::from_secs(5), stream.message())
+                .await
+                .expect("no answer in 5s")?;
+            Ok::<_, tonic::Status>(msg.is_some())
+        }
+    };
+    assert!(first("reviews-token").await.unwrap());
+    assert_eq!(
+        first("wrong").await.unwrap_err().code(),
+        Code::Unauthenticated
+    );
+    assert!(
+        std::net::TcpStream::connect(("127.0.0.1", meshd.xds_port)).is_err(),
+        "--no-plaintext-xds: nothing listens on the plaintext port"
+    );
+}

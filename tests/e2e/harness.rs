@@ -418,7 +418,7 @@ impl Meshd {
             .arg("--ca-dir")
             .arg(&ca_dir)
             .arg("--cacerts-dir")
-            .arg(config_dir.with_extension("no-cacerts"))
+            .arg(cacerts_dir(config_dir))
             .args([
                 "--monitoring-address",
                 &format!("127.0.0.1:{monitoring_port}"),
@@ -703,6 +703,12 @@ impl Drop for Envoy {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Where meshd started on `config_dir` looks for plugged-in CA files (empty unless a test
+/// puts them there before the start).
+pub fn cacerts_dir(config_dir: &Path) -> PathBuf {
+    config_dir.with_extension("cacerts")
 }
 
 // ------------------------------------------------------------------ meshd agent
