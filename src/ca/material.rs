@@ -52,18 +52,7 @@ impl Material {
         ttl: Duration,
         older_roots: Vec<String>,
     ) -> Result<Material, CaError> {
-        let subject: Name = format!("O={trust_domain}")
-            .parse()
-            .map_err(|e| CaError::Internal(format!("root subject: {e}")))?;
-        let spki = SubjectPublicKeyInfoOwned::from_key(key.verifying_key())
-            .map_err(|e| CaError::Internal(e.to_string()))?;
-        let profile = Profile {
-            issuer: subject.clone(),
-            subject,
-            names: Vec::new(),
-            usage: Usage::Root,
-        };
-        let cert = build(profile, spki, ttl, &key)?;
+        let cert = ca_certificate(&key, trust_domain, None, ttl)?;
         let pem = cert_pem(&cert)?;
         let mut roots_pem = vec![pem.clone()];
         roots_pem.extend(older_roots);
@@ -98,18 +87,8 @@ impl Material {
     /// including this root, and the root.
     pub fn issue_intermediate(&self, organization: &str, ttl: Duration) -> Result<Files, CaError> {
         let key = SigningKey::generate();
-        let subject: Name = format!("O={organization}")
-            .parse()
-            .map_err(|e| CaError::Internal(format!("intermediate subject: {e}")))?;
-        let spki = SubjectPublicKeyInfoOwned::from_key(key.verifying_key())
-            .map_err(|e| CaError::Internal(e.to_string()))?;
-        let profile = Profile {
-            issuer: self.cert.tbs_certificate().subject().clone(),
-            subject,
-            names: Vec::new(),
-            usage: Usage::Root,
-        };
-        let cert = build(profile, spki, ttl, &self.key)?;
+        let issuer = (self.cert.tbs_certificate().subject(), &self.key);
+        let cert = ca_certificate(&key, organization, Some(issuer), ttl)?;
         let pem = cert_pem(&cert)?;
         let mut chain = vec![pem.clone()];
         chain.extend(self.chain_pem.iter().cloned());
@@ -256,6 +235,29 @@ impl Material {
         }
         out
     }
+}
+
+/// A CA certificate `O=ORGANIZATION` for `key`, signed by `issuer` (name and key), or
+/// self-signed.
+fn ca_certificate(
+    key: &SigningKey,
+    organization: &str,
+    issuer: Option<(&Name, &SigningKey)>,
+    ttl: Duration,
+) -> Result<Certificate, CaError> {
+    let subject: Name = format!("O={organization}")
+        .parse()
+        .map_err(|e| CaError::Internal(format!("CA subject: {e}")))?;
+    let spki = SubjectPublicKeyInfoOwned::from_key(key.verifying_key())
+        .map_err(|e| CaError::Internal(e.to_string()))?;
+    let (issuer_name, signer) = issuer.unwrap_or((&subject, key));
+    let profile = Profile {
+        issuer: issuer_name.clone(),
+        subject: subject.clone(),
+        names: Vec::new(),
+        usage: Usage::Root,
+    };
+    build(profile, spki, ttl, signer)
 }
 
 /// A P-256 key from PKCS#8 (`PRIVATE KEY`) or SEC1 (`EC PRIVATE KEY`) PEM.

@@ -58,6 +58,18 @@ fn by_age(objects: &mut [Arc<ConfigObject>]) {
 }
 
 impl PushContext {
+    /// A push context from YAML that must be free of errors (tests).
+    #[cfg(test)]
+    pub fn from_yaml(yaml: &str) -> PushContext {
+        let mut store = Store::default();
+        let parsed = crate::config::parse::parse_file("test.yaml", yaml);
+        assert!(parsed.errors().next().is_none(), "{:?}", parsed.issues);
+        for o in parsed.objects {
+            store.apply(o);
+        }
+        PushContext::build(&store, "v/1".into())
+    }
+
     pub fn build(store: &Store, version: String) -> PushContext {
         let services = build_services(store);
         let mut virtual_services: Vec<_> = store.of_kind(Kind::VirtualService).cloned().collect();

@@ -144,18 +144,10 @@ pub fn sorted(mut objects: Vec<Arc<ConfigObject>>) -> Vec<Arc<ConfigObject>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::parse::parse_file;
-    use crate::model::Store;
     use serde_json::json;
 
     fn ctx(yaml: &str) -> PushContext {
-        let mut store = Store::default();
-        let parsed = parse_file("t.yaml", yaml);
-        assert!(parsed.errors().next().is_none(), "{:?}", parsed.issues);
-        for o in parsed.objects {
-            store.apply(o);
-        }
-        PushContext::build(&store, "v".into())
+        PushContext::from_yaml(yaml)
     }
 
     fn proxy(ns: &str, app: &str) -> Proxy {

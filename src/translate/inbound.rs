@@ -36,13 +36,11 @@ use envoy_types::pb::envoy::extensions::filters::network::http_connection_manage
     },
     http_filter,
 };
-use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{
-    TcpProxy, tcp_proxy::ClusterSpecifier as TcpCluster,
-};
 use envoy_types::pb::google::protobuf::BoolValue;
 use envoy_types::util::pack_any;
 
 use super::endpoint::socket_address;
+use super::listener::tcp_proxy;
 use super::{authz, duration, tls};
 use crate::api::networking::IstioIngressListener;
 use crate::model::security::Mtls;
@@ -147,17 +145,6 @@ fn inbound_hcm(listener_name: &str, port: u32, rbac: Vec<HttpFilter>) -> Filter 
     Filter {
         name: "envoy.filters.network.http_connection_manager".into(),
         config_type: Some(ConfigType::TypedConfig(pack_any(hcm))),
-    }
-}
-
-fn tcp_proxy(cluster: &str) -> Filter {
-    Filter {
-        name: "envoy.filters.network.tcp_proxy".into(),
-        config_type: Some(ConfigType::TypedConfig(pack_any(TcpProxy {
-            stat_prefix: cluster.to_string(),
-            cluster_specifier: Some(TcpCluster::Cluster(cluster.to_string())),
-            ..Default::default()
-        }))),
     }
 }
 

@@ -73,7 +73,7 @@ fn http_connection_manager(stat_prefix: String, route_name: String, gateway: boo
     }
 }
 
-fn tcp_proxy(cluster: &str) -> Filter {
+pub(super) fn tcp_proxy(cluster: &str) -> Filter {
     let tp = TcpProxy {
         stat_prefix: cluster.to_string(),
         cluster_specifier: Some(ClusterSpecifier::Cluster(cluster.to_string())),

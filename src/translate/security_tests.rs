@@ -13,8 +13,7 @@ use prost::Message;
 use serde_json::json;
 
 use super::*;
-use crate::config::parse::parse_file;
-use crate::model::{Proxy, PushContext, Store};
+use crate::model::{Proxy, PushContext};
 use envoy_types::pb::envoy::config::core::v3::transport_socket;
 
 const MESH: &str = r#"
@@ -53,13 +52,7 @@ spec:
 "#;
 
 fn context(extra: &str) -> PushContext {
-    let mut store = Store::default();
-    let parsed = parse_file("mesh.yaml", &format!("{MESH}\n---\n{extra}"));
-    assert!(parsed.errors().next().is_none(), "{:?}", parsed.issues);
-    for o in parsed.objects {
-        store.apply(o);
-    }
-    PushContext::build(&store, "v/1".into())
+    PushContext::from_yaml(&format!("{MESH}\n---\n{extra}"))
 }
 
 fn reviews_proxy() -> Proxy {

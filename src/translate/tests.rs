@@ -4,8 +4,7 @@ use envoy_types::pb::envoy::config::route::v3::{route::Action, route_action::Clu
 use serde_json::json;
 
 use super::*;
-use crate::config::parse::parse_file;
-use crate::model::{Proxy, PushContext, Store};
+use crate::model::{Proxy, PushContext};
 use crate::xds::resource::{TypeKind, View};
 
 const MESH: &str = r#"
@@ -63,13 +62,7 @@ spec:
 "#;
 
 fn context(extra: &str) -> PushContext {
-    let mut store = Store::default();
-    let parsed = parse_file("mesh.yaml", &format!("{MESH}\n---\n{extra}"));
-    assert!(parsed.errors().next().is_none(), "{:?}", parsed.issues);
-    for o in parsed.objects {
-        store.apply(o);
-    }
-    PushContext::build(&store, "v/1".into())
+    PushContext::from_yaml(&format!("{MESH}\n---\n{extra}"))
 }
 
 fn sidecar(ns: &str, labels: serde_json::Value) -> Proxy {
