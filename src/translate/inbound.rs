@@ -10,11 +10,15 @@
 //! peer's identity in `x-forwarded-client-cert` to the application and routes to the
 //! `inbound|PORT||` cluster of the ingress `defaultEndpoint`.
 
+use envoy_types::pb::envoy::config::cluster::v3::cluster::LbPolicy;
 use envoy_types::pb::envoy::config::cluster::v3::{
     Cluster,
     cluster::{ClusterDiscoveryType, DiscoveryType},
 };
 use envoy_types::pb::envoy::config::core::v3::{Address, Pipe, TrafficDirection, address};
+use envoy_types::pb::envoy::config::core::v3::{
+    BindConfig, SocketAddress, socket_address::PortSpecifier,
+};
 use envoy_types::pb::envoy::config::endpoint::v3::{
     ClusterLoadAssignment, Endpoint, LbEndpoint, LocalityLbEndpoints, lb_endpoint::HostIdentifier,
 };
@@ -27,6 +31,7 @@ use envoy_types::pb::envoy::config::route::v3::{
     route_action::ClusterSpecifier, route_match::PathSpecifier,
 };
 use envoy_types::pb::envoy::extensions::filters::http::router::v3::Router;
+use envoy_types::pb::envoy::extensions::filters::listener::original_dst::v3::OriginalDst;
 use envoy_types::pb::envoy::extensions::filters::listener::tls_inspector::v3::TlsInspector;
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
     HttpConnectionManager, HttpFilter,
@@ -36,7 +41,7 @@ use envoy_types::pb::envoy::extensions::filters::network::http_connection_manage
     },
     http_filter,
 };
-use envoy_types::pb::google::protobuf::BoolValue;
+use envoy_types::pb::google::protobuf::{BoolValue, UInt32Value};
 use envoy_types::util::pack_any;
 
 use super::endpoint::socket_address;
@@ -91,8 +96,8 @@ fn inbound_cluster(name: &str, target: Address) -> Cluster {
     }
 }
 
-fn inbound_hcm(listener_name: &str, port: u32, rbac: Vec<HttpFilter>) -> Filter {
-    let cluster = inbound_cluster_name(port);
+fn inbound_hcm(listener_name: &str, port: u32, cluster: &str, rbac: Vec<HttpFilter>) -> Filter {
+    let cluster = cluster.to_string();
     let route = RouteConfiguration {
         name: cluster.clone(),
         validate_clusters: Some(BoolValue { value: false }),
@@ -161,15 +166,129 @@ fn refuse_all(cluster: &str) -> FilterChain {
     }
 }
 
-/// The inbound listeners and clusters of a sidecar.
-pub fn sidecar(ctx: &PushContext, proxy: &Proxy) -> (Vec<Listener>, Vec<Cluster>) {
-    let Some((_, sidecar)) = ctx.sidecar_for(proxy) else {
-        return (Vec::new(), Vec::new());
+/// The chains serving one inbound port under its effective mTLS mode, each with the
+/// AuthorizationPolicies' RBAC, then an HCM (`http`) or tcp_proxy to `cluster`.
+/// `destination_port` narrows them to one port of a shared listener (virtualInbound).
+#[allow(clippy::too_many_arguments)]
+fn port_chains(
+    ctx: &PushContext,
+    proxy: &Proxy,
+    policies: &[(
+        &crate::config::ConfigObject,
+        &crate::api::security::AuthorizationPolicySpec,
+    )],
+    port: u32,
+    http: bool,
+    cluster: &str,
+    stat_name: &str,
+    destination_port: Option<u32>,
+) -> Vec<FilterChain> {
+    let filters = || -> Vec<Filter> {
+        if http {
+            vec![inbound_hcm(
+                stat_name,
+                port,
+                cluster,
+                authz::http_filters(policies),
+            )]
+        } else {
+            let mut f = authz::network_filters(policies);
+            f.push(tcp_proxy(cluster));
+            f
+        }
     };
+    let matching = |transport: &str| {
+        Some(FilterChainMatch {
+            transport_protocol: transport.into(),
+            destination_port: destination_port.map(|p| UInt32Value { value: p }),
+            ..Default::default()
+        })
+    };
+    let mtls = FilterChain {
+        name: format!("{cluster}-mtls"),
+        filter_chain_match: matching("tls"),
+        transport_socket: Some(tls::downstream(http)),
+        filters: filters(),
+        ..Default::default()
+    };
+    let plaintext = FilterChain {
+        name: format!("{cluster}-plaintext"),
+        filter_chain_match: matching("raw_buffer"),
+        filters: filters(),
+        ..Default::default()
+    };
+    // A proxy without a proven identity has no certificate to serve TLS with: it gets
+    // the plaintext chain, and under STRICT one that refuses everything (never open).
+    let secure = proxy.identity.is_some();
+    match (ctx.mtls_mode(proxy, port).mode, secure) {
+        (Mtls::Strict, true) => vec![mtls],
+        (Mtls::Strict, false) => {
+            let mut refused = refuse_all(cluster);
+            refused.filter_chain_match = matching("");
+            vec![refused]
+        }
+        (Mtls::Permissive, true) => vec![mtls, plaintext],
+        (Mtls::Permissive, false) | (Mtls::Disable, _) => vec![plaintext],
+    }
+}
+
+fn tls_inspected(
+    name: String,
+    address: Address,
+    bind_to_port: bool,
+    chains: Vec<FilterChain>,
+    original_dst: bool,
+) -> Listener {
+    let mut listener_filters = Vec::new();
+    if original_dst {
+        listener_filters.push(ListenerFilter {
+            name: "envoy.filters.listener.original_dst".into(),
+            config_type: Some(listener_filter::ConfigType::TypedConfig(pack_any(
+                OriginalDst::default(),
+            ))),
+            ..Default::default()
+        });
+    }
+    listener_filters.push(ListenerFilter {
+        name: "envoy.filters.listener.tls_inspector".into(),
+        config_type: Some(listener_filter::ConfigType::TypedConfig(pack_any(
+            TlsInspector::default(),
+        ))),
+        ..Default::default()
+    });
+    Listener {
+        name,
+        address: Some(address),
+        bind_to_port: Some(BoolValue {
+            value: bind_to_port,
+        }),
+        traffic_direction: TrafficDirection::Inbound as i32,
+        listener_filters,
+        listener_filters_timeout: Some(duration(std::time::Duration::ZERO)),
+        continue_on_listener_filters_timeout: true,
+        filter_chains: chains,
+        ..Default::default()
+    }
+}
+
+/// The inbound listeners and clusters of a sidecar: its Sidecar's `ingress` listeners if
+/// it has any, else (with traffic capture) `virtualInbound` for the ports of the Services
+/// that select it.
+pub fn sidecar(ctx: &PushContext, proxy: &Proxy) -> (Vec<Listener>, Vec<Cluster>) {
+    let ingress = ctx
+        .sidecar_for(proxy)
+        .map(|(_, s)| s.ingress.as_slice())
+        .unwrap_or_default();
+    if ingress.is_empty() {
+        if proxy.interception == Interception::None {
+            return (Vec::new(), Vec::new()); // Istio: no inbound from Services without capture
+        }
+        return virtual_inbound(ctx, proxy);
+    }
     let policies = ctx.authorization_policies_for(proxy);
     let mut listeners = Vec::new();
     let mut clusters = Vec::new();
-    for ingress in &sidecar.ingress {
+    for ingress in ingress {
         let Some(target) = default_endpoint(ingress) else {
             continue; // validation reports it
         };
@@ -189,64 +308,128 @@ pub fn sidecar(ctx: &PushContext, proxy: &Proxy) -> (Vec<Listener>, Vec<Cluster>
         let name = format!("{bind}_{port}");
         let cluster = inbound_cluster_name(port);
         clusters.push(inbound_cluster(&cluster, target));
-        let http = protocol.is_http();
-        let filters = |mut rbac_net: Vec<Filter>| -> Vec<Filter> {
-            if http {
-                vec![inbound_hcm(&name, port, authz::http_filters(&policies))]
-            } else {
-                rbac_net.push(tcp_proxy(&cluster));
-                rbac_net
-            }
-        };
-        let mtls = FilterChain {
-            name: format!("{cluster}-mtls"),
-            filter_chain_match: Some(FilterChainMatch {
-                transport_protocol: "tls".into(),
-                ..Default::default()
-            }),
-            transport_socket: Some(tls::downstream(http)),
-            filters: filters(authz::network_filters(&policies)),
-            ..Default::default()
-        };
-        let plaintext = FilterChain {
-            name: format!("{cluster}-plaintext"),
-            filter_chain_match: Some(FilterChainMatch {
-                transport_protocol: "raw_buffer".into(),
-                ..Default::default()
-            }),
-            filters: filters(authz::network_filters(&policies)),
-            ..Default::default()
-        };
-        // A proxy without a proven identity has no certificate to serve TLS with: it gets
-        // the plaintext chain, and under STRICT one that refuses everything (never open).
-        let secure = proxy.identity.is_some();
-        let chains = match (ctx.mtls_mode(proxy, port).mode, secure) {
-            (Mtls::Strict, true) => vec![mtls],
-            (Mtls::Strict, false) => vec![refuse_all(&cluster)],
-            (Mtls::Permissive, true) => vec![mtls, plaintext],
-            (Mtls::Permissive, false) | (Mtls::Disable, _) => vec![plaintext],
-        };
+        let chains = port_chains(
+            ctx,
+            proxy,
+            &policies,
+            port,
+            protocol.is_http(),
+            &cluster,
+            &name,
+            None,
+        );
         let bind_to_port = proxy.interception == Interception::None
             || ingress.capture_mode.as_deref() == Some("NONE");
-        listeners.push(Listener {
-            name: name.clone(),
-            address: Some(socket_address(&bind, port)),
-            bind_to_port: Some(BoolValue {
-                value: bind_to_port,
-            }),
-            traffic_direction: TrafficDirection::Inbound as i32,
-            listener_filters: vec![ListenerFilter {
-                name: "envoy.filters.listener.tls_inspector".into(),
-                config_type: Some(listener_filter::ConfigType::TypedConfig(pack_any(
-                    TlsInspector::default(),
-                ))),
-                ..Default::default()
-            }],
-            listener_filters_timeout: Some(duration(std::time::Duration::ZERO)),
-            continue_on_listener_filters_timeout: true,
-            filter_chains: chains,
-            ..Default::default()
-        });
+        listeners.push(tls_inspected(
+            name,
+            socket_address(&bind, port),
+            bind_to_port,
+            chains,
+            false,
+        ));
     }
     (listeners, clusters)
+}
+
+/// Istio's inbound capture port and passthrough cluster.
+pub const VIRTUAL_INBOUND_PORT: u32 = 15006;
+pub const INBOUND_PASSTHROUGH_CLUSTER: &str = "InboundPassthroughCluster";
+
+/// An ORIGINAL_DST cluster that connects from 127.0.0.6, so the iptables rules let the
+/// connection through to the application (Istio's default inbound policy, PASSTHROUGH).
+fn original_dst_cluster(name: &str) -> Cluster {
+    Cluster {
+        name: name.to_string(),
+        cluster_discovery_type: Some(ClusterDiscoveryType::Type(
+            DiscoveryType::OriginalDst as i32,
+        )),
+        lb_policy: LbPolicy::ClusterProvided as i32,
+        connect_timeout: Some(duration(std::time::Duration::from_secs(10))),
+        upstream_bind_config: Some(BindConfig {
+            source_address: Some(SocketAddress {
+                address: "127.0.0.6".into(),
+                port_specifier: Some(PortSpecifier::PortValue(0)),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// `virtualInbound` on 15006 (traffic capture): a blackhole chain for 15006 itself, chains
+/// per target port of the Services that select the proxy, and passthrough chains for any
+/// other port, all under the PeerAuthentication mode of their port.
+fn virtual_inbound(ctx: &PushContext, proxy: &Proxy) -> (Vec<Listener>, Vec<Cluster>) {
+    let labels = ctx.proxy_labels(proxy);
+    let policies = ctx.authorization_policies_for(proxy);
+    let mut ports: std::collections::BTreeMap<u32, bool> = std::collections::BTreeMap::new();
+    for svc in ctx.services.values() {
+        if svc.namespace != proxy.namespace
+            || svc.selector.is_empty()
+            || !crate::api::labels_match(&svc.selector, labels)
+        {
+            continue;
+        }
+        for p in &svc.ports {
+            let target = p
+                .target_port
+                .or_else(|| {
+                    svc.endpoints
+                        .iter()
+                        .find_map(|e| e.ports.get(&p.port).copied())
+                })
+                .unwrap_or(p.port);
+            *ports.entry(target).or_default() |= p.protocol.is_http();
+        }
+    }
+    let mut chains = vec![FilterChain {
+        name: "virtualInbound-blackhole".into(),
+        filter_chain_match: Some(FilterChainMatch {
+            destination_port: Some(UInt32Value {
+                value: VIRTUAL_INBOUND_PORT,
+            }),
+            ..Default::default()
+        }),
+        filters: vec![tcp_proxy(super::BLACKHOLE_CLUSTER)],
+        ..Default::default()
+    }];
+    let mut clusters = vec![original_dst_cluster(INBOUND_PASSTHROUGH_CLUSTER)];
+    for (port, http) in &ports {
+        if *port == VIRTUAL_INBOUND_PORT {
+            continue;
+        }
+        let cluster = inbound_cluster_name(*port);
+        clusters.push(original_dst_cluster(&cluster));
+        let stat = format!("0.0.0.0_{port}");
+        chains.extend(port_chains(
+            ctx,
+            proxy,
+            &policies,
+            *port,
+            *http,
+            &cluster,
+            &stat,
+            Some(*port),
+        ));
+    }
+    // Any other port: passed through under the workload's own mode.
+    chains.extend(port_chains(
+        ctx,
+        proxy,
+        &policies,
+        0,
+        false,
+        INBOUND_PASSTHROUGH_CLUSTER,
+        "virtualInbound",
+        None,
+    ));
+    let listener = tls_inspected(
+        "virtualInbound".into(),
+        socket_address("0.0.0.0", VIRTUAL_INBOUND_PORT),
+        true,
+        chains,
+        true,
+    );
+    (vec![listener], clusters)
 }

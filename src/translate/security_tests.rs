@@ -397,3 +397,58 @@ fn an_https_server_gets_its_credential_over_sds_only_with_a_proven_identity() {
     assert!(plain.secrets.is_empty());
     assert!(!plain.listeners.iter().any(|l| l.name == "0.0.0.0_8443"));
 }
+
+#[test]
+fn with_traffic_capture_virtual_inbound_serves_the_ports_of_the_services_selecting_the_proxy() {
+    let svc = "apiVersion: v1\nkind: Service\nmetadata: {name: ratings, namespace: shop}\nspec: {clusterIP: 10.96.1.9, selector: {app: ratings}, ports: [{name: http, port: 9080, targetPort: 8080}, {name: tcp-db, port: 5432}]}\n";
+    let meta = json!({"NAMESPACE": "shop", "LABELS": {"app": "ratings"}});
+    let mut proxy = Proxy::from_node(
+        "sidecar~10.0.0.7~ratings-0.shop~shop.svc.cluster.local",
+        meta.as_object().unwrap(),
+    )
+    .unwrap();
+    proxy.identity = Some("spiffe://cluster.local/ns/shop/sa/ratings".into());
+    let chains_of = |extra: &str| -> Vec<String> {
+        let cfg = proxy_config(&context(&format!("{svc}---\n{extra}")), &proxy);
+        let l = cfg
+            .listeners
+            .iter()
+            .find(|l| l.name == "virtualInbound")
+            .expect("virtualInbound");
+        assert_eq!(
+            cfg.clusters
+                .iter()
+                .filter(|c| c.name.starts_with("inbound|"))
+                .map(|c| c.name.as_str())
+                .collect::<Vec<_>>(),
+            ["inbound|5432||", "inbound|8080||"]
+        );
+        l.filter_chains
+            .iter()
+            .map(|c| {
+                let m = c.filter_chain_match.clone().unwrap_or_default();
+                format!(
+                    "{}:{}",
+                    m.destination_port.map_or(0, |p| p.value),
+                    m.transport_protocol
+                )
+            })
+            .collect()
+    };
+    assert_eq!(
+        chains_of(""),
+        [
+            "15006:",
+            "5432:tls",
+            "5432:raw_buffer",
+            "8080:tls",
+            "8080:raw_buffer",
+            "0:tls",
+            "0:raw_buffer"
+        ]
+    );
+    assert_eq!(
+        chains_of(&pa("STRICT")),
+        ["15006:", "5432:tls", "8080:tls", "0:tls"]
+    );
+}

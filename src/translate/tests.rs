@@ -227,12 +227,13 @@ spec:
         "{selected:?}"
     );
     assert_eq!(selected.len(), 2);
-    // Another namespace has no Sidecar: it sees everything.
+    // Another namespace has no Sidecar: it sees everything (7 outbound and built-in
+    // clusters, and InboundPassthroughCluster for its virtualInbound).
     assert_eq!(
         proxy_config(&ctx, &sidecar("other", json!({})))
             .clusters
             .len(),
-        7
+        8
     );
 }
 

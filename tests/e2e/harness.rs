@@ -812,7 +812,11 @@ impl Workload {
             ])
             .args(["--pod-name", &pod, "--instance-ip", ip])
             .args(["--label", &format!("app={app}")])
-            .args(["--interception-mode", "NONE"])
+            .args(if extra.contains(&"--interception-mode") {
+                &[][..]
+            } else {
+                &["--interception-mode", "NONE"][..]
+            })
             .arg("--sds-socket")
             .arg(&socket)
             .arg("--bootstrap")

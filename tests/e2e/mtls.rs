@@ -13,7 +13,7 @@ struct Mesh {
     _upstream: Upstream,
 }
 
-const TOKENS: &str = "pp-token shop productpage\nrv-token shop reviews\nrt-token shop ratings\n";
+const TOKENS: &str = "pp-token shop productpage\nrv-token shop reviews\nrt-token shop ratings\ndt-token shop details\n";
 
 /// meshd (local mode, bootstrap tokens) holding a `reviews` workload in `shop` whose
 /// Sidecar ingress on 9080 leads to a real HTTP server.
@@ -299,4 +299,43 @@ fn certificates_rotate_under_live_traffic_without_a_failed_request() {
         .matches("workload certificate issued")
         .count();
     assert!(issued >= 3, "renewed at least twice in 10 s: {issued}");
+}
+
+#[test]
+fn with_traffic_capture_envoy_accepts_virtual_inbound_under_strict_mtls() {
+    let m = mesh("mtls-capture");
+    m.meshd.write(
+        "details.yaml",
+        &format!(
+            "apiVersion: v1\nkind: Service\nmetadata: {{name: details, namespace: shop}}\nspec: {{clusterIP: 10.96.50.2, selector: {{app: details}}, ports: [{{name: http, port: 9080, targetPort: 8080}}]}}\n---\n{}",
+            pa("STRICT")
+        ),
+    );
+    // REDIRECT: Envoy binds virtualOutbound (15001) and virtualInbound (15006) for real.
+    let details = Workload::start(
+        &m.meshd,
+        "shop",
+        "details",
+        "details",
+        "dt-token",
+        &loopback_ip(),
+        &["--interception-mode", "REDIRECT"],
+    );
+    let dump = details
+        .envoy
+        .admin("/config_dump?resource=dynamic_listeners")
+        .unwrap()
+        .body;
+    assert!(dump.contains("\"virtualInbound\""), "{dump}");
+    assert!(dump.contains("inbound|8080||-mtls"), "{dump}");
+    assert!(
+        !dump.contains("inbound|8080||-plaintext"),
+        "STRICT: no plaintext chain"
+    );
+    assert_eq!(
+        details.envoy.stat("listener_manager.lds.update_rejected"),
+        0,
+        "Envoy accepted every listener"
+    );
+    assert!(details.envoy.stat("listener_manager.lds.update_success") > 0);
 }
