@@ -274,8 +274,8 @@ async fn a_sotw_nack_is_counted_and_a_stale_nonce_is_ignored() {
     let first = c.recv().await;
     assert_eq!(
         first.resources.len(),
-        4,
-        "reviews, ratings, BlackHoleCluster, PassthroughCluster"
+        5,
+        "reviews, ratings, BlackHoleCluster, PassthroughCluster, InboundPassthroughCluster"
     );
 
     c.tx.send(DiscoveryRequest {
@@ -310,7 +310,7 @@ async fn a_sotw_nack_is_counted_and_a_stale_nonce_is_ignored() {
     // A later change still reaches the proxy, in full (state of the world).
     std::fs::write(m.config_dir.join("details.yaml"), svc("details")).unwrap();
     let next = c.recv().await;
-    assert_eq!(next.resources.len(), 5);
+    assert_eq!(next.resources.len(), 6, "and details");
     assert_ne!(next.nonce, first.nonce);
     assert_ne!(next.version_info, first.version_info);
 }
