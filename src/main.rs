@@ -386,12 +386,11 @@ impl SecurityArgs {
                 Err(_) => opts.ttl.default,
             },
         };
-        opts.trust_domain = self.trust_domain.clone();
+        opts.trust_domain = self.trust_domain;
         opts.ttl = CertTtl {
             default: default_ttl,
             max: self.max_workload_cert_ttl,
         };
-        opts.root.trust_domain = self.trust_domain;
         opts.root.ttl = self.self_signed_ca_cert_ttl;
         opts.root.cacerts_dir = Some(self.cacerts_dir);
         opts.ca_dir = self.ca_dir;

@@ -47,7 +47,6 @@ impl SecurityOptions {
             trust_domain: "cluster.local".into(),
             ttl: CertTtl::default(),
             root: RootOptions {
-                trust_domain: "cluster.local".into(),
                 ttl: Duration::from_secs(3650 * 24 * 3600),
                 cacerts_dir: None,
             },
@@ -92,7 +91,7 @@ impl Security {
             None => CaStore::Dir(opts.ca_dir.clone()),
         };
         let material = store
-            .load_or_create(&opts.root)
+            .load_or_create(&opts.trust_domain, &opts.root)
             .await
             .context("setting up the CA")?;
         let ca = Arc::new(CertificateAuthority::new(

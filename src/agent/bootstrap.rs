@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
+use crate::translate::tls::{ROOT_SECRET, SDS_CLUSTER, WORKLOAD_SECRET};
+
 /// What the bootstrap says.
 #[derive(Clone, Debug)]
 pub struct BootstrapOptions {
@@ -30,7 +32,7 @@ fn sds(name: &str) -> Value {
                 "api_type": "GRPC",
                 "transport_api_version": "V3",
                 "set_node_on_first_message_only": true,
-                "grpc_services": [{"envoy_grpc": {"cluster_name": "sds-grpc"}}]
+                "grpc_services": [{"envoy_grpc": {"cluster_name": SDS_CLUSTER}}]
             },
             "initial_fetch_timeout": "0s",
             "resource_api_version": "V3"
@@ -38,33 +40,29 @@ fn sds(name: &str) -> Value {
     })
 }
 
-/// The `UpstreamTlsContext` Istio uses for mesh traffic and for the xDS connection: the
-/// workload certificate and the root bundle, both from SDS.
-fn mesh_tls_context(sni: &str, san_exact: &[String], alpn: &[&str]) -> Value {
-    let sans: Vec<Value> = san_exact
-        .iter()
-        .map(|s| json!({"san_type": "URI", "matcher": {"exact": s}}))
-        .collect();
+/// The xDS connection's TLS: the workload certificate and the root bundle from SDS, and
+/// meshd's serving certificate checked by its DNS name.
+fn xds_tls_context(server_name: &str) -> Value {
     json!({
         "common_tls_context": {
             "tls_params": {"tls_minimum_protocol_version": "TLSv1_2", "tls_maximum_protocol_version": "TLSv1_3"},
-            "alpn_protocols": alpn,
-            "tls_certificate_sds_secret_configs": [sds("default")],
+            "alpn_protocols": ["h2"],
+            "tls_certificate_sds_secret_configs": [sds(WORKLOAD_SECRET)],
             "combined_validation_context": {
-                "default_validation_context": {"match_typed_subject_alt_names": sans},
-                "validation_context_sds_secret_config": sds("ROOTCA")
+                "default_validation_context": {
+                    "match_typed_subject_alt_names": [{"san_type": "DNS", "matcher": {"exact": server_name}}]
+                },
+                "validation_context_sds_secret_config": sds(ROOT_SECRET)
             }
         },
-        "sni": sni
+        "sni": server_name
     })
 }
 
 pub fn render(o: &BootstrapOptions) -> Value {
-    let mut xds_tls = mesh_tls_context(&o.xds_server_name, &[], &["h2"]);
-    // meshd's serving certificate is named by DNS, not SPIFFE.
-    xds_tls["common_tls_context"]["combined_validation_context"]["default_validation_context"] = json!({
-        "match_typed_subject_alt_names": [{"san_type": "DNS", "matcher": {"exact": o.xds_server_name}}]
-    });
+    let mut xds_tls = xds_tls_context(&o.xds_server_name);
+    xds_tls["@type"] =
+        "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext".into();
     let h2 = json!({
         "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
             "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
@@ -100,20 +98,16 @@ pub fn render(o: &BootstrapOptions) -> Value {
                     },
                     "transport_socket": {
                         "name": "envoy.transport_sockets.tls",
-                        "typed_config": {
-                            "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext",
-                            "common_tls_context": xds_tls["common_tls_context"],
-                            "sni": o.xds_server_name
-                        }
+                        "typed_config": xds_tls
                     }
                 },
                 {
-                    "name": "sds-grpc",
+                    "name": SDS_CLUSTER,
                     "type": "STATIC",
                     "connect_timeout": "1s",
                     "typed_extension_protocol_options": h2,
                     "load_assignment": {
-                        "cluster_name": "sds-grpc",
+                        "cluster_name": SDS_CLUSTER,
                         "endpoints": [{"lb_endpoints": [{"endpoint": {"address": {"pipe": {"path": o.sds_socket}}}}]}]
                     }
                 }

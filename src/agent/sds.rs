@@ -1,10 +1,7 @@
 //! SDS for the local Envoy on a Unix socket: `default` (the workload certificate and its
 //! key) and `ROOTCA` (the trust bundle), state-of-the-world, pushed again on every renewal.
 
-use envoy_types::pb::envoy::config::core::v3::{DataSource, data_source::Specifier};
-use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
-    CertificateValidationContext, Secret, TlsCertificate, secret,
-};
+use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::Secret;
 use envoy_types::pb::envoy::service::discovery::v3::{
     DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
 };
@@ -18,12 +15,9 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::certs::WorkloadCert;
+use crate::translate::tls::{ROOT_SECRET, WORKLOAD_SECRET, certificate_secret, validation_secret};
 
-pub const SECRET_TYPE: &str =
-    "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret";
-/// Istio's secret names.
-pub const WORKLOAD_SECRET: &str = "default";
-pub const ROOT_SECRET: &str = "ROOTCA";
+use crate::xds::resource::SECRET_TYPE;
 
 #[derive(Clone)]
 pub struct Sds {
@@ -40,31 +34,13 @@ impl Sds {
     }
 }
 
-fn inline(text: &str) -> Option<DataSource> {
-    Some(DataSource {
-        specifier: Some(Specifier::InlineBytes(text.as_bytes().to_vec())),
-        ..Default::default()
-    })
-}
-
 /// The named secret built from `cert`, if it is one the agent serves.
 pub fn secret(name: &str, cert: &WorkloadCert) -> Option<Secret> {
-    let body = match name {
-        WORKLOAD_SECRET => secret::Type::TlsCertificate(TlsCertificate {
-            certificate_chain: inline(&cert.chain_pem),
-            private_key: inline(&cert.key_pem),
-            ..Default::default()
-        }),
-        ROOT_SECRET => secret::Type::ValidationContext(CertificateValidationContext {
-            trusted_ca: inline(&cert.roots_pem),
-            ..Default::default()
-        }),
-        _ => return None,
-    };
-    Some(Secret {
-        name: name.to_string(),
-        r#type: Some(body),
-    })
+    match name {
+        WORKLOAD_SECRET => Some(certificate_secret(name, &cert.chain_pem, &cert.key_pem)),
+        ROOT_SECRET => Some(validation_secret(name, &cert.roots_pem)),
+        _ => None,
+    }
 }
 
 fn response(names: &[String], cert: &WorkloadCert, nonce: u64) -> DiscoveryResponse {

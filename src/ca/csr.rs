@@ -2,7 +2,7 @@
 //! requested identities read. Everything here treats the input as hostile.
 
 use p256::ecdsa::{DerSignature, VerifyingKey};
-use x509_cert::der::oid::ObjectIdentifier;
+use x509_cert::der::oid::{AssociatedOid, ObjectIdentifier};
 use x509_cert::der::referenced::OwnedToRef;
 use x509_cert::der::{Decode, DecodePem, Encode};
 use x509_cert::ext::pkix::SubjectAltName;
@@ -16,7 +16,6 @@ use super::CaError;
 pub const MAX_CSR_BYTES: usize = 8 * 1024;
 
 const ECDSA_WITH_SHA256: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.2.840.10045.4.3.2");
-const EXTENSION_REQUEST: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.2.840.113549.1.9.14");
 
 /// A CSR whose signature has been checked.
 #[derive(Debug)]
@@ -67,7 +66,7 @@ pub fn verify(pem: &str) -> Result<VerifiedCsr, CaError> {
     let mut uris = Vec::new();
     let mut other_names = 0;
     for attribute in req.info.attributes.iter() {
-        if attribute.oid != EXTENSION_REQUEST {
+        if attribute.oid != ExtensionReq::OID {
             continue;
         }
         for value in attribute.values.iter() {
@@ -77,7 +76,7 @@ pub fn verify(pem: &str) -> Result<VerifiedCsr, CaError> {
             let extensions = ExtensionReq::from_der(&der)
                 .map_err(|e| CaError::BadCsr(format!("extension request: {e}")))?;
             for ext in extensions.0 {
-                if ext.extn_id != const_oid_san() {
+                if ext.extn_id != SubjectAltName::OID {
                     continue;
                 }
                 let san = SubjectAltName::from_der(ext.extn_value.as_bytes())
@@ -98,8 +97,22 @@ pub fn verify(pem: &str) -> Result<VerifiedCsr, CaError> {
     })
 }
 
-fn const_oid_san() -> ObjectIdentifier {
-    ObjectIdentifier::new_unwrap("2.5.29.17")
+/// [`verify`], and that the CSR asks for no name but `identity` (it may ask for none).
+pub fn verify_for(pem: &str, identity: &super::Identity) -> Result<VerifiedCsr, CaError> {
+    let csr = verify(pem)?;
+    let wanted = identity.to_string();
+    if let Some(other) = csr.uris.iter().find(|u| **u != wanted) {
+        return Err(CaError::IdentityMismatch(format!(
+            "the CSR asks for {other} but the caller is {wanted}"
+        )));
+    }
+    if csr.other_names > 0 {
+        return Err(CaError::IdentityMismatch(format!(
+            "the CSR asks for {} non-SPIFFE names; workload certificates carry only {wanted}",
+            csr.other_names
+        )));
+    }
+    Ok(csr)
 }
 
 /// A CSR for `uri` (a SPIFFE id) signed by `key`, PEM: what an agent sends.

@@ -21,6 +21,7 @@ use x509_cert::builder::profile::BuilderProfile;
 use x509_cert::builder::{Builder, CertificateBuilder};
 use x509_cert::certificate::TbsCertificate;
 use x509_cert::der::asn1::Ia5String;
+use x509_cert::der::oid::ObjectIdentifier;
 use x509_cert::der::{EncodePem, pem::LineEnding};
 use x509_cert::ext::pkix::name::GeneralName;
 use x509_cert::ext::pkix::{
@@ -151,19 +152,8 @@ impl CertificateAuthority {
         identity: &Identity,
         requested_ttl: i64,
     ) -> Result<Vec<String>, CaError> {
-        let csr = csr::verify(csr_pem)?;
+        let csr = csr::verify_for(csr_pem, identity)?;
         let wanted = identity.to_string();
-        if let Some(other) = csr.uris.iter().find(|u| **u != wanted) {
-            return Err(CaError::IdentityMismatch(format!(
-                "the CSR asks for {other} but the caller is {wanted}"
-            )));
-        }
-        if csr.other_names > 0 {
-            return Err(CaError::IdentityMismatch(format!(
-                "the CSR asks for {} non-SPIFFE names; workload certificates carry only {wanted}",
-                csr.other_names
-            )));
-        }
         let ttl = self.granted_ttl(requested_ttl);
         let names = vec![GeneralName::UniformResourceIdentifier(
             Ia5String::new(&wanted).map_err(|e| CaError::Internal(e.to_string()))?,
@@ -267,9 +257,9 @@ impl BuilderProfile for Profile {
                     KeyUsage(KeyUsages::DigitalSignature | KeyUsages::KeyEncipherment)
                         .to_extension(subject, &out)?,
                 ));
-                let mut eku = vec![const_oid_server_auth()];
+                let mut eku = vec![SERVER_AUTH];
                 if self.usage == Usage::Workload {
-                    eku.push(const_oid_client_auth());
+                    eku.push(CLIENT_AUTH);
                 }
                 out.push(ExtendedKeyUsage(eku).to_extension(subject, &out)?);
                 let aki = AuthorityKeyIdentifier::try_from(issuer_spk)?;
@@ -283,13 +273,9 @@ impl BuilderProfile for Profile {
     }
 }
 
-fn const_oid_server_auth() -> x509_cert::der::oid::ObjectIdentifier {
-    x509_cert::der::oid::ObjectIdentifier::new_unwrap("1.3.6.1.5.5.7.3.1")
-}
-
-fn const_oid_client_auth() -> x509_cert::der::oid::ObjectIdentifier {
-    x509_cert::der::oid::ObjectIdentifier::new_unwrap("1.3.6.1.5.5.7.3.2")
-}
+/// id-kp-serverAuth and id-kp-clientAuth (RFC 5280).
+const SERVER_AUTH: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.3.6.1.5.5.7.3.1");
+const CLIENT_AUTH: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.3.6.1.5.5.7.3.2");
 
 fn random_serial() -> SerialNumber {
     let mut bytes = [0u8; 16];

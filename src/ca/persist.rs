@@ -38,7 +38,6 @@ pub enum CaStore {
 /// How the root is made.
 #[derive(Clone, Debug)]
 pub struct RootOptions {
-    pub trust_domain: String,
     /// `CITADEL_SELF_SIGNED_CA_CERT_TTL` (default 10 years).
     pub ttl: Duration,
     /// A directory of plugged-in `cacerts` files, used if it holds `ca-key.pem`.
@@ -47,7 +46,11 @@ pub struct RootOptions {
 
 impl CaStore {
     /// The material to sign with, made and persisted on first start.
-    pub async fn load_or_create(&self, opts: &RootOptions) -> anyhow::Result<Material> {
+    pub async fn load_or_create(
+        &self,
+        trust_domain: &str,
+        opts: &RootOptions,
+    ) -> anyhow::Result<Material> {
         if let Some(dir) = &opts.cacerts_dir
             && let Some(m) = Material::load_dir(dir)?
         {
@@ -60,7 +63,7 @@ impl CaStore {
                     tracing::info!(dir = %dir.display(), "CA: loaded the self-signed root");
                     return Ok(m);
                 }
-                let m = Material::self_signed(&opts.trust_domain, opts.ttl)?;
+                let m = Material::self_signed(trust_domain, opts.ttl)?;
                 m.save_dir(dir)?;
                 tracing::info!(dir = %dir.display(), "CA: created a self-signed root");
                 Ok(m)
@@ -77,7 +80,7 @@ impl CaStore {
                     tracing::info!("CA: loaded the self-signed root from {SELF_SIGNED_SECRET}");
                     return Ok(Material::from_files(&files_of(&s))?);
                 }
-                let m = Material::self_signed(&opts.trust_domain, opts.ttl)?;
+                let m = Material::self_signed(trust_domain, opts.ttl)?;
                 match api
                     .create(&PostParams::default(), &secret_of(&m, namespace)?)
                     .await

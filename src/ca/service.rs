@@ -93,7 +93,7 @@ impl CaService {
     }
 }
 
-/// Checks the CSR here (signature, and that it asks only for the caller's identity), then
+/// Checks the CSR here (signature, and that it asks for no name but the caller's), then
 /// has `upstream` sign it, presenting the caller's own token: the upstream CA
 /// authenticates the workload itself, so this instance can never widen what it may get.
 async fn forward(
@@ -102,13 +102,7 @@ async fn forward(
     identity: &super::Identity,
     authorization: Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>,
 ) -> Result<Vec<String>, CaError> {
-    let csr = super::csr::verify(&req.csr)?;
-    let wanted = identity.to_string();
-    if let Some(other) = csr.uris.iter().find(|u| **u != wanted) {
-        return Err(CaError::IdentityMismatch(format!(
-            "the CSR asks for {other} but the caller is {wanted}"
-        )));
-    }
+    super::csr::verify_for(&req.csr, identity)?;
     let Some(authorization) = authorization else {
         return Err(CaError::Unauthenticated(
             "with an external CA, requests must carry the workload's token".into(),

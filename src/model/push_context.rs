@@ -87,6 +87,12 @@ impl PushContext {
         let mut gateways: Vec<_> = store.of_kind(Kind::Gateway).cloned().collect();
         by_age(&mut gateways);
         let sidecars = store.of_kind(Kind::Sidecar).cloned().collect();
+        let mut peer_authentications: Vec<_> =
+            store.of_kind(Kind::PeerAuthentication).cloned().collect();
+        by_age(&mut peer_authentications);
+        let mut authorization_policies: Vec<_> =
+            store.of_kind(Kind::AuthorizationPolicy).cloned().collect();
+        by_age(&mut authorization_policies);
         let pod_labels = store
             .of_kind(Kind::Pod)
             .map(|p| {
@@ -107,12 +113,8 @@ impl PushContext {
             destination_rules,
             gateways,
             sidecars,
-            peer_authentications: super::security::sorted(
-                store.of_kind(Kind::PeerAuthentication).cloned().collect(),
-            ),
-            authorization_policies: super::security::sorted(
-                store.of_kind(Kind::AuthorizationPolicy).cloned().collect(),
-            ),
+            peer_authentications,
+            authorization_policies,
             secrets: store
                 .of_kind(Kind::Secret)
                 .map(|o| ((o.key.namespace.clone(), o.key.name.clone()), o.clone()))

@@ -3,8 +3,6 @@
 //! selector-less one over the mesh-wide one in the root namespace; port-level mTLS over
 //! the workload's mode; `UNSET` inherits; nothing at all means PERMISSIVE.
 
-use std::sync::Arc;
-
 use serde::Serialize;
 
 use super::{Proxy, PushContext};
@@ -130,15 +128,6 @@ impl PushContext {
             })
             .collect()
     }
-}
-
-/// Objects of one kind, for the push context.
-pub fn sorted(mut objects: Vec<Arc<ConfigObject>>) -> Vec<Arc<ConfigObject>> {
-    objects.sort_by(|a, b| {
-        (a.meta.creation_timestamp.as_deref().unwrap_or(""), &a.key)
-            .cmp(&(b.meta.creation_timestamp.as_deref().unwrap_or(""), &b.key))
-    });
-    objects
 }
 
 #[cfg(test)]

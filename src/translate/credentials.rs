@@ -4,16 +4,16 @@
 //! does. Only a gateway that proved its identity (the secure port) gets either: a private
 //! key never goes to a connection without one.
 
-use envoy_types::pb::envoy::config::core::v3::{DataSource, data_source::Specifier};
 use envoy_types::pb::envoy::config::listener::v3::{FilterChain, FilterChainMatch};
 use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
-    CertificateValidationContext, CommonTlsContext, DownstreamTlsContext, SdsSecretConfig, Secret,
-    TlsCertificate, common_tls_context::ValidationContextType, secret,
+    CommonTlsContext, DownstreamTlsContext, SdsSecretConfig, Secret,
+    common_tls_context::ValidationContextType,
 };
 use envoy_types::pb::google::protobuf::BoolValue;
 use envoy_types::util::pack_any;
 
 use super::ads_config_source;
+use super::tls::{certificate_secret, tls_transport_socket, validation_secret};
 use crate::api::AnyObject;
 use crate::config::Spec;
 use crate::model::{Proxy, PushContext};
@@ -108,25 +108,11 @@ pub fn https_chain(
             server_names,
             ..Default::default()
         }),
-        transport_socket: Some(envoy_types::pb::envoy::config::core::v3::TransportSocket {
-            name: "envoy.transport_sockets.tls".into(),
-            config_type: Some(
-                envoy_types::pb::envoy::config::core::v3::transport_socket::ConfigType::TypedConfig(
-                    pack_any(ctx),
-                ),
-            ),
-        }),
+        transport_socket: Some(tls_transport_socket(pack_any(ctx))),
         filters,
         transport_socket_connect_timeout: Some(super::duration(std::time::Duration::from_secs(15))),
         ..Default::default()
     }
-}
-
-fn inline(text: &str) -> Option<DataSource> {
-    Some(DataSource {
-        specifier: Some(Specifier::InlineBytes(text.as_bytes().to_vec())),
-        ..Default::default()
-    })
 }
 
 /// The SDS resources for `credentials`, from Secrets in the proxy's namespace. A missing
@@ -147,14 +133,7 @@ pub fn secrets(ctx: &PushContext, proxy: &Proxy, credentials: &[ServerTls]) -> V
             continue;
         };
         if let (Some(cert), Some(key)) = (&s.cert, &s.key) {
-            out.push(Secret {
-                name: tls.cert_resource(),
-                r#type: Some(secret::Type::TlsCertificate(TlsCertificate {
-                    certificate_chain: inline(cert),
-                    private_key: inline(key),
-                    ..Default::default()
-                })),
-            });
+            out.push(certificate_secret(&tls.cert_resource(), cert, key));
         }
         if tls.mutual {
             // The CA is in the credential itself (ca.crt) or in NAME-cacert, as in Istio.
@@ -163,15 +142,7 @@ pub fn secrets(ctx: &PushContext, proxy: &Proxy, credentials: &[ServerTls]) -> V
                     .and_then(|c| c.ca.clone().or_else(|| c.cert.clone()))
             });
             if let Some(ca) = ca {
-                out.push(Secret {
-                    name: tls.ca_resource(),
-                    r#type: Some(secret::Type::ValidationContext(
-                        CertificateValidationContext {
-                            trusted_ca: inline(&ca),
-                            ..Default::default()
-                        },
-                    )),
-                });
+                out.push(validation_secret(&tls.ca_resource(), &ca));
             }
         }
     }

@@ -3,15 +3,16 @@
 //! verifies the server's SPIFFE identities; inbound requires a client certificate.
 
 use envoy_types::pb::envoy::config::core::v3::{
-    ApiConfigSource, ApiVersion, ConfigSource, GrpcService, TransportSocket,
-    api_config_source::ApiType, config_source::ConfigSourceSpecifier, grpc_service,
-    transport_socket,
+    ApiConfigSource, ApiVersion, ConfigSource, DataSource, GrpcService, TransportSocket,
+    api_config_source::ApiType, config_source::ConfigSourceSpecifier, data_source::Specifier,
+    grpc_service, transport_socket,
 };
 use envoy_types::pb::envoy::extensions::transport_sockets::raw_buffer::v3::RawBuffer;
 use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
-    CertificateValidationContext, CommonTlsContext, DownstreamTlsContext, SdsSecretConfig,
-    SubjectAltNameMatcher, TlsParameters, UpstreamTlsContext,
+    CertificateValidationContext, CommonTlsContext, DownstreamTlsContext, SdsSecretConfig, Secret,
+    SubjectAltNameMatcher, TlsCertificate, TlsParameters, UpstreamTlsContext,
     common_tls_context::{CombinedCertificateValidationContext, ValidationContextType},
+    secret,
     subject_alt_name_matcher::SanType,
     tls_parameters::TlsProtocol,
 };
@@ -98,17 +99,54 @@ fn common(alpn: Vec<String>, sans: &[String]) -> CommonTlsContext {
     }
 }
 
+/// Inline PEM for a secret.
+pub fn inline_bytes(text: &str) -> Option<DataSource> {
+    Some(DataSource {
+        specifier: Some(Specifier::InlineBytes(text.as_bytes().to_vec())),
+        ..Default::default()
+    })
+}
+
+/// A `TlsCertificate` secret: a certificate chain and its key.
+pub fn certificate_secret(name: &str, chain_pem: &str, key_pem: &str) -> Secret {
+    Secret {
+        name: name.to_string(),
+        r#type: Some(secret::Type::TlsCertificate(TlsCertificate {
+            certificate_chain: inline_bytes(chain_pem),
+            private_key: inline_bytes(key_pem),
+            ..Default::default()
+        })),
+    }
+}
+
+/// A validation-context secret: the CAs a peer's certificate must chain to.
+pub fn validation_secret(name: &str, ca_pem: &str) -> Secret {
+    Secret {
+        name: name.to_string(),
+        r#type: Some(secret::Type::ValidationContext(
+            CertificateValidationContext {
+                trusted_ca: inline_bytes(ca_pem),
+                ..Default::default()
+            },
+        )),
+    }
+}
+
+/// `envoy.transport_sockets.tls` around an Upstream- or DownstreamTlsContext.
+pub fn tls_transport_socket(context: envoy_types::pb::google::protobuf::Any) -> TransportSocket {
+    TransportSocket {
+        name: "envoy.transport_sockets.tls".into(),
+        config_type: Some(transport_socket::ConfigType::TypedConfig(context)),
+    }
+}
+
 /// ISTIO_MUTUAL towards a server that must be one of `sans` (any mesh identity if empty).
 pub fn upstream(sni: &str, sans: &[String], h2: bool) -> TransportSocket {
-    let ctx = UpstreamTlsContext {
+    tls_transport_socket(pack_any(UpstreamTlsContext {
         common_tls_context: Some(common(mesh_alpn(h2), sans)),
         sni: sni.to_string(),
         ..Default::default()
-    };
-    TransportSocket {
-        name: "envoy.transport_sockets.tls".into(),
-        config_type: Some(transport_socket::ConfigType::TypedConfig(pack_any(ctx))),
-    }
+    }))
 }
 
 /// Plaintext, for endpoints outside the mesh.
@@ -133,13 +171,9 @@ pub fn downstream(http: bool) -> TransportSocket {
             "http/1.1".to_string(),
         ]
     };
-    let ctx = DownstreamTlsContext {
+    tls_transport_socket(pack_any(DownstreamTlsContext {
         common_tls_context: Some(common(alpn, &[])),
         require_client_certificate: Some(BoolValue { value: true }),
         ..Default::default()
-    };
-    TransportSocket {
-        name: "envoy.transport_sockets.tls".into(),
-        config_type: Some(transport_socket::ConfigType::TypedConfig(pack_any(ctx))),
-    }
+    }))
 }
