@@ -300,29 +300,11 @@ async fn secure_ads(
     identity: Option<(&str, &str)>,
     namespace: &str,
 ) -> Result<usize, tonic::Status> {
-    use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
-    use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
-    let (tx, rx) = tokio::sync::mpsc::channel(4);
-    let id = format!("sidecar~10.2.0.1~app-0.{namespace}~{namespace}.svc.cluster.local");
-    tx.send(DeltaDiscoveryRequest {
-        node: Some(xds_node(&id, namespace)),
-        type_url: "type.googleapis.com/envoy.config.cluster.v3.Cluster".into(),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
     let channel = meshd
         .secure_channel(&meshd.root_pem(), identity)
         .await
         .unwrap();
-    let mut stream = AggregatedDiscoveryServiceClient::new(channel)
-        .delta_aggregated_resources(tokio_stream::wrappers::ReceiverStream::new(rx))
-        .await?
-        .into_inner();
-    let first = tokio::time::timeout(Duration::from_secs(5), stream.message())
-        .await
-        .expect("no answer in 5s")?;
-    Ok(first.expect("stream closed").resources.len())
+    first_cds_answer(channel, namespace, None).await
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -470,8 +452,6 @@ async fn plugged_in_intermediate_certificates_sign_and_chain_to_their_root() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_proxy_may_open_secure_xds_with_its_token_and_the_plaintext_port_can_be_turned_off() {
-    use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
-    use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
     let dir = temp_dir("ca-xds-token");
     let config = dir.join("config");
     std::fs::create_dir_all(&config).unwrap();
@@ -488,33 +468,11 @@ async fn a_proxy_may_open_secure_xds_with_its_token_and_the_plaintext_port_can_b
     let first = |token: &'static str| {
         let meshd = &meshd;
         async move {
-            let (tx, rx) = tokio::sync::mpsc::channel(4);
-            tx.send(DeltaDiscoveryRequest {
-                node: Some(xds_node(
-                    "sidecar~10.2.0.1~app-0.shop~shop.svc.cluster.local",
-                    "shop",
-                )),
-                type_url: "type.googleapis.com/envoy.config.cluster.v3.Cluster".into(),
-                ..Default::default()
-            })
-            .await
-            .unwrap();
             let channel = meshd.secure_channel(&meshd.root_pem(), None).await.unwrap();
-            let mut request = tonic::Request::new(tokio_stream::wrappers::ReceiverStream::new(rx));
-            request
-                .metadata_mut()
-                .insert("authorization", format!("Bearer {token}").parse().unwrap());
-            let mut stream = AggregatedDiscoveryServiceClient::new(channel)
-                .delta_aggregated_resources(request)
-                .await?
-                .into_inner();
-            let msg = tokio::time::timeout(Duration::from_secs(5), stream.message())
-                .await
-                .expect("no answer in 5s")?;
-            Ok::<_, tonic::Status>(msg.is_some())
+            first_cds_answer(channel, "shop", Some(token)).await
         }
     };
-    assert!(first("reviews-token").await.unwrap());
+    assert!(first("reviews-token").await.is_ok());
     assert_eq!(
         first("wrong").await.unwrap_err().code(),
         Code::Unauthenticated

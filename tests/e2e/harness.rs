@@ -347,6 +347,15 @@ impl Meshd {
         std::fs::read_to_string(self.ca_dir.join("root-cert.pem")).unwrap()
     }
 
+    /// A gRPC channel to the plaintext xDS port.
+    pub async fn plain_channel(&self) -> tonic::transport::Channel {
+        tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{}", self.xds_port))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap()
+    }
+
     /// A gRPC channel to the secure port, trusting `root_pem`, presenting `identity`
     /// (chain, key) if given.
     pub async fn secure_channel(
@@ -539,9 +548,41 @@ pub fn xds_node(id: &str, namespace: &str) -> Node {
 pub async fn xds_client(
     meshd: &Meshd,
 ) -> AggregatedDiscoveryServiceClient<tonic::transport::Channel> {
-    AggregatedDiscoveryServiceClient::connect(format!("http://127.0.0.1:{}", meshd.xds_port))
+    AggregatedDiscoveryServiceClient::new(meshd.plain_channel().await)
+}
+
+/// Opens delta ADS over `channel` as a sidecar of `namespace` (sending `authorization:
+/// Bearer TOKEN` if given) and returns how many clusters the first answer holds, or the
+/// refusal.
+pub async fn first_cds_answer(
+    channel: tonic::transport::Channel,
+    namespace: &str,
+    token: Option<&str>,
+) -> Result<usize, tonic::Status> {
+    use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    let id = format!("sidecar~10.2.0.1~app-0.{namespace}~{namespace}.svc.cluster.local");
+    tx.send(DeltaDiscoveryRequest {
+        node: Some(xds_node(&id, namespace)),
+        type_url: "type.googleapis.com/envoy.config.cluster.v3.Cluster".into(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let mut request = tonic::Request::new(tokio_stream::wrappers::ReceiverStream::new(rx));
+    if let Some(token) = token {
+        request
+            .metadata_mut()
+            .insert("authorization", format!("Bearer {token}").parse().unwrap());
+    }
+    let mut stream = AggregatedDiscoveryServiceClient::new(channel)
+        .delta_aggregated_resources(request)
+        .await?
+        .into_inner();
+    let first = tokio::time::timeout(Duration::from_secs(5), stream.message())
         .await
-        .unwrap()
+        .expect("no answer in 5s")?;
+    Ok(first.expect("stream closed").resources.len())
 }
 
 // ------------------------------------------------------------------ Envoy
@@ -734,37 +775,7 @@ impl Workload {
         ip: &str,
         extra: &[&str],
     ) -> Workload {
-        for _ in 0..5 {
-            let mut w = Workload::spawn(meshd, namespace, app, service_account, token, ip, extra);
-            let start = Instant::now();
-            loop {
-                if w.envoy.admin("/ready").is_ok_and(|r| r.status == 200) {
-                    return w;
-                }
-                if w.envoy.child.try_wait().unwrap().is_some() {
-                    assert!(
-                        w.envoy.log().contains("Address already in use"),
-                        "envoy exited:\n{}\nagent:\n{}",
-                        w.envoy.log(),
-                        w.agent_log()
-                    );
-                    break;
-                }
-                assert!(
-                    w.agent.try_wait().unwrap().is_none(),
-                    "the agent exited:\n{}",
-                    w.agent_log()
-                );
-                assert!(
-                    start.elapsed() < Duration::from_secs(20),
-                    "workload {app} not ready in 20s:\nenvoy:\n{}\nagent:\n{}",
-                    w.envoy.log(),
-                    w.agent_log()
-                );
-                thread::sleep(Duration::from_millis(25));
-            }
-        }
-        panic!("workload {app} could not bind free ports in 5 attempts");
+        start_retrying(|| Workload::spawn(meshd, namespace, app, service_account, token, ip, extra))
     }
 
     fn spawn(
@@ -855,6 +866,20 @@ impl Workload {
 
     pub fn agent_log(&self) -> String {
         std::fs::read_to_string(&self.agent_log).unwrap_or_default()
+    }
+}
+
+impl Started for Workload {
+    const WHAT: &'static str = "workload (meshd agent + Envoy)";
+    const PORT_TAKEN: &'static str = "Address already in use";
+    fn child(&mut self) -> &mut Child {
+        &mut self.envoy.child
+    }
+    fn ready(&self) -> bool {
+        self.envoy.ready()
+    }
+    fn log(&self) -> String {
+        format!("envoy:\n{}\nagent:\n{}", self.envoy.log(), self.agent_log())
     }
 }
 

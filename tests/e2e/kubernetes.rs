@@ -3,9 +3,6 @@
 
 use std::time::Duration;
 
-use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
-use tokio_stream::wrappers::ReceiverStream;
-
 use crate::apiserver::FakeApiServer;
 use crate::gateway::{front_vs, gateway_yaml};
 use crate::harness::*;
@@ -278,24 +275,7 @@ fn readiness_waits_for_every_initial_list_and_no_proxy_sees_a_partial_mesh() {
 
 /// Opens a delta stream as the proxy and returns the first answer (or the refusal).
 async fn first_answer(meshd: &Meshd, namespace: &str) -> Result<usize, tonic::Status> {
-    let (tx, rx) = tokio::sync::mpsc::channel(4);
-    let id = format!("sidecar~10.2.0.1~app-0.{namespace}~{namespace}.svc.cluster.local");
-    tx.send(DeltaDiscoveryRequest {
-        node: Some(xds_node(&id, namespace)),
-        type_url: "type.googleapis.com/envoy.config.cluster.v3.Cluster".into(),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-    let mut client = xds_client(meshd).await;
-    let mut stream = client
-        .delta_aggregated_resources(ReceiverStream::new(rx))
-        .await?
-        .into_inner();
-    let first = tokio::time::timeout(Duration::from_secs(5), stream.message())
-        .await
-        .expect("no answer in 5s")?;
-    Ok(first.expect("stream closed").resources.len())
+    first_cds_answer(meshd.plain_channel().await, namespace, None).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
