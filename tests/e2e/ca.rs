@@ -18,16 +18,31 @@ use crate::harness::*;
 
 /// meshd in local mode with a bootstrap token for `shop/reviews`.
 fn local_ca(name: &str) -> Meshd {
-    let dir = temp_dir(name);
-    let tokens = dir.join("tokens");
-    std::fs::write(
-        &tokens,
+    local_ca_with(
+        name,
         "# token namespace service-account\nreviews-token shop reviews\n",
+        &[],
+        |_| {},
     )
-    .unwrap();
+}
+
+/// As [`local_ca`], with its own token file, extra flags, and `prepare` run on the config
+/// directory before meshd starts.
+fn local_ca_with(
+    name: &str,
+    tokens: &str,
+    extra: &[&str],
+    prepare: impl FnOnce(&std::path::Path),
+) -> Meshd {
+    let dir = temp_dir(name);
+    let token_path = dir.join("tokens");
+    std::fs::write(&token_path, tokens).unwrap();
     let config = dir.join("config");
     std::fs::create_dir_all(&config).unwrap();
-    Meshd::start_with(&config, &["--ca-token-file", tokens.to_str().unwrap()])
+    prepare(&config);
+    let mut args = vec!["--ca-token-file", token_path.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    Meshd::start_with(&config, &args)
 }
 
 fn client_options(
@@ -339,22 +354,12 @@ async fn the_secure_xds_port_serves_only_proxies_of_the_proven_identity() {
 #[tokio::test(flavor = "multi_thread")]
 async fn with_an_external_ca_requests_are_checked_here_and_signed_there() {
     let upstream = local_ca("ca-upstream");
-    let dir = temp_dir("ca-front");
-    let tokens = dir.join("tokens");
-    // The front instance also knows a token the upstream does not.
-    std::fs::write(
-        &tokens,
-        "reviews-token shop reviews\nfront-only shop reviews\n",
-    )
-    .unwrap();
-    let config = dir.join("config");
-    std::fs::create_dir_all(&config).unwrap();
     let upstream_root = upstream.ca_dir.join("root-cert.pem");
-    let front = Meshd::start_with(
-        &config,
+    // The front instance also knows a token the upstream does not.
+    let front = local_ca_with(
+        "ca-front",
+        "reviews-token shop reviews\nfront-only shop reviews\n",
         &[
-            "--ca-token-file",
-            tokens.to_str().unwrap(),
             "--external-ca",
             &format!("https://127.0.0.1:{}", upstream.secure_port),
             "--external-ca-root-cert",
@@ -362,7 +367,9 @@ async fn with_an_external_ca_requests_are_checked_here_and_signed_there() {
             "--external-ca-server-name",
             "localhost",
         ],
+        |_| {},
     );
+    let dir = front.config_dir.parent().unwrap().to_path_buf();
     let opts = |token: &str| {
         client_options(
             &front,
@@ -413,21 +420,23 @@ async fn with_an_external_ca_requests_are_checked_here_and_signed_there() {
 #[tokio::test(flavor = "multi_thread")]
 async fn plugged_in_intermediate_certificates_sign_and_chain_to_their_root() {
     use meshd::ca::material::Material;
-    let dir = temp_dir("ca-plugged");
-    let config = dir.join("config");
-    std::fs::create_dir_all(&config).unwrap();
-    let tokens = dir.join("tokens");
-    std::fs::write(&tokens, "reviews-token shop reviews\n").unwrap();
     // An offline root, and an intermediate for this cluster in `cacerts`.
     let root = Material::self_signed("corp-root", Duration::from_secs(7200)).unwrap();
     let files = root
         .issue_intermediate("cluster-1", Duration::from_secs(3600))
         .unwrap();
-    Material::from_files(&files)
-        .unwrap()
-        .save_dir(&cacerts_dir(&config))
-        .unwrap();
-    let meshd = Meshd::start_with(&config, &["--ca-token-file", tokens.to_str().unwrap()]);
+    let meshd = local_ca_with(
+        "ca-plugged",
+        "reviews-token shop reviews\n",
+        &[],
+        |config| {
+            Material::from_files(&files)
+                .unwrap()
+                .save_dir(&cacerts_dir(config))
+                .unwrap()
+        },
+    );
+    let dir = meshd.config_dir.parent().unwrap().to_path_buf();
     let root_pem = root.roots_pem.concat();
     let opts = client_options(
         &meshd,
@@ -452,18 +461,11 @@ async fn plugged_in_intermediate_certificates_sign_and_chain_to_their_root() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_proxy_may_open_secure_xds_with_its_token_and_the_plaintext_port_can_be_turned_off() {
-    let dir = temp_dir("ca-xds-token");
-    let config = dir.join("config");
-    std::fs::create_dir_all(&config).unwrap();
-    let tokens = dir.join("tokens");
-    std::fs::write(&tokens, "reviews-token shop reviews\n").unwrap();
-    let meshd = Meshd::start_with(
-        &config,
-        &[
-            "--ca-token-file",
-            tokens.to_str().unwrap(),
-            "--no-plaintext-xds",
-        ],
+    let meshd = local_ca_with(
+        "ca-xds-token",
+        "reviews-token shop reviews\n",
+        &["--no-plaintext-xds"],
+        |_| {},
     );
     let first = |token: &'static str| {
         let meshd = &meshd;
