@@ -37,6 +37,40 @@ pub struct Watch {
     pub always_respond: bool,
     /// The resources of the outstanding response (to name what a NACK rejected).
     pub last_response: Vec<Arc<Resource>>,
+    /// The objects changed by every push sent on this type since its last ACK: a NACK
+    /// blames these, even when a later push has arrived before the NACK.
+    pub unacked: Suspects,
+}
+
+/// Objects whose changes a proxy has been sent but not yet accepted.
+#[derive(Debug, Default)]
+pub struct Suspects {
+    /// A full push was among them: any object may be at fault.
+    pub all: bool,
+    pub keys: BTreeSet<ObjectKey>,
+}
+
+impl Suspects {
+    fn add(&mut self, changed: Option<&BTreeSet<ObjectKey>>) {
+        match changed {
+            None => self.all = true,
+            Some(keys) => self.keys.extend(keys.iter().cloned()),
+        }
+    }
+
+    /// Of the objects a rejected resource was built from, those to blame: the ones
+    /// changed since the last ACK, or all of them when that is unknown or none matched.
+    pub fn blame(&self, origins: Vec<ObjectKey>) -> Vec<ObjectKey> {
+        if self.all {
+            return origins;
+        }
+        let changed: Vec<ObjectKey> = origins
+            .iter()
+            .filter(|o| self.keys.contains(*o))
+            .cloned()
+            .collect();
+        if changed.is_empty() { origins } else { changed }
+    }
 }
 
 /// What `/debug/syncz` shows of one type on one connection.
@@ -183,6 +217,7 @@ impl Connection {
         }
         w.nonce_sent = Some(nonce.clone());
         w.last_response = changed.to_vec();
+        w.unacked.add(self.push.changed.as_ref());
         if w.pending_since.is_none() {
             w.pending_since = trigger;
         }
@@ -206,6 +241,7 @@ impl Connection {
     pub fn record_ack(&mut self, kind: TypeKind, nonce: &str) {
         let w = &mut self.watches[kind as usize];
         w.nonce_acked = Some(nonce.to_string());
+        w.unacked = Suspects::default();
         if let Some(since) = w.pending_since.take() {
             self.shared
                 .metrics
@@ -243,18 +279,9 @@ impl Connection {
         w.pending_since = None;
         if w.nonce_sent.as_deref() == Some(nonce) {
             // A resource is built from several objects (a route configuration from every
-            // VirtualService on its port): blame those the push changed, if any.
+            // VirtualService on its port): blame those changed since the last ACK, if any.
             let origins = super::origin::origins(kind, &w.last_response);
-            let changed: Vec<ObjectKey> = match &self.push.changed {
-                Some(keys) => origins
-                    .iter()
-                    .filter(|o| keys.contains(*o))
-                    .cloned()
-                    .collect(),
-                None => Vec::new(),
-            };
-            let blamed = if changed.is_empty() { origins } else { changed };
-            for object in blamed {
+            for object in w.unacked.blame(origins) {
                 let rejection = super::Rejection {
                     proxy: self.proxy.id.clone(),
                     message: message.to_string(),
@@ -304,5 +331,38 @@ impl Connection {
 impl Drop for Connection {
     fn drop(&mut self) {
         self.shared.deregister(self.id, &self.proxy);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Kind;
+
+    fn vs(name: &str) -> ObjectKey {
+        ObjectKey {
+            kind: Kind::VirtualService,
+            namespace: "shop".into(),
+            name: name.into(),
+        }
+    }
+
+    #[test]
+    fn a_nack_blames_what_changed_since_the_last_ack_even_after_a_later_push() {
+        let mut s = Suspects::default();
+        s.add(Some(&BTreeSet::from([vs("big")])));
+        // A later, unrelated push reaches the connection before the NACK does.
+        s.add(Some(&BTreeSet::from([vs("elsewhere")])));
+        assert_eq!(s.blame(vec![vs("big"), vs("front")]), vec![vs("big")]);
+        // Nothing known changed among the origins: all of them are named.
+        assert_eq!(
+            s.blame(vec![vs("front"), vs("other")]),
+            vec![vs("front"), vs("other")]
+        );
+        s.add(None);
+        assert_eq!(
+            s.blame(vec![vs("big"), vs("front")]),
+            vec![vs("big"), vs("front")]
+        );
     }
 }

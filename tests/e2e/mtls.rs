@@ -321,12 +321,18 @@ fn with_traffic_capture_envoy_accepts_virtual_inbound_under_strict_mtls() {
         &loopback_ip(),
         &["--interception-mode", "REDIRECT"],
     );
-    let dump = details
-        .envoy
-        .admin("/config_dump?resource=dynamic_listeners")
-        .unwrap()
-        .body;
-    assert!(dump.contains("\"virtualInbound\""), "{dump}");
+    let listeners = || {
+        details
+            .envoy
+            .admin("/config_dump?resource=dynamic_listeners")
+            .unwrap()
+            .body
+    };
+    // The workload is up once its certificate is served; its listeners follow over LDS.
+    wait_until("virtualInbound in LDS", Duration::from_secs(10), || {
+        listeners().contains("\"virtualInbound\"")
+    });
+    let dump = listeners();
     assert!(dump.contains("inbound|8080||-mtls"), "{dump}");
     assert!(
         !dump.contains("inbound|8080||-plaintext"),
