@@ -1,5 +1,8 @@
-//! The monitoring port (15014): `/metrics`, `/ready`, and the debug views
-//! (`/debug/configz`, `/debug/syncz`, `/debug/registryz`, `/debug/push_status`).
+//! The monitoring port (15014): `/metrics`, `/ready`, and the debug views istiod serves
+//! (`configz`, `syncz`, `registryz`, `push_status`, `authenticationz`, `adsz`, `cdsz`,
+//! `edsz`, `endpointz`, `endpointShardz`, `workloadz`, `config_dump`), JSON unless noted.
+//! Per-proxy views are computed from the current push's shared view for that proxy, so
+//! they cost nothing while nobody asks.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
@@ -11,12 +14,16 @@ use axum::extract::{ConnectInfo, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Json};
 use axum::routing::get;
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::filesource::IssueBoard;
 use crate::metrics::Metrics;
+use crate::model::Service;
 use crate::model::Store;
 use crate::xds::XdsShared;
+use crate::xds::connection::SyncStatus;
+use crate::xds::dump;
+use crate::xds::resource::{TypeKind, encode};
 
 #[derive(Clone)]
 pub struct DebugState {
@@ -36,6 +43,13 @@ pub fn router(state: DebugState, remote_debug: bool) -> Router {
         .route("/debug/registryz", get(registryz))
         .route("/debug/push_status", get(push_status))
         .route("/debug/authenticationz", get(authenticationz))
+        .route("/debug/adsz", get(adsz))
+        .route("/debug/cdsz", get(cdsz))
+        .route("/debug/edsz", get(edsz))
+        .route("/debug/endpointz", get(endpointz))
+        .route("/debug/endpointShardz", get(endpoint_shardz))
+        .route("/debug/workloadz", get(workloadz))
+        .route("/debug/config_dump", get(config_dump))
         .layer(axum::middleware::from_fn(
             move |ConnectInfo(peer): ConnectInfo<SocketAddr>,
                   request: axum::extract::Request,
@@ -122,23 +136,46 @@ struct ProxyQuery {
     proxy_id: String,
 }
 
+#[derive(serde::Deserialize)]
+struct OptionalProxyQuery {
+    #[serde(rename = "proxyID")]
+    proxy_id: Option<String>,
+}
+
+/// The connections a `proxyID` names (a full node id, or `POD.NAMESPACE` as istioctl
+/// takes it); every connection when there is none.
+fn connections(s: &DebugState, proxy_id: Option<&str>) -> Vec<SyncStatus> {
+    s.xds
+        .sync_status()
+        .into_iter()
+        .filter(|c| proxy_id.is_none_or(|id| proxy_matches(&c.proxy, id)))
+        .collect()
+}
+
+/// Whether node id `node` is what the operator called `id`.
+pub fn proxy_matches(node: &str, id: &str) -> bool {
+    node == id || node.split('~').nth(2) == Some(id)
+}
+
+fn no_proxy(id: &str) -> (StatusCode, Json<Value>) {
+    (
+        StatusCode::NOT_FOUND,
+        Json(json!({"error": format!("no connected proxy {id:?}")})),
+    )
+}
+
 /// The effective mTLS mode of each inbound port of a connected proxy, and the
 /// PeerAuthentication that decided it.
 async fn authenticationz(
     State(s): State<DebugState>,
     axum::extract::Query(q): axum::extract::Query<ProxyQuery>,
 ) -> impl IntoResponse {
-    let Some(proxy) = s
-        .xds
-        .sync_status()
+    let Some(proxy) = connections(&s, Some(&q.proxy_id))
         .into_iter()
-        .find(|c| c.proxy == q.proxy_id || c.proxy.contains(&format!("~{}~", q.proxy_id)))
+        .next()
         .map(|c| c.model)
     else {
-        return (
-            StatusCode::NOT_FOUND,
-            Json(json!({"error": format!("no connected proxy {:?}", q.proxy_id)})),
-        );
+        return no_proxy(&q.proxy_id);
     };
     let push = s.xds.current_push();
     let ctx = &push.context;
@@ -182,12 +219,243 @@ async fn push_status(State(s): State<DebugState>) -> impl IntoResponse {
     let push = s.xds.current_push();
     Json(json!({
         "version": push.version(),
+        "revision": s.xds.revision,
         "push": push.number,
         "services": push.context.services.len(),
         "virtualServices": push.context.virtual_services.len(),
         "connectedProxies": s.xds.sync_status().len(),
         "crossObjectWarnings": push.context.issues.len(),
     }))
+}
+
+/// Every connected proxy and, per type, the resource names its configuration holds now.
+async fn adsz(
+    State(s): State<DebugState>,
+    axum::extract::Query(q): axum::extract::Query<OptionalProxyQuery>,
+) -> impl IntoResponse {
+    let push = s.xds.current_push();
+    let out: Vec<Value> = connections(&s, q.proxy_id.as_deref())
+        .into_iter()
+        .map(|c| {
+            let view = push.view(&c.model);
+            let watched: serde_json::Map<String, Value> = [
+                TypeKind::Cluster,
+                TypeKind::Endpoint,
+                TypeKind::Listener,
+                TypeKind::Route,
+                TypeKind::Secret,
+            ]
+            .into_iter()
+            .map(|k| {
+                let names: Vec<&String> = view.all(k).keys().collect();
+                (k.short().to_string(), json!(names))
+            })
+            .collect();
+            json!({
+                "connectionId": c.connection_id,
+                "proxy": c.proxy,
+                "delta": c.delta,
+                "inSyncPush": c.in_sync_push,
+                "resources": watched,
+            })
+        })
+        .collect();
+    Json(json!({"push": push.number, "version": push.version(), "clients": out}))
+}
+
+/// One type's resources, as JSON, for each connected proxy (or the one named).
+fn per_proxy(s: &DebugState, proxy_id: Option<&str>, kind: TypeKind) -> (StatusCode, Json<Value>) {
+    let push = s.xds.current_push();
+    let found = connections(s, proxy_id);
+    if let (Some(id), true) = (proxy_id, found.is_empty()) {
+        return no_proxy(id);
+    }
+    let out: Vec<Value> = found
+        .into_iter()
+        .map(|c| {
+            let view = push.view(&c.model);
+            json!({"proxy": c.proxy, "version": push.version(), "resources": dump::resources_json(&view, kind)})
+        })
+        .collect();
+    (StatusCode::OK, Json(json!(out)))
+}
+
+async fn cdsz(
+    State(s): State<DebugState>,
+    axum::extract::Query(q): axum::extract::Query<OptionalProxyQuery>,
+) -> impl IntoResponse {
+    per_proxy(&s, q.proxy_id.as_deref(), TypeKind::Cluster)
+}
+
+async fn edsz(
+    State(s): State<DebugState>,
+    axum::extract::Query(q): axum::extract::Query<OptionalProxyQuery>,
+) -> impl IntoResponse {
+    per_proxy(&s, q.proxy_id.as_deref(), TypeKind::Endpoint)
+}
+
+/// A proxy's listeners, routes, clusters, endpoints and secrets in the shape of Envoy's
+/// admin `/config_dump` (keys redacted).
+async fn config_dump(
+    State(s): State<DebugState>,
+    axum::extract::Query(q): axum::extract::Query<ProxyQuery>,
+) -> impl IntoResponse {
+    let Some(c) = connections(&s, Some(&q.proxy_id)).into_iter().next() else {
+        return no_proxy(&q.proxy_id);
+    };
+    let push = s.xds.current_push();
+    let view = push.view(&c.model);
+    let at = push
+        .version()
+        .split('/')
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    (
+        StatusCode::OK,
+        Json(dump::config_dump(&view, push.version(), &at)),
+    )
+}
+
+#[derive(serde::Deserialize)]
+struct BriefQuery {
+    brief: Option<String>,
+}
+
+/// Every service's endpoints; `?brief=1` gives a table.
+async fn endpointz(
+    State(s): State<DebugState>,
+    axum::extract::Query(q): axum::extract::Query<BriefQuery>,
+) -> axum::response::Response {
+    let push = s.xds.current_push();
+    let services = push.context.services.values();
+    if q.brief
+        .as_deref()
+        .is_some_and(|b| !b.is_empty() && b != "0" && b != "false")
+    {
+        return endpoint_table(services.map(|s| &**s)).into_response();
+    }
+    let out: Vec<Value> = services
+        .map(|svc| {
+            json!({
+                "service": svc.hostname,
+                "namespace": svc.namespace,
+                "ports": svc.ports,
+                "endpoints": svc.endpoints,
+            })
+        })
+        .collect();
+    Json(out).into_response()
+}
+
+/// `/debug/endpointz?brief=1`: one line per endpoint and service port.
+pub fn endpoint_table<'a>(services: impl Iterator<Item = &'a Service>) -> String {
+    let mut rows = vec![[
+        "SERVICE".to_string(),
+        "PORT".into(),
+        "ENDPOINT".into(),
+        "HEALTHY".into(),
+        "POD".into(),
+        "SERVICE ACCOUNT".into(),
+    ]];
+    for svc in services {
+        for port in &svc.ports {
+            for e in &svc.endpoints {
+                let Some(target) = e.ports.get(&port.port) else {
+                    continue;
+                };
+                rows.push([
+                    svc.hostname.clone(),
+                    format!("{} ({})", port.port, port.name),
+                    format!("{}:{target}", e.address),
+                    e.healthy.to_string(),
+                    e.pod.clone().unwrap_or_else(|| "-".into()),
+                    e.service_account.clone().unwrap_or_else(|| "-".into()),
+                ]);
+            }
+        }
+    }
+    crate::cli::table(&rows)
+}
+
+/// Endpoints per service and namespace, grouped by the registry that provided them, with
+/// their network, locality, weight and the EDS form each port's cluster gives them.
+async fn endpoint_shardz(State(s): State<DebugState>) -> impl IntoResponse {
+    let push = s.xds.current_push();
+    let mut out = serde_json::Map::new();
+    for svc in push.context.services.values() {
+        let shard = if svc.kubernetes {
+            "Kubernetes/Kubernetes".to_string()
+        } else {
+            format!("External/{}", svc.name)
+        };
+        let xds: serde_json::Map<String, Value> = svc
+            .ports
+            .iter()
+            .map(|p| {
+                let name = format!("outbound|{}||{}", p.port, svc.hostname);
+                let cla = crate::translate::endpoint::load_assignment(&name, svc, p.port, |_| true);
+                let json = dump::any_to_json(&encode(&name, &cla).body)
+                    .unwrap_or_else(|e| json!({"error": e}));
+                (name, json)
+            })
+            .collect();
+        let endpoints: Vec<Value> = svc
+            .endpoints
+            .iter()
+            .map(|e| {
+                json!({
+                    "address": e.address,
+                    "ports": e.ports,
+                    "labels": e.labels,
+                    "serviceAccount": e.service_account,
+                    "pod": e.pod,
+                    "network": "",
+                    "locality": e.locality,
+                    "lbWeight": e.weight,
+                    "healthy": e.healthy,
+                })
+            })
+            .collect();
+        out.entry(svc.hostname.clone())
+            .or_insert_with(|| json!({}))
+            .as_object_mut()
+            .expect("BUG: built as an object")
+            .insert(
+                svc.namespace.clone(),
+                json!({"Shards": {shard: endpoints}, "xds": xds}),
+            );
+    }
+    Json(Value::Object(out))
+}
+
+/// The proxies connected to this instance ("workloads") and their metadata.
+async fn workloadz(State(s): State<DebugState>) -> impl IntoResponse {
+    let push = s.xds.current_push();
+    let out: Vec<Value> = s
+        .xds
+        .sync_status()
+        .into_iter()
+        .map(|c| {
+            let p = &c.model;
+            json!({
+                "proxy": p.id,
+                "type": p.kind,
+                "namespace": p.namespace,
+                "pod": p.pod_name,
+                "ips": p.ips,
+                "labels": push.context.proxy_labels(p),
+                "serviceAccount": p.service_account,
+                "identity": p.identity,
+                "clusterId": p.cluster_id,
+                "istioVersion": p.istio_version,
+                "revision": push.context.proxy_revision(p),
+                "interception": p.interception,
+                "connectionId": c.connection_id,
+            })
+        })
+        .collect();
+    Json(out)
 }
 
 #[cfg(test)]

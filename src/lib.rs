@@ -5,6 +5,7 @@
 pub mod agent;
 pub mod api;
 pub mod ca;
+pub mod cli;
 pub mod config;
 pub mod debug;
 pub mod duration;

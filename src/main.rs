@@ -71,6 +71,13 @@ enum Command {
         /// by default only localhost may read them. /metrics and /ready are always open.
         #[arg(long, env = "MESHD_REMOTE_DEBUG")]
         remote_debug: bool,
+        /// Ping idle xDS connections this often (istiod's --keepaliveInterval) ...
+        #[arg(long, default_value = "30s", value_parser = parse_duration)]
+        keepalive_interval: std::time::Duration,
+        /// ... and drop a connection whose ping goes unanswered this long, freeing every
+        /// stream's state on it (istiod's --keepaliveTimeout).
+        #[arg(long, default_value = "10s", value_parser = parse_duration)]
+        keepalive_timeout: std::time::Duration,
     },
     /// The sidecar's companion (like pilot-agent): workload key and certificate from meshd's
     /// CA, served to Envoy over SDS on a Unix socket, renewed before expiry, and Envoy's
@@ -78,6 +85,36 @@ enum Command {
     Agent(AgentArgs),
     /// Print the CustomResourceDefinitions of every Istio kind meshd serves.
     Crds,
+    /// Every proxy connected to a running meshd and, per xDS type, whether it holds what
+    /// was last sent (SYNCED), has not ACKed it (STALE), or was sent nothing (NOT SENT).
+    ProxyStatus {
+        /// The instance's monitoring address (port 15014).
+        #[arg(
+            long,
+            env = "MESHD_MONITORING_ADDRESS",
+            default_value = "127.0.0.1:15014"
+        )]
+        meshd: String,
+        /// `json` prints /debug/syncz as is.
+        #[arg(short = 'o', long, value_enum, default_value = "table")]
+        output: Output,
+    },
+    /// One part of a connected proxy's configuration as meshd serves it (like `istioctl
+    /// proxy-config`): PROXY is `POD.NAMESPACE` or the full node id.
+    ProxyConfig {
+        #[arg(value_enum)]
+        kind: meshd::cli::ConfigKind,
+        proxy: String,
+        #[arg(
+            long,
+            env = "MESHD_MONITORING_ADDRESS",
+            default_value = "127.0.0.1:15014"
+        )]
+        meshd: String,
+        /// `json` prints the resources in Envoy's JSON.
+        #[arg(short = 'o', long, value_enum, default_value = "table")]
+        output: Output,
+    },
     /// Check Istio YAML offline, like `istioctl validate`; exits 1 if anything is invalid.
     Validate {
         /// Files or directories to check.
@@ -86,9 +123,41 @@ enum Command {
     },
 }
 
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Output {
+    Table,
+    Json,
+}
+
+fn print_or_fail(command: &str, result: Result<String, String>) -> ExitCode {
+    match result {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("meshd {command}: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Command::ProxyStatus { meshd, output } => print_or_fail(
+            "proxy-status",
+            meshd::cli::proxy_status(&meshd, output == Output::Json),
+        ),
+        Command::ProxyConfig {
+            kind,
+            proxy,
+            meshd,
+            output,
+        } => print_or_fail(
+            "proxy-config",
+            meshd::cli::proxy_config(&meshd, kind, &proxy, output == Output::Json),
+        ),
         Command::Crds => {
             print!("{}", meshd::api::crd::to_yaml());
             ExitCode::SUCCESS
@@ -126,10 +195,16 @@ fn main() -> ExitCode {
             security,
             monitoring_address,
             remote_debug,
+            keepalive_interval,
+            keepalive_timeout,
         } => {
             init_tracing();
             let push = match PushSettings::from_env() {
-                Ok(p) => p,
+                Ok(p) => PushSettings {
+                    keepalive_interval,
+                    keepalive_timeout,
+                    ..p
+                },
                 Err(e) => {
                     eprintln!("meshd: {e:#}");
                     return ExitCode::from(2);

@@ -16,6 +16,9 @@ fn push_histogram() -> Histogram {
 }
 
 const CONVERGENCE_BUCKETS: &[f64] = &[0.1, 0.5, 1.0, 3.0, 5.0, 10.0, 20.0, 30.0];
+const SEND_BUCKETS: &[f64] = &[0.01, 0.1, 1.0, 3.0, 5.0, 10.0, 20.0, 30.0];
+const INIT_BUCKETS: &[f64] = &[0.01, 0.1, 0.5, 1.0, 3.0, 5.0];
+const DESTROY_BUCKETS: &[f64] = &[0.0001, 0.001, 0.01, 0.1, 1.0, 10.0];
 
 pub struct Metrics {
     pub registry: Registry,
@@ -38,6 +41,10 @@ pub struct Metrics {
     pub cert_issued: Counter,
     pub ca_auth_failures: Counter,
     pub ca_errors: Family<Labels, Counter>,
+    pub xds_send_time: Histogram,
+    pub pushcontext_init: Histogram,
+    pub destroy_time: Histogram,
+    pub endpoint_no_pod: Gauge,
 }
 
 impl Default for Metrics {
@@ -69,104 +76,249 @@ impl Metrics {
             cert_issued: Counter::default(),
             ca_auth_failures: Counter::default(),
             ca_errors: Family::default(),
+            xds_send_time: Histogram::new(SEND_BUCKETS.iter().copied()),
+            pushcontext_init: Histogram::new(INIT_BUCKETS.iter().copied()),
+            destroy_time: Histogram::new(DESTROY_BUCKETS.iter().copied()),
+            endpoint_no_pod: Gauge::default(),
             registry: Registry::default(),
         };
         registry.register(
             "pilot_xds_pushes",
-            "Pilot build and send errors for lds, rds, cds and eds.",
+            "Pilot build and send errors for lds, rds, cds and eds",
             m.xds_pushes.clone(),
         );
         registry.register(
             "pilot_total_xds_rejects",
-            "Total number of XDS responses from pilot rejected by proxy.",
+            "Total number of XDS responses from pilot rejected by proxy",
             m.total_xds_rejects.clone(),
         );
         registry.register(
             "pilot_xds_expired_nonce",
-            "Total number of XDS requests with an expired nonce.",
+            "Total number of XDS requests with an expired nonce",
             m.xds_expired_nonce.clone(),
         );
         registry.register(
             "pilot_xds_clients",
-            "Number of endpoints connected to this pilot using XDS.",
+            "Number of endpoints connected to this pilot using XDS",
             m.xds_clients.clone(),
         );
         registry.register(
             "pilot_xds",
-            "Number of endpoints connected to this pilot using XDS, by proxy version.",
+            "Number of endpoints connected to this pilot using XDS, by proxy version",
             m.xds_by_version.clone(),
         );
         registry.register("pilot_proxy_convergence_time", "Delay in seconds between config change and a proxy receiving all required configuration", m.proxy_convergence_time.clone());
         registry.register("pilot_debounce_time", "Delay in seconds between the first config enters debouncing and the merged push request is pushed into the push queue", m.debounce_time.clone());
         registry.register(
             "pilot_xds_push_time",
-            "Total time in seconds Pilot takes to push lds, rds, cds and eds.",
+            "Total time in seconds Pilot takes to push lds, rds, cds and eds",
             m.xds_push_time.clone(),
         );
         registry.register(
             "pilot_proxy_queue_time",
-            "Time in seconds, a proxy is in the push queue before being dequeued.",
+            "Time in seconds, a proxy is in the push queue before being dequeued",
             m.proxy_queue_time.clone(),
         );
         registry.register(
             "pilot_push_context_recompute_count",
-            "Number of push context rebuilds.",
+            "Number of push context rebuilds",
             m.push_context_recompute.clone(),
         );
         registry.register(
             "pilot_push_triggers",
-            "Total number of times a push was triggered, labeled by reason for the push.",
+            "Total number of times a push was triggered, labeled by reason for the push",
             m.push_triggers.clone(),
         );
         registry.register(
             "pilot_services",
-            "Total services known to pilot.",
+            "Total services known to pilot",
             m.services.clone(),
         );
         registry.register(
             "pilot_virt_services",
-            "Total virtual services known to pilot.",
+            "Total virtual services known to pilot",
             m.virt_services.clone(),
         );
         registry.register(
             "meshd_config_errors",
-            "Configuration documents rejected, by kind.",
+            "Configuration documents rejected, by kind",
             m.config_errors.clone(),
         );
         registry.register(
             "meshd_xds_connection_errors",
-            "xDS streams refused or broken, by reason.",
+            "xDS streams refused or broken, by reason",
             m.xds_connection_errors.clone(),
         );
         registry.register(
             "citadel_server_csr_count",
-            "The number of CSRs received by Citadel server.",
+            "The number of CSRs received by Citadel server",
             m.csr_count.clone(),
         );
         registry.register(
             "citadel_server_success_cert_issuance_count",
-            "The number of certificates issuances that have succeeded.",
+            "The number of certificates issuances that have succeeded",
             m.cert_issued.clone(),
         );
         registry.register(
             "citadel_server_authentication_failure_count",
-            "The number of authentication failures.",
+            "The number of authentication failures",
             m.ca_auth_failures.clone(),
         );
         registry.register(
             "meshd_ca_errors",
-            "Certificate requests refused, by reason.",
+            "Certificate requests refused, by reason",
             m.ca_errors.clone(),
         );
+        registry.register(
+            "pilot_xds_send_time",
+            "Total time in seconds Pilot takes to send generated configuration",
+            m.xds_send_time.clone(),
+        );
+        registry.register(
+            "pilot_pushcontext_init_seconds",
+            "Total time in seconds Pilot takes to init pushContext",
+            m.pushcontext_init.clone(),
+        );
+        registry.register(
+            "pilot_destroy_time_seconds",
+            "Time in seconds from a proxy's stream ending to its state being freed",
+            m.destroy_time.clone(),
+        );
+        registry.register(
+            "endpoint_no_pod",
+            "Endpoints of Kubernetes services with no known Pod behind them",
+            m.endpoint_no_pod.clone(),
+        );
+        // Every type's series exists from the start, so dashboards read 0, not "no data".
+        for t in ["cds", "eds", "lds", "rds", "sds"] {
+            let label = type_label(t);
+            let _ = m.xds_pushes.get_or_create(&label);
+            let _ = m.total_xds_rejects.get_or_create(&label);
+            let _ = m.xds_expired_nonce.get_or_create(&label);
+            let _ = m.xds_push_time.get_or_create(&label);
+        }
         Metrics { registry, ..m }
     }
 
-    /// The registry in Prometheus text format (version 0.0.4), as istiod serves it.
+    /// The registry in Prometheus text format (version 0.0.4), as istiod serves it, then
+    /// the process's own figures (read at scrape time).
     pub fn render(&self) -> String {
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &self.registry)
             .expect("BUG: encoding to a String cannot fail");
-        to_prometheus_text(&text)
+        let mut out = to_prometheus_text(&text);
+        out.push_str(&process_text());
+        out
+    }
+}
+
+/// What `process_*` (as Prometheus client libraries export them) and the tokio runtime say
+/// now: CPU, resident memory, threads, open files, and live tasks (the Rust counterpart of
+/// `go_goroutines`: a count that grows without bound is a task leak).
+pub fn process_text() -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let mut metric = |name: &str, kind: &str, help: &str, value: f64| {
+        let _ = write!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}\n"
+        );
+    };
+    let process = ProcessStats::read();
+    if let Some(cpu) = process.cpu_seconds {
+        metric(
+            "process_cpu_seconds_total",
+            "counter",
+            "Total user and system CPU time spent in seconds.",
+            cpu,
+        );
+    }
+    if let Some(rss) = process.resident_bytes {
+        metric(
+            "process_resident_memory_bytes",
+            "gauge",
+            "Resident memory size in bytes.",
+            rss as f64,
+        );
+    }
+    if let Some(threads) = process.threads {
+        metric(
+            "process_threads",
+            "gauge",
+            "Number of OS threads in the process.",
+            threads as f64,
+        );
+    }
+    if let Some(fds) = process.open_fds {
+        metric(
+            "process_open_fds",
+            "gauge",
+            "Number of open file descriptors.",
+            fds as f64,
+        );
+    }
+    if let Ok(handle) = tokio::runtime::Handle::try_current() {
+        let runtime = handle.metrics();
+        metric(
+            "meshd_tokio_tasks",
+            "gauge",
+            "Tasks alive in the tokio runtime (go_goroutines for a Rust control plane).",
+            runtime.num_alive_tasks() as f64,
+        );
+        metric(
+            "meshd_tokio_workers",
+            "gauge",
+            "Worker threads of the tokio runtime.",
+            runtime.num_workers() as f64,
+        );
+    }
+    out
+}
+
+/// The process's resource use, from `/proc/self` (Linux; `None` elsewhere).
+#[derive(Debug, Default)]
+pub struct ProcessStats {
+    pub cpu_seconds: Option<f64>,
+    pub resident_bytes: Option<u64>,
+    pub threads: Option<u64>,
+    pub open_fds: Option<u64>,
+}
+
+impl ProcessStats {
+    pub fn read() -> ProcessStats {
+        Self::of("self")
+    }
+
+    /// `pid` is a number or `self`.
+    pub fn of(pid: &str) -> ProcessStats {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| v.split_whitespace().next())
+                .and_then(|v| v.parse::<u64>().ok())
+        };
+        // utime and stime are fields 14 and 15 of /proc/PID/stat, counted after the
+        // parenthesised command name (which may hold spaces), in clock ticks (USER_HZ,
+        // 100 on every Linux architecture meshd runs on).
+        let cpu_seconds = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|stat| {
+                let rest = &stat[stat.rfind(')')? + 2..];
+                let fields: Vec<&str> = rest.split_whitespace().collect();
+                let utime: f64 = fields.get(11)?.parse().ok()?;
+                let stime: f64 = fields.get(12)?.parse().ok()?;
+                Some((utime + stime) / 100.0)
+            });
+        ProcessStats {
+            cpu_seconds,
+            resident_bytes: field("VmRSS:").map(|kb| kb * 1024),
+            threads: field("Threads:"),
+            open_fds: std::fs::read_dir(format!("/proc/{pid}/fd"))
+                .ok()
+                .map(|d| d.count() as u64),
+        }
     }
 }
 
@@ -222,5 +374,33 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("# EOF"));
+    }
+
+    #[test]
+    fn process_figures_follow_what_the_process_does() {
+        let before = ProcessStats::read();
+        let rss = before.resident_bytes.expect("VmRSS from /proc/self/status");
+        assert!(before.threads.unwrap() >= 1 && before.open_fds.unwrap() >= 3);
+        // Touch 128 MiB: resident memory must grow by most of it.
+        let block = vec![1u8; 128 << 20];
+        let after = ProcessStats::read().resident_bytes.unwrap();
+        assert!(after >= rss + (96 << 20), "{rss} -> {after}");
+        drop(block);
+        // Burn some CPU: the counter moves.
+        let cpu = before.cpu_seconds.unwrap();
+        let mut x = 0u64;
+        while ProcessStats::read().cpu_seconds.unwrap() < cpu + 0.05 {
+            for i in 0..1_000_000u64 {
+                x = x.wrapping_mul(31).wrapping_add(i);
+            }
+            std::hint::black_box(x);
+        }
+        let text = process_text();
+        assert!(
+            text.contains(
+                "# TYPE process_resident_memory_bytes gauge\nprocess_resident_memory_bytes "
+            ),
+            "{text}"
+        );
     }
 }

@@ -130,11 +130,10 @@ impl Security {
         let incoming = crate::tls::incoming(listener, self.configs.clone());
         let ca = CaService::new(self.ca.clone(), self.authn.clone(), metrics)
             .forwarding_to(self.upstream.clone());
+        let mut server = crate::xds::server_builder(&xds.settings);
         let ads = AdsService::secure(xds, self.authn.clone());
         tokio::spawn(
-            tonic::transport::Server::builder()
-                .http2_keepalive_interval(Some(Duration::from_secs(30)))
-                .http2_keepalive_timeout(Some(Duration::from_secs(10)))
+            server
                 .add_service(ca.into_server())
                 .add_service(ads.into_server())
                 .serve_with_incoming_shutdown(incoming, async move {

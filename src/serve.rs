@@ -97,12 +97,7 @@ pub async fn run(opts: ServeOptions) -> anyhow::Result<()> {
         None,
         &metrics,
     )));
-    let xds = XdsShared::new(
-        metrics.clone(),
-        push_rx,
-        opts.push.push_throttle,
-        opts.revision.clone(),
-    );
+    let xds = XdsShared::new(metrics.clone(), push_rx, &opts.push, opts.revision.clone());
     let ready = Arc::new(AtomicBool::new(false));
     let issues: IssueBoard = Arc::default();
     let debug_state = DebugState {
@@ -219,9 +214,7 @@ pub async fn run(opts: ServeOptions) -> anyhow::Result<()> {
             .with_context(|| format!("binding the xDS port {address}"))?;
         let mut xds_shutdown = shutdown_rx.clone();
         servers.push(tokio::spawn(
-            tonic::transport::Server::builder()
-                .http2_keepalive_interval(Some(Duration::from_secs(30)))
-                .http2_keepalive_timeout(Some(Duration::from_secs(10)))
+            crate::xds::server_builder(&xds.settings)
                 .add_service(AdsService::new(xds.clone()).into_server())
                 .serve_with_incoming_shutdown(
                     tokio_stream::wrappers::TcpListenerStream::new(listener),

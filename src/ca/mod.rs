@@ -312,6 +312,23 @@ fn build(
         .map_err(|e| CaError::Internal(e.to_string()))
 }
 
+/// The expiry of the first certificate in base64 (as proto3 JSON carries bytes) of PEM
+/// text, RFC 3339; `None` if it is not one.
+pub fn not_after_of_base64_pem(b64: &str) -> Option<String> {
+    use base64::Engine;
+    let pem = base64::engine::general_purpose::STANDARD.decode(b64).ok()?;
+    let chain = x509_cert::Certificate::load_pem_chain(&pem).ok()?;
+    let first = chain.first()?;
+    Some(
+        first
+            .tbs_certificate()
+            .validity()
+            .not_after
+            .to_date_time()
+            .to_string(),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -128,6 +128,17 @@ impl PushContext {
         ctx
     }
 
+    /// Endpoints of Kubernetes services with no known Pod behind them (Istio's
+    /// `endpoint_no_pod`: stale slices, or Pods not yet seen).
+    pub fn endpoints_without_pod(&self) -> usize {
+        self.services
+            .values()
+            .filter(|s| s.kubernetes)
+            .flat_map(|s| &s.endpoints)
+            .filter(|e| e.pod.is_none())
+            .count()
+    }
+
     /// Cross-object checks: every route destination and subset must exist.
     fn cross_check(&self) -> Vec<ModelIssue> {
         let mut issues = Vec::new();

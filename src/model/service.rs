@@ -88,6 +88,8 @@ pub struct Endpoint {
     pub weight: u32,
     pub healthy: bool,
     pub service_account: Option<String>,
+    /// The known Pod behind a Kubernetes endpoint (`None`: no such Pod, or not a Pod).
+    pub pod: Option<String>,
 }
 
 /// How Envoy finds a service's endpoints.
@@ -193,9 +195,10 @@ pub fn build_services(store: &Store) -> BTreeMap<String, Arc<Service>> {
                         port_map.insert(sp.port, p);
                     }
                 }
-                let pod = e
-                    .pod
-                    .as_ref()
+                let known_pod = e.pod.as_ref().filter(|pod| {
+                    pod_labels.contains_key(&(obj.key.namespace.as_str(), pod.as_str()))
+                });
+                let pod = known_pod
                     .and_then(|pod| pod_labels.get(&(obj.key.namespace.as_str(), pod.as_str())));
                 let labels = pod.map(|(l, _)| l.clone()).unwrap_or_default();
                 let service_account = pod.and_then(|(_, sa)| sa.clone());
@@ -210,6 +213,7 @@ pub fn build_services(store: &Store) -> BTreeMap<String, Arc<Service>> {
                         weight: 1,
                         healthy: e.ready != Some(false),
                         service_account: service_account.clone(),
+                        pod: known_pod.cloned(),
                     });
                 }
             }
@@ -326,6 +330,7 @@ fn workload_endpoint(
         weight: we.weight.filter(|w| *w > 0).unwrap_or(1),
         healthy: true,
         service_account: we.service_account.clone(),
+        pod: None,
     }
 }
 
@@ -383,6 +388,7 @@ fn service_entry_services(
                 weight: 1,
                 healthy: true,
                 service_account: None,
+                pod: None,
             });
         }
     }

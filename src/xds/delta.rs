@@ -128,7 +128,7 @@ async fn respond(
         nonce,
         ..Default::default()
     };
-    tx.send(Ok(response)).await.map_err(|_| Closed)?;
+    super::stream::send(conn, kind, tx, response).await?;
     Ok(true)
 }
 

@@ -7,6 +7,7 @@
 pub mod canonical;
 pub mod connection;
 pub mod delta;
+pub mod dump;
 pub mod origin;
 pub mod push;
 pub mod resource;
@@ -30,7 +31,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use self::connection::SyncStatus;
-use self::push::Push;
+use self::push::{Push, PushSettings};
 use crate::ca::Identity;
 use crate::ca::authn::Authenticator;
 use crate::config::ObjectKey;
@@ -47,6 +48,7 @@ pub struct XdsShared {
     /// The revision this instance serves; proxies of other revisions are refused.
     pub revision: String,
     pub throttle: Semaphore,
+    pub settings: PushSettings,
     pushes: watch::Receiver<Arc<Push>>,
     next_id: AtomicU64,
     connections: Mutex<BTreeMap<u64, Arc<Mutex<SyncStatus>>>>,
@@ -68,13 +70,14 @@ impl XdsShared {
     pub fn new(
         metrics: Arc<Metrics>,
         pushes: watch::Receiver<Arc<Push>>,
-        push_throttle: usize,
+        settings: &PushSettings,
         revision: String,
     ) -> Arc<XdsShared> {
         Arc::new(XdsShared {
             metrics,
             revision,
-            throttle: Semaphore::new(push_throttle.max(1)),
+            throttle: Semaphore::new(settings.push_throttle.max(1)),
+            settings: settings.clone(),
             pushes,
             next_id: AtomicU64::new(1),
             connections: Mutex::default(),
@@ -277,6 +280,14 @@ impl AdsService {
     pub fn into_server(self) -> AggregatedDiscoveryServiceServer<AdsService> {
         AggregatedDiscoveryServiceServer::new(self).max_decoding_message_size(16 << 20)
     }
+}
+
+/// A gRPC server for xDS with the keepalive that frees the state of proxies that vanished
+/// without closing their connection.
+pub fn server_builder(settings: &PushSettings) -> tonic::transport::Server {
+    tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(settings.keepalive_interval))
+        .http2_keepalive_timeout(Some(settings.keepalive_timeout))
 }
 
 /// Responses buffered per stream before back-pressure holds the sender.

@@ -21,6 +21,15 @@ pub struct PushSettings {
     pub debounce_after: Duration,
     pub debounce_max: Duration,
     pub push_throttle: usize,
+    /// How long one response may wait for a proxy to take it (`PILOT_XDS_SEND_TIMEOUT`);
+    /// past it the stream is closed, so a stalled proxy holds a push worker for a bounded
+    /// time. `None` waits forever (Istio's default of 0s).
+    pub send_timeout: Option<Duration>,
+    /// HTTP/2 pings on idle xDS connections, and how long an answer may take before the
+    /// connection (and every stream's state on it) is dropped (istiod's
+    /// `--keepaliveInterval` / `--keepaliveTimeout`).
+    pub keepalive_interval: Duration,
+    pub keepalive_timeout: Duration,
 }
 
 impl Default for PushSettings {
@@ -29,13 +38,17 @@ impl Default for PushSettings {
             debounce_after: Duration::from_millis(100),
             debounce_max: Duration::from_secs(10),
             push_throttle: 100,
+            send_timeout: Some(Duration::from_secs(10)),
+            keepalive_interval: Duration::from_secs(30),
+            keepalive_timeout: Duration::from_secs(10),
         }
     }
 }
 
 impl PushSettings {
-    /// Reads `PILOT_DEBOUNCE_AFTER`, `PILOT_DEBOUNCE_MAX` (Go durations) and
-    /// `PILOT_PUSH_THROTTLE` (0 = Istio's automatic value, min(15 + 5 × cores, 100)).
+    /// Reads `PILOT_DEBOUNCE_AFTER`, `PILOT_DEBOUNCE_MAX`, `PILOT_XDS_SEND_TIMEOUT` (Go
+    /// durations; a send timeout of 0 disables it) and `PILOT_PUSH_THROTTLE` (0 = Istio's
+    /// automatic value, min(15 + 5 × cores, 100)).
     pub fn from_env() -> anyhow::Result<PushSettings> {
         Self::from_lookup(|name| std::env::var(name).ok())
     }
@@ -51,6 +64,11 @@ impl PushSettings {
         if let Some(v) = var("PILOT_DEBOUNCE_MAX") {
             s.debounce_max = crate::duration::parse(&v)
                 .map_err(|e| anyhow::anyhow!("PILOT_DEBOUNCE_MAX: {e}"))?;
+        }
+        if let Some(v) = var("PILOT_XDS_SEND_TIMEOUT") {
+            let t = crate::duration::parse(&v)
+                .map_err(|e| anyhow::anyhow!("PILOT_XDS_SEND_TIMEOUT: {e}"))?;
+            s.send_timeout = (!t.is_zero()).then_some(t);
         }
         if let Some(v) = var("PILOT_PUSH_THROTTLE") {
             let n: usize = v
@@ -155,8 +173,15 @@ pub fn build_push(
 ) -> Push {
     let snapshot = store.read().unwrap().clone();
     let version = format!("{}/{number}", rfc3339_now());
+    let started = Instant::now();
     let context = PushContext::build(&snapshot, version);
+    metrics
+        .pushcontext_init
+        .observe(started.elapsed().as_secs_f64());
     metrics.push_context_recompute.inc();
+    metrics
+        .endpoint_no_pod
+        .set(context.endpoints_without_pod() as i64);
     metrics.services.set(context.services.len() as i64);
     metrics
         .virt_services
@@ -292,13 +317,27 @@ mod tests {
             "PILOT_DEBOUNCE_AFTER" => Some("250ms".to_string()),
             "PILOT_DEBOUNCE_MAX" => Some("2s".to_string()),
             "PILOT_PUSH_THROTTLE" => Some("7".to_string()),
+            "PILOT_XDS_SEND_TIMEOUT" => Some("1500ms".to_string()),
             _ => None,
         };
         let s = PushSettings::from_lookup(vars).unwrap();
         assert_eq!(
-            (s.debounce_after, s.debounce_max, s.push_throttle),
-            (Duration::from_millis(250), Duration::from_secs(2), 7)
+            (
+                s.debounce_after,
+                s.debounce_max,
+                s.push_throttle,
+                s.send_timeout
+            ),
+            (
+                Duration::from_millis(250),
+                Duration::from_secs(2),
+                7,
+                Some(Duration::from_millis(1500))
+            )
         );
+        let off =
+            PushSettings::from_lookup(|k| (k == "PILOT_XDS_SEND_TIMEOUT").then(|| "0s".into()));
+        assert_eq!(off.unwrap().send_timeout, None);
         let auto =
             PushSettings::from_lookup(|k| (k == "PILOT_PUSH_THROTTLE").then(|| "0".to_string()))
                 .unwrap();
@@ -340,6 +379,7 @@ mod tests {
             debounce_after: after,
             debounce_max: max,
             push_throttle: 1,
+            ..PushSettings::default()
         };
         tokio::spawn(debounce_loop(
             rx,

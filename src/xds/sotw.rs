@@ -105,7 +105,7 @@ async fn respond(
         nonce,
         ..Default::default()
     };
-    tx.send(Ok(response)).await.map_err(|_| Closed)
+    super::stream::send(conn, kind, tx, response).await
 }
 
 async fn push_to(conn: &mut Connection, tx: &Tx) -> Result<(), Closed> {

@@ -4,6 +4,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Instant;
 
 use envoy_types::pb::envoy::config::core::v3::Node;
 use tokio::sync::mpsc;
@@ -11,7 +12,9 @@ use tonic::{Status, Streaming};
 
 use super::connection::Connection;
 use super::push::Push;
+use super::resource::TypeKind;
 use super::{Closed, XdsShared, proxy_from_node};
+use crate::metrics::type_label;
 
 pub type Tx<R> = mpsc::Sender<Result<R, Status>>;
 
@@ -44,8 +47,21 @@ pub async fn run<F: Framing>(
     tx: Tx<F::Response>,
     caller: Option<crate::ca::Identity>,
 ) {
-    let first = match requests.message().await {
-        Ok(Some(r)) => r,
+    // A stream that never says who it is holds nothing for long.
+    let idle = shared.settings.keepalive_interval + shared.settings.keepalive_timeout;
+    let first = match tokio::time::timeout(idle, requests.message()).await {
+        Ok(Ok(Some(r))) => r,
+        Err(_) => {
+            shared
+                .metrics
+                .xds_connection_errors
+                .get_or_create(&vec![("reason", "no_first_request".to_string())])
+                .inc();
+            let _ = tx.try_send(Err(Status::deadline_exceeded(format!(
+                "no DiscoveryRequest within {idle:?} of opening the stream"
+            ))));
+            return;
+        }
         _ => return,
     };
     let proxy = match proxy_from_node(&shared, F::node(&first), caller.as_ref()) {
@@ -80,7 +96,47 @@ pub async fn run<F: Framing>(
             }
         }
     }
+    // The stream is over (closed, broken, timed out or dead by keepalive): free its state.
+    let ended = Instant::now();
     tracing::info!(proxy = %conn.proxy.id, "proxy disconnected");
+    drop(conn);
+    shared
+        .metrics
+        .destroy_time
+        .observe(ended.elapsed().as_secs_f64());
+}
+
+/// Hands one response to the stream. Back-pressure from a slow proxy holds the sender at
+/// most `PILOT_XDS_SEND_TIMEOUT`; past it the response is dropped, counted as a send error
+/// (`pilot_xds_pushes{type="cds_senderr"}`, as istiod counts them) and the stream closed,
+/// so the proxy reconnects and receives its full state.
+pub async fn send<R>(
+    conn: &Connection,
+    kind: TypeKind,
+    tx: &Tx<R>,
+    response: R,
+) -> Result<(), Closed> {
+    let started = Instant::now();
+    let sent = match conn.shared.settings.send_timeout {
+        Some(limit) => match tokio::time::timeout(limit, tx.send(Ok(response))).await {
+            Ok(r) => r.map_err(|_| Closed),
+            Err(_) => {
+                conn.shared
+                    .metrics
+                    .xds_pushes
+                    .get_or_create(&type_label(&format!("{}_senderr", kind.short())))
+                    .inc();
+                tracing::warn!(proxy = %conn.proxy.id, r#type = kind.short(), "proxy did not take a response within {limit:?}; closing its stream");
+                return Err(Closed);
+            }
+        },
+        None => tx.send(Ok(response)).await.map_err(|_| Closed),
+    };
+    conn.shared
+        .metrics
+        .xds_send_time
+        .observe(started.elapsed().as_secs_f64());
+    sent
 }
 
 /// A push reaches a proxy only if it can change something for it, and then through the

@@ -411,7 +411,25 @@ impl Meshd {
         Meshd::spawn(dir, &args, Some(kubeconfig))
     }
 
+    /// File mode with extra flags and environment variables (Istio's `PILOT_*` settings).
+    pub fn start_with_env(config_dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Meshd {
+        start_retrying(|| {
+            let mut args = vec!["--config-dir".into(), config_dir.display().to_string()];
+            args.extend(extra.iter().map(|a| a.to_string()));
+            Meshd::spawn_env(config_dir, &args, None, env)
+        })
+    }
+
     fn spawn(config_dir: &Path, args: &[String], kubeconfig: Option<&Path>) -> Meshd {
+        Meshd::spawn_env(config_dir, args, kubeconfig, &[])
+    }
+
+    fn spawn_env(
+        config_dir: &Path,
+        args: &[String],
+        kubeconfig: Option<&Path>,
+        env: &[(&str, &str)],
+    ) -> Meshd {
         let (xds_port, secure_port, monitoring_port) = (free_port(), free_port(), free_port());
         let log = config_dir.with_extension("meshd.log");
         let ca_dir = config_dir.with_extension("ca");
@@ -419,6 +437,7 @@ impl Meshd {
         if let Some(k) = kubeconfig {
             cmd.env("KUBECONFIG", k);
         }
+        cmd.envs(env.iter().copied());
         let child = cmd
             .arg("serve")
             .args(args)

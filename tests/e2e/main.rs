@@ -11,6 +11,7 @@ mod gateway;
 mod gateway_tls;
 mod kubernetes;
 mod mtls;
+mod observability;
 mod protocol;
 mod scoping;
 mod sidecar;

@@ -1,0 +1,494 @@
+//! `meshd proxy-status` and `meshd proxy-config`, in istioctl's habit: they read a running
+//! instance's debug endpoints (`/debug/syncz`, `/debug/config_dump`) and print tables, or
+//! the JSON with `-o json`.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::xds::origin::parse_config_path;
+
+/// Left-aligned columns separated by at least two spaces, as istioctl prints them.
+pub fn table<const N: usize>(rows: &[[String; N]]) -> String {
+    let mut widths = [0usize; N];
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    for row in rows {
+        let mut line = String::new();
+        for (i, cell) in row.iter().enumerate() {
+            line.push_str(cell);
+            if i + 1 < N {
+                let pad = widths[i] - cell.chars().count() + 2;
+                line.extend(std::iter::repeat_n(' ', pad));
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// One GET against the monitoring port; the body of a 200, or the error it carried.
+pub fn http_get(address: &str, path: &str) -> Result<String, String> {
+    let mut stream = TcpStream::connect(address)
+        .map_err(|e| format!("cannot reach meshd's monitoring port at {address}: {e}"))?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .map_err(|e| e.to_string())?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
+    )
+    .map_err(|e| e.to_string())?;
+    let mut raw = Vec::new();
+    stream
+        .read_to_end(&mut raw)
+        .map_err(|e| format!("reading {path}: {e}"))?;
+    let text = String::from_utf8_lossy(&raw);
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| format!("{path}: not an HTTP response"))?;
+    let status: u16 = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| format!("{path}: no status line"))?;
+    let chunked = head
+        .lines()
+        .any(|l| l.eq_ignore_ascii_case("transfer-encoding: chunked"));
+    let body = if chunked {
+        dechunk(body)
+    } else {
+        body.to_string()
+    };
+    if status != 200 {
+        return Err(format!("{path}: HTTP {status}: {}", body.trim()));
+    }
+    Ok(body)
+}
+
+fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let Ok(n) = usize::from_str_radix(size.trim(), 16) else {
+            break;
+        };
+        if n == 0 || rest.len() < n {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        body = rest[n..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+fn get_json(address: &str, path: &str) -> Result<Value, String> {
+    let body = http_get(address, path)?;
+    serde_json::from_str(&body).map_err(|e| format!("{path}: {e}"))
+}
+
+/// `NAME` as istioctl shows it: `POD.NAMESPACE` from the node id.
+fn short_name(node: &str) -> String {
+    node.split('~').nth(2).unwrap_or(node).to_string()
+}
+
+/// Per type: SYNCED (the last response was ACKed), STALE (sent, not ACKed yet, or
+/// rejected), NOT SENT.
+fn type_state(types: &Value, short: &str) -> String {
+    let t = &types[short];
+    let sent = t["nonce_sent"].as_str().unwrap_or("");
+    let acked = t["nonce_acked"].as_str().unwrap_or("");
+    if sent.is_empty() {
+        "NOT SENT".into()
+    } else if sent == acked {
+        "SYNCED".into()
+    } else {
+        "STALE".into()
+    }
+}
+
+/// `meshd proxy-status`: every connected proxy and how far each type is in sync.
+pub fn proxy_status(address: &str, json: bool) -> Result<String, String> {
+    let syncz = get_json(address, "/debug/syncz")?;
+    let status = get_json(address, "/debug/push_status")?;
+    if json {
+        return Ok(format!("{syncz:#}\n"));
+    }
+    let revision = status["revision"].as_str().unwrap_or("default").to_string();
+    let mut rows = vec![[
+        "NAME".to_string(),
+        "CLUSTER".into(),
+        "CDS".into(),
+        "LDS".into(),
+        "EDS".into(),
+        "RDS".into(),
+        "SDS".into(),
+        "REVISION".into(),
+        "VERSION".into(),
+    ]];
+    let mut proxies: Vec<&Value> = syncz.as_array().into_iter().flatten().collect();
+    proxies.sort_by_key(|p| p["proxy"].as_str().unwrap_or("").to_string());
+    for p in proxies {
+        let types = &p["types"];
+        rows.push([
+            short_name(p["proxy"].as_str().unwrap_or("")),
+            p["cluster_id"].as_str().unwrap_or("").to_string(),
+            type_state(types, "cds"),
+            type_state(types, "lds"),
+            type_state(types, "eds"),
+            type_state(types, "rds"),
+            type_state(types, "sds"),
+            revision.clone(),
+            p["istio_version"].as_str().unwrap_or("").to_string(),
+        ]);
+    }
+    Ok(table(&rows))
+}
+
+/// What `meshd proxy-config` shows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ConfigKind {
+    Cluster,
+    Listener,
+    Route,
+    Endpoint,
+    Secret,
+}
+
+/// `meshd proxy-config KIND PROXY`: one part of a proxy's configuration, as meshd serves
+/// it now, read from `/debug/config_dump`.
+pub fn proxy_config(
+    address: &str,
+    kind: ConfigKind,
+    proxy: &str,
+    json: bool,
+) -> Result<String, String> {
+    let dump = get_json(
+        address,
+        &format!("/debug/config_dump?proxyID={}", query_escape(proxy)),
+    )?;
+    let section = |ty: &str| -> Value {
+        dump["configs"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["@type"].as_str().is_some_and(|t| t.ends_with(ty)))
+            .cloned()
+            .unwrap_or(Value::Null)
+    };
+    let (part, items) = match kind {
+        ConfigKind::Cluster => (section("ClustersConfigDump"), "dynamic_active_clusters"),
+        ConfigKind::Listener => (section("ListenersConfigDump"), "dynamic_listeners"),
+        ConfigKind::Route => (section("RoutesConfigDump"), "dynamic_route_configs"),
+        ConfigKind::Endpoint => (section("EndpointsConfigDump"), "dynamic_endpoint_configs"),
+        ConfigKind::Secret => (section("SecretsConfigDump"), "dynamic_active_secrets"),
+    };
+    let items: Vec<Value> = part[items].as_array().cloned().unwrap_or_default();
+    if json {
+        let inner: Vec<&Value> = items
+            .iter()
+            .map(|i| match kind {
+                ConfigKind::Cluster => &i["cluster"],
+                ConfigKind::Listener => &i["active_state"]["listener"],
+                ConfigKind::Route => &i["route_config"],
+                ConfigKind::Endpoint => &i["endpoint_config"],
+                ConfigKind::Secret => &i["secret"],
+            })
+            .collect();
+        return Ok(format!(
+            "{:#}\n",
+            Value::from(inner.into_iter().cloned().collect::<Vec<_>>())
+        ));
+    }
+    Ok(match kind {
+        ConfigKind::Cluster => clusters_table(&items),
+        ConfigKind::Listener => listeners_table(&items),
+        ConfigKind::Route => routes_table(&items),
+        ConfigKind::Endpoint => endpoints_table(&items),
+        ConfigKind::Secret => secrets_table(&items),
+    })
+}
+
+fn query_escape(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+fn text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+/// `name.namespace` of the object behind `metadata.filter_metadata.istio.config`.
+fn config_name(metadata: &Value) -> String {
+    metadata["filter_metadata"]["istio"]["config"]
+        .as_str()
+        .and_then(parse_config_path)
+        .map(|k| format!("{}.{}", k.name, k.namespace))
+        .unwrap_or_else(|| "-".into())
+}
+
+fn clusters_table(items: &[Value]) -> String {
+    let mut rows = vec![[
+        "SERVICE FQDN".to_string(),
+        "PORT".into(),
+        "SUBSET".into(),
+        "DIRECTION".into(),
+        "TYPE".into(),
+        "DESTINATION RULE".into(),
+    ]];
+    for item in items {
+        let c = &item["cluster"];
+        let name = text(&c["name"]);
+        let parts: Vec<&str> = name.split('|').collect();
+        let (fqdn, port, subset, direction) = match parts[..] {
+            [direction, port, subset, fqdn] => (
+                fqdn.to_string(),
+                port.to_string(),
+                subset.to_string(),
+                direction.to_string(),
+            ),
+            _ => (name.clone(), "-".into(), "-".into(), "-".into()),
+        };
+        let ty = match &c["type"] {
+            Value::Null if c["cluster_type"].is_object() => text(&c["cluster_type"]["name"]),
+            Value::Null => "STATIC".into(),
+            t => text(t),
+        };
+        rows.push([
+            fqdn,
+            port,
+            if subset.is_empty() {
+                "-".into()
+            } else {
+                subset
+            },
+            direction,
+            ty,
+            config_name(&c["metadata"]),
+        ]);
+    }
+    table(&rows)
+}
+
+fn listeners_table(items: &[Value]) -> String {
+    let mut rows = vec![[
+        "NAME".to_string(),
+        "ADDRESSES".into(),
+        "PORT".into(),
+        "MATCH".into(),
+        "DESTINATION".into(),
+    ]];
+    for item in items {
+        let l = &item["active_state"]["listener"];
+        let socket = &l["address"]["socket_address"];
+        let chains: Vec<&Value> = l["filter_chains"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .chain(l.get("default_filter_chain"))
+            .collect();
+        for chain in chains {
+            rows.push([
+                text(&l["name"]),
+                text(&socket["address"]),
+                text(&socket["port_value"]),
+                chain_match(&chain["filter_chain_match"]),
+                chain_destination(chain),
+            ]);
+        }
+    }
+    table(&rows)
+}
+
+fn chain_match(m: &Value) -> String {
+    let mut parts = Vec::new();
+    if let Some(p) = m.get("destination_port") {
+        parts.push(format!("port {}", text(p)));
+    }
+    if let Some(t) = m.get("transport_protocol") {
+        parts.push(format!("transport {}", text(t)));
+    }
+    if let Some(names) = m["server_names"].as_array() {
+        parts.push(format!(
+            "SNI {}",
+            names.iter().map(text).collect::<Vec<_>>().join(",")
+        ));
+    }
+    if let Some(alpn) = m["application_protocols"].as_array() {
+        parts.push(format!(
+            "ALPN {}",
+            alpn.iter().map(text).collect::<Vec<_>>().join(",")
+        ));
+    }
+    if parts.is_empty() {
+        "ALL".into()
+    } else {
+        parts.join("; ")
+    }
+}
+
+fn chain_destination(chain: &Value) -> String {
+    for filter in chain["filters"].as_array().into_iter().flatten() {
+        let cfg = &filter["typed_config"];
+        if let Some(route) = cfg["rds"]["route_config_name"].as_str() {
+            return format!("Route: {route}");
+        }
+        if cfg["route_config"].is_object() {
+            return "Inline Route".into();
+        }
+        if let Some(cluster) = cfg["cluster"].as_str() {
+            return format!("Cluster: {cluster}");
+        }
+    }
+    "-".into()
+}
+
+fn routes_table(items: &[Value]) -> String {
+    let mut rows = vec![[
+        "NAME".to_string(),
+        "VHOST NAME".into(),
+        "DOMAINS".into(),
+        "MATCH".into(),
+        "VIRTUAL SERVICE".into(),
+    ]];
+    for item in items {
+        let rc = &item["route_config"];
+        for vh in rc["virtual_hosts"].as_array().into_iter().flatten() {
+            let domains: Vec<String> = vh["domains"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(text)
+                .collect();
+            let shown = match domains.len() {
+                0 => "-".to_string(),
+                1 => domains[0].clone(),
+                n => format!("{} + {} more...", domains[0], n - 1),
+            };
+            for route in vh["routes"].as_array().into_iter().flatten() {
+                let m = &route["match"];
+                let matched = if let Some(p) = m.get("prefix") {
+                    format!("{}*", text(p))
+                } else if let Some(p) = m.get("path").or(m.get("path_separated_prefix")) {
+                    text(p)
+                } else if let Some(r) = m["safe_regex"]["regex"].as_str() {
+                    format!("~{r}")
+                } else {
+                    "-".into()
+                };
+                rows.push([
+                    text(&rc["name"]),
+                    text(&vh["name"]),
+                    shown.clone(),
+                    matched,
+                    config_name(&route["metadata"]),
+                ]);
+            }
+        }
+    }
+    table(&rows)
+}
+
+fn endpoints_table(items: &[Value]) -> String {
+    let mut rows = vec![[
+        "ENDPOINT".to_string(),
+        "STATUS".into(),
+        "OUTLIER CHECK".into(),
+        "CLUSTER".into(),
+    ]];
+    for item in items {
+        let cla = &item["endpoint_config"];
+        for group in cla["endpoints"].as_array().into_iter().flatten() {
+            for lb in group["lb_endpoints"].as_array().into_iter().flatten() {
+                let socket = &lb["endpoint"]["address"]["socket_address"];
+                let status = match &lb["health_status"] {
+                    Value::Null => "HEALTHY".to_string(),
+                    s => text(s),
+                };
+                rows.push([
+                    format!(
+                        "{}:{}",
+                        text(&socket["address"]),
+                        text(&socket["port_value"])
+                    ),
+                    status,
+                    "OK".into(),
+                    text(&cla["cluster_name"]),
+                ]);
+            }
+        }
+    }
+    table(&rows)
+}
+
+fn secrets_table(items: &[Value]) -> String {
+    let mut rows = vec![[
+        "RESOURCE NAME".to_string(),
+        "TYPE".into(),
+        "STATUS".into(),
+        "VALID CERT".into(),
+        "NOT AFTER".into(),
+    ]];
+    for item in items {
+        let secret = &item["secret"];
+        let (ty, pem) = if secret["tls_certificate"].is_object() {
+            (
+                "Cert Chain",
+                &secret["tls_certificate"]["certificate_chain"]["inline_bytes"],
+            )
+        } else {
+            (
+                "CA",
+                &secret["validation_context"]["trusted_ca"]["inline_bytes"],
+            )
+        };
+        let not_after = pem
+            .as_str()
+            .and_then(crate::ca::not_after_of_base64_pem)
+            .unwrap_or_else(|| "-".into());
+        rows.push([
+            text(&item["name"]),
+            ty.into(),
+            "ACTIVE".into(),
+            (not_after != "-").to_string(),
+            not_after,
+        ]);
+    }
+    table(&rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_align_their_columns() {
+        let rows = [
+            ["NAME".to_string(), "CDS".into()],
+            ["productpage-1.shop".into(), "SYNCED".into()],
+        ];
+        assert_eq!(
+            table(&rows),
+            "NAME                CDS\nproductpage-1.shop  SYNCED\n"
+        );
+        assert_eq!(dechunk("5\r\nhello\r\n1\r\n!\r\n0\r\n\r\n"), "hello!");
+        assert_eq!(
+            query_escape("router~1.2.3.4~a.b~x"),
+            "router%7E1.2.3.4%7Ea.b%7Ex"
+        );
+    }
+}

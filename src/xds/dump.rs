@@ -1,0 +1,156 @@
+//! Encoded xDS resources as JSON, in the shape of Envoy's admin `/config_dump`
+//! (`envoy.admin.v3.*ConfigDump`, proto field names, `@type` on every `Any`), so
+//! `/debug/config_dump?proxyID=` can be diffed against what the proxy itself reports.
+//! Private keys are redacted as Envoy redacts them.
+
+use std::sync::OnceLock;
+
+use envoy_types::pb::google::protobuf::Any;
+use prost_reflect::{DescriptorPool, DynamicMessage, SerializeOptions};
+use serde_json::{Value, json};
+
+use super::resource::{Resource, TypeKind, View};
+
+/// Every Envoy message, from the descriptor set envoy-types ships (copied by build.rs).
+fn pool() -> &'static DescriptorPool {
+    static POOL: OnceLock<DescriptorPool> = OnceLock::new();
+    POOL.get_or_init(|| {
+        DescriptorPool::decode(
+            &include_bytes!(concat!(env!("OUT_DIR"), "/envoy_descriptors.bin"))[..],
+        )
+        .expect("BUG: envoy-types' descriptor set does not decode")
+    })
+}
+
+/// One `Any` as proto3 JSON with Envoy's conventions (proto field names, `@type`).
+pub fn any_to_json(any: &Any) -> Result<Value, String> {
+    let pool = pool();
+    let wrapper = pool
+        .get_message_by_name("google.protobuf.Any")
+        .ok_or("no google.protobuf.Any in the descriptor set")?;
+    let mut message = DynamicMessage::new(wrapper);
+    message.set_field_by_name(
+        "type_url",
+        prost_reflect::Value::String(any.type_url.clone()),
+    );
+    message.set_field_by_name(
+        "value",
+        prost_reflect::Value::Bytes(any.value.clone().into()),
+    );
+    let options = SerializeOptions::new().use_proto_field_name(true);
+    let value = message
+        .serialize_with_options(serde_json::value::Serializer, &options)
+        .map_err(|e| format!("{}: {e}", any.type_url))?;
+    Ok(redact(value))
+}
+
+/// A resource's JSON; a resource that cannot be rendered says why instead.
+fn resource_json(r: &Resource) -> Value {
+    any_to_json(&r.body).unwrap_or_else(|e| json!({"error": e}))
+}
+
+/// Private key material never leaves meshd through a debug view: Envoy prints
+/// `[redacted]` in its place, and so does meshd.
+fn redact(mut value: Value) -> Value {
+    fn walk(v: &mut Value) {
+        match v {
+            Value::Object(map) => {
+                for (k, child) in map.iter_mut() {
+                    if k == "private_key" {
+                        *child = json!({"inline_string": "[redacted]"});
+                    } else {
+                        walk(child);
+                    }
+                }
+            }
+            Value::Array(items) => items.iter_mut().for_each(walk),
+            _ => {}
+        }
+    }
+    walk(&mut value);
+    value
+}
+
+/// A proxy's configuration as Envoy's `/config_dump` shows its dynamic resources.
+pub fn config_dump(view: &View, version: &str, sent_at: &str) -> Value {
+    let all = |kind: TypeKind| view.all(kind).values();
+    let clusters: Vec<Value> = all(TypeKind::Cluster)
+        .map(|r| json!({"version_info": version, "cluster": resource_json(r), "last_updated": sent_at}))
+        .collect();
+    let endpoints: Vec<Value> = all(TypeKind::Endpoint)
+        .map(|r| json!({"version_info": version, "endpoint_config": resource_json(r), "last_updated": sent_at}))
+        .collect();
+    let listeners: Vec<Value> = all(TypeKind::Listener)
+        .map(|r| {
+            json!({"name": r.name, "active_state": {"version_info": version, "listener": resource_json(r), "last_updated": sent_at}})
+        })
+        .collect();
+    let routes: Vec<Value> = all(TypeKind::Route)
+        .map(|r| json!({"version_info": version, "route_config": resource_json(r), "last_updated": sent_at}))
+        .collect();
+    let secrets: Vec<Value> = all(TypeKind::Secret)
+        .map(|r| json!({"name": r.name, "version_info": version, "last_updated": sent_at, "secret": resource_json(r)}))
+        .collect();
+    json!({"configs": [
+        {"@type": "type.googleapis.com/envoy.admin.v3.ClustersConfigDump", "version_info": version, "dynamic_active_clusters": clusters},
+        {"@type": "type.googleapis.com/envoy.admin.v3.EndpointsConfigDump", "dynamic_endpoint_configs": endpoints},
+        {"@type": "type.googleapis.com/envoy.admin.v3.ListenersConfigDump", "version_info": version, "dynamic_listeners": listeners},
+        {"@type": "type.googleapis.com/envoy.admin.v3.RoutesConfigDump", "dynamic_route_configs": routes},
+        {"@type": "type.googleapis.com/envoy.admin.v3.SecretsConfigDump", "dynamic_active_secrets": secrets},
+    ]})
+}
+
+/// One type's resources as JSON objects (for `/debug/cdsz` and `/debug/edsz`).
+pub fn resources_json(view: &View, kind: TypeKind) -> Vec<Value> {
+    view.all(kind).values().map(|r| resource_json(r)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::xds::resource::encode;
+    use envoy_types::pb::envoy::config::cluster::v3::Cluster;
+    use envoy_types::pb::envoy::config::core::v3::{DataSource, data_source};
+    use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
+        Secret, TlsCertificate, secret,
+    };
+
+    #[test]
+    fn resources_read_as_envoy_prints_them_and_keys_are_redacted() {
+        let cluster = Cluster {
+            name: "outbound|9080||reviews.shop.svc.cluster.local".into(),
+            connect_timeout: Some(envoy_types::pb::google::protobuf::Duration {
+                seconds: 10,
+                nanos: 0,
+            }),
+            ..Default::default()
+        };
+        let json = any_to_json(&encode(&cluster.name, &cluster).body).unwrap();
+        assert_eq!(
+            json,
+            json!({
+                "@type": "type.googleapis.com/envoy.config.cluster.v3.Cluster",
+                "name": "outbound|9080||reviews.shop.svc.cluster.local",
+                "connect_timeout": "10s",
+            })
+        );
+        let inline = |b: &str| DataSource {
+            specifier: Some(data_source::Specifier::InlineBytes(b.as_bytes().to_vec())),
+            ..Default::default()
+        };
+        let s = Secret {
+            name: "kubernetes://web-cert".into(),
+            r#type: Some(secret::Type::TlsCertificate(TlsCertificate {
+                certificate_chain: Some(inline("CERT")),
+                private_key: Some(inline("-----BEGIN PRIVATE KEY-----")),
+                ..Default::default()
+            })),
+        };
+        let text = any_to_json(&encode(&s.name, &s).body).unwrap().to_string();
+        assert!(
+            text.contains("[redacted]") && !text.contains("PRIVATE"),
+            "{text}"
+        );
+        assert!(text.contains("certificate_chain"), "{text}");
+    }
+}

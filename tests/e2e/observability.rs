@@ -1,0 +1,579 @@
+//! What an operator sees: the seed's metrics, the debug views (config_dump compared with
+//! what Envoy itself reports), `meshd proxy-status` / `proxy-config`, and the freeing of
+//! proxies that vanish, stall, or come and go by the thousand.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
+use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
+use serde_json::Value;
+use tokio_stream::wrappers::ReceiverStream;
+
+use crate::harness::*;
+
+const CDS: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
+
+fn cli(meshd: &Meshd, args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_meshd"))
+        .args(args)
+        .args(["--meshd", &format!("127.0.0.1:{}", meshd.monitoring_port)])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "meshd {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn vs(header: &str) -> String {
+    format!(
+        "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: reviews, namespace: shop}}\nspec:\n  hosts: [reviews]\n  http:\n  - match: [{{headers: {{x-user: {{exact: {header}}}}}}}]\n    route: [{{destination: {{host: reviews}}}}]\n  - route: [{{destination: {{host: reviews}}}}]\n"
+    )
+}
+
+/// A Service whose EndpointSlice names a Pod that does not exist.
+const GHOST: &str = "apiVersion: v1\nkind: Service\nmetadata: {name: ghost, namespace: shop}\nspec: {clusterIP: 10.96.9.9, ports: [{name: http, port: 7000}]}\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: ghost-1, namespace: shop, labels: {kubernetes.io/service-name: ghost}}\naddressType: IPv4\nports: [{name: http, port: 7000}]\nendpoints: [{addresses: [10.1.2.3], conditions: {ready: true}, targetRef: {kind: Pod, name: ghost-gone}}]\n";
+
+/// Envoy's own dump of one resource type: name → the resource.
+fn envoy_dump(
+    envoy: &Envoy,
+    resource: &str,
+    field: &[&str],
+    name: &str,
+) -> BTreeMap<String, Value> {
+    let body = envoy
+        .admin(&format!("/config_dump?resource={resource}"))
+        .unwrap()
+        .body;
+    let dump: Value = serde_json::from_str(&body).unwrap();
+    dump["configs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|entry| {
+            let r = field.iter().fold(entry, |v, f| &v[*f]).clone();
+            (r[name].as_str().unwrap().to_string(), r)
+        })
+        .collect()
+}
+
+/// meshd's dump of one type, in the same form.
+fn meshd_dump(dump: &Value, section: &str, field: &[&str], name: &str) -> BTreeMap<String, Value> {
+    let configs = dump["configs"].as_array().unwrap();
+    let part = configs
+        .iter()
+        .find_map(|c| c.get(section))
+        .unwrap_or_else(|| panic!("no {section} in {dump}"));
+    part.as_array()
+        .unwrap()
+        .iter()
+        .map(|entry| {
+            let r = field.iter().fold(entry, |v, f| &v[*f]).clone();
+            (r[name].as_str().unwrap().to_string(), r)
+        })
+        .collect()
+}
+
+#[test]
+fn config_dump_matches_envoys_own_and_the_clis_and_debug_views_show_the_mesh() {
+    let dir = temp_dir("observability").join("config");
+    std::fs::create_dir_all(&dir).unwrap();
+    let up = Upstream::start("reviews-1");
+    let port = free_port();
+    std::fs::write(
+        dir.join("reviews.yaml"),
+        service_yaml("shop", "reviews", port, &[(&up, &[])]),
+    )
+    .unwrap();
+    std::fs::write(dir.join("vs.yaml"), vs("jason")).unwrap();
+    std::fs::write(dir.join("ghost.yaml"), GHOST).unwrap();
+    let meshd = Meshd::start(&dir);
+    let envoy = Envoy::sidecar(&meshd, Ads::Delta, "shop", "client");
+    wait_until("the sidecar to route", Duration::from_secs(10), || {
+        http_get(&format!("{}:{port}", envoy.ip), "reviews", "/", &[])
+            .is_ok_and(|r| r.body == "reviews-1")
+    });
+    wait_until("every type ACKed", Duration::from_secs(5), || {
+        let s = meshd.syncz(&envoy.id);
+        ["cds", "eds", "lds", "rds"]
+            .iter()
+            .all(|t| s["types"][t]["nonce_sent"] == s["types"][t]["nonce_acked"])
+    });
+
+    // config_dump: resource for resource what Envoy reports holding.
+    let ours = meshd.json("/debug/config_dump?proxyID=client-0.shop");
+    let pairs = [
+        (
+            "dynamic_active_clusters",
+            &["cluster"][..],
+            "dynamic_active_clusters",
+            &["cluster"][..],
+        ),
+        (
+            "dynamic_listeners",
+            &["active_state", "listener"][..],
+            "dynamic_listeners",
+            &["active_state", "listener"][..],
+        ),
+        (
+            "dynamic_route_configs",
+            &["route_config"][..],
+            "dynamic_route_configs",
+            &["route_config"][..],
+        ),
+    ];
+    for (resource, envoy_field, section, our_field) in pairs {
+        let theirs = envoy_dump(&envoy, resource, envoy_field, "name");
+        let mine = meshd_dump(&ours, section, our_field, "name");
+        assert!(!theirs.is_empty(), "{resource}");
+        assert_eq!(
+            theirs.keys().collect::<Vec<_>>(),
+            mine.keys().collect::<Vec<_>>(),
+            "{resource}: the same names"
+        );
+        for (name, r) in &theirs {
+            assert_eq!(r, &mine[name], "{resource} {name}: the same JSON");
+        }
+    }
+
+    // The per-type views and the registry views.
+    let cdsz = meshd.json("/debug/cdsz?proxyID=client-0.shop");
+    let names: Vec<&str> = cdsz[0]["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        names.contains(&format!("outbound|{port}||reviews.shop.svc.cluster.local").as_str()),
+        "{names:?}"
+    );
+    let edsz = meshd.json("/debug/edsz?proxyID=client-0.shop").to_string();
+    assert!(
+        edsz.contains(&format!("\"port_value\":{}", up.port)),
+        "{edsz}"
+    );
+    let adsz = meshd.json("/debug/adsz");
+    assert_eq!(adsz["clients"][0]["proxy"], envoy.id.as_str());
+    assert!(
+        adsz["clients"][0]["resources"]["rds"]
+            .as_array()
+            .unwrap()
+            .contains(&Value::from(port.to_string()))
+    );
+    let workloadz = meshd.json("/debug/workloadz");
+    assert_eq!(workloadz[0]["labels"]["app"], "client");
+    assert_eq!(workloadz[0]["namespace"], "shop");
+    let brief = meshd.get("/debug/endpointz?brief=1").unwrap().body;
+    assert!(brief.starts_with("SERVICE"), "{brief}");
+    assert!(
+        brief.contains(&format!("127.0.0.1:{}", up.port)) && brief.contains("reviews-1"),
+        "{brief}"
+    );
+    let shards = meshd.json("/debug/endpointShardz");
+    let shard = &shards["reviews.shop.svc.cluster.local"]["shop"];
+    assert_eq!(
+        shard["Shards"]["Kubernetes/Kubernetes"][0]["pod"],
+        "reviews-1"
+    );
+    assert!(shard["xds"].to_string().contains("lb_endpoints"), "{shard}");
+    assert_eq!(
+        meshd
+            .json("/debug/endpointz")
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s["service"] == "ghost.shop.svc.cluster.local")
+            .count(),
+        1
+    );
+
+    // istioctl's habits.
+    let status = cli(&meshd, &["proxy-status"]);
+    let row = status
+        .lines()
+        .find(|l| l.starts_with("client-0.shop"))
+        .unwrap_or_else(|| panic!("{status}"));
+    let cells: Vec<&str> = row
+        .split("  ")
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .collect();
+    assert_eq!(
+        cells[..8],
+        [
+            "client-0.shop",
+            "Kubernetes",
+            "SYNCED",
+            "SYNCED",
+            "SYNCED",
+            "SYNCED",
+            "NOT SENT",
+            "default"
+        ],
+        "{status}"
+    );
+    let clusters = cli(&meshd, &["proxy-config", "cluster", "client-0.shop"]);
+    assert!(
+        clusters
+            .lines()
+            .any(|l| l.starts_with("reviews.shop.svc.cluster.local")
+                && l.contains("outbound")
+                && l.contains("EDS")),
+        "{clusters}"
+    );
+    let routes = cli(&meshd, &["proxy-config", "route", "client-0.shop"]);
+    assert!(
+        routes.contains("reviews.shop") && routes.contains("reviews.shop.svc.cluster.local"),
+        "{routes}"
+    );
+    let endpoints = cli(&meshd, &["proxy-config", "endpoint", "client-0.shop"]);
+    assert!(
+        endpoints
+            .lines()
+            .any(|l| l.starts_with(&format!("127.0.0.1:{}", up.port)) && l.contains("HEALTHY")),
+        "{endpoints}"
+    );
+    let listeners = cli(&meshd, &["proxy-config", "listener", envoy.id.as_str()]);
+    assert!(listeners.contains(&format!("Route: {port}")), "{listeners}");
+    let json: Value = serde_json::from_str(&cli(
+        &meshd,
+        &["proxy-config", "cluster", "client-0.shop", "-o", "json"],
+    ))
+    .unwrap();
+    let theirs = envoy_dump(&envoy, "dynamic_active_clusters", &["cluster"], "name");
+    let listed: Vec<&str> = json
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        listed,
+        theirs.keys().map(String::as_str).collect::<Vec<_>>()
+    );
+
+    // An edit, so the push-path metrics have observations.
+    meshd.write("vs.yaml", &vs("mike"));
+    wait_until("the edit pushed", Duration::from_secs(5), || {
+        meshd.metric("pilot_xds_push_time_count{type=\"rds\"}") >= 1.0
+    });
+
+    // Every metric the seed names, under Istio's name and type.
+    let text = meshd.get("/metrics").unwrap().body;
+    for (name, kind) in [
+        ("pilot_xds_push_time", "histogram"),
+        ("pilot_proxy_convergence_time", "histogram"),
+        ("pilot_debounce_time", "histogram"),
+        ("pilot_proxy_queue_time", "histogram"),
+        ("pilot_xds_pushes", "counter"),
+        ("pilot_push_context_recompute_count", "counter"),
+        ("pilot_total_xds_rejects", "counter"),
+        ("pilot_xds_clients", "gauge"),
+        ("pilot_xds_expired_nonce", "counter"),
+        ("endpoint_no_pod", "gauge"),
+        ("pilot_services", "gauge"),
+        ("pilot_virt_services", "gauge"),
+        ("pilot_destroy_time_seconds", "histogram"),
+        ("citadel_server_csr_count", "counter"),
+        ("process_cpu_seconds_total", "counter"),
+        ("process_resident_memory_bytes", "gauge"),
+        ("meshd_tokio_tasks", "gauge"),
+    ] {
+        assert!(
+            text.contains(&format!("# TYPE {name} {kind}\n")),
+            "{name} {kind}:\n{text}"
+        );
+    }
+    assert_eq!(meshd.metric("endpoint_no_pod"), 1.0, "the ghost's endpoint");
+    assert_eq!(meshd.metric("pilot_services"), 2.0);
+    assert!(meshd.metric("process_resident_memory_bytes") > 1e6);
+    assert!(meshd.metric("meshd_tokio_tasks") >= 1.0);
+    assert_eq!(meshd.metric("pilot_destroy_time_seconds_count"), 0.0);
+    drop(envoy);
+    wait_until("the proxy's state freed", Duration::from_secs(5), || {
+        meshd.metric("pilot_xds_clients") == 0.0
+    });
+    assert_eq!(meshd.metric("pilot_destroy_time_seconds_count"), 1.0);
+}
+
+/// A TCP relay that can go silent: both directions stop flowing while the sockets stay
+/// open, as when a proxy's node vanishes from the network.
+struct Relay {
+    port: u16,
+    frozen: Arc<AtomicBool>,
+}
+
+impl Relay {
+    fn start(target: u16) -> Relay {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let frozen = Arc::new(AtomicBool::new(false));
+        let f = frozen.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { return };
+                let Ok(server) = TcpStream::connect(("127.0.0.1", target)) else {
+                    return;
+                };
+                for (mut from, mut to) in [
+                    (client.try_clone().unwrap(), server.try_clone().unwrap()),
+                    (server, client),
+                ] {
+                    let frozen = f.clone();
+                    std::thread::spawn(move || {
+                        let mut buf = [0u8; 16384];
+                        while let Ok(n) = from.read(&mut buf) {
+                            if n == 0 {
+                                return;
+                            }
+                            while frozen.load(Ordering::Relaxed) {
+                                std::thread::sleep(Duration::from_millis(50));
+                            }
+                            if to.write_all(&buf[..n]).is_err() {
+                                return;
+                            }
+                        }
+                    });
+                }
+            }
+        });
+        Relay { port, frozen }
+    }
+}
+
+fn small_mesh(name: &str) -> std::path::PathBuf {
+    let dir = temp_dir(name).join("config");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("ghost.yaml"), GHOST).unwrap();
+    dir
+}
+
+/// `n` endpoint-less Services in namespace `bulk`, in one file.
+fn many_services(dir: &std::path::Path, n: usize) {
+    let yaml: String = (0..n)
+        .map(|i| format!("---\napiVersion: v1\nkind: Service\nmetadata: {{name: svc-{i}, namespace: bulk}}\nspec: {{clusterIP: 10.97.{}.{}, ports: [{{name: http, port: 8080}}]}}\n", i / 250, i % 250 + 1))
+        .collect();
+    std::fs::write(dir.join("bulk.yaml"), yaml).unwrap();
+}
+
+/// Opens a delta stream as a sidecar of `shop` and waits for the first CDS answer; the
+/// returned sender keeps the stream open.
+async fn open_stream(
+    channel: tonic::transport::Channel,
+    n: usize,
+) -> (
+    tokio::sync::mpsc::Sender<DeltaDiscoveryRequest>,
+    tonic::Streaming<envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryResponse>,
+) {
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    let id = format!(
+        "sidecar~10.3.{}.{}~app-{n}.shop~shop.svc.cluster.local",
+        n / 250 % 250,
+        n % 250 + 1
+    );
+    tx.send(DeltaDiscoveryRequest {
+        node: Some(xds_node(&id, "shop")),
+        type_url: CDS.into(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let mut stream = AggregatedDiscoveryServiceClient::new(channel)
+        .delta_aggregated_resources(ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    let first = tokio::time::timeout(Duration::from_secs(10), stream.message())
+        .await
+        .expect("no answer in 10s")
+        .unwrap()
+        .expect("stream closed");
+    assert!(!first.resources.is_empty());
+    (tx, stream)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keepalive_frees_the_state_of_a_proxy_that_vanished() {
+    let dir = small_mesh("keepalive");
+    let meshd = Meshd::start_with(
+        &dir,
+        &["--keepalive-interval", "1s", "--keepalive-timeout", "1s"],
+    );
+    let relay = Relay::start(meshd.xds_port);
+    let channel =
+        tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{}", relay.port))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+    let (_tx, _stream) = open_stream(channel, 1).await;
+    assert_eq!(meshd.metric("pilot_xds_clients"), 1.0);
+    relay.frozen.store(true, Ordering::Relaxed);
+    // The stream is still open at both ends; only meshd's unanswered ping can tell.
+    tokio::task::block_in_place(|| {
+        wait_until("the vanished proxy freed", Duration::from_secs(10), || {
+            meshd.metric("pilot_xds_clients") == 0.0
+        });
+        assert_eq!(meshd.metric("pilot_destroy_time_seconds_count"), 1.0);
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_proxy_is_cut_off_after_the_send_timeout_and_others_keep_converging() {
+    let dir = small_mesh("stalled");
+    let up = Upstream::start("reviews-1");
+    let port = free_port();
+    std::fs::write(
+        dir.join("reviews.yaml"),
+        service_yaml("shop", "reviews", port, &[(&up, &[])]),
+    )
+    .unwrap();
+    let dr = |n: u32| {
+        format!(
+            "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {{name: reviews, namespace: shop}}\nspec:\n  host: reviews\n  trafficPolicy: {{connectionPool: {{tcp: {{connectTimeout: {n}ms}}}}}}\n"
+        )
+    };
+    std::fs::write(dir.join("dr.yaml"), dr(1500)).unwrap();
+    many_services(&dir, 500);
+    let meshd = Meshd::start_with_env(
+        &dir,
+        &[],
+        &[
+            ("PILOT_XDS_SEND_TIMEOUT", "1s"),
+            ("PILOT_PUSH_THROTTLE", "1"),
+            ("PILOT_DEBOUNCE_AFTER", "20ms"),
+        ],
+    );
+    let envoy =
+        tokio::task::block_in_place(|| Envoy::sidecar(&meshd, Ads::Delta, "shop", "client"));
+    // A proxy that stops reading: a 1 KiB HTTP/2 window it never reopens. State of the
+    // world, so every change resends all ~500 clusters and the HTTP/2 send buffer, then
+    // the stream's queue, fill after a few edits.
+    let stalled_channel =
+        tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{}", meshd.xds_port))
+            .unwrap()
+            .initial_stream_window_size(Some(1024))
+            .connect()
+            .await
+            .unwrap();
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    tx.send(DiscoveryRequest {
+        node: Some(xds_node(
+            "sidecar~10.3.0.9~stalled-0.shop~shop.svc.cluster.local",
+            "shop",
+        )),
+        type_url: CDS.into(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let _stalled = AggregatedDiscoveryServiceClient::new(stalled_channel)
+        .stream_aggregated_resources(ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner(); // never read
+    tokio::task::block_in_place(|| {
+        wait_until("both proxies connected", Duration::from_secs(5), || {
+            meshd.metric("pilot_xds_clients") == 2.0
+        });
+        // Every edit changes a cluster both proxies hold; the stalled one's queue fills.
+        for n in 1..=40 {
+            meshd.write("dr.yaml", &dr(n));
+            std::thread::sleep(Duration::from_millis(100));
+            if meshd.metric("pilot_xds_pushes{type=\"cds_senderr\"}") >= 1.0 {
+                break;
+            }
+        }
+        wait_until("the stalled stream cut off", Duration::from_secs(5), || {
+            meshd.metric("pilot_xds_pushes{type=\"cds_senderr\"}") >= 1.0
+                && meshd.metric("pilot_xds_clients") == 1.0
+        });
+        assert!(
+            meshd.log().contains("did not take a response"),
+            "{}",
+            meshd.log()
+        );
+        // The healthy proxy ends on the final configuration, and keeps following.
+        meshd.write("dr.yaml", &dr(777));
+        wait_until(
+            "Envoy holds the final DestinationRule",
+            Duration::from_secs(5),
+            || {
+                envoy
+                    .admin("/config_dump?resource=dynamic_active_clusters")
+                    .is_ok_and(|r| r.body.contains("\"connect_timeout\": \"0.777s\""))
+            },
+        );
+    });
+    drop(tx);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_connect_disconnect_cycles_leave_memory_and_tasks_at_baseline() {
+    let dir = small_mesh("churn");
+    many_services(&dir, 20);
+    let meshd = Meshd::start(&dir);
+    let port = meshd.xds_port;
+    let channels: Vec<tonic::transport::Channel> =
+        futures::future::join_all((0..4).map(|_| async move {
+            tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{port}"))
+                .unwrap()
+                .connect()
+                .await
+                .unwrap()
+        }))
+        .await;
+    let cycles = |from: usize, to: usize| {
+        let channels = channels.clone();
+        async move {
+            let workers = 16;
+            let tasks: Vec<_> = (0..workers)
+                .map(|w| {
+                    let channel = channels[w % channels.len()].clone();
+                    tokio::spawn(async move {
+                        for n in (from + w..to).step_by(workers) {
+                            let (tx, stream) = open_stream(channel.clone(), n).await;
+                            drop((tx, stream));
+                        }
+                    })
+                })
+                .collect();
+            for t in tasks {
+                t.await.unwrap();
+            }
+        }
+    };
+    let settled = |what: &str| {
+        tokio::task::block_in_place(|| {
+            wait_until(what, Duration::from_secs(20), || {
+                meshd.metric("pilot_xds_clients") == 0.0
+            });
+            std::thread::sleep(Duration::from_millis(300));
+            (
+                meshd.metric("process_resident_memory_bytes"),
+                meshd.metric("meshd_tokio_tasks"),
+                meshd.metric("pilot_destroy_time_seconds_count"),
+            )
+        })
+    };
+    cycles(0, 1_000).await; // warm-up: allocator pools, views, connection buffers
+    let (rss_base, tasks_base, _) = settled("warm-up streams closed");
+    cycles(1_000, 11_000).await;
+    let (rss, tasks, destroyed) = settled("every stream closed");
+    assert_eq!(destroyed, 11_000.0, "every stream's state was freed");
+    assert!(tasks <= tasks_base, "tokio tasks {tasks_base} -> {tasks}");
+    // A leak of even 500 bytes per proxy would show as 5 MB here.
+    assert!(
+        rss <= rss_base + 4e6,
+        "RSS {rss_base} -> {rss} after 10,000 cycles"
+    );
+}
