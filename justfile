@@ -40,3 +40,27 @@ fuzz-csr seconds="60":
 # Fuzz the CA request handler (protobuf body -> verify -> sign or refuse).
 fuzz-ca seconds="60":
     cd fuzz && cargo +nightly fuzz run ca_request -- -max_total_time={{seconds}}
+
+# Fleet-simulator scenarios (issue 5); each starts a release meshd on a generated mesh and
+# prints a JSON summary. Figures and machine in BENCHMARKS.md.
+loadgen *args:
+    cargo run --release --locked -- loadgen --spawn-meshd --config-dir target/loadgen/config {{args}}
+
+# Memory per connected proxy: unscoped 1,000-service mesh, then scoped to 20 services.
+bench-memory proxies="1000":
+    just loadgen --services 1000 --namespaces 50 --proxies {{proxies}} --change none --json target/loadgen/memory-unscoped.json
+    just loadgen --services 1000 --namespaces 50 --proxies {{proxies}} --sidecar-scoped --change none --json target/loadgen/memory-scoped.json
+
+# Convergence: a VirtualService change to every delta proxy, then endpoint-only changes.
+bench-convergence proxies="5000":
+    just loadgen --services 1000 --namespaces 50 --proxies {{proxies}} --change vs --changes 5 --json target/loadgen/convergence-vs.json
+    just loadgen --services 1000 --namespaces 50 --proxies {{proxies}} --change endpoint --changes 5 --json target/loadgen/convergence-endpoint.json
+
+# Wire efficiency: 3 of 400 services' endpoints change, delta then state of the world.
+bench-wire proxies="200":
+    just loadgen --services 400 --namespaces 20 --proxies {{proxies}} --change endpoint --services-per-change 3 --changes 3 --json target/loadgen/wire-delta.json
+    just loadgen --services 400 --namespaces 20 --proxies {{proxies}} --change endpoint --services-per-change 3 --changes 3 --sotw --json target/loadgen/wire-sotw.json
+
+# Connect storm: new proxies per second, each receiving its full initial config.
+bench-connect proxies="5000" rate="2000":
+    just loadgen --services 1000 --namespaces 50 --proxies {{proxies}} --connect-rate {{rate}} --change none --json target/loadgen/connect.json

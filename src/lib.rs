@@ -11,6 +11,7 @@ pub mod debug;
 pub mod duration;
 pub mod filesource;
 pub mod k8s;
+pub mod loadgen;
 pub mod metrics;
 pub mod model;
 pub mod secure;

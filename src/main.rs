@@ -115,6 +115,9 @@ enum Command {
         #[arg(short = 'o', long, value_enum, default_value = "table")]
         output: Output,
     },
+    /// A fleet simulator: N proxies over real gRPC against a meshd, config changes made
+    /// through its config directory, per-proxy convergence measured; prints a JSON summary.
+    Loadgen(meshd::loadgen::LoadgenArgs),
     /// Check Istio YAML offline, like `istioctl validate`; exits 1 if anything is invalid.
     Validate {
         /// Files or directories to check.
@@ -145,6 +148,16 @@ fn print_or_fail(command: &str, result: Result<String, String>) -> ExitCode {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Command::Loadgen(args) => match meshd::loadgen::run(args) {
+            Ok(summary) => {
+                println!("{summary:#}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("meshd loadgen: {e}");
+                ExitCode::FAILURE
+            }
+        },
         Command::ProxyStatus { meshd, output } => print_or_fail(
             "proxy-status",
             meshd::cli::proxy_status(&meshd, output == Output::Json),

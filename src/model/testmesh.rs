@@ -1,17 +1,58 @@
-//! Generated meshes for benchmarks and scale tests: S services over K namespaces, E
-//! endpoints each, a VirtualService and DestinationRule on every tenth service.
+//! Generated meshes for benchmarks, scale tests and `meshd loadgen`: S services over K
+//! namespaces, E endpoints each, a VirtualService and DestinationRule on a share of the
+//! services, and optionally a Sidecar per namespace that scopes its proxies to it.
 
 use std::fmt::Write;
 
 use super::Store;
 use crate::config::parse::parse_file;
 
-/// A mesh of `services` services spread over `namespaces` namespaces.
-pub fn generate(services: usize, namespaces: usize, endpoints: usize) -> Store {
-    let mut yaml = String::new();
-    for i in 0..services {
-        let ns = format!("ns-{}", i % namespaces);
+/// The shape of a generated mesh.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Shape {
+    pub services: usize,
+    pub namespaces: usize,
+    pub endpoints: usize,
+    /// Every `routed_every`-th service gets a VirtualService (header match + 90/10 split)
+    /// and a DestinationRule with two subsets; 0 for none.
+    pub routed_every: usize,
+    /// A `Sidecar` per namespace with egress `./*`: proxies see their namespace only.
+    pub sidecar_scoped: bool,
+}
+
+impl Shape {
+    /// The benchmarks' shape: a VirtualService and DestinationRule on every tenth service.
+    pub fn new(services: usize, namespaces: usize, endpoints: usize) -> Shape {
+        Shape {
+            services,
+            namespaces: namespaces.max(1),
+            endpoints,
+            routed_every: 10,
+            sidecar_scoped: false,
+        }
+    }
+
+    pub fn namespace_of(&self, service: usize) -> String {
+        format!("ns-{}", service % self.namespaces)
+    }
+
+    /// One service's objects: Service, EndpointSlice and, if routed, VirtualService and
+    /// DestinationRule. `extra_endpoint` adds one more endpoint address (load tests use
+    /// it to make an endpoint-only change).
+    pub fn service_yaml(&self, i: usize, extra_endpoint: Option<&str>) -> String {
+        self.changed_service_yaml(i, extra_endpoint, "jason")
+    }
+
+    /// As [`Shape::service_yaml`], with `user` as the header value of its routing.
+    pub fn changed_service_yaml(
+        &self,
+        i: usize,
+        extra_endpoint: Option<&str>,
+        user: &str,
+    ) -> String {
+        let ns = self.namespace_of(i);
         let name = format!("svc-{i}");
+        let mut yaml = String::new();
         let _ = write!(
             yaml,
             "---\napiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  clusterIP: 10.{}.{}.{}\n  ports: [{{name: http, port: 8080}}]\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: {name}-1, namespace: {ns}, labels: {{kubernetes.io/service-name: {name}}}}}\naddressType: IPv4\nports: [{{name: http, port: 8080}}]\nendpoints:\n",
@@ -19,7 +60,7 @@ pub fn generate(services: usize, namespaces: usize, endpoints: usize) -> Store {
             i / 256 % 256,
             i % 256
         );
-        for e in 0..endpoints {
+        for e in 0..self.endpoints {
             let _ = writeln!(
                 yaml,
                 "- {{addresses: [10.{}.{}.{}], conditions: {{ready: true}}, zone: z{}}}",
@@ -29,22 +70,75 @@ pub fn generate(services: usize, namespaces: usize, endpoints: usize) -> Store {
                 e % 3
             );
         }
-        if i % 10 == 0 {
-            let _ = write!(
+        if let Some(address) = extra_endpoint {
+            let _ = writeln!(
                 yaml,
-                "---\napiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  host: {name}\n  subsets: [{{name: v1, labels: {{version: v1}}}}, {{name: v2, labels: {{version: v2}}}}]\n---\napiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  hosts: [{name}]\n  http:\n  - match: [{{headers: {{end-user: {{exact: jason}}}}}}]\n    route: [{{destination: {{host: {name}, subset: v2}}}}]\n  - route:\n    - {{destination: {{host: {name}, subset: v1}}, weight: 90}}\n    - {{destination: {{host: {name}, subset: v2}}, weight: 10}}\n"
+                "- {{addresses: [{address}], conditions: {{ready: true}}, zone: z0}}"
             );
         }
+        if self.routed_every > 0 && i.is_multiple_of(self.routed_every) {
+            yaml.push_str(&self.routing_yaml(i, user));
+        }
+        yaml
     }
-    let parsed = parse_file("generated.yaml", &yaml);
-    assert!(
-        parsed.errors().next().is_none(),
-        "BUG: generated mesh is invalid: {:?}",
-        parsed.issues.first()
-    );
-    let mut store = Store::default();
-    for o in parsed.objects {
-        store.apply(o);
+
+    /// The VirtualService and DestinationRule of service `i`; `user` is the header value
+    /// that selects subset v2 (load tests change it to make a routing-only change).
+    pub fn routing_yaml(&self, i: usize, user: &str) -> String {
+        let ns = self.namespace_of(i);
+        let name = format!("svc-{i}");
+        format!(
+            "---\napiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  host: {name}\n  subsets: [{{name: v1, labels: {{version: v1}}}}, {{name: v2, labels: {{version: v2}}}}]\n---\napiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  hosts: [{name}]\n  http:\n  - match: [{{headers: {{end-user: {{exact: {user}}}}}}}]\n    route: [{{destination: {{host: {name}, subset: v2}}}}]\n  - route:\n    - {{destination: {{host: {name}, subset: v1}}, weight: 90}}\n    - {{destination: {{host: {name}, subset: v2}}, weight: 10}}\n"
+        )
     }
-    store
+
+    /// The namespace-wide objects (Sidecars when scoped), and an ingress Gateway.
+    pub fn namespaces_yaml(&self) -> String {
+        let mut yaml = String::from(
+            "---\napiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: ingress, namespace: istio-system}\nspec:\n  selector: {istio: ingressgateway}\n  servers: [{port: {number: 80, name: http, protocol: HTTP}, hosts: [\"*\"]}]\n",
+        );
+        for n in 0..self.namespaces {
+            if self.sidecar_scoped {
+                let _ = write!(
+                    yaml,
+                    "---\napiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {{name: default, namespace: ns-{n}}}\nspec:\n  egress: [{{hosts: [\"./*\"]}}]\n"
+                );
+            }
+        }
+        yaml
+    }
+
+    /// The mesh as files: one per service (so a change rewrites one small file), plus
+    /// `namespaces.yaml`.
+    pub fn files(&self) -> Vec<(String, String)> {
+        let mut files: Vec<(String, String)> = (0..self.services)
+            .map(|i| (format!("svc-{i}.yaml"), self.service_yaml(i, None)))
+            .collect();
+        files.push(("namespaces.yaml".into(), self.namespaces_yaml()));
+        files
+    }
+
+    /// The mesh in a store, as the sources would load it.
+    pub fn store(&self) -> Store {
+        let mut yaml = self.namespaces_yaml();
+        for i in 0..self.services {
+            yaml.push_str(&self.service_yaml(i, None));
+        }
+        let parsed = parse_file("generated.yaml", &yaml);
+        assert!(
+            parsed.errors().next().is_none(),
+            "BUG: generated mesh is invalid: {:?}",
+            parsed.issues.first()
+        );
+        let mut store = Store::default();
+        for o in parsed.objects {
+            store.apply(o);
+        }
+        store
+    }
+}
+
+/// A mesh of `services` services spread over `namespaces` namespaces (the benchmarks').
+pub fn generate(services: usize, namespaces: usize, endpoints: usize) -> Store {
+    Shape::new(services, namespaces, endpoints).store()
 }

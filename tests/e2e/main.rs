@@ -10,6 +10,7 @@ mod cli;
 mod gateway;
 mod gateway_tls;
 mod kubernetes;
+mod loadgen;
 mod mtls;
 mod observability;
 mod protocol;

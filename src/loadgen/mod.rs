@@ -1,0 +1,594 @@
+//! `meshd loadgen`: a fleet simulator. It writes a generated mesh into the config
+//! directory a meshd serves (or starts that meshd itself), connects N simulated proxies
+//! over real gRPC at a chosen rate, then makes changes one at a time and measures, per
+//! proxy, the time from the change to the moment it holds the resource that reflects it.
+//! A change carries a marker string (a header value, an endpoint address) that only the
+//! resources built from it contain, so "converged" means the bytes arrived, not that a
+//! response did.
+
+pub mod proxy;
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use serde_json::{Map, Value as Json};
+use tokio::sync::watch;
+
+use self::proxy::{Marker, ProxyStats, Spec};
+use crate::model::testmesh::Shape;
+
+/// What each change touches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Change {
+    /// A VirtualService's header match (RDS).
+    Vs,
+    /// One endpoint added to a service (EDS only).
+    Endpoint,
+    /// No changes: connect, measure memory, disconnect.
+    None,
+}
+
+#[derive(Clone, Debug, clap::Args)]
+pub struct LoadgenArgs {
+    /// The config directory meshd serves; the generated mesh and every change are written
+    /// there (its *.yaml files are replaced).
+    #[arg(long)]
+    pub config_dir: PathBuf,
+    /// Start meshd (this binary) on the config directory, on free local ports, instead
+    /// of using a running one at --xds / --monitoring.
+    #[arg(long)]
+    pub spawn_meshd: bool,
+    /// A running meshd's xDS address.
+    #[arg(long, default_value = "127.0.0.1:15010")]
+    pub xds: String,
+    /// A running meshd's monitoring address (metrics: RSS, CPU).
+    #[arg(long, default_value = "127.0.0.1:15014")]
+    pub monitoring: String,
+    /// Simulated sidecars, spread over the namespaces.
+    #[arg(long, default_value_t = 100)]
+    pub proxies: usize,
+    /// Simulated ingress gateways (istio-system, `istio: ingressgateway`).
+    #[arg(long, default_value_t = 0)]
+    pub gateways: usize,
+    /// State of the world instead of delta.
+    #[arg(long)]
+    pub sotw: bool,
+    /// New proxies per second.
+    #[arg(long, default_value_t = 1000.0)]
+    pub connect_rate: f64,
+    /// Proxies sharing one gRPC connection (1: one each, as real Envoys).
+    #[arg(long, default_value_t = 1)]
+    pub proxies_per_connection: usize,
+    /// The first N sidecars NACK every route configuration.
+    #[arg(long, default_value_t = 0)]
+    pub nack_proxies: usize,
+    #[arg(long, default_value_t = 100)]
+    pub services: usize,
+    #[arg(long, default_value_t = 10)]
+    pub namespaces: usize,
+    #[arg(long, default_value_t = 3)]
+    pub endpoints: usize,
+    /// Every Nth service gets a VirtualService and DestinationRule.
+    #[arg(long, default_value_t = 10)]
+    pub routed_every: usize,
+    /// A Sidecar per namespace scoping its proxies to that namespace.
+    #[arg(long)]
+    pub sidecar_scoped: bool,
+    #[arg(long, value_enum, default_value = "vs")]
+    pub change: Change,
+    /// Changes to make, one at a time.
+    #[arg(long, default_value_t = 5)]
+    pub changes: usize,
+    /// Services each change touches (written together, inside one debounce window).
+    #[arg(long, default_value_t = 1)]
+    pub services_per_change: usize,
+    /// How long a change may take to reach every affected proxy.
+    #[arg(long, default_value = "60s", value_parser = crate::duration::parse)]
+    pub change_timeout: Duration,
+    /// After a change converged, how long to keep watching for pushes to proxies it does
+    /// not affect.
+    #[arg(long, default_value = "500ms", value_parser = crate::duration::parse)]
+    pub settle: Duration,
+    /// Write the JSON summary here (it is always printed on stdout).
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+/// Percentiles of a sample, in milliseconds.
+#[derive(Debug, Default, Serialize)]
+pub struct Percentiles {
+    pub count: usize,
+    pub p50: f64,
+    pub p95: f64,
+    pub p99: f64,
+    pub max: f64,
+}
+
+impl Percentiles {
+    pub fn of(mut ms: Vec<f64>) -> Percentiles {
+        if ms.is_empty() {
+            return Percentiles::default();
+        }
+        ms.sort_by(f64::total_cmp);
+        let at = |q: f64| ms[((ms.len() as f64 * q).ceil() as usize).clamp(1, ms.len()) - 1];
+        Percentiles {
+            count: ms.len(),
+            p50: at(0.50),
+            p95: at(0.95),
+            p99: at(0.99),
+            max: ms[ms.len() - 1],
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+struct ChangeReport {
+    kind: Change,
+    services: Vec<String>,
+    affected: usize,
+    converged: usize,
+    convergence_ms: Percentiles,
+    bytes_per_affected_proxy: f64,
+    responses_per_affected_proxy: f64,
+    /// Proxies the change does not concern that were sent anything meanwhile (must be 0).
+    unaffected_pushed: usize,
+}
+
+/// meshd's figures from its `/metrics`.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+struct MeshdFigures {
+    rss_bytes: f64,
+    cpu_seconds: f64,
+}
+
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+fn meshd_figures(monitoring: &str) -> MeshdFigures {
+    match crate::cli::http_get(monitoring, "/metrics") {
+        Ok(text) => MeshdFigures {
+            rss_bytes: metric(&text, "process_resident_memory_bytes"),
+            cpu_seconds: metric(&text, "process_cpu_seconds_total"),
+        },
+        Err(_) => MeshdFigures::default(),
+    }
+}
+
+/// A meshd this run started; killed on drop.
+struct Spawned(Child);
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> Result<u16, String> {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| e.to_string())
+}
+
+fn spawn_meshd(args: &mut LoadgenArgs) -> Result<Spawned, String> {
+    let (xds, secure, monitoring) = (free_port()?, free_port()?, free_port()?);
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let log = args.config_dir.with_extension("meshd.log");
+    let child = Command::new(exe)
+        .arg("serve")
+        .arg("--config-dir")
+        .arg(&args.config_dir)
+        .args(["--xds-address", &format!("127.0.0.1:{xds}")])
+        .args(["--secure-xds-address", &format!("127.0.0.1:{secure}")])
+        .args(["--monitoring-address", &format!("127.0.0.1:{monitoring}")])
+        .arg("--ca-dir")
+        .arg(args.config_dir.with_extension("ca"))
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).map_err(|e| e.to_string())?)
+        .spawn()
+        .map_err(|e| format!("starting meshd: {e}"))?;
+    args.xds = format!("127.0.0.1:{xds}");
+    args.monitoring = format!("127.0.0.1:{monitoring}");
+    let spawned = Spawned(child);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while crate::cli::http_get(&args.monitoring, "/ready").is_err() {
+        if Instant::now() > deadline {
+            return Err(format!("meshd not ready in 120s; see {}", log.display()));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Ok(spawned)
+}
+
+fn write_mesh(args: &LoadgenArgs, shape: &Shape) -> Result<(), String> {
+    std::fs::create_dir_all(&args.config_dir).map_err(|e| e.to_string())?;
+    for entry in std::fs::read_dir(&args.config_dir).map_err(|e| e.to_string())? {
+        let path = entry.map_err(|e| e.to_string())?.path();
+        if path.extension().is_some_and(|e| e == "yaml") {
+            std::fs::remove_file(&path).map_err(|e| e.to_string())?;
+        }
+    }
+    for (name, yaml) in shape.files() {
+        std::fs::write(args.config_dir.join(name), yaml).map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+/// Write-then-rename, as editors and config sync tools do.
+fn write_file(args: &LoadgenArgs, name: &str, yaml: &str) -> Result<(), String> {
+    let tmp = args.config_dir.join(format!(".{name}.tmp"));
+    std::fs::write(&tmp, yaml).map_err(|e| e.to_string())?;
+    std::fs::rename(&tmp, args.config_dir.join(name)).map_err(|e| e.to_string())
+}
+
+struct Simulated {
+    namespace: Option<String>,
+    stats: Arc<ProxyStats>,
+}
+
+/// A one-line progress display on a terminal; nothing when stderr is a file or pipe.
+fn progress(line: &str) {
+    use std::io::{IsTerminal, Write};
+    let mut err = std::io::stderr();
+    if err.is_terminal() {
+        let _ = write!(err, "\r\x1b[2K{line}");
+        let _ = err.flush();
+    }
+}
+
+pub fn run(mut args: LoadgenArgs) -> Result<Json, String> {
+    let shape = Shape {
+        services: args.services,
+        namespaces: args.namespaces.max(1),
+        endpoints: args.endpoints,
+        routed_every: args.routed_every,
+        sidecar_scoped: args.sidecar_scoped,
+    };
+    write_mesh(&args, &shape)?;
+    let _meshd = if args.spawn_meshd {
+        Some(spawn_meshd(&mut args)?)
+    } else {
+        None
+    };
+    let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
+    runtime.block_on(simulate(args, shape))
+}
+
+async fn simulate(args: LoadgenArgs, shape: Shape) -> Result<Json, String> {
+    let base = meshd_figures(&args.monitoring);
+    // Sample meshd's RSS through the run, for its maximum.
+    let peak = Arc::new(std::sync::Mutex::new(base));
+    let sampler = {
+        let (peak, monitoring) = (peak.clone(), args.monitoring.clone());
+        tokio::spawn(async move {
+            loop {
+                let m = monitoring.clone();
+                let f = tokio::task::spawn_blocking(move || meshd_figures(&m))
+                    .await
+                    .unwrap_or_default();
+                {
+                    let mut p = peak.lock().unwrap();
+                    p.rss_bytes = p.rss_bytes.max(f.rss_bytes);
+                }
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        })
+    };
+    let (marker_tx, marker_rx) = watch::channel::<Option<Marker>>(None);
+    let started = Instant::now();
+    let total = args.proxies + args.gateways;
+    let mut fleet: Vec<Simulated> = Vec::with_capacity(total);
+    let mut channel: Option<tonic::transport::Channel> = None;
+    let mut errors = 0usize;
+    let (err_tx, mut err_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let interval = Duration::from_secs_f64(1.0 / args.connect_rate.max(0.001));
+    let mut next = tokio::time::Instant::now();
+    for i in 0..total {
+        if i % args.proxies_per_connection.max(1) == 0 {
+            channel = Some(
+                tonic::transport::Endpoint::from_shared(format!("http://{}", args.xds))
+                    .map_err(|e| e.to_string())?
+                    .tcp_nodelay(true)
+                    .connect_lazy(),
+            );
+        }
+        let (id, namespace, meta) = if i < args.proxies {
+            let ns = format!("ns-{}", i % shape.namespaces);
+            let ip = format!("10.{}.{}.{}", 200 + i / 65536, i / 256 % 256, i % 256);
+            (
+                format!("sidecar~{ip}~loadgen-{i}.{ns}~{ns}.svc.cluster.local"),
+                Some(ns.clone()),
+                serde_json::json!({"NAMESPACE": ns, "LABELS": {"app": "loadgen"}, "ISTIO_VERSION": "1.28.0"}),
+            )
+        } else {
+            (
+                format!(
+                    "router~10.255.0.{}~gateway-{i}.istio-system~istio-system.svc.cluster.local",
+                    i % 250
+                ),
+                None,
+                serde_json::json!({"NAMESPACE": "istio-system", "LABELS": {"istio": "ingressgateway"}, "ISTIO_VERSION": "1.28.0"}),
+            )
+        };
+        let spec = Spec {
+            node: node(&id, &meta),
+            delta: !args.sotw,
+            nack_routes: i < args.nack_proxies,
+        };
+        let stats = Arc::new(ProxyStats::default());
+        fleet.push(Simulated {
+            namespace,
+            stats: stats.clone(),
+        });
+        let (ch, rx, err) = (
+            channel.clone().expect("BUG: a channel was made"),
+            marker_rx.clone(),
+            err_tx.clone(),
+        );
+        tokio::spawn(async move {
+            if let Err(e) = proxy::run(ch, spec, stats, rx, started).await {
+                let _ = err.send(format!("{id}: {e}"));
+            }
+        });
+        next += interval;
+        tokio::time::sleep_until(next).await;
+        if i % 100 == 0 {
+            progress(&format!("connecting {}/{total}", i + 1));
+        }
+    }
+    // Everyone initialised: CDS, EDS, LDS and RDS answered.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        while let Ok(e) = err_rx.try_recv() {
+            errors += 1;
+            if errors <= 5 {
+                eprintln!("\nproxy stream failed: {e}");
+            }
+        }
+        let ready = fleet
+            .iter()
+            .filter(|p| p.stats.initialised_after_us.load(Ordering::Relaxed) > 0)
+            .count();
+        progress(&format!("initialised {ready}/{total}"));
+        if ready == total {
+            break;
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "only {ready} of {total} proxies initialised in 120 s"
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let connect_seconds = started.elapsed().as_secs_f64();
+    let init_ms: Vec<f64> = fleet
+        .iter()
+        .map(|p| p.stats.initialised_after_us.load(Ordering::Relaxed) as f64 / 1000.0)
+        .collect();
+    let initial_bytes: u64 = fleet
+        .iter()
+        .map(|p| p.stats.bytes.load(Ordering::Relaxed))
+        .sum();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let connected = meshd_figures(&args.monitoring);
+
+    let mut reports = Vec::new();
+    let mut all_ms = Vec::new();
+    for c in 1..=args.changes {
+        if args.change == Change::None {
+            break;
+        }
+        let routed: Vec<usize> = (0..shape.services)
+            .filter(|i| {
+                args.change != Change::Vs || (shape.routed_every > 0 && i % shape.routed_every == 0)
+            })
+            .collect();
+        if routed.is_empty() {
+            return Err(
+                "no service to change (a VirtualService change needs --routed-every > 0)".into(),
+            );
+        }
+        let picked: Vec<usize> = (0..args.services_per_change.max(1))
+            .map(|k| routed[(c * 7919 + k * 104_729) % routed.len()])
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        let namespaces: std::collections::BTreeSet<String> =
+            picked.iter().map(|i| shape.namespace_of(*i)).collect();
+        // The marker: a header value or endpoint address only this change's resources carry.
+        let marker_text = match args.change {
+            Change::Vs => format!("loadgen-{c}-{}", started.elapsed().as_micros()),
+            Change::Endpoint => format!("10.254.{}.{}", c / 250 % 250, c % 250 + 1),
+            Change::None => unreachable!(),
+        };
+        let files: Vec<(String, String)> = picked
+            .iter()
+            .map(|i| {
+                let yaml = match args.change {
+                    Change::Vs => shape.changed_service_yaml(*i, None, &marker_text),
+                    _ => shape.service_yaml(*i, Some(&marker_text)),
+                };
+                (format!("svc-{i}.yaml"), yaml)
+            })
+            .collect();
+        let affected: Vec<bool> = fleet
+            .iter()
+            .map(|p| match &p.namespace {
+                None => false, // gateways: not measured (see BENCHMARKS.md)
+                Some(ns) => !shape.sidecar_scoped || namespaces.contains(ns),
+            })
+            .collect();
+        let gateways: Vec<bool> = fleet.iter().map(|p| p.namespace.is_none()).collect();
+        let before: Vec<(u64, u64)> = fleet
+            .iter()
+            .map(|p| {
+                (
+                    p.stats.responses.load(Ordering::Relaxed),
+                    p.stats.bytes.load(Ordering::Relaxed),
+                )
+            })
+            .collect();
+        let id = c as u64;
+        let _ = marker_tx.send(Some(Marker {
+            id,
+            text: marker_text.as_bytes().into(),
+            at: Instant::now(),
+        }));
+        for (name, yaml) in &files {
+            write_file(&args, name, yaml)?;
+        }
+        let want = affected.iter().filter(|a| **a).count();
+        let deadline = Instant::now() + args.change_timeout;
+        loop {
+            let done = fleet
+                .iter()
+                .zip(&affected)
+                .filter(|(p, a)| **a && p.stats.converged_marker.load(Ordering::Relaxed) == id)
+                .count();
+            progress(&format!(
+                "change {c}/{}: {done}/{want} affected proxies converged",
+                args.changes
+            ));
+            if done == want || Instant::now() > deadline {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        tokio::time::sleep(args.settle).await;
+        let mut ms = Vec::new();
+        let (mut bytes, mut responses, mut unaffected_pushed) = (0u64, 0u64, 0usize);
+        for (((p, a), (r0, b0)), gw) in fleet.iter().zip(&affected).zip(&before).zip(&gateways) {
+            let r = p.stats.responses.load(Ordering::Relaxed) - r0;
+            let b = p.stats.bytes.load(Ordering::Relaxed) - b0;
+            if *a {
+                if p.stats.converged_marker.load(Ordering::Relaxed) == id {
+                    ms.push(p.stats.converged_after_us.load(Ordering::Relaxed) as f64 / 1000.0);
+                }
+                bytes += b;
+                responses += r;
+            } else if !gw && r > 0 {
+                unaffected_pushed += 1;
+            }
+        }
+        all_ms.extend(ms.iter().copied());
+        reports.push(ChangeReport {
+            kind: args.change,
+            services: picked
+                .iter()
+                .map(|i| format!("svc-{i}.{}", shape.namespace_of(*i)))
+                .collect(),
+            affected: want,
+            converged: ms.len(),
+            convergence_ms: Percentiles::of(ms),
+            bytes_per_affected_proxy: bytes as f64 / want.max(1) as f64,
+            responses_per_affected_proxy: responses as f64 / want.max(1) as f64,
+            unaffected_pushed,
+        });
+    }
+    progress("");
+    sampler.abort();
+    let end = meshd_figures(&args.monitoring);
+    let peak_rss = peak.lock().unwrap().rss_bytes.max(end.rss_bytes);
+    while let Ok(e) = err_rx.try_recv() {
+        errors += 1;
+        if errors <= 5 {
+            eprintln!("proxy stream failed: {e}");
+        }
+    }
+    let mut summary = Map::new();
+    summary.insert("settings".into(), serde_json::json!({
+        "proxies": args.proxies, "gateways": args.gateways, "delta": !args.sotw,
+        "connect_rate": args.connect_rate, "proxies_per_connection": args.proxies_per_connection,
+        "services": shape.services, "namespaces": shape.namespaces, "endpoints": shape.endpoints,
+        "routed_every": shape.routed_every, "sidecar_scoped": shape.sidecar_scoped,
+        "change": args.change, "changes": args.changes, "services_per_change": args.services_per_change,
+    }));
+    summary.insert(
+        "connect".into(),
+        serde_json::json!({
+            "seconds": connect_seconds,
+            "initialised_per_second": total as f64 / connect_seconds,
+            "initial_config_ms": Percentiles::of(init_ms),
+            "initial_bytes_per_proxy": initial_bytes as f64 / total.max(1) as f64,
+            "stream_errors": errors,
+        }),
+    );
+    summary.insert(
+        "meshd".into(),
+        serde_json::json!({
+            "rss_before_bytes": base.rss_bytes,
+            "rss_connected_bytes": connected.rss_bytes,
+            "rss_per_proxy_bytes": (connected.rss_bytes - base.rss_bytes) / total.max(1) as f64,
+            "rss_peak_bytes": peak_rss,
+            "cpu_seconds": end.cpu_seconds - base.cpu_seconds,
+        }),
+    );
+    summary.insert(
+        "convergence_ms".into(),
+        serde_json::to_value(Percentiles::of(all_ms)).unwrap_or_default(),
+    );
+    summary.insert(
+        "changes".into(),
+        serde_json::to_value(&reports).unwrap_or_default(),
+    );
+    let summary = Json::Object(summary);
+    if let Some(path) = &args.json {
+        std::fs::write(path, format!("{summary:#}\n")).map_err(|e| e.to_string())?;
+    }
+    Ok(summary)
+}
+
+/// A node as a sidecar agent sends it.
+fn node(id: &str, metadata: &Json) -> envoy_types::pb::envoy::config::core::v3::Node {
+    use envoy_types::pb::google::protobuf::{ListValue, Struct, Value, value::Kind};
+    fn to_pb(v: &Json) -> Value {
+        let kind = match v {
+            Json::Null => Kind::NullValue(0),
+            Json::Bool(b) => Kind::BoolValue(*b),
+            Json::Number(n) => Kind::NumberValue(n.as_f64().unwrap_or_default()),
+            Json::String(s) => Kind::StringValue(s.clone()),
+            Json::Array(items) => Kind::ListValue(ListValue {
+                values: items.iter().map(to_pb).collect(),
+            }),
+            Json::Object(map) => Kind::StructValue(Struct {
+                fields: map.iter().map(|(k, v)| (k.clone(), to_pb(v))).collect(),
+            }),
+        };
+        Value { kind: Some(kind) }
+    }
+    let fields = match to_pb(metadata).kind {
+        Some(Kind::StructValue(s)) => Some(s),
+        _ => None,
+    };
+    envoy_types::pb::envoy::config::core::v3::Node {
+        id: id.to_string(),
+        metadata: fields,
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_are_nearest_rank() {
+        let p = Percentiles::of((1..=100).map(f64::from).collect());
+        assert_eq!(
+            (p.count, p.p50, p.p95, p.p99, p.max),
+            (100, 50.0, 95.0, 99.0, 100.0)
+        );
+        let one = Percentiles::of(vec![7.0]);
+        assert_eq!((one.p50, one.p99, one.max), (7.0, 7.0, 7.0));
+        assert_eq!(Percentiles::of(vec![]).count, 0);
+    }
+}

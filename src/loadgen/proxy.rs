@@ -1,0 +1,333 @@
+//! One simulated proxy: an ADS stream (delta or state of the world) that subscribes and
+//! ACKs as Envoy does — CDS and LDS by wildcard, then EDS for the clusters it was sent and
+//! RDS for the route names its listeners' HTTP connection managers name — and notes when
+//! a resource carrying the current change's marker arrives.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use envoy_types::pb::envoy::config::core::v3::Node;
+use envoy_types::pb::envoy::config::listener::v3::Listener;
+use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+    HttpConnectionManager, http_connection_manager::RouteSpecifier,
+};
+use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
+use envoy_types::pb::envoy::service::discovery::v3::{
+    DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
+};
+use envoy_types::pb::google::protobuf::Any;
+use envoy_types::pb::google::rpc::Status as RpcStatus;
+use prost::Message;
+use tokio::sync::{mpsc, watch};
+use tokio_stream::wrappers::ReceiverStream;
+
+use crate::xds::resource::{CLUSTER_TYPE, ENDPOINT_TYPE, LISTENER_TYPE, ROUTE_TYPE};
+
+/// The change being measured: a marker string that only resources reflecting it contain,
+/// and when it was made.
+#[derive(Clone, Debug)]
+pub struct Marker {
+    pub id: u64,
+    pub text: Arc<[u8]>,
+    pub at: Instant,
+}
+
+/// What one simulated proxy saw, readable while it runs.
+#[derive(Debug, Default)]
+pub struct ProxyStats {
+    pub responses: AtomicU64,
+    pub bytes: AtomicU64,
+    /// The marker id last seen, and how long after the change (µs).
+    pub converged_marker: AtomicU64,
+    pub converged_after_us: AtomicU64,
+    /// Set once the proxy holds its initial configuration (see `Names::initialised`).
+    pub initialised_after_us: AtomicU64,
+    pub nacks_sent: AtomicU64,
+}
+
+#[derive(Clone, Debug)]
+pub struct Spec {
+    pub node: Node,
+    pub delta: bool,
+    /// NACK every RDS response (to exercise meshd's rejection path).
+    pub nack_routes: bool,
+}
+
+/// Route names the HTTP connection managers of `listener` ask for over RDS.
+fn route_names(listener: &Any) -> Vec<String> {
+    let Ok(l) = Listener::decode(listener.value.as_slice()) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for chain in l
+        .filter_chains
+        .iter()
+        .chain(l.default_filter_chain.as_ref())
+    {
+        for filter in &chain.filters {
+            use envoy_types::pb::envoy::config::listener::v3::filter::ConfigType;
+            let Some(ConfigType::TypedConfig(any)) = &filter.config_type else {
+                continue;
+            };
+            if !any.type_url.ends_with("HttpConnectionManager") {
+                continue;
+            }
+            if let Ok(hcm) = HttpConnectionManager::decode(any.value.as_slice())
+                && let Some(RouteSpecifier::Rds(rds)) = hcm.route_specifier
+            {
+                out.push(rds.route_config_name);
+            }
+        }
+    }
+    out
+}
+
+/// The state one simulated proxy keeps: names per type, to subscribe to what it learns.
+#[derive(Default)]
+struct Names {
+    clusters: BTreeSet<String>,
+    routes: BTreeSet<String>,
+    seen_types: BTreeSet<String>,
+}
+
+impl Names {
+    /// Learns from one response; returns the EDS / RDS names to add.
+    fn learn(&mut self, type_url: &str, resources: &[(&str, &Any)]) -> (Vec<String>, Vec<String>) {
+        self.seen_types.insert(type_url.to_string());
+        let mut eds = Vec::new();
+        let mut rds = Vec::new();
+        if type_url == CLUSTER_TYPE {
+            for (name, _) in resources {
+                if name.starts_with("outbound|") && self.clusters.insert(name.to_string()) {
+                    eds.push(name.to_string());
+                }
+            }
+        } else if type_url == LISTENER_TYPE {
+            for (_, any) in resources {
+                for r in route_names(any) {
+                    if self.routes.insert(r.clone()) {
+                        rds.push(r);
+                    }
+                }
+            }
+        }
+        (eds, rds)
+    }
+
+    /// CDS and LDS answered, and EDS and RDS too if there was anything to ask them for.
+    fn initialised(&self) -> bool {
+        let seen = |t: &str| self.seen_types.contains(t);
+        seen(CLUSTER_TYPE)
+            && seen(LISTENER_TYPE)
+            && (self.clusters.is_empty() || seen(ENDPOINT_TYPE))
+            && (self.routes.is_empty() || seen(ROUTE_TYPE))
+    }
+}
+
+fn note(
+    stats: &ProxyStats,
+    marker: &watch::Receiver<Option<Marker>>,
+    bodies: &[&[u8]],
+    bytes: usize,
+) {
+    stats.responses.fetch_add(1, Ordering::Relaxed);
+    stats.bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+    let current = marker.borrow().clone();
+    if let Some(m) = current
+        && stats.converged_marker.load(Ordering::Relaxed) != m.id
+        && bodies
+            .iter()
+            .any(|b| memchr::memmem::find(b, &m.text).is_some())
+    {
+        stats
+            .converged_after_us
+            .store(m.at.elapsed().as_micros() as u64, Ordering::Relaxed);
+        stats.converged_marker.store(m.id, Ordering::Relaxed);
+    }
+}
+
+/// Runs one proxy until the stream ends or `stop` fires.
+pub async fn run(
+    channel: tonic::transport::Channel,
+    spec: Spec,
+    stats: Arc<ProxyStats>,
+    marker: watch::Receiver<Option<Marker>>,
+    started: Instant,
+) -> Result<(), String> {
+    let mut client =
+        AggregatedDiscoveryServiceClient::new(channel).max_decoding_message_size(256 << 20);
+    if spec.delta {
+        run_delta(&mut client, spec, stats, marker, started).await
+    } else {
+        run_sotw(&mut client, spec, stats, marker, started).await
+    }
+}
+
+async fn run_delta(
+    client: &mut AggregatedDiscoveryServiceClient<tonic::transport::Channel>,
+    spec: Spec,
+    stats: Arc<ProxyStats>,
+    marker: watch::Receiver<Option<Marker>>,
+    started: Instant,
+) -> Result<(), String> {
+    let (tx, rx) = mpsc::channel::<DeltaDiscoveryRequest>(16);
+    let request = |type_url: &str| DeltaDiscoveryRequest {
+        type_url: type_url.to_string(),
+        ..Default::default()
+    };
+    let mut first = request(CLUSTER_TYPE);
+    first.node = Some(spec.node.clone());
+    tx.send(first).await.map_err(|e| e.to_string())?;
+    tx.send(request(LISTENER_TYPE))
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut stream = client
+        .delta_aggregated_resources(ReceiverStream::new(rx))
+        .await
+        .map_err(|e| e.to_string())?
+        .into_inner();
+    let mut names = Names::default();
+    while let Some(resp) = stream.message().await.map_err(|e| e.to_string())? {
+        let resp: DeltaDiscoveryResponse = resp;
+        let bodies: Vec<&[u8]> = resp
+            .resources
+            .iter()
+            .filter_map(|r| r.resource.as_ref().map(|a| a.value.as_slice()))
+            .collect();
+        note(&stats, &marker, &bodies, resp.encoded_len());
+        let resources: Vec<(&str, &Any)> = resp
+            .resources
+            .iter()
+            .filter_map(|r| r.resource.as_ref().map(|a| (r.name.as_str(), a)))
+            .collect();
+        let (eds, rds) = names.learn(&resp.type_url, &resources);
+        let nack = spec.nack_routes && resp.type_url == ROUTE_TYPE;
+        let ack = DeltaDiscoveryRequest {
+            type_url: resp.type_url.clone(),
+            response_nonce: resp.nonce.clone(),
+            error_detail: nack.then(|| RpcStatus {
+                code: 3,
+                message: "loadgen: rejected on request".into(),
+                details: vec![],
+            }),
+            ..Default::default()
+        };
+        if nack {
+            stats.nacks_sent.fetch_add(1, Ordering::Relaxed);
+        }
+        tx.send(ack).await.map_err(|e| e.to_string())?;
+        if !eds.is_empty() {
+            let mut sub = request(ENDPOINT_TYPE);
+            sub.resource_names_subscribe = eds;
+            tx.send(sub).await.map_err(|e| e.to_string())?;
+        }
+        if !rds.is_empty() {
+            let mut sub = request(ROUTE_TYPE);
+            sub.resource_names_subscribe = rds;
+            tx.send(sub).await.map_err(|e| e.to_string())?;
+        }
+        mark_initialised(&stats, &names, started);
+    }
+    Ok(())
+}
+
+fn mark_initialised(stats: &ProxyStats, names: &Names, started: Instant) {
+    if stats.initialised_after_us.load(Ordering::Relaxed) == 0 && names.initialised() {
+        stats.initialised_after_us.store(
+            (started.elapsed().as_micros() as u64).max(1),
+            Ordering::Relaxed,
+        );
+    }
+}
+
+async fn run_sotw(
+    client: &mut AggregatedDiscoveryServiceClient<tonic::transport::Channel>,
+    spec: Spec,
+    stats: Arc<ProxyStats>,
+    marker: watch::Receiver<Option<Marker>>,
+    started: Instant,
+) -> Result<(), String> {
+    let (tx, rx) = mpsc::channel::<DiscoveryRequest>(16);
+    let request = |type_url: &str, names: &BTreeSet<String>| DiscoveryRequest {
+        type_url: type_url.to_string(),
+        resource_names: names.iter().cloned().collect(),
+        ..Default::default()
+    };
+    let none = BTreeSet::new();
+    let mut first = request(CLUSTER_TYPE, &none);
+    first.node = Some(spec.node.clone());
+    tx.send(first).await.map_err(|e| e.to_string())?;
+    tx.send(request(LISTENER_TYPE, &none))
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut stream = client
+        .stream_aggregated_resources(ReceiverStream::new(rx))
+        .await
+        .map_err(|e| e.to_string())?
+        .into_inner();
+    let mut names = Names::default();
+    // SotW: the last accepted version per type, to ACK with.
+    let mut versions: BTreeMap<String, String> = BTreeMap::new();
+    while let Some(resp) = stream.message().await.map_err(|e| e.to_string())? {
+        let resp: DiscoveryResponse = resp;
+        let bodies: Vec<&[u8]> = resp.resources.iter().map(|a| a.value.as_slice()).collect();
+        note(&stats, &marker, &bodies, resp.encoded_len());
+        // SotW resources carry no names outside their bodies: CDS names come from the
+        // Cluster, which is cheap to read for its first field only.
+        let named: Vec<(String, &Any)> = resp
+            .resources
+            .iter()
+            .map(|a| (resource_name(a), a))
+            .collect();
+        let resources: Vec<(&str, &Any)> = named.iter().map(|(n, a)| (n.as_str(), *a)).collect();
+        let (eds, rds) = names.learn(&resp.type_url, &resources);
+        let nack = spec.nack_routes && resp.type_url == ROUTE_TYPE;
+        let subscribed = match resp.type_url.as_str() {
+            t if t == ENDPOINT_TYPE => names.clusters.clone(),
+            t if t == ROUTE_TYPE => names.routes.clone(),
+            _ => BTreeSet::new(),
+        };
+        let mut ack = request(&resp.type_url, &subscribed);
+        ack.response_nonce = resp.nonce.clone();
+        if nack {
+            stats.nacks_sent.fetch_add(1, Ordering::Relaxed);
+            ack.version_info = versions.get(&resp.type_url).cloned().unwrap_or_default();
+            ack.error_detail = Some(RpcStatus {
+                code: 3,
+                message: "loadgen: rejected on request".into(),
+                details: vec![],
+            });
+        } else {
+            ack.version_info = resp.version_info.clone();
+            versions.insert(resp.type_url.clone(), resp.version_info.clone());
+        }
+        tx.send(ack).await.map_err(|e| e.to_string())?;
+        if !eds.is_empty() {
+            let mut sub = request(ENDPOINT_TYPE, &names.clusters);
+            sub.version_info = versions.get(ENDPOINT_TYPE).cloned().unwrap_or_default();
+            tx.send(sub).await.map_err(|e| e.to_string())?;
+        }
+        if !rds.is_empty() {
+            let mut sub = request(ROUTE_TYPE, &names.routes);
+            sub.version_info = versions.get(ROUTE_TYPE).cloned().unwrap_or_default();
+            tx.send(sub).await.map_err(|e| e.to_string())?;
+        }
+        mark_initialised(&stats, &names, started);
+    }
+    Ok(())
+}
+
+/// The `name` of a Cluster, Listener, RouteConfiguration or ClusterLoadAssignment: field 1
+/// in all four, read without decoding the rest.
+fn resource_name(any: &Any) -> String {
+    #[derive(Clone, PartialEq, Message)]
+    struct Named {
+        #[prost(string, tag = "1")]
+        name: String,
+    }
+    Named::decode(any.value.as_slice())
+        .map(|n| n.name)
+        .unwrap_or_default()
+}

@@ -1,0 +1,93 @@
+//! `meshd loadgen` against a meshd it starts: the simulated fleet initialises, every
+//! affected proxy converges on each change, and with Sidecar scoping the proxies of other
+//! namespaces are sent nothing.
+
+use std::process::Command;
+
+use serde_json::Value;
+
+use crate::harness::temp_dir;
+
+fn loadgen(name: &str, args: &[&str]) -> Value {
+    let dir = temp_dir(name).join("config");
+    let out = Command::new(env!("CARGO_BIN_EXE_meshd"))
+        .arg("loadgen")
+        .arg("--config-dir")
+        .arg(&dir)
+        .arg("--spawn-meshd")
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "loadgen failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn assert_converged(summary: &Value, changes: usize) {
+    assert_eq!(summary["connect"]["stream_errors"], 0, "{summary:#}");
+    let reports = summary["changes"].as_array().unwrap();
+    assert_eq!(reports.len(), changes, "{summary:#}");
+    for r in reports {
+        assert!(r["affected"].as_u64().unwrap() > 0, "{r:#}");
+        assert_eq!(r["converged"], r["affected"], "{r:#}");
+        assert_eq!(r["unaffected_pushed"], 0, "{r:#}");
+        assert!(
+            r["bytes_per_affected_proxy"].as_f64().unwrap() > 0.0,
+            "{r:#}"
+        );
+    }
+    assert!(summary["meshd"]["rss_connected_bytes"].as_f64().unwrap() > 1e6);
+}
+
+#[test]
+fn a_scoped_delta_fleet_converges_and_other_namespaces_receive_nothing() {
+    let s = loadgen(
+        "loadgen-scoped",
+        &[
+            "--proxies",
+            "40",
+            "--services",
+            "40",
+            "--namespaces",
+            "4",
+            "--sidecar-scoped",
+            "--change",
+            "endpoint",
+            "--changes",
+            "2",
+            "--nack-proxies",
+            "2",
+        ],
+    );
+    assert_converged(&s, 2);
+    // Scoped to one namespace of four: a quarter of the fleet is affected.
+    for r in s["changes"].as_array().unwrap() {
+        assert_eq!(r["affected"], 10, "{r:#}");
+    }
+}
+
+#[test]
+fn a_sotw_fleet_with_gateways_converges_on_virtual_service_changes() {
+    let s = loadgen(
+        "loadgen-sotw",
+        &[
+            "--proxies",
+            "20",
+            "--gateways",
+            "2",
+            "--services",
+            "30",
+            "--sotw",
+            "--change",
+            "vs",
+            "--changes",
+            "2",
+        ],
+    );
+    assert_converged(&s, 2);
+    assert_eq!(s["changes"][0]["affected"], 20, "every sidecar, no gateway");
+    assert_eq!(s["connect"]["initial_config_ms"]["count"], 22);
+}
