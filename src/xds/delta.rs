@@ -6,24 +6,23 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use envoy_types::pb::envoy::config::core::v3::Node;
-use envoy_types::pb::envoy::service::discovery::v3::{
-    DeltaDiscoveryRequest, DeltaDiscoveryResponse, Resource as PbResource,
-};
+use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
 
 use super::Closed;
 use super::connection::Connection;
 use super::resource::{Resource, TypeKind};
 use super::stream::Framing;
+use super::wire::DeltaResponse;
 use crate::metrics::type_label;
 
-type Tx = super::stream::Tx<DeltaDiscoveryResponse>;
+type Tx = super::stream::Tx<DeltaResponse>;
 
 /// Delta framing.
 pub struct Delta;
 
 impl Framing for Delta {
     type Request = DeltaDiscoveryRequest;
-    type Response = DeltaDiscoveryResponse;
+    type Response = DeltaResponse;
     const NAME: &'static str = "delta";
 
     fn node(request: &DeltaDiscoveryRequest) -> Option<&Node> {
@@ -112,21 +111,12 @@ async fn respond(
     if kind == TypeKind::Cluster && !changed.is_empty() {
         conn.force_endpoints_after_clusters(&changed);
     }
-    let response = DeltaDiscoveryResponse {
+    let response = DeltaResponse {
         system_version_info: conn.push.version().to_string(),
-        resources: changed
-            .iter()
-            .map(|r| PbResource {
-                name: r.name.clone(),
-                version: r.version.clone(),
-                resource: Some(r.body.clone()),
-                ..Default::default()
-            })
-            .collect(),
-        type_url: kind.url().to_string(),
-        removed_resources: removed,
+        resources: changed,
+        type_url: kind.url(),
+        removed,
         nonce,
-        ..Default::default()
     };
     super::stream::send(conn, kind, tx, response).await?;
     Ok(true)

@@ -13,18 +13,14 @@ pub mod push;
 pub mod resource;
 pub mod sotw;
 pub mod stream;
+pub mod wire;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use envoy_types::pb::envoy::config::core::v3::Node;
-use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_server::{
-    AggregatedDiscoveryService, AggregatedDiscoveryServiceServer,
-};
-use envoy_types::pb::envoy::service::discovery::v3::{
-    DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
-};
+use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
 use envoy_types::pb::google::protobuf::{Struct, Value as PbValue, value::Kind as PbKind};
 use tokio::sync::{Semaphore, mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
@@ -277,8 +273,8 @@ impl AdsService {
         }
     }
 
-    pub fn into_server(self) -> AggregatedDiscoveryServiceServer<AdsService> {
-        AggregatedDiscoveryServiceServer::new(self).max_decoding_message_size(16 << 20)
+    pub fn into_server(self) -> wire::AdsServer<AdsService> {
+        wire::AdsServer::new(self, 16 << 20)
     }
 }
 
@@ -293,15 +289,14 @@ pub fn server_builder(settings: &PushSettings) -> tonic::transport::Server {
 /// Responses buffered per stream before back-pressure holds the sender.
 const STREAM_BUFFER: usize = 8;
 
-#[tonic::async_trait]
-impl AggregatedDiscoveryService for AdsService {
-    type StreamAggregatedResourcesStream = ReceiverStream<Result<DiscoveryResponse, Status>>;
-    type DeltaAggregatedResourcesStream = ReceiverStream<Result<DeltaDiscoveryResponse, Status>>;
+impl wire::Ads for AdsService {
+    type SotwStream = ReceiverStream<Result<wire::SotwResponse, Status>>;
+    type DeltaStream = ReceiverStream<Result<wire::DeltaResponse, Status>>;
 
-    async fn stream_aggregated_resources(
+    async fn sotw(
         &self,
         request: Request<Streaming<DiscoveryRequest>>,
-    ) -> Result<Response<Self::StreamAggregatedResourcesStream>, Status> {
+    ) -> Result<Response<Self::SotwStream>, Status> {
         let caller = self.caller(&request).await?;
         let (tx, rx) = mpsc::channel(STREAM_BUFFER);
         tokio::spawn(stream::run::<sotw::Sotw>(
@@ -313,10 +308,10 @@ impl AggregatedDiscoveryService for AdsService {
         Ok(Response::new(ReceiverStream::new(rx)))
     }
 
-    async fn delta_aggregated_resources(
+    async fn delta(
         &self,
         request: Request<Streaming<DeltaDiscoveryRequest>>,
-    ) -> Result<Response<Self::DeltaAggregatedResourcesStream>, Status> {
+    ) -> Result<Response<Self::DeltaStream>, Status> {
         let caller = self.caller(&request).await?;
         let (tx, rx) = mpsc::channel(STREAM_BUFFER);
         tokio::spawn(stream::run::<delta::Delta>(

@@ -6,22 +6,23 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use envoy_types::pb::envoy::config::core::v3::Node;
-use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
+use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
 
 use super::Closed;
 use super::connection::Connection;
 use super::resource::{Resource, TypeKind};
 use super::stream::Framing;
+use super::wire::SotwResponse;
 use crate::metrics::type_label;
 
-type Tx = super::stream::Tx<DiscoveryResponse>;
+type Tx = super::stream::Tx<SotwResponse>;
 
 /// State-of-the-world framing.
 pub struct Sotw;
 
 impl Framing for Sotw {
     type Request = DiscoveryRequest;
-    type Response = DiscoveryResponse;
+    type Response = SotwResponse;
     const NAME: &'static str = "SotW";
 
     fn node(request: &DiscoveryRequest) -> Option<&Node> {
@@ -98,12 +99,11 @@ async fn respond(
     if kind == TypeKind::Cluster && !changed.is_empty() {
         conn.force_endpoints_after_clusters(changed);
     }
-    let response = DiscoveryResponse {
+    let response = SotwResponse {
         version_info: conn.push.version().to_string(),
-        resources: resources.iter().map(|r| r.body.clone()).collect(),
-        type_url: kind.url().to_string(),
+        resources,
+        type_url: kind.url(),
         nonce,
-        ..Default::default()
     };
     super::stream::send(conn, kind, tx, response).await
 }
