@@ -24,15 +24,18 @@ pub struct Watch {
     /// The proxy has asked for this type on this stream.
     pub subscribed: bool,
     pub wildcard: bool,
-    pub names: BTreeSet<String>,
-    /// What the proxy was sent (or, on delta reconnect, says it has): name → version.
-    pub sent: HashMap<String, String>,
+    /// Subscribed names, sharing the view's name strings where the resource exists.
+    pub names: BTreeSet<Arc<str>>,
+    /// What the proxy was sent (or, on delta reconnect, says it has): name → version hash.
+    /// This and `names` are the per-proxy state that grows with the mesh: about 30 bytes
+    /// per resource, the names themselves living once in the push's view.
+    pub sent: HashMap<Arc<str>, u64>,
     pub nonce_sent: Option<String>,
     pub nonce_acked: Option<String>,
     /// Trigger time of the push whose response is not ACKed yet.
     pub pending_since: Option<Instant>,
     /// Names to resend even if unchanged (EDS after its cluster changed; re-subscriptions).
-    pub force: BTreeSet<String>,
+    pub force: BTreeSet<Arc<str>>,
     /// SotW: answer the next request even if it only ACKs (EDS after a CDS push).
     pub always_respond: bool,
     /// The resources of the outstanding response (to name what a NACK rejected).
@@ -146,6 +149,14 @@ impl Connection {
         }
     }
 
+    /// A requested name, as the view's shared string when the view has that resource.
+    pub fn intern(view: &View, kind: TypeKind, name: &str) -> Arc<str> {
+        view.all(kind)
+            .get(name)
+            .map(|r| r.name.clone())
+            .unwrap_or_else(|| name.into())
+    }
+
     pub fn next_nonce(&mut self) -> String {
         self.nonces += 1;
         format!("{}-{}", self.push.number, self.nonces)
@@ -179,15 +190,15 @@ impl Connection {
         let w = &self.watches[kind as usize];
         let changed: Vec<Arc<Resource>> = desired
             .iter()
-            .filter(|r| w.force.contains(&r.name) || w.sent.get(&r.name) != Some(&r.version))
+            .filter(|r| w.force.contains(&r.name) || w.sent.get(&r.name) != Some(&r.hash))
             .cloned()
             .collect();
-        let keep: BTreeSet<&str> = desired.iter().map(|r| r.name.as_str()).collect();
+        let keep: BTreeSet<&str> = desired.iter().map(|r| &*r.name).collect();
         let mut removed: Vec<String> = w
             .sent
             .keys()
-            .filter(|n| !keep.contains(n.as_str()))
-            .cloned()
+            .filter(|n| !keep.contains(&***n))
+            .map(|n| n.to_string())
             .collect();
         removed.sort();
         (changed, removed)
@@ -209,11 +220,11 @@ impl Connection {
             w.sent.clear();
         }
         for r in changed {
-            w.sent.insert(r.name.clone(), r.version.clone());
+            w.sent.insert(r.name.clone(), r.hash);
             w.force.remove(&r.name);
         }
         for n in removed {
-            w.sent.remove(n);
+            w.sent.remove(n.as_str());
         }
         w.nonce_sent = Some(nonce.clone());
         w.last_response = changed.to_vec();
@@ -310,7 +321,7 @@ impl Connection {
         let eds = &mut self.watches[TypeKind::Endpoint as usize];
         // Only names already subscribed: a new cluster's name arrives as a subscription,
         // which is always answered.
-        let subscribed: Vec<String> = clusters
+        let subscribed: Vec<Arc<str>> = clusters
             .iter()
             .filter(|c| eds.wildcard || eds.names.contains(&c.name))
             .map(|c| c.name.clone())

@@ -58,11 +58,21 @@ async fn handle(conn: &mut Connection, req: DeltaDiscoveryRequest, tx: &Tx) -> R
         }
     }
     // Subscription changes are honoured whatever the nonce.
+    let view = conn.view();
     let w = &mut conn.watches[idx];
     let first = !w.subscribed;
     if first {
         w.subscribed = true;
-        w.sent = req.initial_resource_versions.clone().into_iter().collect();
+        w.sent = req
+            .initial_resource_versions
+            .iter()
+            .map(|(name, version)| {
+                (
+                    Connection::intern(&view, kind, name),
+                    super::resource::parse_version(version),
+                )
+            })
+            .collect();
         w.wildcard = kind.wildcard()
             && (req.resource_names_subscribe.is_empty()
                 || req.resource_names_subscribe.iter().any(|n| n == "*"));
@@ -72,23 +82,24 @@ async fn handle(conn: &mut Connection, req: DeltaDiscoveryRequest, tx: &Tx) -> R
             w.wildcard = true;
             continue;
         }
-        w.names.insert(name.clone());
+        let name = Connection::intern(&view, kind, name);
         if !first {
             // A re-subscribed resource must be resent.
             w.force.insert(name.clone());
         }
+        w.names.insert(name);
     }
     for name in &req.resource_names_unsubscribe {
         if name == "*" {
             w.wildcard = false;
             continue;
         }
-        w.names.remove(name);
-        w.sent.remove(name);
-        w.force.remove(name);
+        w.names.remove(name.as_str());
+        w.sent.remove(name.as_str());
+        w.force.remove(name.as_str());
     }
     if first || !req.resource_names_subscribe.is_empty() {
-        let (changed, removed) = conn.diff(&conn.view(), kind);
+        let (changed, removed) = conn.diff(&view, kind);
         respond(conn, kind, changed, removed, None, first, tx).await?;
     }
     Ok(())

@@ -82,14 +82,14 @@ pub fn config_dump(view: &View, version: &str, sent_at: &str) -> Value {
         .collect();
     let listeners: Vec<Value> = all(TypeKind::Listener)
         .map(|r| {
-            json!({"name": r.name, "active_state": {"version_info": version, "listener": resource_json(r), "last_updated": sent_at}})
+            json!({"name": &*r.name, "active_state": {"version_info": version, "listener": resource_json(r), "last_updated": sent_at}})
         })
         .collect();
     let routes: Vec<Value> = all(TypeKind::Route)
         .map(|r| json!({"version_info": version, "route_config": resource_json(r), "last_updated": sent_at}))
         .collect();
     let secrets: Vec<Value> = all(TypeKind::Secret)
-        .map(|r| json!({"name": r.name, "version_info": version, "last_updated": sent_at, "secret": resource_json(r)}))
+        .map(|r| json!({"name": &*r.name, "version_info": version, "last_updated": sent_at, "secret": resource_json(r)}))
         .collect();
     json!({"configs": [
         {"@type": "type.googleapis.com/envoy.admin.v3.ClustersConfigDump", "version_info": version, "dynamic_active_clusters": clusters},

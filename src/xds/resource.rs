@@ -77,9 +77,19 @@ impl TypeKind {
 
 #[derive(Debug, PartialEq)]
 pub struct Resource {
-    pub name: String,
+    /// Shared with every proxy's record of having been sent it.
+    pub name: Arc<str>,
+    /// `hash` as 16 hex digits, the version on the wire.
     pub version: String,
+    /// xxh3 of the encoded bytes: what per-proxy state remembers as "sent".
+    pub hash: u64,
     pub body: Any,
+}
+
+/// A version string from a proxy (delta `initial_resource_versions`) as meshd's hash;
+/// anything meshd did not write reads as 0, which no resource has in practice.
+pub fn parse_version(version: &str) -> u64 {
+    u64::from_str_radix(version, 16).unwrap_or(0)
 }
 
 pub fn encode<T: Message + Name>(name: &str, message: &T) -> Arc<Resource> {
@@ -87,10 +97,11 @@ pub fn encode<T: Message + Name>(name: &str, message: &T) -> Arc<Resource> {
 }
 
 fn from_bytes<T: Name>(name: &str, value: Vec<u8>) -> Arc<Resource> {
-    let version = format!("{:016x}", xxhash_rust::xxh3::xxh3_64(&value));
+    let hash = xxhash_rust::xxh3::xxh3_64(&value);
     Arc::new(Resource {
-        name: name.to_string(),
-        version,
+        name: name.into(),
+        version: format!("{hash:016x}"),
+        hash,
         body: Any {
             type_url: T::type_url(),
             value,

@@ -57,11 +57,12 @@ async fn handle(conn: &mut Connection, req: DiscoveryRequest, tx: &Tx) -> Result
         conn.record_expired_nonce(kind);
         return Ok(());
     }
-    let names: BTreeSet<String> = req
+    let view = conn.view();
+    let names: BTreeSet<std::sync::Arc<str>> = req
         .resource_names
         .iter()
         .filter(|n| n.as_str() != "*")
-        .cloned()
+        .map(|n| Connection::intern(&view, kind, n))
         .collect();
     let w = &mut conn.watches[idx];
     let first = nonce.is_empty();

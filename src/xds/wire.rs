@@ -364,7 +364,7 @@ mod tests {
         let r = &decoded.resources[0];
         assert_eq!(
             (r.name.as_str(), r.version.as_str()),
-            (b.name.as_str(), b.version.as_str())
+            (&*b.name, b.version.as_str())
         );
         assert_eq!(r.resource.as_ref(), Some(&b.body));
     }
