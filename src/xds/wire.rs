@@ -1,21 +1,27 @@
 //! ADS responses on the wire without per-proxy copies. A response holds `Arc`s to the
-//! push's shared encoded resources; their bytes are written straight into the gRPC frame
-//! buffer when the stream is polled, so a thousand proxies receiving the same 500 KB of
-//! clusters share one copy of it instead of each queueing its own. The encoding is
+//! push's shared encoded resources, and the response body hands HTTP/2 those bytes
+//! themselves (`Bytes::from_owner`): a thousand proxies receiving the same 500 KB of
+//! clusters share one copy of it, and no stream keeps an encode buffer as large as the
+//! largest response it ever sent (tonic's encoder does, which cost ~1 MB per connected
+//! proxy on a 1,000-service mesh). The encoding is
 //! `envoy.service.discovery.v3.DiscoveryResponse` / `DeltaDiscoveryResponse` field for
 //! field (a unit test decodes it with the generated types).
 //!
-//! The gRPC service is routed here by hand (what tonic's generated server does), because
-//! the generated one fixes the response type to the owned prost message.
+//! The gRPC service is routed here by hand, as tonic's generated server would, with
+//! requests decoded by tonic's `Streaming` and the response body framed here.
 
+use std::collections::VecDeque;
 use std::marker::PhantomData;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
-use prost::bytes::BufMut;
+use futures::Stream;
+use http_body::Frame;
+use prost::bytes::{BufMut, Bytes, BytesMut};
 use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint, key_len};
-use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+use tonic::codec::{DecodeBuf, Decoder};
 use tonic::codegen::{BoxFuture, Service, StdError, http};
 use tonic::{Status, Streaming};
 
@@ -40,10 +46,71 @@ pub struct DeltaResponse {
     pub removed: Vec<String>,
 }
 
+/// Where an encoded message goes: small fields into a buffer, resource bodies by
+/// reference.
+pub trait Sink {
+    fn buf(&mut self) -> &mut BytesMut;
+    fn shared(&mut self, resource: &Arc<Resource>);
+}
+
+/// Resource bodies below this size are copied into the frame; larger ones are sent from
+/// the shared allocation.
+const SHARE_AT: usize = 2048;
+
+/// The chunks of one gRPC frame: small pieces coalesced, large bodies shared.
+#[derive(Default)]
+pub struct Chunks {
+    out: VecDeque<Bytes>,
+    small: BytesMut,
+}
+
+/// One resource's encoded bytes, kept alive by the `Arc` while HTTP/2 sends them.
+struct Body(Arc<Resource>);
+
+impl AsRef<[u8]> for Body {
+    fn as_ref(&self) -> &[u8] {
+        &self.0.body.value
+    }
+}
+
+impl Sink for Chunks {
+    fn buf(&mut self) -> &mut BytesMut {
+        &mut self.small
+    }
+
+    fn shared(&mut self, r: &Arc<Resource>) {
+        if r.body.value.len() < SHARE_AT {
+            self.small.put_slice(&r.body.value);
+        } else {
+            if !self.small.is_empty() {
+                self.out.push_back(self.small.split().freeze());
+            }
+            self.out.push_back(Bytes::from_owner(Body(r.clone())));
+        }
+    }
+}
+
+impl Chunks {
+    /// `message` as one gRPC frame (uncompressed flag, big-endian length, bytes).
+    pub fn frame(message: &impl WireMessage) -> VecDeque<Bytes> {
+        let mut c = Chunks::default();
+        let len = message.encoded_len();
+        c.small.reserve(5 + len.min(SHARE_AT * 4));
+        c.small.put_u8(0);
+        c.small.put_u32(u32::try_from(len).unwrap_or(u32::MAX));
+        message.encode(&mut c);
+        if !c.small.is_empty() {
+            let rest = c.small.split().freeze();
+            c.out.push_back(rest);
+        }
+        c.out
+    }
+}
+
 /// A message this module knows how to put on the wire.
 pub trait WireMessage {
     fn encoded_len(&self) -> usize;
-    fn encode_raw(&self, buf: &mut impl BufMut);
+    fn encode(&self, sink: &mut impl Sink);
 }
 
 fn string_len(tag: u32, s: &str) -> usize {
@@ -54,16 +121,12 @@ fn string_len(tag: u32, s: &str) -> usize {
     }
 }
 
-fn put_string(tag: u32, s: &str, buf: &mut impl BufMut) {
+fn put_string(tag: u32, s: &str, buf: &mut BytesMut) {
     if !s.is_empty() {
-        put_bytes(tag, s.as_bytes(), buf);
+        encode_key(tag, WireType::LengthDelimited, buf);
+        encode_varint(s.len() as u64, buf);
+        buf.put_slice(s.as_bytes());
     }
-}
-
-fn put_bytes(tag: u32, b: &[u8], buf: &mut impl BufMut) {
-    encode_key(tag, WireType::LengthDelimited, buf);
-    encode_varint(b.len() as u64, buf);
-    buf.put_slice(b);
 }
 
 fn message_len(tag: u32, inner: usize) -> usize {
@@ -75,11 +138,14 @@ fn any_len(r: &Resource) -> usize {
     string_len(1, &r.body.type_url) + message_len(2, r.body.value.len())
 }
 
-fn put_any(tag: u32, r: &Resource, buf: &mut impl BufMut) {
+fn put_any(tag: u32, r: &Arc<Resource>, sink: &mut impl Sink) {
+    let buf = sink.buf();
     encode_key(tag, WireType::LengthDelimited, buf);
     encode_varint(any_len(r) as u64, buf);
     put_string(1, &r.body.type_url, buf);
-    put_bytes(2, &r.body.value, buf);
+    encode_key(2, WireType::LengthDelimited, buf);
+    encode_varint(r.body.value.len() as u64, buf);
+    sink.shared(r);
 }
 
 impl WireMessage for SotwResponse {
@@ -94,13 +160,13 @@ impl WireMessage for SotwResponse {
             + string_len(5, &self.nonce)
     }
 
-    fn encode_raw(&self, buf: &mut impl BufMut) {
-        put_string(1, &self.version_info, buf);
+    fn encode(&self, sink: &mut impl Sink) {
+        put_string(1, &self.version_info, sink.buf());
         for r in &self.resources {
-            put_any(2, r, buf);
+            put_any(2, r, sink);
         }
-        put_string(4, self.type_url, buf);
-        put_string(5, &self.nonce, buf);
+        put_string(4, self.type_url, sink.buf());
+        put_string(5, &self.nonce, sink.buf());
     }
 }
 
@@ -119,71 +185,28 @@ impl WireMessage for DeltaResponse {
                 .sum::<usize>()
             + string_len(4, self.type_url)
             + string_len(5, &self.nonce)
-            + self
-                .removed
-                .iter()
-                .map(|n| key_len(6) + encoded_len_varint(n.len() as u64) + n.len())
-                .sum::<usize>()
+            + self.removed.iter().map(|n| string_len(6, n)).sum::<usize>()
     }
 
-    fn encode_raw(&self, buf: &mut impl BufMut) {
-        put_string(1, &self.system_version_info, buf);
+    fn encode(&self, sink: &mut impl Sink) {
+        put_string(1, &self.system_version_info, sink.buf());
         for r in &self.resources {
+            let buf = sink.buf();
             encode_key(2, WireType::LengthDelimited, buf);
             encode_varint(delta_resource_len(r) as u64, buf);
             put_string(1, &r.version, buf);
-            put_any(2, r, buf);
-            put_string(3, &r.name, buf);
+            put_any(2, r, sink);
+            put_string(3, &r.name, sink.buf());
         }
-        put_string(4, self.type_url, buf);
-        put_string(5, &self.nonce, buf);
+        put_string(4, self.type_url, sink.buf());
+        put_string(5, &self.nonce, sink.buf());
         for n in &self.removed {
-            put_bytes(6, n.as_bytes(), buf);
+            put_string(6, n, sink.buf());
         }
     }
 }
 
-/// Responses as [`WireMessage`]s, requests decoded by prost.
-pub struct AdsCodec<Req, Resp>(PhantomData<fn() -> (Req, Resp)>);
-
-impl<Req, Resp> Default for AdsCodec<Req, Resp> {
-    fn default() -> Self {
-        AdsCodec(PhantomData)
-    }
-}
-
-pub struct WireEncoder<Resp>(PhantomData<fn() -> Resp>);
-
-impl<Resp: WireMessage> Encoder for WireEncoder<Resp> {
-    type Item = Resp;
-    type Error = Status;
-
-    fn encode(&mut self, item: Resp, buf: &mut EncodeBuf<'_>) -> Result<(), Status> {
-        buf.reserve(item.encoded_len());
-        item.encode_raw(buf);
-        Ok(())
-    }
-}
-
-impl<Req, Resp> Codec for AdsCodec<Req, Resp>
-where
-    Req: prost::Message + Default + Send + 'static,
-    Resp: WireMessage + Send + 'static,
-{
-    type Encode = Resp;
-    type Decode = Req;
-    type Encoder = WireEncoder<Resp>;
-    type Decoder = RequestDecoder<Req>;
-
-    fn encoder(&mut self) -> Self::Encoder {
-        WireEncoder(PhantomData)
-    }
-
-    fn decoder(&mut self) -> Self::Decoder {
-        RequestDecoder(PhantomData)
-    }
-}
-
+/// Requests, decoded by prost inside tonic's `Streaming`.
 pub struct RequestDecoder<Req>(PhantomData<fn() -> Req>);
 
 impl<Req: prost::Message + Default> Decoder for RequestDecoder<Req> {
@@ -197,10 +220,55 @@ impl<Req: prost::Message + Default> Decoder for RequestDecoder<Req> {
     }
 }
 
+/// A response stream as an HTTP/2 body of gRPC frames, then the status trailers.
+pub struct FrameBody<S> {
+    stream: Pin<Box<S>>,
+    pending: VecDeque<Bytes>,
+    done: bool,
+}
+
+impl<S, M> http_body::Body for FrameBody<S>
+where
+    S: Stream<Item = Result<M, Status>> + Send + 'static,
+    M: WireMessage,
+{
+    type Data = Bytes;
+    type Error = Status;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
+        let this = self.get_mut();
+        if let Some(chunk) = this.pending.pop_front() {
+            return Poll::Ready(Some(Ok(Frame::data(chunk))));
+        }
+        if this.done {
+            return Poll::Ready(None);
+        }
+        let status = match this.stream.as_mut().poll_next(cx) {
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(Some(Ok(message))) => {
+                this.pending = Chunks::frame(&message);
+                let first = this.pending.pop_front().unwrap_or_default();
+                return Poll::Ready(Some(Ok(Frame::data(first))));
+            }
+            Poll::Ready(Some(Err(status))) => status,
+            Poll::Ready(None) => Status::ok(""),
+        };
+        this.done = true;
+        let mut trailers = http::HeaderMap::new();
+        if status.add_header(&mut trailers).is_err() {
+            trailers.insert("grpc-status", http::HeaderValue::from_static("13"));
+        }
+        Poll::Ready(Some(Ok(Frame::trailers(trailers))))
+    }
+}
+
 /// The two ADS methods, as the server side implements them.
 pub trait Ads: Send + Sync + 'static {
-    type SotwStream: futures::Stream<Item = Result<SotwResponse, Status>> + Send + 'static;
-    type DeltaStream: futures::Stream<Item = Result<DeltaResponse, Status>> + Send + 'static;
+    type SotwStream: Stream<Item = Result<SotwResponse, Status>> + Send + 'static;
+    type DeltaStream: Stream<Item = Result<DeltaResponse, Status>> + Send + 'static;
 
     fn sotw(
         &self,
@@ -246,29 +314,29 @@ impl<T> tonic::server::NamedService for AdsServer<T> {
     const NAME: &'static str = "envoy.service.discovery.v3.AggregatedDiscoveryService";
 }
 
-struct SotwMethod<T>(Arc<T>);
-
-impl<T: Ads> tonic::server::StreamingService<DiscoveryRequest> for SotwMethod<T> {
-    type Response = SotwResponse;
-    type ResponseStream = T::SotwStream;
-    type Future = BoxFuture<tonic::Response<Self::ResponseStream>, Status>;
-
-    fn call(&mut self, request: tonic::Request<Streaming<DiscoveryRequest>>) -> Self::Future {
-        let inner = self.0.clone();
-        Box::pin(async move { inner.sotw(request).await })
-    }
-}
-
-struct DeltaMethod<T>(Arc<T>);
-
-impl<T: Ads> tonic::server::StreamingService<DeltaDiscoveryRequest> for DeltaMethod<T> {
-    type Response = DeltaResponse;
-    type ResponseStream = T::DeltaStream;
-    type Future = BoxFuture<tonic::Response<Self::ResponseStream>, Status>;
-
-    fn call(&mut self, request: tonic::Request<Streaming<DeltaDiscoveryRequest>>) -> Self::Future {
-        let inner = self.0.clone();
-        Box::pin(async move { inner.delta(request).await })
+/// The HTTP response for a handler's answer: gRPC frames, or the refusal as a
+/// trailers-only response.
+fn respond<S, M>(answer: Result<tonic::Response<S>, Status>) -> http::Response<tonic::body::Body>
+where
+    S: Stream<Item = Result<M, Status>> + Send + 'static,
+    M: WireMessage + 'static,
+{
+    match answer {
+        Err(status) => status.into_http(),
+        Ok(response) => {
+            let (metadata, stream, _) = response.into_parts();
+            let mut http = http::Response::new(tonic::body::Body::new(FrameBody {
+                stream: Box::pin(stream),
+                pending: VecDeque::new(),
+                done: false,
+            }));
+            *http.headers_mut() = metadata.into_headers();
+            http.headers_mut().insert(
+                http::header::CONTENT_TYPE,
+                http::HeaderValue::from_static("application/grpc"),
+            );
+            http
+        }
     }
 }
 
@@ -288,24 +356,36 @@ where
 
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
         let inner = self.inner.clone();
-        let limit = self.max_decoding_message_size;
-        match req.uri().path() {
-            SOTW_PATH => Box::pin(async move {
-                let mut grpc =
-                    tonic::server::Grpc::new(AdsCodec::<DiscoveryRequest, SotwResponse>::default())
-                        .apply_max_message_size_config(Some(limit), None);
-                Ok(grpc.streaming(SotwMethod(inner), req).await)
-            }),
-            DELTA_PATH => Box::pin(async move {
-                let mut grpc = tonic::server::Grpc::new(AdsCodec::<
-                    DeltaDiscoveryRequest,
-                    DeltaResponse,
-                >::default())
-                .apply_max_message_size_config(Some(limit), None);
-                Ok(grpc.streaming(DeltaMethod(inner), req).await)
-            }),
-            _ => Box::pin(async move { Ok(Status::unimplemented("no such method").into_http()) }),
-        }
+        let limit = Some(self.max_decoding_message_size);
+        let path = req.uri().path().to_string();
+        let (parts, body) = req.into_parts();
+        Box::pin(async move {
+            Ok(match path.as_str() {
+                SOTW_PATH => {
+                    let requests = Streaming::new_request(
+                        RequestDecoder::<DiscoveryRequest>(PhantomData),
+                        body,
+                        None,
+                        limit,
+                    );
+                    let request =
+                        tonic::Request::from_http(http::Request::from_parts(parts, requests));
+                    respond(inner.sotw(request).await)
+                }
+                DELTA_PATH => {
+                    let requests = Streaming::new_request(
+                        RequestDecoder::<DeltaDiscoveryRequest>(PhantomData),
+                        body,
+                        None,
+                        limit,
+                    );
+                    let request =
+                        tonic::Request::from_http(http::Request::from_parts(parts, requests));
+                    respond(inner.delta(request).await)
+                }
+                _ => Status::unimplemented(format!("no method {path}")).into_http(),
+            })
+        })
     }
 }
 
@@ -329,18 +409,40 @@ mod tests {
         )
     }
 
+    /// The frame's chunks joined, checked against the gRPC header, without it.
+    fn unframe(message: &impl WireMessage) -> Vec<u8> {
+        let bytes: Vec<u8> = Chunks::frame(message).into_iter().flatten().collect();
+        assert_eq!(bytes[0], 0, "uncompressed");
+        let len = u32::from_be_bytes(bytes[1..5].try_into().unwrap()) as usize;
+        assert_eq!(len, message.encoded_len());
+        assert_eq!(bytes.len(), 5 + len);
+        bytes[5..].to_vec()
+    }
+
     #[test]
     fn responses_decode_as_envoys_messages() {
-        let (a, b) = (cluster("outbound|80||a"), cluster("outbound|80||b"));
+        // One small body (copied into the frame), one large (sent from the shared bytes).
+        let a = cluster("outbound|80||a");
+        let b = cluster(&format!("outbound|80||{}", "b".repeat(3 * SHARE_AT)));
+        assert!(b.body.value.len() >= SHARE_AT);
+        assert!(
+            Chunks::frame(&SotwResponse {
+                version_info: String::new(),
+                type_url: "t",
+                nonce: String::new(),
+                resources: vec![b.clone()],
+            })
+            .iter()
+            .any(|c| c.as_ptr() == b.body.value.as_ptr()),
+            "the large body is not copied"
+        );
         let sotw = SotwResponse {
             version_info: "v/3".into(),
             type_url: "type.googleapis.com/envoy.config.cluster.v3.Cluster",
             nonce: "3-1".into(),
             resources: vec![a.clone(), b.clone()],
         };
-        let mut buf = Vec::new();
-        sotw.encode_raw(&mut buf);
-        assert_eq!(buf.len(), sotw.encoded_len());
+        let buf = unframe(&sotw);
         let decoded = DiscoveryResponse::decode(buf.as_slice()).unwrap();
         assert_eq!(decoded.version_info, "v/3");
         assert_eq!(decoded.nonce, "3-1");
@@ -354,9 +456,7 @@ mod tests {
             resources: vec![b.clone()],
             removed: vec!["outbound|80||a".into()],
         };
-        let mut buf = Vec::new();
-        delta.encode_raw(&mut buf);
-        assert_eq!(buf.len(), delta.encoded_len());
+        let buf = unframe(&delta);
         let decoded = DeltaDiscoveryResponse::decode(buf.as_slice()).unwrap();
         assert_eq!(decoded.system_version_info, "v/4");
         assert_eq!(decoded.removed_resources, vec!["outbound|80||a"]);
