@@ -87,6 +87,9 @@ pub struct LoadgenArgs {
     /// Services each change touches (written together, inside one debounce window).
     #[arg(long, default_value_t = 1)]
     pub services_per_change: usize,
+    /// How long the whole fleet may take to hold its initial configuration.
+    #[arg(long, default_value = "300s", value_parser = crate::duration::parse)]
+    pub init_timeout: Duration,
     /// How long a change may take to reach every affected proxy.
     #[arg(long, default_value = "60s", value_parser = crate::duration::parse)]
     pub change_timeout: Duration,
@@ -334,9 +337,19 @@ async fn simulate(args: LoadgenArgs, shape: Shape) -> Result<Json, String> {
             marker_rx.clone(),
             err_tx.clone(),
         );
+        // Like Envoy, a proxy whose stream breaks reconnects with backoff.
         tokio::spawn(async move {
-            if let Err(e) = proxy::run(ch, spec, stats, rx, started).await {
-                let _ = err.send(format!("{id}: {e}"));
+            let mut backoff = Duration::from_millis(200);
+            loop {
+                match proxy::run(ch.clone(), spec.clone(), stats.clone(), rx.clone(), started).await
+                {
+                    Ok(()) => return,
+                    Err(e) => {
+                        let _ = err.send(format!("{id}: {e}"));
+                        tokio::time::sleep(backoff).await;
+                        backoff = (backoff * 2).min(Duration::from_secs(5));
+                    }
+                }
             }
         });
         next += interval;
@@ -346,7 +359,7 @@ async fn simulate(args: LoadgenArgs, shape: Shape) -> Result<Json, String> {
         }
     }
     // Everyone initialised: CDS, EDS, LDS and RDS answered.
-    let deadline = Instant::now() + Duration::from_secs(120);
+    let deadline = Instant::now() + args.init_timeout;
     loop {
         while let Ok(e) = err_rx.try_recv() {
             errors += 1;
@@ -364,7 +377,8 @@ async fn simulate(args: LoadgenArgs, shape: Shape) -> Result<Json, String> {
         }
         if Instant::now() > deadline {
             return Err(format!(
-                "only {ready} of {total} proxies initialised in 120 s"
+                "only {ready} of {total} proxies initialised in {:?}",
+                args.init_timeout
             ));
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -519,7 +533,7 @@ async fn simulate(args: LoadgenArgs, shape: Shape) -> Result<Json, String> {
             "initialised_per_second": total as f64 / connect_seconds,
             "initial_config_ms": Percentiles::of(init_ms),
             "initial_bytes_per_proxy": initial_bytes as f64 / total.max(1) as f64,
-            "stream_errors": errors,
+            "stream_errors_reconnected": errors,
         }),
     );
     summary.insert(

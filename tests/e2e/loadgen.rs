@@ -27,7 +27,10 @@ fn loadgen(name: &str, args: &[&str]) -> Value {
 }
 
 fn assert_converged(summary: &Value, changes: usize) {
-    assert_eq!(summary["connect"]["stream_errors"], 0, "{summary:#}");
+    assert_eq!(
+        summary["connect"]["stream_errors_reconnected"], 0,
+        "{summary:#}"
+    );
     let reports = summary["changes"].as_array().unwrap();
     assert_eq!(reports.len(), changes, "{summary:#}");
     for r in reports {
