@@ -58,20 +58,20 @@ async fn handle(conn: &mut Connection, req: DeltaDiscoveryRequest, tx: &Tx) -> R
         }
     }
     // Subscription changes are honoured whatever the nonce.
-    let view = conn.view();
+    let first = !conn.watches[idx].subscribed;
+    // A plain ACK changes no subscription and needs no view.
+    let view = (first || !req.resource_names_subscribe.is_empty()).then(|| conn.view());
+    let intern = |name: &str| match &view {
+        Some(view) => Connection::intern(view, kind, name),
+        None => name.into(),
+    };
     let w = &mut conn.watches[idx];
-    let first = !w.subscribed;
     if first {
         w.subscribed = true;
         w.sent = req
             .initial_resource_versions
             .iter()
-            .map(|(name, version)| {
-                (
-                    Connection::intern(&view, kind, name),
-                    super::resource::parse_version(version),
-                )
-            })
+            .map(|(name, version)| (intern(name), super::resource::parse_version(version)))
             .collect();
         w.wildcard = kind.wildcard()
             && (req.resource_names_subscribe.is_empty()
@@ -82,7 +82,7 @@ async fn handle(conn: &mut Connection, req: DeltaDiscoveryRequest, tx: &Tx) -> R
             w.wildcard = true;
             continue;
         }
-        let name = Connection::intern(&view, kind, name);
+        let name = intern(name);
         if !first {
             // A re-subscribed resource must be resent.
             w.force.insert(name.clone());
@@ -98,7 +98,7 @@ async fn handle(conn: &mut Connection, req: DeltaDiscoveryRequest, tx: &Tx) -> R
         w.sent.remove(name.as_str());
         w.force.remove(name.as_str());
     }
-    if first || !req.resource_names_subscribe.is_empty() {
+    if let Some(view) = view {
         let (changed, removed) = conn.diff(&view, kind);
         respond(conn, kind, changed, removed, None, first, tx).await?;
     }

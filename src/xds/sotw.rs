@@ -57,20 +57,30 @@ async fn handle(conn: &mut Connection, req: DiscoveryRequest, tx: &Tx) -> Result
         conn.record_expired_nonce(kind);
         return Ok(());
     }
-    let view = conn.view();
-    let names: BTreeSet<std::sync::Arc<str>> = req
+    let requested: BTreeSet<&str> = req
         .resource_names
         .iter()
-        .filter(|n| n.as_str() != "*")
-        .map(|n| Connection::intern(&view, kind, n))
+        .map(String::as_str)
+        .filter(|n| *n != "*")
         .collect();
+    // An ACK repeats the names; only a changed set is interned against the view.
+    let names_changed = !conn.watches[idx]
+        .names
+        .iter()
+        .map(|n| &**n)
+        .eq(requested.iter().copied());
+    if names_changed {
+        let view = conn.view();
+        conn.watches[idx].names = requested
+            .iter()
+            .map(|n| Connection::intern(&view, kind, n))
+            .collect();
+    }
     let w = &mut conn.watches[idx];
     let first = nonce.is_empty();
     if kind.wildcard() {
         w.wildcard = req.resource_names.is_empty() || req.resource_names.iter().any(|n| n == "*");
     }
-    let names_changed = w.names != names;
-    w.names = names;
     w.subscribed = true;
     if !first {
         conn.record_ack(kind, &nonce);

@@ -54,7 +54,12 @@ fn envoy_dump(
         .unwrap()
         .body;
     let dump: Value = serde_json::from_str(&body).unwrap();
-    dump["configs"]
+    by_name(&dump["configs"], field, name)
+}
+
+/// Dump entries keyed by the `name` of the resource at `field` inside each.
+fn by_name(entries: &Value, field: &[&str], name: &str) -> BTreeMap<String, Value> {
+    entries
         .as_array()
         .unwrap()
         .iter()
@@ -72,14 +77,7 @@ fn meshd_dump(dump: &Value, section: &str, field: &[&str], name: &str) -> BTreeM
         .iter()
         .find_map(|c| c.get(section))
         .unwrap_or_else(|| panic!("no {section} in {dump}"));
-    part.as_array()
-        .unwrap()
-        .iter()
-        .map(|entry| {
-            let r = field.iter().fold(entry, |v, f| &v[*f]).clone();
-            (r[name].as_str().unwrap().to_string(), r)
-        })
-        .collect()
+    by_name(part, field, name)
 }
 
 #[test]
