@@ -329,11 +329,15 @@ fn with_traffic_capture_envoy_accepts_virtual_inbound_under_strict_mtls() {
             .body
     };
     // The workload is up once its certificate is served; its listeners follow over LDS.
-    wait_until("virtualInbound in LDS", Duration::from_secs(10), || {
-        listeners().contains("\"virtualInbound\"")
-    });
+    // The proxy may connect before meshd has read details.yaml, so its first
+    // virtualInbound can hold only the passthrough chains: wait for the service's chain.
+    wait_until(
+        "virtualInbound with details' mTLS chain in LDS",
+        Duration::from_secs(15),
+        || listeners().contains("inbound|8080||-mtls"),
+    );
     let dump = listeners();
-    assert!(dump.contains("inbound|8080||-mtls"), "{dump}");
+    assert!(dump.contains("\"virtualInbound\""), "{dump}");
     assert!(
         !dump.contains("inbound|8080||-plaintext"),
         "STRICT: no plaintext chain"
