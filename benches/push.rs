@@ -4,8 +4,10 @@
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use serde_json::json;
 
+use meshd::config::parse::parse_file;
 use meshd::model::{Proxy, PushContext, testmesh};
 use meshd::translate::proxy_config;
+use meshd::xds::cache::{self, ResourceCache};
 use meshd::xds::resource::View;
 
 fn push_context_build(c: &mut Criterion) {
@@ -33,6 +35,38 @@ fn sidecar_generation(c: &mut Criterion) {
     group.sample_size(20);
     group.bench_function("1000_services_translate_and_encode", |b| {
         b.iter(|| View::new(proxy_config(&ctx, &proxy)))
+    });
+    // The part of a cached view that is not cached: which services, listeners, the
+    // VirtualService routes.
+    group.bench_function("1000_services_plan_only", |b| {
+        b.iter(|| meshd::translate::plan(&ctx, &proxy).services.len())
+    });
+    // What a push costs per view once the per-service cache holds the mesh: another proxy
+    // of the same push, or the same proxy in a later push.
+    let cache = ResourceCache::default();
+    cache::view(&ctx, &proxy, &cache);
+    group.bench_function("1000_services_cached", |b| {
+        b.iter(|| cache::view(&ctx, &proxy, &cache))
+    });
+    // A push after a one-service change: the contexts alternate between two meshes that
+    // differ in one service's endpoints, so each view re-encodes that service and checks
+    // the other 999 against what the cache was built from.
+    let shape = testmesh::Shape::new(1_000, 50, 3);
+    let mut changed = store.clone();
+    let parsed = parse_file("change.yaml", &shape.service_yaml(1, Some("10.200.0.1")));
+    for o in parsed.objects {
+        changed.apply(o);
+    }
+    let contexts = [
+        PushContext::build(&store, "bench/2".into()),
+        PushContext::build(&changed, "bench/3".into()),
+    ];
+    let mut turn = 0;
+    group.bench_function("1000_services_after_one_service_change", |b| {
+        b.iter(|| {
+            turn += 1;
+            cache::view(&contexts[turn % 2], &proxy, &cache)
+        })
     });
     group.finish();
 }

@@ -247,7 +247,7 @@ async fn adsz(
             ]
             .into_iter()
             .map(|k| {
-                let names: Vec<&String> = view.all(k).keys().collect();
+                let names: Vec<&str> = view.all(k).keys().map(|n| &**n).collect();
                 (k.short().to_string(), json!(names))
             })
             .collect();

@@ -45,6 +45,7 @@ pub struct Metrics {
     pub pushcontext_init: Histogram,
     pub destroy_time: Histogram,
     pub endpoint_no_pod: Gauge,
+    pub xds_cache_reads: Family<Labels, Counter>,
 }
 
 impl Default for Metrics {
@@ -68,6 +69,7 @@ impl Metrics {
             proxy_queue_time: Histogram::new(CONVERGENCE_BUCKETS.iter().copied()),
             push_context_recompute: Counter::default(),
             push_triggers: Family::default(),
+            xds_cache_reads: Family::default(),
             services: Gauge::default(),
             virt_services: Gauge::default(),
             config_errors: Family::default(),
@@ -128,6 +130,11 @@ impl Metrics {
             "pilot_push_triggers",
             "Total number of times a push was triggered, labeled by reason for the push",
             m.push_triggers.clone(),
+        );
+        registry.register(
+            "pilot_xds_cache_reads",
+            "Total xds cache reads, by hit or miss",
+            m.xds_cache_reads.clone(),
         );
         registry.register(
             "pilot_services",
@@ -196,6 +203,9 @@ impl Metrics {
             let _ = m.total_xds_rejects.get_or_create(&label);
             let _ = m.xds_expired_nonce.get_or_create(&label);
             let _ = m.xds_push_time.get_or_create(&label);
+        }
+        for t in ["hit", "miss"] {
+            let _ = m.xds_cache_reads.get_or_create(&type_label(t));
         }
         Metrics { registry, ..m }
     }

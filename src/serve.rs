@@ -20,6 +20,7 @@ use crate::k8s::{KubeSource, Scope};
 use crate::metrics::Metrics;
 use crate::model::Store;
 use crate::secure::{Security, SecurityOptions};
+use crate::xds::cache::ResourceCache;
 use crate::xds::push::{ChangeLog, ConfigEvent, PushSettings, build_push, debounce_loop};
 use crate::xds::{AdsService, XdsShared};
 use std::collections::BTreeSet;
@@ -90,12 +91,14 @@ pub async fn run(opts: ServeOptions) -> anyhow::Result<()> {
 
     // Until the initial configuration is in, proxies see nothing and /ready says so.
     let change_log: ChangeLog = Arc::default();
+    let cache = Arc::new(ResourceCache::new(&metrics));
     let (push_tx, push_rx) = watch::channel(Arc::new(build_push(
         &store,
         0,
         Instant::now(),
         None,
         &metrics,
+        cache.clone(),
     )));
     let xds = XdsShared::new(metrics.clone(), push_rx, &opts.push, opts.revision.clone());
     let ready = Arc::new(AtomicBool::new(false));
@@ -197,6 +200,7 @@ pub async fn run(opts: ServeOptions) -> anyhow::Result<()> {
         Instant::now(),
         None,
         &metrics,
+        cache,
     )));
     tokio::spawn(debounce_loop(
         event_rx,

@@ -34,7 +34,7 @@ pub struct PushContext {
     /// VirtualServices, oldest first (Istio's precedence), then by namespace/name.
     pub virtual_services: Vec<Arc<ConfigObject>>,
     /// DestinationRules by the FQDN they apply to.
-    pub destination_rules: HashMap<String, Arc<ConfigObject>>,
+    pub destination_rules: foldhash::HashMap<String, Arc<ConfigObject>>,
     pub gateways: Vec<Arc<ConfigObject>>,
     pub sidecars: Vec<Arc<ConfigObject>>,
     /// Oldest first, then by key.
@@ -76,7 +76,7 @@ impl PushContext {
         by_age(&mut virtual_services);
         let mut drs: Vec<_> = store.of_kind(Kind::DestinationRule).cloned().collect();
         by_age(&mut drs);
-        let mut destination_rules = HashMap::new();
+        let mut destination_rules = foldhash::HashMap::default();
         for dr in drs {
             if let Spec::DestinationRule(spec) = &dr.spec {
                 destination_rules

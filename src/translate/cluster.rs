@@ -43,51 +43,73 @@ pub fn outbound(
     proxy: &Proxy,
     services: &[&Arc<Service>],
 ) -> (Vec<Cluster>, Vec<ClusterLoadAssignment>) {
-    let kind = proxy.kind;
     let secure = proxy.identity.is_some();
     let mut clusters = Vec::new();
     let mut assignments = Vec::new();
     for svc in services {
-        let dr = ctx.destination_rule(&svc.hostname);
-        for port in &svc.ports {
-            let base_policy = dr.and_then(|(_, d)| d.traffic_policy.as_ref());
-            let name = outbound_cluster_name(port.port, "", &svc.hostname);
-            let mut meta = service_metadata(svc, dr.map(|(o, _)| o.istio_config_path()), None);
-            let mut c = build(&name, svc, port, base_policy, kind, &mut meta);
+        let (c, a) = service(ctx, svc, proxy.kind, secure);
+        clusters.extend(c);
+        assignments.extend(a);
+    }
+    clusters.extend(fallback(proxy.kind));
+    (clusters, assignments)
+}
+
+/// The clusters of one service (a port each, and one per DestinationRule subset) and the
+/// load assignments of the EDS ones. They depend on the service, its DestinationRule, the
+/// mesh's trust domain, the proxy kind and `secure` only, so callers may cache them.
+pub fn service(
+    ctx: &PushContext,
+    svc: &Service,
+    kind: ProxyKind,
+    secure: bool,
+) -> (Vec<Cluster>, Vec<ClusterLoadAssignment>) {
+    let mut clusters = Vec::new();
+    let mut assignments = Vec::new();
+    let dr = ctx.destination_rule(&svc.hostname);
+    for port in &svc.ports {
+        let base_policy = dr.and_then(|(_, d)| d.traffic_policy.as_ref());
+        let name = outbound_cluster_name(port.port, "", &svc.hostname);
+        let mut meta = service_metadata(svc, dr.map(|(o, _)| o.istio_config_path()), None);
+        let mut c = build(&name, svc, port, base_policy, kind, &mut meta);
+        if secure {
+            mutual_tls(&mut c, ctx, svc, port, "", base_policy);
+        }
+        if is_eds(&c) {
+            assignments.push(load_assignment(&name, svc, port.port, |_| true));
+        }
+        clusters.push(c);
+        let Some((dr_obj, dr_spec)) = dr else {
+            continue;
+        };
+        for subset in &dr_spec.subsets {
+            let name = outbound_cluster_name(port.port, &subset.name, &svc.hostname);
+            let policy = subset.traffic_policy.as_ref().or(base_policy);
+            let mut meta =
+                service_metadata(svc, Some(dr_obj.istio_config_path()), Some(&subset.name));
+            let mut c = build(&name, svc, port, policy, kind, &mut meta);
             if secure {
-                mutual_tls(&mut c, ctx, svc, port, "", base_policy);
+                mutual_tls(&mut c, ctx, svc, port, &subset.name, policy);
             }
             if is_eds(&c) {
-                assignments.push(load_assignment(&name, svc, port.port, |_| true));
+                assignments.push(load_assignment(&name, svc, port.port, |e| {
+                    labels_match(&subset.labels, &e.labels)
+                }));
             }
             clusters.push(c);
-            let Some((dr_obj, dr_spec)) = dr else {
-                continue;
-            };
-            for subset in &dr_spec.subsets {
-                let name = outbound_cluster_name(port.port, &subset.name, &svc.hostname);
-                let policy = subset.traffic_policy.as_ref().or(base_policy);
-                let mut meta =
-                    service_metadata(svc, Some(dr_obj.istio_config_path()), Some(&subset.name));
-                let mut c = build(&name, svc, port, policy, kind, &mut meta);
-                if secure {
-                    mutual_tls(&mut c, ctx, svc, port, &subset.name, policy);
-                }
-                if is_eds(&c) {
-                    assignments.push(load_assignment(&name, svc, port.port, |e| {
-                        labels_match(&subset.labels, &e.labels)
-                    }));
-                }
-                clusters.push(c);
-            }
         }
     }
-    clusters.push(Cluster {
+    (clusters, assignments)
+}
+
+/// BlackHoleCluster, and for sidecars PassthroughCluster.
+pub fn fallback(kind: ProxyKind) -> Vec<Cluster> {
+    let mut clusters = vec![Cluster {
         name: BLACKHOLE_CLUSTER.into(),
         cluster_discovery_type: Some(ClusterDiscoveryType::Type(DiscoveryType::Static as i32)),
         connect_timeout: Some(duration(CONNECT_TIMEOUT)),
         ..Default::default()
-    });
+    }];
     if kind == ProxyKind::Sidecar {
         clusters.push(Cluster {
             name: PASSTHROUGH_CLUSTER.into(),
@@ -99,7 +121,7 @@ pub fn outbound(
             ..Default::default()
         });
     }
-    (clusters, assignments)
+    clusters
 }
 
 fn service_metadata(

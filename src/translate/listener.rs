@@ -113,10 +113,27 @@ pub fn sidecar(
     proxy: &Proxy,
     services: &[&Arc<Service>],
 ) -> (Vec<Listener>, Vec<RouteConfiguration>) {
+    let (listeners, http_ports) = sidecar_listeners(ctx, proxy, services);
+    let routes = http_ports
+        .iter()
+        .map(|(port, svcs)| route::sidecar(ctx, proxy, svcs, *port))
+        .collect();
+    (listeners, routes)
+}
+
+/// The services of one HTTP port of a sidecar: its route configuration `"PORT"` holds them.
+pub type HttpPort<'a> = (u32, Vec<&'a Arc<Service>>);
+
+/// A sidecar's outbound listeners, and the HTTP ports whose route configurations they name.
+pub fn sidecar_listeners<'a>(
+    ctx: &PushContext,
+    proxy: &Proxy,
+    services: &[&'a Arc<Service>],
+) -> (Vec<Listener>, Vec<HttpPort<'a>>) {
     // With no capture (INTERCEPTION_MODE=NONE) listeners bind for real, on the proxy's IP.
     let real_bind = proxy.interception == Interception::None;
     let wildcard = if real_bind { proxy.ip() } else { "0.0.0.0" };
-    let mut http_ports: BTreeMap<u32, Vec<&Arc<Service>>> = BTreeMap::new();
+    let mut http_ports: BTreeMap<u32, Vec<&'a Arc<Service>>> = BTreeMap::new();
     let mut tcp: BTreeMap<String, Listener> = BTreeMap::new();
     for svc in services {
         for p in &svc.ports {
@@ -145,7 +162,7 @@ pub fn sidecar(
     }
     let mut listeners = Vec::new();
     let mut routes = Vec::new();
-    for (port, svcs) in &http_ports {
+    for (port, svcs) in http_ports {
         let name = format!("{wildcard}_{port}");
         if tcp.contains_key(&name) {
             continue;
@@ -153,12 +170,12 @@ pub fn sidecar(
         let hcm = http_connection_manager(format!("outbound_{name}"), port.to_string(), false);
         listeners.push(listener(
             wildcard,
-            *port,
+            port,
             real_bind,
             TrafficDirection::Outbound,
             vec![hcm],
         ));
-        routes.push(route::sidecar(ctx, proxy, svcs, *port));
+        routes.push((port, svcs));
     }
     listeners.extend(tcp.into_values());
     if !real_bind {

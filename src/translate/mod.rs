@@ -17,11 +17,13 @@ use envoy_types::pb::envoy::config::core::v3::{
 };
 use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
 use envoy_types::pb::envoy::config::listener::v3::Listener;
-use envoy_types::pb::envoy::config::route::v3::RouteConfiguration;
+use envoy_types::pb::envoy::config::route::v3::{RouteConfiguration, VirtualHost};
 use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::Secret;
 use envoy_types::pb::google::protobuf::{self as pbp, Struct, value::Kind as ValueKind};
 
-use crate::model::{Proxy, ProxyKind, PushContext};
+use std::sync::Arc;
+
+use crate::model::{Proxy, ProxyKind, PushContext, Service};
 
 /// Everything one proxy is sent, before encoding.
 #[derive(Debug, Default, Clone)]
@@ -34,8 +36,27 @@ pub struct ProxyConfig {
     pub secrets: Vec<Secret>,
 }
 
-/// Translates the push context for one proxy.
-pub fn proxy_config(ctx: &PushContext, proxy: &Proxy) -> ProxyConfig {
+/// A proxy's configuration with the per-service parts named rather than built: each
+/// service's clusters ([`cluster::service`]) and each default virtual host
+/// ([`route::default_virtual_host`]) depend on little besides the service, so the xDS layer
+/// takes them from a cache of encoded resources; [`proxy_config`] builds them in full.
+pub struct Plan<'a> {
+    /// The services whose clusters and load assignments the proxy gets.
+    pub services: Vec<&'a Arc<Service>>,
+    /// The other clusters: BlackHole/Passthrough and the inbound ones.
+    pub clusters: Vec<Cluster>,
+    pub listeners: Vec<Listener>,
+    /// A sidecar's route configurations `"PORT"`: these virtual hosts, then `catch_all`.
+    pub sidecar_routes: Vec<(u32, Vec<route::VirtualHostPlan<'a>>)>,
+    pub catch_all: Option<VirtualHost>,
+    /// A gateway's route configurations, built in full.
+    pub routes: Vec<RouteConfiguration>,
+    /// Gateway credentials, for proxies with a proven identity only.
+    pub secrets: Vec<Secret>,
+}
+
+/// Plans the configuration of one proxy.
+pub fn plan<'a>(ctx: &'a PushContext, proxy: &Proxy) -> Plan<'a> {
     let services = match proxy.kind {
         ProxyKind::Sidecar => ctx.services_for(proxy),
         // Gateways see every exported service, as istiod's do without a Sidecar.
@@ -45,28 +66,83 @@ pub fn proxy_config(ctx: &PushContext, proxy: &Proxy) -> ProxyConfig {
             .filter(|s| s.visible_from(&proxy.namespace))
             .collect(),
     };
-    let (mut clusters, endpoints) = cluster::outbound(ctx, proxy, &services);
-    let (mut listeners, routes, secrets) = match proxy.kind {
+    let mut clusters = cluster::fallback(proxy.kind);
+    let mut plan = match proxy.kind {
         ProxyKind::Sidecar => {
-            let (l, r) = listener::sidecar(ctx, proxy, &services);
-            (l, r, Vec::new())
+            let (listeners, http_ports) = listener::sidecar_listeners(ctx, proxy, &services);
+            let sidecar_routes = http_ports
+                .into_iter()
+                .map(|(port, svcs)| (port, route::sidecar_plan(ctx, proxy, &svcs, port)))
+                .collect();
+            Plan {
+                services: Vec::new(),
+                clusters: Vec::new(),
+                listeners,
+                sidecar_routes,
+                catch_all: Some(route::sidecar_catch_all(ctx, proxy)),
+                routes: Vec::new(),
+                secrets: Vec::new(),
+            }
         }
-        ProxyKind::Router => listener::gateway(ctx, proxy, &services),
+        ProxyKind::Router => {
+            let (listeners, routes, secrets) = listener::gateway(ctx, proxy, &services);
+            Plan {
+                services: Vec::new(),
+                clusters: Vec::new(),
+                listeners,
+                sidecar_routes: Vec::new(),
+                catch_all: None,
+                routes,
+                secrets,
+            }
+        }
     };
     if proxy.kind == ProxyKind::Sidecar {
         let (inbound_listeners, inbound_clusters) = inbound::sidecar(ctx, proxy);
         // Without capture, an outbound listener may bind the proxy's IP on a port its
         // Sidecar ingress also takes: the inbound one wins, as there is one socket.
-        listeners.retain(|l| !inbound_listeners.iter().any(|i| i.name == l.name));
-        listeners.extend(inbound_listeners);
+        plan.listeners
+            .retain(|l| !inbound_listeners.iter().any(|i| i.name == l.name));
+        plan.listeners.extend(inbound_listeners);
         clusters.extend(inbound_clusters);
+    }
+    plan.services = services;
+    plan.clusters = clusters;
+    plan
+}
+
+/// Translates the push context for one proxy, every part built.
+pub fn proxy_config(ctx: &PushContext, proxy: &Proxy) -> ProxyConfig {
+    let plan = plan(ctx, proxy);
+    let secure = proxy.identity.is_some();
+    let mut clusters = Vec::new();
+    let mut endpoints = Vec::new();
+    for svc in &plan.services {
+        let (c, e) = cluster::service(ctx, svc, proxy.kind, secure);
+        clusters.extend(c);
+        endpoints.extend(e);
+    }
+    clusters.extend(plan.clusters);
+    let mut routes = plan.routes;
+    for (port, vhosts) in plan.sidecar_routes {
+        let mut vhosts: Vec<VirtualHost> = vhosts
+            .into_iter()
+            .map(|v| match v {
+                route::VirtualHostPlan::Default(svc) => {
+                    route::default_virtual_host(svc, port, &proxy.namespace)
+                }
+                route::VirtualHostPlan::Routed(vh) => *vh,
+            })
+            .collect();
+        vhosts.extend(plan.catch_all.clone());
+        routes.push(route::with_virtual_hosts(port.to_string(), vhosts));
     }
     ProxyConfig {
         clusters,
         endpoints,
-        listeners,
+        listeners: plan.listeners,
         routes,
-        secrets,
+        secrets: plan.secrets,
     }
 }
 

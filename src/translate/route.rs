@@ -79,6 +79,121 @@ pub fn domains(svc: &Service, proxy_ns: &str) -> Vec<String> {
     out
 }
 
+/// One virtual host of a sidecar's route configuration: the default one of a service no
+/// VirtualService routes (a function of the service, the port and whether the proxy shares
+/// its namespace, so callers may cache it), or one built from a VirtualService.
+pub enum VirtualHostPlan<'a> {
+    Default(&'a Arc<Service>),
+    Routed(Box<VirtualHost>),
+}
+
+impl VirtualHostPlan<'_> {
+    fn hostname(&self) -> &str {
+        match self {
+            VirtualHostPlan::Default(svc) => &svc.hostname,
+            // Routed names are `HOST:PORT`; the port is the same throughout one plan.
+            VirtualHostPlan::Routed(vh) => vh.name.rsplit_once(':').map_or(&vh.name, |(h, _)| h),
+        }
+    }
+}
+
+/// The virtual hosts of the route configuration `"PORT"`, in order, without the final
+/// catch-all ([`sidecar_catch_all`]).
+pub fn sidecar_plan<'a>(
+    ctx: &PushContext,
+    proxy: &Proxy,
+    services: &[&'a Arc<Service>],
+    port: u32,
+) -> Vec<VirtualHostPlan<'a>> {
+    // VirtualService hosts are matched by name lookup, except wildcards on either side
+    // (a `*.example.com` host, or a ServiceEntry for one): those are compared one by one.
+    let mut by_name: foldhash::HashMap<&str, usize> =
+        foldhash::HashMapExt::with_capacity(services.len());
+    let mut wildcard_services = Vec::new();
+    for (i, s) in services.iter().enumerate() {
+        if s.hostname.starts_with('*') {
+            wildcard_services.push(i);
+        } else {
+            by_name.insert(&s.hostname, i);
+        }
+    }
+    let mut covered = vec![false; services.len()];
+    let mut plan = Vec::new();
+    for (vs_obj, vs) in ctx.virtual_services_for(proxy, "mesh") {
+        let mut matched: Vec<usize> = Vec::new();
+        for h in &vs.hosts {
+            let h = resolve_host(h, &vs_obj.key.namespace);
+            if h.starts_with('*') {
+                matched.extend(
+                    (0..services.len()).filter(|&i| host_matches(&h, &services[i].hostname)),
+                );
+            } else {
+                matched.extend(by_name.get(h.as_str()));
+                matched.extend(
+                    wildcard_services
+                        .iter()
+                        .filter(|&&i| host_matches(&h, &services[i].hostname)),
+                );
+            }
+        }
+        matched.sort_unstable();
+        matched.dedup();
+        matched.retain(|&i| !covered[i]);
+        if matched.is_empty() {
+            continue;
+        }
+        let routes = http_routes(ctx, proxy, vs_obj, vs, port, "mesh");
+        for i in matched {
+            covered[i] = true;
+            let svc = services[i];
+            plan.push(VirtualHostPlan::Routed(Box::new(VirtualHost {
+                name: format!("{}:{port}", svc.hostname),
+                domains: domains(svc, &proxy.namespace),
+                routes: routes.clone(),
+                include_request_attempt_count: true,
+                ..Default::default()
+            })));
+        }
+    }
+    plan.extend(
+        services
+            .iter()
+            .zip(&covered)
+            .filter(|(_, covered)| !**covered)
+            .map(|(s, _)| VirtualHostPlan::Default(s)),
+    );
+    // By virtual host name, `HOST:PORT`: the same port throughout, so by `HOST:`.
+    let sort_key = |p: &VirtualHostPlan| {
+        p.hostname()
+            .bytes()
+            .chain(std::iter::once(b':'))
+            .collect::<Vec<u8>>()
+    };
+    plan.sort_by_cached_key(sort_key);
+    plan
+}
+
+/// The virtual host of a service no VirtualService routes: its default route.
+pub fn default_virtual_host(svc: &Service, port: u32, proxy_ns: &str) -> VirtualHost {
+    VirtualHost {
+        name: format!("{}:{port}", svc.hostname),
+        domains: domains(svc, proxy_ns),
+        routes: vec![default_route(&svc.hostname, port)],
+        include_request_attempt_count: true,
+        ..Default::default()
+    }
+}
+
+/// The last virtual host of every sidecar route configuration.
+pub fn sidecar_catch_all(ctx: &PushContext, proxy: &Proxy) -> VirtualHost {
+    catch_all(ctx.registry_only(proxy))
+}
+
+/// A route configuration with the given virtual hosts (sidecar and gateway alike).
+pub fn with_virtual_hosts(name: String, virtual_hosts: Vec<VirtualHost>) -> RouteConfiguration {
+    route_configuration(name, virtual_hosts)
+}
+
 /// The route configuration `"PORT"` of a sidecar's outbound HTTP listener.
 pub fn sidecar(
     ctx: &PushContext,
@@ -86,46 +201,14 @@ pub fn sidecar(
     services: &[&Arc<Service>],
     port: u32,
 ) -> RouteConfiguration {
-    let mut covered = HashSet::new();
-    let mut vhosts = Vec::new();
-    for (vs_obj, vs) in ctx.virtual_services_for(proxy, "mesh") {
-        let hosts: Vec<String> = vs
-            .hosts
-            .iter()
-            .map(|h| resolve_host(h, &vs_obj.key.namespace))
-            .collect();
-        let matched: Vec<&&Arc<Service>> = services
-            .iter()
-            .filter(|s| {
-                !covered.contains(&s.hostname) && hosts.iter().any(|h| host_matches(h, &s.hostname))
-            })
-            .collect();
-        if matched.is_empty() {
-            continue;
-        }
-        let routes = http_routes(ctx, proxy, vs_obj, vs, port, "mesh");
-        for svc in matched {
-            covered.insert(svc.hostname.clone());
-            vhosts.push(VirtualHost {
-                name: format!("{}:{port}", svc.hostname),
-                domains: domains(svc, &proxy.namespace),
-                routes: routes.clone(),
-                include_request_attempt_count: true,
-                ..Default::default()
-            });
-        }
-    }
-    for svc in services.iter().filter(|s| !covered.contains(&s.hostname)) {
-        vhosts.push(VirtualHost {
-            name: format!("{}:{port}", svc.hostname),
-            domains: domains(svc, &proxy.namespace),
-            routes: vec![default_route(&svc.hostname, port)],
-            include_request_attempt_count: true,
-            ..Default::default()
-        });
-    }
-    vhosts.sort_by(|a, b| a.name.cmp(&b.name));
-    vhosts.push(catch_all(ctx.registry_only(proxy)));
+    let mut vhosts: Vec<VirtualHost> = sidecar_plan(ctx, proxy, services, port)
+        .into_iter()
+        .map(|p| match p {
+            VirtualHostPlan::Default(svc) => default_virtual_host(svc, port, &proxy.namespace),
+            VirtualHostPlan::Routed(vh) => *vh,
+        })
+        .collect();
+    vhosts.push(sidecar_catch_all(ctx, proxy));
     route_configuration(port.to_string(), vhosts)
 }
 

@@ -5,7 +5,7 @@
 //! Per-proxy state is kept to subscriptions and versions; the resources themselves live
 //! in the push's shared views.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -29,7 +29,7 @@ pub struct Watch {
     /// What the proxy was sent (or, on delta reconnect, says it has): name → version hash.
     /// This and `names` are the per-proxy state that grows with the mesh: about 30 bytes
     /// per resource, the names themselves living once in the push's view.
-    pub sent: HashMap<Arc<str>, u64>,
+    pub sent: foldhash::HashMap<Arc<str>, u64>,
     pub nonce_sent: Option<String>,
     pub nonce_acked: Option<String>,
     /// Trigger time of the push whose response is not ACKed yet.
@@ -43,33 +43,59 @@ pub struct Watch {
     /// The objects changed by every push sent on this type since its last ACK: a NACK
     /// blames these, even when a later push has arrived before the NACK.
     pub unacked: Suspects,
+    /// A view whose resources of this type are exactly what the proxy holds and is
+    /// subscribed to: the next push then sends that view's difference to the new one,
+    /// computed once for every proxy that shares both, instead of comparing every name.
+    /// Anything else that changes `sent`, `names` or `force` drops it.
+    pub basis: Option<Arc<View>>,
 }
 
 /// Objects whose changes a proxy has been sent but not yet accepted.
 #[derive(Debug, Default)]
 pub struct Suspects {
-    /// A full push was among them: any object may be at fault.
-    pub all: bool,
-    pub keys: BTreeSet<ObjectKey>,
+    /// Each response not yet ACKed, oldest first: its nonce and the objects its push
+    /// changed (`None`: a full push, where any object may be at fault).
+    pending: VecDeque<(String, Option<BTreeSet<ObjectKey>>)>,
+    /// Older responses were dropped unACKed (a proxy that never answers): unknown.
+    lost: bool,
 }
 
+/// Unanswered responses remembered per type; beyond it the oldest are forgotten.
+const MAX_PENDING: usize = 64;
+
 impl Suspects {
-    fn add(&mut self, changed: Option<&BTreeSet<ObjectKey>>) {
-        match changed {
-            None => self.all = true,
-            Some(keys) => self.keys.extend(keys.iter().cloned()),
+    fn add(&mut self, nonce: &str, changed: Option<&BTreeSet<ObjectKey>>) {
+        if self.pending.len() == MAX_PENDING {
+            self.pending.pop_front();
+            self.lost = true;
+        }
+        self.pending
+            .push_back((nonce.to_string(), changed.cloned()));
+    }
+
+    /// The proxy ACKed `nonce`: it accepted that response and every earlier one (an ACK
+    /// of an older response can arrive after a newer one was sent).
+    pub fn accepted(&mut self, nonce: &str) {
+        if let Some(i) = self.pending.iter().position(|(n, _)| n == nonce) {
+            self.pending.drain(..=i);
+            self.lost = false;
         }
     }
 
     /// Of the objects a rejected resource was built from, those to blame: the ones
-    /// changed since the last ACK, or all of them when that is unknown or none matched.
+    /// changed by responses sent since the last ACK, or all of them when that is unknown
+    /// or none matched.
     pub fn blame(&self, origins: Vec<ObjectKey>) -> Vec<ObjectKey> {
-        if self.all {
+        if self.lost || self.pending.iter().any(|(_, keys)| keys.is_none()) {
             return origins;
         }
         let changed: Vec<ObjectKey> = origins
             .iter()
-            .filter(|o| self.keys.contains(*o))
+            .filter(|o| {
+                self.pending
+                    .iter()
+                    .any(|(_, keys)| keys.as_ref().is_some_and(|k| k.contains(*o)))
+            })
             .cloned()
             .collect();
         if changed.is_empty() { origins } else { changed }
@@ -204,6 +230,46 @@ impl Connection {
         (changed, removed)
     }
 
+    /// As [`Connection::diff`] in time proportional to what changed, when the proxy holds
+    /// exactly an earlier view's resources of `kind`; `None` when it does not, or when a
+    /// requested-by-name type would gain or lose names (the full diff decides those).
+    pub fn diff_from_basis(
+        &self,
+        view: &Arc<View>,
+        kind: TypeKind,
+    ) -> Option<(Vec<Arc<Resource>>, Vec<String>)> {
+        let w = &self.watches[kind as usize];
+        let basis = w.basis.as_ref()?;
+        if !w.force.is_empty() {
+            return None;
+        }
+        if Arc::ptr_eq(basis, view) {
+            return Some((Vec::new(), Vec::new()));
+        }
+        let d = self.push.view_diff(basis, view, kind);
+        if !w.wildcard && d.names_differ {
+            return None;
+        }
+        Some((d.changed.clone(), d.removed.clone()))
+    }
+
+    /// After a push of `kind` from `view`: remembers the view as the proxy's basis if the
+    /// proxy now holds exactly its resources of that type. `from_basis`: the push was
+    /// [`Connection::diff_from_basis`]'s, which leaves exactly the view's resources.
+    pub fn settle_basis(&mut self, view: &Arc<View>, kind: TypeKind, from_basis: bool) {
+        let w = &mut self.watches[kind as usize];
+        let all = view.all(kind);
+        let exact = w.force.is_empty()
+            && (from_basis
+                || (w.sent.len() == all.len()
+                    && (w.wildcard || w.names.len() == all.len())
+                    && all.values().all(|r| {
+                        w.sent.get(&r.name) == Some(&r.hash)
+                            && (w.wildcard || w.names.contains(&r.name))
+                    })));
+        w.basis = exact.then(|| view.clone());
+    }
+
     /// Records a response about to be sent; returns its nonce.
     pub fn record_sent(
         &mut self,
@@ -216,6 +282,7 @@ impl Connection {
         let nonce = self.next_nonce();
         let push_version = self.push.version().to_string();
         let w = &mut self.watches[kind as usize];
+        w.basis = None;
         if full {
             w.sent.clear();
         }
@@ -228,7 +295,7 @@ impl Connection {
         }
         w.nonce_sent = Some(nonce.clone());
         w.last_response = changed.to_vec();
-        w.unacked.add(self.push.changed.as_ref());
+        w.unacked.add(&nonce, self.push.changed.as_ref());
         if w.pending_since.is_none() {
             w.pending_since = trigger;
         }
@@ -307,7 +374,10 @@ impl Connection {
         t.last_error = Some(message.to_string());
     }
 
-    pub fn record_expired_nonce(&self, kind: TypeKind) {
+    /// A request answering an older response than the last one sent: for an ACK, that
+    /// response was accepted.
+    pub fn record_expired_nonce(&mut self, kind: TypeKind, nonce: &str) {
+        self.watches[kind as usize].unacked.accepted(nonce);
         self.shared
             .metrics
             .xds_expired_nonce
@@ -358,19 +428,142 @@ mod tests {
         }
     }
 
+    /// A connection that subscribed to CDS (wildcard) and to every load assignment, and
+    /// was sent all of them from the first push.
+    fn synced(shared: &Arc<XdsShared>) -> Connection {
+        let meta = serde_json::json!({"NAMESPACE": "ns-1", "LABELS": {"app": "a"}});
+        let proxy = Proxy::from_node(
+            "sidecar~10.9.0.1~a-0.ns-1~ns-1.svc.cluster.local",
+            meta.as_object().unwrap(),
+        )
+        .unwrap();
+        let mut conn = Connection::new(shared.clone(), proxy, true);
+        let view = conn.view();
+        for kind in [TypeKind::Cluster, TypeKind::Endpoint] {
+            let w = &mut conn.watches[kind as usize];
+            w.subscribed = true;
+            w.wildcard = kind == TypeKind::Cluster;
+            if kind == TypeKind::Endpoint {
+                w.names = view.all(kind).values().map(|r| r.name.clone()).collect();
+            }
+            let (changed, removed) = conn.diff(&view, kind);
+            conn.record_sent(kind, &changed, &removed, false, None);
+            conn.settle_basis(&view, kind, false);
+            assert!(conn.watches[kind as usize].basis.is_some(), "{kind:?}");
+        }
+        conn
+    }
+
+    #[test]
+    fn a_proxy_holding_an_earlier_view_gets_the_views_difference_computed_once() {
+        use crate::model::testmesh::Shape;
+        use crate::xds::push::{Push, PushSettings};
+        let shape = Shape::new(30, 3, 2);
+        let mut store = shape.store();
+        let cache = Arc::new(crate::xds::cache::ResourceCache::default());
+        let push = |store: &crate::model::Store, n: u64| {
+            let ctx = crate::model::PushContext::build(store, format!("v/{n}"));
+            Arc::new(Push::new(ctx, n, Instant::now(), None, cache.clone()))
+        };
+        let (tx, rx) = tokio::sync::watch::channel(push(&store, 1));
+        let shared = XdsShared::new(
+            Arc::new(crate::metrics::Metrics::new()),
+            rx,
+            &PushSettings::default(),
+            "default".into(),
+        );
+        let (mut a, mut b) = (synced(&shared), synced(&shared));
+
+        // One endpoint added to svc-4.
+        let parsed =
+            crate::config::parse::parse_file("c.yaml", &shape.service_yaml(4, Some("10.200.0.1")));
+        for o in parsed.objects {
+            store.apply(o);
+        }
+        let next = push(&store, 2);
+        tx.send_replace(next.clone());
+        a.push = next.clone();
+        b.push = next.clone();
+        let view = a.view();
+        let (changed, removed) = a.diff_from_basis(&view, TypeKind::Endpoint).unwrap();
+        assert_eq!(
+            (
+                changed.iter().map(|r| &*r.name).collect::<Vec<_>>(),
+                removed.len()
+            ),
+            (vec!["outbound|8080||svc-4.ns-1.svc.cluster.local"], 0)
+        );
+        let full = a.diff(&view, TypeKind::Endpoint);
+        assert_eq!((changed, removed), full, "the same as comparing every name");
+        assert_eq!(
+            a.diff_from_basis(&view, TypeKind::Cluster).unwrap(),
+            a.diff(&view, TypeKind::Cluster)
+        );
+        // The second proxy takes the same step: the same, shared difference.
+        let d = next.view_diff(
+            a.watches[1].basis.as_ref().unwrap(),
+            &view,
+            TypeKind::Endpoint,
+        );
+        let again = next.view_diff(
+            b.watches[1].basis.as_ref().unwrap(),
+            &b.view(),
+            TypeKind::Endpoint,
+        );
+        assert!(Arc::ptr_eq(&d, &again));
+
+        // A forced name (EDS after its cluster changed) or a new subscription: in full.
+        b.watches[1].force.insert(
+            view.all(TypeKind::Endpoint)
+                .values()
+                .next()
+                .unwrap()
+                .name
+                .clone(),
+        );
+        assert!(b.diff_from_basis(&view, TypeKind::Endpoint).is_none());
+        a.record_sent(TypeKind::Endpoint, &[], &[], false, None);
+        assert!(
+            a.diff_from_basis(&view, TypeKind::Endpoint).is_none(),
+            "sent again: no basis"
+        );
+    }
+
     #[test]
     fn a_nack_blames_what_changed_since_the_last_ack_even_after_a_later_push() {
         let mut s = Suspects::default();
-        s.add(Some(&BTreeSet::from([vs("big")])));
+        s.add("1", Some(&BTreeSet::from([vs("big")])));
         // A later, unrelated push reaches the connection before the NACK does.
-        s.add(Some(&BTreeSet::from([vs("elsewhere")])));
+        s.add("2", Some(&BTreeSet::from([vs("elsewhere")])));
         assert_eq!(s.blame(vec![vs("big"), vs("front")]), vec![vs("big")]);
         // Nothing known changed among the origins: all of them are named.
         assert_eq!(
             s.blame(vec![vs("front"), vs("other")]),
             vec![vs("front"), vs("other")]
         );
-        s.add(None);
+        s.add("3", None);
+        assert_eq!(
+            s.blame(vec![vs("big"), vs("front")]),
+            vec![vs("big"), vs("front")]
+        );
+    }
+
+    #[test]
+    fn an_ack_of_an_older_response_clears_what_that_response_carried() {
+        let mut s = Suspects::default();
+        // The first (full) push and a change to `front`, then `big` is sent before the
+        // proxy's ACK of the `front` response arrives.
+        s.add("1", None);
+        s.add("2", Some(&BTreeSet::from([vs("front")])));
+        s.add("3", Some(&BTreeSet::from([vs("big")])));
+        s.accepted("2");
+        assert_eq!(s.blame(vec![vs("big"), vs("front")]), vec![vs("big")]);
+        s.accepted("unknown");
+        assert_eq!(s.blame(vec![vs("big"), vs("front")]), vec![vs("big")]);
+        // A proxy that never answers: past the bound, the blame is unknown again.
+        for n in 4..(4 + MAX_PENDING) {
+            s.add(&n.to_string(), Some(&BTreeSet::from([vs("big")])));
+        }
         assert_eq!(
             s.blame(vec![vs("big"), vs("front")]),
             vec![vs("big"), vs("front")]

@@ -54,7 +54,7 @@ async fn handle(conn: &mut Connection, req: DeltaDiscoveryRequest, tx: &Tx) -> R
         if conn.watches[idx].nonce_sent.as_deref() == Some(req.response_nonce.as_str()) {
             conn.record_ack(kind, &req.response_nonce);
         } else {
-            conn.record_expired_nonce(kind);
+            conn.record_expired_nonce(kind, &req.response_nonce);
         }
     }
     // Subscription changes are honoured whatever the nonce.
@@ -66,6 +66,7 @@ async fn handle(conn: &mut Connection, req: DeltaDiscoveryRequest, tx: &Tx) -> R
         None => name.into(),
     };
     let w = &mut conn.watches[idx];
+    w.basis = None; // the subscription may change below; the next push compares in full
     if first {
         w.subscribed = true;
         w.sent = req
@@ -140,9 +141,16 @@ async fn push_to(conn: &mut Connection, tx: &Tx) -> Result<(), Closed> {
     // Make-before-break: clusters are added and updated first and removed last, after the
     // listeners and routes that stop using them.
     let mut removed_clusters = Vec::new();
+    let mut from_basis = [false; super::resource::TYPES];
     for kind in conn.subscribed_types() {
         let started = Instant::now();
-        let (changed, mut removed) = conn.diff(&view, kind);
+        let (changed, mut removed) = match conn.diff_from_basis(&view, kind) {
+            Some(d) => {
+                from_basis[kind as usize] = true;
+                d
+            }
+            None => conn.diff(&view, kind),
+        };
         if kind == TypeKind::Cluster {
             removed_clusters = std::mem::take(&mut removed);
         }
@@ -165,6 +173,9 @@ async fn push_to(conn: &mut Connection, tx: &Tx) -> Result<(), Closed> {
             tx,
         )
         .await?;
+    }
+    for kind in conn.subscribed_types() {
+        conn.settle_basis(&view, kind, from_basis[kind as usize]);
     }
     Ok(())
 }

@@ -4,6 +4,7 @@
 //! Locking: `XdsShared.connections` is held only to register, deregister or snapshot the
 //! per-connection status; each connection's state is owned by its task.
 
+pub mod cache;
 pub mod canonical;
 pub mod connection;
 pub mod delta;

@@ -9,11 +9,11 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, watch};
 
-use super::resource::View;
+use super::cache::{self, ResourceCache};
+use super::resource::{Resource, ResourceMap, TypeKind, View};
 use crate::config::{Kind, ObjectKey};
 use crate::metrics::{Metrics, type_label};
 use crate::model::{Interception, Proxy, ProxyKind, PushContext, Store};
-use crate::translate;
 
 /// Pipeline settings, from Istio's environment variables.
 #[derive(Clone, Debug)]
@@ -116,6 +116,12 @@ pub struct Push {
     /// The objects this push carries changes for; `None` for a full push.
     pub changed: Option<BTreeSet<ObjectKey>>,
     views: Mutex<HashMap<ViewKey, Arc<OnceLock<Arc<View>>>>>,
+    /// Differences from earlier views to this push's, by (from, to, type), computed once
+    /// for all the proxies that make the same step. The views are held so that their
+    /// addresses stay theirs.
+    diffs: Mutex<DiffMap>,
+    /// Encoded per-service resources, handed from push to push.
+    pub cache: Arc<ResourceCache>,
 }
 
 impl Push {
@@ -124,7 +130,9 @@ impl Push {
         number: u64,
         triggered_at: Instant,
         changed: Option<BTreeSet<ObjectKey>>,
+        cache: Arc<ResourceCache>,
     ) -> Push {
+        cache.retain_services_of(&context);
         Push {
             context: Arc::new(context),
             number,
@@ -132,6 +140,8 @@ impl Push {
             published_at: Instant::now(),
             changed,
             views: Mutex::default(),
+            diffs: Mutex::default(),
+            cache,
         }
     }
 
@@ -158,7 +168,71 @@ impl Push {
             secure: proxy.identity.is_some(),
         };
         let cell = self.views.lock().unwrap().entry(key).or_default().clone();
-        cell.get_or_init(|| Arc::new(View::new(translate::proxy_config(&self.context, proxy))))
+        cell.get_or_init(|| Arc::new(cache::view(&self.context, proxy, &self.cache)))
+            .clone()
+    }
+}
+
+type DiffMap = HashMap<(usize, usize, TypeKind), (Arc<View>, Arc<View>, Arc<ViewDiff>)>;
+
+/// What changed for one type from one view to another.
+#[derive(Debug, Default, PartialEq)]
+pub struct ViewDiff {
+    /// New resources and resources with a new version, in name order.
+    pub changed: Vec<Arc<Resource>>,
+    /// Names the newer view no longer has, in order.
+    pub removed: Vec<String>,
+    /// Whether the two views hold different names.
+    pub names_differ: bool,
+}
+
+impl ViewDiff {
+    pub fn between(from: &ResourceMap, to: &ResourceMap) -> ViewDiff {
+        use std::cmp::Ordering;
+        let mut d = ViewDiff::default();
+        let (mut a, mut b) = (from.iter().peekable(), to.iter().peekable());
+        loop {
+            let order = match (a.peek(), b.peek()) {
+                (None, None) => break,
+                (Some(_), None) => Ordering::Less,
+                (None, Some(_)) => Ordering::Greater,
+                (Some((x, _)), Some((y, _))) => x.cmp(y),
+            };
+            match order {
+                Ordering::Less => {
+                    d.removed.push(a.next().unwrap().0.to_string());
+                    d.names_differ = true;
+                }
+                Ordering::Greater => {
+                    d.changed.push(b.next().unwrap().1.clone());
+                    d.names_differ = true;
+                }
+                Ordering::Equal => {
+                    let (old, new) = (a.next().unwrap().1, b.next().unwrap().1);
+                    if old.hash != new.hash {
+                        d.changed.push(new.clone());
+                    }
+                }
+            }
+        }
+        d
+    }
+}
+
+impl Push {
+    /// What changed for `kind` from `from` (an earlier push's view) to `to` (this push's).
+    pub fn view_diff(&self, from: &Arc<View>, to: &Arc<View>, kind: TypeKind) -> Arc<ViewDiff> {
+        let key = (Arc::as_ptr(from) as usize, Arc::as_ptr(to) as usize, kind);
+        if let Some((_, _, d)) = self.diffs.lock().unwrap().get(&key) {
+            return d.clone();
+        }
+        let d = Arc::new(ViewDiff::between(from.all(kind), to.all(kind)));
+        self.diffs
+            .lock()
+            .unwrap()
+            .entry(key)
+            .or_insert_with(|| (from.clone(), to.clone(), d))
+            .2
             .clone()
     }
 }
@@ -170,6 +244,7 @@ pub fn build_push(
     triggered_at: Instant,
     changed: Option<BTreeSet<ObjectKey>>,
     metrics: &Metrics,
+    cache: Arc<ResourceCache>,
 ) -> Push {
     let snapshot = store.read().unwrap().clone();
     let version = format!("{}/{number}", rfc3339_now());
@@ -189,7 +264,7 @@ pub fn build_push(
     for issue in &context.issues {
         tracing::warn!(object = %issue.object, field = %issue.field, "{}", issue.message);
     }
-    Push::new(context, number, triggered_at, changed)
+    Push::new(context, number, triggered_at, changed, cache)
 }
 
 fn rfc3339_now() -> String {
@@ -268,8 +343,16 @@ pub async fn debounce_loop(
                 log.insert(key.clone(), number);
             }
         }
+        let cache = pushes.borrow().cache.clone();
         let push = tokio::task::spawn_blocking(move || {
-            build_push(&build_store, number, started, Some(changed), &build_metrics)
+            build_push(
+                &build_store,
+                number,
+                started,
+                Some(changed),
+                &build_metrics,
+                cache,
+            )
         })
         .await
         .expect("BUG: push context build panicked");
@@ -372,7 +455,7 @@ mod tests {
     ) {
         let store = Arc::new(RwLock::new(Store::default()));
         let metrics = Arc::new(Metrics::new());
-        let first = build_push(&store, 1, Instant::now(), None, &metrics);
+        let first = build_push(&store, 1, Instant::now(), None, &metrics, Arc::default());
         let (push_tx, push_rx) = watch::channel(Arc::new(first));
         let (tx, rx) = mpsc::unbounded_channel();
         let settings = PushSettings {

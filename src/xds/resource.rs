@@ -96,7 +96,7 @@ pub fn encode<T: Message + Name>(name: &str, message: &T) -> Arc<Resource> {
     from_bytes::<T>(name, message.encode_to_vec())
 }
 
-fn from_bytes<T: Name>(name: &str, value: Vec<u8>) -> Arc<Resource> {
+pub(super) fn from_bytes<T: Name>(name: &str, value: Vec<u8>) -> Arc<Resource> {
     let hash = xxhash_rust::xxh3::xxh3_64(&value);
     Arc::new(Resource {
         name: name.into(),
@@ -109,7 +109,8 @@ fn from_bytes<T: Name>(name: &str, value: Vec<u8>) -> Arc<Resource> {
     })
 }
 
-pub type ResourceMap = BTreeMap<String, Arc<Resource>>;
+/// By name; the key is the resource's own name string.
+pub type ResourceMap = BTreeMap<Arc<str>, Arc<Resource>>;
 
 /// Everything one kind of proxy is sent in one push, encoded.
 #[derive(Debug, Default)]
@@ -122,23 +123,25 @@ impl View {
         let mut view = View::default();
         for c in &config.clusters {
             let bytes = super::canonical::encode_cluster(c);
-            view.sets[TypeKind::Cluster as usize]
-                .insert(c.name.clone(), from_bytes::<Cluster>(&c.name, bytes));
+            view.insert(TypeKind::Cluster, from_bytes::<Cluster>(&c.name, bytes));
         }
         for e in &config.endpoints {
-            view.sets[TypeKind::Endpoint as usize]
-                .insert(e.cluster_name.clone(), encode(&e.cluster_name, e));
+            view.insert(TypeKind::Endpoint, encode(&e.cluster_name, e));
         }
         for l in &config.listeners {
-            view.sets[TypeKind::Listener as usize].insert(l.name.clone(), encode(&l.name, l));
+            view.insert(TypeKind::Listener, encode(&l.name, l));
         }
         for r in &config.routes {
-            view.sets[TypeKind::Route as usize].insert(r.name.clone(), encode(&r.name, r));
+            view.insert(TypeKind::Route, encode(&r.name, r));
         }
         for s in &config.secrets {
-            view.sets[TypeKind::Secret as usize].insert(s.name.clone(), encode(&s.name, s));
+            view.insert(TypeKind::Secret, encode(&s.name, s));
         }
         view
+    }
+
+    pub(super) fn insert(&mut self, kind: TypeKind, resource: Arc<Resource>) {
+        self.sets[kind as usize].insert(resource.name.clone(), resource);
     }
 
     pub fn all(&self, kind: TypeKind) -> &ResourceMap {

@@ -54,7 +54,7 @@ async fn handle(conn: &mut Connection, req: DiscoveryRequest, tx: &Tx) -> Result
     }
     let nonce = req.response_nonce.clone();
     if !nonce.is_empty() && conn.watches[idx].nonce_sent.as_deref() != Some(nonce.as_str()) {
-        conn.record_expired_nonce(kind);
+        conn.record_expired_nonce(kind, &nonce);
         return Ok(());
     }
     let requested: BTreeSet<&str> = req

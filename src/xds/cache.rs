@@ -1,0 +1,412 @@
+//! Encoded per-service resources, shared by every proxy and kept across pushes.
+//!
+//! Most of what an unscoped sidecar receives is per service: its clusters and load
+//! assignments, and the virtual host of its route configuration when no VirtualService
+//! routes it. Those are translated and encoded once per service here, not once per view
+//! and push: an entry stays valid while the service, its DestinationRule and the trust
+//! domain are the ones it was built from (the same `Arc` within a push, equal values in a
+//! later push that rebuilt an unchanged service). A change to one service re-encodes only
+//! that service; a view is then assembled from shared `Arc`s and byte slices.
+//!
+//! Route configurations are assembled from encoded virtual hosts: protobuf concatenates
+//! the occurrences of a repeated field, and `virtual_hosts` (field 2) follows `name`
+//! (field 1) in prost's field order, so `name`, the virtual hosts, then the other fields
+//! are exactly the bytes prost would write for the whole message.
+
+use std::sync::{Arc, Mutex};
+
+use envoy_types::pb::envoy::config::cluster::v3::Cluster;
+use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
+use envoy_types::pb::envoy::config::route::v3::{RouteConfiguration, VirtualHost};
+use prometheus_client::metrics::counter::Counter;
+use prost::Message;
+
+use super::resource::{Resource, TypeKind, View, encode, from_bytes};
+use crate::config::ConfigObject;
+use crate::metrics::{Metrics, type_label};
+use crate::model::{Proxy, ProxyKind, PushContext, Service};
+use crate::translate::{self, route::VirtualHostPlan};
+
+/// Field number of `RouteConfiguration.virtual_hosts`.
+const VIRTUAL_HOSTS: u32 = 2;
+
+/// One service's clusters and the load assignments of its EDS clusters, encoded.
+#[derive(Debug)]
+pub struct ServiceResources {
+    pub clusters: Vec<Arc<Resource>>,
+    pub endpoints: Vec<Arc<Resource>>,
+}
+
+struct HostEntry {
+    service: Arc<Service>,
+    rule: Option<Arc<ConfigObject>>,
+    trust_domain: Option<String>,
+    /// By [`slot`]: proxy kind × plaintext/secure.
+    clusters: [Option<Arc<ServiceResources>>; 4],
+    /// `(port, proxy in the service's namespace)` → the encoded `virtual_hosts` field.
+    vhosts: Vec<(u32, bool, Arc<[u8]>)>,
+}
+
+fn slot(kind: ProxyKind, secure: bool) -> usize {
+    (kind == ProxyKind::Router) as usize * 2 + secure as usize
+}
+
+/// The cache, shared by every push of one pipeline.
+#[derive(Default)]
+pub struct ResourceCache {
+    hosts: Mutex<foldhash::HashMap<String, HostEntry>>,
+    hits: Counter,
+    misses: Counter,
+}
+
+impl ResourceCache {
+    /// A cache counting its reads in `pilot_xds_cache_reads{type="hit"|"miss"}`.
+    pub fn new(metrics: &Metrics) -> ResourceCache {
+        ResourceCache {
+            hits: metrics
+                .xds_cache_reads
+                .get_or_create(&type_label("hit"))
+                .clone(),
+            misses: metrics
+                .xds_cache_reads
+                .get_or_create(&type_label("miss"))
+                .clone(),
+            ..ResourceCache::default()
+        }
+    }
+
+    /// `(hits, misses)` so far.
+    pub fn reads(&self) -> (u64, u64) {
+        (self.hits.get(), self.misses.get())
+    }
+
+    /// Number of services with an entry.
+    pub fn len(&self) -> usize {
+        self.hosts.lock().unwrap().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Drops the entries of services `ctx` no longer has.
+    pub fn retain_services_of(&self, ctx: &PushContext) {
+        self.hosts
+            .lock()
+            .unwrap()
+            .retain(|host, _| ctx.services.contains_key(host));
+    }
+
+    /// Runs `read` on the service's entry, first replacing it if it was built from other
+    /// inputs; `None` when no entry exists yet.
+    fn with_entry<T>(
+        &self,
+        ctx: &PushContext,
+        svc: &Arc<Service>,
+        read: impl FnOnce(&mut HostEntry) -> Option<T>,
+    ) -> Option<T> {
+        let rule = ctx.destination_rules.get(&svc.hostname);
+        let trust_domain = &ctx.mesh.trust_domain;
+        let mut hosts = self.hosts.lock().unwrap();
+        let entry = hosts.get_mut(&svc.hostname)?;
+        let same_rule = match (&entry.rule, rule) {
+            (None, None) => true,
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b) || **a == **b,
+            _ => false,
+        };
+        let same_service = Arc::ptr_eq(&entry.service, svc) || *entry.service == **svc;
+        if !(same_rule && same_service && entry.trust_domain == *trust_domain) {
+            hosts.remove(&svc.hostname);
+            return None;
+        }
+        // Later readers of this push compare pointers only.
+        entry.service = svc.clone();
+        entry.rule = rule.cloned();
+        read(entry)
+    }
+
+    /// Stores with `write` into the service's entry, creating it for these inputs.
+    fn store(&self, ctx: &PushContext, svc: &Arc<Service>, write: impl FnOnce(&mut HostEntry)) {
+        let mut hosts = self.hosts.lock().unwrap();
+        let entry = hosts
+            .entry(svc.hostname.clone())
+            .or_insert_with(|| HostEntry {
+                service: svc.clone(),
+                rule: ctx.destination_rules.get(&svc.hostname).cloned(),
+                trust_domain: ctx.mesh.trust_domain.clone(),
+                clusters: Default::default(),
+                vhosts: Vec::new(),
+            });
+        // A concurrent builder (of another push) may have replaced the entry for other
+        // inputs: keep theirs.
+        let rule = ctx.destination_rules.get(&svc.hostname);
+        let same_rule = match (&entry.rule, rule) {
+            (None, None) => true,
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        };
+        if Arc::ptr_eq(&entry.service, svc)
+            && same_rule
+            && entry.trust_domain == ctx.mesh.trust_domain
+        {
+            write(entry);
+        }
+    }
+
+    /// The service's clusters and load assignments for a proxy of `kind`.
+    pub fn service(
+        &self,
+        ctx: &PushContext,
+        svc: &Arc<Service>,
+        kind: ProxyKind,
+        secure: bool,
+    ) -> Arc<ServiceResources> {
+        let i = slot(kind, secure);
+        if let Some(hit) = self.with_entry(ctx, svc, |e| e.clusters[i].clone()) {
+            self.hits.inc();
+            return hit;
+        }
+        self.misses.inc();
+        let (clusters, endpoints) = translate::cluster::service(ctx, svc, kind, secure);
+        let built = Arc::new(ServiceResources {
+            clusters: clusters.iter().map(encode_cluster).collect(),
+            endpoints: endpoints.iter().map(encode_assignment).collect(),
+        });
+        self.store(ctx, svc, |e| e.clusters[i] = Some(built.clone()));
+        built
+    }
+
+    /// The service's default virtual host on `port`, as an encoded `virtual_hosts` field.
+    pub fn default_virtual_host(
+        &self,
+        ctx: &PushContext,
+        svc: &Arc<Service>,
+        port: u32,
+        proxy_namespace: &str,
+    ) -> Arc<[u8]> {
+        let local = svc.namespace == proxy_namespace;
+        let found = self.with_entry(ctx, svc, |e| {
+            e.vhosts
+                .iter()
+                .find(|(p, l, _)| *p == port && *l == local)
+                .map(|(_, _, bytes)| bytes.clone())
+        });
+        if let Some(hit) = found {
+            self.hits.inc();
+            return hit;
+        }
+        self.misses.inc();
+        let vh = translate::route::default_virtual_host(svc, port, proxy_namespace);
+        let bytes: Arc<[u8]> = virtual_host_field(&vh).into();
+        self.store(ctx, svc, |e| e.vhosts.push((port, local, bytes.clone())));
+        bytes
+    }
+}
+
+fn encode_cluster(c: &Cluster) -> Arc<Resource> {
+    from_bytes::<Cluster>(&c.name, super::canonical::encode_cluster(c))
+}
+
+fn encode_assignment(a: &ClusterLoadAssignment) -> Arc<Resource> {
+    encode(&a.cluster_name, a)
+}
+
+fn virtual_host_field(vh: &VirtualHost) -> Vec<u8> {
+    let mut out = Vec::with_capacity(vh.encoded_len() + 4);
+    prost::encoding::message::encode(VIRTUAL_HOSTS, vh, &mut out);
+    out
+}
+
+/// The encoded configuration for `proxy`: what [`View::new`] of
+/// [`translate::proxy_config`] holds, byte for byte, with the per-service parts from
+/// `cache`.
+pub fn view(ctx: &PushContext, proxy: &Proxy, cache: &ResourceCache) -> View {
+    let plan = translate::plan(ctx, proxy);
+    let secure = proxy.identity.is_some();
+    let mut view = View::default();
+    for svc in &plan.services {
+        let parts = cache.service(ctx, svc, proxy.kind, secure);
+        for c in &parts.clusters {
+            view.insert(TypeKind::Cluster, c.clone());
+        }
+        for e in &parts.endpoints {
+            view.insert(TypeKind::Endpoint, e.clone());
+        }
+    }
+    for c in &plan.clusters {
+        view.insert(TypeKind::Cluster, encode_cluster(c));
+    }
+    for l in &plan.listeners {
+        view.insert(TypeKind::Listener, encode(&l.name, l));
+    }
+    for r in &plan.routes {
+        view.insert(TypeKind::Route, encode(&r.name, r));
+    }
+    for s in &plan.secrets {
+        view.insert(TypeKind::Secret, encode(&s.name, s));
+    }
+    for (port, vhosts) in &plan.sidecar_routes {
+        let name = port.to_string();
+        let head = RouteConfiguration {
+            name: name.clone(),
+            ..Default::default()
+        }
+        .encode_to_vec();
+        let tail = translate::route::with_virtual_hosts(String::new(), Vec::new()).encode_to_vec();
+        let mut fields: Vec<Arc<[u8]>> = vhosts
+            .iter()
+            .map(|v| match v {
+                VirtualHostPlan::Default(svc) => {
+                    cache.default_virtual_host(ctx, svc, *port, &proxy.namespace)
+                }
+                VirtualHostPlan::Routed(vh) => virtual_host_field(vh).into(),
+            })
+            .collect();
+        fields.extend(
+            plan.catch_all
+                .as_ref()
+                .map(|c| virtual_host_field(c).into()),
+        );
+        let size = head.len() + fields.iter().map(|f| f.len()).sum::<usize>() + tail.len();
+        let mut bytes = Vec::with_capacity(size);
+        bytes.extend(head);
+        for f in &fields {
+            bytes.extend_from_slice(f);
+        }
+        bytes.extend(tail);
+        view.insert(
+            TypeKind::Route,
+            from_bytes::<RouteConfiguration>(&name, bytes),
+        );
+    }
+    view
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::config::parse::parse_file;
+    use crate::model::Store;
+    use crate::model::testmesh::Shape;
+    use crate::xds::resource::PUSH_ORDER;
+
+    fn apply(store: &mut Store, yaml: &str) {
+        let parsed = parse_file("change.yaml", yaml);
+        assert!(parsed.errors().next().is_none(), "{:?}", parsed.issues);
+        for o in parsed.objects {
+            store.apply(o);
+        }
+    }
+
+    fn proxy(kind: &str, ns: &str, labels: serde_json::Value, secure: bool) -> Proxy {
+        let meta = json!({"NAMESPACE": ns, "LABELS": labels});
+        let mut p = Proxy::from_node(
+            &format!("{kind}~10.9.0.1~p-0.{ns}~{ns}.svc.cluster.local"),
+            meta.as_object().unwrap(),
+        )
+        .unwrap();
+        if secure {
+            p.identity = Some(format!("spiffe://cluster.local/ns/{ns}/sa/default"));
+        }
+        p
+    }
+
+    fn proxies() -> Vec<Proxy> {
+        vec![
+            proxy("sidecar", "ns-0", json!({"app": "a"}), false),
+            proxy("sidecar", "ns-1", json!({"app": "b"}), false),
+            proxy("sidecar", "ns-1", json!({"app": "c"}), true),
+            proxy(
+                "router",
+                "istio-system",
+                json!({"istio": "ingressgateway"}),
+                true,
+            ),
+        ]
+    }
+
+    /// The cached view of every proxy holds exactly the resources, names and bytes, of
+    /// the view translated from scratch.
+    fn assert_views_agree(ctx: &PushContext, cache: &ResourceCache) {
+        for p in proxies() {
+            let cached = view(ctx, &p, cache);
+            let fresh = View::new(translate::proxy_config(ctx, &p));
+            for kind in PUSH_ORDER {
+                let names = |v: &View| v.all(kind).keys().cloned().collect::<Vec<_>>();
+                assert_eq!(names(&cached), names(&fresh), "{kind:?} of {}", p.id);
+                for (name, r) in fresh.all(kind) {
+                    assert_eq!(
+                        cached.all(kind)[name].body,
+                        r.body,
+                        "{kind:?} {name} of {}",
+                        p.id
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn cached_views_are_the_translated_views_byte_for_byte_and_are_shared() {
+        let store = Shape::new(40, 4, 2).store();
+        let ctx = PushContext::build(&store, "v/1".into());
+        let cache = ResourceCache::default();
+        assert_views_agree(&ctx, &cache);
+        let (hits, misses) = cache.reads();
+        assert!(misses >= 40, "every service was encoded: {misses}");
+        assert!(hits > 0, "proxies of one kind share a service's clusters");
+        // A second round (a later push of the same mesh) translates nothing.
+        let again = PushContext::build(&store, "v/2".into());
+        assert_views_agree(&again, &cache);
+        assert_eq!(cache.reads().1, misses, "no miss on an unchanged mesh");
+        assert!(cache.reads().0 > hits);
+        assert_eq!(cache.len(), 40);
+    }
+
+    #[test]
+    fn a_change_re_encodes_only_what_it_touches_and_never_serves_a_stale_entry() {
+        let shape = Shape::new(40, 4, 2);
+        let mut store = shape.store();
+        let cache = ResourceCache::default();
+        assert_views_agree(&PushContext::build(&store, "v/1".into()), &cache);
+
+        // An endpoint-only change to svc-3 (in ns-3, no proxy's namespace): its clusters
+        // for each (kind, secure) pair in use and its one default virtual host.
+        apply(&mut store, &shape.service_yaml(3, Some("10.200.0.1")));
+        let misses = cache.reads().1;
+        assert_views_agree(&PushContext::build(&store, "v/2".into()), &cache);
+        assert_eq!(
+            cache.reads().1 - misses,
+            4,
+            "plaintext sidecar, secure sidecar and secure gateway clusters, one virtual host"
+        );
+
+        // A DestinationRule change (svc-10's subsets), a new DestinationRule (svc-7) and a
+        // new trust domain: each entry they touch is rebuilt (the byte comparison proves
+        // no stale one is served).
+        apply(
+            &mut store,
+            "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: svc-10, namespace: ns-2}\nspec:\n  host: svc-10\n  subsets: [{name: v1, labels: {version: v3}}, {name: v2, labels: {version: v2}}]\n---\napiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: svc-7, namespace: ns-3}\nspec:\n  host: svc-7\n  trafficPolicy: {tls: {mode: DISABLE}}\n",
+        );
+        assert_views_agree(&PushContext::build(&store, "v/3".into()), &cache);
+        apply(
+            &mut store,
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: istio, namespace: istio-system}\ndata:\n  mesh: |\n    trustDomain: example.org\n",
+        );
+        assert_views_agree(&PushContext::build(&store, "v/4".into()), &cache);
+
+        // A deleted service leaves the cache with the next push.
+        let ctx = {
+            let mut smaller = Store::default();
+            for o in store.iter().filter(|o| !o.key.name.starts_with("svc-39")) {
+                smaller.apply((**o).clone());
+            }
+            PushContext::build(&smaller, "v/5".into())
+        };
+        cache.retain_services_of(&ctx);
+        assert_eq!(cache.len(), 39);
+        assert_views_agree(&ctx, &cache);
+    }
+}
