@@ -61,6 +61,10 @@ bench-wire proxies="200":
     just loadgen --services 400 --namespaces 20 --proxies {{proxies}} --change endpoint --services-per-change 3 --changes 3 --json target/loadgen/wire-delta.json
     just loadgen --services 400 --namespaces 20 --proxies {{proxies}} --change endpoint --services-per-change 3 --changes 3 --sotw --json target/loadgen/wire-sotw.json
 
+# Change storm: 1,000 config writes per second for 60 s against a 1,000-proxy fleet.
+bench-storm proxies="1000" rate="1000" duration="60s":
+    just loadgen --services 1000 --namespaces 50 --proxies {{proxies}} --change none --storm-rate {{rate}} --storm-duration {{duration}} --json target/loadgen/storm.json
+
 # Connect storm: new proxies per second, each receiving its full initial config.
 bench-connect proxies="5000" rate="2000":
     just loadgen --services 1000 --namespaces 50 --proxies {{proxies}} --connect-rate {{rate}} --change none --json target/loadgen/connect.json

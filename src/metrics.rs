@@ -46,6 +46,7 @@ pub struct Metrics {
     pub destroy_time: Histogram,
     pub endpoint_no_pod: Gauge,
     pub xds_cache_reads: Family<Labels, Counter>,
+    pub xds_push_diffs: Family<Labels, Counter>,
 }
 
 impl Default for Metrics {
@@ -70,6 +71,7 @@ impl Metrics {
             push_context_recompute: Counter::default(),
             push_triggers: Family::default(),
             xds_cache_reads: Family::default(),
+            xds_push_diffs: Family::default(),
             services: Gauge::default(),
             virt_services: Gauge::default(),
             config_errors: Family::default(),
@@ -135,6 +137,11 @@ impl Metrics {
             "pilot_xds_cache_reads",
             "Total xds cache reads, by hit or miss",
             m.xds_cache_reads.clone(),
+        );
+        registry.register(
+            "meshd_xds_push_diffs",
+            "Delta pushes by how the proxy's changes were found: the difference between two views shared by every proxy making the same step, or a comparison of every subscribed name",
+            m.xds_push_diffs.clone(),
         );
         registry.register(
             "pilot_services",
@@ -206,6 +213,11 @@ impl Metrics {
         }
         for t in ["hit", "miss"] {
             let _ = m.xds_cache_reads.get_or_create(&type_label(t));
+        }
+        for method in ["view", "full"] {
+            let _ = m
+                .xds_push_diffs
+                .get_or_create(&vec![("method", method.to_string())]);
         }
         Metrics { registry, ..m }
     }

@@ -87,6 +87,16 @@ pub struct LoadgenArgs {
     /// Services each change touches (written together, inside one debounce window).
     #[arg(long, default_value_t = 1)]
     pub services_per_change: usize,
+    /// After the changes, a change storm: this many config writes per second (0: none),
+    /// each adding a new endpoint address to one of --storm-services services.
+    #[arg(long, default_value_t = 0.0)]
+    pub storm_rate: f64,
+    /// Services the storm's writes cycle over.
+    #[arg(long, default_value_t = 3)]
+    pub storm_services: usize,
+    /// How long the change storm lasts.
+    #[arg(long, default_value = "60s", value_parser = crate::duration::parse)]
+    pub storm_duration: Duration,
     /// How long the whole fleet may take to hold its initial configuration.
     #[arg(long, default_value = "300s", value_parser = crate::duration::parse)]
     pub init_timeout: Duration,
@@ -147,6 +157,9 @@ struct ChangeReport {
 struct MeshdFigures {
     rss_bytes: f64,
     cpu_seconds: f64,
+    /// Delta pushes found by view difference and by comparing every name.
+    view_diffs: f64,
+    full_diffs: f64,
 }
 
 fn metric(text: &str, name: &str) -> f64 {
@@ -160,6 +173,8 @@ fn meshd_figures(monitoring: &str) -> MeshdFigures {
         Ok(text) => MeshdFigures {
             rss_bytes: metric(&text, "process_resident_memory_bytes"),
             cpu_seconds: metric(&text, "process_cpu_seconds_total"),
+            view_diffs: metric(&text, "meshd_xds_push_diffs{method=\"view\"}"),
+            full_diffs: metric(&text, "meshd_xds_push_diffs{method=\"full\"}"),
         },
         Err(_) => MeshdFigures::default(),
     }
@@ -246,6 +261,146 @@ fn progress(line: &str) {
         let _ = write!(err, "\r\x1b[2K{line}");
         let _ = err.flush();
     }
+}
+
+/// Connections whose last response of some type is not ACKed, from `/debug/syncz`.
+fn out_of_sync(monitoring: &str) -> Result<usize, String> {
+    let text = crate::cli::http_get(monitoring, "/debug/syncz")?;
+    let all: Vec<Json> = serde_json::from_str(&text).map_err(|e| e.to_string())?;
+    Ok(all
+        .iter()
+        .filter(|c| {
+            c["types"]
+                .as_object()
+                .is_some_and(|types| types.values().any(|t| t["nonce_sent"] != t["nonce_acked"]))
+        })
+        .count())
+}
+
+/// The change storm: `--storm-rate` writes per second for `--storm-duration`, cycling
+/// over `--storm-services` services, each write a new endpoint address. The last
+/// write's address is the marker every affected proxy must end up holding; then meshd's
+/// own `/debug/syncz` must show every connection ACKed.
+async fn storm(
+    args: &LoadgenArgs,
+    shape: &Shape,
+    fleet: &[Simulated],
+    marker_tx: &watch::Sender<Option<Marker>>,
+    id: u64,
+) -> Result<Json, String> {
+    let targets: Vec<usize> = (0..args.storm_services.max(1))
+        .map(|k| (k * 104_729 + 13) % shape.services)
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let writes = ((args.storm_rate * args.storm_duration.as_secs_f64()) as usize).max(1);
+    // The marker is in the last-written service: proxies that can see it must hold it.
+    let last_namespace = shape.namespace_of(targets[(writes - 1) % targets.len()]);
+    if writes > 62_500 {
+        return Err("a storm has at most 62,500 writes (one address each)".into());
+    }
+    let recomputes = |m: &str| {
+        crate::cli::http_get(m, "/metrics")
+            .map(|t| metric(&t, "pilot_push_context_recompute_count"))
+            .unwrap_or(0.0)
+    };
+    let pushes_before = recomputes(&args.monitoring);
+    let interval = Duration::from_secs_f64(1.0 / args.storm_rate);
+    let started = tokio::time::Instant::now();
+    let mut rss_peak: f64 = 0.0;
+    let mut sampled = Instant::now();
+    let mut last_write = Instant::now();
+    for n in 0..writes {
+        let service = targets[n % targets.len()];
+        let address = format!("10.253.{}.{}", n / 250 % 250, n % 250 + 1);
+        if n + 1 == writes {
+            // Published before the write, so no proxy can hold it before it is looked for.
+            let _ = marker_tx.send(Some(Marker {
+                id,
+                text: address.as_bytes().into(),
+                at: Instant::now(),
+            }));
+        }
+        write_file(
+            args,
+            &format!("svc-{service}.yaml"),
+            &shape.service_yaml(service, Some(&address)),
+        )?;
+        last_write = Instant::now();
+        if sampled.elapsed() > Duration::from_millis(250) {
+            sampled = Instant::now();
+            let m = args.monitoring.clone();
+            let f = tokio::task::spawn_blocking(move || meshd_figures(&m))
+                .await
+                .unwrap_or_default();
+            rss_peak = rss_peak.max(f.rss_bytes);
+            progress(&format!("storm: {n}/{writes} writes"));
+        }
+        tokio::time::sleep_until(started + interval * (n as u32 + 1)).await;
+    }
+    let storm_seconds = started.elapsed().as_secs_f64();
+    let affected: Vec<bool> = fleet
+        .iter()
+        .map(|p| match &p.namespace {
+            None => false,
+            Some(ns) => !shape.sidecar_scoped || *ns == last_namespace,
+        })
+        .collect();
+    let want = affected.iter().filter(|a| **a).count();
+    let deadline = Instant::now() + args.change_timeout;
+    let converged = loop {
+        let done = fleet
+            .iter()
+            .zip(&affected)
+            .filter(|(p, a)| **a && p.stats.converged_marker.load(Ordering::Relaxed) == id)
+            .count();
+        progress(&format!(
+            "storm over: {done}/{want} proxies hold the final config"
+        ));
+        if done == want || Instant::now() > deadline {
+            break done;
+        }
+        let m = args.monitoring.clone();
+        let f = tokio::task::spawn_blocking(move || meshd_figures(&m))
+            .await
+            .unwrap_or_default();
+        rss_peak = rss_peak.max(f.rss_bytes);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let after_last_write_ms = last_write.elapsed().as_secs_f64() * 1000.0;
+    tokio::time::sleep(args.settle).await;
+    let ms: Vec<f64> = fleet
+        .iter()
+        .zip(&affected)
+        .filter(|(p, a)| **a && p.stats.converged_marker.load(Ordering::Relaxed) == id)
+        .map(|(p, _)| p.stats.converged_after_us.load(Ordering::Relaxed) as f64 / 1000.0)
+        .collect();
+    // Every ACK in (the proxies told to NACK never ACK their routes), or the timeout.
+    let deadline = Instant::now() + args.change_timeout;
+    let unsynced = loop {
+        let monitoring = args.monitoring.clone();
+        let n = tokio::task::spawn_blocking(move || out_of_sync(&monitoring))
+            .await
+            .map_err(|e| e.to_string())??;
+        if n <= args.nack_proxies || Instant::now() > deadline {
+            break n;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    Ok(serde_json::json!({
+        "writes": writes,
+        "seconds": storm_seconds,
+        "writes_per_second": writes as f64 / storm_seconds,
+        "services": targets.len(),
+        "pushes": recomputes(&args.monitoring) - pushes_before,
+        "pushes_per_second": (recomputes(&args.monitoring) - pushes_before) / storm_seconds,
+        "rss_peak_bytes": rss_peak,
+        "affected": want,
+        "holding_final_config": converged,
+        "final_config_after_last_write_ms": Percentiles::of(ms),
+        "all_converged_after_last_write_ms": after_last_write_ms,
+        "connections_not_acked": unsynced,
+    }))
 }
 
 pub fn run(mut args: LoadgenArgs) -> Result<Json, String> {
@@ -508,6 +663,11 @@ async fn simulate(args: LoadgenArgs, shape: Shape) -> Result<Json, String> {
             unaffected_pushed,
         });
     }
+    let storm = if args.storm_rate > 0.0 {
+        Some(storm(&args, &shape, &fleet, &marker_tx, args.changes as u64 + 1).await?)
+    } else {
+        None
+    };
     progress("");
     sampler.abort();
     let end = meshd_figures(&args.monitoring);
@@ -544,6 +704,8 @@ async fn simulate(args: LoadgenArgs, shape: Shape) -> Result<Json, String> {
             "rss_per_proxy_bytes": (connected.rss_bytes - base.rss_bytes) / total.max(1) as f64,
             "rss_peak_bytes": peak_rss,
             "cpu_seconds": end.cpu_seconds - base.cpu_seconds,
+            "push_diffs_by_view": end.view_diffs - connected.view_diffs,
+            "push_diffs_in_full": end.full_diffs - connected.full_diffs,
         }),
     );
     summary.insert(
@@ -554,6 +716,9 @@ async fn simulate(args: LoadgenArgs, shape: Shape) -> Result<Json, String> {
         "changes".into(),
         serde_json::to_value(&reports).unwrap_or_default(),
     );
+    if let Some(storm) = storm {
+        summary.insert("storm".into(), storm);
+    }
     let summary = Json::Object(summary);
     if let Some(path) = &args.json {
         std::fs::write(path, format!("{summary:#}\n")).map_err(|e| e.to_string())?;

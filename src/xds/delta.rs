@@ -66,7 +66,12 @@ async fn handle(conn: &mut Connection, req: DeltaDiscoveryRequest, tx: &Tx) -> R
         None => name.into(),
     };
     let w = &mut conn.watches[idx];
-    w.basis = None; // the subscription may change below; the next push compares in full
+    if first
+        || !req.resource_names_subscribe.is_empty()
+        || !req.resource_names_unsubscribe.is_empty()
+    {
+        w.basis = None; // the subscription changes: the next push compares in full
+    }
     if first {
         w.subscribed = true;
         w.sent = req
@@ -102,6 +107,8 @@ async fn handle(conn: &mut Connection, req: DeltaDiscoveryRequest, tx: &Tx) -> R
     if let Some(view) = view {
         let (changed, removed) = conn.diff(&view, kind);
         respond(conn, kind, changed, removed, None, first, tx).await?;
+        // A proxy that now holds exactly this view gets the next push as a view difference.
+        conn.settle_basis(&view, kind, false);
     }
     Ok(())
 }
@@ -151,6 +158,16 @@ async fn push_to(conn: &mut Connection, tx: &Tx) -> Result<(), Closed> {
             }
             None => conn.diff(&view, kind),
         };
+        let method = if from_basis[kind as usize] {
+            "view"
+        } else {
+            "full"
+        };
+        shared
+            .metrics
+            .xds_push_diffs
+            .get_or_create(&vec![("method", method.to_string())])
+            .inc();
         if kind == TypeKind::Cluster {
             removed_clusters = std::mem::take(&mut removed);
         }

@@ -63,6 +63,10 @@ fn a_scoped_delta_fleet_converges_and_other_namespaces_receive_nothing() {
             "2",
             "--nack-proxies",
             "2",
+            "--storm-rate",
+            "50",
+            "--storm-duration",
+            "2s",
         ],
     );
     assert_converged(&s, 2);
@@ -70,6 +74,22 @@ fn a_scoped_delta_fleet_converges_and_other_namespaces_receive_nothing() {
     for r in s["changes"].as_array().unwrap() {
         assert_eq!(r["affected"], 10, "{r:#}");
     }
+    // The storm: three services of three namespaces rewritten 100 times. Every proxy of
+    // the last-written service's namespace holds its final endpoints, and every connection
+    // but the two that NACK routes has ACKed everything.
+    let storm = &s["storm"];
+    assert_eq!(storm["writes"], 100, "{storm:#}");
+    assert_eq!(storm["affected"], 10, "{storm:#}");
+    assert_eq!(storm["holding_final_config"], 10, "{storm:#}");
+    assert_eq!(storm["connections_not_acked"], 2, "{storm:#}");
+    assert!(storm["pushes"].as_f64().unwrap() < 50.0, "{storm:#}");
+    // After its first push a proxy holds exactly its view, and later pushes reach it as
+    // the difference between two shared views.
+    assert!(
+        s["meshd"]["push_diffs_by_view"].as_f64().unwrap() > 0.0,
+        "{:#}",
+        s["meshd"]
+    );
 }
 
 #[test]
@@ -88,9 +108,21 @@ fn a_sotw_fleet_with_gateways_converges_on_virtual_service_changes() {
             "vs",
             "--changes",
             "2",
+            "--storm-rate",
+            "50",
+            "--storm-duration",
+            "2s",
         ],
     );
     assert_converged(&s, 2);
     assert_eq!(s["changes"][0]["affected"], 20, "every sidecar, no gateway");
     assert_eq!(s["connect"]["initial_config_ms"]["count"], 22);
+    // A storm of 100 writes to three services: debounced into far fewer pushes, and every
+    // proxy ends on the final config, every response ACKed.
+    let storm = &s["storm"];
+    assert_eq!(storm["writes"], 100, "{storm:#}");
+    assert_eq!(storm["holding_final_config"], 20, "{storm:#}");
+    assert_eq!(storm["connections_not_acked"], 0, "{storm:#}");
+    let pushes = storm["pushes"].as_f64().unwrap();
+    assert!((1.0..50.0).contains(&pushes), "{storm:#}");
 }
