@@ -588,6 +588,18 @@ fn an_api_server_outage_leaves_proxies_on_their_last_config() {
 #[test]
 fn a_nack_is_reported_on_the_object_that_produced_the_rejected_route() {
     let m = kube_mesh("k8s-nack");
+    // The gateway has ACKed everything it was sent, so the only change it has not
+    // accepted yet is the one below (a NACK blames what changed since the last ACK).
+    wait_until(
+        "the gateway to ACK every response",
+        Duration::from_secs(10),
+        || {
+            let s = m.meshd.syncz(&m.envoy.id);
+            s["types"].as_object().is_some_and(|types| {
+                !types.is_empty() && types.values().all(|t| t["nonce_sent"] == t["nonce_acked"])
+            })
+        },
+    );
     // Valid RE2 (meshd accepts it) whose program exceeds Envoy's default size limit.
     let greek = "alpha|beta|gamma|delta|epsilon|zeta|eta|theta|iota|kappa|lambda|mu|nu|xi|omicron|pi|rho|sigma|tau";
     m.api.apply_yaml(&format!(
