@@ -146,7 +146,10 @@ async fn deliver<F: Framing>(
     push: Arc<Push>,
     tx: &Tx<F::Response>,
 ) -> Result<(), Closed> {
-    if !push.affects(&conn.proxy) {
+    // The push channel keeps only the newest push: a connection that was busy may have
+    // missed some, whose changes `push.changed` does not list. Then only a diff can tell.
+    let skipped = push.number > conn.push.number + 1;
+    if !skipped && !push.affects(&conn.proxy) {
         conn.push = push; // nothing it depends on changed: no queue, no diff, no send
         conn.note_sync();
         return Ok(());
