@@ -277,6 +277,53 @@ fn out_of_sync(monitoring: &str) -> Result<usize, String> {
         .count())
 }
 
+/// The affected proxies that hold marker `id`.
+fn holding<'a>(
+    fleet: &'a [Simulated],
+    affected: &'a [bool],
+    id: u64,
+) -> impl Iterator<Item = &'a Simulated> + 'a {
+    fleet
+        .iter()
+        .zip(affected)
+        .filter(move |(p, a)| **a && p.stats.converged_marker.load(Ordering::Relaxed) == id)
+        .map(|(p, _)| p)
+}
+
+/// Waits until every affected proxy holds marker `id`, or `timeout`. Returns how many
+/// hold it and, when `sample_rss_from` names meshd's monitoring address, the peak RSS
+/// sampled while waiting.
+async fn await_marker(
+    fleet: &[Simulated],
+    affected: &[bool],
+    id: u64,
+    timeout: Duration,
+    what: &str,
+    sample_rss_from: Option<&str>,
+) -> (usize, f64) {
+    let want = affected.iter().filter(|a| **a).count();
+    let deadline = Instant::now() + timeout;
+    let mut rss_peak: f64 = 0.0;
+    loop {
+        let done = holding(fleet, affected, id).count();
+        progress(&format!("{what}: {done}/{want} affected proxies converged"));
+        if done == want || Instant::now() > deadline {
+            return (done, rss_peak);
+        }
+        match sample_rss_from {
+            Some(monitoring) => {
+                let m = monitoring.to_string();
+                let f = tokio::task::spawn_blocking(move || meshd_figures(&m))
+                    .await
+                    .unwrap_or_default();
+                rss_peak = rss_peak.max(f.rss_bytes);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            None => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    }
+}
+
 /// The change storm: `--storm-rate` writes per second for `--storm-duration`, cycling
 /// over `--storm-services` services, each write a new endpoint address. The last
 /// write's address is the marker every affected proxy must end up holding; then meshd's
@@ -347,33 +394,20 @@ async fn storm(
         })
         .collect();
     let want = affected.iter().filter(|a| **a).count();
-    let deadline = Instant::now() + args.change_timeout;
-    let converged = loop {
-        let done = fleet
-            .iter()
-            .zip(&affected)
-            .filter(|(p, a)| **a && p.stats.converged_marker.load(Ordering::Relaxed) == id)
-            .count();
-        progress(&format!(
-            "storm over: {done}/{want} proxies hold the final config"
-        ));
-        if done == want || Instant::now() > deadline {
-            break done;
-        }
-        let m = args.monitoring.clone();
-        let f = tokio::task::spawn_blocking(move || meshd_figures(&m))
-            .await
-            .unwrap_or_default();
-        rss_peak = rss_peak.max(f.rss_bytes);
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let (converged, peak) = await_marker(
+        fleet,
+        &affected,
+        id,
+        args.change_timeout,
+        "storm over",
+        Some(&args.monitoring),
+    )
+    .await;
+    rss_peak = rss_peak.max(peak);
     let after_last_write_ms = last_write.elapsed().as_secs_f64() * 1000.0;
     tokio::time::sleep(args.settle).await;
-    let ms: Vec<f64> = fleet
-        .iter()
-        .zip(&affected)
-        .filter(|(p, a)| **a && p.stats.converged_marker.load(Ordering::Relaxed) == id)
-        .map(|(p, _)| p.stats.converged_after_us.load(Ordering::Relaxed) as f64 / 1000.0)
+    let ms: Vec<f64> = holding(fleet, &affected, id)
+        .map(|p| p.stats.converged_after_us.load(Ordering::Relaxed) as f64 / 1000.0)
         .collect();
     // Every ACK in (the proxies told to NACK never ACK their routes), or the timeout.
     let deadline = Instant::now() + args.change_timeout;
@@ -616,22 +650,8 @@ async fn simulate(args: LoadgenArgs, shape: Shape) -> Result<Json, String> {
             write_file(&args, name, yaml)?;
         }
         let want = affected.iter().filter(|a| **a).count();
-        let deadline = Instant::now() + args.change_timeout;
-        loop {
-            let done = fleet
-                .iter()
-                .zip(&affected)
-                .filter(|(p, a)| **a && p.stats.converged_marker.load(Ordering::Relaxed) == id)
-                .count();
-            progress(&format!(
-                "change {c}/{}: {done}/{want} affected proxies converged",
-                args.changes
-            ));
-            if done == want || Instant::now() > deadline {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let what = format!("change {c}/{}", args.changes);
+        await_marker(&fleet, &affected, id, args.change_timeout, &what, None).await;
         tokio::time::sleep(args.settle).await;
         let mut ms = Vec::new();
         let (mut bytes, mut responses, mut unaffected_pushed) = (0u64, 0u64, 0usize);

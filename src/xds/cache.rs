@@ -15,13 +15,12 @@
 
 use std::sync::{Arc, Mutex};
 
-use envoy_types::pb::envoy::config::cluster::v3::Cluster;
 use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
 use envoy_types::pb::envoy::config::route::v3::{RouteConfiguration, VirtualHost};
 use prometheus_client::metrics::counter::Counter;
 use prost::Message;
 
-use super::resource::{Resource, TypeKind, View, encode, from_bytes};
+use super::resource::{Resource, TypeKind, View, encode, encode_cluster, from_bytes};
 use crate::config::ConfigObject;
 use crate::metrics::{Metrics, type_label};
 use crate::model::{Proxy, ProxyKind, PushContext, Service};
@@ -203,10 +202,6 @@ impl ResourceCache {
     }
 }
 
-fn encode_cluster(c: &Cluster) -> Arc<Resource> {
-    from_bytes::<Cluster>(&c.name, super::canonical::encode_cluster(c))
-}
-
 fn encode_assignment(a: &ClusterLoadAssignment) -> Arc<Resource> {
     encode(&a.cluster_name, a)
 }
@@ -233,18 +228,13 @@ pub fn view(ctx: &PushContext, proxy: &Proxy, cache: &ResourceCache) -> View {
             view.insert(TypeKind::Endpoint, e.clone());
         }
     }
-    for c in &plan.clusters {
-        view.insert(TypeKind::Cluster, encode_cluster(c));
-    }
-    for l in &plan.listeners {
-        view.insert(TypeKind::Listener, encode(&l.name, l));
-    }
-    for r in &plan.routes {
-        view.insert(TypeKind::Route, encode(&r.name, r));
-    }
-    for s in &plan.secrets {
-        view.insert(TypeKind::Secret, encode(&s.name, s));
-    }
+    view.encode_all(
+        &plan.clusters,
+        &[],
+        &plan.listeners,
+        &plan.routes,
+        &plan.secrets,
+    );
     for (port, vhosts) in &plan.sidecar_routes {
         let name = port.to_string();
         let head = RouteConfiguration {

@@ -10,6 +10,10 @@ use envoy_types::pb::google::protobuf::Any;
 use prost::{Message, Name};
 
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;
+use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
+use envoy_types::pb::envoy::config::listener::v3::Listener;
+use envoy_types::pb::envoy::config::route::v3::RouteConfiguration;
+use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::Secret;
 
 use crate::translate::{self, ProxyConfig};
 
@@ -96,6 +100,11 @@ pub fn encode<T: Message + Name>(name: &str, message: &T) -> Arc<Resource> {
     from_bytes::<T>(name, message.encode_to_vec())
 }
 
+/// A cluster, in the canonical encoding (see [`super::canonical`]).
+pub(super) fn encode_cluster(c: &Cluster) -> Arc<Resource> {
+    from_bytes::<Cluster>(&c.name, super::canonical::encode_cluster(c))
+}
+
 pub(super) fn from_bytes<T: Name>(name: &str, value: Vec<u8>) -> Arc<Resource> {
     let hash = xxhash_rust::xxh3::xxh3_64(&value);
     Arc::new(Resource {
@@ -121,23 +130,40 @@ pub struct View {
 impl View {
     pub fn new(config: ProxyConfig) -> View {
         let mut view = View::default();
-        for c in &config.clusters {
-            let bytes = super::canonical::encode_cluster(c);
-            view.insert(TypeKind::Cluster, from_bytes::<Cluster>(&c.name, bytes));
-        }
-        for e in &config.endpoints {
-            view.insert(TypeKind::Endpoint, encode(&e.cluster_name, e));
-        }
-        for l in &config.listeners {
-            view.insert(TypeKind::Listener, encode(&l.name, l));
-        }
-        for r in &config.routes {
-            view.insert(TypeKind::Route, encode(&r.name, r));
-        }
-        for s in &config.secrets {
-            view.insert(TypeKind::Secret, encode(&s.name, s));
-        }
+        view.encode_all(
+            &config.clusters,
+            &config.endpoints,
+            &config.listeners,
+            &config.routes,
+            &config.secrets,
+        );
         view
+    }
+
+    /// Encodes and adds translated resources.
+    pub(super) fn encode_all(
+        &mut self,
+        clusters: &[Cluster],
+        endpoints: &[ClusterLoadAssignment],
+        listeners: &[Listener],
+        routes: &[RouteConfiguration],
+        secrets: &[Secret],
+    ) {
+        for c in clusters {
+            self.insert(TypeKind::Cluster, encode_cluster(c));
+        }
+        for e in endpoints {
+            self.insert(TypeKind::Endpoint, encode(&e.cluster_name, e));
+        }
+        for l in listeners {
+            self.insert(TypeKind::Listener, encode(&l.name, l));
+        }
+        for r in routes {
+            self.insert(TypeKind::Route, encode(&r.name, r));
+        }
+        for s in secrets {
+            self.insert(TypeKind::Secret, encode(&s.name, s));
+        }
     }
 
     pub(super) fn insert(&mut self, kind: TypeKind, resource: Arc<Resource>) {
