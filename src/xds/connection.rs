@@ -12,7 +12,7 @@ use std::time::Instant;
 use serde::Serialize;
 
 use super::XdsShared;
-use super::push::Push;
+use super::push::{ChangeSet, Push};
 use super::resource::{PUSH_ORDER, Resource, TYPES, TypeKind, View};
 use crate::config::ObjectKey;
 use crate::metrics::type_label;
@@ -40,6 +40,8 @@ pub struct Watch {
     pub always_respond: bool,
     /// The resources of the outstanding response (to name what a NACK rejected).
     pub last_response: Vec<Arc<Resource>>,
+    /// The push of the last response sent on this type.
+    pub pushed_at: Option<u64>,
     /// The objects changed by every push sent on this type since its last ACK: a NACK
     /// blames these, even when a later push has arrived before the NACK.
     pub unacked: Suspects,
@@ -53,9 +55,10 @@ pub struct Watch {
 /// Objects whose changes a proxy has been sent but not yet accepted.
 #[derive(Debug, Default)]
 pub struct Suspects {
-    /// Each response not yet ACKed, oldest first: its nonce and the objects its push
-    /// changed (`None`: a full push, where any object may be at fault).
-    pending: VecDeque<(String, Option<BTreeSet<ObjectKey>>)>,
+    /// Each response not yet ACKed, oldest first: its nonce and the change sets of the
+    /// pushes since the type's previous response (`None`: unknown, as after a full push,
+    /// where any object may be at fault).
+    pending: VecDeque<(String, Option<Vec<ChangeSet>>)>,
     /// Older responses were dropped unACKed (a proxy that never answers): unknown.
     lost: bool,
 }
@@ -64,13 +67,12 @@ pub struct Suspects {
 const MAX_PENDING: usize = 64;
 
 impl Suspects {
-    fn add(&mut self, nonce: &str, changed: Option<&BTreeSet<ObjectKey>>) {
+    fn add(&mut self, nonce: &str, changed: Option<Vec<ChangeSet>>) {
         if self.pending.len() == MAX_PENDING {
             self.pending.pop_front();
             self.lost = true;
         }
-        self.pending
-            .push_back((nonce.to_string(), changed.cloned()));
+        self.pending.push_back((nonce.to_string(), changed));
     }
 
     /// The proxy ACKed `nonce`: it accepted that response and every earlier one (an ACK
@@ -94,7 +96,7 @@ impl Suspects {
             .filter(|o| {
                 self.pending
                     .iter()
-                    .any(|(_, keys)| keys.as_ref().is_some_and(|k| k.contains(*o)))
+                    .any(|(_, sets)| sets.iter().flatten().any(|keys| keys.contains(*o)))
             })
             .cloned()
             .collect();
@@ -295,7 +297,13 @@ impl Connection {
         }
         w.nonce_sent = Some(nonce.clone());
         w.last_response = changed.to_vec();
-        w.unacked.add(&nonce, self.push.changed.as_ref());
+        // The response carries the changes of every push since the type's last response,
+        // including pushes this connection skipped.
+        w.unacked.add(
+            &nonce,
+            self.push
+                .changed_since(w.pushed_at.replace(self.push.number)),
+        );
         if w.pending_since.is_none() {
             w.pending_since = trigger;
         }
@@ -530,11 +538,67 @@ mod tests {
     }
 
     #[test]
+    fn a_connection_that_skipped_a_push_blames_the_skipped_pushs_change() {
+        use crate::model::testmesh::Shape;
+        use crate::xds::push::{Push, PushSettings};
+        let store = Shape::new(3, 1, 1).store();
+        let cache = Arc::new(crate::xds::cache::ResourceCache::default());
+        let push = |n: u64, changed: Option<ObjectKey>, previous: Option<&Push>| {
+            let ctx = crate::model::PushContext::build(&store, format!("v/{n}"));
+            let p = Push::new(
+                ctx,
+                n,
+                Instant::now(),
+                changed.map(|k| [k].into()),
+                cache.clone(),
+            );
+            Arc::new(match previous {
+                Some(prev) => p.after(prev),
+                None => p,
+            })
+        };
+        let first = push(1, None, None);
+        let (_tx, rx) = tokio::sync::watch::channel(first.clone());
+        let shared = XdsShared::new(
+            Arc::new(crate::metrics::Metrics::new()),
+            rx,
+            &PushSettings::default(),
+            "default".into(),
+        );
+        let mut conn = synced(&shared);
+        conn.record_ack(TypeKind::Endpoint, "any");
+        // Push 2 changes `big`; the connection is busy and next sees push 3 (`other`).
+        let second = push(2, Some(vs("big")), Some(&first));
+        let third = push(3, Some(vs("other")), Some(&second));
+        conn.push = third.clone();
+        conn.record_sent(TypeKind::Endpoint, &[], &[], false, None);
+        let suspects = &conn.watches[TypeKind::Endpoint as usize].unacked;
+        assert_eq!(
+            suspects.blame(vec![vs("big"), vs("front")]),
+            vec![vs("big")]
+        );
+        // A jump past what pushes remember, or from a full push, is unknown: all origins.
+        assert_eq!(third.changed_since(Some(0)), None);
+        assert_eq!(third.changed_since(None), None);
+        assert_eq!(third.changed_since(Some(3)).unwrap().len(), 1, "its own");
+        let mut newest = third;
+        for n in 4..(4 + crate::xds::push::RECENT_PUSHES as u64) {
+            newest = push(n, Some(vs("other")), Some(&newest));
+        }
+        assert_eq!(newest.changed_since(Some(1)), None, "forgotten");
+        assert!(newest.changed_since(Some(2)).is_some());
+    }
+
+    fn changes(key: ObjectKey) -> Option<Vec<ChangeSet>> {
+        Some(vec![Arc::new(BTreeSet::from([key]))])
+    }
+
+    #[test]
     fn a_nack_blames_what_changed_since_the_last_ack_even_after_a_later_push() {
         let mut s = Suspects::default();
-        s.add("1", Some(&BTreeSet::from([vs("big")])));
+        s.add("1", changes(vs("big")));
         // A later, unrelated push reaches the connection before the NACK does.
-        s.add("2", Some(&BTreeSet::from([vs("elsewhere")])));
+        s.add("2", changes(vs("elsewhere")));
         assert_eq!(s.blame(vec![vs("big"), vs("front")]), vec![vs("big")]);
         // Nothing known changed among the origins: all of them are named.
         assert_eq!(
@@ -554,15 +618,15 @@ mod tests {
         // The first (full) push and a change to `front`, then `big` is sent before the
         // proxy's ACK of the `front` response arrives.
         s.add("1", None);
-        s.add("2", Some(&BTreeSet::from([vs("front")])));
-        s.add("3", Some(&BTreeSet::from([vs("big")])));
+        s.add("2", changes(vs("front")));
+        s.add("3", changes(vs("big")));
         s.accepted("2");
         assert_eq!(s.blame(vec![vs("big"), vs("front")]), vec![vs("big")]);
         s.accepted("unknown");
         assert_eq!(s.blame(vec![vs("big"), vs("front")]), vec![vs("big")]);
         // A proxy that never answers: past the bound, the blame is unknown again.
         for n in 4..(4 + MAX_PENDING) {
-            s.add(&n.to_string(), Some(&BTreeSet::from([vs("big")])));
+            s.add(&n.to_string(), changes(vs("big")));
         }
         assert_eq!(
             s.blame(vec![vs("big"), vs("front")]),

@@ -3,7 +3,7 @@
 //! through a `watch` channel, so a slow proxy only ever sees the newest push. Encoded views
 //! are cached per push and shared by all proxies with the same view key.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
@@ -85,6 +85,12 @@ impl PushSettings {
 /// entry: they came with the first push).
 pub type ChangeLog = Arc<Mutex<HashMap<ObjectKey, u64>>>;
 
+/// The objects one push carries changes for, shared with the pushes after it.
+pub type ChangeSet = Arc<BTreeSet<ObjectKey>>;
+
+/// How many earlier pushes' change sets a push remembers.
+pub const RECENT_PUSHES: usize = 32;
+
 /// A config change entering the pipeline.
 #[derive(Clone, Debug)]
 pub struct ConfigEvent {
@@ -114,7 +120,10 @@ pub struct Push {
     /// When the push was handed to the connections (for queue time).
     pub published_at: Instant,
     /// The objects this push carries changes for; `None` for a full push.
-    pub changed: Option<BTreeSet<ObjectKey>>,
+    pub changed: Option<ChangeSet>,
+    /// The change sets of the pushes before this one, oldest first, up to
+    /// [`RECENT_PUSHES`]: what a connection that skipped pushes has missed.
+    earlier: VecDeque<(u64, Option<ChangeSet>)>,
     views: Mutex<HashMap<ViewKey, Arc<OnceLock<Arc<View>>>>>,
     /// Differences from earlier views to this push's, by (from, to, type), computed once
     /// for all the proxies that make the same step. The views are held so that their
@@ -138,11 +147,40 @@ impl Push {
             number,
             triggered_at,
             published_at: Instant::now(),
-            changed,
+            changed: changed.map(Arc::new),
+            earlier: VecDeque::new(),
             views: Mutex::default(),
             diffs: Mutex::default(),
             cache,
         }
+    }
+
+    /// This push, remembering the change sets of `previous` and the pushes before it.
+    pub fn after(mut self, previous: &Push) -> Push {
+        self.earlier = previous.earlier.clone();
+        self.earlier
+            .push_back((previous.number, previous.changed.clone()));
+        while self.earlier.len() > RECENT_PUSHES {
+            self.earlier.pop_front();
+        }
+        self
+    }
+
+    /// The change sets of the pushes after push `from` up to this one (this push's own
+    /// when `from` is this push); `None` when any of them was a full push or is no longer
+    /// remembered, or `from` is unknown.
+    pub fn changed_since(&self, from: Option<u64>) -> Option<Vec<ChangeSet>> {
+        let from = from?.min(self.number.saturating_sub(1));
+        let own = (self.number, self.changed.clone());
+        let remembered = self.earlier.iter().chain([&own]);
+        let oldest = self.earlier.front().map_or(self.number, |(n, _)| *n);
+        if oldest > from + 1 {
+            return None;
+        }
+        remembered
+            .filter(|(n, _)| *n > from)
+            .map(|(_, set)| set.clone())
+            .collect()
     }
 
     /// Whether this push can change anything for `proxy` (the change index; the per-proxy
@@ -150,7 +188,7 @@ impl Push {
     pub fn affects(&self, proxy: &Proxy) -> bool {
         match &self.changed {
             None => true,
-            Some(keys) => self.context.affects(proxy, keys),
+            Some(keys) => self.context.affects(proxy, keys.iter()),
         }
     }
 
@@ -343,7 +381,7 @@ pub async fn debounce_loop(
                 log.insert(key.clone(), number);
             }
         }
-        let cache = pushes.borrow().cache.clone();
+        let previous = pushes.borrow().clone();
         let push = tokio::task::spawn_blocking(move || {
             build_push(
                 &build_store,
@@ -351,8 +389,9 @@ pub async fn debounce_loop(
                 started,
                 Some(changed),
                 &build_metrics,
-                cache,
+                previous.cache.clone(),
             )
+            .after(&previous)
         })
         .await
         .expect("BUG: push context build panicked");
