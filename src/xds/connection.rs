@@ -345,6 +345,18 @@ impl Connection {
 
     /// Records that the proxy holds its current push in full, if every response sent to
     /// it has been ACKed.
+    /// The connection has been brought to `self.push`: every type it was sent before now
+    /// reflects that push, so the changes up to it are no news to the next response
+    /// (a change that altered nothing of a type is no suspect when the type is rejected).
+    pub fn caught_up(&mut self) {
+        let number = self.push.number;
+        for w in &mut self.watches {
+            if w.pushed_at.is_some() {
+                w.pushed_at = Some(number);
+            }
+        }
+    }
+
     pub fn note_sync(&self) {
         let all_acked = self.watches.iter().all(|w| w.nonce_sent == w.nonce_acked);
         if all_acked {
@@ -571,6 +583,19 @@ mod tests {
         let second = push(2, Some(vs("big")), Some(&first));
         let third = push(3, Some(vs("other")), Some(&second));
         conn.push = third.clone();
+        conn.record_sent(TypeKind::Endpoint, &[], &[], false, None);
+        let suspects = &conn.watches[TypeKind::Endpoint as usize].unacked;
+        assert_eq!(
+            suspects.blame(vec![vs("big"), vs("front")]),
+            vec![vs("big")]
+        );
+        // A push whose change (`front`) altered nothing the proxy holds, then `big`: the
+        // rejected response carries `big` only.
+        conn.record_ack(TypeKind::Endpoint, "any");
+        let fourth = push(4, Some(vs("front")), Some(&third));
+        conn.push = fourth.clone();
+        conn.caught_up();
+        conn.push = push(5, Some(vs("big")), Some(&fourth));
         conn.record_sent(TypeKind::Endpoint, &[], &[], false, None);
         let suspects = &conn.watches[TypeKind::Endpoint as usize].unacked;
         assert_eq!(

@@ -151,6 +151,7 @@ async fn deliver<F: Framing>(
     let skipped = push.number > conn.push.number + 1;
     if !skipped && !push.affects(&conn.proxy) {
         conn.push = push; // nothing it depends on changed: no queue, no diff, no send
+        conn.caught_up();
         conn.note_sync();
         return Ok(());
     }
@@ -162,6 +163,7 @@ async fn deliver<F: Framing>(
         .observe(push.published_at.elapsed().as_secs_f64());
     conn.push = push;
     F::push(conn, tx).await?;
+    conn.caught_up();
     conn.note_sync(); // in sync already if nothing needed sending
     Ok(())
 }
