@@ -20,6 +20,29 @@ fn push_context_build(c: &mut Criterion) {
         });
     }
     group.finish();
+    // Target 1b: the next push's context after one service's endpoints changed, updated
+    // from the previous context (what the push pipeline does) instead of built in full.
+    let mut group = c.benchmark_group("push_context_update");
+    group.sample_size(50);
+    for services in [1_000, 10_000] {
+        let store = testmesh::generate(services, 50, 3);
+        let before = PushContext::build(&store, "bench/1".into());
+        let shape = testmesh::Shape::new(services, 50, 3);
+        let mut changed_store = store.clone();
+        let mut changed = std::collections::BTreeSet::new();
+        for o in parse_file("change.yaml", &shape.service_yaml(1, Some("10.200.0.1"))).objects {
+            // Only what differs, as the sources report it.
+            let key = o.key.clone();
+            if changed_store.apply(o) {
+                changed.insert(key);
+            }
+        }
+        assert_eq!(changed.len(), 1, "one EndpointSlice");
+        group.bench_function(BenchmarkId::new("one_endpoint_change", services), |b| {
+            b.iter(|| before.update(&changed_store, &changed, "bench/2".into()))
+        });
+    }
+    group.finish();
 }
 
 fn sidecar_generation(c: &mut Criterion) {

@@ -122,7 +122,7 @@ async fn configz(State(s): State<DebugState>) -> impl IntoResponse {
     Json(json!({
         "objects": objects,
         "errors": issues,
-        "crossObjectWarnings": push.context.issues,
+        "crossObjectWarnings": &*push.context.issues,
     }))
 }
 

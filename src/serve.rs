@@ -94,6 +94,7 @@ pub async fn run(opts: ServeOptions) -> anyhow::Result<()> {
     let cache = Arc::new(ResourceCache::new(&metrics));
     let (push_tx, push_rx) = watch::channel(Arc::new(build_push(
         &store,
+        None,
         0,
         Instant::now(),
         None,
@@ -196,6 +197,7 @@ pub async fn run(opts: ServeOptions) -> anyhow::Result<()> {
 
     push_tx.send_replace(Arc::new(build_push(
         &store,
+        None,
         1,
         Instant::now(),
         None,

@@ -177,6 +177,16 @@ pub struct ObjectKey {
     pub name: String,
 }
 
+impl ObjectKey {
+    pub fn new(kind: Kind, namespace: &str, name: &str) -> ObjectKey {
+        ObjectKey {
+            kind,
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        }
+    }
+}
+
 impl fmt::Display for ObjectKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.namespace.is_empty() {

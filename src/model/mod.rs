@@ -22,9 +22,11 @@ pub use service::{Endpoint, Locality, Protocol, Service, ServicePort};
 pub const DOMAIN_SUFFIX: &str = "cluster.local";
 
 /// All accepted configuration, keyed by kind, namespace and name.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Store {
-    objects: BTreeMap<ObjectKey, Arc<ConfigObject>>,
+    /// A persistent map: a snapshot (`clone`) shares every node with the live store, so a
+    /// push takes one in constant time however large the mesh.
+    objects: imbl::OrdMap<ObjectKey, Arc<ConfigObject>>,
 }
 
 impl Store {
@@ -58,6 +60,20 @@ impl Store {
         self.objects
             .range(start..)
             .take_while(move |(k, _)| k.kind == kind)
+            .map(|(_, v)| v)
+    }
+
+    /// The objects of one kind in one namespace.
+    pub fn in_namespace(
+        &self,
+        kind: Kind,
+        namespace: &str,
+    ) -> impl Iterator<Item = &Arc<ConfigObject>> + use<'_> {
+        let start = ObjectKey::new(kind, namespace, "");
+        let namespace = start.namespace.clone();
+        self.objects
+            .range(start..)
+            .take_while(move |(k, _)| k.kind == kind && k.namespace == namespace)
             .map(|(_, v)| v)
     }
 

@@ -1,12 +1,12 @@
 //! The push context: an immutable, indexed snapshot of the model built once per push and
 //! shared (behind an `Arc`) by every proxy that push reaches. Translation reads only this.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use serde::Serialize;
 
-use super::service::build_services;
+use super::service::{build_services, kubernetes_hostname, kubernetes_service};
 use super::{
     Proxy, ProxyKind, REVISION_LABEL, Service, Store, host_matches, namespace_revision,
     resolve_host,
@@ -15,7 +15,7 @@ use crate::api::labels_match;
 use crate::api::networking::{
     DestinationRuleSpec, GatewaySpec, OutboundMode, SidecarSpec, VirtualServiceSpec,
 };
-use crate::config::{ConfigObject, Kind, ObjectKey, Spec};
+use crate::config::{ConfigObject, EndpointSliceDef, Kind, ObjectKey, Spec};
 use crate::model::mesh::MeshConfig;
 
 /// A problem that only shows when objects are put together (a route to a missing host).
@@ -26,28 +26,122 @@ pub struct ModelIssue {
     pub message: String,
 }
 
-#[derive(Debug, Default)]
+/// Built in full by [`PushContext::build`], or from the previous push's context and the
+/// keys that changed by [`PushContext::update`], which reuses everything the change does
+/// not touch: unchanged services keep their `Arc`, unchanged lists are shared.
+#[derive(Debug, Default, PartialEq)]
 pub struct PushContext {
     /// `<RFC3339>/<counter>`, as istiod versions its pushes.
     pub version: String,
-    pub services: BTreeMap<String, Arc<Service>>,
+    /// The store this context was built from (a constant-time snapshot): the next update
+    /// reads what changed objects were before (an EndpointSlice's former service).
+    store: Store,
+    /// Persistent: an update shares every untouched node with the previous context.
+    pub services: imbl::OrdMap<String, Arc<Service>>,
     /// VirtualServices, oldest first (Istio's precedence), then by namespace/name.
-    pub virtual_services: Vec<Arc<ConfigObject>>,
+    pub virtual_services: Arc<Vec<Arc<ConfigObject>>>,
     /// DestinationRules by the FQDN they apply to.
-    pub destination_rules: foldhash::HashMap<String, Arc<ConfigObject>>,
-    pub gateways: Vec<Arc<ConfigObject>>,
-    pub sidecars: Vec<Arc<ConfigObject>>,
+    pub destination_rules: Arc<foldhash::HashMap<String, Arc<ConfigObject>>>,
+    pub gateways: Arc<Vec<Arc<ConfigObject>>>,
+    pub sidecars: Arc<Vec<Arc<ConfigObject>>>,
     /// Oldest first, then by key.
-    pub peer_authentications: Vec<Arc<ConfigObject>>,
+    pub peer_authentications: Arc<Vec<Arc<ConfigObject>>>,
     /// Oldest first, then by key.
-    pub authorization_policies: Vec<Arc<ConfigObject>>,
+    pub authorization_policies: Arc<Vec<Arc<ConfigObject>>>,
     /// TLS Secrets by (namespace, name), for gateway credentials.
-    pub secrets: HashMap<(String, String), Arc<ConfigObject>>,
-    pub pod_labels: HashMap<(String, String), BTreeMap<String, String>>,
-    pub namespace_labels: HashMap<String, BTreeMap<String, String>>,
+    pub secrets: Arc<HashMap<(String, String), Arc<ConfigObject>>>,
+    pub pod_labels: imbl::HashMap<(String, String), BTreeMap<String, String>>,
+    pub namespace_labels: Arc<HashMap<String, BTreeMap<String, String>>>,
     /// Mesh-wide settings (the `istio` ConfigMap), defaults without one.
     pub mesh: MeshConfig,
-    pub issues: Vec<ModelIssue>,
+    pub issues: Arc<Vec<ModelIssue>>,
+}
+
+/// The objects of `kind`, oldest first, then by key.
+fn oldest_first(store: &Store, kind: Kind) -> Arc<Vec<Arc<ConfigObject>>> {
+    let mut objects: Vec<_> = store.of_kind(kind).cloned().collect();
+    by_age(&mut objects);
+    Arc::new(objects)
+}
+
+fn destination_rules(store: &Store) -> Arc<foldhash::HashMap<String, Arc<ConfigObject>>> {
+    let mut rules = foldhash::HashMap::default();
+    for dr in oldest_first(store, Kind::DestinationRule).iter() {
+        if let Spec::DestinationRule(spec) = &dr.spec {
+            rules
+                .entry(resolve_host(&spec.host, &dr.key.namespace))
+                .or_insert(dr.clone());
+        }
+    }
+    Arc::new(rules)
+}
+
+fn secrets(store: &Store) -> Arc<HashMap<(String, String), Arc<ConfigObject>>> {
+    Arc::new(
+        store
+            .of_kind(Kind::Secret)
+            .map(|o| ((o.key.namespace.clone(), o.key.name.clone()), o.clone()))
+            .collect(),
+    )
+}
+
+fn namespace_labels(store: &Store) -> Arc<HashMap<String, BTreeMap<String, String>>> {
+    Arc::new(
+        store
+            .of_kind(Kind::Namespace)
+            .map(|n| (n.key.name.clone(), n.meta.labels.clone()))
+            .collect(),
+    )
+}
+
+/// The Kubernetes services (namespace, name) whose endpoints a change to these keys can
+/// alter: the Service itself, the service an EndpointSlice belongs to now or belonged to
+/// in `before`, and the services whose endpoints name a changed Pod.
+fn touched_services(
+    before: &Store,
+    store: &Store,
+    changed: &BTreeSet<ObjectKey>,
+) -> BTreeSet<(String, String)> {
+    let mut touched = BTreeSet::new();
+    for key in changed {
+        let ns = &key.namespace;
+        match key.kind {
+            Kind::Service | Kind::Endpoints => {
+                touched.insert((ns.clone(), key.name.clone()));
+            }
+            Kind::EndpointSlice => {
+                for s in [before, store] {
+                    if let Some(Spec::EndpointSlice(slice)) = s.get(key).map(|o| &o.spec) {
+                        touched.insert((ns.clone(), slice.service_name.clone()));
+                    }
+                }
+            }
+            Kind::Pod => {
+                let names_pod = |slice: &EndpointSliceDef| {
+                    slice
+                        .endpoints
+                        .iter()
+                        .any(|e| e.pod.as_deref() == Some(key.name.as_str()))
+                };
+                for o in store.in_namespace(Kind::EndpointSlice, ns) {
+                    if let Spec::EndpointSlice(slice) = &o.spec
+                        && names_pod(slice)
+                    {
+                        touched.insert((ns.clone(), slice.service_name.clone()));
+                    }
+                }
+                for o in store.in_namespace(Kind::Endpoints, ns) {
+                    if let Spec::Endpoints(subsets) = &o.spec
+                        && subsets.iter().any(names_pod)
+                    {
+                        touched.insert((ns.clone(), o.key.name.clone()));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    touched
 }
 
 fn by_age(objects: &mut [Arc<ConfigObject>]) {
@@ -71,60 +165,119 @@ impl PushContext {
     }
 
     pub fn build(store: &Store, version: String) -> PushContext {
-        let services = build_services(store);
-        let mut virtual_services: Vec<_> = store.of_kind(Kind::VirtualService).cloned().collect();
-        by_age(&mut virtual_services);
-        let mut drs: Vec<_> = store.of_kind(Kind::DestinationRule).cloned().collect();
-        by_age(&mut drs);
-        let mut destination_rules = foldhash::HashMap::default();
-        for dr in drs {
-            if let Spec::DestinationRule(spec) = &dr.spec {
-                destination_rules
-                    .entry(resolve_host(&spec.host, &dr.key.namespace))
-                    .or_insert(dr.clone());
-            }
-        }
-        let mut gateways: Vec<_> = store.of_kind(Kind::Gateway).cloned().collect();
-        by_age(&mut gateways);
-        let sidecars = store.of_kind(Kind::Sidecar).cloned().collect();
-        let mut peer_authentications: Vec<_> =
-            store.of_kind(Kind::PeerAuthentication).cloned().collect();
-        by_age(&mut peer_authentications);
-        let mut authorization_policies: Vec<_> =
-            store.of_kind(Kind::AuthorizationPolicy).cloned().collect();
-        by_age(&mut authorization_policies);
-        let pod_labels = store
-            .of_kind(Kind::Pod)
-            .map(|p| {
-                (
-                    (p.key.namespace.clone(), p.key.name.clone()),
-                    p.meta.labels.clone(),
-                )
-            })
-            .collect();
-        let namespace_labels = store
-            .of_kind(Kind::Namespace)
-            .map(|n| (n.key.name.clone(), n.meta.labels.clone()))
-            .collect();
         let mut ctx = PushContext {
             version,
-            services,
-            virtual_services,
-            destination_rules,
-            gateways,
-            sidecars,
-            peer_authentications,
-            authorization_policies,
-            secrets: store
-                .of_kind(Kind::Secret)
-                .map(|o| ((o.key.namespace.clone(), o.key.name.clone()), o.clone()))
+            store: store.clone(),
+            services: build_services(store),
+            virtual_services: oldest_first(store, Kind::VirtualService),
+            destination_rules: destination_rules(store),
+            gateways: oldest_first(store, Kind::Gateway),
+            sidecars: Arc::new(store.of_kind(Kind::Sidecar).cloned().collect()),
+            peer_authentications: oldest_first(store, Kind::PeerAuthentication),
+            authorization_policies: oldest_first(store, Kind::AuthorizationPolicy),
+            secrets: secrets(store),
+            pod_labels: store
+                .of_kind(Kind::Pod)
+                .map(|p| {
+                    (
+                        (p.key.namespace.clone(), p.key.name.clone()),
+                        p.meta.labels.clone(),
+                    )
+                })
                 .collect(),
-            pod_labels,
-            namespace_labels,
+            namespace_labels: namespace_labels(store),
             mesh: MeshConfig::from_store(store),
-            issues: Vec::new(),
+            issues: Arc::default(),
         };
-        ctx.issues = ctx.cross_check();
+        ctx.issues = Arc::new(ctx.cross_check());
+        ctx
+    }
+
+    /// The context for `store`, which differs from the one `self` was built from in the
+    /// objects `changed`: equal to [`PushContext::build`], in time proportional to the
+    /// change. Kinds whose effect is not confined to known services (Nodes, which give
+    /// every endpoint on them its locality; ServiceEntries and WorkloadEntries) build in
+    /// full.
+    pub fn update(&self, store: &Store, changed: &BTreeSet<ObjectKey>, version: String) -> Self {
+        let any = |kind: Kind| changed.iter().any(|k| k.kind == kind);
+        if any(Kind::Node) || any(Kind::ServiceEntry) || any(Kind::WorkloadEntry) {
+            return PushContext::build(store, version);
+        }
+        let mut services = self.services.clone();
+        let mut hosts_changed = false;
+        for (ns, name) in touched_services(&self.store, store, changed) {
+            let host = kubernetes_hostname(&ns, &name);
+            let built = store
+                .get(&ObjectKey::new(Kind::Service, &ns, &name))
+                .and_then(|o| kubernetes_service(o, store));
+            match built {
+                // Rebuilt but equal: keep the old `Arc`, which caches compare first.
+                Some(svc) if self.services.get(&host).is_some_and(|old| **old == svc) => {}
+                Some(svc) => hosts_changed |= services.insert(host, Arc::new(svc)).is_none(),
+                None => hosts_changed |= services.remove(&host).is_some(),
+            }
+        }
+        // A ServiceEntry may define a hostname a Kubernetes service gave up.
+        if hosts_changed && store.of_kind(Kind::ServiceEntry).next().is_some() {
+            return PushContext::build(store, version);
+        }
+        let mut pod_labels = self.pod_labels.clone();
+        for key in changed.iter().filter(|k| k.kind == Kind::Pod) {
+            let id = (key.namespace.clone(), key.name.clone());
+            match store.get(key) {
+                Some(pod) => pod_labels.insert(id, pod.meta.labels.clone()),
+                None => pod_labels.remove(&id),
+            };
+        }
+        let keep_or = |kind: Kind, old: &Arc<Vec<Arc<ConfigObject>>>| {
+            if any(kind) {
+                oldest_first(store, kind)
+            } else {
+                old.clone()
+            }
+        };
+        let mut ctx = PushContext {
+            version,
+            store: store.clone(),
+            services,
+            virtual_services: keep_or(Kind::VirtualService, &self.virtual_services),
+            destination_rules: match any(Kind::DestinationRule) {
+                true => destination_rules(store),
+                false => self.destination_rules.clone(),
+            },
+            gateways: keep_or(Kind::Gateway, &self.gateways),
+            sidecars: match any(Kind::Sidecar) {
+                true => Arc::new(store.of_kind(Kind::Sidecar).cloned().collect()),
+                false => self.sidecars.clone(),
+            },
+            peer_authentications: keep_or(Kind::PeerAuthentication, &self.peer_authentications),
+            authorization_policies: keep_or(
+                Kind::AuthorizationPolicy,
+                &self.authorization_policies,
+            ),
+            secrets: match any(Kind::Secret) {
+                true => secrets(store),
+                false => self.secrets.clone(),
+            },
+            pod_labels,
+            namespace_labels: match any(Kind::Namespace) {
+                true => namespace_labels(store),
+                false => self.namespace_labels.clone(),
+            },
+            mesh: match any(Kind::ConfigMap) {
+                true => MeshConfig::from_store(store),
+                false => self.mesh.clone(),
+            },
+            issues: self.issues.clone(),
+        };
+        // Route destinations are checked against hosts, subsets and gateways.
+        if hosts_changed
+            || any(Kind::VirtualService)
+            || any(Kind::DestinationRule)
+            || any(Kind::Gateway)
+        {
+            ctx.issues = Arc::new(ctx.cross_check());
+        }
         ctx
     }
 
@@ -142,7 +295,7 @@ impl PushContext {
     /// Cross-object checks: every route destination and subset must exist.
     fn cross_check(&self) -> Vec<ModelIssue> {
         let mut issues = Vec::new();
-        for vs in &self.virtual_services {
+        for vs in self.virtual_services.iter() {
             let Spec::VirtualService(spec) = &vs.spec else {
                 continue;
             };
@@ -426,6 +579,93 @@ mod tests {
             namespace: namespace.into(),
             name: name.into(),
         }
+    }
+
+    /// Applies `yaml` and deletes `deleted`, returning the keys that changed.
+    fn change(store: &mut Store, yaml: &str, deleted: &[ObjectKey]) -> BTreeSet<ObjectKey> {
+        let parsed = parse_file("change.yaml", yaml);
+        assert!(parsed.errors().next().is_none(), "{:?}", parsed.issues);
+        let mut keys = BTreeSet::new();
+        for o in parsed.objects {
+            keys.insert(o.key.clone());
+            store.apply(o);
+        }
+        for k in deleted {
+            store.delete(k);
+            keys.insert(k.clone());
+        }
+        keys
+    }
+
+    #[test]
+    fn an_update_equals_a_full_build_and_shares_what_it_did_not_touch() {
+        let shape = crate::model::testmesh::Shape::new(40, 4, 2);
+        let mut store = shape.store();
+        let pod = "---\napiVersion: v1\nkind: Pod\nmetadata: {name: web-1, namespace: ns-1, labels: {app: web, version: v1}}\nspec: {serviceAccountName: web}\n";
+        let web_service = "---\napiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: ns-1}\nspec:\n  clusterIP: 10.96.9.9\n  ports: [{name: http, port: 80}]\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: web-a, namespace: ns-1, labels: {kubernetes.io/service-name: web}}\naddressType: IPv4\nports: [{name: http, port: 80}]\nendpoints:\n- {addresses: [10.1.0.1], targetRef: {kind: Pod, name: web-1}}\n";
+        change(&mut store, &format!("{pod}{web_service}"), &[]);
+        let mut ctx = PushContext::build(&store, "v".into());
+        let web = "web.ns-1.svc.cluster.local";
+        let slice = |service: &str| {
+            format!(
+                "---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: web-a, namespace: ns-1, labels: {{kubernetes.io/service-name: {service}}}}}\naddressType: IPv4\nports: [{{name: http, port: 80}}]\nendpoints:\n- {{addresses: [10.1.0.1], targetRef: {{kind: Pod, name: web-1}}}}\n"
+            )
+        };
+        let steps: Vec<(&str, String, Vec<ObjectKey>)> = vec![
+            ("an endpoint added", shape.service_yaml(4, Some("10.200.0.1")), vec![]),
+            ("a pod relabelled", pod.replace("version: v1", "version: v2"), vec![]),
+            // The slice moves from `web` to svc-1: both services change.
+            ("a slice moved to another service", slice("svc-1"), vec![]),
+            ("the slice back", slice("web"), vec![]),
+            ("a pod deleted", String::new(), vec![key(Kind::Pod, "ns-1", "web-1")]),
+            ("a slice deleted", String::new(), vec![key(Kind::EndpointSlice, "ns-1", "web-a")]),
+            ("a service deleted", String::new(), vec![key(Kind::Service, "ns-1", "svc-1")]),
+            ("a service added", shape.service_yaml(1, None), vec![]),
+            (
+                "a route to a missing host",
+                "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: bad, namespace: ns-1}\nspec:\n  hosts: [bad]\n  http: [{route: [{destination: {host: nowhere}}]}]\n".into(),
+                vec![],
+            ),
+            ("a DestinationRule deleted", String::new(), vec![key(Kind::DestinationRule, "ns-0", "svc-0")]),
+            ("a namespace labelled", "apiVersion: v1\nkind: Namespace\nmetadata: {name: ns-2, labels: {istio.io/rev: canary}}\n".into(), vec![]),
+            (
+                "a ServiceEntry",
+                "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: web, namespace: ns-1}\nspec:\n  hosts: [web.ns-1.svc.cluster.local]\n  ports: [{number: 80, name: http, protocol: HTTP}]\n  resolution: STATIC\n  endpoints: [{address: 10.3.0.1}]\n".into(),
+                vec![],
+            ),
+            // The Kubernetes service gives its hostname up to the ServiceEntry.
+            ("a service shadowing a ServiceEntry deleted", String::new(), vec![key(Kind::Service, "ns-1", "web")]),
+        ];
+        for (what, yaml, deleted) in steps {
+            let changed = change(&mut store, &yaml, &deleted);
+            let updated = ctx.update(&store, &changed, "v".into());
+            let full = PushContext::build(&store, "v".into());
+            assert!(
+                updated == full,
+                "{what}: the update differs from a full build"
+            );
+            if what == "an endpoint added" {
+                let before = &ctx.services;
+                let shared = updated
+                    .services
+                    .iter()
+                    .filter(|(h, s)| before.get(*h).is_some_and(|b| Arc::ptr_eq(b, s)))
+                    .count();
+                assert_eq!(shared, updated.services.len() - 1, "only svc-4 rebuilt");
+                assert!(Arc::ptr_eq(
+                    &updated.virtual_services,
+                    &ctx.virtual_services
+                ));
+            }
+            if what == "a ServiceEntry" {
+                assert!(
+                    updated.services[web].kubernetes,
+                    "a Kubernetes service keeps its host"
+                );
+            }
+            ctx = updated;
+        }
+        assert!(!ctx.services[web].kubernetes, "the ServiceEntry's host now");
     }
 
     #[test]

@@ -9,7 +9,7 @@ use serde::Serialize;
 use super::{DOMAIN_SUFFIX, Store};
 use crate::api::labels_match;
 use crate::api::networking::{Location, Resolution, ServiceEntrySpec, WorkloadEntrySpec};
-use crate::config::{ConfigObject, EndpointSliceDef, Kind, Spec};
+use crate::config::{ConfigObject, EndpointSliceDef, Kind, ObjectKey, Spec};
 
 /// Protocol of a service port, from its name prefix or appProtocol, as Istio infers it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -135,118 +135,216 @@ impl Service {
     }
 }
 
-/// Builds every service from the store.
-pub fn build_services(store: &Store) -> BTreeMap<String, Arc<Service>> {
-    let pod_labels = pod_labels(store);
-    let nodes: HashMap<&str, &BTreeMap<String, String>> = store
-        .of_kind(Kind::Node)
-        .map(|n| (n.key.name.as_str(), &n.meta.labels))
-        .collect();
-    let mut slices: HashMap<(String, String), Vec<&EndpointSliceDef>> = HashMap::new();
-    for obj in store.of_kind(Kind::EndpointSlice) {
-        if let Spec::EndpointSlice(s) = &obj.spec {
-            slices
-                .entry((obj.key.namespace.clone(), s.service_name.clone()))
-                .or_default()
-                .push(s);
-        }
-    }
-    // Core Endpoints stand in for a Service that has no EndpointSlice (the source reads
-    // them only with PILOT_USE_ENDPOINT_SLICE=false; a directory may hold either).
-    for obj in store.of_kind(Kind::Endpoints) {
-        if let Spec::Endpoints(subsets) = &obj.spec {
-            let key = (obj.key.namespace.clone(), obj.key.name.clone());
-            slices
-                .entry(key)
-                .or_insert_with(|| subsets.iter().collect());
-        }
-    }
-    let mut out = BTreeMap::new();
-    for obj in store.of_kind(Kind::Service) {
-        let Spec::Service(def) = &obj.spec else {
-            continue;
-        };
-        let hostname = format!("{}.{}.svc.{DOMAIN_SUFFIX}", obj.key.name, obj.key.namespace);
-        let ports: Vec<ServicePort> = def
-            .ports
-            .iter()
-            .map(|p| ServicePort {
-                name: p.name.clone(),
-                port: p.port,
-                protocol: Protocol::parse(p.app_protocol.as_deref().unwrap_or(&p.name)),
-                target_port: p.target_port,
-            })
-            .collect();
-        let mut endpoints = Vec::new();
-        for slice in slices
-            .get(&(obj.key.namespace.clone(), obj.key.name.clone()))
-            .into_iter()
-            .flatten()
-        {
-            let s = *slice;
-            for e in &s.endpoints {
-                if e.terminating == Some(true) {
-                    continue;
-                }
-                let mut port_map = BTreeMap::new();
-                for sp in &def.ports {
-                    let by_name = s.ports.iter().find(|(n, _)| *n == sp.name).map(|(_, p)| *p);
-                    if let Some(p) = by_name.or(sp.target_port) {
-                        port_map.insert(sp.port, p);
-                    }
-                }
-                let known_pod = e.pod.as_ref().filter(|pod| {
-                    pod_labels.contains_key(&(obj.key.namespace.as_str(), pod.as_str()))
-                });
-                let pod = known_pod
-                    .and_then(|pod| pod_labels.get(&(obj.key.namespace.as_str(), pod.as_str())));
-                let labels = pod.map(|(l, _)| l.clone()).unwrap_or_default();
-                let service_account = pod.and_then(|(_, sa)| sa.clone());
-                let node = e.node_name.as_deref().and_then(|n| nodes.get(n).copied());
-                let locality = endpoint_locality(&labels, node, e.zone.as_deref());
-                for address in &e.addresses {
-                    endpoints.push(Endpoint {
-                        address: address.clone(),
-                        ports: port_map.clone(),
-                        labels: labels.clone(),
-                        locality: locality.clone(),
-                        weight: 1,
-                        healthy: e.ready != Some(false),
-                        service_account: service_account.clone(),
-                        pod: known_pod.cloned(),
-                    });
-                }
+/// Where building a Kubernetes service looks up its EndpointSlices, Pods and Nodes:
+/// indexes of the whole store for a full build ([`Indexed`]), the store itself when one
+/// service is rebuilt ([`Store`]).
+pub(super) trait Sources {
+    /// The service's EndpointSlices, else its core Endpoints' subsets.
+    fn slices(&self, namespace: &str, service: &str) -> Vec<&EndpointSliceDef>;
+    /// A Pod's labels and service account.
+    fn pod(&self, namespace: &str, name: &str) -> Option<PodInfo<'_>>;
+    fn node(&self, name: &str) -> Option<&BTreeMap<String, String>>;
+}
+
+type PodInfo<'a> = (&'a BTreeMap<String, String>, Option<&'a String>);
+
+fn pod_info(obj: &ConfigObject) -> PodInfo<'_> {
+    let sa = match &obj.spec {
+        Spec::Pod(def) => def.service_account.as_ref(),
+        _ => None,
+    };
+    (&obj.meta.labels, sa)
+}
+
+/// Every EndpointSlice, Pod and Node of a store, indexed once for a full build.
+struct Indexed<'a> {
+    slices: HashMap<(&'a str, &'a str), Vec<&'a EndpointSliceDef>>,
+    pods: HashMap<(&'a str, &'a str), PodInfo<'a>>,
+    nodes: HashMap<&'a str, &'a BTreeMap<String, String>>,
+}
+
+impl<'a> Indexed<'a> {
+    fn new(store: &'a Store) -> Indexed<'a> {
+        let mut slices: HashMap<(&str, &str), Vec<&EndpointSliceDef>> = HashMap::new();
+        for obj in store.of_kind(Kind::EndpointSlice) {
+            if let Spec::EndpointSlice(s) = &obj.spec {
+                slices
+                    .entry((obj.key.namespace.as_str(), s.service_name.as_str()))
+                    .or_default()
+                    .push(s);
             }
         }
-        endpoints.sort_by(|a, b| a.address.cmp(&b.address));
-        out.insert(
-            hostname.clone(),
-            Arc::new(Service {
-                hostname,
-                namespace: obj.key.namespace.clone(),
-                name: obj.key.name.clone(),
-                kubernetes: true,
-                vip: def.cluster_ip.clone(),
-                ports,
-                endpoints,
-                discovery: if def.headless {
-                    Discovery::Passthrough
-                } else {
-                    Discovery::Eds
-                },
-                mesh_external: false,
-                export_to: obj
-                    .meta
-                    .annotations
-                    .get("networking.istio.io/exportTo")
-                    .map(|v| v.split(',').map(|s| s.trim().to_string()).collect())
-                    .unwrap_or_default(),
-                creation: obj.meta.creation_timestamp.clone(),
-                selector: def.selector.clone(),
-                labels: obj.meta.labels.clone(),
-            }),
-        );
+        // Core Endpoints stand in for a Service that has no EndpointSlice (the source
+        // reads them only with PILOT_USE_ENDPOINT_SLICE=false; a directory may hold either).
+        for obj in store.of_kind(Kind::Endpoints) {
+            if let Spec::Endpoints(subsets) = &obj.spec {
+                slices
+                    .entry((obj.key.namespace.as_str(), obj.key.name.as_str()))
+                    .or_insert_with(|| subsets.iter().collect());
+            }
+        }
+        Indexed {
+            slices,
+            pods: store
+                .of_kind(Kind::Pod)
+                .map(|p| ((p.key.namespace.as_str(), p.key.name.as_str()), pod_info(p)))
+                .collect(),
+            nodes: store
+                .of_kind(Kind::Node)
+                .map(|n| (n.key.name.as_str(), &n.meta.labels))
+                .collect(),
+        }
     }
+}
+
+impl Sources for Indexed<'_> {
+    fn slices(&self, namespace: &str, service: &str) -> Vec<&EndpointSliceDef> {
+        self.slices
+            .get(&(namespace, service))
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    fn pod(&self, namespace: &str, name: &str) -> Option<PodInfo<'_>> {
+        self.pods.get(&(namespace, name)).copied()
+    }
+
+    fn node(&self, name: &str) -> Option<&BTreeMap<String, String>> {
+        self.nodes.get(name).copied()
+    }
+}
+
+impl Sources for Store {
+    fn slices(&self, namespace: &str, service: &str) -> Vec<&EndpointSliceDef> {
+        let slices: Vec<&EndpointSliceDef> = self
+            .in_namespace(Kind::EndpointSlice, namespace)
+            .filter_map(|o| match &o.spec {
+                Spec::EndpointSlice(s) if s.service_name == service => Some(s),
+                _ => None,
+            })
+            .collect();
+        if !slices.is_empty() {
+            return slices;
+        }
+        match self.get(&ObjectKey::new(Kind::Endpoints, namespace, service)) {
+            Some(obj) => match &obj.spec {
+                Spec::Endpoints(subsets) => subsets.iter().collect(),
+                _ => Vec::new(),
+            },
+            None => Vec::new(),
+        }
+    }
+
+    fn pod(&self, namespace: &str, name: &str) -> Option<PodInfo<'_>> {
+        self.get(&ObjectKey::new(Kind::Pod, namespace, name))
+            .map(|p| pod_info(p))
+    }
+
+    fn node(&self, name: &str) -> Option<&BTreeMap<String, String>> {
+        self.get(&ObjectKey::new(Kind::Node, "", name))
+            .map(|n| &n.meta.labels)
+    }
+}
+
+/// Builds every service from the store.
+pub fn build_services(store: &Store) -> imbl::OrdMap<String, Arc<Service>> {
+    let sources = Indexed::new(store);
+    let mut out = imbl::OrdMap::new();
+    for obj in store.of_kind(Kind::Service) {
+        if let Some(svc) = kubernetes_service(obj, &sources) {
+            out.insert(svc.hostname.clone(), Arc::new(svc));
+        }
+    }
+    add_service_entries(store, &mut out);
+    out
+}
+
+/// A Kubernetes Service's hostname.
+pub fn kubernetes_hostname(namespace: &str, name: &str) -> String {
+    format!("{name}.{namespace}.svc.{DOMAIN_SUFFIX}")
+}
+
+/// One Kubernetes Service with its endpoints; `None` if `obj` is not a Service.
+pub(super) fn kubernetes_service(obj: &ConfigObject, sources: &impl Sources) -> Option<Service> {
+    let Spec::Service(def) = &obj.spec else {
+        return None;
+    };
+    let hostname = kubernetes_hostname(&obj.key.namespace, &obj.key.name);
+    let ports: Vec<ServicePort> = def
+        .ports
+        .iter()
+        .map(|p| ServicePort {
+            name: p.name.clone(),
+            port: p.port,
+            protocol: Protocol::parse(p.app_protocol.as_deref().unwrap_or(&p.name)),
+            target_port: p.target_port,
+        })
+        .collect();
+    let mut endpoints = Vec::new();
+    for s in sources.slices(&obj.key.namespace, &obj.key.name) {
+        for e in &s.endpoints {
+            if e.terminating == Some(true) {
+                continue;
+            }
+            let mut port_map = BTreeMap::new();
+            for sp in &def.ports {
+                let by_name = s.ports.iter().find(|(n, _)| *n == sp.name).map(|(_, p)| *p);
+                if let Some(p) = by_name.or(sp.target_port) {
+                    port_map.insert(sp.port, p);
+                }
+            }
+            let pod = e
+                .pod
+                .as_ref()
+                .and_then(|name| Some((name, sources.pod(&obj.key.namespace, name)?)));
+            let labels = pod.map(|(_, (l, _))| l.clone()).unwrap_or_default();
+            let service_account = pod.and_then(|(_, (_, sa))| sa.cloned());
+            let node = e.node_name.as_deref().and_then(|n| sources.node(n));
+            let locality = endpoint_locality(&labels, node, e.zone.as_deref());
+            for address in &e.addresses {
+                endpoints.push(Endpoint {
+                    address: address.clone(),
+                    ports: port_map.clone(),
+                    labels: labels.clone(),
+                    locality: locality.clone(),
+                    weight: 1,
+                    healthy: e.ready != Some(false),
+                    service_account: service_account.clone(),
+                    pod: pod.map(|(name, _)| name.clone()),
+                });
+            }
+        }
+    }
+    endpoints.sort_by(|a, b| a.address.cmp(&b.address));
+    Some(Service {
+        hostname,
+        namespace: obj.key.namespace.clone(),
+        name: obj.key.name.clone(),
+        kubernetes: true,
+        vip: def.cluster_ip.clone(),
+        ports,
+        endpoints,
+        discovery: if def.headless {
+            Discovery::Passthrough
+        } else {
+            Discovery::Eds
+        },
+        mesh_external: false,
+        export_to: obj
+            .meta
+            .annotations
+            .get("networking.istio.io/exportTo")
+            .map(|v| v.split(',').map(|s| s.trim().to_string()).collect())
+            .unwrap_or_default(),
+        creation: obj.meta.creation_timestamp.clone(),
+        selector: def.selector.clone(),
+        labels: obj.meta.labels.clone(),
+    })
+}
+
+/// Adds the services of every ServiceEntry; a Kubernetes service of the same hostname
+/// wins.
+fn add_service_entries(store: &Store, out: &mut imbl::OrdMap<String, Arc<Service>>) {
     let workload_entries: Vec<&Arc<ConfigObject>> = store.of_kind(Kind::WorkloadEntry).collect();
     for obj in store.of_kind(Kind::ServiceEntry) {
         let Spec::ServiceEntry(se) = &obj.spec else {
@@ -257,7 +355,6 @@ pub fn build_services(store: &Store) -> BTreeMap<String, Arc<Service>> {
                 .or_insert_with(|| Arc::new(svc));
         }
     }
-    out
 }
 
 /// Istio's locality for an endpoint: the pod label `topology.istio.io/locality`
@@ -283,25 +380,6 @@ fn endpoint_locality(
         subzone: node_label("topology.istio.io/subzone"),
     }
 }
-
-/// Each Pod's labels and service account.
-fn pod_labels(store: &Store) -> HashMap<(&str, &str), PodInfo> {
-    store
-        .of_kind(Kind::Pod)
-        .map(|p| {
-            let sa = match &p.spec {
-                Spec::Pod(def) => def.service_account.clone(),
-                _ => None,
-            };
-            (
-                (p.key.namespace.as_str(), p.key.name.as_str()),
-                (p.meta.labels.clone(), sa),
-            )
-        })
-        .collect()
-}
-
-type PodInfo = (BTreeMap<String, String>, Option<String>);
 
 fn workload_endpoint(
     we: &WorkloadEntrySpec,
@@ -425,7 +503,7 @@ mod tests {
     use super::*;
     use crate::config::parse::parse_file;
 
-    fn services(yaml: &str) -> BTreeMap<String, Arc<Service>> {
+    fn services(yaml: &str) -> imbl::OrdMap<String, Arc<Service>> {
         let mut store = Store::default();
         for o in parse_file("t.yaml", yaml).objects {
             store.apply(o);

@@ -275,19 +275,24 @@ impl Push {
     }
 }
 
-/// Builds a push context from the store's current state.
+/// Builds a push context from the store's current state: updated from `previous` when
+/// the changed keys are known, else in full.
 pub fn build_push(
     store: &RwLock<Store>,
+    previous: Option<&PushContext>,
     number: u64,
     triggered_at: Instant,
     changed: Option<BTreeSet<ObjectKey>>,
     metrics: &Metrics,
     cache: Arc<ResourceCache>,
 ) -> Push {
-    let snapshot = store.read().unwrap().clone();
+    let snapshot = store.read().unwrap().clone(); // constant time: a persistent map
     let version = format!("{}/{number}", rfc3339_now());
     let started = Instant::now();
-    let context = PushContext::build(&snapshot, version);
+    let context = match (previous, &changed) {
+        (Some(previous), Some(keys)) => previous.update(&snapshot, keys, version),
+        _ => PushContext::build(&snapshot, version),
+    };
     metrics
         .pushcontext_init
         .observe(started.elapsed().as_secs_f64());
@@ -299,7 +304,7 @@ pub fn build_push(
     metrics
         .virt_services
         .set(context.virtual_services.len() as i64);
-    for issue in &context.issues {
+    for issue in context.issues.iter() {
         tracing::warn!(object = %issue.object, field = %issue.field, "{}", issue.message);
     }
     Push::new(context, number, triggered_at, changed, cache)
@@ -385,6 +390,7 @@ pub async fn debounce_loop(
         let push = tokio::task::spawn_blocking(move || {
             build_push(
                 &build_store,
+                Some(&previous.context),
                 number,
                 started,
                 Some(changed),
@@ -494,7 +500,15 @@ mod tests {
     ) {
         let store = Arc::new(RwLock::new(Store::default()));
         let metrics = Arc::new(Metrics::new());
-        let first = build_push(&store, 1, Instant::now(), None, &metrics, Arc::default());
+        let first = build_push(
+            &store,
+            None,
+            1,
+            Instant::now(),
+            None,
+            &metrics,
+            Arc::default(),
+        );
         let (push_tx, push_rx) = watch::channel(Arc::new(first));
         let (tx, rx) = mpsc::unbounded_channel();
         let settings = PushSettings {
