@@ -65,6 +65,17 @@ bench-wire proxies="200":
 bench-storm proxies="1000" rate="1000" duration="60s":
     just loadgen --services 1000 --namespaces 50 --proxies {{proxies}} --change none --storm-rate {{rate}} --storm-duration {{duration}} --json target/loadgen/storm.json
 
+# Restart: meshd killed and started again under a connected delta fleet; time until every
+# proxy holds its configuration again, and RSS peak over steady state.
+bench-restart proxies="10000":
+    just loadgen --services 1000 --namespaces 50 --proxies {{proxies}} --change none --restart --init-timeout 600s --json target/loadgen/restart.json
+
+# Flamegraphs of the push-context build and of a cached sidecar view (needs perf and
+# `cargo install inferno`); SVGs in target/flamegraphs/.
+flamegraph:
+    cargo bench --locked --bench push --no-run
+    scripts/flamegraph.sh
+
 # Connect storm: new proxies per second, each receiving its full initial config.
 bench-connect proxies="5000" rate="2000":
     just loadgen --services 1000 --namespaces 50 --proxies {{proxies}} --connect-rate {{rate}} --change none --json target/loadgen/connect.json

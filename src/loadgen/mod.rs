@@ -107,6 +107,11 @@ pub struct LoadgenArgs {
     /// not affect.
     #[arg(long, default_value = "500ms", value_parser = crate::duration::parse)]
     pub settle: Duration,
+    /// At the end, restart the meshd this run started (--spawn-meshd) on the same ports
+    /// and measure how long the fleet takes to reconnect and hold its configuration
+    /// again, and meshd's memory meanwhile.
+    #[arg(long, requires = "spawn_meshd")]
+    pub restart: bool,
     /// Write the JSON summary here (it is always printed on stdout).
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -180,13 +185,18 @@ fn meshd_figures(monitoring: &str) -> MeshdFigures {
     }
 }
 
-/// A meshd this run started; killed on drop.
-struct Spawned(Child);
+/// A meshd this run started, on fixed ports; killed on drop.
+struct Spawned {
+    child: Child,
+    /// xDS, secure xDS and monitoring ports.
+    ports: [u16; 3],
+    config_dir: PathBuf,
+}
 
 impl Drop for Spawned {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
@@ -197,34 +207,55 @@ fn free_port() -> Result<u16, String> {
         .map_err(|e| e.to_string())
 }
 
+/// Starts meshd (this binary) on the config directory and free local ports, and points
+/// `args` at it.
 fn spawn_meshd(args: &mut LoadgenArgs) -> Result<Spawned, String> {
-    let (xds, secure, monitoring) = (free_port()?, free_port()?, free_port()?);
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let log = args.config_dir.with_extension("meshd.log");
-    let child = Command::new(exe)
-        .arg("serve")
-        .arg("--config-dir")
-        .arg(&args.config_dir)
-        .args(["--xds-address", &format!("127.0.0.1:{xds}")])
-        .args(["--secure-xds-address", &format!("127.0.0.1:{secure}")])
-        .args(["--monitoring-address", &format!("127.0.0.1:{monitoring}")])
-        .arg("--ca-dir")
-        .arg(args.config_dir.with_extension("ca"))
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).map_err(|e| e.to_string())?)
-        .spawn()
-        .map_err(|e| format!("starting meshd: {e}"))?;
-    args.xds = format!("127.0.0.1:{xds}");
-    args.monitoring = format!("127.0.0.1:{monitoring}");
-    let spawned = Spawned(child);
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while crate::cli::http_get(&args.monitoring, "/ready").is_err() {
-        if Instant::now() > deadline {
-            return Err(format!("meshd not ready in 120s; see {}", log.display()));
+    let ports = [free_port()?, free_port()?, free_port()?];
+    args.xds = format!("127.0.0.1:{}", ports[0]);
+    args.monitoring = format!("127.0.0.1:{}", ports[2]);
+    Spawned::start(args.config_dir.clone(), ports)
+}
+
+impl Spawned {
+    fn start(config_dir: PathBuf, ports: [u16; 3]) -> Result<Spawned, String> {
+        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let log = config_dir.with_extension("meshd.log");
+        let [xds, secure, monitoring] = ports;
+        let child = Command::new(exe)
+            .arg("serve")
+            .arg("--config-dir")
+            .arg(&config_dir)
+            .args(["--xds-address", &format!("127.0.0.1:{xds}")])
+            .args(["--secure-xds-address", &format!("127.0.0.1:{secure}")])
+            .args(["--monitoring-address", &format!("127.0.0.1:{monitoring}")])
+            .arg("--ca-dir")
+            .arg(config_dir.with_extension("ca"))
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).map_err(|e| e.to_string())?)
+            .spawn()
+            .map_err(|e| format!("starting meshd: {e}"))?;
+        let spawned = Spawned {
+            child,
+            ports,
+            config_dir,
+        };
+        let monitoring = format!("127.0.0.1:{monitoring}");
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while crate::cli::http_get(&monitoring, "/ready").is_err() {
+            if Instant::now() > deadline {
+                return Err(format!("meshd not ready in 120s; see {}", log.display()));
+            }
+            std::thread::sleep(Duration::from_millis(20));
         }
-        std::thread::sleep(Duration::from_millis(100));
+        Ok(spawned)
     }
-    Ok(spawned)
+
+    /// Kills meshd and starts it again on the same ports; returns when it is ready.
+    fn restarted(mut self) -> Result<Spawned, String> {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        Spawned::start(self.config_dir.clone(), self.ports)
+    }
 }
 
 fn write_mesh(args: &LoadgenArgs, shape: &Shape) -> Result<(), String> {
@@ -322,6 +353,74 @@ async fn await_marker(
             None => tokio::time::sleep(Duration::from_millis(20)).await,
         }
     }
+}
+
+/// The restart scenario: meshd is killed and started again on the same ports while the
+/// fleet is connected. Every proxy reconnects (with backoff, as Envoy) and must hold its
+/// configuration again; a delta proxy names what it holds, so only differences are sent.
+/// Reports how long until every proxy's new stream held its configuration, and the new
+/// meshd's RSS peak during the reconnection against its steady state after it.
+async fn restart(
+    args: &LoadgenArgs,
+    fleet: &[Simulated],
+    meshd: Spawned,
+) -> Result<(Json, Spawned), String> {
+    let before: Vec<u64> = fleet
+        .iter()
+        .map(|p| p.stats.streams_initialised.load(Ordering::Relaxed))
+        .collect();
+    let bytes = || -> u64 {
+        fleet
+            .iter()
+            .map(|p| p.stats.bytes.load(Ordering::Relaxed))
+            .sum()
+    };
+    let bytes_before = bytes();
+    let rss_before = meshd_figures(&args.monitoring).rss_bytes;
+    let killed = Instant::now();
+    // Blocking (process start, readiness polling): off the runtime's threads.
+    let meshd = tokio::task::spawn_blocking(move || meshd.restarted())
+        .await
+        .map_err(|e| e.to_string())??;
+    let ready_ms = killed.elapsed().as_secs_f64() * 1000.0;
+    let total = fleet.len();
+    let deadline = Instant::now() + args.init_timeout;
+    let mut rss_peak: f64 = 0.0;
+    let reconnected = loop {
+        let done = fleet
+            .iter()
+            .zip(&before)
+            .filter(|(p, b)| p.stats.streams_initialised.load(Ordering::Relaxed) > **b)
+            .count();
+        progress(&format!(
+            "restart: {done}/{total} proxies hold their config again"
+        ));
+        let m = args.monitoring.clone();
+        let f = tokio::task::spawn_blocking(move || meshd_figures(&m))
+            .await
+            .unwrap_or_default();
+        rss_peak = rss_peak.max(f.rss_bytes);
+        if done == total || Instant::now() > deadline {
+            break done;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let reconnect_ms = killed.elapsed().as_secs_f64() * 1000.0;
+    let resent = (bytes() - bytes_before) as f64 / total.max(1) as f64;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let steady = meshd_figures(&args.monitoring).rss_bytes;
+    let report = serde_json::json!({
+        "meshd_ready_after_ms": ready_ms,
+        "proxies": total,
+        "reconnected": reconnected,
+        "all_reconnected_after_ms": reconnect_ms,
+        "bytes_per_proxy": resent,
+        "rss_before_restart_bytes": rss_before,
+        "rss_peak_bytes": rss_peak.max(steady),
+        "rss_steady_bytes": steady,
+        "rss_peak_over_steady": rss_peak.max(steady) / steady.max(1.0),
+    });
+    Ok((report, meshd))
 }
 
 /// The change storm: `--storm-rate` writes per second for `--storm-duration`, cycling
@@ -446,16 +545,20 @@ pub fn run(mut args: LoadgenArgs) -> Result<Json, String> {
         sidecar_scoped: args.sidecar_scoped,
     };
     write_mesh(&args, &shape)?;
-    let _meshd = if args.spawn_meshd {
+    let meshd = if args.spawn_meshd {
         Some(spawn_meshd(&mut args)?)
     } else {
         None
     };
     let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
-    runtime.block_on(simulate(args, shape))
+    runtime.block_on(simulate(args, shape, meshd))
 }
 
-async fn simulate(args: LoadgenArgs, shape: Shape) -> Result<Json, String> {
+async fn simulate(
+    args: LoadgenArgs,
+    shape: Shape,
+    mut meshd: Option<Spawned>,
+) -> Result<Json, String> {
     let base = meshd_figures(&args.monitoring);
     // Sample meshd's RSS through the run, for its maximum.
     let peak = Arc::new(std::sync::Mutex::new(base));
@@ -529,9 +632,17 @@ async fn simulate(args: LoadgenArgs, shape: Shape) -> Result<Json, String> {
         // Like Envoy, a proxy whose stream breaks reconnects with backoff.
         tokio::spawn(async move {
             let mut backoff = Duration::from_millis(200);
+            let mut held = proxy::Held::default();
             loop {
-                match proxy::run(ch.clone(), spec.clone(), stats.clone(), rx.clone(), started).await
-                {
+                let run = proxy::run(
+                    ch.clone(),
+                    spec.clone(),
+                    stats.clone(),
+                    rx.clone(),
+                    started,
+                    &mut held,
+                );
+                match run.await {
                     Ok(()) => return,
                     Err(e) => {
                         let _ = err.send(format!("{id}: {e}"));
@@ -698,6 +809,21 @@ async fn simulate(args: LoadgenArgs, shape: Shape) -> Result<Json, String> {
             eprintln!("proxy stream failed: {e}");
         }
     }
+    // Last: the restart ends the meshd the figures above were read from.
+    let restart = match meshd.take() {
+        Some(m) if args.restart => {
+            let (mut report, m) = restart(&args, &fleet, m).await?;
+            meshd = Some(m);
+            // Every stream broke; they reconnected (counted here, not at connect time).
+            report["stream_errors_reconnected"] =
+                std::iter::from_fn(|| err_rx.try_recv().ok()).count().into();
+            Some(report)
+        }
+        other => {
+            meshd = other;
+            None
+        }
+    };
     let mut summary = Map::new();
     summary.insert("settings".into(), serde_json::json!({
         "proxies": args.proxies, "gateways": args.gateways, "delta": !args.sotw,
@@ -739,7 +865,11 @@ async fn simulate(args: LoadgenArgs, shape: Shape) -> Result<Json, String> {
     if let Some(storm) = storm {
         summary.insert("storm".into(), storm);
     }
+    if let Some(restart) = restart {
+        summary.insert("restart".into(), restart);
+    }
     let summary = Json::Object(summary);
+    drop(meshd); // a restarted meshd stops with the run, as the first would have
     if let Some(path) = &args.json {
         std::fs::write(path, format!("{summary:#}\n")).map_err(|e| e.to_string())?;
     }

@@ -44,7 +44,46 @@ pub struct ProxyStats {
     pub converged_after_us: AtomicU64,
     /// Set once the proxy holds its initial configuration (see `Names::initialised`).
     pub initialised_after_us: AtomicU64,
+    /// Streams that came to hold their initial configuration (each reconnect again).
+    pub streams_initialised: AtomicU64,
     pub nacks_sent: AtomicU64,
+}
+
+/// What a delta proxy holds, kept across its streams: name → version per type. On
+/// reconnect it subscribes to these names with `initial_resource_versions`, as Envoy
+/// does, so meshd sends only what differs.
+#[derive(Debug, Default)]
+pub struct Held {
+    versions: BTreeMap<String, BTreeMap<String, String>>,
+}
+
+impl Held {
+    fn learn(&mut self, resp: &DeltaDiscoveryResponse) {
+        let held = self.versions.entry(resp.type_url.clone()).or_default();
+        for r in &resp.resources {
+            held.insert(r.name.clone(), r.version.clone());
+        }
+        for name in &resp.removed_resources {
+            held.remove(name);
+        }
+    }
+
+    /// The first request of a stream for `type_url`, naming what is held.
+    fn request(&self, type_url: &str) -> DeltaDiscoveryRequest {
+        let held = self.versions.get(type_url);
+        let named = type_url == ENDPOINT_TYPE || type_url == ROUTE_TYPE;
+        DeltaDiscoveryRequest {
+            type_url: type_url.to_string(),
+            resource_names_subscribe: match (named, held) {
+                (true, Some(h)) => h.keys().cloned().collect(),
+                _ => Vec::new(),
+            },
+            initial_resource_versions: held
+                .map(|h| h.iter().map(|(n, v)| (n.clone(), v.clone())).collect())
+                .unwrap_or_default(),
+            ..Default::default()
+        }
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -148,18 +187,20 @@ fn note(
     }
 }
 
-/// Runs one proxy until the stream ends or `stop` fires.
+/// Runs one proxy until the stream ends; a delta proxy keeps what it holds in `held`
+/// for its next stream.
 pub async fn run(
     channel: tonic::transport::Channel,
     spec: Spec,
     stats: Arc<ProxyStats>,
     marker: watch::Receiver<Option<Marker>>,
     started: Instant,
+    held: &mut Held,
 ) -> Result<(), String> {
     let mut client =
         AggregatedDiscoveryServiceClient::new(channel).max_decoding_message_size(256 << 20);
     if spec.delta {
-        run_delta(&mut client, spec, stats, marker, started).await
+        run_delta(&mut client, spec, stats, marker, started, held).await
     } else {
         run_sotw(&mut client, spec, stats, marker, started).await
     }
@@ -171,24 +212,38 @@ async fn run_delta(
     stats: Arc<ProxyStats>,
     marker: watch::Receiver<Option<Marker>>,
     started: Instant,
+    held: &mut Held,
 ) -> Result<(), String> {
     let (tx, rx) = mpsc::channel::<DeltaDiscoveryRequest>(16);
     let request = |type_url: &str| DeltaDiscoveryRequest {
         type_url: type_url.to_string(),
         ..Default::default()
     };
-    let mut first = request(CLUSTER_TYPE);
+    let mut names = Names::default();
+    let mut first = held.request(CLUSTER_TYPE);
     first.node = Some(spec.node.clone());
     tx.send(first).await.map_err(|e| e.to_string())?;
-    tx.send(request(LISTENER_TYPE))
+    tx.send(held.request(LISTENER_TYPE))
         .await
         .map_err(|e| e.to_string())?;
+    // A reconnect re-subscribes to the names it holds.
+    for type_url in [ENDPOINT_TYPE, ROUTE_TYPE] {
+        let sub = held.request(type_url);
+        if !sub.resource_names_subscribe.is_empty() {
+            let known = match type_url {
+                ENDPOINT_TYPE => &mut names.clusters,
+                _ => &mut names.routes,
+            };
+            known.extend(sub.resource_names_subscribe.iter().cloned());
+            tx.send(sub).await.map_err(|e| e.to_string())?;
+        }
+    }
     let mut stream = client
         .delta_aggregated_resources(ReceiverStream::new(rx))
         .await
         .map_err(|e| e.to_string())?
         .into_inner();
-    let mut names = Names::default();
+    let mut counted = false;
     while let Some(resp) = stream.message().await.map_err(|e| e.to_string())? {
         let resp: DeltaDiscoveryResponse = resp;
         let bodies: Vec<&[u8]> = resp
@@ -204,6 +259,9 @@ async fn run_delta(
             .collect();
         let (eds, rds) = names.learn(&resp.type_url, &resources);
         let nack = spec.nack_routes && resp.type_url == ROUTE_TYPE;
+        if !nack {
+            held.learn(&resp); // a rejected response is not held, as in Envoy
+        }
         let ack = DeltaDiscoveryRequest {
             type_url: resp.type_url.clone(),
             response_nonce: resp.nonce.clone(),
@@ -228,13 +286,19 @@ async fn run_delta(
             sub.resource_names_subscribe = rds;
             tx.send(sub).await.map_err(|e| e.to_string())?;
         }
-        mark_initialised(&stats, &names, started);
+        mark_initialised(&stats, &names, started, &mut counted);
     }
     Ok(())
 }
 
-fn mark_initialised(stats: &ProxyStats, names: &Names, started: Instant) {
-    if stats.initialised_after_us.load(Ordering::Relaxed) == 0 && names.initialised() {
+/// Counts a stream that now holds its initial configuration (once per stream).
+fn mark_initialised(stats: &ProxyStats, names: &Names, started: Instant, counted: &mut bool) {
+    if *counted || !names.initialised() {
+        return;
+    }
+    *counted = true;
+    stats.streams_initialised.fetch_add(1, Ordering::Relaxed);
+    if stats.initialised_after_us.load(Ordering::Relaxed) == 0 {
         stats.initialised_after_us.store(
             (started.elapsed().as_micros() as u64).max(1),
             Ordering::Relaxed,
@@ -268,6 +332,7 @@ async fn run_sotw(
         .map_err(|e| e.to_string())?
         .into_inner();
     let mut names = Names::default();
+    let mut counted = false;
     // SotW: the last accepted version per type, to ACK with.
     let mut versions: BTreeMap<String, String> = BTreeMap::new();
     while let Some(resp) = stream.message().await.map_err(|e| e.to_string())? {
@@ -314,7 +379,7 @@ async fn run_sotw(
             sub.version_info = versions.get(ROUTE_TYPE).cloned().unwrap_or_default();
             tx.send(sub).await.map_err(|e| e.to_string())?;
         }
-        mark_initialised(&stats, &names, started);
+        mark_initialised(&stats, &names, started, &mut counted);
     }
     Ok(())
 }

@@ -67,6 +67,7 @@ fn a_scoped_delta_fleet_converges_and_other_namespaces_receive_nothing() {
             "50",
             "--storm-duration",
             "2s",
+            "--restart",
         ],
     );
     assert_converged(&s, 2);
@@ -90,6 +91,16 @@ fn a_scoped_delta_fleet_converges_and_other_namespaces_receive_nothing() {
         "{:#}",
         s["meshd"]
     );
+    // meshd restarted: every proxy reconnects and holds its configuration again. Delta
+    // proxies name the versions they hold, and versions are content hashes that survive
+    // a restart, so the new meshd sends them next to nothing.
+    let restart = &s["restart"];
+    assert_eq!(restart["reconnected"], 40, "{restart:#}");
+    let initial = s["connect"]["initial_bytes_per_proxy"].as_f64().unwrap();
+    assert!(
+        restart["bytes_per_proxy"].as_f64().unwrap() < initial / 4.0,
+        "{restart:#} vs {initial} initially"
+    );
 }
 
 #[test]
@@ -112,10 +123,12 @@ fn a_sotw_fleet_with_gateways_converges_on_virtual_service_changes() {
             "50",
             "--storm-duration",
             "2s",
+            "--restart",
         ],
     );
     assert_converged(&s, 2);
     assert_eq!(s["changes"][0]["affected"], 20, "every sidecar, no gateway");
+    assert_eq!(s["restart"]["reconnected"], 22, "{:#}", s["restart"]);
     assert_eq!(s["connect"]["initial_config_ms"]["count"], 22);
     // A storm of 100 writes to three services: debounced into far fewer pushes, and every
     // proxy ends on the final config, every response ACKed.
