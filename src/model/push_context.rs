@@ -418,12 +418,12 @@ impl PushContext {
         &'a self,
         proxy: &Proxy,
         gateway: &str,
-    ) -> Vec<(&'a ConfigObject, &'a VirtualServiceSpec)> {
+    ) -> Vec<(&'a Arc<ConfigObject>, &'a VirtualServiceSpec)> {
         let scope = self.sidecar_for(proxy).map(|(_, s)| s);
         self.virtual_services
             .iter()
             .filter_map(|vs| match &vs.spec {
-                Spec::VirtualService(spec) => Some((&**vs, spec)),
+                Spec::VirtualService(spec) => Some((vs, spec)),
                 _ => None,
             })
             .filter(|(vs, spec)| {

@@ -127,12 +127,7 @@ pub fn proxy_config(ctx: &PushContext, proxy: &Proxy) -> ProxyConfig {
     for (port, vhosts) in plan.sidecar_routes {
         let mut vhosts: Vec<VirtualHost> = vhosts
             .into_iter()
-            .map(|v| match v {
-                route::VirtualHostPlan::Default(svc) => {
-                    route::default_virtual_host(svc, port, &proxy.namespace)
-                }
-                route::VirtualHostPlan::Routed(vh) => *vh,
-            })
+            .map(|v| v.build(ctx, proxy, port))
             .collect();
         vhosts.extend(plan.catch_all.clone());
         routes.push(route::with_virtual_hosts(port.to_string(), vhosts));

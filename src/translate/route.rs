@@ -34,7 +34,7 @@ use crate::api::labels_match;
 use crate::api::networking::{
     HeaderOperations, HttpMatchRequest, HttpRoute, StringMatch, VirtualServiceSpec,
 };
-use crate::config::ConfigObject;
+use crate::config::{ConfigObject, Spec};
 use crate::model::{Proxy, PushContext, Service, host_matches, resolve_host};
 
 /// Istio's default retry policy, as the seeds specify it (older Istio: 3 host-selection
@@ -84,13 +84,34 @@ pub fn domains(svc: &Service, proxy_ns: &str) -> Vec<String> {
 /// its namespace, so callers may cache it), or one built from a VirtualService.
 pub enum VirtualHostPlan<'a> {
     Default(&'a Arc<Service>),
+    /// A service routed by a VirtualService whose routes do not depend on the proxy (no
+    /// `sourceLabels` or `sourceNamespace` match): [`routed_virtual_host`], a function of
+    /// the VirtualService, the service, the port, whether the proxy shares the service's
+    /// namespace, and the services its routes lead to, so callers may cache it.
+    Shared {
+        vs: &'a Arc<ConfigObject>,
+        service: &'a Arc<Service>,
+    },
+    /// Built for this proxy.
     Routed(Box<VirtualHost>),
 }
 
 impl VirtualHostPlan<'_> {
+    /// The virtual host, built.
+    pub fn build(self, ctx: &PushContext, proxy: &Proxy, port: u32) -> VirtualHost {
+        match self {
+            VirtualHostPlan::Default(svc) => default_virtual_host(svc, port, &proxy.namespace),
+            VirtualHostPlan::Shared { vs, service } => {
+                routed_virtual_host(ctx, proxy, vs, service, port)
+            }
+            VirtualHostPlan::Routed(vh) => *vh,
+        }
+    }
+
     fn hostname(&self) -> &str {
         match self {
             VirtualHostPlan::Default(svc) => &svc.hostname,
+            VirtualHostPlan::Shared { service, .. } => &service.hostname,
             // Routed names are `HOST:PORT`; the port is the same throughout one plan.
             VirtualHostPlan::Routed(vh) => vh.name.rsplit_once(':').map_or(&vh.name, |(h, _)| h),
         }
@@ -100,7 +121,7 @@ impl VirtualHostPlan<'_> {
 /// The virtual hosts of the route configuration `"PORT"`, in order, without the final
 /// catch-all ([`sidecar_catch_all`]).
 pub fn sidecar_plan<'a>(
-    ctx: &PushContext,
+    ctx: &'a PushContext,
     proxy: &Proxy,
     services: &[&'a Arc<Service>],
     port: u32,
@@ -142,17 +163,26 @@ pub fn sidecar_plan<'a>(
         if matched.is_empty() {
             continue;
         }
+        if !depends_on_proxy(vs) {
+            for i in matched {
+                covered[i] = true;
+                plan.push(VirtualHostPlan::Shared {
+                    vs: vs_obj,
+                    service: services[i],
+                });
+            }
+            continue;
+        }
         let routes = http_routes(ctx, proxy, vs_obj, vs, port, "mesh");
         for i in matched {
             covered[i] = true;
             let svc = services[i];
-            plan.push(VirtualHostPlan::Routed(Box::new(VirtualHost {
-                name: format!("{}:{port}", svc.hostname),
-                domains: domains(svc, &proxy.namespace),
-                routes: routes.clone(),
-                include_request_attempt_count: true,
-                ..Default::default()
-            })));
+            plan.push(VirtualHostPlan::Routed(Box::new(with_routes(
+                svc,
+                port,
+                &proxy.namespace,
+                routes.clone(),
+            ))));
         }
     }
     plan.extend(
@@ -171,6 +201,54 @@ pub fn sidecar_plan<'a>(
     };
     plan.sort_by_cached_key(sort_key);
     plan
+}
+
+/// Whether a VirtualService's routes differ between proxies (matches on the source).
+fn depends_on_proxy(vs: &VirtualServiceSpec) -> bool {
+    vs.http
+        .iter()
+        .flat_map(|h| &h.match_)
+        .any(|m| !m.source_labels.is_empty() || m.source_namespace.is_some())
+}
+
+/// A service's virtual host with `routes`.
+fn with_routes(svc: &Service, port: u32, proxy_ns: &str, routes: Vec<Route>) -> VirtualHost {
+    VirtualHost {
+        name: format!("{}:{port}", svc.hostname),
+        domains: domains(svc, proxy_ns),
+        routes,
+        include_request_attempt_count: true,
+        ..Default::default()
+    }
+}
+
+/// The virtual host of `svc` routed by the VirtualService `vs_obj` (see
+/// [`VirtualHostPlan::Shared`]).
+pub fn routed_virtual_host(
+    ctx: &PushContext,
+    proxy: &Proxy,
+    vs_obj: &ConfigObject,
+    svc: &Service,
+    port: u32,
+) -> VirtualHost {
+    let routes = match &vs_obj.spec {
+        Spec::VirtualService(vs) => http_routes(ctx, proxy, vs_obj, vs, port, "mesh"),
+        _ => Vec::new(),
+    };
+    with_routes(svc, port, &proxy.namespace, routes)
+}
+
+/// The hosts a VirtualService's HTTP routes lead to, whose ports its routes may read.
+pub fn destination_hosts(vs_obj: &ConfigObject) -> Vec<String> {
+    match &vs_obj.spec {
+        Spec::VirtualService(vs) => vs
+            .http
+            .iter()
+            .flat_map(|h| &h.route)
+            .map(|d| resolve_host(&d.destination.host, &vs_obj.key.namespace))
+            .collect(),
+        _ => Vec::new(),
+    }
 }
 
 /// The virtual host of a service no VirtualService routes: its default route.
@@ -203,10 +281,7 @@ pub fn sidecar(
 ) -> RouteConfiguration {
     let mut vhosts: Vec<VirtualHost> = sidecar_plan(ctx, proxy, services, port)
         .into_iter()
-        .map(|p| match p {
-            VirtualHostPlan::Default(svc) => default_virtual_host(svc, port, &proxy.namespace),
-            VirtualHostPlan::Routed(vh) => *vh,
-        })
+        .map(|p| p.build(ctx, proxy, port))
         .collect();
     vhosts.push(sidecar_catch_all(ctx, proxy));
     route_configuration(port.to_string(), vhosts)

@@ -44,6 +44,26 @@ struct HostEntry {
     clusters: [Option<Arc<ServiceResources>>; 4],
     /// `(port, proxy in the service's namespace)` → the encoded `virtual_hosts` field.
     vhosts: Vec<(u32, bool, Arc<[u8]>)>,
+    /// The service's virtual hosts routed by a VirtualService, encoded.
+    routed: Vec<RoutedHost>,
+}
+
+/// One encoded routed virtual host and what it was built from besides the service.
+struct RoutedHost {
+    port: u32,
+    local: bool,
+    vs: Arc<ConfigObject>,
+    /// The services its routes lead to, as they were (their ports name the clusters).
+    destinations: Vec<(String, Option<Arc<Service>>)>,
+    bytes: Arc<[u8]>,
+}
+
+fn same<T: PartialEq>(a: Option<&Arc<T>>, b: Option<&Arc<T>>) -> bool {
+    match (a, b) {
+        (None, None) => true,
+        (Some(a), Some(b)) => Arc::ptr_eq(a, b) || **a == **b,
+        _ => false,
+    }
 }
 
 fn slot(kind: ProxyKind, secure: bool) -> usize {
@@ -135,6 +155,7 @@ impl ResourceCache {
                 trust_domain: ctx.mesh.trust_domain.clone(),
                 clusters: Default::default(),
                 vhosts: Vec::new(),
+                routed: Vec::new(),
             });
         // A concurrent builder (of another push) may have replaced the entry for other
         // inputs: keep theirs.
@@ -206,6 +227,61 @@ fn encode_assignment(a: &ClusterLoadAssignment) -> Arc<Resource> {
     encode(&a.cluster_name, a)
 }
 
+impl ResourceCache {
+    /// The service's virtual host on `port` routed by `vs` (a VirtualService whose routes
+    /// do not depend on the proxy), as an encoded `virtual_hosts` field.
+    pub fn routed_virtual_host(
+        &self,
+        ctx: &PushContext,
+        svc: &Arc<Service>,
+        vs: &Arc<ConfigObject>,
+        port: u32,
+        proxy: &Proxy,
+    ) -> Arc<[u8]> {
+        let local = svc.namespace == proxy.namespace;
+        let found = self.with_entry(ctx, svc, |e| {
+            e.routed
+                .iter()
+                .find(|r| {
+                    r.port == port
+                        && r.local == local
+                        && same(Some(&r.vs), Some(vs))
+                        && r.destinations
+                            .iter()
+                            .all(|(host, was)| same(ctx.services.get(host), was.as_ref()))
+                })
+                .map(|r| r.bytes.clone())
+        });
+        if let Some(hit) = found {
+            self.hits.inc();
+            return hit;
+        }
+        self.misses.inc();
+        let vh = translate::route::routed_virtual_host(ctx, proxy, vs, svc, port);
+        let bytes: Arc<[u8]> = virtual_host_field(&vh).into();
+        let destinations = translate::route::destination_hosts(vs)
+            .into_iter()
+            .map(|h| {
+                let now = ctx.services.get(&h).cloned();
+                (h, now)
+            })
+            .collect();
+        self.store(ctx, svc, |e| {
+            // What this VirtualService built before, on this port and side, is stale.
+            e.routed
+                .retain(|r| !(r.port == port && r.local == local && r.vs.key == vs.key));
+            e.routed.push(RoutedHost {
+                port,
+                local,
+                vs: vs.clone(),
+                destinations,
+                bytes: bytes.clone(),
+            });
+        });
+        bytes
+    }
+}
+
 fn virtual_host_field(vh: &VirtualHost) -> Vec<u8> {
     let mut out = Vec::with_capacity(vh.encoded_len() + 4);
     prost::encoding::message::encode(VIRTUAL_HOSTS, vh, &mut out);
@@ -248,6 +324,9 @@ pub fn view(ctx: &PushContext, proxy: &Proxy, cache: &ResourceCache) -> View {
             .map(|v| match v {
                 VirtualHostPlan::Default(svc) => {
                     cache.default_virtual_host(ctx, svc, *port, &proxy.namespace)
+                }
+                VirtualHostPlan::Shared { vs, service } => {
+                    cache.routed_virtual_host(ctx, service, vs, *port, proxy)
                 }
                 VirtualHostPlan::Routed(vh) => virtual_host_field(vh).into(),
             })
@@ -386,6 +465,30 @@ mod tests {
             "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: istio, namespace: istio-system}\ndata:\n  mesh: |\n    trustDomain: example.org\n",
         );
         assert_views_agree(&PushContext::build(&store, "v/4".into()), &cache);
+
+        // VirtualService routes, cached per routed service: a VirtualService edit; a route
+        // to another service without a port, whose cluster name follows that service's
+        // port when it changes; a route that depends on the proxy's labels (not shared).
+        let (ns5, ns6) = (shape.namespace_of(5), shape.namespace_of(6));
+        let svc6 = |port: u32| {
+            format!(
+                "---\napiVersion: v1\nkind: Service\nmetadata: {{name: svc-6, namespace: {ns6}}}\nspec:\n  clusterIP: 10.100.0.6\n  ports: [{{name: http, port: {port}}}]\n"
+            )
+        };
+        let cross = format!(
+            "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: cross, namespace: {ns5}}}\nspec:\n  hosts: [svc-5]\n  http: [{{route: [{{destination: {{host: svc-6.{ns6}.svc.cluster.local}}}}]}}]\n---\napiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: by-source, namespace: {ns6}}}\nspec:\n  hosts: [svc-6]\n  http:\n  - match: [{{sourceLabels: {{app: b}}}}]\n    route: [{{destination: {{host: svc-6, subset: v2}}}}]\n  - route: [{{destination: {{host: svc-6}}}}]\n"
+        );
+        apply(&mut store, &cross);
+        assert_views_agree(&PushContext::build(&store, "v/5".into()), &cache);
+        apply(
+            &mut store,
+            &shape.changed_service_yaml(10, None, "someone-else"),
+        );
+        assert_views_agree(&PushContext::build(&store, "v/6".into()), &cache);
+        let misses = cache.reads().1;
+        apply(&mut store, &svc6(9090));
+        assert_views_agree(&PushContext::build(&store, "v/7".into()), &cache);
+        assert!(cache.reads().1 > misses);
 
         // A deleted service leaves the cache with the next push.
         let ctx = {
