@@ -629,7 +629,7 @@ async fn simulate(
             marker_rx.clone(),
             err_tx.clone(),
         );
-        // Like Envoy, a proxy whose stream breaks reconnects with backoff.
+        // Like Envoy, a proxy whose stream ends reconnects with backoff.
         tokio::spawn(async move {
             let mut backoff = Duration::from_millis(200);
             let mut held = proxy::Held::default();
@@ -642,14 +642,14 @@ async fn simulate(
                     started,
                     &mut held,
                 );
-                match run.await {
-                    Ok(()) => return,
-                    Err(e) => {
-                        let _ = err.send(format!("{id}: {e}"));
-                        tokio::time::sleep(backoff).await;
-                        backoff = (backoff * 2).min(Duration::from_secs(5));
-                    }
-                }
+                // Ended either way, Envoy opens a new stream.
+                let ended = match run.await {
+                    Ok(()) => "stream ended by meshd".to_string(),
+                    Err(e) => e,
+                };
+                let _ = err.send(format!("{id}: {ended}"));
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
             }
         });
         next += interval;

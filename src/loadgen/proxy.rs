@@ -49,17 +49,22 @@ pub struct ProxyStats {
     pub nacks_sent: AtomicU64,
 }
 
-/// What a delta proxy holds, kept across its streams: name → version per type. On
-/// reconnect it subscribes to these names with `initial_resource_versions`, as Envoy
-/// does, so meshd sends only what differs.
-#[derive(Debug, Default)]
+/// What a delta proxy holds, kept across its streams: name → version per type, and the
+/// cluster and route names it subscribes to. On reconnect it subscribes to all of those
+/// names with `initial_resource_versions`, as Envoy does, so meshd sends only what
+/// differs (and a stream that broke before its EDS answer still asks for every cluster).
+#[derive(Default)]
 pub struct Held {
     versions: BTreeMap<String, BTreeMap<String, String>>,
+    names: Names,
 }
 
 impl Held {
-    fn learn(&mut self, resp: &DeltaDiscoveryResponse) {
-        let held = self.versions.entry(resp.type_url.clone()).or_default();
+    fn learn(
+        versions: &mut BTreeMap<String, BTreeMap<String, String>>,
+        resp: &DeltaDiscoveryResponse,
+    ) {
+        let held = versions.entry(resp.type_url.clone()).or_default();
         for r in &resp.resources {
             held.insert(r.name.clone(), r.version.clone());
         }
@@ -68,16 +73,18 @@ impl Held {
         }
     }
 
-    /// The first request of a stream for `type_url`, naming what is held.
+    /// The first request of a stream for `type_url`: every name it subscribes to (EDS,
+    /// RDS) and the versions it holds.
     fn request(&self, type_url: &str) -> DeltaDiscoveryRequest {
         let held = self.versions.get(type_url);
-        let named = type_url == ENDPOINT_TYPE || type_url == ROUTE_TYPE;
+        let subscribed = match type_url {
+            ENDPOINT_TYPE => &self.names.clusters,
+            ROUTE_TYPE => &self.names.routes,
+            _ => &BTreeSet::new(),
+        };
         DeltaDiscoveryRequest {
             type_url: type_url.to_string(),
-            resource_names_subscribe: match (named, held) {
-                (true, Some(h)) => h.keys().cloned().collect(),
-                _ => Vec::new(),
-            },
+            resource_names_subscribe: subscribed.iter().cloned().collect(),
             initial_resource_versions: held
                 .map(|h| h.iter().map(|(n, v)| (n.clone(), v.clone())).collect())
                 .unwrap_or_default(),
@@ -219,25 +226,21 @@ async fn run_delta(
         type_url: type_url.to_string(),
         ..Default::default()
     };
-    let mut names = Names::default();
+    held.names.seen_types.clear(); // a new stream: nothing answered yet
     let mut first = held.request(CLUSTER_TYPE);
     first.node = Some(spec.node.clone());
     tx.send(first).await.map_err(|e| e.to_string())?;
     tx.send(held.request(LISTENER_TYPE))
         .await
         .map_err(|e| e.to_string())?;
-    // A reconnect re-subscribes to the names it holds.
+    // A reconnect re-subscribes to the names it knows.
     for type_url in [ENDPOINT_TYPE, ROUTE_TYPE] {
         let sub = held.request(type_url);
         if !sub.resource_names_subscribe.is_empty() {
-            let known = match type_url {
-                ENDPOINT_TYPE => &mut names.clusters,
-                _ => &mut names.routes,
-            };
-            known.extend(sub.resource_names_subscribe.iter().cloned());
             tx.send(sub).await.map_err(|e| e.to_string())?;
         }
     }
+    let Held { versions, names } = held;
     let mut stream = client
         .delta_aggregated_resources(ReceiverStream::new(rx))
         .await
@@ -260,7 +263,7 @@ async fn run_delta(
         let (eds, rds) = names.learn(&resp.type_url, &resources);
         let nack = spec.nack_routes && resp.type_url == ROUTE_TYPE;
         if !nack {
-            held.learn(&resp); // a rejected response is not held, as in Envoy
+            Held::learn(versions, &resp); // a rejected response is not held, as in Envoy
         }
         let ack = DeltaDiscoveryRequest {
             type_url: resp.type_url.clone(),
@@ -286,7 +289,7 @@ async fn run_delta(
             sub.resource_names_subscribe = rds;
             tx.send(sub).await.map_err(|e| e.to_string())?;
         }
-        mark_initialised(&stats, &names, started, &mut counted);
+        mark_initialised(&stats, names, started, &mut counted);
     }
     Ok(())
 }
