@@ -50,6 +50,10 @@ pub struct Watch {
     /// computed once for every proxy that shares both, instead of comparing every name.
     /// Anything else that changes `sent`, `names` or `force` drops it.
     pub basis: Option<Arc<View>>,
+    /// `sent` and `names` are not kept: they are exactly `basis`'s names and hashes of
+    /// this type. A synced delta proxy then keeps no per-resource state at all; the maps
+    /// come back ([`Connection::materialize`]) only when its state leaves a view's.
+    pub compact: bool,
 }
 
 /// Objects whose changes a proxy has been sent but not yet accepted.
@@ -197,11 +201,40 @@ impl Connection {
     /// What the proxy should hold for `kind` now, given its subscription.
     pub fn desired(&self, view: &View, kind: TypeKind) -> Vec<Arc<Resource>> {
         let w = &self.watches[kind as usize];
-        if w.wildcard {
-            view.all(kind).values().cloned().collect()
-        } else {
-            w.names.iter().filter_map(|n| view.get(kind, n)).collect()
+        match (&w.basis, w.wildcard, w.compact) {
+            (_, true, _) => view.all(kind).values().cloned().collect(),
+            (Some(basis), false, true) => basis
+                .all(kind)
+                .keys()
+                .filter_map(|n| view.get(kind, n))
+                .collect(),
+            _ => w.names.iter().filter_map(|n| view.get(kind, n)).collect(),
         }
+    }
+
+    /// Gives a compact watch its own `sent` and `names` back (from its basis view),
+    /// before anything but a step to the next view changes them.
+    pub fn materialize(&mut self, kind: TypeKind) {
+        let w = &mut self.watches[kind as usize];
+        if !std::mem::take(&mut w.compact) {
+            return;
+        }
+        let Some(basis) = &w.basis else { return };
+        let all = basis.all(kind);
+        w.sent = all.values().map(|r| (r.name.clone(), r.hash)).collect();
+        if !w.wildcard {
+            w.names = all.keys().cloned().collect();
+        }
+    }
+
+    /// Whether the proxy subscribed to `name` of `kind` (explicitly or by wildcard).
+    fn subscribed_to(&self, kind: TypeKind, name: &str) -> bool {
+        let w = &self.watches[kind as usize];
+        w.wildcard
+            || match (&w.basis, w.compact) {
+                (Some(basis), true) => basis.all(kind).contains_key(name),
+                _ => w.names.contains(name),
+            }
     }
 
     /// Resources that differ from what was sent (or are forced), and names to remove.
@@ -216,15 +249,24 @@ impl Connection {
         desired: &[Arc<Resource>],
     ) -> (Vec<Arc<Resource>>, Vec<String>) {
         let w = &self.watches[kind as usize];
+        // What the proxy holds: its own record, or a compact watch's basis view.
+        let basis = w.basis.as_ref().filter(|_| w.compact).map(|b| b.all(kind));
+        let held = |name: &str| match basis {
+            Some(all) => all.get(name).map(|r| r.hash),
+            None => w.sent.get(name).copied(),
+        };
         let changed: Vec<Arc<Resource>> = desired
             .iter()
-            .filter(|r| w.force.contains(&r.name) || w.sent.get(&r.name) != Some(&r.hash))
+            .filter(|r| w.force.contains(&r.name) || held(&r.name) != Some(r.hash))
             .cloned()
             .collect();
         let keep: BTreeSet<&str> = desired.iter().map(|r| &*r.name).collect();
-        let mut removed: Vec<String> = w
-            .sent
-            .keys()
+        let held_names: Vec<&Arc<str>> = match basis {
+            Some(all) => all.keys().collect(),
+            None => w.sent.keys().collect(),
+        };
+        let mut removed: Vec<String> = held_names
+            .into_iter()
             .filter(|n| !keep.contains(&***n))
             .map(|n| n.to_string())
             .collect();
@@ -258,7 +300,11 @@ impl Connection {
     /// After a push of `kind` from `view`: remembers the view as the proxy's basis if the
     /// proxy now holds exactly its resources of that type. `from_basis`: the push was
     /// [`Connection::diff_from_basis`]'s, which leaves exactly the view's resources.
+    /// An exact watch of a delta proxy becomes compact: the view holds its state.
     pub fn settle_basis(&mut self, view: &Arc<View>, kind: TypeKind, from_basis: bool) {
+        if !from_basis {
+            self.materialize(kind);
+        }
         let w = &mut self.watches[kind as usize];
         let all = view.all(kind);
         let exact = w.force.is_empty()
@@ -269,7 +315,18 @@ impl Connection {
                         w.sent.get(&r.name) == Some(&r.hash)
                             && (w.wildcard || w.names.contains(&r.name))
                     })));
-        w.basis = exact.then(|| view.clone());
+        if !exact {
+            // Only a step from a compact basis leaves no maps; it is exact by definition.
+            w.basis = None;
+            return;
+        }
+        w.basis = Some(view.clone());
+        w.compact = true;
+        w.sent = Default::default();
+        w.names = BTreeSet::new();
+        let resources = all.len();
+        let mut status = self.status.lock().unwrap();
+        status.types.entry(kind.short()).or_default().resources = resources;
     }
 
     /// Records a response about to be sent; returns its nonce.
@@ -284,16 +341,24 @@ impl Connection {
         let nonce = self.next_nonce();
         let push_version = self.push.version().to_string();
         let w = &mut self.watches[kind as usize];
-        w.basis = None;
-        if full {
-            w.sent.clear();
-        }
-        for r in changed {
-            w.sent.insert(r.name.clone(), r.hash);
-            w.force.remove(&r.name);
-        }
-        for n in removed {
-            w.sent.remove(n.as_str());
+        if w.compact {
+            // A step from the basis view to the next: `settle_basis` moves the basis
+            // (every other change of what the proxy holds materializes first).
+            for r in changed {
+                w.force.remove(&r.name);
+            }
+        } else {
+            w.basis = None;
+            if full {
+                w.sent.clear();
+            }
+            for r in changed {
+                w.sent.insert(r.name.clone(), r.hash);
+                w.force.remove(&r.name);
+            }
+            for n in removed {
+                w.sent.remove(n.as_str());
+            }
         }
         w.nonce_sent = Some(nonce.clone());
         w.last_response = changed.to_vec();
@@ -307,7 +372,10 @@ impl Connection {
         if w.pending_since.is_none() {
             w.pending_since = trigger;
         }
-        let resources = w.sent.len();
+        let resources = match (&w.basis, w.compact) {
+            (Some(basis), true) => basis.all(kind).len(),
+            _ => w.sent.len(),
+        };
         self.versions[kind as usize] = push_version.clone();
         self.shared
             .metrics
@@ -408,14 +476,14 @@ impl Connection {
     /// After a CDS response, the changed clusters' load assignments must follow even if
     /// unchanged, or Envoy keeps those clusters warming.
     pub fn force_endpoints_after_clusters(&mut self, clusters: &[Arc<Resource>]) {
-        let eds = &mut self.watches[TypeKind::Endpoint as usize];
         // Only names already subscribed: a new cluster's name arrives as a subscription,
         // which is always answered.
         let subscribed: Vec<Arc<str>> = clusters
             .iter()
-            .filter(|c| eds.wildcard || eds.names.contains(&c.name))
+            .filter(|c| self.subscribed_to(TypeKind::Endpoint, &c.name))
             .map(|c| c.name.clone())
             .collect();
+        let eds = &mut self.watches[TypeKind::Endpoint as usize];
         eds.force.extend(subscribed);
         eds.always_respond = true;
     }
@@ -542,6 +610,17 @@ mod tests {
                 .clone(),
         );
         assert!(b.diff_from_basis(&view, TypeKind::Endpoint).is_none());
+        // Synced watches are compact: no per-resource maps, the basis view stands in.
+        let eds = &a.watches[TypeKind::Endpoint as usize];
+        assert!(eds.compact && eds.sent.is_empty() && eds.names.is_empty());
+        assert_eq!(a.diff(&view, TypeKind::Endpoint), full);
+        // Anything but a view step gives the watch its maps back, equal to the view's.
+        a.materialize(TypeKind::Endpoint);
+        let eds = &a.watches[TypeKind::Endpoint as usize];
+        let basis = eds.basis.clone().unwrap();
+        assert_eq!(eds.sent.len(), basis.all(TypeKind::Endpoint).len());
+        assert_eq!(eds.names.len(), eds.sent.len());
+        assert_eq!(a.diff(&view, TypeKind::Endpoint), full);
         a.record_sent(TypeKind::Endpoint, &[], &[], false, None);
         assert!(
             a.diff_from_basis(&view, TypeKind::Endpoint).is_none(),

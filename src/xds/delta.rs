@@ -59,6 +59,9 @@ async fn handle(conn: &mut Connection, req: DeltaDiscoveryRequest, tx: &Tx) -> R
     }
     // Subscription changes are honoured whatever the nonce.
     let first = !conn.watches[idx].subscribed;
+    if !req.resource_names_subscribe.is_empty() || !req.resource_names_unsubscribe.is_empty() {
+        conn.materialize(kind); // the names change: the watch keeps its own maps again
+    }
     // A plain ACK changes no subscription and needs no view.
     let view = (first || !req.resource_names_subscribe.is_empty()).then(|| conn.view());
     let intern = |name: &str| match &view {
@@ -161,6 +164,7 @@ async fn push_to(conn: &mut Connection, tx: &Tx) -> Result<(), Closed> {
         let method = if from_basis[kind as usize] {
             "view"
         } else {
+            conn.materialize(kind); // what it holds changes other than by a view step
             "full"
         };
         shared
