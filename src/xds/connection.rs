@@ -13,7 +13,7 @@ use serde::Serialize;
 
 use super::XdsShared;
 use super::push::{ChangeSet, Push};
-use super::resource::{PUSH_ORDER, Resource, TYPES, TypeKind, View};
+use super::resource::{PUSH_ORDER, Resource, ResourceMap, TYPES, TypeKind, View};
 use crate::config::ObjectKey;
 use crate::metrics::type_label;
 use crate::model::Proxy;
@@ -54,6 +54,16 @@ pub struct Watch {
     /// this type. A synced delta proxy then keeps no per-resource state at all; the maps
     /// come back ([`Connection::materialize`]) only when its state leaves a view's.
     pub compact: bool,
+}
+
+impl Watch {
+    /// A compact watch's state of `kind`: its basis view's resources.
+    fn held_view(&self, kind: TypeKind) -> Option<&ResourceMap> {
+        self.basis
+            .as_ref()
+            .filter(|_| self.compact)
+            .map(|b| b.all(kind))
+    }
 }
 
 /// Objects whose changes a proxy has been sent but not yet accepted.
@@ -201,14 +211,12 @@ impl Connection {
     /// What the proxy should hold for `kind` now, given its subscription.
     pub fn desired(&self, view: &View, kind: TypeKind) -> Vec<Arc<Resource>> {
         let w = &self.watches[kind as usize];
-        match (&w.basis, w.wildcard, w.compact) {
-            (_, true, _) => view.all(kind).values().cloned().collect(),
-            (Some(basis), false, true) => basis
-                .all(kind)
-                .keys()
-                .filter_map(|n| view.get(kind, n))
-                .collect(),
-            _ => w.names.iter().filter_map(|n| view.get(kind, n)).collect(),
+        if w.wildcard {
+            return view.all(kind).values().cloned().collect();
+        }
+        match w.held_view(kind) {
+            Some(held) => held.keys().filter_map(|n| view.get(kind, n)).collect(),
+            None => w.names.iter().filter_map(|n| view.get(kind, n)).collect(),
         }
     }
 
@@ -231,9 +239,9 @@ impl Connection {
     fn subscribed_to(&self, kind: TypeKind, name: &str) -> bool {
         let w = &self.watches[kind as usize];
         w.wildcard
-            || match (&w.basis, w.compact) {
-                (Some(basis), true) => basis.all(kind).contains_key(name),
-                _ => w.names.contains(name),
+            || match w.held_view(kind) {
+                Some(held) => held.contains_key(name),
+                None => w.names.contains(name),
             }
     }
 
@@ -250,7 +258,7 @@ impl Connection {
     ) -> (Vec<Arc<Resource>>, Vec<String>) {
         let w = &self.watches[kind as usize];
         // What the proxy holds: its own record, or a compact watch's basis view.
-        let basis = w.basis.as_ref().filter(|_| w.compact).map(|b| b.all(kind));
+        let basis = w.held_view(kind);
         let held = |name: &str| match basis {
             Some(all) => all.get(name).map(|r| r.hash),
             None => w.sent.get(name).copied(),
@@ -372,10 +380,7 @@ impl Connection {
         if w.pending_since.is_none() {
             w.pending_since = trigger;
         }
-        let resources = match (&w.basis, w.compact) {
-            (Some(basis), true) => basis.all(kind).len(),
-            _ => w.sent.len(),
-        };
+        let resources = w.held_view(kind).map_or(w.sent.len(), |held| held.len());
         self.versions[kind as usize] = push_version.clone();
         self.shared
             .metrics
@@ -411,8 +416,6 @@ impl Connection {
         self.note_sync();
     }
 
-    /// Records that the proxy holds its current push in full, if every response sent to
-    /// it has been ACKed.
     /// The connection has been brought to `self.push`: every type it was sent before now
     /// reflects that push, so the changes up to it are no news to the next response
     /// (a change that altered nothing of a type is no suspect when the type is rejected).
@@ -425,6 +428,8 @@ impl Connection {
         }
     }
 
+    /// Records that the proxy holds its current push in full, if every response sent to
+    /// it has been ACKed.
     pub fn note_sync(&self) {
         let all_acked = self.watches.iter().all(|w| w.nonce_sent == w.nonce_acked);
         if all_acked {

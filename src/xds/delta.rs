@@ -59,8 +59,10 @@ async fn handle(conn: &mut Connection, req: DeltaDiscoveryRequest, tx: &Tx) -> R
     }
     // Subscription changes are honoured whatever the nonce.
     let first = !conn.watches[idx].subscribed;
-    if !req.resource_names_subscribe.is_empty() || !req.resource_names_unsubscribe.is_empty() {
-        conn.materialize(kind); // the names change: the watch keeps its own maps again
+    let names_change =
+        !req.resource_names_subscribe.is_empty() || !req.resource_names_unsubscribe.is_empty();
+    if names_change {
+        conn.materialize(kind); // the watch keeps its own maps again
     }
     // A plain ACK changes no subscription and needs no view.
     let view = (first || !req.resource_names_subscribe.is_empty()).then(|| conn.view());
@@ -69,10 +71,7 @@ async fn handle(conn: &mut Connection, req: DeltaDiscoveryRequest, tx: &Tx) -> R
         None => name.into(),
     };
     let w = &mut conn.watches[idx];
-    if first
-        || !req.resource_names_subscribe.is_empty()
-        || !req.resource_names_unsubscribe.is_empty()
-    {
+    if first || names_change {
         w.basis = None; // the subscription changes: the next push compares in full
     }
     if first {
