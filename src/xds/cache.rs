@@ -58,6 +58,8 @@ struct RoutedHost {
     bytes: Arc<[u8]>,
 }
 
+/// Whether two optional inputs are the same: one `Arc` (the common case within a push and
+/// across incremental pushes), else equal values.
 fn same<T: PartialEq>(a: Option<&Arc<T>>, b: Option<&Arc<T>>) -> bool {
     match (a, b) {
         (None, None) => true,
@@ -128,13 +130,10 @@ impl ResourceCache {
         let trust_domain = &ctx.mesh.trust_domain;
         let mut hosts = self.hosts.lock().unwrap();
         let entry = hosts.get_mut(&svc.hostname)?;
-        let same_rule = match (&entry.rule, rule) {
-            (None, None) => true,
-            (Some(a), Some(b)) => Arc::ptr_eq(a, b) || **a == **b,
-            _ => false,
-        };
-        let same_service = Arc::ptr_eq(&entry.service, svc) || *entry.service == **svc;
-        if !(same_rule && same_service && entry.trust_domain == *trust_domain) {
+        let inputs_same = same(entry.rule.as_ref(), rule)
+            && same(Some(&entry.service), Some(svc))
+            && entry.trust_domain == *trust_domain;
+        if !inputs_same {
             hosts.remove(&svc.hostname);
             return None;
         }
@@ -221,13 +220,7 @@ impl ResourceCache {
         self.store(ctx, svc, |e| e.vhosts.push((port, local, bytes.clone())));
         bytes
     }
-}
 
-fn encode_assignment(a: &ClusterLoadAssignment) -> Arc<Resource> {
-    encode(&a.cluster_name, a)
-}
-
-impl ResourceCache {
     /// The service's virtual host on `port` routed by `vs` (a VirtualService whose routes
     /// do not depend on the proxy), as an encoded `virtual_hosts` field.
     pub fn routed_virtual_host(
@@ -280,6 +273,10 @@ impl ResourceCache {
         });
         bytes
     }
+}
+
+fn encode_assignment(a: &ClusterLoadAssignment) -> Arc<Resource> {
+    encode(&a.cluster_name, a)
 }
 
 fn virtual_host_field(vh: &VirtualHost) -> Vec<u8> {
