@@ -64,6 +64,15 @@ fn oldest_first(store: &Store, kind: Kind) -> Arc<Vec<Arc<ConfigObject>>> {
     Arc::new(objects)
 }
 
+/// `old` again, or `build()` when its inputs changed.
+fn rebuilt_if<T: Clone>(changed: bool, old: &T, build: impl FnOnce() -> T) -> T {
+    if changed { build() } else { old.clone() }
+}
+
+fn sidecars(store: &Store) -> Arc<Vec<Arc<ConfigObject>>> {
+    Arc::new(store.of_kind(Kind::Sidecar).cloned().collect())
+}
+
 fn destination_rules(store: &Store) -> Arc<foldhash::HashMap<String, Arc<ConfigObject>>> {
     let mut rules = foldhash::HashMap::default();
     for dr in oldest_first(store, Kind::DestinationRule).iter() {
@@ -172,7 +181,7 @@ impl PushContext {
             virtual_services: oldest_first(store, Kind::VirtualService),
             destination_rules: destination_rules(store),
             gateways: oldest_first(store, Kind::Gateway),
-            sidecars: Arc::new(store.of_kind(Kind::Sidecar).cloned().collect()),
+            sidecars: sidecars(store),
             peer_authentications: oldest_first(store, Kind::PeerAuthentication),
             authorization_policies: oldest_first(store, Kind::AuthorizationPolicy),
             secrets: secrets(store),
@@ -229,45 +238,41 @@ impl PushContext {
                 None => pod_labels.remove(&id),
             };
         }
-        let keep_or = |kind: Kind, old: &Arc<Vec<Arc<ConfigObject>>>| {
-            if any(kind) {
-                oldest_first(store, kind)
-            } else {
-                old.clone()
-            }
-        };
+        // Each part: rebuilt when an object of its kind changed, else shared.
         let mut ctx = PushContext {
             version,
             store: store.clone(),
             services,
-            virtual_services: keep_or(Kind::VirtualService, &self.virtual_services),
-            destination_rules: match any(Kind::DestinationRule) {
-                true => destination_rules(store),
-                false => self.destination_rules.clone(),
-            },
-            gateways: keep_or(Kind::Gateway, &self.gateways),
-            sidecars: match any(Kind::Sidecar) {
-                true => Arc::new(store.of_kind(Kind::Sidecar).cloned().collect()),
-                false => self.sidecars.clone(),
-            },
-            peer_authentications: keep_or(Kind::PeerAuthentication, &self.peer_authentications),
-            authorization_policies: keep_or(
-                Kind::AuthorizationPolicy,
-                &self.authorization_policies,
+            virtual_services: rebuilt_if(any(Kind::VirtualService), &self.virtual_services, || {
+                oldest_first(store, Kind::VirtualService)
+            }),
+            destination_rules: rebuilt_if(
+                any(Kind::DestinationRule),
+                &self.destination_rules,
+                || destination_rules(store),
             ),
-            secrets: match any(Kind::Secret) {
-                true => secrets(store),
-                false => self.secrets.clone(),
-            },
+            gateways: rebuilt_if(any(Kind::Gateway), &self.gateways, || {
+                oldest_first(store, Kind::Gateway)
+            }),
+            sidecars: rebuilt_if(any(Kind::Sidecar), &self.sidecars, || sidecars(store)),
+            peer_authentications: rebuilt_if(
+                any(Kind::PeerAuthentication),
+                &self.peer_authentications,
+                || oldest_first(store, Kind::PeerAuthentication),
+            ),
+            authorization_policies: rebuilt_if(
+                any(Kind::AuthorizationPolicy),
+                &self.authorization_policies,
+                || oldest_first(store, Kind::AuthorizationPolicy),
+            ),
+            secrets: rebuilt_if(any(Kind::Secret), &self.secrets, || secrets(store)),
             pod_labels,
-            namespace_labels: match any(Kind::Namespace) {
-                true => namespace_labels(store),
-                false => self.namespace_labels.clone(),
-            },
-            mesh: match any(Kind::ConfigMap) {
-                true => MeshConfig::from_store(store),
-                false => self.mesh.clone(),
-            },
+            namespace_labels: rebuilt_if(any(Kind::Namespace), &self.namespace_labels, || {
+                namespace_labels(store)
+            }),
+            mesh: rebuilt_if(any(Kind::ConfigMap), &self.mesh, || {
+                MeshConfig::from_store(store)
+            }),
             issues: self.issues.clone(),
         };
         // Route destinations are checked against hosts, subsets and gateways.
