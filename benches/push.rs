@@ -1,14 +1,33 @@
 //! Push-pipeline micro-benchmarks: building the shared push context, and generating plus
 //! encoding everything one unscoped sidecar receives. Figures live in BENCHMARKS.md.
 
+use std::collections::BTreeSet;
+
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use serde_json::json;
 
+use meshd::config::ObjectKey;
 use meshd::config::parse::parse_file;
-use meshd::model::{Proxy, PushContext, testmesh};
+use meshd::model::{Proxy, PushContext, Store, testmesh};
 use meshd::translate::proxy_config;
 use meshd::xds::cache::{self, ResourceCache};
 use meshd::xds::resource::View;
+
+/// `store` (a `testmesh` of `services` over 50 namespaces) with one endpoint added to
+/// svc-1, and the keys that changed, as the sources report them (only what differs).
+fn one_endpoint_added(store: &Store, services: usize) -> (Store, BTreeSet<ObjectKey>) {
+    let shape = testmesh::Shape::new(services, 50, 3);
+    let mut changed = store.clone();
+    let mut keys = BTreeSet::new();
+    for o in parse_file("change.yaml", &shape.service_yaml(1, Some("10.200.0.1"))).objects {
+        let key = o.key.clone();
+        if changed.apply(o) {
+            keys.insert(key);
+        }
+    }
+    assert_eq!(keys.len(), 1, "one EndpointSlice");
+    (changed, keys)
+}
 
 fn push_context_build(c: &mut Criterion) {
     let mut group = c.benchmark_group("push_context_build");
@@ -27,17 +46,7 @@ fn push_context_build(c: &mut Criterion) {
     for services in [1_000, 10_000] {
         let store = testmesh::generate(services, 50, 3);
         let before = PushContext::build(&store, "bench/1".into());
-        let shape = testmesh::Shape::new(services, 50, 3);
-        let mut changed_store = store.clone();
-        let mut changed = std::collections::BTreeSet::new();
-        for o in parse_file("change.yaml", &shape.service_yaml(1, Some("10.200.0.1"))).objects {
-            // Only what differs, as the sources report it.
-            let key = o.key.clone();
-            if changed_store.apply(o) {
-                changed.insert(key);
-            }
-        }
-        assert_eq!(changed.len(), 1, "one EndpointSlice");
+        let (changed_store, changed) = one_endpoint_added(&store, services);
         group.bench_function(BenchmarkId::new("one_endpoint_change", services), |b| {
             b.iter(|| before.update(&changed_store, &changed, "bench/2".into()))
         });
@@ -75,15 +84,7 @@ fn sidecar_generation(c: &mut Criterion) {
     // differ in one service's endpoints, the second updated from the first as the push
     // pipeline does (unchanged services are the same `Arc`s), so each view re-encodes
     // that service and finds the other 999 unchanged.
-    let shape = testmesh::Shape::new(1_000, 50, 3);
-    let mut changed = store.clone();
-    let mut keys = std::collections::BTreeSet::new();
-    for o in parse_file("change.yaml", &shape.service_yaml(1, Some("10.200.0.1"))).objects {
-        let key = o.key.clone();
-        if changed.apply(o) {
-            keys.insert(key);
-        }
-    }
+    let (changed, keys) = one_endpoint_added(&store, 1_000);
     let before = PushContext::build(&store, "bench/2".into());
     let after = before.update(&changed, &keys, "bench/3".into());
     let contexts = [before, after];
