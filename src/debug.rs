@@ -215,6 +215,9 @@ async fn registryz(State(s): State<DebugState>) -> impl IntoResponse {
     )
 }
 
+/// How many of a push's changed objects `/debug/push_status` names.
+const PUSH_STATUS_CHANGED: usize = 100;
+
 async fn push_status(State(s): State<DebugState>) -> impl IntoResponse {
     let push = s.xds.current_push();
     Json(json!({
@@ -225,6 +228,11 @@ async fn push_status(State(s): State<DebugState>) -> impl IntoResponse {
         "virtualServices": push.context.virtual_services.len(),
         "connectedProxies": s.xds.sync_status().len(),
         "crossObjectWarnings": push.context.issues.len(),
+        // What the push was triggered by (null: a full push, as the first one).
+        "changedObjects": push.changed.as_ref().map(|c| c.len()),
+        "changed": push.changed.as_ref().map(|c| {
+            c.iter().take(PUSH_STATUS_CHANGED).map(|k| k.to_string()).collect::<Vec<_>>()
+        }),
     }))
 }
 

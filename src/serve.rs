@@ -80,7 +80,7 @@ pub async fn run(opts: ServeOptions) -> anyhow::Result<()> {
     let store = Arc::new(RwLock::new(Store::default()));
     let hook_metrics = metrics.clone();
     let hook: IssueHook = Arc::new(move |i| log_issue(&hook_metrics, i));
-    let (event_tx, event_rx) = mpsc::unbounded_channel();
+    let (event_tx, mut event_rx) = mpsc::unbounded_channel();
     let on_change: OnChange = Arc::new(move |keys: BTreeSet<ObjectKey>| {
         let _ = event_tx.send(ConfigEvent {
             at: Instant::now(),
@@ -195,6 +195,10 @@ pub async fn run(opts: ServeOptions) -> anyhow::Result<()> {
         None => None,
     };
 
+    // The first push is built from everything loaded so far: the events that loading
+    // queued are in it already, and pushing them again would make a second push that
+    // claims to change every object (and a later NACK would blame them all).
+    while event_rx.try_recv().is_ok() {}
     push_tx.send_replace(Arc::new(build_push(
         &store,
         None,

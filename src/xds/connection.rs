@@ -452,7 +452,9 @@ impl Connection {
             // A resource is built from several objects (a route configuration from every
             // VirtualService on its port): blame those changed since the last ACK, if any.
             let origins = super::origin::origins(kind, &w.last_response);
-            for object in w.unacked.blame(origins) {
+            let blamed = w.unacked.blame(origins);
+            tracing::debug!(proxy = %self.proxy.id, r#type = kind.short(), ?blamed, "rejection attributed");
+            for object in blamed {
                 let rejection = super::Rejection {
                     proxy: self.proxy.id.clone(),
                     message: message.to_string(),
