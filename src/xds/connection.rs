@@ -38,7 +38,8 @@ pub struct Watch {
     pub force: BTreeSet<Arc<str>>,
     /// SotW: answer the next request even if it only ACKs (EDS after a CDS push).
     pub always_respond: bool,
-    /// The resources of the outstanding response (to name what a NACK rejected).
+    /// The resources of the outstanding response (to name what a NACK rejected); emptied
+    /// when it is ACKed.
     pub last_response: Vec<Arc<Resource>>,
     /// The push of the last response sent on this type.
     pub pushed_at: Option<u64>,
@@ -401,6 +402,8 @@ impl Connection {
         let w = &mut self.watches[kind as usize];
         w.nonce_acked = Some(nonce.to_string());
         w.unacked = Suspects::default();
+        // Only a rejection of the outstanding response needs its resources.
+        w.last_response = Vec::new();
         if let Some(since) = w.pending_since.take() {
             self.shared
                 .metrics

@@ -25,7 +25,7 @@ use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, Disc
 use envoy_types::pb::google::protobuf::{Struct, Value as PbValue, value::Kind as PbKind};
 use tokio::sync::{Semaphore, mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::{Request, Response, Status, Streaming};
+use tonic::{Request, Response, Status};
 
 use self::connection::SyncStatus;
 use self::push::{Push, PushSettings};
@@ -252,16 +252,16 @@ impl AdsService {
     }
 
     /// The caller's identity on the secure port (`None` on the plaintext one).
-    async fn caller<T>(&self, request: &Request<T>) -> Result<Option<Identity>, Status> {
+    /// Who opened the stream, and the requests it carries (split before authenticating,
+    /// so that the requests need not be shared across the await).
+    async fn caller<T>(&self, request: Request<T>) -> Result<(Option<Identity>, T), Status> {
+        let peer = crate::ca::service::peer_certs(&request);
+        let (metadata, _, requests) = request.into_parts();
         let Some(authn) = &self.authn else {
-            return Ok(None);
+            return Ok((None, requests));
         };
-        let peer = crate::ca::service::peer_certs(request);
-        match authn
-            .authenticate(peer.as_deref(), request.metadata())
-            .await
-        {
-            Ok(identity) => Ok(Some(identity)),
+        match authn.authenticate(peer.as_deref(), &metadata).await {
+            Ok(identity) => Ok((Some(identity), requests)),
             Err(e) => {
                 self.shared
                     .metrics
@@ -296,13 +296,13 @@ impl wire::Ads for AdsService {
 
     async fn sotw(
         &self,
-        request: Request<Streaming<DiscoveryRequest>>,
+        request: Request<wire::Requests<DiscoveryRequest>>,
     ) -> Result<Response<Self::SotwStream>, Status> {
-        let caller = self.caller(&request).await?;
+        let (caller, requests) = self.caller(request).await?;
         let (tx, rx) = mpsc::channel(STREAM_BUFFER);
         tokio::spawn(stream::run::<sotw::Sotw>(
             self.shared.clone(),
-            request.into_inner(),
+            requests,
             tx,
             caller,
         ));
@@ -311,13 +311,13 @@ impl wire::Ads for AdsService {
 
     async fn delta(
         &self,
-        request: Request<Streaming<DeltaDiscoveryRequest>>,
+        request: Request<wire::Requests<DeltaDiscoveryRequest>>,
     ) -> Result<Response<Self::DeltaStream>, Status> {
-        let caller = self.caller(&request).await?;
+        let (caller, requests) = self.caller(request).await?;
         let (tx, rx) = mpsc::channel(STREAM_BUFFER);
         tokio::spawn(stream::run::<delta::Delta>(
             self.shared.clone(),
-            request.into_inner(),
+            requests,
             tx,
             caller,
         ));

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use envoy_types::pb::envoy::config::core::v3::Node;
 use tokio::sync::mpsc;
-use tonic::{Status, Streaming};
+use tonic::Status;
 
 use super::connection::Connection;
 use super::push::Push;
@@ -20,7 +20,7 @@ pub type Tx<R> = mpsc::Sender<Result<R, Status>>;
 
 /// The framing of one ADS variant.
 pub trait Framing: 'static {
-    type Request: Send + 'static;
+    type Request: prost::Message + Default + Send + 'static;
     type Response: Send + 'static;
     /// `SotW` or `delta`, for logs and `/debug/syncz`.
     const NAME: &'static str;
@@ -43,7 +43,7 @@ pub trait Framing: 'static {
 
 pub async fn run<F: Framing>(
     shared: Arc<XdsShared>,
-    mut requests: Streaming<F::Request>,
+    mut requests: super::wire::Requests<F::Request>,
     tx: Tx<F::Response>,
     caller: Option<crate::ca::Identity>,
 ) {
@@ -62,7 +62,10 @@ pub async fn run<F: Framing>(
             ))));
             return;
         }
-        _ => return,
+        Ok(Err(status)) => {
+            return refuse_requests(&shared, &tx, "a proxy not yet identified", status);
+        }
+        Ok(Ok(None)) => return,
     };
     let proxy = match proxy_from_node(&shared, F::node(&first), caller.as_ref()) {
         Ok(p) => p,
@@ -84,8 +87,7 @@ pub async fn run<F: Framing>(
                 Ok(Some(req)) => if F::handle(&mut conn, req, &tx).await.is_err() { break },
                 Ok(None) => break,
                 Err(status) => {
-                    shared.metrics.xds_connection_errors.get_or_create(&vec![("reason", "stream".to_string())]).inc();
-                    tracing::info!(proxy = %conn.proxy.id, "stream closed with error: {}", status.message());
+                    refuse_requests(&shared, &tx, &conn.proxy.id, status);
                     break;
                 }
             },
@@ -104,6 +106,18 @@ pub async fn run<F: Framing>(
         .metrics
         .destroy_time
         .observe(ended.elapsed().as_secs_f64());
+}
+
+/// The request stream broke or carried something that is no request: counted, and the
+/// proxy told why (if it still listens) as the stream ends.
+fn refuse_requests<R>(shared: &XdsShared, tx: &Tx<R>, proxy: &str, status: Status) {
+    tracing::info!(proxy, "stream closed with error: {}", status.message());
+    shared
+        .metrics
+        .xds_connection_errors
+        .get_or_create(&vec![("reason", "stream".to_string())])
+        .inc();
+    let _ = tx.try_send(Err(status));
 }
 
 /// Hands one response to the stream. Back-pressure from a slow proxy holds the sender at

@@ -8,7 +8,7 @@
 //! field (a unit test decodes it with the generated types).
 //!
 //! The gRPC service is routed here by hand, as tonic's generated server would, with
-//! requests decoded by tonic's `Streaming` and the response body framed here.
+//! requests decoded by [`Requests`] and the response body framed here.
 
 use std::collections::VecDeque;
 use std::marker::PhantomData;
@@ -17,13 +17,12 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
-use futures::Stream;
+use futures::{Stream, StreamExt};
 use http_body::Frame;
-use prost::bytes::{BufMut, Bytes, BytesMut};
+use prost::bytes::{Buf, BufMut, Bytes, BytesMut};
 use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint, key_len};
-use tonic::codec::{DecodeBuf, Decoder};
+use tonic::Status;
 use tonic::codegen::{BoxFuture, Service, StdError, http};
-use tonic::{Status, Streaming};
 
 use super::resource::Resource;
 
@@ -206,18 +205,122 @@ impl WireMessage for DeltaResponse {
     }
 }
 
-/// Requests, decoded by prost inside tonic's `Streaming`.
-pub struct RequestDecoder<Req>(PhantomData<fn() -> Req>);
+/// The requests of one ADS stream, decoded from their gRPC frames as each completes.
+/// Unlike tonic's `Streaming`, whose buffer keeps the capacity of the largest request it
+/// ever held (an initial request naming every cluster: ~70 KB per connected proxy on a
+/// 1,000-service mesh), the buffer here is released whenever it empties.
+pub struct Requests<Req> {
+    chunks: Pin<Box<dyn Stream<Item = Result<Bytes, Status>> + Send>>,
+    buf: BytesMut,
+    limit: usize,
+    failed: bool,
+    _req: PhantomData<fn() -> Req>,
+}
 
-impl<Req: prost::Message + Default> Decoder for RequestDecoder<Req> {
-    type Item = Req;
-    type Error = Status;
+/// A gRPC message's frame header: the compressed flag and the length (big-endian).
+const FRAME_HEADER: usize = 5;
 
-    fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<Req>, Status> {
-        Req::decode(buf)
-            .map(Some)
-            .map_err(|e| Status::internal(e.to_string()))
+impl<Req: prost::Message + Default> Requests<Req> {
+    /// Requests carried by `body`, each at most `limit` bytes.
+    pub fn new<B>(body: B, limit: usize) -> Self
+    where
+        B: http_body::Body + Send + 'static,
+        B::Data: Send,
+        B::Error: Into<StdError>,
+    {
+        let chunks = futures::stream::unfold(Box::pin(body), |mut body| async move {
+            loop {
+                match std::future::poll_fn(|cx| body.as_mut().poll_frame(cx)).await? {
+                    Ok(frame) => {
+                        if let Ok(mut data) = frame.into_data() {
+                            let bytes = data.copy_to_bytes(data.remaining());
+                            return Some((Ok(bytes), body));
+                        } // trailers: nothing to decode
+                    }
+                    Err(e) => return Some((Err(Status::from_error(e.into())), body)),
+                }
+            }
+        });
+        Requests {
+            chunks: Box::pin(chunks),
+            buf: BytesMut::new(),
+            limit,
+            failed: false,
+            _req: PhantomData,
+        }
     }
+
+    /// The next request; `None` when the proxy ended the stream. After an error (a broken
+    /// stream or a frame that is no request) there are no more.
+    pub async fn message(&mut self) -> Result<Option<Req>, Status> {
+        if self.failed {
+            return Ok(None);
+        }
+        let next = self.next().await;
+        self.failed = next.is_err();
+        next
+    }
+
+    async fn next(&mut self) -> Result<Option<Req>, Status> {
+        loop {
+            if let Some(request) = self.decode_buffered()? {
+                return Ok(Some(request));
+            }
+            match self.chunks.next().await {
+                Some(Ok(chunk)) => self.buf.extend_from_slice(&chunk),
+                Some(Err(status)) => return Err(status),
+                None if self.buf.is_empty() => return Ok(None),
+                None => {
+                    return Err(Status::invalid_argument(format!(
+                        "the stream ended inside a {} ({} bytes of its frame received)",
+                        message_name::<Req>(),
+                        self.buf.len()
+                    )));
+                }
+            }
+        }
+    }
+
+    /// A request, if the buffer holds a whole one.
+    fn decode_buffered(&mut self) -> Result<Option<Req>, Status> {
+        let Some(header) = self.buf.get(..FRAME_HEADER) else {
+            return Ok(None);
+        };
+        let len = u32::from_be_bytes([header[1], header[2], header[3], header[4]]) as usize;
+        if header[0] != 0 {
+            return Err(Status::unimplemented(format!(
+                "a compressed {}: meshd accepts no grpc-encoding",
+                message_name::<Req>()
+            )));
+        }
+        if len > self.limit {
+            return Err(Status::resource_exhausted(format!(
+                "a {} of {len} bytes, over the limit of {} bytes",
+                message_name::<Req>(),
+                self.limit
+            )));
+        }
+        if self.buf.len() < FRAME_HEADER + len {
+            return Ok(None);
+        }
+        let frame = self.buf.split_to(FRAME_HEADER + len);
+        if self.buf.is_empty() {
+            // Drop the allocation a large request grew, with `frame`, once decoded.
+            self.buf = BytesMut::new();
+        }
+        Req::decode(&frame[FRAME_HEADER..]).map(Some).map_err(|e| {
+            Status::invalid_argument(format!(
+                "a {} that does not decode: {e}",
+                message_name::<Req>()
+            ))
+        })
+    }
+}
+
+/// `DeltaDiscoveryRequest` for `envoy_types::...::DeltaDiscoveryRequest`.
+fn message_name<T>() -> &'static str {
+    let full = std::any::type_name::<T>();
+    full.rsplit("::").next().unwrap_or(full)
 }
 
 /// A response stream as an HTTP/2 body of gRPC frames, then the status trailers.
@@ -272,12 +375,12 @@ pub trait Ads: Send + Sync + 'static {
 
     fn sotw(
         &self,
-        request: tonic::Request<Streaming<DiscoveryRequest>>,
+        request: tonic::Request<Requests<DiscoveryRequest>>,
     ) -> impl Future<Output = Result<tonic::Response<Self::SotwStream>, Status>> + Send;
 
     fn delta(
         &self,
-        request: tonic::Request<Streaming<DeltaDiscoveryRequest>>,
+        request: tonic::Request<Requests<DeltaDiscoveryRequest>>,
     ) -> impl Future<Output = Result<tonic::Response<Self::DeltaStream>, Status>> + Send;
 }
 
@@ -344,6 +447,7 @@ impl<T, B> Service<http::Request<B>> for AdsServer<T>
 where
     T: Ads,
     B: tonic::codegen::Body + Send + 'static,
+    B::Data: Send,
     B::Error: Into<StdError> + Send + 'static,
 {
     type Response = http::Response<tonic::body::Body>;
@@ -356,29 +460,19 @@ where
 
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
         let inner = self.inner.clone();
-        let limit = Some(self.max_decoding_message_size);
+        let limit = self.max_decoding_message_size;
         let path = req.uri().path().to_string();
         let (parts, body) = req.into_parts();
         Box::pin(async move {
             Ok(match path.as_str() {
                 SOTW_PATH => {
-                    let requests = Streaming::new_request(
-                        RequestDecoder::<DiscoveryRequest>(PhantomData),
-                        body,
-                        None,
-                        limit,
-                    );
+                    let requests = Requests::<DiscoveryRequest>::new(body, limit);
                     let request =
                         tonic::Request::from_http(http::Request::from_parts(parts, requests));
                     respond(inner.sotw(request).await)
                 }
                 DELTA_PATH => {
-                    let requests = Streaming::new_request(
-                        RequestDecoder::<DeltaDiscoveryRequest>(PhantomData),
-                        body,
-                        None,
-                        limit,
-                    );
+                    let requests = Requests::<DeltaDiscoveryRequest>::new(body, limit);
                     let request =
                         tonic::Request::from_http(http::Request::from_parts(parts, requests));
                     respond(inner.delta(request).await)
@@ -467,5 +561,117 @@ mod tests {
             (&*b.name, b.version.as_str())
         );
         assert_eq!(r.resource.as_ref(), Some(&b.body));
+    }
+
+    /// An HTTP/2 request body as the server sees it: these chunks, then its end.
+    struct Chunked(VecDeque<Result<Bytes, Status>>);
+
+    impl http_body::Body for Chunked {
+        type Data = Bytes;
+        type Error = Status;
+        fn poll_frame(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
+            Poll::Ready(self.get_mut().0.pop_front().map(|c| c.map(Frame::data)))
+        }
+    }
+
+    fn requests(chunks: Vec<Vec<u8>>, limit: usize) -> Requests<DeltaDiscoveryRequest> {
+        let chunks = chunks.into_iter().map(|c| Ok(Bytes::from(c))).collect();
+        Requests::new(Chunked(chunks), limit)
+    }
+
+    fn grpc_frame(flag: u8, body: &[u8]) -> Vec<u8> {
+        let mut out = vec![flag];
+        out.extend((body.len() as u32).to_be_bytes());
+        out.extend(body);
+        out
+    }
+
+    fn request(names: usize) -> DeltaDiscoveryRequest {
+        DeltaDiscoveryRequest {
+            type_url: "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment".into(),
+            resource_names_subscribe: (0..names)
+                .map(|i| format!("outbound|9080||svc-{i}.ns.svc.cluster.local"))
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    fn block_on<T>(f: impl Future<Output = T>) -> T {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(f)
+    }
+
+    #[test]
+    fn requests_decode_across_chunk_boundaries_and_free_their_buffer() {
+        let (small, large) = (request(1), request(2_000));
+        let mut bytes = grpc_frame(0, &small.encode_to_vec());
+        bytes.extend(grpc_frame(0, &large.encode_to_vec()));
+        bytes.extend(grpc_frame(0, &small.encode_to_vec()));
+        // A header split in two, a message over many chunks, two messages in one chunk.
+        let cuts = [3, 40, 20_000, 60_000, bytes.len()];
+        let mut chunks = Vec::new();
+        let mut at = 0;
+        for cut in cuts {
+            chunks.push(bytes[at..cut].to_vec());
+            at = cut;
+        }
+        block_on(async {
+            let mut r = requests(chunks, 4 << 20);
+            assert_eq!(r.message().await.unwrap(), Some(small.clone()));
+            assert_eq!(r.message().await.unwrap(), Some(large));
+            assert_eq!(r.message().await.unwrap(), Some(small));
+            // The ~100 KB the large request needed is not kept for the stream's life.
+            assert_eq!(r.buf.capacity(), 0);
+            assert_eq!(r.message().await.unwrap(), None);
+        });
+    }
+
+    #[test]
+    fn frames_that_are_no_request_end_the_stream_with_a_clear_status() {
+        let cases = [
+            (
+                grpc_frame(0, b"\xff\xff\xff garbage"),
+                tonic::Code::InvalidArgument,
+                "a DeltaDiscoveryRequest that does not decode",
+            ),
+            (
+                grpc_frame(1, &request(1).encode_to_vec()),
+                tonic::Code::Unimplemented,
+                "a compressed DeltaDiscoveryRequest",
+            ),
+            (
+                grpc_frame(0, &request(100).encode_to_vec()),
+                tonic::Code::ResourceExhausted,
+                "over the limit of 1000 bytes",
+            ),
+            (
+                grpc_frame(0, &request(1).encode_to_vec())[..20].to_vec(),
+                tonic::Code::InvalidArgument,
+                "the stream ended inside a DeltaDiscoveryRequest",
+            ),
+        ];
+        for (bytes, code, text) in cases {
+            block_on(async {
+                let mut r = requests(vec![bytes], 1000);
+                let status = r.message().await.unwrap_err();
+                assert_eq!(status.code(), code, "{status:?}");
+                assert!(status.message().contains(text), "{status:?}");
+                assert_eq!(r.message().await.unwrap(), None, "nothing after an error");
+            });
+        }
+        // A broken stream's error is passed on.
+        block_on(async {
+            let body = Chunked([Err(Status::cancelled("reset"))].into());
+            let mut r = Requests::<DeltaDiscoveryRequest>::new(body, 1000);
+            assert_eq!(
+                r.message().await.unwrap_err().code(),
+                tonic::Code::Cancelled
+            );
+        });
     }
 }

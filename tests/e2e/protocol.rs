@@ -363,3 +363,80 @@ async fn garbage_on_the_xds_port_does_not_disturb_meshd() {
     assert!(!c.recv().await.resources.is_empty());
     assert_eq!(m.get("/ready").unwrap().status, 200);
 }
+
+/// Request messages written as given: whatever bytes a broken client might frame.
+struct RawFrames;
+
+struct RawEncoder;
+
+impl tonic::codec::Encoder for RawEncoder {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+    fn encode(
+        &mut self,
+        item: Vec<u8>,
+        dst: &mut tonic::codec::EncodeBuf<'_>,
+    ) -> Result<(), tonic::Status> {
+        use prost::bytes::BufMut;
+        dst.put_slice(&item);
+        Ok(())
+    }
+}
+
+impl tonic::codec::Codec for RawFrames {
+    type Encode = Vec<u8>;
+    type Decode = DeltaDiscoveryResponse;
+    type Encoder = RawEncoder;
+    type Decoder = tonic_prost::ProstDecoder<DeltaDiscoveryResponse>;
+    fn encoder(&mut self) -> RawEncoder {
+        RawEncoder
+    }
+    fn decoder(&mut self) -> Self::Decoder {
+        Default::default()
+    }
+}
+
+#[tokio::test]
+async fn a_request_that_does_not_decode_ends_only_its_stream_with_a_clear_status() {
+    use prost::Message;
+    let m = meshd("proto-garbage-frame");
+    let (tx, rx) = mpsc::channel::<Vec<u8>>(4);
+    tx.send(cds_request(HashMap::new()).encode_to_vec())
+        .await
+        .unwrap();
+    let mut grpc = tonic::client::Grpc::new(m.plain_channel().await);
+    grpc.ready().await.unwrap();
+    let path = tonic::codegen::http::uri::PathAndQuery::from_static(
+        "/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources",
+    );
+    let mut responses = grpc
+        .streaming(
+            tonic::Request::new(ReceiverStream::new(rx)),
+            path,
+            RawFrames,
+        )
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!recv(&mut responses).await.resources.is_empty());
+    // Not a DeltaDiscoveryRequest: a field number 0 and a length past the end.
+    tx.send(vec![0x02, 0xff, 0xff, 0x03]).await.unwrap();
+    let status = tokio::time::timeout(Duration::from_secs(5), responses.message())
+        .await
+        .expect("no answer in 5s")
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+    assert!(
+        status
+            .message()
+            .contains("a DeltaDiscoveryRequest that does not decode"),
+        "{status:?}"
+    );
+    assert_eq!(
+        m.metric(r#"meshd_xds_connection_errors{reason="stream"}"#),
+        1.0
+    );
+    // Other proxies are served as before.
+    let mut c = Delta::open(&m, cds_request(HashMap::new())).await;
+    assert!(!c.recv().await.resources.is_empty());
+}
