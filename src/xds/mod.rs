@@ -291,8 +291,8 @@ pub fn server_builder(settings: &PushSettings) -> tonic::transport::Server {
 const STREAM_BUFFER: usize = 8;
 
 impl wire::Ads for AdsService {
-    type SotwStream = ReceiverStream<Result<wire::SotwResponse, Status>>;
-    type DeltaStream = ReceiverStream<Result<wire::DeltaResponse, Status>>;
+    type SotwStream = ReceiverStream<Result<Box<wire::SotwResponse>, Status>>;
+    type DeltaStream = ReceiverStream<Result<Box<wire::DeltaResponse>, Status>>;
 
     async fn sotw(
         &self,

@@ -16,7 +16,9 @@ use super::resource::TypeKind;
 use super::{Closed, XdsShared, proxy_from_node};
 use crate::metrics::type_label;
 
-pub type Tx<R> = mpsc::Sender<Result<R, Status>>;
+/// Responses are boxed in the channel: its slots are allocated 32 at a time per stream,
+/// and a boxed response keeps them at 16 bytes each.
+pub type Tx<R> = mpsc::Sender<Result<Box<R>, Status>>;
 
 /// The framing of one ADS variant.
 pub trait Framing: 'static {
@@ -78,13 +80,13 @@ pub async fn run<F: Framing>(
     let mut conn = Connection::new(shared.clone(), proxy, F::NAME == "delta");
     conn.push = pushes.borrow_and_update().clone();
     tracing::info!(proxy = %conn.proxy.id, "proxy connected ({})", F::NAME);
-    if F::handle(&mut conn, first, &tx).await.is_err() {
+    if Box::pin(F::handle(&mut conn, first, &tx)).await.is_err() {
         return;
     }
     loop {
         tokio::select! {
             msg = requests.message() => match msg {
-                Ok(Some(req)) => if F::handle(&mut conn, req, &tx).await.is_err() { break },
+                Ok(Some(req)) => if Box::pin(F::handle(&mut conn, req, &tx)).await.is_err() { break },
                 Ok(None) => break,
                 Err(status) => {
                     refuse_requests(&shared, &tx, &conn.proxy.id, status);
@@ -94,7 +96,7 @@ pub async fn run<F: Framing>(
             changed = pushes.changed() => {
                 if changed.is_err() { break }
                 let push = pushes.borrow_and_update().clone();
-                if deliver::<F>(&mut conn, push, &tx).await.is_err() { break }
+                if Box::pin(deliver::<F>(&mut conn, push, &tx)).await.is_err() { break }
             }
         }
     }
@@ -132,7 +134,7 @@ pub async fn send<R>(
 ) -> Result<(), Closed> {
     let started = Instant::now();
     let sent = match conn.shared.settings.send_timeout {
-        Some(limit) => match tokio::time::timeout(limit, tx.send(Ok(response))).await {
+        Some(limit) => match tokio::time::timeout(limit, tx.send(Ok(Box::new(response)))).await {
             Ok(r) => r.map_err(|_| Closed),
             Err(_) => {
                 conn.shared
@@ -144,7 +146,7 @@ pub async fn send<R>(
                 return Err(Closed);
             }
         },
-        None => tx.send(Ok(response)).await.map_err(|_| Closed),
+        None => tx.send(Ok(Box::new(response))).await.map_err(|_| Closed),
     };
     conn.shared
         .metrics

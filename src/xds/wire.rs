@@ -112,6 +112,15 @@ pub trait WireMessage {
     fn encode(&self, sink: &mut impl Sink);
 }
 
+impl<M: WireMessage> WireMessage for Box<M> {
+    fn encoded_len(&self) -> usize {
+        (**self).encoded_len()
+    }
+    fn encode(&self, sink: &mut impl Sink) {
+        (**self).encode(sink)
+    }
+}
+
 fn string_len(tag: u32, s: &str) -> usize {
     if s.is_empty() {
         0
@@ -370,8 +379,8 @@ where
 
 /// The two ADS methods, as the server side implements them.
 pub trait Ads: Send + Sync + 'static {
-    type SotwStream: Stream<Item = Result<SotwResponse, Status>> + Send + 'static;
-    type DeltaStream: Stream<Item = Result<DeltaResponse, Status>> + Send + 'static;
+    type SotwStream: Stream<Item = Result<Box<SotwResponse>, Status>> + Send + 'static;
+    type DeltaStream: Stream<Item = Result<Box<DeltaResponse>, Status>> + Send + 'static;
 
     fn sotw(
         &self,
