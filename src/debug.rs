@@ -403,7 +403,7 @@ async fn endpoint_shardz(State(s): State<DebugState>) -> impl IntoResponse {
             .map(|p| {
                 let name = format!("outbound|{}||{}", p.port, svc.hostname);
                 let cla = crate::translate::endpoint::load_assignment(&name, svc, p.port, |_| true);
-                let json = dump::any_to_json(&encode(&name, &cla).body)
+                let json = dump::any_to_json(&encode(&name, &cla).any())
                     .unwrap_or_else(|e| json!({"error": e}));
                 (name, json)
             })

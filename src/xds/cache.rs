@@ -20,7 +20,7 @@ use envoy_types::pb::envoy::config::route::v3::{RouteConfiguration, VirtualHost}
 use prometheus_client::metrics::counter::Counter;
 use prost::Message;
 
-use super::resource::{Resource, TypeKind, View, encode, encode_cluster, from_bytes};
+use super::resource::{Resource, TypeKind, View, encode, encode_cluster, from_pieces};
 use crate::config::ConfigObject;
 use crate::metrics::{Metrics, type_label};
 use crate::model::{Proxy, ProxyKind, PushContext, Service};
@@ -316,33 +316,28 @@ pub fn view(ctx: &PushContext, proxy: &Proxy, cache: &ResourceCache) -> View {
         }
         .encode_to_vec();
         let tail = translate::route::with_virtual_hosts(String::new(), Vec::new()).encode_to_vec();
-        let mut fields: Vec<Arc<[u8]>> = vhosts
-            .iter()
-            .map(|v| match v {
-                VirtualHostPlan::Default(svc) => {
-                    cache.default_virtual_host(ctx, svc, *port, &proxy.namespace)
-                }
-                VirtualHostPlan::Shared { vs, service } => {
-                    cache.routed_virtual_host(ctx, service, vs, *port, proxy)
-                }
-                VirtualHostPlan::Routed(vh) => virtual_host_field(vh).into(),
-            })
-            .collect();
-        fields.extend(
+        // The configuration is kept as its pieces: the shared virtual hosts are not
+        // copied into every view's route configuration.
+        let mut pieces: Vec<Arc<[u8]>> = Vec::with_capacity(vhosts.len() + 3);
+        pieces.push(head.into());
+        pieces.extend(vhosts.iter().map(|v| match v {
+            VirtualHostPlan::Default(svc) => {
+                cache.default_virtual_host(ctx, svc, *port, &proxy.namespace)
+            }
+            VirtualHostPlan::Shared { vs, service } => {
+                cache.routed_virtual_host(ctx, service, vs, *port, proxy)
+            }
+            VirtualHostPlan::Routed(vh) => virtual_host_field(vh).into(),
+        }));
+        pieces.extend(
             plan.catch_all
                 .as_ref()
                 .map(|c| virtual_host_field(c).into()),
         );
-        let size = head.len() + fields.iter().map(|f| f.len()).sum::<usize>() + tail.len();
-        let mut bytes = Vec::with_capacity(size);
-        bytes.extend(head);
-        for f in &fields {
-            bytes.extend_from_slice(f);
-        }
-        bytes.extend(tail);
+        pieces.push(tail.into());
         view.insert(
             TypeKind::Route,
-            from_bytes::<RouteConfiguration>(&name, bytes),
+            from_pieces::<RouteConfiguration>(&name, pieces),
         );
     }
     view
@@ -404,11 +399,13 @@ mod tests {
                 assert_eq!(names(&cached), names(&fresh), "{kind:?} of {}", p.id);
                 for (name, r) in fresh.all(kind) {
                     assert_eq!(
-                        cached.all(kind)[name].body,
-                        r.body,
+                        cached.all(kind)[name].value(),
+                        r.value(),
                         "{kind:?} {name} of {}",
                         p.id
                     );
+                    // The same version whether kept whole or in pieces.
+                    assert_eq!(cached.all(kind)[name].hash, r.hash, "{kind:?} {name}");
                 }
             }
         }

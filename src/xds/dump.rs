@@ -46,7 +46,7 @@ pub fn any_to_json(any: &Any) -> Result<Value, String> {
 
 /// A resource's JSON; a resource that cannot be rendered says why instead.
 fn resource_json(r: &Resource) -> Value {
-    any_to_json(&r.body).unwrap_or_else(|e| json!({"error": e}))
+    any_to_json(&r.any()).unwrap_or_else(|e| json!({"error": e}))
 }
 
 /// Private key material never leaves meshd through a debug view: Envoy prints
@@ -125,7 +125,7 @@ mod tests {
             }),
             ..Default::default()
         };
-        let json = any_to_json(&encode(&cluster.name, &cluster).body).unwrap();
+        let json = any_to_json(&encode(&cluster.name, &cluster).any()).unwrap();
         assert_eq!(
             json,
             json!({
@@ -146,7 +146,7 @@ mod tests {
                 ..Default::default()
             })),
         };
-        let text = any_to_json(&encode(&s.name, &s).body).unwrap().to_string();
+        let text = any_to_json(&encode(&s.name, &s).any()).unwrap().to_string();
         assert!(
             text.contains("[redacted]") && !text.contains("PRIVATE"),
             "{text}"

@@ -51,12 +51,12 @@ pub fn origins(kind: TypeKind, resources: &[std::sync::Arc<Resource>]) -> Vec<Ob
     for r in resources {
         match kind {
             TypeKind::Cluster => {
-                if let Ok(c) = Cluster::decode(r.body.value.as_slice()) {
+                if let Ok(c) = Cluster::decode(&*r.value()) {
                     out.extend(config_of(c.metadata.as_ref()));
                 }
             }
             TypeKind::Route => {
-                if let Ok(rc) = RouteConfiguration::decode(r.body.value.as_slice()) {
+                if let Ok(rc) = RouteConfiguration::decode(&*r.value()) {
                     let routes = rc.virtual_hosts.iter().flat_map(|v| &v.routes);
                     out.extend(routes.filter_map(|route| config_of(route.metadata.as_ref())));
                 }

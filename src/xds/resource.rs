@@ -79,7 +79,7 @@ impl TypeKind {
     }
 }
 
-#[derive(Debug, PartialEq)]
+#[derive(Debug)]
 pub struct Resource {
     /// Shared with every proxy's record of having been sent it.
     pub name: Arc<str>,
@@ -87,7 +87,80 @@ pub struct Resource {
     pub version: String,
     /// xxh3 of the encoded bytes: what per-proxy state remembers as "sent".
     pub hash: u64,
-    pub body: Any,
+    type_url: String,
+    value: Value,
+}
+
+/// A resource's encoded message.
+#[derive(Debug)]
+enum Value {
+    Whole(Vec<u8>),
+    /// Assembled from pieces other resources share: a route configuration from virtual
+    /// hosts that the route configurations of many views hold too. `len` is their sum.
+    Pieces {
+        pieces: Vec<Arc<[u8]>>,
+        len: usize,
+    },
+}
+
+impl PartialEq for Resource {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name
+            && self.hash == other.hash
+            && self.type_url == other.type_url
+            && self.value() == other.value()
+    }
+}
+
+impl Resource {
+    pub fn type_url(&self) -> &str {
+        &self.type_url
+    }
+
+    /// The encoded message's length in bytes.
+    pub fn value_len(&self) -> usize {
+        match &self.value {
+            Value::Whole(v) => v.len(),
+            Value::Pieces { len, .. } => *len,
+        }
+    }
+
+    /// The encoded message as one slice (copied together if it is kept in pieces).
+    pub fn value(&self) -> std::borrow::Cow<'_, [u8]> {
+        match &self.value {
+            Value::Whole(v) => v.as_slice().into(),
+            Value::Pieces { pieces, len } => {
+                let mut out = Vec::with_capacity(*len);
+                for p in pieces {
+                    out.extend_from_slice(p);
+                }
+                out.into()
+            }
+        }
+    }
+
+    /// The encoded message in the pieces it is kept as: the whole message, or its shared
+    /// pieces (each `Arc` so that a send can hold it without a copy).
+    pub(super) fn pieces(&self) -> Pieces<'_> {
+        match &self.value {
+            Value::Whole(v) => Pieces::Whole(v),
+            Value::Pieces { pieces, .. } => Pieces::Shared(pieces),
+        }
+    }
+
+    /// As `google.protobuf.Any`.
+    pub fn any(&self) -> Any {
+        Any {
+            type_url: self.type_url.clone(),
+            value: self.value().into_owned(),
+        }
+    }
+}
+
+/// See [`Resource::pieces`].
+pub(super) enum Pieces<'a> {
+    Whole(&'a [u8]),
+    Shared(&'a [Arc<[u8]>]),
 }
 
 /// A version string from a proxy (delta `initial_resource_versions`) as meshd's hash;
@@ -107,14 +180,26 @@ pub(super) fn encode_cluster(c: &Cluster) -> Arc<Resource> {
 
 pub(super) fn from_bytes<T: Name>(name: &str, value: Vec<u8>) -> Arc<Resource> {
     let hash = xxhash_rust::xxh3::xxh3_64(&value);
+    resource::<T>(name, hash, Value::Whole(value))
+}
+
+/// A resource whose encoded message is `pieces` one after the other, kept as they are.
+pub(super) fn from_pieces<T: Name>(name: &str, pieces: Vec<Arc<[u8]>>) -> Arc<Resource> {
+    let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+    for p in &pieces {
+        hasher.update(p);
+    }
+    let len = pieces.iter().map(|p| p.len()).sum();
+    resource::<T>(name, hasher.digest(), Value::Pieces { pieces, len })
+}
+
+fn resource<T: Name>(name: &str, hash: u64, value: Value) -> Arc<Resource> {
     Arc::new(Resource {
         name: name.into(),
         version: format!("{hash:016x}"),
         hash,
-        body: Any {
-            type_url: T::type_url(),
-            value,
-        },
+        type_url: T::type_url(),
+        value,
     })
 }
 
@@ -185,5 +270,24 @@ impl View {
             TypeKind::Route => Some(encode(name, &translate::route::empty(name))),
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_resource_kept_in_pieces_is_the_resource_of_their_bytes() {
+        let pieces: Vec<Arc<[u8]>> = vec![vec![10u8, 3].into(), vec![b'a'; 3].into()];
+        let parted = from_pieces::<RouteConfiguration>("80", pieces);
+        let whole = from_bytes::<RouteConfiguration>("80", vec![10, 3, b'a', b'a', b'a']);
+        assert_eq!(parted.value(), whole.value());
+        assert_eq!(parted.value_len(), 5);
+        assert_eq!((parted.hash, &parted.version), (whole.hash, &whole.version));
+        assert_eq!(parted.any(), whole.any());
+        assert_eq!(parted, whole);
+        let other = from_bytes::<RouteConfiguration>("80", vec![10, 3, b'a', b'a', b'b']);
+        assert_ne!(parted, other);
     }
 }

@@ -24,7 +24,7 @@ use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint, k
 use tonic::Status;
 use tonic::codegen::{BoxFuture, Service, StdError, http};
 
-use super::resource::Resource;
+use super::resource::{Pieces, Resource};
 
 /// A state-of-the-world response: the full subscribed set.
 #[derive(Debug)]
@@ -68,7 +68,18 @@ struct Body(Arc<Resource>);
 
 impl AsRef<[u8]> for Body {
     fn as_ref(&self) -> &[u8] {
-        &self.0.body.value
+        match self.0.pieces() {
+            Pieces::Whole(v) => v,
+            Pieces::Shared(_) => &[], // never built for a resource kept in pieces
+        }
+    }
+}
+
+impl Chunks {
+    fn flush_small(&mut self) {
+        if !self.small.is_empty() {
+            self.out.push_back(self.small.split().freeze());
+        }
     }
 }
 
@@ -78,13 +89,22 @@ impl Sink for Chunks {
     }
 
     fn shared(&mut self, r: &Arc<Resource>) {
-        if r.body.value.len() < SHARE_AT {
-            self.small.put_slice(&r.body.value);
-        } else {
-            if !self.small.is_empty() {
-                self.out.push_back(self.small.split().freeze());
+        match r.pieces() {
+            Pieces::Whole(v) if v.len() < SHARE_AT => self.small.put_slice(v),
+            Pieces::Whole(_) => {
+                self.flush_small();
+                self.out.push_back(Bytes::from_owner(Body(r.clone())));
             }
-            self.out.push_back(Bytes::from_owner(Body(r.clone())));
+            Pieces::Shared(pieces) => {
+                for p in pieces {
+                    if p.len() < SHARE_AT {
+                        self.small.put_slice(p);
+                    } else {
+                        self.flush_small();
+                        self.out.push_back(Bytes::from_owner(p.clone()));
+                    }
+                }
+            }
         }
     }
 }
@@ -143,16 +163,16 @@ fn message_len(tag: u32, inner: usize) -> usize {
 
 /// `google.protobuf.Any` of a resource: type_url = 1, value = 2.
 fn any_len(r: &Resource) -> usize {
-    string_len(1, &r.body.type_url) + message_len(2, r.body.value.len())
+    string_len(1, r.type_url()) + message_len(2, r.value_len())
 }
 
 fn put_any(tag: u32, r: &Arc<Resource>, sink: &mut impl Sink) {
     let buf = sink.buf();
     encode_key(tag, WireType::LengthDelimited, buf);
     encode_varint(any_len(r) as u64, buf);
-    put_string(1, &r.body.type_url, buf);
+    put_string(1, r.type_url(), buf);
     encode_key(2, WireType::LengthDelimited, buf);
-    encode_varint(r.body.value.len() as u64, buf);
+    encode_varint(r.value_len() as u64, buf);
     sink.shared(r);
 }
 
@@ -527,30 +547,42 @@ mod tests {
         // One small body (copied into the frame), one large (sent from the shared bytes).
         let a = cluster("outbound|80||a");
         let b = cluster(&format!("outbound|80||{}", "b".repeat(3 * SHARE_AT)));
-        assert!(b.body.value.len() >= SHARE_AT);
+        assert!(b.value_len() >= SHARE_AT);
+        // One kept in pieces: the small ones copied, the large one shared.
+        let large: Arc<[u8]> = vec![7u8; 2 * SHARE_AT].into();
+        let c = crate::xds::resource::from_pieces::<Cluster>(
+            "outbound|80||c",
+            vec![vec![1u8, 2].into(), large.clone(), vec![3u8].into()],
+        );
+        let chunks = Chunks::frame(&SotwResponse {
+            version_info: String::new(),
+            type_url: "t",
+            nonce: String::new(),
+            resources: vec![b.clone(), c.clone()],
+        });
         assert!(
-            Chunks::frame(&SotwResponse {
-                version_info: String::new(),
-                type_url: "t",
-                nonce: String::new(),
-                resources: vec![b.clone()],
-            })
-            .iter()
-            .any(|c| c.as_ptr() == b.body.value.as_ptr()),
+            chunks
+                .iter()
+                .any(|chunk| chunk.as_ptr() == b.value().as_ptr()),
             "the large body is not copied"
+        );
+        assert!(
+            chunks.iter().any(|chunk| chunk.as_ptr() == large.as_ptr()),
+            "the large piece is not copied"
         );
         let sotw = SotwResponse {
             version_info: "v/3".into(),
             type_url: "type.googleapis.com/envoy.config.cluster.v3.Cluster",
             nonce: "3-1".into(),
-            resources: vec![a.clone(), b.clone()],
+            resources: vec![a.clone(), b.clone(), c.clone()],
         };
         let buf = unframe(&sotw);
         let decoded = DiscoveryResponse::decode(buf.as_slice()).unwrap();
         assert_eq!(decoded.version_info, "v/3");
         assert_eq!(decoded.nonce, "3-1");
         assert_eq!(decoded.type_url, sotw.type_url);
-        assert_eq!(decoded.resources, vec![a.body.clone(), b.body.clone()]);
+        assert_eq!(decoded.resources, vec![a.any(), b.any(), c.any()]);
+        assert_eq!(c.any().value, [&[1u8, 2][..], &large, &[3]].concat());
 
         let delta = DeltaResponse {
             system_version_info: "v/4".into(),
@@ -569,7 +601,7 @@ mod tests {
             (r.name.as_str(), r.version.as_str()),
             (&*b.name, b.version.as_str())
         );
-        assert_eq!(r.resource.as_ref(), Some(&b.body));
+        assert_eq!(r.resource.as_ref(), Some(&b.any()));
     }
 
     /// An HTTP/2 request body as the server sees it: these chunks, then its end.
