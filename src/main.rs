@@ -15,6 +15,9 @@ use meshd::secure::SecurityOptions;
 use meshd::serve::{LeaderOptions, ServeOptions, Source, run};
 use meshd::xds::push::PushSettings;
 
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "meshd",
