@@ -292,15 +292,14 @@ pub fn view(ctx: &PushContext, proxy: &Proxy, cache: &ResourceCache) -> View {
     let plan = translate::plan(ctx, proxy);
     let secure = proxy.identity.is_some();
     let mut view = View::default();
+    let (mut clusters, mut endpoints) = (Vec::new(), Vec::new());
     for svc in &plan.services {
         let parts = cache.service(ctx, svc, proxy.kind, secure);
-        for c in &parts.clusters {
-            view.insert(TypeKind::Cluster, c.clone());
-        }
-        for e in &parts.endpoints {
-            view.insert(TypeKind::Endpoint, e.clone());
-        }
+        clusters.extend(parts.clusters.iter().cloned());
+        endpoints.extend(parts.endpoints.iter().cloned());
     }
+    view.extend(TypeKind::Cluster, clusters);
+    view.extend(TypeKind::Endpoint, endpoints);
     view.encode_all(
         &plan.clusters,
         &[],

@@ -255,6 +255,20 @@ impl View {
         self.sets[kind as usize].insert(resource.name.clone(), resource);
     }
 
+    /// Adds many resources at once: built in bulk (sorted, then filled leaf by leaf) when
+    /// the set is still empty, which is several times cheaper than one insert each. A
+    /// later resource of the same name replaces an earlier one, as with `insert`.
+    pub(super) fn extend(&mut self, kind: TypeKind, resources: Vec<Arc<Resource>>) {
+        let set = &mut self.sets[kind as usize];
+        if set.is_empty() {
+            *set = resources.into_iter().map(|r| (r.name.clone(), r)).collect();
+        } else {
+            for r in resources {
+                set.insert(r.name.clone(), r);
+            }
+        }
+    }
+
     pub fn all(&self, kind: TypeKind) -> &ResourceMap {
         &self.sets[kind as usize]
     }
