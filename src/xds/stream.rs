@@ -54,18 +54,13 @@ pub async fn run<F: Framing>(
     let first = match tokio::time::timeout(idle, requests.message()).await {
         Ok(Ok(Some(r))) => r,
         Err(_) => {
-            shared
-                .metrics
-                .xds_connection_errors
-                .get_or_create(&vec![("reason", "no_first_request".to_string())])
-                .inc();
-            let _ = tx.try_send(Err(Status::deadline_exceeded(format!(
+            let status = Status::deadline_exceeded(format!(
                 "no DiscoveryRequest within {idle:?} of opening the stream"
-            ))));
-            return;
+            ));
+            return refuse_requests(&shared, &tx, UNIDENTIFIED, "no_first_request", status);
         }
         Ok(Err(status)) => {
-            return refuse_requests(&shared, &tx, "a proxy not yet identified", status);
+            return refuse_requests(&shared, &tx, UNIDENTIFIED, "stream", status);
         }
         Ok(Ok(None)) => return,
     };
@@ -89,7 +84,7 @@ pub async fn run<F: Framing>(
                 Ok(Some(req)) => if Box::pin(F::handle(&mut conn, req, &tx)).await.is_err() { break },
                 Ok(None) => break,
                 Err(status) => {
-                    refuse_requests(&shared, &tx, &conn.proxy.id, status);
+                    refuse_requests(&shared, &tx, &conn.proxy.id, "stream", status);
                     break;
                 }
             },
@@ -110,14 +105,17 @@ pub async fn run<F: Framing>(
         .observe(ended.elapsed().as_secs_f64());
 }
 
-/// The request stream broke or carried something that is no request: counted, and the
-/// proxy told why (if it still listens) as the stream ends.
-fn refuse_requests<R>(shared: &XdsShared, tx: &Tx<R>, proxy: &str, status: Status) {
+/// Who a stream is before its first request names its proxy.
+const UNIDENTIFIED: &str = "a proxy not yet identified";
+
+/// The request stream broke, carried something that is no request, or sent none in time:
+/// counted under `reason`, and the proxy told why (if it still listens) as the stream ends.
+fn refuse_requests<R>(shared: &XdsShared, tx: &Tx<R>, proxy: &str, reason: &str, status: Status) {
     tracing::info!(proxy, "stream closed with error: {}", status.message());
     shared
         .metrics
         .xds_connection_errors
-        .get_or_create(&vec![("reason", "stream".to_string())])
+        .get_or_create(&vec![("reason", reason.to_string())])
         .inc();
     let _ = tx.try_send(Err(status));
 }
@@ -133,8 +131,9 @@ pub async fn send<R>(
     response: R,
 ) -> Result<(), Closed> {
     let started = Instant::now();
+    let response = Ok(Box::new(response));
     let sent = match conn.shared.settings.send_timeout {
-        Some(limit) => match tokio::time::timeout(limit, tx.send(Ok(Box::new(response)))).await {
+        Some(limit) => match tokio::time::timeout(limit, tx.send(response)).await {
             Ok(r) => r.map_err(|_| Closed),
             Err(_) => {
                 conn.shared
@@ -146,7 +145,7 @@ pub async fn send<R>(
                 return Err(Closed);
             }
         },
-        None => tx.send(Ok(Box::new(response))).await.map_err(|_| Closed),
+        None => tx.send(response).await.map_err(|_| Closed),
     };
     conn.shared
         .metrics
