@@ -70,6 +70,11 @@ bench-storm proxies="1000" rate="1000" duration="60s":
 bench-restart proxies="10000":
     just loadgen --services 1000 --namespaces 50 --proxies {{proxies}} --change none --restart --init-timeout 600s --json target/loadgen/restart.json
 
+# Endpoint changes served from files, then from the Kubernetes fake (changes through the API).
+bench-kubernetes proxies="2000":
+    just loadgen --services 1000 --namespaces 50 --proxies {{proxies}} --change endpoint --changes 5 --json target/loadgen/source-files.json
+    just loadgen --services 1000 --namespaces 50 --proxies {{proxies}} --change endpoint --changes 5 --kubernetes --json target/loadgen/source-kubernetes.json
+
 # Flamegraphs of the push-context build and of a cached sidecar view (needs perf and
 # `cargo install inferno`); SVGs in target/flamegraphs/.
 flamegraph:

@@ -4,8 +4,11 @@
 //! proxy, the time from the change to the moment it holds the resource that reflects it.
 //! A change carries a marker string (a header value, an endpoint address) that only the
 //! resources built from it contain, so "converged" means the bytes arrived, not that a
-//! response did.
+//! response did. With `--kubernetes` the mesh lives in the Kubernetes fake
+//! ([`apiserver`]) instead: meshd watches it through kube-runtime, and the changes are
+//! applied to it as kubectl would.
 
+pub mod apiserver;
 pub mod proxy;
 
 use std::path::PathBuf;
@@ -18,6 +21,7 @@ use serde::Serialize;
 use serde_json::{Map, Value as Json};
 use tokio::sync::watch;
 
+use self::apiserver::FakeApiServer;
 use self::proxy::{Marker, ProxyStats, Spec};
 use crate::model::testmesh::Shape;
 
@@ -36,13 +40,19 @@ pub enum Change {
 #[derive(Clone, Debug, clap::Args)]
 pub struct LoadgenArgs {
     /// The config directory meshd serves; the generated mesh and every change are written
-    /// there (its *.yaml files are replaced).
+    /// there (its *.yaml files are replaced). With --kubernetes it holds only the
+    /// kubeconfig; meshd's log and CA directory go next to it.
     #[arg(long)]
     pub config_dir: PathBuf,
     /// Start meshd (this binary) on the config directory, on free local ports, instead
     /// of using a running one at --xds / --monitoring.
     #[arg(long)]
     pub spawn_meshd: bool,
+    /// Serve the mesh from the Kubernetes fake, started in this process, instead of the
+    /// config directory: meshd watches it as it watches a cluster, and each change is
+    /// applied to it as `kubectl apply` would.
+    #[arg(long, requires = "spawn_meshd")]
+    pub kubernetes: bool,
     /// A running meshd's xDS address.
     #[arg(long, default_value = "127.0.0.1:15010")]
     pub xds: String,
@@ -185,12 +195,85 @@ fn meshd_figures(monitoring: &str) -> MeshdFigures {
     }
 }
 
+/// Where the mesh and its changes are written, and so what meshd watches.
+enum Source {
+    /// YAML files in the config directory.
+    Files(PathBuf),
+    /// The Kubernetes fake, and the kubeconfig that points at it.
+    Kubernetes(FakeApiServer, PathBuf),
+}
+
+impl Source {
+    fn new(args: &LoadgenArgs) -> Result<Source, String> {
+        std::fs::create_dir_all(&args.config_dir).map_err(|e| e.to_string())?;
+        if !args.kubernetes {
+            return Ok(Source::Files(args.config_dir.clone()));
+        }
+        let api = FakeApiServer::start().map_err(|e| format!("the Kubernetes fake: {e}"))?;
+        let kubeconfig = api
+            .kubeconfig(&args.config_dir)
+            .map_err(|e| format!("writing a kubeconfig: {e}"))?;
+        Ok(Source::Kubernetes(api, kubeconfig))
+    }
+
+    /// The whole mesh (replacing the directory's *.yaml files), or its Namespaces and
+    /// objects applied to the fake.
+    fn put_mesh(&self, shape: &Shape) -> Result<(), String> {
+        match self {
+            Source::Files(dir) => {
+                for entry in std::fs::read_dir(dir).map_err(|e| e.to_string())? {
+                    let path = entry.map_err(|e| e.to_string())?.path();
+                    if path.extension().is_some_and(|e| e == "yaml") {
+                        std::fs::remove_file(&path).map_err(|e| e.to_string())?;
+                    }
+                }
+            }
+            Source::Kubernetes(api, _) => {
+                let namespaces = (0..shape.namespaces)
+                    .map(|n| format!("ns-{n}"))
+                    .chain(["istio-system".to_string()]);
+                for ns in namespaces {
+                    api.apply_yaml(&format!(
+                        "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {ns}}}\n"
+                    ))?;
+                }
+            }
+        }
+        for (name, yaml) in shape.files() {
+            self.put(&name, &yaml)?;
+        }
+        Ok(())
+    }
+
+    /// One file's objects: written then renamed into place, as editors and config sync
+    /// tools do, or applied to the fake.
+    fn put(&self, name: &str, yaml: &str) -> Result<(), String> {
+        match self {
+            Source::Files(dir) => {
+                let tmp = dir.join(format!(".{name}.tmp"));
+                std::fs::write(&tmp, yaml).map_err(|e| e.to_string())?;
+                std::fs::rename(&tmp, dir.join(name)).map_err(|e| e.to_string())
+            }
+            Source::Kubernetes(api, _) => api.apply_yaml(yaml).map_err(|e| format!("{name}: {e}")),
+        }
+    }
+
+    fn kubeconfig(&self) -> Option<&std::path::Path> {
+        match self {
+            Source::Files(_) => None,
+            Source::Kubernetes(_, kubeconfig) => Some(kubeconfig),
+        }
+    }
+}
+
 /// A meshd this run started, on fixed ports; killed on drop.
 struct Spawned {
     child: Child,
     /// xDS, secure xDS and monitoring ports.
     ports: [u16; 3],
     config_dir: PathBuf,
+    /// Set when meshd watches the Kubernetes fake rather than the config directory.
+    kubeconfig: Option<PathBuf>,
 }
 
 impl Drop for Spawned {
@@ -207,24 +290,32 @@ fn free_port() -> Result<u16, String> {
         .map_err(|e| e.to_string())
 }
 
-/// Starts meshd (this binary) on the config directory and free local ports, and points
-/// `args` at it.
-fn spawn_meshd(args: &mut LoadgenArgs) -> Result<Spawned, String> {
+/// Starts meshd (this binary) on the source and free local ports, and points `args` at
+/// it.
+fn spawn_meshd(args: &mut LoadgenArgs, source: &Source) -> Result<Spawned, String> {
     let ports = [free_port()?, free_port()?, free_port()?];
     args.xds = format!("127.0.0.1:{}", ports[0]);
     args.monitoring = format!("127.0.0.1:{}", ports[2]);
-    Spawned::start(args.config_dir.clone(), ports)
+    let kubeconfig = source.kubeconfig().map(PathBuf::from);
+    Spawned::start(args.config_dir.clone(), kubeconfig, ports)
 }
 
 impl Spawned {
-    fn start(config_dir: PathBuf, ports: [u16; 3]) -> Result<Spawned, String> {
+    fn start(
+        config_dir: PathBuf,
+        kubeconfig: Option<PathBuf>,
+        ports: [u16; 3],
+    ) -> Result<Spawned, String> {
         let exe = std::env::current_exe().map_err(|e| e.to_string())?;
         let log = config_dir.with_extension("meshd.log");
         let [xds, secure, monitoring] = ports;
-        let child = Command::new(exe)
-            .arg("serve")
-            .arg("--config-dir")
-            .arg(&config_dir)
+        let mut command = Command::new(exe);
+        command.arg("serve");
+        match &kubeconfig {
+            Some(kubeconfig) => command.env("KUBECONFIG", kubeconfig),
+            None => command.arg("--config-dir").arg(&config_dir),
+        };
+        let child = command
             .args(["--xds-address", &format!("127.0.0.1:{xds}")])
             .args(["--secure-xds-address", &format!("127.0.0.1:{secure}")])
             .args(["--monitoring-address", &format!("127.0.0.1:{monitoring}")])
@@ -238,6 +329,7 @@ impl Spawned {
             child,
             ports,
             config_dir,
+            kubeconfig,
         };
         let monitoring = format!("127.0.0.1:{monitoring}");
         let deadline = Instant::now() + Duration::from_secs(120);
@@ -254,29 +346,8 @@ impl Spawned {
     fn restarted(mut self) -> Result<Spawned, String> {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        Spawned::start(self.config_dir.clone(), self.ports)
+        Spawned::start(self.config_dir.clone(), self.kubeconfig.take(), self.ports)
     }
-}
-
-fn write_mesh(args: &LoadgenArgs, shape: &Shape) -> Result<(), String> {
-    std::fs::create_dir_all(&args.config_dir).map_err(|e| e.to_string())?;
-    for entry in std::fs::read_dir(&args.config_dir).map_err(|e| e.to_string())? {
-        let path = entry.map_err(|e| e.to_string())?.path();
-        if path.extension().is_some_and(|e| e == "yaml") {
-            std::fs::remove_file(&path).map_err(|e| e.to_string())?;
-        }
-    }
-    for (name, yaml) in shape.files() {
-        std::fs::write(args.config_dir.join(name), yaml).map_err(|e| e.to_string())?;
-    }
-    Ok(())
-}
-
-/// Write-then-rename, as editors and config sync tools do.
-fn write_file(args: &LoadgenArgs, name: &str, yaml: &str) -> Result<(), String> {
-    let tmp = args.config_dir.join(format!(".{name}.tmp"));
-    std::fs::write(&tmp, yaml).map_err(|e| e.to_string())?;
-    std::fs::rename(&tmp, args.config_dir.join(name)).map_err(|e| e.to_string())
 }
 
 struct Simulated {
@@ -429,6 +500,7 @@ async fn restart(
 /// own `/debug/syncz` must show every connection ACKed.
 async fn storm(
     args: &LoadgenArgs,
+    source: &Source,
     shape: &Shape,
     fleet: &[Simulated],
     marker_tx: &watch::Sender<Option<Marker>>,
@@ -467,8 +539,7 @@ async fn storm(
                 at: Instant::now(),
             }));
         }
-        write_file(
-            args,
+        source.put(
             &format!("svc-{service}.yaml"),
             &shape.service_yaml(service, Some(&address)),
         )?;
@@ -544,18 +615,20 @@ pub fn run(mut args: LoadgenArgs) -> Result<Json, String> {
         routed_every: args.routed_every,
         sidecar_scoped: args.sidecar_scoped,
     };
-    write_mesh(&args, &shape)?;
+    let source = Source::new(&args)?;
+    source.put_mesh(&shape)?;
     let meshd = if args.spawn_meshd {
-        Some(spawn_meshd(&mut args)?)
+        Some(spawn_meshd(&mut args, &source)?)
     } else {
         None
     };
     let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
-    runtime.block_on(simulate(args, shape, meshd))
+    runtime.block_on(simulate(args, source, shape, meshd))
 }
 
 async fn simulate(
     args: LoadgenArgs,
+    source: Source,
     shape: Shape,
     mut meshd: Option<Spawned>,
 ) -> Result<Json, String> {
@@ -758,7 +831,7 @@ async fn simulate(
             at: Instant::now(),
         }));
         for (name, yaml) in &files {
-            write_file(&args, name, yaml)?;
+            source.put(name, yaml)?;
         }
         let want = affected.iter().filter(|a| **a).count();
         let what = format!("change {c}/{}", args.changes);
@@ -795,7 +868,17 @@ async fn simulate(
         });
     }
     let storm = if args.storm_rate > 0.0 {
-        Some(storm(&args, &shape, &fleet, &marker_tx, args.changes as u64 + 1).await?)
+        Some(
+            storm(
+                &args,
+                &source,
+                &shape,
+                &fleet,
+                &marker_tx,
+                args.changes as u64 + 1,
+            )
+            .await?,
+        )
     } else {
         None
     };
@@ -827,6 +910,7 @@ async fn simulate(
     let mut summary = Map::new();
     summary.insert("settings".into(), serde_json::json!({
         "proxies": args.proxies, "gateways": args.gateways, "delta": !args.sotw,
+        "source": if args.kubernetes { "kubernetes" } else { "files" },
         "connect_rate": args.connect_rate, "proxies_per_connection": args.proxies_per_connection,
         "services": shape.services, "namespaces": shape.namespaces, "endpoints": shape.endpoints,
         "routed_every": shape.routed_every, "sidecar_scoped": shape.sidecar_scoped,

@@ -237,13 +237,18 @@ async fn a_local_root_survives_a_restart() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn in_kubernetes_tokens_are_checked_by_token_review_and_the_root_lives_in_a_secret() {
-    let api = FakeApiServer::start();
+    let api = FakeApiServer::start().unwrap();
     let dir = temp_dir("ca-k8s");
-    api.apply_yaml("apiVersion: v1\nkind: Namespace\nmetadata: {name: shop}\n");
+    api.apply_yaml("apiVersion: v1\nkind: Namespace\nmetadata: {name: shop}\n")
+        .unwrap();
     api.add_token("good", "shop", "reviews", &["istio-ca"], false);
     api.add_token("old", "shop", "reviews", &["istio-ca"], true);
     api.add_token("other-audience", "shop", "reviews", &["vault"], false);
-    let meshd = Meshd::start_kubernetes(&dir.join("meshd"), &api.kubeconfig(&dir), "default");
+    let meshd = Meshd::start_kubernetes(
+        &dir.join("meshd"),
+        &api.kubeconfig(&dir).unwrap(),
+        "default",
+    );
     let secret = api.object("Secret", "istio-system", "istio-ca-secret");
     let root_b64 = secret["data"]["root-cert.pem"]
         .as_str()
@@ -274,7 +279,11 @@ async fn in_kubernetes_tokens_are_checked_by_token_review_and_the_root_lives_in_
     assert_eq!(api.token_reviews(), 4);
 
     // A second replica (or a restart) uses the same root.
-    let again = Meshd::start_kubernetes(&dir.join("meshd2"), &api.kubeconfig(&dir), "default");
+    let again = Meshd::start_kubernetes(
+        &dir.join("meshd2"),
+        &api.kubeconfig(&dir).unwrap(),
+        "default",
+    );
     assert!(again.secure_channel(&root, None).await.is_ok());
     let cert2 = request_certificate(
         &CaClientOptions {

@@ -16,27 +16,33 @@ struct KubeMesh {
 }
 
 fn kube_mesh(name: &str) -> KubeMesh {
-    let api = FakeApiServer::start();
+    let api = FakeApiServer::start().unwrap();
     let dir = temp_dir(name);
     let product = Upstream::start("productpage");
     let reviews = Upstream::start("reviews");
     let port = free_port();
-    api.apply_yaml("apiVersion: v1\nkind: Namespace\nmetadata: {name: shop, labels: {istio-injection: enabled}}\n");
+    api.apply_yaml("apiVersion: v1\nkind: Namespace\nmetadata: {name: shop, labels: {istio-injection: enabled}}\n").unwrap();
     api.apply_yaml(&service_yaml(
         "shop",
         "productpage",
         9080,
         &[(&product, &[])],
-    ));
-    api.apply_yaml(&service_yaml("shop", "reviews", 9080, &[(&reviews, &[])]));
-    api.apply_yaml(&gateway_yaml(port));
+    ))
+    .unwrap();
+    api.apply_yaml(&service_yaml("shop", "reviews", 9080, &[(&reviews, &[])]))
+        .unwrap();
+    api.apply_yaml(&gateway_yaml(port)).unwrap();
     // As kubectl leaves it: managed fields and the last-applied annotation.
     let vs = front_vs(&[("/productpage", "productpage")]).replace(
         "metadata: {name: front, namespace: shop}",
         "metadata:\n  name: front\n  namespace: shop\n  generation: 1\n  annotations: {kubectl.kubernetes.io/last-applied-configuration: '{\"huge\": true}', team: shop}\n  managedFields: [{manager: kubectl, operation: Apply, apiVersion: networking.istio.io/v1}]",
     );
-    api.apply_yaml(&vs);
-    let meshd = Meshd::start_kubernetes(&dir.join("meshd"), &api.kubeconfig(&dir), "default");
+    api.apply_yaml(&vs).unwrap();
+    let meshd = Meshd::start_kubernetes(
+        &dir.join("meshd"),
+        &api.kubeconfig(&dir).unwrap(),
+        "default",
+    );
     let envoy = Envoy::gateway(&meshd, Ads::Delta, name);
     let addr = format!("127.0.0.1:{port}");
     wait_until(
@@ -96,7 +102,9 @@ fn kubernetes_objects_route_real_traffic_and_follow_live_changes() {
         "{front}"
     );
 
-    m.api.apply_yaml(&front_vs(&[("/productpage", "reviews")]));
+    m.api
+        .apply_yaml(&front_vs(&[("/productpage", "reviews")]))
+        .unwrap();
     wait_until("the change to route", Duration::from_secs(5), || {
         m.get("/productpage").body == "reviews"
     });
@@ -121,15 +129,19 @@ fn kubernetes_objects_route_real_traffic_and_follow_live_changes() {
 
     // An invalid object from the API is reported and changes nothing.
     m.api
-        .apply_yaml(&front_vs(&[("/productpage", "productpage")]));
+        .apply_yaml(&front_vs(&[("/productpage", "productpage")]))
+        .unwrap();
     wait_until(
         "the VirtualService to return",
         Duration::from_secs(5),
         || m.get("/productpage").body == "productpage",
     );
-    m.api.apply_yaml(
-        &front_vs(&[("/productpage", "reviews")]).replace("prefix: /productpage", "regex: \"(\""),
-    );
+    m.api
+        .apply_yaml(
+            &front_vs(&[("/productpage", "reviews")])
+                .replace("prefix: /productpage", "regex: \"(\""),
+        )
+        .unwrap();
     wait_until(
         "meshd to report the bad object",
         Duration::from_secs(5),
@@ -155,26 +167,29 @@ fn kubernetes_objects_route_real_traffic_and_follow_live_changes() {
 
 #[test]
 fn with_endpoint_slices_off_core_endpoints_feed_the_model() {
-    let api = FakeApiServer::start();
+    let api = FakeApiServer::start().unwrap();
     let dir = temp_dir("k8s-endpoints");
-    let kubeconfig = api.kubeconfig(&dir);
+    let kubeconfig = api.kubeconfig(&dir).unwrap();
     let by_slice = Upstream::start("from-slice");
     let by_endpoints = Upstream::start("from-endpoints");
     let port = free_port();
-    api.apply_yaml("apiVersion: v1\nkind: Namespace\nmetadata: {name: shop}\n");
+    api.apply_yaml("apiVersion: v1\nkind: Namespace\nmetadata: {name: shop}\n")
+        .unwrap();
     api.apply_yaml(&service_yaml(
         "shop",
         "productpage",
         9080,
         &[(&by_slice, &[])],
-    ));
+    ))
+    .unwrap();
     let endpoints = format!(
         "apiVersion: v1\nkind: Endpoints\nmetadata: {{name: productpage, namespace: shop}}\nsubsets:\n- addresses: [{{ip: 127.0.0.1}}]\n  notReadyAddresses: [{{ip: 127.0.0.2}}]\n  ports: [{{name: http, port: {}}}]\n",
         by_endpoints.port
     );
-    api.apply_yaml(&endpoints);
-    api.apply_yaml(&gateway_yaml(port));
-    api.apply_yaml(&front_vs(&[("/productpage", "productpage")]));
+    api.apply_yaml(&endpoints).unwrap();
+    api.apply_yaml(&gateway_yaml(port)).unwrap();
+    api.apply_yaml(&front_vs(&[("/productpage", "productpage")]))
+        .unwrap();
     let addr = format!("127.0.0.1:{port}");
     for (flag, expected) in [("true", "from-slice"), ("false", "from-endpoints")] {
         let meshd = Meshd::start_kubernetes_with(
@@ -242,7 +257,9 @@ fn a_relist_after_410_gone_pushes_only_real_differences() {
 
     // A dropped stream resumes from its resourceVersion; a change made meanwhile arrives.
     m.api.drop_watches();
-    m.api.apply_yaml(&front_vs(&[("/productpage", "reviews")]));
+    m.api
+        .apply_yaml(&front_vs(&[("/productpage", "reviews")]))
+        .unwrap();
     wait_until(
         "the change made while the watch was down",
         Duration::from_secs(15),
@@ -252,11 +269,15 @@ fn a_relist_after_410_gone_pushes_only_real_differences() {
 
 #[test]
 fn readiness_waits_for_every_initial_list_and_no_proxy_sees_a_partial_mesh() {
-    let api = FakeApiServer::start();
+    let api = FakeApiServer::start().unwrap();
     let dir = temp_dir("k8s-ready");
-    api.apply_yaml(&front_vs(&[("/x", "x")]));
+    api.apply_yaml(&front_vs(&[("/x", "x")])).unwrap();
     api.hold("VirtualService");
-    let meshd = Meshd::spawn_kubernetes(&dir.join("meshd"), &api.kubeconfig(&dir), "default");
+    let meshd = Meshd::spawn_kubernetes(
+        &dir.join("meshd"),
+        &api.kubeconfig(&dir).unwrap(),
+        "default",
+    );
     wait_until(
         "meshd to answer on its monitoring port",
         Duration::from_secs(10),
@@ -288,19 +309,19 @@ async fn first_answer(meshd: &Meshd, namespace: &str) -> Result<usize, tonic::St
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_revisions_each_serve_exactly_their_shard() {
-    let api = FakeApiServer::start();
+    let api = FakeApiServer::start().unwrap();
     let dir = temp_dir("k8s-revisions");
     api.apply_yaml(
         "apiVersion: v1\nkind: Namespace\nmetadata: {name: blue-ns, labels: {istio.io/rev: blue}}\n---\napiVersion: v1\nkind: Namespace\nmetadata: {name: green-ns, labels: {istio.io/rev: green}}\n",
-    );
+    ).unwrap();
     api.apply_yaml(
         "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: canary, namespace: green-ns, labels: {istio.io/rev: green}}\nspec:\n  hosts: [canary]\n  http: [{route: [{destination: {host: canary}}]}]\n---\napiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: shared, namespace: blue-ns}\nspec:\n  hosts: [shared]\n  http: [{route: [{destination: {host: shared}}]}]\n",
-    );
+    ).unwrap();
     // Mesh-wide: unlabelled config in the root namespace applies to every revision.
     api.apply_yaml(
         "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: mesh-wide, namespace: istio-system}\nspec:\n  hosts: [mesh-wide]\n  http: [{route: [{destination: {host: mesh-wide}}]}]\n",
-    );
-    let kubeconfig = api.kubeconfig(&dir);
+    ).unwrap();
+    let kubeconfig = api.kubeconfig(&dir).unwrap();
     let (d1, d2, k1, k2) = (
         dir.join("blue"),
         dir.join("green"),
@@ -346,7 +367,7 @@ async fn two_revisions_each_serve_exactly_their_shard() {
     );
 
     // Relabelling the namespace moves its proxies to the other revision on reconnection.
-    api.apply_yaml("apiVersion: v1\nkind: Namespace\nmetadata: {name: blue-ns, labels: {istio.io/rev: green}}\n");
+    api.apply_yaml("apiVersion: v1\nkind: Namespace\nmetadata: {name: blue-ns, labels: {istio.io/rev: green}}\n").unwrap();
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while first_answer(&green, "blue-ns").await.is_err() {
         assert!(
@@ -383,7 +404,7 @@ fn condition(api: &FakeApiServer, name: &str) -> serde_json::Value {
 
 #[test]
 fn the_leader_writes_status_once_and_a_standby_takes_over() {
-    let api = FakeApiServer::start();
+    let api = FakeApiServer::start().unwrap();
     let dir = temp_dir("k8s-status");
     let product = Upstream::start("productpage");
     api.apply_yaml(&service_yaml(
@@ -391,12 +412,17 @@ fn the_leader_writes_status_once_and_a_standby_takes_over() {
         "productpage",
         9080,
         &[(&product, &[])],
-    ));
-    api.apply_yaml(&vs("good", "productpage", "{prefix: /}"));
-    api.apply_yaml(&vs("good", "productpage", "{prefix: /v2}")); // generation 2
-    api.apply_yaml(&vs("bad", "productpage", "{regex: \"(\"}"));
-    api.apply_yaml(&vs("dangling", "nowhere", "{prefix: /}"));
-    let kubeconfig = api.kubeconfig(&dir);
+    ))
+    .unwrap();
+    api.apply_yaml(&vs("good", "productpage", "{prefix: /}"))
+        .unwrap();
+    api.apply_yaml(&vs("good", "productpage", "{prefix: /v2}"))
+        .unwrap(); // generation 2
+    api.apply_yaml(&vs("bad", "productpage", "{regex: \"(\"}"))
+        .unwrap();
+    api.apply_yaml(&vs("dangling", "nowhere", "{prefix: /}"))
+        .unwrap();
+    let kubeconfig = api.kubeconfig(&dir).unwrap();
     let mut replicas = [
         Some(Meshd::start_replica(&dir.join("a"), &kubeconfig, "meshd-a")),
         Some(Meshd::start_replica(&dir.join("b"), &kubeconfig, "meshd-b")),
@@ -464,7 +490,8 @@ fn the_leader_writes_status_once_and_a_standby_takes_over() {
     // The leader goes; the standby takes the lease and writes the next status.
     let leader_index = if holder == "meshd-a" { 0 } else { 1 };
     replicas[leader_index].take();
-    api.apply_yaml(&vs("later", "productpage", "{prefix: /later}"));
+    api.apply_yaml(&vs("later", "productpage", "{prefix: /later}"))
+        .unwrap();
     wait_until(
         "the standby to take over and write",
         Duration::from_secs(20),
@@ -499,16 +526,23 @@ fn kept_services(m: &Meshd) -> Vec<String> {
 
 #[test]
 fn discovery_selectors_limit_what_is_kept_and_follow_changes_live() {
-    let api = FakeApiServer::start();
+    let api = FakeApiServer::start().unwrap();
     let dir = temp_dir("k8s-selectors");
     let up = Upstream::start("any");
-    api.apply_yaml("apiVersion: v1\nkind: Namespace\nmetadata: {name: in-mesh, labels: {mesh: \"on\"}}\n---\napiVersion: v1\nkind: Namespace\nmetadata: {name: outside}\n");
-    api.apply_yaml(&service_yaml("in-mesh", "a", 9080, &[(&up, &[])]));
-    api.apply_yaml(&service_yaml("outside", "b", 9080, &[(&up, &[])]));
+    api.apply_yaml("apiVersion: v1\nkind: Namespace\nmetadata: {name: in-mesh, labels: {mesh: \"on\"}}\n---\napiVersion: v1\nkind: Namespace\nmetadata: {name: outside}\n").unwrap();
+    api.apply_yaml(&service_yaml("in-mesh", "a", 9080, &[(&up, &[])]))
+        .unwrap();
+    api.apply_yaml(&service_yaml("outside", "b", 9080, &[(&up, &[])]))
+        .unwrap();
     api.apply_yaml(&mesh_configmap(
         "discoverySelectors:\n- matchLabels: {mesh: \"on\"}",
-    ));
-    let meshd = Meshd::start_kubernetes(&dir.join("meshd"), &api.kubeconfig(&dir), "default");
+    ))
+    .unwrap();
+    let meshd = Meshd::start_kubernetes(
+        &dir.join("meshd"),
+        &api.kubeconfig(&dir).unwrap(),
+        "default",
+    );
     assert_eq!(
         kept_services(&meshd),
         ["a.in-mesh.svc.cluster.local"],
@@ -529,7 +563,8 @@ fn discovery_selectors_limit_what_is_kept_and_follow_changes_live() {
     // A namespace joins by label: its objects are listed in.
     api.apply_yaml(
         "apiVersion: v1\nkind: Namespace\nmetadata: {name: outside, labels: {mesh: \"on\"}}\n",
-    );
+    )
+    .unwrap();
     wait_until(
         "the relabelled namespace to be kept",
         Duration::from_secs(15),
@@ -537,13 +572,14 @@ fn discovery_selectors_limit_what_is_kept_and_follow_changes_live() {
     );
 
     // The mesh config changes live: a selector nobody matches leaves only the root namespace.
-    api.apply_yaml(&mesh_configmap("discoverySelectors:\n- matchLabels: {mesh: nobody}\noutboundTrafficPolicy: {mode: REGISTRY_ONLY}"));
+    api.apply_yaml(&mesh_configmap("discoverySelectors:\n- matchLabels: {mesh: nobody}\noutboundTrafficPolicy: {mode: REGISTRY_ONLY}")).unwrap();
     wait_until(
         "the new selectors to apply",
         Duration::from_secs(15),
         || kept_services(&meshd).is_empty(),
     );
-    api.apply_yaml(&mesh_configmap("accessLogFile: /dev/stdout"));
+    api.apply_yaml(&mesh_configmap("accessLogFile: /dev/stdout"))
+        .unwrap();
     wait_until("no selectors: everything", Duration::from_secs(15), || {
         kept_services(&meshd).len() == 2
     });
@@ -584,7 +620,9 @@ fn an_api_server_outage_leaves_proxies_on_their_last_config() {
     );
 
     // The API server comes back with a change made meanwhile.
-    m.api.apply_yaml(&front_vs(&[("/productpage", "reviews")]));
+    m.api
+        .apply_yaml(&front_vs(&[("/productpage", "reviews")]))
+        .unwrap();
     for kind in meshd::config::Kind::ALL {
         m.api.release(kind.as_str());
     }
@@ -612,7 +650,7 @@ fn a_nack_is_reported_on_the_object_that_produced_the_rejected_route() {
     let greek = "alpha|beta|gamma|delta|epsilon|zeta|eta|theta|iota|kappa|lambda|mu|nu|xi|omicron|pi|rho|sigma|tau";
     m.api.apply_yaml(&format!(
         "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: big, namespace: shop}}\nspec:\n  hosts: [\"big.example.com\"]\n  gateways: [web]\n  http:\n  - match: [{{uri: {{regex: \"^/({greek}){{1,20}}$\"}}}}]\n    route: [{{destination: {{host: reviews}}}}]\n"
-    ));
+    )).unwrap();
     wait_until(
         "the NACK on the object's status",
         Duration::from_secs(15),

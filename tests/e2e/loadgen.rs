@@ -1,6 +1,6 @@
 //! `meshd loadgen` against a meshd it starts: the simulated fleet initialises, every
 //! affected proxy converges on each change, and with Sidecar scoping the proxies of other
-//! namespaces are sent nothing.
+//! namespaces are sent nothing. The mesh is served from files, or from the Kubernetes fake.
 
 use std::process::Command;
 
@@ -9,11 +9,14 @@ use serde_json::Value;
 use crate::harness::temp_dir;
 
 fn loadgen(name: &str, args: &[&str]) -> Value {
-    let dir = temp_dir(name).join("config");
+    loadgen_in(&temp_dir(name).join("config"), args)
+}
+
+fn loadgen_in(dir: &std::path::Path, args: &[&str]) -> Value {
     let out = Command::new(env!("CARGO_BIN_EXE_meshd"))
         .arg("loadgen")
         .arg("--config-dir")
-        .arg(&dir)
+        .arg(dir)
         .arg("--spawn-meshd")
         .args(args)
         .output()
@@ -138,4 +141,49 @@ fn a_sotw_fleet_with_gateways_converges_on_virtual_service_changes() {
     assert_eq!(storm["connections_not_acked"], 0, "{storm:#}");
     let pushes = storm["pushes"].as_f64().unwrap();
     assert!((1.0..50.0).contains(&pushes), "{storm:#}");
+}
+
+#[test]
+fn a_fleet_served_from_kubernetes_converges_on_changes_applied_through_the_api() {
+    let dir = temp_dir("loadgen-kubernetes").join("config");
+    let s = loadgen_in(
+        &dir,
+        &[
+            "--kubernetes",
+            "--proxies",
+            "20",
+            "--services",
+            "20",
+            "--namespaces",
+            "2",
+            "--sidecar-scoped",
+            "--change",
+            "vs",
+            "--changes",
+            "2",
+            "--storm-rate",
+            "50",
+            "--storm-duration",
+            "2s",
+            "--restart",
+        ],
+    );
+    // meshd watched the API: no mesh file was written for it to read.
+    let files: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(files, ["kubeconfig"], "{files:?}");
+    // VirtualService changes (the CRD watch) reach the namespace's proxies only.
+    assert_converged(&s, 2);
+    for r in s["changes"].as_array().unwrap() {
+        assert_eq!(r["affected"], 10, "{r:#}");
+    }
+    // The storm rewrites EndpointSlices through the API; every proxy that sees the last
+    // one ends on it, and everything sent is ACKed.
+    let storm = &s["storm"];
+    assert_eq!(storm["holding_final_config"], 10, "{storm:#}");
+    assert_eq!(storm["connections_not_acked"], 0, "{storm:#}");
+    // A restarted meshd lists everything again from the API and the fleet converges.
+    assert_eq!(s["restart"]["reconnected"], 20, "{:#}", s["restart"]);
 }

@@ -3,7 +3,7 @@
 
 mod harness;
 
-mod apiserver;
+use meshd::loadgen::apiserver;
 mod bad_config;
 mod ca;
 mod cli;

@@ -1,7 +1,9 @@
-//! An in-process Kubernetes API server speaking the list/watch protocol the kube client
-//! uses: lists with a resourceVersion, watches as newline-delimited JSON events with
-//! history replay from a resourceVersion, `410 Gone` for expired versions, dropped
-//! streams, and lists that can be held back (to test readiness).
+//! The Kubernetes fake: an in-process API server speaking the list/watch protocol the
+//! kube client uses — lists with a resourceVersion, watches as newline-delimited JSON
+//! events with history replay from a resourceVersion, `410 Gone` for expired versions,
+//! dropped streams, and lists that can be held back. `meshd loadgen --kubernetes` serves
+//! its mesh from it and makes its changes through it, as kubectl would; the end-to-end
+//! tests also use it for leases, status patches, Secrets and TokenReviews.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::convert::Infallible;
@@ -52,12 +54,16 @@ pub struct FakeApiServer {
     pub port: u16,
 }
 
-fn plural_of(kind: &str) -> &'static str {
-    meshd::config::Kind::ALL
+fn known_plural(kind: &str) -> Option<&'static str> {
+    crate::config::Kind::ALL
         .into_iter()
         .find(|k| k.as_str() == kind)
         .map(|k| k.plural())
-        .unwrap_or_else(|| panic!("unknown kind {kind}"))
+}
+
+/// The plural of a kind a caller names; an unknown kind is the caller's bug.
+fn plural_of(kind: &str) -> &'static str {
+    known_plural(kind).unwrap_or_else(|| panic!("BUG: the fake does not serve kind {kind}"))
 }
 
 /// The watch event of an expired resourceVersion: `410 Gone`.
@@ -72,31 +78,33 @@ fn line(event: &Value) -> Bytes {
 }
 
 impl FakeApiServer {
-    pub fn start() -> FakeApiServer {
+    /// Starts serving on a free loopback port, on a thread of its own.
+    pub fn start() -> std::io::Result<FakeApiServer> {
         let inner = Arc::new(Mutex::new(Inner {
             rv: 100,
             ..Default::default()
         }));
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.set_nonblocking(true).unwrap();
-        let port = listener.local_addr().unwrap().port();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        listener.set_nonblocking(true)?;
+        let port = listener.local_addr()?.port();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
         let state = inner.clone();
-        thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async move {
-                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-                let app = Router::new().fallback(handle).with_state(state);
-                axum::serve(listener, app).await.unwrap();
-            });
-        });
-        FakeApiServer { inner, port }
+        thread::Builder::new()
+            .name("fake-apiserver".into())
+            .spawn(move || {
+                runtime.block_on(async move {
+                    let listener = tokio::net::TcpListener::from_std(listener)?;
+                    let app = Router::new().fallback(handle).with_state(state);
+                    axum::serve(listener, app).await
+                })
+            })?;
+        Ok(FakeApiServer { inner, port })
     }
 
-    /// A kubeconfig pointing at this server.
-    pub fn kubeconfig(&self, dir: &std::path::Path) -> std::path::PathBuf {
+    /// Writes `dir/kubeconfig`, pointing at this server, and returns its path.
+    pub fn kubeconfig(&self, dir: &std::path::Path) -> std::io::Result<std::path::PathBuf> {
         let path = dir.join("kubeconfig");
         std::fs::write(
             &path,
@@ -104,21 +112,30 @@ impl FakeApiServer {
                 "apiVersion: v1\nkind: Config\nclusters: [{{name: fake, cluster: {{server: \"http://127.0.0.1:{}\"}}}}]\nusers: [{{name: fake, user: {{token: test}}}}]\ncontexts: [{{name: fake, context: {{cluster: fake, user: fake}}}}]\ncurrent-context: fake\n",
                 self.port
             ),
-        )
-        .unwrap();
-        path
+        )?;
+        Ok(path)
     }
 
-    /// Creates or replaces objects given as YAML (several documents allowed).
-    pub fn apply_yaml(&self, yaml: &str) {
-        let docs: Vec<Value> = serde_saphyr::from_multiple(yaml).unwrap();
+    /// Creates or replaces objects given as YAML (several documents allowed), as
+    /// `kubectl apply` does: an object equal to the one held is left alone.
+    pub fn apply_yaml(&self, yaml: &str) -> Result<(), String> {
+        let docs: Vec<Value> = serde_saphyr::from_multiple(yaml).map_err(|e| e.to_string())?;
         for doc in docs.into_iter().filter(|d| !d.is_null()) {
-            self.apply(doc);
+            self.apply(doc)?;
         }
+        Ok(())
     }
 
-    pub fn apply(&self, obj: Value) {
+    pub fn apply(&self, obj: Value) -> Result<(), String> {
+        let kind = obj["kind"].as_str().unwrap_or_default();
+        if known_plural(kind).is_none() {
+            return Err(format!("the fake API server does not serve kind {kind:?}"));
+        }
+        if !obj["metadata"]["name"].is_string() {
+            return Err(format!("a {kind} without metadata.name"));
+        }
         apply_locked(&mut self.inner.lock().unwrap(), obj);
+        Ok(())
     }
 
     /// A service-account token that TokenReview accepts for `audiences` (or reports as
@@ -271,21 +288,38 @@ fn plural_from_path(path: &str) -> Option<(String, Option<String>)> {
 }
 
 fn apply_locked(inner: &mut Inner, mut obj: Value) -> Value {
-    let plural = plural_of(obj["kind"].as_str().unwrap());
+    let plural = plural_of(obj["kind"].as_str().unwrap_or_default());
     let ns = obj["metadata"]["namespace"]
         .as_str()
         .unwrap_or("")
         .to_string();
-    let name = obj["metadata"]["name"].as_str().unwrap().to_string();
-    inner.rv += 1;
-    let rv = inner.rv;
-    obj["metadata"]["resourceVersion"] = json!(rv.to_string());
-    // As the API server does: generation counts spec changes; status is kept.
+    let name = obj["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
     let previous = inner
         .objects
         .get(plural)
         .and_then(|m| m.get(&(ns.clone(), name.clone())))
         .cloned();
+    // As the API server does: an update that changes nothing is no update (no new
+    // resourceVersion, no watch event).
+    if let Some(p) = &previous {
+        let mut same = obj.clone();
+        for field in ["resourceVersion", "generation"] {
+            same["metadata"][field] = p["metadata"][field].clone();
+        }
+        if same.get("status").is_none() && p.get("status").is_some() {
+            same["status"] = p["status"].clone();
+        }
+        if same == *p {
+            return same;
+        }
+    }
+    inner.rv += 1;
+    let rv = inner.rv;
+    obj["metadata"]["resourceVersion"] = json!(rv.to_string());
+    // As the API server does: generation counts spec changes; status is kept.
     let generation = match &previous {
         None => 1,
         Some(p) if p["spec"] == obj["spec"] => p["metadata"]["generation"].as_i64().unwrap_or(1),
@@ -576,4 +610,47 @@ async fn handle(
         Body::from_stream(stream),
     )
         .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn version(api: &FakeApiServer) -> Value {
+        api.object("VirtualService", "shop", "front")["metadata"]["resourceVersion"].clone()
+    }
+
+    #[test]
+    fn an_apply_that_changes_nothing_is_no_update() {
+        let api = FakeApiServer::start().unwrap();
+        let vs = "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: front, namespace: shop}\nspec: {hosts: [a]}\n";
+        api.apply_yaml(vs).unwrap();
+        let first = version(&api);
+        api.apply_yaml(vs).unwrap();
+        assert_eq!(
+            version(&api),
+            first,
+            "the same object again: no new version"
+        );
+        let history =
+            |api: &FakeApiServer| api.inner.lock().unwrap().history["virtualservices"].len();
+        assert_eq!(history(&api), 1);
+        api.apply_yaml(&vs.replace("[a]", "[b]")).unwrap();
+        assert_ne!(version(&api), first);
+        assert_eq!(history(&api), 2);
+        assert_eq!(
+            api.object("VirtualService", "shop", "front")["metadata"]["generation"],
+            2
+        );
+    }
+
+    #[test]
+    fn objects_the_fake_cannot_hold_are_refused_by_name() {
+        let api = FakeApiServer::start().unwrap();
+        let err = api.apply_yaml("apiVersion: v1\nkind: Widget\nmetadata: {name: w}\n");
+        assert!(err.unwrap_err().contains("\"Widget\""));
+        let err = api.apply_yaml("apiVersion: v1\nkind: Service\nmetadata: {}\n");
+        assert!(err.unwrap_err().contains("metadata.name"));
+        assert!(api.apply_yaml("kind: [").is_err());
+    }
 }
