@@ -47,6 +47,7 @@ pub struct Metrics {
     pub endpoint_no_pod: Gauge,
     pub xds_cache_reads: Family<Labels, Counter>,
     pub xds_push_diffs: Family<Labels, Counter>,
+    pub xds_send_buffer: Gauge,
 }
 
 impl Default for Metrics {
@@ -72,6 +73,7 @@ impl Metrics {
             push_triggers: Family::default(),
             xds_cache_reads: Family::default(),
             xds_push_diffs: Family::default(),
+            xds_send_buffer: Gauge::default(),
             services: Gauge::default(),
             virt_services: Gauge::default(),
             config_errors: Family::default(),
@@ -157,6 +159,11 @@ impl Metrics {
             "meshd_config_errors",
             "Configuration documents rejected, by kind",
             m.config_errors.clone(),
+        );
+        registry.register(
+            "meshd_xds_send_buffer_bytes",
+            "Response bytes framed for proxies and not yet written to their connections (bounded by MESHD_XDS_SEND_BUFFER_MB)",
+            m.xds_send_buffer.clone(),
         );
         registry.register(
             "meshd_xds_connection_errors",

@@ -275,7 +275,11 @@ impl AdsService {
     }
 
     pub fn into_server(self) -> wire::AdsServer<AdsService> {
-        wire::AdsServer::new(self, 16 << 20)
+        let budget =
+            self.shared.settings.send_buffer.map(|bytes| {
+                wire::SendBudget::new(bytes, self.shared.metrics.xds_send_buffer.clone())
+            });
+        wire::AdsServer::new(self, 16 << 20, budget)
     }
 }
 

@@ -30,6 +30,11 @@ pub struct PushSettings {
     /// `--keepaliveInterval` / `--keepaliveTimeout`).
     pub keepalive_interval: Duration,
     pub keepalive_timeout: Duration,
+    /// Response bytes framed for the wire and not yet written, across all connections
+    /// (`MESHD_XDS_SEND_BUFFER_MB`, default 256; 0 = unbounded). A connect storm of
+    /// slowly-reading proxies waits for it instead of holding every initial
+    /// configuration in memory at once.
+    pub send_buffer: Option<usize>,
 }
 
 impl Default for PushSettings {
@@ -41,6 +46,7 @@ impl Default for PushSettings {
             send_timeout: Some(Duration::from_secs(10)),
             keepalive_interval: Duration::from_secs(30),
             keepalive_timeout: Duration::from_secs(10),
+            send_buffer: Some(256 << 20),
         }
     }
 }
@@ -76,6 +82,12 @@ impl PushSettings {
                 .map_err(|_| anyhow::anyhow!("PILOT_PUSH_THROTTLE: {v:?} is not a number"))?;
             let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
             s.push_throttle = if n == 0 { (15 + 5 * cores).min(100) } else { n };
+        }
+        if let Some(v) = var("MESHD_XDS_SEND_BUFFER_MB") {
+            let mb: usize = v.parse().map_err(|_| {
+                anyhow::anyhow!("MESHD_XDS_SEND_BUFFER_MB: {v:?} is not a number of MiB")
+            })?;
+            s.send_buffer = (mb > 0).then(|| mb.saturating_mul(1 << 20));
         }
         Ok(s)
     }
@@ -446,6 +458,7 @@ mod tests {
             "PILOT_DEBOUNCE_MAX" => Some("2s".to_string()),
             "PILOT_PUSH_THROTTLE" => Some("7".to_string()),
             "PILOT_XDS_SEND_TIMEOUT" => Some("1500ms".to_string()),
+            "MESHD_XDS_SEND_BUFFER_MB" => Some("3".to_string()),
             _ => None,
         };
         let s = PushSettings::from_lookup(vars).unwrap();
@@ -463,9 +476,22 @@ mod tests {
                 Some(Duration::from_millis(1500))
             )
         );
+        assert_eq!(s.send_buffer, Some(3 << 20));
+        assert_eq!(d.send_buffer, Some(256 << 20));
         let off =
             PushSettings::from_lookup(|k| (k == "PILOT_XDS_SEND_TIMEOUT").then(|| "0s".into()));
         assert_eq!(off.unwrap().send_timeout, None);
+        let unbounded =
+            PushSettings::from_lookup(|k| (k == "MESHD_XDS_SEND_BUFFER_MB").then(|| "0".into()));
+        assert_eq!(unbounded.unwrap().send_buffer, None);
+        let bad = PushSettings::from_lookup(|k| {
+            (k == "MESHD_XDS_SEND_BUFFER_MB").then(|| "256Mi".to_string())
+        });
+        assert!(
+            bad.unwrap_err()
+                .to_string()
+                .contains("MESHD_XDS_SEND_BUFFER_MB")
+        );
         let auto =
             PushSettings::from_lookup(|k| (k == "PILOT_PUSH_THROTTLE").then(|| "0".to_string()))
                 .unwrap();

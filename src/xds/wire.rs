@@ -19,8 +19,10 @@ use std::task::{Context, Poll};
 use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
 use futures::{Stream, StreamExt};
 use http_body::Frame;
+use prometheus_client::metrics::gauge::Gauge;
 use prost::bytes::{Buf, BufMut, Bytes, BytesMut};
 use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint, key_len};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tonic::Status;
 use tonic::codegen::{BoxFuture, Service, StdError, http};
 
@@ -352,17 +354,94 @@ fn message_name<T>() -> &'static str {
     full.rsplit("::").next().unwrap_or(full)
 }
 
+/// A bound on the response bytes framed for the wire and not yet written to a socket,
+/// across every stream. A response's frame is only built once its size fits; its bytes
+/// count until HTTP/2 has written the last of them. Without it, a connect storm of proxies
+/// that read slowly holds one full initial configuration per proxy in memory at once.
+#[derive(Clone)]
+pub struct SendBudget {
+    permits: Arc<Semaphore>,
+    total: u32,
+    /// Bytes held now (`meshd_xds_send_buffer_bytes`).
+    held: Gauge,
+}
+
+impl SendBudget {
+    pub fn new(bytes: usize, held: Gauge) -> SendBudget {
+        let total = u32::try_from(bytes).unwrap_or(u32::MAX).max(1);
+        SendBudget {
+            permits: Arc::new(Semaphore::new(total as usize)),
+            total,
+            held,
+        }
+    }
+
+    /// Waits until a frame of `len` bytes fits (a frame larger than the whole budget
+    /// waits for all of it).
+    fn reserve(&self, len: usize) -> BoxFuture<Reserved, Status> {
+        let n = u32::try_from(len).unwrap_or(u32::MAX).clamp(1, self.total);
+        let (permits, held) = (self.permits.clone(), self.held.clone());
+        Box::pin(async move {
+            let permit = permits
+                .acquire_many_owned(n)
+                .await
+                .map_err(|_| Status::unavailable("shutting down"))?;
+            held.inc_by(i64::from(n));
+            Ok(Reserved { permit, held })
+        })
+    }
+}
+
+/// One frame's share of the budget, given back when the last of its chunks is dropped.
+struct Reserved {
+    permit: OwnedSemaphorePermit,
+    held: Gauge,
+}
+
+impl Drop for Reserved {
+    fn drop(&mut self) {
+        self.held.dec_by(self.permit.num_permits() as i64);
+    }
+}
+
+/// A chunk of a frame that holds its frame's share of the budget.
+struct Budgeted {
+    chunk: Bytes,
+    _share: Arc<Reserved>,
+}
+
+impl AsRef<[u8]> for Budgeted {
+    fn as_ref(&self) -> &[u8] {
+        &self.chunk
+    }
+}
+
 /// A response stream as an HTTP/2 body of gRPC frames, then the status trailers.
-pub struct FrameBody<S> {
+pub struct FrameBody<S, M> {
     stream: Pin<Box<S>>,
     pending: VecDeque<Bytes>,
     done: bool,
+    budget: Option<SendBudget>,
+    /// A message waiting for its frame to fit in the budget.
+    waiting: Option<(M, BoxFuture<Reserved, Status>)>,
 }
 
-impl<S, M> http_body::Body for FrameBody<S>
+impl<S, M> FrameBody<S, M> {
+    pub fn new(stream: S, budget: Option<SendBudget>) -> Self {
+        FrameBody {
+            stream: Box::pin(stream),
+            pending: VecDeque::new(),
+            done: false,
+            budget,
+            waiting: None,
+        }
+    }
+}
+
+impl<S, M> http_body::Body for FrameBody<S, M>
 where
     S: Stream<Item = Result<M, Status>> + Send + 'static,
-    M: WireMessage,
+    M: WireMessage + Unpin,
 {
     type Data = Bytes;
     type Error = Status;
@@ -378,15 +457,42 @@ where
         if this.done {
             return Poll::Ready(None);
         }
-        let status = match this.stream.as_mut().poll_next(cx) {
-            Poll::Pending => return Poll::Pending,
-            Poll::Ready(Some(Ok(message))) => {
-                this.pending = Chunks::frame(&message);
+        let status = loop {
+            if let Some((message, reserving)) = &mut this.waiting {
+                let reserved = match reserving.as_mut().poll(cx) {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(Err(status)) => break status,
+                    Poll::Ready(Ok(reserved)) => Arc::new(reserved),
+                };
+                this.pending = Chunks::frame(message)
+                    .into_iter()
+                    .map(|chunk| {
+                        Bytes::from_owner(Budgeted {
+                            chunk,
+                            _share: reserved.clone(),
+                        })
+                    })
+                    .collect();
+                this.waiting = None;
                 let first = this.pending.pop_front().unwrap_or_default();
                 return Poll::Ready(Some(Ok(Frame::data(first))));
             }
-            Poll::Ready(Some(Err(status))) => status,
-            Poll::Ready(None) => Status::ok(""),
+            match this.stream.as_mut().poll_next(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Some(Ok(message))) => match &this.budget {
+                    Some(budget) => {
+                        let reserving = budget.reserve(FRAME_HEADER + message.encoded_len());
+                        this.waiting = Some((message, reserving));
+                    }
+                    None => {
+                        this.pending = Chunks::frame(&message);
+                        let first = this.pending.pop_front().unwrap_or_default();
+                        return Poll::Ready(Some(Ok(Frame::data(first))));
+                    }
+                },
+                Poll::Ready(Some(Err(status))) => break status,
+                Poll::Ready(None) => break Status::ok(""),
+            }
         };
         this.done = true;
         let mut trailers = http::HeaderMap::new();
@@ -422,6 +528,7 @@ const DELTA_PATH: &str =
 pub struct AdsServer<T> {
     inner: Arc<T>,
     max_decoding_message_size: usize,
+    budget: Option<SendBudget>,
 }
 
 impl<T> Clone for AdsServer<T> {
@@ -429,15 +536,19 @@ impl<T> Clone for AdsServer<T> {
         AdsServer {
             inner: self.inner.clone(),
             max_decoding_message_size: self.max_decoding_message_size,
+            budget: self.budget.clone(),
         }
     }
 }
 
 impl<T: Ads> AdsServer<T> {
-    pub fn new(inner: T, max_decoding_message_size: usize) -> Self {
+    /// Requests are limited to `max_decoding_message_size`; responses share `budget`
+    /// (none: unbounded).
+    pub fn new(inner: T, max_decoding_message_size: usize, budget: Option<SendBudget>) -> Self {
         AdsServer {
             inner: Arc::new(inner),
             max_decoding_message_size,
+            budget,
         }
     }
 }
@@ -448,20 +559,20 @@ impl<T> tonic::server::NamedService for AdsServer<T> {
 
 /// The HTTP response for a handler's answer: gRPC frames, or the refusal as a
 /// trailers-only response.
-fn respond<S, M>(answer: Result<tonic::Response<S>, Status>) -> http::Response<tonic::body::Body>
+fn respond<S, M>(
+    answer: Result<tonic::Response<S>, Status>,
+    budget: Option<SendBudget>,
+) -> http::Response<tonic::body::Body>
 where
     S: Stream<Item = Result<M, Status>> + Send + 'static,
-    M: WireMessage + 'static,
+    M: WireMessage + Unpin + Send + 'static,
 {
     match answer {
         Err(status) => status.into_http(),
         Ok(response) => {
             let (metadata, stream, _) = response.into_parts();
-            let mut http = http::Response::new(tonic::body::Body::new(FrameBody {
-                stream: Box::pin(stream),
-                pending: VecDeque::new(),
-                done: false,
-            }));
+            let mut http =
+                http::Response::new(tonic::body::Body::new(FrameBody::new(stream, budget)));
             *http.headers_mut() = metadata.into_headers();
             http.headers_mut().insert(
                 http::header::CONTENT_TYPE,
@@ -490,6 +601,7 @@ where
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
         let inner = self.inner.clone();
         let limit = self.max_decoding_message_size;
+        let budget = self.budget.clone();
         let path = req.uri().path().to_string();
         let (parts, body) = req.into_parts();
         Box::pin(async move {
@@ -498,13 +610,13 @@ where
                     let requests = Requests::<DiscoveryRequest>::new(body, limit);
                     let request =
                         tonic::Request::from_http(http::Request::from_parts(parts, requests));
-                    respond(inner.sotw(request).await)
+                    respond(inner.sotw(request).await, budget)
                 }
                 DELTA_PATH => {
                     let requests = Requests::<DeltaDiscoveryRequest>::new(body, limit);
                     let request =
                         tonic::Request::from_http(http::Request::from_parts(parts, requests));
-                    respond(inner.delta(request).await)
+                    respond(inner.delta(request).await, budget)
                 }
                 _ => Status::unimplemented(format!("no method {path}")).into_http(),
             })
@@ -602,6 +714,69 @@ mod tests {
             (&*b.name, b.version.as_str())
         );
         assert_eq!(r.resource.as_ref(), Some(&b.any()));
+    }
+
+    /// Polls a response body once, as HTTP/2 does when the stream has room.
+    fn poll_once<B: http_body::Body<Data = Bytes, Error = Status> + Unpin>(
+        body: &mut B,
+    ) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
+        Pin::new(body).poll_frame(&mut Context::from_waker(std::task::Waker::noop()))
+    }
+
+    /// Every data chunk a body gives until its trailers.
+    fn drain<B: http_body::Body<Data = Bytes, Error = Status> + Unpin>(body: &mut B) -> Vec<Bytes> {
+        let mut chunks = Vec::new();
+        loop {
+            match poll_once(body) {
+                Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
+                    Ok(chunk) => chunks.push(chunk),
+                    Err(_) => return chunks, // the trailers
+                },
+                other => panic!("the body should be ready: {:?}", other.is_ready()),
+            }
+        }
+    }
+
+    #[test]
+    fn framed_bytes_wait_for_the_send_budget_until_they_are_written() {
+        let response = |n: usize| SotwResponse {
+            version_info: String::new(),
+            type_url: "t",
+            nonce: String::new(),
+            resources: (0..n)
+                .map(|i| cluster(&format!("outbound|80||svc-{i}")))
+                .collect(),
+        };
+        let len = FRAME_HEADER + response(60).encoded_len();
+        let held = Gauge::default();
+        // Room for one frame and a half.
+        let budget = SendBudget::new(len + len / 2, held.clone());
+        let body = |n: usize| {
+            let stream = futures::stream::iter([Ok::<_, Status>(response(n))]);
+            FrameBody::new(stream, Some(budget.clone()))
+        };
+        let (mut a, mut b) = (body(60), body(60));
+        let a_chunks = drain(&mut a);
+        let joined: Vec<u8> = a_chunks.iter().flatten().copied().collect();
+        let whole: Vec<u8> = Chunks::frame(&response(60)).into_iter().flatten().collect();
+        assert_eq!(joined, whole, "the budget does not change the bytes");
+        assert_eq!(held.get(), len as i64);
+        // The second frame does not fit while the first one's bytes are unwritten...
+        assert!(poll_once(&mut b).is_pending());
+        let one = a_chunks[0].clone();
+        drop(a_chunks);
+        assert!(poll_once(&mut b).is_pending(), "a chunk is still held");
+        // ...and does once HTTP/2 has dropped the last of them.
+        drop(one);
+        assert_eq!(held.get(), 0);
+        let b_chunks = drain(&mut b);
+        assert_eq!(held.get(), len as i64);
+        drop(b_chunks);
+        // A frame larger than the whole budget waits for all of it, not forever.
+        let mut c = body(200);
+        assert!(FRAME_HEADER + response(200).encoded_len() > len + len / 2);
+        assert!(!drain(&mut c).is_empty());
+        assert_eq!(held.get(), 0);
     }
 
     /// An HTTP/2 request body as the server sees it: these chunks, then its end.

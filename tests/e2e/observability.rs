@@ -449,6 +449,8 @@ async fn a_stalled_proxy_is_cut_off_after_the_send_timeout_and_others_keep_conve
             ("PILOT_XDS_SEND_TIMEOUT", "1s"),
             ("PILOT_PUSH_THROTTLE", "1"),
             ("PILOT_DEBOUNCE_AFTER", "20ms"),
+            // A 1 MiB send budget: the stalled proxy's unwritten frame holds part of it.
+            ("MESHD_XDS_SEND_BUFFER_MB", "1"),
         ],
     );
     let envoy =
@@ -474,7 +476,7 @@ async fn a_stalled_proxy_is_cut_off_after_the_send_timeout_and_others_keep_conve
     })
     .await
     .unwrap();
-    let _stalled = AggregatedDiscoveryServiceClient::new(stalled_channel)
+    let stalled = AggregatedDiscoveryServiceClient::new(stalled_channel)
         .stream_aggregated_resources(ReceiverStream::new(rx))
         .await
         .unwrap()
@@ -511,8 +513,18 @@ async fn a_stalled_proxy_is_cut_off_after_the_send_timeout_and_others_keep_conve
                     .is_ok_and(|r| r.body.contains("\"connect_timeout\": \"0.777s\""))
             },
         );
+        // The stalled connection is alive (it answers HTTP/2 pings): the frame it never
+        // read still holds its share of the send budget.
+        assert!(meshd.metric("meshd_xds_send_buffer_bytes") > 0.0);
     });
+    // Closing it gives the share back; everything Envoy was sent has been written.
+    drop(stalled);
     drop(tx);
+    tokio::task::block_in_place(|| {
+        wait_until("the send budget returned", Duration::from_secs(5), || {
+            meshd.metric("meshd_xds_send_buffer_bytes") == 0.0
+        });
+    });
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
