@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 
-use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use criterion::{BatchSize, BenchmarkId, Criterion, criterion_group, criterion_main};
 use serde_json::json;
 
 use meshd::config::ObjectKey;
@@ -57,12 +57,15 @@ fn push_context_build(c: &mut Criterion) {
 fn sidecar_generation(c: &mut Criterion) {
     let store = testmesh::generate(1_000, 50, 3);
     let ctx = PushContext::build(&store, "bench/1".into());
-    let meta = json!({"NAMESPACE": "ns-1", "LABELS": {"app": "client"}});
-    let proxy = Proxy::from_node(
-        "sidecar~10.9.0.1~client-0.ns-1~ns-1.svc.cluster.local",
-        meta.as_object().unwrap(),
-    )
-    .unwrap();
+    let sidecar = |ns: &str| {
+        let meta = json!({"NAMESPACE": ns, "LABELS": {"app": "client"}});
+        Proxy::from_node(
+            &format!("sidecar~10.9.0.1~client-0.{ns}~{ns}.svc.cluster.local"),
+            meta.as_object().unwrap(),
+        )
+        .unwrap()
+    };
+    let proxy = sidecar("ns-1");
     let mut group = c.benchmark_group("sidecar_generation");
     group.sample_size(20);
     group.bench_function("1000_services_translate_and_encode", |b| {
@@ -73,27 +76,56 @@ fn sidecar_generation(c: &mut Criterion) {
     group.bench_function("1000_services_plan_only", |b| {
         b.iter(|| meshd::translate::plan(&ctx, &proxy).services.len())
     });
-    // What a push costs per view once the per-service cache holds the mesh: another proxy
-    // of the same push, or the same proxy in a later push.
+    // What a push costs per view once the per-service cache holds the mesh and the push
+    // has built one view: the unscoped sidecars of the 50 namespaces in turn (views of
+    // one push share their cluster and load-assignment sets; the plan, listeners and
+    // route configuration are each view's own).
     let cache = ResourceCache::default();
-    cache::view(&ctx, &proxy, &cache);
-    group.bench_function("1000_services_cached", |b| {
-        b.iter(|| cache::view(&ctx, &proxy, &cache))
-    });
-    // A push after a one-service change: the contexts alternate between two meshes that
-    // differ in one service's endpoints, the second updated from the first as the push
-    // pipeline does (unchanged services are the same `Arc`s), so each view re-encodes
-    // that service and finds the other 999 unchanged.
-    let (changed, keys) = one_endpoint_added(&store, 1_000);
-    let before = PushContext::build(&store, "bench/2".into());
-    let after = before.update(&changed, &keys, "bench/3".into());
-    let contexts = [before, after];
+    let namespaces: Vec<Proxy> = (0..50).map(|n| sidecar(&format!("ns-{n}"))).collect();
+    for p in &namespaces {
+        cache::view(&ctx, p, &cache);
+    }
     let mut turn = 0;
-    group.bench_function("1000_services_after_one_service_change", |b| {
+    group.bench_function("1000_services_cached", |b| {
         b.iter(|| {
             turn += 1;
-            cache::view(&contexts[turn % 2], &proxy, &cache)
+            cache::view(&ctx, &namespaces[turn % namespaces.len()], &cache)
         })
+    });
+    // The first view of a later push of an unchanged mesh: every service's resources are
+    // cached, the view's sets are assembled from them.
+    group.bench_function("1000_services_first_view_of_a_push", |b| {
+        b.iter_batched(
+            || ctx.update(&store, &BTreeSet::new(), "bench/2".into()),
+            |next| {
+                let view = cache::view(&next, &proxy, &cache);
+                (next, view)
+            },
+            BatchSize::SmallInput,
+        )
+    });
+    // The first view of a push after a one-service change: each push's context is updated
+    // from the previous one as the pipeline does (unchanged services are the same
+    // `Arc`s), the mesh alternating between two states that differ in one service's
+    // endpoints, so each view re-encodes that service and finds the other 999 unchanged.
+    let (changed, keys) = one_endpoint_added(&store, 1_000);
+    let stores = [store, changed];
+    let mut previous = std::sync::Arc::new(ctx);
+    let mut turn = 0;
+    group.bench_function("1000_services_after_one_service_change", |b| {
+        b.iter_batched(
+            || {
+                turn += 1;
+                let next = previous.update(&stores[turn % 2], &keys, "bench/3".into());
+                previous = std::sync::Arc::new(next);
+                previous.clone()
+            },
+            |next| {
+                let view = cache::view(&next, &proxy, &cache);
+                (next, view)
+            },
+            BatchSize::SmallInput,
+        )
     });
     group.finish();
 }

@@ -33,6 +33,9 @@ pub struct ModelIssue {
 pub struct PushContext {
     /// `<RFC3339>/<counter>`, as istiod versions its pushes.
     pub version: String,
+    /// Unique to this context (and its clones) in the process: what is derived from one
+    /// context can be memoized under it.
+    id: ContextId,
     /// The store this context was built from (a constant-time snapshot): the next update
     /// reads what changed objects were before (an EndpointSlice's former service).
     store: Store,
@@ -160,7 +163,36 @@ fn by_age(objects: &mut [Arc<ConfigObject>]) {
     });
 }
 
+/// A context's identity. It is not part of what a context holds: contexts of equal
+/// content compare equal whatever their identities.
+#[derive(Clone, Copy, Debug)]
+struct ContextId(u64);
+
+impl ContextId {
+    fn next() -> ContextId {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        ContextId(NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+    }
+}
+
+impl Default for ContextId {
+    fn default() -> ContextId {
+        ContextId::next()
+    }
+}
+
+impl PartialEq for ContextId {
+    fn eq(&self, _: &ContextId) -> bool {
+        true
+    }
+}
+
 impl PushContext {
+    /// Unique to this context (and its clones) in the process.
+    pub fn id(&self) -> u64 {
+        self.id.0
+    }
+
     /// A push context from YAML that must be free of errors (tests).
     #[cfg(test)]
     pub fn from_yaml(yaml: &str) -> PushContext {
@@ -176,6 +208,7 @@ impl PushContext {
     pub fn build(store: &Store, version: String) -> PushContext {
         let mut ctx = PushContext {
             version,
+            id: ContextId::next(),
             store: store.clone(),
             services: build_services(store),
             virtual_services: oldest_first(store, Kind::VirtualService),
@@ -241,6 +274,7 @@ impl PushContext {
         // Each part: rebuilt when an object of its kind changed, else shared.
         let mut ctx = PushContext {
             version,
+            id: ContextId::next(),
             store: store.clone(),
             services,
             virtual_services: rebuilt_if(any(Kind::VirtualService), &self.virtual_services, || {

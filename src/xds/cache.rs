@@ -8,6 +8,10 @@
 //! later push that rebuilt an unchanged service). A change to one service re-encodes only
 //! that service; a view is then assembled from shared `Arc`s and byte slices.
 //!
+//! The per-service clusters and load assignments of a view are kept as whole sets too,
+//! shared by every view of the same push with the same service list (the unscoped
+//! sidecars of every namespace): only the first such view assembles them.
+//!
 //! Route configurations are assembled from encoded virtual hosts: protobuf concatenates
 //! the occurrences of a repeated field, and `virtual_hosts` (field 2) follows `name`
 //! (field 1) in prost's field order, so `name`, the virtual hosts, then the other fields
@@ -20,7 +24,7 @@ use envoy_types::pb::envoy::config::route::v3::{RouteConfiguration, VirtualHost}
 use prometheus_client::metrics::counter::Counter;
 use prost::Message;
 
-use super::resource::{Resource, TypeKind, View, encode, encode_cluster, from_pieces};
+use super::resource::{Resource, ResourceMap, TypeKind, View, encode, encode_cluster, from_pieces};
 use crate::config::ConfigObject;
 use crate::metrics::{Metrics, type_label};
 use crate::model::{Proxy, ProxyKind, PushContext, Service};
@@ -72,10 +76,37 @@ fn slot(kind: ProxyKind, secure: bool) -> usize {
     (kind == ProxyKind::Router) as usize * 2 + secure as usize
 }
 
+/// What a view's shared cluster and load-assignment sets are built from: one push
+/// context, the proxy kind and mTLS ([`slot`]), its services (by identity) and the
+/// view's own clusters (by content hash: the fallback and inbound clusters).
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct SetKey {
+    ctx: u64,
+    slot: usize,
+    services: Vec<usize>,
+    own: Vec<u64>,
+}
+
+/// A view's cluster and load-assignment sets, shared.
+type Sets = (Arc<ResourceMap>, Arc<ResourceMap>);
+
+/// The sets of the most recent push contexts' views.
+#[derive(Default)]
+struct SetMemo {
+    /// Contexts with entries, oldest first (at most [`SET_CONTEXTS`]).
+    contexts: Vec<u64>,
+    sets: foldhash::HashMap<SetKey, Sets>,
+}
+
+/// Push contexts whose sets are kept: the newest, and the one before it for the views
+/// an earlier push still builds.
+const SET_CONTEXTS: usize = 2;
+
 /// The cache, shared by every push of one pipeline.
 #[derive(Default)]
 pub struct ResourceCache {
     hosts: Mutex<foldhash::HashMap<String, HostEntry>>,
+    sets: Mutex<SetMemo>,
     hits: Counter,
     misses: Counter,
 }
@@ -195,6 +226,49 @@ impl ResourceCache {
         built
     }
 
+    /// The clusters (the services' and the view's `own`) and load assignments of a view of
+    /// `ctx` for these services, shared with the other views of the same inputs.
+    fn sets(
+        &self,
+        ctx: &PushContext,
+        services: &[&Arc<Service>],
+        kind: ProxyKind,
+        secure: bool,
+        own: Vec<Arc<Resource>>,
+    ) -> Sets {
+        let key = SetKey {
+            ctx: ctx.id(),
+            slot: slot(kind, secure),
+            services: services.iter().map(|s| Arc::as_ptr(*s) as usize).collect(),
+            own: own.iter().map(|r| r.hash).collect(),
+        };
+        if let Some(sets) = self.sets.lock().unwrap().sets.get(&key) {
+            return sets.clone();
+        }
+        let (mut clusters, mut endpoints) = (Vec::new(), Vec::new());
+        for svc in services {
+            let parts = self.service(ctx, svc, kind, secure);
+            clusters.extend(parts.clusters.iter().cloned());
+            endpoints.extend(parts.endpoints.iter().cloned());
+        }
+        clusters.extend(own);
+        let mut view = View::default();
+        view.extend(TypeKind::Cluster, clusters);
+        view.extend(TypeKind::Endpoint, endpoints);
+        let sets = (view.set(TypeKind::Cluster), view.set(TypeKind::Endpoint));
+        let mut memo = self.sets.lock().unwrap();
+        if !memo.contexts.contains(&key.ctx) {
+            memo.contexts.push(key.ctx);
+            if memo.contexts.len() > SET_CONTEXTS {
+                let oldest = memo.contexts.remove(0);
+                memo.sets.retain(|k, _| k.ctx != oldest);
+            }
+        }
+        // The services are alive in `ctx`, so their addresses name them while the
+        // context's entries are kept.
+        memo.sets.entry(key).or_insert(sets).clone()
+    }
+
     /// The service's default virtual host on `port`, as an encoded `virtual_hosts` field.
     pub fn default_virtual_host(
         &self,
@@ -292,21 +366,11 @@ pub fn view(ctx: &PushContext, proxy: &Proxy, cache: &ResourceCache) -> View {
     let plan = translate::plan(ctx, proxy);
     let secure = proxy.identity.is_some();
     let mut view = View::default();
-    let (mut clusters, mut endpoints) = (Vec::new(), Vec::new());
-    for svc in &plan.services {
-        let parts = cache.service(ctx, svc, proxy.kind, secure);
-        clusters.extend(parts.clusters.iter().cloned());
-        endpoints.extend(parts.endpoints.iter().cloned());
-    }
-    view.extend(TypeKind::Cluster, clusters);
-    view.extend(TypeKind::Endpoint, endpoints);
-    view.encode_all(
-        &plan.clusters,
-        &[],
-        &plan.listeners,
-        &plan.routes,
-        &plan.secrets,
-    );
+    let own = plan.clusters.iter().map(encode_cluster).collect();
+    let (clusters, endpoints) = cache.sets(ctx, &plan.services, proxy.kind, secure, own);
+    view.share(TypeKind::Cluster, clusters);
+    view.share(TypeKind::Endpoint, endpoints);
+    view.encode_all(&[], &[], &plan.listeners, &plan.routes, &plan.secrets);
     for (port, vhosts) in &plan.sidecar_routes {
         let name = port.to_string();
         let head = RouteConfiguration {
@@ -425,6 +489,35 @@ mod tests {
         assert_eq!(cache.reads().1, misses, "no miss on an unchanged mesh");
         assert!(cache.reads().0 > hits);
         assert_eq!(cache.len(), 40);
+    }
+
+    #[test]
+    fn views_of_one_push_with_the_same_services_share_their_cluster_and_endpoint_sets() {
+        let mut store = Shape::new(40, 4, 2).store();
+        // A service selecting proxy `b` gives it an inbound cluster of its own.
+        apply(
+            &mut store,
+            "apiVersion: v1\nkind: Service\nmetadata: {name: b, namespace: ns-1}\nspec:\n  clusterIP: 10.100.9.9\n  selector: {app: b}\n  ports: [{name: http, port: 8080}]\n",
+        );
+        let ctx = PushContext::build(&store, "v/1".into());
+        let cache = ResourceCache::default();
+        assert_views_agree(&ctx, &cache);
+        let a0 = proxy("sidecar", "ns-0", json!({"app": "a"}), false);
+        let a1 = proxy("sidecar", "ns-1", json!({"app": "a"}), false);
+        let b1 = proxy("sidecar", "ns-1", json!({"app": "b"}), false);
+        let secure = proxy("sidecar", "ns-0", json!({"app": "a"}), true);
+        let [v0, v1, vb, vs] = [&a0, &a1, &b1, &secure].map(|p| view(&ctx, p, &cache));
+        use TypeKind::{Cluster, Endpoint};
+        // Two namespaces, one service list: one set of each.
+        assert!(v0.shares(&v1, Cluster) && v0.shares(&v1, Endpoint));
+        // Its own inbound cluster, or mTLS clusters: sets of their own.
+        assert!(!v0.shares(&vb, Cluster));
+        assert!(vb.all(Cluster).keys().any(|n| n.starts_with("inbound|")));
+        assert!(!v0.shares(&vs, Cluster) && !v0.shares(&vs, Endpoint));
+        // Another push's views never share this push's sets.
+        let next = PushContext::build(&store, "v/2".into());
+        assert!(!view(&next, &a0, &cache).shares(&v0, Cluster));
+        assert_views_agree(&next, &cache);
     }
 
     #[test]

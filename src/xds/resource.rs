@@ -206,10 +206,12 @@ fn resource<T: Name>(name: &str, hash: u64, value: Value) -> Arc<Resource> {
 /// By name; the key is the resource's own name string.
 pub type ResourceMap = BTreeMap<Arc<str>, Arc<Resource>>;
 
-/// Everything one kind of proxy is sent in one push, encoded.
+/// Everything one kind of proxy is sent in one push, encoded. A set may be shared with
+/// other views (the per-service clusters and load assignments of every view with the same
+/// service list); it is copied before it is changed.
 #[derive(Debug, Default)]
 pub struct View {
-    sets: [ResourceMap; TYPES],
+    sets: [Arc<ResourceMap>; TYPES],
 }
 
 impl View {
@@ -252,7 +254,22 @@ impl View {
     }
 
     pub(super) fn insert(&mut self, kind: TypeKind, resource: Arc<Resource>) {
-        self.sets[kind as usize].insert(resource.name.clone(), resource);
+        Arc::make_mut(&mut self.sets[kind as usize]).insert(resource.name.clone(), resource);
+    }
+
+    /// Takes `set` as the whole set of `kind`, shared.
+    pub(super) fn share(&mut self, kind: TypeKind, set: Arc<ResourceMap>) {
+        self.sets[kind as usize] = set;
+    }
+
+    /// The set of `kind`, to share with other views.
+    pub(super) fn set(&self, kind: TypeKind) -> Arc<ResourceMap> {
+        self.sets[kind as usize].clone()
+    }
+
+    /// Whether the two views hold the one same set of `kind`.
+    pub fn shares(&self, other: &View, kind: TypeKind) -> bool {
+        Arc::ptr_eq(&self.sets[kind as usize], &other.sets[kind as usize])
     }
 
     /// Adds many resources at once: built in bulk (sorted, then filled leaf by leaf) when
@@ -261,8 +278,9 @@ impl View {
     pub(super) fn extend(&mut self, kind: TypeKind, resources: Vec<Arc<Resource>>) {
         let set = &mut self.sets[kind as usize];
         if set.is_empty() {
-            *set = resources.into_iter().map(|r| (r.name.clone(), r)).collect();
+            *set = Arc::new(resources.into_iter().map(|r| (r.name.clone(), r)).collect());
         } else {
+            let set = Arc::make_mut(set);
             for r in resources {
                 set.insert(r.name.clone(), r);
             }
