@@ -1,5 +1,8 @@
 //! The config-directory source: loads every `*.yaml`/`*.yml` under a directory, watches it,
-//! and applies adds, edits and deletes to the model.
+//! and applies adds, edits and deletes to the model. After the first load, a burst of
+//! file events re-reads only the files it names; the whole directory is read again only
+//! when a directory, a symlink swap (a mounted ConfigMap's `..data`) or a lost event may
+//! have changed files no event names.
 //!
 //! Bad documents never remove good state: an object whose new version is rejected keeps its
 //! last accepted version, and a file with a YAML syntax error keeps everything it had.
@@ -113,31 +116,84 @@ impl FileSource {
             .cloned()
             .collect();
         for path in gone {
-            let state = self.files.remove(&path).unwrap_or_default();
-            let name = self.display_name(&path);
-            tracing::info!(file = %name, objects = state.keys.len(), "config file removed");
-            self.issues.write().unwrap().remove(&name);
-            let mut store = self.store.write().unwrap();
-            for key in state.keys {
-                if !self.claimed_elsewhere(&key, &path) && store.delete(&key) {
-                    changed.insert(key);
-                }
-            }
+            changed.extend(self.remove_file(&path));
         }
         for path in files {
-            let Ok(text) = std::fs::read_to_string(&path) else {
-                tracing::warn!(file = %path.display(), "cannot read config file; keeping its last good objects");
-                continue;
-            };
-            let hash = xxhash_rust::xxh3::xxh3_64(text.as_bytes());
-            if self.files.get(&path).is_some_and(|s| s.hash == hash) {
-                continue;
-            }
-            let name = self.display_name(&path);
-            let parsed = parse_file(&name, &text);
-            changed.extend(self.apply_file(&path, hash, parsed));
+            changed.extend(self.load(&path));
         }
         changed
+    }
+
+    /// Re-reads what a burst of file events touched: the YAML files among `paths` (a
+    /// file gone is removed), or the whole directory when one of them may stand for
+    /// files no event names (a directory; a hidden symlink or directory, as a mounted
+    /// ConfigMap swaps its `..data`). Hidden files (an editor's or sync tool's temporary
+    /// copies) and other files are not configuration.
+    pub fn sync_paths(&mut self, paths: &BTreeSet<PathBuf>) -> BTreeSet<ObjectKey> {
+        let yaml =
+            |p: &Path| matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml"));
+        let mut files = Vec::new();
+        for path in paths {
+            let hidden = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_none_or(|n| n.starts_with('.'));
+            let config = !hidden && yaml(path);
+            let meta = std::fs::symlink_metadata(path).ok();
+            // A directory, or a link that is no YAML file (`..data`), may hold files no
+            // event names; so may a path that is gone and had tracked files below it.
+            let holds_files = meta
+                .as_ref()
+                .is_some_and(|m| m.is_dir() || (m.file_type().is_symlink() && !config));
+            let held_files =
+                meta.is_none() && self.files.keys().any(|f| f != path && f.starts_with(path));
+            if holds_files || held_files || path == &self.dir {
+                return self.sync();
+            }
+            if config {
+                files.push(path);
+            }
+        }
+        let mut changed = BTreeSet::new();
+        for path in files {
+            if path.is_file() {
+                changed.extend(self.load(path));
+            } else if self.files.contains_key(path) {
+                changed.extend(self.remove_file(path));
+            }
+        }
+        changed
+    }
+
+    /// Forgets a file that is gone, and the objects only it defined.
+    fn remove_file(&mut self, path: &Path) -> BTreeSet<ObjectKey> {
+        let mut changed = BTreeSet::new();
+        let state = self.files.remove(path).unwrap_or_default();
+        let name = self.display_name(path);
+        tracing::info!(file = %name, objects = state.keys.len(), "config file removed");
+        self.issues.write().unwrap().remove(&name);
+        let mut store = self.store.write().unwrap();
+        for key in state.keys {
+            if !self.claimed_elsewhere(&key, path) && store.delete(&key) {
+                changed.insert(key);
+            }
+        }
+        changed
+    }
+
+    /// Reads a file and applies it, unless its content is what was applied last.
+    fn load(&mut self, path: &Path) -> BTreeSet<ObjectKey> {
+        let Ok(text) = std::fs::read_to_string(path) else {
+            tracing::warn!(file = %path.display(), "cannot read config file; keeping its last good objects");
+            return BTreeSet::new();
+        };
+        let hash = xxhash_rust::xxh3::xxh3_64(text.as_bytes());
+        if self.files.get(path).is_some_and(|s| s.hash == hash) {
+            return BTreeSet::new();
+        }
+        let name = self.display_name(path);
+        let parsed = parse_file(&name, &text);
+        self.apply_file(path, hash, parsed)
     }
 
     fn claimed_elsewhere(&self, key: &ObjectKey, path: &Path) -> bool {
@@ -195,22 +251,32 @@ impl FileSource {
         on_change: OnChange,
         mut shutdown: tokio::sync::watch::Receiver<bool>,
     ) -> anyhow::Result<()> {
-        let (tx, mut rx) = mpsc::unbounded_channel();
+        // Each event's paths; `None` when the watcher may have lost events.
+        let (tx, mut rx) = mpsc::unbounded_channel::<Option<Vec<PathBuf>>>();
         let mut watcher =
             notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-                if event.is_ok() {
-                    let _ = tx.send(());
-                }
+                let paths = match event {
+                    Ok(e) if !e.need_rescan() && !e.paths.is_empty() => Some(e.paths),
+                    _ => None,
+                };
+                let _ = tx.send(paths);
             })?;
         watcher.watch(&self.dir, RecursiveMode::Recursive)?;
         loop {
             tokio::select! {
                 event = rx.recv() => {
-                    if event.is_none() { break; }
+                    let Some(first) = event else { break };
                     // Let an editor's write-rename-chmod burst settle, then read once.
                     tokio::time::sleep(Duration::from_millis(20)).await;
-                    while rx.try_recv().is_ok() {}
-                    let changed = self.sync();
+                    let mut paths = BTreeSet::new();
+                    let mut everything = false;
+                    for event in std::iter::once(first).chain(std::iter::from_fn(|| rx.try_recv().ok())) {
+                        match event {
+                            Some(p) => paths.extend(p),
+                            None => everything = true,
+                        }
+                    }
+                    let changed = if everything { self.sync() } else { self.sync_paths(&paths) };
                     if !changed.is_empty() {
                         on_change(changed);
                     }
@@ -286,5 +352,59 @@ mod tests {
         std::fs::remove_file(dir.join("vs.yaml")).unwrap();
         assert_eq!(fs.sync().len(), 1);
         assert!(store.read().unwrap().is_empty());
+    }
+
+    #[test]
+    fn file_events_re_read_only_the_files_they_name() {
+        let dir = tempdir("targeted");
+        let vs = |name: &str, host: &str| {
+            GOOD.replace("name: web", &format!("name: {name}"))
+                .replace("hosts: [web]", &format!("hosts: [{host}]"))
+        };
+        std::fs::write(dir.join("a.yaml"), vs("a", "a1")).unwrap();
+        std::fs::write(dir.join("b.yaml"), vs("b", "b1")).unwrap();
+        let (mut fs, store) = source(&dir);
+        assert_eq!(fs.sync().len(), 2);
+        let names =
+            |keys: BTreeSet<ObjectKey>| keys.into_iter().map(|k| k.name).collect::<Vec<_>>();
+        let named = |files: &[&str]| files.iter().map(|f| dir.join(f)).collect::<BTreeSet<_>>();
+        // Both files change on disk; the events name a.yaml, a hidden temporary copy and
+        // a file that is no configuration. b's edit stays unread.
+        std::fs::write(dir.join("a.yaml"), vs("a", "a2")).unwrap();
+        std::fs::write(dir.join("b.yaml"), vs("b", "b2")).unwrap();
+        std::fs::write(dir.join(".a.yaml.tmp"), "spec: [unclosed").unwrap();
+        std::fs::write(dir.join("notes.txt"), "hello").unwrap();
+        let changed = fs.sync_paths(&named(&["a.yaml", ".a.yaml.tmp", "notes.txt"]));
+        assert_eq!(names(changed), ["a"]);
+        let hosts = |store: &Arc<RwLock<Store>>| {
+            let mut h: Vec<String> = store
+                .read()
+                .unwrap()
+                .iter()
+                .map(|o| match &o.spec {
+                    crate::config::Spec::VirtualService(vs) => vs.hosts[0].clone(),
+                    other => panic!("{other:?}"),
+                })
+                .collect();
+            h.sort();
+            h
+        };
+        assert_eq!(hosts(&store), ["a2", "b1"]);
+        // A file gone: its objects go.
+        std::fs::remove_file(dir.join("a.yaml")).unwrap();
+        assert_eq!(names(fs.sync_paths(&named(&["a.yaml"]))), ["a"]);
+        assert_eq!(hosts(&store), ["b1"]);
+        // A new directory may hold files no event names: the whole directory is read.
+        std::fs::create_dir(dir.join("more")).unwrap();
+        std::fs::write(dir.join("more/c.yaml"), vs("c", "c1")).unwrap();
+        assert_eq!(names(fs.sync_paths(&named(&["more"]))), ["b", "c"]);
+        assert_eq!(hosts(&store), ["b2", "c1"]);
+        // So may a mounted ConfigMap's swapped `..data` link.
+        std::fs::create_dir(dir.join("..v2")).unwrap();
+        std::fs::write(dir.join("..v2/d.yaml"), vs("d", "d1")).unwrap();
+        std::os::unix::fs::symlink("..v2", dir.join("..data")).unwrap();
+        std::os::unix::fs::symlink("..data/d.yaml", dir.join("d.yaml")).unwrap();
+        assert_eq!(names(fs.sync_paths(&named(&["..data"]))), ["d"]);
+        assert_eq!(hosts(&store), ["b2", "c1", "d1"]);
     }
 }
