@@ -718,11 +718,14 @@ async fn simulate(
             marker_rx.clone(),
             err_tx.clone(),
         );
-        // Like Envoy, a proxy whose stream ends reconnects with backoff.
+        // Like Envoy, a proxy whose stream ends reconnects with backoff, which starts
+        // over once a stream has held its configuration.
         tokio::spawn(async move {
-            let mut backoff = Duration::from_millis(200);
+            const FIRST_BACKOFF: Duration = Duration::from_millis(200);
+            let mut backoff = FIRST_BACKOFF;
             let mut held = proxy::Held::default();
             loop {
+                let initialised = stats.streams_initialised.load(Ordering::Relaxed);
                 let run = proxy::run(
                     ch.clone(),
                     spec.clone(),
@@ -737,6 +740,9 @@ async fn simulate(
                     Err(e) => e,
                 };
                 let _ = err.send(format!("{id}: {ended}"));
+                if stats.streams_initialised.load(Ordering::Relaxed) > initialised {
+                    backoff = FIRST_BACKOFF;
+                }
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(5));
             }
