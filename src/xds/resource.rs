@@ -94,13 +94,11 @@ pub struct Resource {
 /// A resource's encoded message.
 #[derive(Debug)]
 enum Value {
-    Whole(Vec<u8>),
+    /// Shared, so that a send can hold it without a copy.
+    Whole(Arc<[u8]>),
     /// Assembled from pieces other resources share: a route configuration from virtual
     /// hosts that the route configurations of many views hold too. `len` is their sum.
-    Pieces {
-        pieces: Vec<Arc<[u8]>>,
-        len: usize,
-    },
+    Pieces { pieces: Vec<Arc<[u8]>>, len: usize },
 }
 
 impl PartialEq for Resource {
@@ -128,7 +126,7 @@ impl Resource {
     /// The encoded message as one slice (copied together if it is kept in pieces).
     pub fn value(&self) -> std::borrow::Cow<'_, [u8]> {
         match &self.value {
-            Value::Whole(v) => v.as_slice().into(),
+            Value::Whole(v) => (&v[..]).into(),
             Value::Pieces { pieces, len } => {
                 let mut out = Vec::with_capacity(*len);
                 for p in pieces {
@@ -140,7 +138,7 @@ impl Resource {
     }
 
     /// The encoded message in the pieces it is kept as: the whole message, or its shared
-    /// pieces (each `Arc` so that a send can hold it without a copy).
+    /// pieces (each an `Arc` so that a send can hold it without a copy).
     pub(super) fn pieces(&self) -> Pieces<'_> {
         match &self.value {
             Value::Whole(v) => Pieces::Whole(v),
@@ -159,7 +157,7 @@ impl Resource {
 
 /// See [`Resource::pieces`].
 pub(super) enum Pieces<'a> {
-    Whole(&'a [u8]),
+    Whole(&'a Arc<[u8]>),
     Shared(&'a [Arc<[u8]>]),
 }
 
@@ -180,7 +178,7 @@ pub(super) fn encode_cluster(c: &Cluster) -> Arc<Resource> {
 
 pub(super) fn from_bytes<T: Name>(name: &str, value: Vec<u8>) -> Arc<Resource> {
     let hash = xxhash_rust::xxh3::xxh3_64(&value);
-    resource::<T>(name, hash, Value::Whole(value))
+    resource::<T>(name, hash, Value::Whole(value.into()))
 }
 
 /// A resource whose encoded message is `pieces` one after the other, kept as they are.

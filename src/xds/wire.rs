@@ -65,18 +65,6 @@ pub struct Chunks {
     small: BytesMut,
 }
 
-/// One resource's encoded bytes, kept alive by the `Arc` while HTTP/2 sends them.
-struct Body(Arc<Resource>);
-
-impl AsRef<[u8]> for Body {
-    fn as_ref(&self) -> &[u8] {
-        match self.0.pieces() {
-            Pieces::Whole(v) => v,
-            Pieces::Shared(_) => &[], // never built for a resource kept in pieces
-        }
-    }
-}
-
 impl Chunks {
     fn flush_small(&mut self) {
         if !self.small.is_empty() {
@@ -93,9 +81,9 @@ impl Sink for Chunks {
     fn shared(&mut self, r: &Arc<Resource>) {
         match r.pieces() {
             Pieces::Whole(v) if v.len() < SHARE_AT => self.small.put_slice(v),
-            Pieces::Whole(_) => {
+            Pieces::Whole(v) => {
                 self.flush_small();
-                self.out.push_back(Bytes::from_owner(Body(r.clone())));
+                self.out.push_back(Bytes::from_owner(v.clone()));
             }
             Pieces::Shared(pieces) => {
                 for p in pieces {
