@@ -478,32 +478,27 @@ mod tests {
         );
         assert_eq!(s.send_buffer, Some(3 << 20));
         assert_eq!(d.send_buffer, Some(256 << 20));
-        let off =
-            PushSettings::from_lookup(|k| (k == "PILOT_XDS_SEND_TIMEOUT").then(|| "0s".into()));
-        assert_eq!(off.unwrap().send_timeout, None);
-        let unbounded =
-            PushSettings::from_lookup(|k| (k == "MESHD_XDS_SEND_BUFFER_MB").then(|| "0".into()));
-        assert_eq!(unbounded.unwrap().send_buffer, None);
-        let bad = PushSettings::from_lookup(|k| {
-            (k == "MESHD_XDS_SEND_BUFFER_MB").then(|| "256Mi".to_string())
-        });
-        assert!(
-            bad.unwrap_err()
-                .to_string()
-                .contains("MESHD_XDS_SEND_BUFFER_MB")
+        // One variable set.
+        let only = |name: &str, value: &str| {
+            PushSettings::from_lookup(|k| (k == name).then(|| value.to_string()))
+        };
+        assert_eq!(
+            only("PILOT_XDS_SEND_TIMEOUT", "0s").unwrap().send_timeout,
+            None
         );
-        let auto =
-            PushSettings::from_lookup(|k| (k == "PILOT_PUSH_THROTTLE").then(|| "0".to_string()))
-                .unwrap();
+        assert_eq!(
+            only("MESHD_XDS_SEND_BUFFER_MB", "0").unwrap().send_buffer,
+            None
+        );
+        let auto = only("PILOT_PUSH_THROTTLE", "0").unwrap();
         assert!((20..=100).contains(&auto.push_throttle));
-        let bad = PushSettings::from_lookup(|k| {
-            (k == "PILOT_DEBOUNCE_AFTER").then(|| "soon".to_string())
-        });
-        assert!(
-            bad.unwrap_err()
-                .to_string()
-                .contains("PILOT_DEBOUNCE_AFTER")
-        );
+        for (name, bad) in [
+            ("PILOT_DEBOUNCE_AFTER", "soon"),
+            ("MESHD_XDS_SEND_BUFFER_MB", "256Mi"),
+        ] {
+            let err = only(name, bad).unwrap_err().to_string();
+            assert!(err.contains(name), "{err}");
+        }
     }
 
     fn key(i: usize) -> ObjectKey {

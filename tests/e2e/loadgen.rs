@@ -12,6 +12,9 @@ fn loadgen(name: &str, args: &[&str]) -> Value {
     loadgen_in(&temp_dir(name).join("config"), args)
 }
 
+/// Every run ends with a change storm (100 writes over 2 s) and a restart of meshd.
+const STORM_THEN_RESTART: [&str; 5] = ["--storm-rate", "50", "--storm-duration", "2s", "--restart"];
+
 fn loadgen_in(dir: &std::path::Path, args: &[&str]) -> Value {
     let out = Command::new(env!("CARGO_BIN_EXE_meshd"))
         .arg("loadgen")
@@ -19,6 +22,7 @@ fn loadgen_in(dir: &std::path::Path, args: &[&str]) -> Value {
         .arg(dir)
         .arg("--spawn-meshd")
         .args(args)
+        .args(STORM_THEN_RESTART)
         .output()
         .unwrap();
     assert!(
@@ -66,11 +70,6 @@ fn a_scoped_delta_fleet_converges_and_other_namespaces_receive_nothing() {
             "2",
             "--nack-proxies",
             "2",
-            "--storm-rate",
-            "50",
-            "--storm-duration",
-            "2s",
-            "--restart",
         ],
     );
     assert_converged(&s, 2);
@@ -122,11 +121,6 @@ fn a_sotw_fleet_with_gateways_converges_on_virtual_service_changes() {
             "vs",
             "--changes",
             "2",
-            "--storm-rate",
-            "50",
-            "--storm-duration",
-            "2s",
-            "--restart",
         ],
     );
     assert_converged(&s, 2);
@@ -161,11 +155,6 @@ fn a_fleet_served_from_kubernetes_converges_on_changes_applied_through_the_api()
             "vs",
             "--changes",
             "2",
-            "--storm-rate",
-            "50",
-            "--storm-duration",
-            "2s",
-            "--restart",
         ],
     );
     // meshd watched the API: no mesh file was written for it to read.
