@@ -10,7 +10,7 @@ use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
 
 use super::Closed;
 use super::connection::Connection;
-use super::resource::{Resource, TypeKind};
+use super::resource::{Resource, TypeKind, View};
 use super::stream::Framing;
 use super::wire::DeltaResponse;
 use crate::metrics::type_label;
@@ -59,6 +59,22 @@ async fn handle(conn: &mut Connection, req: DeltaDiscoveryRequest, tx: &Tx) -> R
     }
     // Subscription changes are honoured whatever the nonce.
     let first = !conn.watches[idx].subscribed;
+    if first && req.initial_resource_versions.is_empty() {
+        let view = conn.view();
+        if asks_for_exactly(&req, kind, &view) {
+            // What a new proxy asks first: the view's whole set. Its watch starts compact
+            // on the view rather than building per-name maps only to drop them.
+            let w = &mut conn.watches[idx];
+            w.subscribed = true;
+            w.wildcard = kind.wildcard();
+            w.basis = Some(view.clone());
+            w.compact = true;
+            let all = view.all(kind).values().cloned().collect();
+            respond(conn, kind, all, Vec::new(), None, true, tx).await?;
+            conn.settle_basis(&view, kind, true);
+            return Ok(());
+        }
+    }
     let names_change =
         !req.resource_names_subscribe.is_empty() || !req.resource_names_unsubscribe.is_empty();
     if names_change {
@@ -113,6 +129,27 @@ async fn handle(conn: &mut Connection, req: DeltaDiscoveryRequest, tx: &Tx) -> R
         conn.settle_basis(&view, kind, false);
     }
     Ok(())
+}
+
+/// Whether a first request subscribes to exactly the view's resources of `kind`: a
+/// wildcard type by wildcard alone, any other by naming each of them (in any order).
+fn asks_for_exactly(req: &DeltaDiscoveryRequest, kind: TypeKind, view: &View) -> bool {
+    let subscribe = &req.resource_names_subscribe;
+    if !req.resource_names_unsubscribe.is_empty() {
+        return false;
+    }
+    if kind.wildcard() {
+        return subscribe.is_empty() || subscribe.iter().all(|n| n == "*");
+    }
+    let all = view.all(kind);
+    if subscribe.len() < all.len() || all.is_empty() {
+        return false;
+    }
+    // Envoy names them in the order it received them, which is the view's (sorted).
+    let mut names: Vec<&str> = subscribe.iter().map(String::as_str).collect();
+    names.sort_unstable();
+    names.dedup();
+    names.len() == all.len() && names.iter().zip(all.keys()).all(|(a, b)| *a == &**b)
 }
 
 /// Sends `changed` and `removed` for `kind`; with `always`, sends even an empty response.
@@ -198,4 +235,48 @@ async fn push_to(conn: &mut Connection, tx: &Tx) -> Result<(), Closed> {
         conn.settle_basis(&view, kind, from_basis[kind as usize]);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
+
+    use super::*;
+    use crate::xds::resource::encode;
+
+    fn request(subscribe: &[&str], unsubscribe: &[&str]) -> DeltaDiscoveryRequest {
+        DeltaDiscoveryRequest {
+            resource_names_subscribe: subscribe.iter().map(|n| n.to_string()).collect(),
+            resource_names_unsubscribe: unsubscribe.iter().map(|n| n.to_string()).collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_first_request_for_exactly_the_views_set_is_recognised() {
+        let mut view = View::default();
+        for name in ["outbound|80||a", "outbound|80||b", "outbound|80|v1|a"] {
+            let cla = ClusterLoadAssignment {
+                cluster_name: name.into(),
+                ..Default::default()
+            };
+            view.insert(TypeKind::Endpoint, encode(name, &cla));
+        }
+        let eds = |sub: &[&str], unsub: &[&str]| {
+            asks_for_exactly(&request(sub, unsub), TypeKind::Endpoint, &view)
+        };
+        let all = ["outbound|80||b", "outbound|80|v1|a", "outbound|80||a"];
+        assert!(eds(&all, &[]), "every name, in any order");
+        assert!(eds(&[all[0], all[1], all[2], all[0]], &[]), "a name twice");
+        assert!(!eds(&all[..2], &[]), "one missing");
+        assert!(
+            !eds(&[all[0], all[1], "outbound|80||c"], &[]),
+            "one unknown"
+        );
+        assert!(!eds(&[all[0], all[1], all[2], "outbound|80||c"], &[]));
+        assert!(!eds(&all, &["outbound|80||c"]), "an unsubscription");
+        let cds = |sub: &[&str]| asks_for_exactly(&request(sub, &[]), TypeKind::Cluster, &view);
+        assert!(cds(&[]) && cds(&["*"]), "a wildcard type by wildcard");
+        assert!(!cds(&["*", "outbound|80||a"]), "with names besides");
+    }
 }
