@@ -59,22 +59,39 @@ async fn handle(conn: &mut Connection, req: DeltaDiscoveryRequest, tx: &Tx) -> R
     }
     // Subscription changes are honoured whatever the nonce.
     let first = !conn.watches[idx].subscribed;
-    if first && req.initial_resource_versions.is_empty() {
+    if first {
         let view = conn.view();
         if asks_for_exactly(&req, kind, &view) {
-            // What a new proxy asks first: the view's whole set. Its watch starts compact
-            // on the view rather than building per-name maps only to drop them.
+            // What a new proxy asks first: the view's whole set (and what a reconnecting
+            // one asks, holding all of it already). Its watch starts compact on the view
+            // rather than building per-name maps only to drop them.
+            let send = match holds_of(&req, kind, &view) {
+                Some(Holds::Nothing) => view.all(kind).values().cloned().collect(),
+                Some(Holds::All) => Vec::new(),
+                None => return handle_in_full(conn, kind, req, tx).await,
+            };
             let w = &mut conn.watches[idx];
             w.subscribed = true;
             w.wildcard = kind.wildcard();
             w.basis = Some(view.clone());
             w.compact = true;
-            let all = view.all(kind).values().cloned().collect();
-            respond(conn, kind, all, Vec::new(), None, true, tx).await?;
+            respond(conn, kind, send, Vec::new(), None, true, tx).await?;
             conn.settle_basis(&view, kind, true);
             return Ok(());
         }
     }
+    handle_in_full(conn, kind, req, tx).await
+}
+
+/// A request's subscription changes applied name by name, answered with the difference.
+async fn handle_in_full(
+    conn: &mut Connection,
+    kind: TypeKind,
+    req: DeltaDiscoveryRequest,
+    tx: &Tx,
+) -> Result<(), Closed> {
+    let idx = kind as usize;
+    let first = !conn.watches[idx].subscribed;
     let names_change =
         !req.resource_names_subscribe.is_empty() || !req.resource_names_unsubscribe.is_empty();
     if names_change {
@@ -150,6 +167,27 @@ fn asks_for_exactly(req: &DeltaDiscoveryRequest, kind: TypeKind, view: &View) ->
     names.sort_unstable();
     names.dedup();
     names.len() == all.len() && names.iter().zip(all.keys()).all(|(a, b)| *a == &**b)
+}
+
+/// What the proxy of a first request holds of a view's set.
+enum Holds {
+    Nothing,
+    /// Every resource, at the view's version (`initial_resource_versions` on reconnect).
+    All,
+}
+
+fn holds_of(req: &DeltaDiscoveryRequest, kind: TypeKind, view: &View) -> Option<Holds> {
+    let held = &req.initial_resource_versions;
+    if held.is_empty() {
+        return Some(Holds::Nothing);
+    }
+    let all = view.all(kind);
+    let same = held.len() == all.len()
+        && all.values().all(|r| {
+            held.get(&*r.name)
+                .is_some_and(|v| super::resource::parse_version(v) == r.hash)
+        });
+    same.then_some(Holds::All)
 }
 
 /// Sends `changed` and `removed` for `kind`; with `always`, sends even an empty response.
@@ -278,5 +316,36 @@ mod tests {
         let cds = |sub: &[&str]| asks_for_exactly(&request(sub, &[]), TypeKind::Cluster, &view);
         assert!(cds(&[]) && cds(&["*"]), "a wildcard type by wildcard");
         assert!(!cds(&["*", "outbound|80||a"]), "with names besides");
+    }
+
+    #[test]
+    fn a_reconnecting_proxy_holds_the_views_set_only_at_its_versions() {
+        let mut view = View::default();
+        for name in ["outbound|80||a", "outbound|80||b"] {
+            let cla = ClusterLoadAssignment {
+                cluster_name: name.into(),
+                ..Default::default()
+            };
+            view.insert(TypeKind::Endpoint, encode(name, &cla));
+        }
+        let versions: Vec<(String, String)> = view
+            .all(TypeKind::Endpoint)
+            .values()
+            .map(|r| (r.name.to_string(), r.version.clone()))
+            .collect();
+        let holds = |held: &[(String, String)]| {
+            let mut req = request(&["outbound|80||a", "outbound|80||b"], &[]);
+            req.initial_resource_versions = held.iter().cloned().collect();
+            holds_of(&req, TypeKind::Endpoint, &view)
+        };
+        assert!(matches!(holds(&[]), Some(Holds::Nothing)));
+        assert!(matches!(holds(&versions), Some(Holds::All)));
+        assert!(holds(&versions[..1]).is_none(), "one missing");
+        let mut stale = versions.clone();
+        stale[1].1 = "0000000000000001".into();
+        assert!(holds(&stale).is_none(), "one at another version");
+        let mut more = versions.clone();
+        more.push(("outbound|80||c".into(), "0000000000000001".into()));
+        assert!(holds(&more).is_none(), "one the view does not have");
     }
 }
