@@ -24,7 +24,9 @@ use envoy_types::pb::envoy::config::route::v3::{RouteConfiguration, VirtualHost}
 use prometheus_client::metrics::counter::Counter;
 use prost::Message;
 
-use super::resource::{Resource, ResourceMap, TypeKind, View, encode, encode_cluster, from_pieces};
+use super::resource::{
+    Resource, ResourceMap, TypeKind, View, encode, encode_cluster, from_pieces, resource_map,
+};
 use crate::config::ConfigObject;
 use crate::metrics::{Metrics, type_label};
 use crate::model::{Proxy, ProxyKind, PushContext, Service};
@@ -252,10 +254,10 @@ impl ResourceCache {
             endpoints.extend(parts.endpoints.iter().cloned());
         }
         clusters.extend(own);
-        let mut view = View::default();
-        view.extend(TypeKind::Cluster, clusters);
-        view.extend(TypeKind::Endpoint, endpoints);
-        let sets = (view.set(TypeKind::Cluster), view.set(TypeKind::Endpoint));
+        let sets = (
+            Arc::new(resource_map(clusters)),
+            Arc::new(resource_map(endpoints)),
+        );
         let mut memo = self.sets.lock().unwrap();
         if !memo.contexts.contains(&key.ctx) {
             memo.contexts.push(key.ctx);

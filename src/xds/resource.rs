@@ -204,6 +204,12 @@ fn resource<T: Name>(name: &str, hash: u64, value: Value) -> Arc<Resource> {
 /// By name; the key is the resource's own name string.
 pub type ResourceMap = BTreeMap<Arc<str>, Arc<Resource>>;
 
+/// The resources by name, built in bulk (sorted, then filled leaf by leaf), which is
+/// several times cheaper than one insert each; of two of the same name, the later stays.
+pub(super) fn resource_map(resources: Vec<Arc<Resource>>) -> ResourceMap {
+    resources.into_iter().map(|r| (r.name.clone(), r)).collect()
+}
+
 /// Everything one kind of proxy is sent in one push, encoded. A set may be shared with
 /// other views (the per-service clusters and load assignments of every view with the same
 /// service list); it is copied before it is changed.
@@ -260,29 +266,10 @@ impl View {
         self.sets[kind as usize] = set;
     }
 
-    /// The set of `kind`, to share with other views.
-    pub(super) fn set(&self, kind: TypeKind) -> Arc<ResourceMap> {
-        self.sets[kind as usize].clone()
-    }
-
     /// Whether the two views hold the one same set of `kind`.
-    pub fn shares(&self, other: &View, kind: TypeKind) -> bool {
+    #[cfg(test)]
+    pub(super) fn shares(&self, other: &View, kind: TypeKind) -> bool {
         Arc::ptr_eq(&self.sets[kind as usize], &other.sets[kind as usize])
-    }
-
-    /// Adds many resources at once: built in bulk (sorted, then filled leaf by leaf) when
-    /// the set is still empty, which is several times cheaper than one insert each. A
-    /// later resource of the same name replaces an earlier one, as with `insert`.
-    pub(super) fn extend(&mut self, kind: TypeKind, resources: Vec<Arc<Resource>>) {
-        let set = &mut self.sets[kind as usize];
-        if set.is_empty() {
-            *set = Arc::new(resources.into_iter().map(|r| (r.name.clone(), r)).collect());
-        } else {
-            let set = Arc::make_mut(set);
-            for r in resources {
-                set.insert(r.name.clone(), r);
-            }
-        }
     }
 
     pub fn all(&self, kind: TypeKind) -> &ResourceMap {

@@ -438,8 +438,8 @@ pub struct FrameBody<S, M> {
     pending: VecDeque<Bytes>,
     done: bool,
     budget: Option<SendBudget>,
-    /// A message waiting for its frame to fit in the budget.
-    waiting: Option<(M, BoxFuture<Reserved, Status>)>,
+    /// A message waiting for its frame to fit in the budget (with none, it does not wait).
+    waiting: Option<(M, Option<BoxFuture<Reserved, Status>>)>,
 }
 
 impl<S, M> FrameBody<S, M> {
@@ -475,37 +475,37 @@ where
         }
         let status = loop {
             if let Some((message, reserving)) = &mut this.waiting {
-                let reserved = match reserving.as_mut().poll(cx) {
-                    Poll::Pending => return Poll::Pending,
-                    Poll::Ready(Err(status)) => break status,
-                    Poll::Ready(Ok(reserved)) => Arc::new(reserved),
+                // The frame is built (copied) only once it fits.
+                let reserved = match reserving.as_mut().map(|r| r.as_mut().poll(cx)) {
+                    Some(Poll::Pending) => return Poll::Pending,
+                    Some(Poll::Ready(Err(status))) => break status,
+                    Some(Poll::Ready(Ok(reserved))) => Some(Arc::new(reserved)),
+                    None => None,
                 };
-                this.pending = Chunks::frame(message)
-                    .into_iter()
-                    .map(|chunk| {
-                        Bytes::from_owner(Budgeted {
-                            chunk,
-                            _share: reserved.clone(),
+                let chunks = Chunks::frame(message);
+                this.pending = match reserved {
+                    Some(reserved) => chunks
+                        .into_iter()
+                        .map(|chunk| {
+                            Bytes::from_owner(Budgeted {
+                                chunk,
+                                _share: reserved.clone(),
+                            })
                         })
-                    })
-                    .collect();
+                        .collect(),
+                    None => chunks,
+                };
                 this.waiting = None;
                 let first = this.pending.pop_front().unwrap_or_default();
                 return Poll::Ready(Some(Ok(Frame::data(first))));
             }
             match this.stream.as_mut().poll_next(cx) {
                 Poll::Pending => return Poll::Pending,
-                Poll::Ready(Some(Ok(message))) => match &this.budget {
-                    Some(budget) => {
-                        let reserving = budget.reserve(FRAME_HEADER + message.encoded_len());
-                        this.waiting = Some((message, reserving));
-                    }
-                    None => {
-                        this.pending = Chunks::frame(&message);
-                        let first = this.pending.pop_front().unwrap_or_default();
-                        return Poll::Ready(Some(Ok(Frame::data(first))));
-                    }
-                },
+                Poll::Ready(Some(Ok(message))) => {
+                    let reserving = (this.budget.as_ref())
+                        .map(|budget| budget.reserve(FRAME_HEADER + message.encoded_len()));
+                    this.waiting = Some((message, reserving));
+                }
                 Poll::Ready(Some(Err(status))) => break status,
                 Poll::Ready(None) => break Status::ok(""),
             }
