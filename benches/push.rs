@@ -13,6 +13,10 @@ use meshd::translate::proxy_config;
 use meshd::xds::cache::{self, ResourceCache};
 use meshd::xds::resource::View;
 
+/// The allocator the `meshd` binary ships with, so the figures are what it does.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// `store` (a `testmesh` of `services` over 50 namespaces) with one endpoint added to
 /// svc-1, and the keys that changed, as the sources report them (only what differs).
 fn one_endpoint_added(store: &Store, services: usize) -> (Store, BTreeSet<ObjectKey>) {

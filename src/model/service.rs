@@ -1,7 +1,7 @@
 //! Services and their endpoints, built from Kubernetes Services + EndpointSlices (+ Pod
 //! labels) and from ServiceEntries + WorkloadEntries.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -158,14 +158,15 @@ fn pod_info(obj: &ConfigObject) -> PodInfo<'_> {
 
 /// Every EndpointSlice, Pod and Node of a store, indexed once for a full build.
 struct Indexed<'a> {
-    slices: HashMap<(&'a str, &'a str), Vec<&'a EndpointSliceDef>>,
-    pods: HashMap<(&'a str, &'a str), PodInfo<'a>>,
-    nodes: HashMap<&'a str, &'a BTreeMap<String, String>>,
+    slices: foldhash::HashMap<(&'a str, &'a str), Vec<&'a EndpointSliceDef>>,
+    pods: foldhash::HashMap<(&'a str, &'a str), PodInfo<'a>>,
+    nodes: foldhash::HashMap<&'a str, &'a BTreeMap<String, String>>,
 }
 
 impl<'a> Indexed<'a> {
     fn new(store: &'a Store) -> Indexed<'a> {
-        let mut slices: HashMap<(&str, &str), Vec<&EndpointSliceDef>> = HashMap::new();
+        let mut slices: foldhash::HashMap<(&str, &str), Vec<&EndpointSliceDef>> =
+            foldhash::HashMap::default();
         for obj in store.of_kind(Kind::EndpointSlice) {
             if let Spec::EndpointSlice(s) = &obj.spec {
                 slices
@@ -282,16 +283,17 @@ pub(super) fn kubernetes_service(obj: &ConfigObject, sources: &impl Sources) -> 
         .collect();
     let mut endpoints = Vec::new();
     for s in sources.slices(&obj.key.namespace, &obj.key.name) {
+        // The slice's ports are every one of its endpoints' ports.
+        let mut port_map = BTreeMap::new();
+        for sp in &def.ports {
+            let by_name = s.ports.iter().find(|(n, _)| *n == sp.name).map(|(_, p)| *p);
+            if let Some(p) = by_name.or(sp.target_port) {
+                port_map.insert(sp.port, p);
+            }
+        }
         for e in &s.endpoints {
             if e.terminating == Some(true) {
                 continue;
-            }
-            let mut port_map = BTreeMap::new();
-            for sp in &def.ports {
-                let by_name = s.ports.iter().find(|(n, _)| *n == sp.name).map(|(_, p)| *p);
-                if let Some(p) = by_name.or(sp.target_port) {
-                    port_map.insert(sp.port, p);
-                }
             }
             let pod = e
                 .pod
@@ -301,16 +303,27 @@ pub(super) fn kubernetes_service(obj: &ConfigObject, sources: &impl Sources) -> 
             let service_account = pod.and_then(|(_, (_, sa))| sa.cloned());
             let node = e.node_name.as_deref().and_then(|n| sources.node(n));
             let locality = endpoint_locality(&labels, node, e.zone.as_deref());
-            for address in &e.addresses {
+            let template = Endpoint {
+                address: String::new(),
+                ports: port_map.clone(),
+                labels,
+                locality,
+                weight: 1,
+                healthy: e.ready != Some(false),
+                service_account,
+                pod: pod.map(|(name, _)| name.clone()),
+            };
+            // Clones for all addresses but the last, which takes the template itself.
+            if let Some((last, rest)) = e.addresses.split_last() {
+                for address in rest {
+                    endpoints.push(Endpoint {
+                        address: address.clone(),
+                        ..template.clone()
+                    });
+                }
                 endpoints.push(Endpoint {
-                    address: address.clone(),
-                    ports: port_map.clone(),
-                    labels: labels.clone(),
-                    locality: locality.clone(),
-                    weight: 1,
-                    healthy: e.ready != Some(false),
-                    service_account: service_account.clone(),
-                    pod: pod.map(|(name, _)| name.clone()),
+                    address: last.clone(),
+                    ..template
                 });
             }
         }
@@ -538,6 +551,37 @@ mod tests {
             vec![
                 ("10.1.0.1".to_string(), true),
                 ("10.1.0.2".to_string(), false)
+            ]
+        );
+    }
+
+    #[test]
+    fn every_address_of_an_endpoint_is_an_endpoint_with_its_pod_ports_and_zone() {
+        let yaml = "apiVersion: v1\nkind: Service\nmetadata: {name: a, namespace: shop}\nspec: {clusterIP: 10.0.0.9, ports: [{name: http, port: 80, targetPort: 8080}, {name: grpc, port: 90}]}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: a-1, namespace: shop, labels: {app: a}}\nspec: {serviceAccountName: sa}\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: a-1, namespace: shop, labels: {kubernetes.io/service-name: a}}\naddressType: IPv4\nports: [{name: http, port: 8081}, {name: grpc, port: 9091}]\nendpoints:\n- {addresses: [10.2.0.2, 10.2.0.1], zone: z1, targetRef: {kind: Pod, name: a-1}}\n- {addresses: [10.2.0.3], zone: z2, conditions: {ready: false}}\n";
+        let all = services(yaml);
+        let got: Vec<_> = all["a.shop.svc.cluster.local"]
+            .endpoints
+            .iter()
+            .map(|e| {
+                (
+                    e.address.as_str(),
+                    e.ports.iter().map(|(s, t)| (*s, *t)).collect::<Vec<_>>(),
+                    e.locality.zone.as_str(),
+                    e.labels.get("app").map(String::as_str),
+                    e.service_account.as_deref(),
+                    e.pod.as_deref(),
+                    e.healthy,
+                )
+            })
+            .collect();
+        let ports = vec![(80, 8081), (90, 9091)];
+        let pod = (Some("a"), Some("sa"), Some("a-1"), true);
+        assert_eq!(
+            got,
+            vec![
+                ("10.2.0.1", ports.clone(), "z1", pod.0, pod.1, pod.2, pod.3),
+                ("10.2.0.2", ports.clone(), "z1", pod.0, pod.1, pod.2, pod.3),
+                ("10.2.0.3", ports, "z2", None, None, None, false),
             ]
         );
     }
