@@ -20,6 +20,11 @@ use crate::model::{Interception, Proxy, ProxyKind, PushContext, Store};
 pub struct PushSettings {
     pub debounce_after: Duration,
     pub debounce_max: Duration,
+    /// Whether endpoint-only changes wait out the debounce too (`PILOT_ENABLE_EDS_DEBOUNCE`,
+    /// default true). When false, a change that touches only EndpointSlices or Endpoints
+    /// and arrives while no other change is waiting is pushed at once; one that arrives
+    /// during another change's debounce goes out with it.
+    pub eds_debounce: bool,
     pub push_throttle: usize,
     /// How long one response may wait for a proxy to take it (`PILOT_XDS_SEND_TIMEOUT`);
     /// past it the stream is closed, so a stalled proxy holds a push worker for a bounded
@@ -42,6 +47,7 @@ impl Default for PushSettings {
         PushSettings {
             debounce_after: Duration::from_millis(100),
             debounce_max: Duration::from_secs(10),
+            eds_debounce: true,
             push_throttle: 100,
             send_timeout: Some(Duration::from_secs(10)),
             keepalive_interval: Duration::from_secs(30),
@@ -53,7 +59,8 @@ impl Default for PushSettings {
 
 impl PushSettings {
     /// Reads `PILOT_DEBOUNCE_AFTER`, `PILOT_DEBOUNCE_MAX`, `PILOT_XDS_SEND_TIMEOUT` (Go
-    /// durations; a send timeout of 0 disables it) and `PILOT_PUSH_THROTTLE` (0 = Istio's
+    /// durations; a send timeout of 0 disables it), `PILOT_ENABLE_EDS_DEBOUNCE` (a Go
+    /// boolean) and `PILOT_PUSH_THROTTLE` (0 = Istio's
     /// automatic value, min(15 + 5 × cores, 100)).
     pub fn from_env() -> anyhow::Result<PushSettings> {
         Self::from_lookup(|name| std::env::var(name).ok())
@@ -70,6 +77,11 @@ impl PushSettings {
         if let Some(v) = var("PILOT_DEBOUNCE_MAX") {
             s.debounce_max = crate::duration::parse(&v)
                 .map_err(|e| anyhow::anyhow!("PILOT_DEBOUNCE_MAX: {e}"))?;
+        }
+        if let Some(v) = var("PILOT_ENABLE_EDS_DEBOUNCE") {
+            s.eds_debounce = go_bool(&v).ok_or_else(|| {
+                anyhow::anyhow!("PILOT_ENABLE_EDS_DEBOUNCE: {v:?} is not true or false")
+            })?;
         }
         if let Some(v) = var("PILOT_XDS_SEND_TIMEOUT") {
             let t = crate::duration::parse(&v)
@@ -91,6 +103,21 @@ impl PushSettings {
         }
         Ok(s)
     }
+}
+
+/// A boolean as Go's `strconv.ParseBool` reads it (how istiod reads its variables).
+fn go_bool(v: &str) -> Option<bool> {
+    match v {
+        "1" | "t" | "T" | "true" | "TRUE" | "True" => Some(true),
+        "0" | "f" | "F" | "false" | "FALSE" | "False" => Some(false),
+        _ => None,
+    }
+}
+
+/// Whether `keys` are endpoint changes only (what istiod pushes as incremental EDS).
+fn endpoints_only(keys: &[ObjectKey]) -> bool {
+    keys.iter()
+        .all(|k| matches!(k.kind, Kind::EndpointSlice | Kind::Endpoints))
 }
 
 /// The push in which each object last changed (objects unchanged since start-up have no
@@ -371,19 +398,22 @@ pub async fn debounce_loop(
                 changed.insert(k);
             }
         };
+        let at_once = !settings.eds_debounce && endpoints_only(&first.keys);
         absorb(first);
-        loop {
-            let deadline =
-                (last + settings.debounce_after).min(window_start + settings.debounce_max);
-            tokio::select! {
-                next = events.recv() => match next {
-                    Some(ev) => {
-                        last = tokio::time::Instant::now();
-                        absorb(ev);
-                    }
-                    None => break,
-                },
-                _ = tokio::time::sleep_until(deadline) => break,
+        if !at_once {
+            loop {
+                let deadline =
+                    (last + settings.debounce_after).min(window_start + settings.debounce_max);
+                tokio::select! {
+                    next = events.recv() => match next {
+                        Some(ev) => {
+                            last = tokio::time::Instant::now();
+                            absorb(ev);
+                        }
+                        None => break,
+                    },
+                    _ = tokio::time::sleep_until(deadline) => break,
+                }
             }
         }
         metrics
@@ -478,6 +508,7 @@ mod tests {
         );
         assert_eq!(s.send_buffer, Some(3 << 20));
         assert_eq!(d.send_buffer, Some(256 << 20));
+        assert!(d.eds_debounce, "Istio debounces EDS by default");
         // One variable set.
         let only = |name: &str, value: &str| {
             PushSettings::from_lookup(|k| (k == name).then(|| value.to_string()))
@@ -490,11 +521,16 @@ mod tests {
             only("MESHD_XDS_SEND_BUFFER_MB", "0").unwrap().send_buffer,
             None
         );
+        for (value, on) in [("false", false), ("0", false), ("True", true), ("t", true)] {
+            let s = only("PILOT_ENABLE_EDS_DEBOUNCE", value).unwrap();
+            assert_eq!(s.eds_debounce, on, "{value}");
+        }
         let auto = only("PILOT_PUSH_THROTTLE", "0").unwrap();
         assert!((20..=100).contains(&auto.push_throttle));
         for (name, bad) in [
             ("PILOT_DEBOUNCE_AFTER", "soon"),
             ("MESHD_XDS_SEND_BUFFER_MB", "256Mi"),
+            ("PILOT_ENABLE_EDS_DEBOUNCE", "no"),
         ] {
             let err = only(name, bad).unwrap_err().to_string();
             assert!(err.contains(name), "{err}");
@@ -519,6 +555,21 @@ mod tests {
         watch::Receiver<Arc<Push>>,
         Arc<Metrics>,
     ) {
+        pipeline_with(PushSettings {
+            debounce_after: after,
+            debounce_max: max,
+            push_throttle: 1,
+            ..PushSettings::default()
+        })
+    }
+
+    fn pipeline_with(
+        settings: PushSettings,
+    ) -> (
+        mpsc::UnboundedSender<ConfigEvent>,
+        watch::Receiver<Arc<Push>>,
+        Arc<Metrics>,
+    ) {
         let store = Arc::new(RwLock::new(Store::default()));
         let metrics = Arc::new(Metrics::new());
         let first = build_push(
@@ -532,12 +583,6 @@ mod tests {
         );
         let (push_tx, push_rx) = watch::channel(Arc::new(first));
         let (tx, rx) = mpsc::unbounded_channel();
-        let settings = PushSettings {
-            debounce_after: after,
-            debounce_max: max,
-            push_throttle: 1,
-            ..PushSettings::default()
-        };
         tokio::spawn(debounce_loop(
             rx,
             store,
@@ -591,5 +636,57 @@ mod tests {
             !storm.is_finished(),
             "pushes happened during the storm, bounded by PILOT_DEBOUNCE_MAX"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn without_eds_debounce_an_endpoint_change_is_pushed_at_once() {
+        let (tx, mut pushes, _m) = pipeline_with(PushSettings {
+            eds_debounce: false,
+            ..PushSettings::default()
+        });
+        let slice = |name: &str| ObjectKey {
+            kind: Kind::EndpointSlice,
+            namespace: "ns".into(),
+            name: name.into(),
+        };
+        let send = |keys: Vec<ObjectKey>| {
+            tx.send(ConfigEvent {
+                at: Instant::now(),
+                keys,
+            })
+            .unwrap()
+        };
+        let start = tokio::time::Instant::now();
+        send(vec![slice("a")]);
+        pushes.changed().await.unwrap();
+        let push = pushes.borrow_and_update().clone();
+        assert_eq!(push.changed.as_deref(), Some(&BTreeSet::from([slice("a")])));
+        assert!(
+            start.elapsed() < Duration::from_millis(100),
+            "not debounced"
+        );
+        // Any other change is debounced, and an endpoint change during its window goes
+        // out with it.
+        let start = tokio::time::Instant::now();
+        send(vec![key(1)]);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        send(vec![slice("b")]);
+        pushes.changed().await.unwrap();
+        let push = pushes.borrow_and_update().clone();
+        assert_eq!(
+            push.changed.as_deref(),
+            Some(&BTreeSet::from([key(1), slice("b")]))
+        );
+        assert!(start.elapsed() >= Duration::from_millis(120), "debounced");
+        // By default, endpoint changes wait out the debounce as well.
+        let (tx, mut pushes, _m) = pipeline(Duration::from_millis(100), Duration::from_secs(10));
+        let start = tokio::time::Instant::now();
+        tx.send(ConfigEvent {
+            at: Instant::now(),
+            keys: vec![slice("a")],
+        })
+        .unwrap();
+        pushes.changed().await.unwrap();
+        assert!(start.elapsed() >= Duration::from_millis(100), "debounced");
     }
 }
