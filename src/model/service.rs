@@ -247,14 +247,51 @@ impl Sources for Store {
     }
 }
 
+/// Kubernetes Services from which a full build spreads over the machine's cores (at most
+/// four threads); below it a thread costs more than it saves.
+const PARALLEL_FROM: usize = 2_000;
+
 /// Builds every service from the store.
 pub fn build_services(store: &Store) -> imbl::OrdMap<String, Arc<Service>> {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(4));
+    build_services_on(store, threads)
+}
+
+/// [`build_services`] on up to `threads` threads.
+fn build_services_on(store: &Store, threads: usize) -> imbl::OrdMap<String, Arc<Service>> {
     let sources = Indexed::new(store);
+    let objects: Vec<&Arc<ConfigObject>> = store.of_kind(Kind::Service).collect();
+    let build = |part: &[&Arc<ConfigObject>]| -> Vec<Arc<Service>> {
+        part.iter()
+            .filter_map(|obj| kubernetes_service(obj, &sources))
+            .map(Arc::new)
+            .collect()
+    };
+    let parts = if objects.len() < PARALLEL_FROM || threads < 2 {
+        vec![build(&objects)]
+    } else {
+        let build = &build;
+        let chunk = objects.len().div_ceil(threads);
+        std::thread::scope(|scope| {
+            let others: Vec<_> = objects
+                .chunks(chunk)
+                .skip(1)
+                .map(|part| scope.spawn(move || build(part)))
+                .collect();
+            let mut parts = vec![build(&objects[..chunk])];
+            for other in others {
+                parts.push(
+                    other
+                        .join()
+                        .unwrap_or_else(|e| std::panic::resume_unwind(e)),
+                );
+            }
+            parts
+        })
+    };
     let mut out = imbl::OrdMap::new();
-    for obj in store.of_kind(Kind::Service) {
-        if let Some(svc) = kubernetes_service(obj, &sources) {
-            out.insert(svc.hostname.clone(), Arc::new(svc));
-        }
+    for svc in parts.into_iter().flatten() {
+        out.insert(svc.hostname.clone(), svc);
     }
     add_service_entries(store, &mut out);
     out
@@ -553,6 +590,14 @@ mod tests {
                 ("10.1.0.2".to_string(), false)
             ]
         );
+    }
+
+    #[test]
+    fn a_build_spread_over_threads_equals_one_on_a_single_thread() {
+        let store = crate::model::testmesh::generate(PARALLEL_FROM + 501, 7, 2);
+        let one = build_services_on(&store, 1);
+        assert_eq!(one.len(), PARALLEL_FROM + 501);
+        assert_eq!(build_services_on(&store, 3), one);
     }
 
     #[test]
