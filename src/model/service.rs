@@ -267,28 +267,28 @@ fn build_services_on(store: &Store, threads: usize) -> imbl::OrdMap<String, Arc<
             .map(Arc::new)
             .collect()
     };
-    let parts = if objects.len() < PARALLEL_FROM || threads < 2 {
-        vec![build(&objects)]
+    let threads = if objects.len() < PARALLEL_FROM {
+        1
     } else {
-        let build = &build;
-        let chunk = objects.len().div_ceil(threads);
-        std::thread::scope(|scope| {
-            let others: Vec<_> = objects
-                .chunks(chunk)
-                .skip(1)
-                .map(|part| scope.spawn(move || build(part)))
-                .collect();
-            let mut parts = vec![build(&objects[..chunk])];
-            for other in others {
-                parts.push(
-                    other
-                        .join()
-                        .unwrap_or_else(|e| std::panic::resume_unwind(e)),
-                );
-            }
-            parts
-        })
+        threads.max(1)
     };
+    let mut chunks = objects.chunks(objects.len().div_ceil(threads).max(1));
+    let parts = std::thread::scope(|scope| {
+        let build = &build;
+        let mine = chunks.next().unwrap_or_default();
+        let others: Vec<_> = chunks
+            .map(|part| scope.spawn(move || build(part)))
+            .collect();
+        let mut parts = vec![build(mine)];
+        for other in others {
+            parts.push(
+                other
+                    .join()
+                    .unwrap_or_else(|e| std::panic::resume_unwind(e)),
+            );
+        }
+        parts
+    });
     let mut out = imbl::OrdMap::new();
     for svc in parts.into_iter().flatten() {
         out.insert(svc.hostname.clone(), svc);

@@ -137,12 +137,12 @@ impl Resource {
         }
     }
 
-    /// The encoded message in the pieces it is kept as: the whole message, or its shared
-    /// pieces (each an `Arc` so that a send can hold it without a copy).
-    pub(super) fn pieces(&self) -> Pieces<'_> {
+    /// The encoded message in the pieces it is kept as: the whole message as one piece,
+    /// or its shared pieces (each an `Arc` so that a send can hold it without a copy).
+    pub(super) fn pieces(&self) -> &[Arc<[u8]>] {
         match &self.value {
-            Value::Whole(v) => Pieces::Whole(v),
-            Value::Pieces { pieces, .. } => Pieces::Shared(pieces),
+            Value::Whole(v) => std::slice::from_ref(v),
+            Value::Pieces { pieces, .. } => pieces,
         }
     }
 
@@ -153,12 +153,6 @@ impl Resource {
             value: self.value().into_owned(),
         }
     }
-}
-
-/// See [`Resource::pieces`].
-pub(super) enum Pieces<'a> {
-    Whole(&'a Arc<[u8]>),
-    Shared(&'a [Arc<[u8]>]),
 }
 
 /// A version string from a proxy (delta `initial_resource_versions`) as meshd's hash;

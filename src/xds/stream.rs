@@ -132,30 +132,23 @@ pub async fn send<R>(
 ) -> Result<(), Closed> {
     let started = Instant::now();
     // Most sends find room: those need no timer.
-    let response = match tx.try_send(Ok(Box::new(response))) {
-        Err(mpsc::error::TrySendError::Full(response)) => response,
-        done => {
-            conn.shared
-                .metrics
-                .xds_send_time
-                .observe(started.elapsed().as_secs_f64());
-            return done.map_err(|_| Closed);
-        }
-    };
-    let sent = match conn.shared.settings.send_timeout {
-        Some(limit) => match tokio::time::timeout(limit, tx.send(response)).await {
-            Ok(r) => r.map_err(|_| Closed),
-            Err(_) => {
-                conn.shared
-                    .metrics
-                    .xds_pushes
-                    .get_or_create(&type_label(&format!("{}_senderr", kind.short())))
-                    .inc();
-                tracing::warn!(proxy = %conn.proxy.id, r#type = kind.short(), "proxy did not take a response within {limit:?}; closing its stream");
-                return Err(Closed);
-            }
+    let sent = match tx.try_send(Ok(Box::new(response))) {
+        Err(mpsc::error::TrySendError::Full(response)) => match conn.shared.settings.send_timeout {
+            Some(limit) => match tokio::time::timeout(limit, tx.send(response)).await {
+                Ok(r) => r.map_err(|_| Closed),
+                Err(_) => {
+                    conn.shared
+                        .metrics
+                        .xds_pushes
+                        .get_or_create(&type_label(&format!("{}_senderr", kind.short())))
+                        .inc();
+                    tracing::warn!(proxy = %conn.proxy.id, r#type = kind.short(), "proxy did not take a response within {limit:?}; closing its stream");
+                    return Err(Closed);
+                }
+            },
+            None => tx.send(response).await.map_err(|_| Closed),
         },
-        None => tx.send(response).await.map_err(|_| Closed),
+        done => done.map_err(|_| Closed),
     };
     conn.shared
         .metrics

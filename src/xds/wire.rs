@@ -26,7 +26,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tonic::Status;
 use tonic::codegen::{BoxFuture, Service, StdError, http};
 
-use super::resource::{Pieces, Resource};
+use super::resource::Resource;
 
 /// A state-of-the-world response: the full subscribed set.
 #[derive(Debug)]
@@ -79,24 +79,20 @@ impl Sink for Chunks {
     }
 
     fn shared(&mut self, r: &Arc<Resource>) {
-        match r.pieces() {
-            Pieces::Whole(v) if v.len() < SHARE_AT => self.small.put_slice(v),
-            Pieces::Whole(v) => {
+        for p in r.pieces() {
+            if shares(p) {
                 self.flush_small();
-                self.out.push_back(Bytes::from_owner(v.clone()));
-            }
-            Pieces::Shared(pieces) => {
-                for p in pieces {
-                    if p.len() < SHARE_AT {
-                        self.small.put_slice(p);
-                    } else {
-                        self.flush_small();
-                        self.out.push_back(Bytes::from_owner(p.clone()));
-                    }
-                }
+                self.out.push_back(Bytes::from_owner(p.clone()));
+            } else {
+                self.small.put_slice(p);
             }
         }
     }
+}
+
+/// Whether [`Chunks`] sends a piece of a resource's value by reference (else copies it).
+fn shares(piece: &[u8]) -> bool {
+    piece.len() >= SHARE_AT
 }
 
 impl Chunks {
@@ -165,15 +161,11 @@ fn any_len(r: &Resource) -> usize {
 
 /// The bytes of a resource's value that [`Chunks`] sends by reference.
 fn shared_len(r: &Resource) -> usize {
-    match r.pieces() {
-        Pieces::Whole(v) if v.len() >= SHARE_AT => v.len(),
-        Pieces::Whole(_) => 0,
-        Pieces::Shared(pieces) => pieces
-            .iter()
-            .map(|p| p.len())
-            .filter(|n| *n >= SHARE_AT)
-            .sum(),
-    }
+    r.pieces()
+        .iter()
+        .filter(|p| shares(p))
+        .map(|p| p.len())
+        .sum()
 }
 
 fn put_any(tag: u32, r: &Arc<Resource>, sink: &mut impl Sink) {
