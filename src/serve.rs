@@ -227,7 +227,7 @@ pub async fn run(opts: ServeOptions) -> anyhow::Result<()> {
             crate::xds::server_builder(&xds.settings)
                 .add_service(AdsService::new(xds.clone()).into_server())
                 .serve_with_incoming_shutdown(
-                    tokio_stream::wrappers::TcpListenerStream::new(listener),
+                    crate::xds::plaintext_incoming(listener),
                     async move {
                         let _ = xds_shutdown.changed().await;
                     },

@@ -291,6 +291,15 @@ pub fn server_builder(settings: &PushSettings) -> tonic::transport::Server {
         .http2_keepalive_timeout(Some(settings.keepalive_timeout))
 }
 
+/// The connections accepted on the plaintext xDS port, with `TCP_NODELAY` set as Go (and
+/// so istiod), Envoy and meshd's TLS port set it: without it, a small response written
+/// while an earlier one is still unacknowledged waits for the proxy's ACK (Nagle).
+pub fn plaintext_incoming(
+    listener: tokio::net::TcpListener,
+) -> tonic::transport::server::TcpIncoming {
+    tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true))
+}
+
 /// Responses buffered per stream before back-pressure holds the sender.
 const STREAM_BUFFER: usize = 8;
 
@@ -326,5 +335,20 @@ impl wire::Ads for AdsService {
             caller,
         ));
         Ok(Response::new(ReceiverStream::new(rx)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio_stream::StreamExt;
+
+    #[tokio::test]
+    async fn plaintext_connections_are_accepted_with_nodelay() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let mut incoming = super::plaintext_incoming(listener);
+        let _client = tokio::net::TcpStream::connect(address).await.unwrap();
+        let accepted = incoming.next().await.unwrap().unwrap();
+        assert!(accepted.nodelay().unwrap(), "TCP_NODELAY is not set");
     }
 }
