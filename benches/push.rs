@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 
-use criterion::{BatchSize, BenchmarkId, Criterion, criterion_group, criterion_main};
+use criterion::{BatchSize, BenchmarkId, Criterion, criterion_group};
 use serde_json::json;
 
 use meshd::config::ObjectKey;
@@ -135,4 +135,10 @@ fn sidecar_generation(c: &mut Criterion) {
 }
 
 criterion_group!(benches, push_context_build, sidecar_generation);
-criterion_main!(benches);
+
+fn main() {
+    // The heap as meshd runs it (src/main.rs): without transparent huge pages.
+    meshd::heap::disable_huge_pages_unless_configured();
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}

@@ -10,6 +10,7 @@ pub mod config;
 pub mod debug;
 pub mod duration;
 pub mod filesource;
+pub mod heap;
 pub mod k8s;
 pub mod loadgen;
 pub mod metrics;

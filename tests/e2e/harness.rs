@@ -353,6 +353,11 @@ impl Meshd {
         })
     }
 
+    /// The meshd process's id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// The CA's root certificate (local mode keeps it in `ca_dir`).
     pub fn root_pem(&self) -> String {
         std::fs::read_to_string(self.ca_dir.join("root-cert.pem")).unwrap()

@@ -348,6 +348,34 @@ impl Relay {
     }
 }
 
+/// `THP_enabled` of a process's `/proc/<pid>/status`: whether it may get transparent huge
+/// pages.
+fn thp_enabled(pid: u32) -> String {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let value = status.lines().find_map(|l| l.strip_prefix("THP_enabled:"));
+    value
+        .unwrap_or_else(|| panic!("no THP_enabled in /proc/{pid}/status:\n{status}"))
+        .trim()
+        .to_string()
+}
+
+/// meshd turns transparent huge pages off for itself (its heap fragments into them and
+/// they are zeroed on every re-use), unless mimalloc's own `MIMALLOC_ALLOW_THP` is set:
+/// then mimalloc applies the operator's choice and meshd leaves it, inheriting ours.
+#[test]
+fn meshd_runs_without_transparent_huge_pages_unless_mimalloc_is_told_otherwise() {
+    let dir = small_mesh("thp");
+    let meshd = Meshd::start(&dir);
+    assert_eq!(thp_enabled(meshd.pid()), "0", "meshd keeps huge pages");
+    drop(meshd);
+    let meshd = Meshd::start_with_env(&dir, &[], &[("MIMALLOC_ALLOW_THP", "1")]);
+    assert_eq!(
+        thp_enabled(meshd.pid()),
+        thp_enabled(std::process::id()),
+        "with MIMALLOC_ALLOW_THP set, meshd changed the setting it inherited"
+    );
+}
+
 fn small_mesh(name: &str) -> std::path::PathBuf {
     let dir = temp_dir(name).join("config");
     std::fs::create_dir_all(&dir).unwrap();

@@ -1,0 +1,116 @@
+//! How meshd's heap takes memory from the OS.
+//!
+//! mimalloc, meshd's allocator, asks the kernel for transparent huge pages on its segments.
+//! For a control plane that holds many small per-connection allocations between large
+//! short-lived response frames, that costs memory: a 2 MiB page stays resident while any
+//! of its small blocks is live. With them off, a Sidecar-scoped proxy
+//! cost 40 KB of meshd's RSS instead of 57 KB, and an idle meshd 31 MB instead of 43 MB
+//! (BENCHMARKS.md, session 9).
+
+/// mimalloc's own switch for transparent huge pages. An operator who sets it has chosen;
+/// mimalloc applies that choice when the process starts, and meshd leaves it alone.
+pub const ALLOW_THP_ENV: &str = "MIMALLOC_ALLOW_THP";
+
+/// Turns transparent huge pages off for this process unless [`ALLOW_THP_ENV`] is set.
+/// Returns whether it turned them off; a failure is logged and changes nothing else.
+pub fn disable_huge_pages_unless_configured() -> bool {
+    if std::env::var_os(ALLOW_THP_ENV).is_some() {
+        return false;
+    }
+    match set_huge_pages_disabled(true) {
+        Ok(()) => true,
+        Err(e) => {
+            eprintln!("meshd: transparent huge pages stay on (prctl: {e})");
+            false
+        }
+    }
+}
+
+/// mimalloc v3's `mi_option_purge_delay` (its index in `mi_option_e`, `mimalloc.h`; the
+/// Rust bindings name no constant for it): milliseconds before freed memory is returned to
+/// the OS, 1,000 by default (`options.c`), -1 for never.
+const PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
+const DEFAULT_PURGE_DELAY: libc::c_long = 1000;
+
+/// For the fleet simulator (`meshd loadgen`): freed memory stays with the allocator
+/// instead of going back to the OS a second later. The simulator frees each proxy's
+/// received configuration (1.4 MB unscoped) as fast as it takes the next, and with the
+/// default it spent a large part of a connect storm re-faulting and zeroing memory. It
+/// also keeps transparent huge pages: it grows by gigabytes in a 10,000-proxy storm
+/// (tonic's response buffer keeps ~1.5 MB per stream), and faulting that in 4 KiB at a
+/// time cost it more than 2 MiB pages do. meshd itself keeps mimalloc's default purge
+/// delay, so that its RSS shows what it holds. Does nothing when `MIMALLOC_PURGE_DELAY` is
+/// set, or when the option does not read as mimalloc v3's default (a different mimalloc);
+/// returns whether it changed the option.
+pub fn keep_freed_memory() -> bool {
+    if std::env::var_os("MIMALLOC_PURGE_DELAY").is_some() {
+        return false;
+    }
+    // SAFETY: mi_option_get and mi_option_set take and return plain integers; meshd calls
+    // this first thing in main, before any other thread exists (mimalloc's options are not
+    // synchronised).
+    unsafe {
+        if libmimalloc_sys::mi_option_get(PURGE_DELAY) != DEFAULT_PURGE_DELAY {
+            return false;
+        }
+        libmimalloc_sys::mi_option_set(PURGE_DELAY, -1);
+    }
+    true
+}
+
+/// `prctl(PR_SET_THP_DISABLE)`: with `disabled`, no transparent huge pages for any mapping
+/// of this process, existing or future (children inherit it).
+#[cfg(target_os = "linux")]
+fn set_huge_pages_disabled(disabled: bool) -> std::io::Result<()> {
+    let (flag, unused): (libc::c_ulong, libc::c_ulong) = (disabled.into(), 0);
+    // SAFETY: PR_SET_THP_DISABLE reads only its integer arguments and touches no memory of
+    // this process.
+    let rc = unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, flag, unused, unused, unused) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn set_huge_pages_disabled(_: bool) -> std::io::Result<()> {
+    Ok(())
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    /// `THP_enabled` of this process's `/proc/self/status`.
+    fn thp_enabled() -> String {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let value = status.lines().find_map(|l| l.strip_prefix("THP_enabled:"));
+        value
+            .expect("THP_enabled in /proc/self/status")
+            .trim()
+            .to_string()
+    }
+
+    #[test]
+    fn the_simulator_keeps_freed_memory_unless_told_otherwise() {
+        let get = || unsafe { libmimalloc_sys::mi_option_get(super::PURGE_DELAY) };
+        if std::env::var_os("MIMALLOC_PURGE_DELAY").is_some() {
+            assert!(!super::keep_freed_memory());
+            return;
+        }
+        assert_eq!(
+            get(),
+            super::DEFAULT_PURGE_DELAY,
+            "not mimalloc v3's purge delay"
+        );
+        assert!(super::keep_freed_memory());
+        assert_eq!(get(), -1);
+    }
+
+    #[test]
+    fn the_process_switch_for_transparent_huge_pages_is_set_both_ways() {
+        super::set_huge_pages_disabled(false).unwrap();
+        assert_eq!(thp_enabled(), "1");
+        super::set_huge_pages_disabled(true).unwrap();
+        assert_eq!(thp_enabled(), "0");
+    }
+}
