@@ -15,12 +15,15 @@ use envoy_types::pb::envoy::extensions::filters::network::http_connection_manage
 };
 use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
 use envoy_types::pb::google::rpc::Status as RpcStatus;
+use http_body::Frame;
 use prost::Message;
-use prost::bytes::Bytes;
+use prost::bytes::{BufMut, Bytes, BytesMut};
 use tokio::sync::{mpsc, watch};
-use tokio_stream::wrappers::ReceiverStream;
+use tonic::Status;
+use tonic::codegen::{Context, Pin, Poll, Service, http};
 
 use crate::xds::resource::{CLUSTER_TYPE, ENDPOINT_TYPE, LISTENER_TYPE, ROUTE_TYPE};
+use crate::xds::wire::Messages;
 
 /// The change being measured: a marker string that only resources reflecting it contain,
 /// and when it was made.
@@ -97,25 +100,63 @@ struct SotwResponse {
 }
 
 /// Opens an ADS stream (`method`, the gRPC path) sending `requests`.
+/// Opens a bidirectional gRPC stream on `channel`: `requests` are sent as they come, and
+/// the responses are decoded by [`Messages`], which releases its buffer whenever it empties
+/// (tonic's `Streaming` kept each stream's 1.4 MB initial configuration allocated).
 async fn open<Req, Resp>(
-    channel: tonic::transport::Channel,
+    mut channel: tonic::transport::Channel,
     method: &'static str,
     requests: mpsc::Receiver<Req>,
-) -> Result<tonic::Streaming<Resp>, String>
+) -> Result<Messages<Resp>, String>
 where
     Req: Message + Send + Sync + 'static,
     Resp: Message + Default + Send + Sync + 'static,
 {
-    let mut grpc = tonic::client::Grpc::new(channel).max_decoding_message_size(256 << 20);
-    grpc.ready().await.map_err(|e| e.to_string())?;
-    grpc.streaming(
-        tonic::Request::new(ReceiverStream::new(requests)),
-        tonic::codegen::http::uri::PathAndQuery::from_static(method),
-        tonic_prost::ProstCodec::<Req, Resp>::default(),
-    )
-    .await
-    .map(|r| r.into_inner())
-    .map_err(|e| e.to_string())
+    std::future::poll_fn(|cx| channel.poll_ready(cx))
+        .await
+        .map_err(|e| e.to_string())?;
+    let request = http::Request::builder()
+        .method(http::Method::POST)
+        .uri(method)
+        .header(http::header::CONTENT_TYPE, "application/grpc")
+        .header(http::header::TE, "trailers")
+        .body(tonic::body::Body::new(RequestBody(requests)))
+        .map_err(|e| e.to_string())?;
+    let response = channel.call(request).await.map_err(|e| e.to_string())?;
+    // A trailers-only response: the status came with the headers and nothing follows.
+    if let Some(status) = Status::from_header_map(response.headers())
+        && status.code() != tonic::Code::Ok
+    {
+        return Err(status.to_string());
+    }
+    if response.status() != http::StatusCode::OK {
+        return Err(format!("HTTP status {}", response.status()));
+    }
+    Ok(Messages::new(response.into_body(), 256 << 20))
+}
+
+/// The request side of a stream: each request as one gRPC frame, until the sender drops.
+struct RequestBody<Req>(mpsc::Receiver<Req>);
+
+impl<Req: Message> http_body::Body for RequestBody<Req> {
+    type Data = Bytes;
+    type Error = Status;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
+        self.0.poll_recv(cx).map(|next| {
+            next.map(|request| {
+                let len = request.encoded_len();
+                let mut frame = BytesMut::with_capacity(5 + len);
+                frame.put_u8(0); // not compressed
+                frame.put_u32(u32::try_from(len).unwrap_or(u32::MAX));
+                request.encode_raw(&mut frame);
+                Ok(Frame::data(frame.freeze()))
+            })
+        })
+    }
 }
 
 const DELTA_ADS: &str =

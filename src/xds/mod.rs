@@ -309,7 +309,7 @@ impl wire::Ads for AdsService {
 
     async fn sotw(
         &self,
-        request: Request<wire::Requests<DiscoveryRequest>>,
+        request: Request<wire::Messages<DiscoveryRequest>>,
     ) -> Result<Response<Self::SotwStream>, Status> {
         let (caller, requests) = self.caller(request).await?;
         let (tx, rx) = mpsc::channel(STREAM_BUFFER);
@@ -324,7 +324,7 @@ impl wire::Ads for AdsService {
 
     async fn delta(
         &self,
-        request: Request<wire::Requests<DeltaDiscoveryRequest>>,
+        request: Request<wire::Messages<DeltaDiscoveryRequest>>,
     ) -> Result<Response<Self::DeltaStream>, Status> {
         let (caller, requests) = self.caller(request).await?;
         let (tx, rx) = mpsc::channel(STREAM_BUFFER);

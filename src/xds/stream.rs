@@ -45,7 +45,7 @@ pub trait Framing: 'static {
 
 pub async fn run<F: Framing>(
     shared: Arc<XdsShared>,
-    mut requests: super::wire::Requests<F::Request>,
+    mut requests: super::wire::Messages<F::Request>,
     tx: Tx<F::Response>,
     caller: Option<crate::ca::Identity>,
 ) {

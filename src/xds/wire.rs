@@ -8,7 +8,7 @@
 //! field (a unit test decodes it with the generated types).
 //!
 //! The gRPC service is routed here by hand, as tonic's generated server would, with
-//! requests decoded by [`Requests`] and the response body framed here.
+//! requests decoded by [`Messages`] and the response body framed here.
 
 use std::collections::VecDeque;
 use std::marker::PhantomData;
@@ -23,8 +23,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prost::bytes::{Buf, BufMut, Bytes, BytesMut};
 use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint, key_len};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use tonic::Status;
 use tonic::codegen::{BoxFuture, Service, StdError, http};
+use tonic::{Code, Status};
 
 use super::resource::Resource;
 
@@ -244,11 +244,13 @@ impl WireMessage for DeltaResponse {
     }
 }
 
-/// The requests of one ADS stream, decoded from their gRPC frames as each completes.
-/// Unlike tonic's `Streaming`, whose buffer keeps the capacity of the largest request it
-/// ever held (an initial request naming every cluster: ~70 KB per connected proxy on a
-/// 1,000-service mesh), the buffer here is released whenever it empties.
-pub struct Requests<Req> {
+/// The messages of one side of a gRPC stream, decoded from their frames as each completes:
+/// the requests of an ADS stream in meshd, the responses in the fleet simulator. Unlike
+/// tonic's `Streaming`, whose buffer keeps the capacity of the largest message it ever held
+/// (an initial request naming every cluster: ~70 KB per connected proxy on a 1,000-service
+/// mesh; an initial configuration: ~1.5 MB per simulated proxy), the buffer here is
+/// released whenever it empties. `bytes` fields are decoded as slices of their frame.
+pub struct Messages<Req> {
     chunks: Pin<Box<dyn Stream<Item = Result<Bytes, Status>> + Send>>,
     buf: BytesMut,
     limit: usize,
@@ -259,8 +261,9 @@ pub struct Requests<Req> {
 /// A gRPC message's frame header: the compressed flag and the length (big-endian).
 const FRAME_HEADER: usize = 5;
 
-impl<Req: prost::Message + Default> Requests<Req> {
-    /// Requests carried by `body`, each at most `limit` bytes.
+impl<Req: prost::Message + Default> Messages<Req> {
+    /// Messages carried by `body`, each at most `limit` bytes. A `grpc-status` other than
+    /// OK in the body's trailers ends them with that status.
     pub fn new<B>(body: B, limit: usize) -> Self
     where
         B: http_body::Body + Send + 'static,
@@ -270,17 +273,23 @@ impl<Req: prost::Message + Default> Requests<Req> {
         let chunks = futures::stream::unfold(Box::pin(body), |mut body| async move {
             loop {
                 match std::future::poll_fn(|cx| body.as_mut().poll_frame(cx)).await? {
-                    Ok(frame) => {
-                        if let Ok(mut data) = frame.into_data() {
+                    Ok(frame) => match frame.into_data() {
+                        Ok(mut data) => {
                             let bytes = data.copy_to_bytes(data.remaining());
                             return Some((Ok(bytes), body));
-                        } // trailers: nothing to decode
-                    }
+                        }
+                        Err(frame) => {
+                            let status = frame.trailers_ref().and_then(Status::from_header_map);
+                            if let Some(status) = status.filter(|s| s.code() != Code::Ok) {
+                                return Some((Err(status), body));
+                            }
+                        }
+                    },
                     Err(e) => return Some((Err(Status::from_error(e.into())), body)),
                 }
             }
         });
-        Requests {
+        Messages {
             chunks: Box::pin(chunks),
             buf: BytesMut::new(),
             limit,
@@ -289,8 +298,8 @@ impl<Req: prost::Message + Default> Requests<Req> {
         }
     }
 
-    /// The next request; `None` when the proxy ended the stream. After an error (a broken
-    /// stream or a frame that is no request) there are no more.
+    /// The next message; `None` when the peer ended the stream. After an error (a broken
+    /// stream, a frame that does not decode, an error status) there are no more.
     pub async fn message(&mut self) -> Result<Option<Req>, Status> {
         if self.failed {
             return Ok(None);
@@ -320,7 +329,7 @@ impl<Req: prost::Message + Default> Requests<Req> {
         }
     }
 
-    /// A request, if the buffer holds a whole one.
+    /// A message, if the buffer holds a whole one.
     fn decode_buffered(&mut self) -> Result<Option<Req>, Status> {
         let Some(header) = self.buf.get(..FRAME_HEADER) else {
             return Ok(None);
@@ -342,12 +351,14 @@ impl<Req: prost::Message + Default> Requests<Req> {
         if self.buf.len() < FRAME_HEADER + len {
             return Ok(None);
         }
-        let frame = self.buf.split_to(FRAME_HEADER + len);
+        let mut frame = self.buf.split_to(FRAME_HEADER + len).freeze();
         if self.buf.is_empty() {
-            // Drop the allocation a large request grew, with `frame`, once decoded.
+            // Drop the allocation a large message grew, with `frame` and whatever the
+            // decoded message keeps of it.
             self.buf = BytesMut::new();
         }
-        Req::decode(&frame[FRAME_HEADER..]).map(Some).map_err(|e| {
+        frame.advance(FRAME_HEADER);
+        Req::decode(frame).map(Some).map_err(|e| {
             Status::invalid_argument(format!(
                 "a {} that does not decode: {e}",
                 message_name::<Req>()
@@ -518,12 +529,12 @@ pub trait Ads: Send + Sync + 'static {
 
     fn sotw(
         &self,
-        request: tonic::Request<Requests<DiscoveryRequest>>,
+        request: tonic::Request<Messages<DiscoveryRequest>>,
     ) -> impl Future<Output = Result<tonic::Response<Self::SotwStream>, Status>> + Send;
 
     fn delta(
         &self,
-        request: tonic::Request<Requests<DeltaDiscoveryRequest>>,
+        request: tonic::Request<Messages<DeltaDiscoveryRequest>>,
     ) -> impl Future<Output = Result<tonic::Response<Self::DeltaStream>, Status>> + Send;
 }
 
@@ -615,13 +626,13 @@ where
         Box::pin(async move {
             Ok(match path.as_str() {
                 SOTW_PATH => {
-                    let requests = Requests::<DiscoveryRequest>::new(body, limit);
+                    let requests = Messages::<DiscoveryRequest>::new(body, limit);
                     let request =
                         tonic::Request::from_http(http::Request::from_parts(parts, requests));
                     respond(inner.sotw(request).await, budget)
                 }
                 DELTA_PATH => {
-                    let requests = Requests::<DeltaDiscoveryRequest>::new(body, limit);
+                    let requests = Messages::<DeltaDiscoveryRequest>::new(body, limit);
                     let request =
                         tonic::Request::from_http(http::Request::from_parts(parts, requests));
                     respond(inner.delta(request).await, budget)
@@ -800,8 +811,8 @@ mod tests {
         assert_eq!(held.get(), 0);
     }
 
-    /// An HTTP/2 request body as the server sees it: these chunks, then its end.
-    struct Chunked(VecDeque<Result<Bytes, Status>>);
+    /// An HTTP/2 body as the receiving side sees it: these frames, then its end.
+    struct Chunked(VecDeque<Result<Frame<Bytes>, Status>>);
 
     impl http_body::Body for Chunked {
         type Data = Bytes;
@@ -810,13 +821,16 @@ mod tests {
             self: Pin<&mut Self>,
             _: &mut Context<'_>,
         ) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
-            Poll::Ready(self.get_mut().0.pop_front().map(|c| c.map(Frame::data)))
+            Poll::Ready(self.get_mut().0.pop_front())
         }
     }
 
-    fn requests(chunks: Vec<Vec<u8>>, limit: usize) -> Requests<DeltaDiscoveryRequest> {
-        let chunks = chunks.into_iter().map(|c| Ok(Bytes::from(c))).collect();
-        Requests::new(Chunked(chunks), limit)
+    fn requests(chunks: Vec<Vec<u8>>, limit: usize) -> Messages<DeltaDiscoveryRequest> {
+        let chunks = chunks
+            .into_iter()
+            .map(|c| Ok(Frame::data(Bytes::from(c))))
+            .collect();
+        Messages::new(Chunked(chunks), limit)
     }
 
     fn grpc_frame(flag: u8, body: &[u8]) -> Vec<u8> {
@@ -904,11 +918,35 @@ mod tests {
         // A broken stream's error is passed on.
         block_on(async {
             let body = Chunked([Err(Status::cancelled("reset"))].into());
-            let mut r = Requests::<DeltaDiscoveryRequest>::new(body, 1000);
+            let mut r = Messages::<DeltaDiscoveryRequest>::new(body, 1000);
             assert_eq!(
                 r.message().await.unwrap_err().code(),
                 tonic::Code::Cancelled
             );
+        });
+    }
+
+    #[test]
+    fn a_status_in_the_trailers_ends_the_messages_with_it() {
+        let trailers = |code: &str| {
+            let mut t = http::HeaderMap::new();
+            t.insert("grpc-status", code.parse().unwrap());
+            t.insert("grpc-message", "cut off".parse().unwrap());
+            Ok(Frame::trailers(t))
+        };
+        let data = Frame::data(Bytes::from(grpc_frame(0, &request(1).encode_to_vec())));
+        block_on(async {
+            let body = Chunked([Ok(data), trailers("14")].into());
+            let mut r = Messages::<DeltaDiscoveryRequest>::new(body, 1000);
+            assert_eq!(r.message().await.unwrap(), Some(request(1)));
+            let status = r.message().await.unwrap_err();
+            assert_eq!(
+                (status.code(), status.message()),
+                (tonic::Code::Unavailable, "cut off")
+            );
+            let body = Chunked([trailers("0")].into());
+            let mut ok = Messages::<DeltaDiscoveryRequest>::new(body, 1000);
+            assert_eq!(ok.message().await.unwrap(), None, "an OK status is the end");
         });
     }
 }
