@@ -270,8 +270,11 @@ fn main() -> ExitCode {
                 remote_debug,
                 push,
             };
-            let runtime =
-                tokio::runtime::Runtime::new().expect("BUG: cannot start the tokio runtime");
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .on_thread_park(meshd::heap::on_idle)
+                .build()
+                .expect("BUG: cannot start the tokio runtime");
             match runtime.block_on(run(opts)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
