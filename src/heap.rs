@@ -3,9 +3,11 @@
 //! mimalloc, meshd's allocator, asks the kernel for transparent huge pages on its segments.
 //! For a control plane that holds many small per-connection allocations between large
 //! short-lived response frames, that costs memory: a 2 MiB page stays resident while any
-//! of its small blocks is live. With them off, a Sidecar-scoped proxy
-//! cost 40 KB of meshd's RSS instead of 57 KB, and an idle meshd 31 MB instead of 43 MB
-//! (BENCHMARKS.md, session 9).
+//! of its small blocks is live. With them off, a Sidecar-scoped proxy costs 39 KB of
+//! meshd's RSS instead of 57 KB, and meshd starts at 37 MB instead of 43 MB. mimalloc
+//! also returns freed memory to the OS only while it allocates, so idle runtime threads
+//! ask it to ([`on_idle`]). The fleet simulator tunes its own heap for speed instead
+//! ([`keep_freed_memory`]). Figures: BENCHMARKS.md, session 9.
 
 /// mimalloc's own switch for transparent huge pages. An operator who sets it has chosen;
 /// mimalloc applies that choice when the process starts, and meshd leaves it alone.
@@ -64,8 +66,9 @@ const COLLECT_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 /// For tokio's `on_thread_park`: when a runtime thread runs out of work, at most once per
 /// [`COLLECT_EVERY`], it lets mimalloc return what that thread freed and what has waited
 /// out the purge delay (`mi_collect(false)`). mimalloc does that only while allocating,
-/// so an idle meshd kept the response frames a connect storm had freed: 111 MB where
-/// 101 MB was held, for 1,000 unscoped proxies (BENCHMARKS.md, session 9).
+/// so an idle meshd kept the response frames a connect storm had freed: with 1,000
+/// unscoped proxies connected it stayed at 109–111 MB, and with this it settles at 98 MB
+/// (BENCHMARKS.md, session 9).
 pub fn on_idle() {
     use std::cell::Cell;
     use std::time::Instant;

@@ -99,8 +99,8 @@ struct SotwResponse {
     nonce: String,
 }
 
-/// Opens an ADS stream (`method`, the gRPC path) sending `requests`.
-/// Opens a bidirectional gRPC stream on `channel`: `requests` are sent as they come, and
+/// Opens a bidirectional gRPC stream (`method`, the gRPC path) on `channel`: `requests`
+/// are sent as they come, and
 /// the responses are decoded by [`Messages`], which releases its buffer whenever it empties
 /// (tonic's `Streaming` kept each stream's 1.4 MB initial configuration allocated).
 async fn open<Req, Resp>(
