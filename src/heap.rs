@@ -115,13 +115,8 @@ fn set_huge_pages_disabled(_: bool) -> std::io::Result<()> {
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
     /// `THP_enabled` of this process's `/proc/self/status`.
-    fn thp_enabled() -> String {
-        let status = std::fs::read_to_string("/proc/self/status").unwrap();
-        let value = status.lines().find_map(|l| l.strip_prefix("THP_enabled:"));
-        value
-            .expect("THP_enabled in /proc/self/status")
-            .trim()
-            .to_string()
+    fn thp_enabled() -> Option<u64> {
+        crate::metrics::status_number("self", "THP_enabled:")
     }
 
     #[test]
@@ -143,8 +138,8 @@ mod tests {
     #[test]
     fn the_process_switch_for_transparent_huge_pages_is_set_both_ways() {
         super::set_huge_pages_disabled(false).unwrap();
-        assert_eq!(thp_enabled(), "1");
+        assert_eq!(thp_enabled(), Some(1));
         super::set_huge_pages_disabled(true).unwrap();
-        assert_eq!(thp_enabled(), "0");
+        assert_eq!(thp_enabled(), Some(0));
     }
 }

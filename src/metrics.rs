@@ -324,11 +324,17 @@ fn status_field(status: &str, name: &str) -> Option<u64> {
         .and_then(|v| v.parse().ok())
 }
 
+/// One numeric field (`name` with its colon, e.g. `THP_enabled:`) of a process's
+/// `/proc/PID/status`; `pid` is a number or `self`.
+pub fn status_number(pid: &str, name: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status_field(&status, name)
+}
+
 /// A process's resident memory alone: cheaper than [`ProcessStats::of`], which also
 /// lists the process's open files.
 pub fn resident_bytes(pid: &str) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status_field(&status, VM_RSS).map(|kb| kb * 1024)
+    status_number(pid, VM_RSS).map(|kb| kb * 1024)
 }
 
 impl ProcessStats {

@@ -17,13 +17,13 @@ use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, Disc
 use envoy_types::pb::google::rpc::Status as RpcStatus;
 use http_body::Frame;
 use prost::Message;
-use prost::bytes::{BufMut, Bytes, BytesMut};
+use prost::bytes::Bytes;
 use tokio::sync::{mpsc, watch};
 use tonic::Status;
 use tonic::codegen::{Context, Pin, Poll, Service, http};
 
 use crate::xds::resource::{CLUSTER_TYPE, ENDPOINT_TYPE, LISTENER_TYPE, ROUTE_TYPE};
-use crate::xds::wire::Messages;
+use crate::xds::wire::{self, Messages};
 
 /// The change being measured: a marker string that only resources reflecting it contain,
 /// and when it was made.
@@ -146,16 +146,9 @@ impl<Req: Message> http_body::Body for RequestBody<Req> {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
-        self.0.poll_recv(cx).map(|next| {
-            next.map(|request| {
-                let len = request.encoded_len();
-                let mut frame = BytesMut::with_capacity(5 + len);
-                frame.put_u8(0); // not compressed
-                frame.put_u32(u32::try_from(len).unwrap_or(u32::MAX));
-                request.encode_raw(&mut frame);
-                Ok(Frame::data(frame.freeze()))
-            })
-        })
+        self.0
+            .poll_recv(cx)
+            .map(|next| next.map(|request| Ok(Frame::data(wire::prost_frame(&request)))))
     }
 }
 

@@ -103,8 +103,7 @@ impl Chunks {
         // Exactly what is copied: growing the buffer as it fills copied a 1.4 MB initial
         // configuration about twice more (a quarter of meshd's CPU in a connect storm).
         c.small.reserve(FRAME_HEADER + len - message.shared_len());
-        c.small.put_u8(0);
-        c.small.put_u32(u32::try_from(len).unwrap_or(u32::MAX));
+        put_frame_header(&mut c.small, len);
         message.encode(&mut c);
         if !c.small.is_empty() {
             let rest = c.small.split().freeze();
@@ -250,18 +249,33 @@ impl WireMessage for DeltaResponse {
 /// (an initial request naming every cluster: ~70 KB per connected proxy on a 1,000-service
 /// mesh; an initial configuration: ~1.5 MB per simulated proxy), the buffer here is
 /// released whenever it empties. `bytes` fields are decoded as slices of their frame.
-pub struct Messages<Req> {
+pub struct Messages<M> {
     chunks: Pin<Box<dyn Stream<Item = Result<Bytes, Status>> + Send>>,
     buf: BytesMut,
     limit: usize,
     failed: bool,
-    _req: PhantomData<fn() -> Req>,
+    _message: PhantomData<fn() -> M>,
 }
 
 /// A gRPC message's frame header: the compressed flag and the length (big-endian).
 const FRAME_HEADER: usize = 5;
 
-impl<Req: prost::Message + Default> Messages<Req> {
+/// The frame header of an uncompressed message of `len` bytes.
+fn put_frame_header(buf: &mut BytesMut, len: usize) {
+    buf.put_u8(0);
+    buf.put_u32(u32::try_from(len).unwrap_or(u32::MAX));
+}
+
+/// `message` as one gRPC frame (the request side of the fleet simulator's streams).
+pub fn prost_frame(message: &impl prost::Message) -> Bytes {
+    let len = message.encoded_len();
+    let mut frame = BytesMut::with_capacity(FRAME_HEADER + len);
+    put_frame_header(&mut frame, len);
+    message.encode_raw(&mut frame);
+    frame.freeze()
+}
+
+impl<M: prost::Message + Default> Messages<M> {
     /// Messages carried by `body`, each at most `limit` bytes. A `grpc-status` other than
     /// OK in the body's trailers ends them with that status.
     pub fn new<B>(body: B, limit: usize) -> Self
@@ -294,13 +308,13 @@ impl<Req: prost::Message + Default> Messages<Req> {
             buf: BytesMut::new(),
             limit,
             failed: false,
-            _req: PhantomData,
+            _message: PhantomData,
         }
     }
 
     /// The next message; `None` when the peer ended the stream. After an error (a broken
     /// stream, a frame that does not decode, an error status) there are no more.
-    pub async fn message(&mut self) -> Result<Option<Req>, Status> {
+    pub async fn message(&mut self) -> Result<Option<M>, Status> {
         if self.failed {
             return Ok(None);
         }
@@ -309,10 +323,10 @@ impl<Req: prost::Message + Default> Messages<Req> {
         next
     }
 
-    async fn next(&mut self) -> Result<Option<Req>, Status> {
+    async fn next(&mut self) -> Result<Option<M>, Status> {
         loop {
-            if let Some(request) = self.decode_buffered()? {
-                return Ok(Some(request));
+            if let Some(message) = self.decode_buffered()? {
+                return Ok(Some(message));
             }
             match self.chunks.next().await {
                 Some(Ok(chunk)) => self.buf.extend_from_slice(&chunk),
@@ -321,7 +335,7 @@ impl<Req: prost::Message + Default> Messages<Req> {
                 None => {
                     return Err(Status::invalid_argument(format!(
                         "the stream ended inside a {} ({} bytes of its frame received)",
-                        message_name::<Req>(),
+                        message_name::<M>(),
                         self.buf.len()
                     )));
                 }
@@ -330,7 +344,7 @@ impl<Req: prost::Message + Default> Messages<Req> {
     }
 
     /// A message, if the buffer holds a whole one.
-    fn decode_buffered(&mut self) -> Result<Option<Req>, Status> {
+    fn decode_buffered(&mut self) -> Result<Option<M>, Status> {
         let Some(header) = self.buf.get(..FRAME_HEADER) else {
             return Ok(None);
         };
@@ -338,13 +352,13 @@ impl<Req: prost::Message + Default> Messages<Req> {
         if header[0] != 0 {
             return Err(Status::unimplemented(format!(
                 "a compressed {}: meshd accepts no grpc-encoding",
-                message_name::<Req>()
+                message_name::<M>()
             )));
         }
         if len > self.limit {
             return Err(Status::resource_exhausted(format!(
                 "a {} of {len} bytes, over the limit of {} bytes",
-                message_name::<Req>(),
+                message_name::<M>(),
                 self.limit
             )));
         }
@@ -358,10 +372,10 @@ impl<Req: prost::Message + Default> Messages<Req> {
             self.buf = BytesMut::new();
         }
         frame.advance(FRAME_HEADER);
-        Req::decode(frame).map(Some).map_err(|e| {
+        M::decode(frame).map(Some).map_err(|e| {
             Status::invalid_argument(format!(
                 "a {} that does not decode: {e}",
-                message_name::<Req>()
+                message_name::<M>()
             ))
         })
     }

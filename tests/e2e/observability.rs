@@ -350,13 +350,9 @@ impl Relay {
 
 /// `THP_enabled` of a process's `/proc/<pid>/status`: whether it may get transparent huge
 /// pages.
-fn thp_enabled(pid: u32) -> String {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let value = status.lines().find_map(|l| l.strip_prefix("THP_enabled:"));
-    value
-        .unwrap_or_else(|| panic!("no THP_enabled in /proc/{pid}/status:\n{status}"))
-        .trim()
-        .to_string()
+fn thp_enabled(pid: u32) -> u64 {
+    meshd::metrics::status_number(&pid.to_string(), "THP_enabled:")
+        .unwrap_or_else(|| panic!("no THP_enabled in /proc/{pid}/status"))
 }
 
 /// meshd turns transparent huge pages off for itself (its heap fragments into them and
@@ -366,7 +362,7 @@ fn thp_enabled(pid: u32) -> String {
 fn meshd_runs_without_transparent_huge_pages_unless_mimalloc_is_told_otherwise() {
     let dir = small_mesh("thp");
     let meshd = Meshd::start(&dir);
-    assert_eq!(thp_enabled(meshd.pid()), "0", "meshd keeps huge pages");
+    assert_eq!(thp_enabled(meshd.pid()), 0, "meshd keeps huge pages");
     drop(meshd);
     let meshd = Meshd::start_with_env(&dir, &[], &[("MIMALLOC_ALLOW_THP", "1")]);
     assert_eq!(
