@@ -256,6 +256,7 @@ impl FileSource {
         let mut watcher =
             notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
                 let paths = match event {
+                    Ok(e) if !may_change_content(&e.kind) => return,
                     Ok(e) if !e.need_rescan() && !e.paths.is_empty() => Some(e.paths),
                     _ => None,
                 };
@@ -285,6 +286,20 @@ impl FileSource {
             }
         }
         Ok(())
+    }
+}
+
+/// Whether a file event may stand for new content. notify's inotify watcher reports every
+/// open of a watched file, meshd's own reads included: taken as changes, each read of a
+/// file would have it read again, about every 20 ms for as long as meshd runs (and the
+/// whole directory, once a full read had opened it). Reads, opens and closes after
+/// reading change nothing; a close after writing does.
+fn may_change_content(kind: &notify::EventKind) -> bool {
+    use notify::event::{AccessKind, AccessMode, EventKind};
+    match kind {
+        EventKind::Access(AccessKind::Close(AccessMode::Write)) => true,
+        EventKind::Access(_) => false,
+        _ => true,
     }
 }
 
@@ -352,6 +367,31 @@ mod tests {
         std::fs::remove_file(dir.join("vs.yaml")).unwrap();
         assert_eq!(fs.sync().len(), 1);
         assert!(store.read().unwrap().is_empty());
+    }
+
+    #[test]
+    fn opening_or_reading_a_file_is_no_change() {
+        use notify::event::{
+            AccessKind, AccessMode, CreateKind, DataChange, EventKind, ModifyKind, RenameMode,
+        };
+        for quiet in [
+            EventKind::Access(AccessKind::Open(AccessMode::Any)),
+            EventKind::Access(AccessKind::Read),
+            EventKind::Access(AccessKind::Close(AccessMode::Read)),
+        ] {
+            assert!(!may_change_content(&quiet), "{quiet:?}");
+        }
+        for change in [
+            EventKind::Access(AccessKind::Close(AccessMode::Write)),
+            EventKind::Create(CreateKind::File),
+            EventKind::Modify(ModifyKind::Data(DataChange::Any)),
+            EventKind::Modify(ModifyKind::Name(RenameMode::To)),
+            EventKind::Remove(notify::event::RemoveKind::File),
+            EventKind::Any,
+            EventKind::Other,
+        ] {
+            assert!(may_change_content(&change), "{change:?}");
+        }
     }
 
     #[test]

@@ -372,6 +372,44 @@ fn meshd_runs_without_transparent_huge_pages_unless_mimalloc_is_told_otherwise()
     );
 }
 
+/// A config change is read once. meshd's own read of a file must not count as a change
+/// to it: when it did, meshd read the changed file again about every 20 ms for as long as
+/// it ran.
+#[test]
+fn a_changed_file_is_read_once_and_then_left_alone() {
+    let dir = small_mesh("read-once");
+    let meshd = Meshd::start(&dir);
+    let changed = GHOST.replace("10.1.2.3", "10.1.2.4");
+    meshd.write("ghost.yaml", &changed);
+    wait_until("meshd to load the change", Duration::from_secs(5), || {
+        meshd.log().matches("config file loaded").count() >= 2
+    });
+    // Bytes meshd has read through any file descriptor. At rest, with nothing connected
+    // and nothing scraping it, it reads nothing.
+    let read = || proc_io(meshd.pid(), "rchar");
+    std::thread::sleep(Duration::from_millis(300));
+    let before = read();
+    std::thread::sleep(Duration::from_secs(1));
+    let after = read();
+    assert!(
+        after - before < 2 * changed.len() as u64,
+        "meshd read {} bytes in a second at rest, after a {}-byte file changed",
+        after - before,
+        changed.len()
+    );
+}
+
+/// A counter from `/proc/PID/io`.
+fn proc_io(pid: u32, field: &str) -> u64 {
+    let io = std::fs::read_to_string(format!("/proc/{pid}/io")).unwrap();
+    io.lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/io"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
 fn small_mesh(name: &str) -> std::path::PathBuf {
     let dir = temp_dir(name).join("config");
     std::fs::create_dir_all(&dir).unwrap();
