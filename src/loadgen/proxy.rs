@@ -158,9 +158,10 @@ const SOTW_ADS: &str =
     "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources";
 
 /// What a delta proxy holds, kept across its streams: name → version per type, and the
-/// cluster and route names it subscribes to. On reconnect it subscribes to all of those
-/// names with `initial_resource_versions`, as Envoy does, so meshd sends only what
-/// differs (and a stream that broke before its EDS answer still asks for every cluster).
+/// route names it subscribes to. On reconnect it subscribes to those routes and to the
+/// endpoints of every cluster it holds, with `initial_resource_versions`, as Envoy does,
+/// so meshd sends only what differs (and a stream that broke before its EDS answer still
+/// asks for every cluster).
 #[derive(Default)]
 pub struct Held {
     /// By type URL.
