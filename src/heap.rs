@@ -116,7 +116,7 @@ fn set_huge_pages_disabled(_: bool) -> std::io::Result<()> {
 mod tests {
     /// `THP_enabled` of this process's `/proc/self/status`.
     fn thp_enabled() -> Option<u64> {
-        crate::metrics::status_number("self", "THP_enabled:")
+        crate::metrics::proc_number("self", "status", "THP_enabled:")
     }
 
     #[test]

@@ -315,7 +315,8 @@ pub struct ProcessStats {
 
 const VM_RSS: &str = "VmRSS:";
 
-/// A numeric field of `/proc/PID/status` (memory in kB).
+/// A numeric field of a `/proc/PID` file of `Name: value` lines (`status`, memory in kB;
+/// `io`).
 fn status_field(status: &str, name: &str) -> Option<u64> {
     status
         .lines()
@@ -325,16 +326,16 @@ fn status_field(status: &str, name: &str) -> Option<u64> {
 }
 
 /// One numeric field (`name` with its colon, e.g. `THP_enabled:`) of a process's
-/// `/proc/PID/status`; `pid` is a number or `self`.
-pub fn status_number(pid: &str, name: &str) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status_field(&status, name)
+/// `/proc/PID/FILE` (`status`, `io`); `pid` is a number or `self`.
+pub fn proc_number(pid: &str, file: &str, name: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/{file}")).ok()?;
+    status_field(&text, name)
 }
 
 /// A process's resident memory alone: cheaper than [`ProcessStats::of`], which also
 /// lists the process's open files.
 pub fn resident_bytes(pid: &str) -> Option<u64> {
-    status_number(pid, VM_RSS).map(|kb| kb * 1024)
+    proc_number(pid, "status", VM_RSS).map(|kb| kb * 1024)
 }
 
 impl ProcessStats {

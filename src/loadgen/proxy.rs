@@ -231,7 +231,8 @@ struct Holding {
 
 impl Holding {
     fn learn(&mut self, resp: &DeltaResponse) {
-        if self.first.is_none() && self.since.is_empty() {
+        // Changes are only kept against a first answer.
+        if self.first.is_none() {
             self.first = Some(shared_first_answer(&resp.resources));
             return;
         }

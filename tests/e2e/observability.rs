@@ -351,7 +351,7 @@ impl Relay {
 /// `THP_enabled` of a process's `/proc/<pid>/status`: whether it may get transparent huge
 /// pages.
 fn thp_enabled(pid: u32) -> u64 {
-    meshd::metrics::status_number(&pid.to_string(), "THP_enabled:")
+    meshd::metrics::proc_number(&pid.to_string(), "status", "THP_enabled:")
         .unwrap_or_else(|| panic!("no THP_enabled in /proc/{pid}/status"))
 }
 
@@ -386,7 +386,10 @@ fn a_changed_file_is_read_once_and_then_left_alone() {
     });
     // Bytes meshd has read through any file descriptor. At rest, with nothing connected
     // and nothing scraping it, it reads nothing.
-    let read = || proc_io(meshd.pid(), "rchar");
+    let read = || {
+        let pid = meshd.pid().to_string();
+        meshd::metrics::proc_number(&pid, "io", "rchar:").expect("no rchar in /proc/PID/io")
+    };
     std::thread::sleep(Duration::from_millis(300));
     let before = read();
     std::thread::sleep(Duration::from_secs(1));
@@ -397,17 +400,6 @@ fn a_changed_file_is_read_once_and_then_left_alone() {
         after - before,
         changed.len()
     );
-}
-
-/// A counter from `/proc/PID/io`.
-fn proc_io(pid: u32, field: &str) -> u64 {
-    let io = std::fs::read_to_string(format!("/proc/{pid}/io")).unwrap();
-    io.lines()
-        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
-        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/io"))
-        .trim()
-        .parse()
-        .unwrap()
 }
 
 fn small_mesh(name: &str) -> std::path::PathBuf {
