@@ -216,6 +216,7 @@ pub async fn run(opts: ServeOptions) -> anyhow::Result<()> {
         metrics.clone(),
         change_log,
     ));
+    crate::xds::joined::spawn_sweeper();
 
     let mut servers = Vec::new();
     if let Some(address) = opts.xds_address {

@@ -195,6 +195,13 @@ fn meshd_figures(monitoring: &str) -> MeshdFigures {
     }
 }
 
+/// `meshd_xds_shared_run_bytes` of the meshd at `monitoring` (0 when it cannot be read).
+fn shared_run_bytes(monitoring: &str) -> f64 {
+    crate::cli::http_get(monitoring, "/metrics")
+        .map(|text| metric(&text, "meshd_xds_shared_run_bytes"))
+        .unwrap_or(0.0)
+}
+
 /// Where the mesh and its changes are written, and so what meshd watches.
 enum Source {
     /// YAML files in the config directory.
@@ -787,6 +794,13 @@ async fn simulate(
         .iter()
         .map(|p| p.stats.bytes.load(Ordering::Relaxed))
         .sum();
+    // What the connections keep: once meshd has let go of the encoded runs it shared
+    // between the storm's responses (src/xds/joined.rs), and a second more for the heap
+    // to hand the freed memory back.
+    let drained = Instant::now() + Duration::from_secs(10);
+    while shared_run_bytes(&args.monitoring) > 0.0 && Instant::now() < drained {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     tokio::time::sleep(Duration::from_secs(1)).await;
     let connected = meshd_figures(&args.monitoring);
 

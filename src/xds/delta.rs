@@ -207,13 +207,13 @@ async fn respond(
     if kind == TypeKind::Cluster && !changed.is_empty() {
         conn.force_endpoints_after_clusters(&changed);
     }
-    let response = DeltaResponse {
-        system_version_info: conn.push.version().to_string(),
-        resources: changed,
-        type_url: kind.url(),
-        removed,
+    let response = DeltaResponse::new(
+        conn.push.version().to_string(),
+        kind.url(),
         nonce,
-    };
+        changed,
+        removed,
+    );
     super::stream::send(conn, kind, tx, response).await?;
     Ok(true)
 }

@@ -9,6 +9,7 @@ pub mod canonical;
 pub mod connection;
 pub mod delta;
 pub mod dump;
+pub mod joined;
 pub mod origin;
 pub mod push;
 pub mod resource;

@@ -110,12 +110,12 @@ async fn respond(
     if kind == TypeKind::Cluster && !changed.is_empty() {
         conn.force_endpoints_after_clusters(changed);
     }
-    let response = SotwResponse {
-        version_info: conn.push.version().to_string(),
-        resources,
-        type_url: kind.url(),
+    let response = SotwResponse::new(
+        conn.push.version().to_string(),
+        kind.url(),
         nonce,
-    };
+        resources,
+    );
     super::stream::send(conn, kind, tx, response).await
 }
 

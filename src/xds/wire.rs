@@ -1,8 +1,9 @@
 //! ADS responses on the wire without per-proxy copies. A response holds `Arc`s to the
-//! push's shared encoded resources, and the response body hands HTTP/2 those bytes
-//! themselves (`Bytes::from_owner`): a thousand proxies receiving the same 500 KB of
-//! clusters share one copy of it, and no stream keeps an encode buffer as large as the
-//! largest response it ever sent (tonic's encoder does, which cost ~1 MB per connected
+//! push's shared encoded resources, and the response body hands HTTP/2 shared bytes: large
+//! bodies themselves (`Bytes::from_owner`), and the entries of a large response as a run
+//! encoded once for every response that carries the same resources ([`joined`]). A
+//! thousand proxies receiving the same 500 KB of clusters share one copy of it, and no
+//! stream keeps an encode buffer as large as the largest response it ever sent (tonic's encoder does, which cost ~1 MB per connected
 //! proxy on a 1,000-service mesh). The encoding is
 //! `envoy.service.discovery.v3.DiscoveryResponse` / `DeltaDiscoveryResponse` field for
 //! field (a unit test decodes it with the generated types).
@@ -26,6 +27,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tonic::codegen::{BoxFuture, Service, StdError, http};
 use tonic::{Code, Status};
 
+use super::joined::{self, Entry};
 use super::resource::Resource;
 
 /// A state-of-the-world response: the full subscribed set.
@@ -35,6 +37,26 @@ pub struct SotwResponse {
     pub type_url: &'static str,
     pub nonce: String,
     pub resources: Vec<Arc<Resource>>,
+    /// The encoded length of `resources`' entries, counted once.
+    entries_len: usize,
+}
+
+impl SotwResponse {
+    pub fn new(
+        version_info: String,
+        type_url: &'static str,
+        nonce: String,
+        resources: Vec<Arc<Resource>>,
+    ) -> Self {
+        let entries_len = resources.iter().map(|r| message_len(2, any_len(r))).sum();
+        SotwResponse {
+            version_info,
+            type_url,
+            nonce,
+            resources,
+            entries_len,
+        }
+    }
 }
 
 /// A delta response: what changed, and the names removed.
@@ -45,6 +67,30 @@ pub struct DeltaResponse {
     pub nonce: String,
     pub resources: Vec<Arc<Resource>>,
     pub removed: Vec<String>,
+    /// The encoded length of `resources`' entries, counted once.
+    entries_len: usize,
+}
+
+impl DeltaResponse {
+    pub fn new(
+        system_version_info: String,
+        type_url: &'static str,
+        nonce: String,
+        resources: Vec<Arc<Resource>>,
+        removed: Vec<String>,
+    ) -> Self {
+        let entries_len = (resources.iter())
+            .map(|r| message_len(2, delta_resource_len(r)))
+            .sum();
+        DeltaResponse {
+            system_version_info,
+            type_url,
+            nonce,
+            resources,
+            removed,
+            entries_len,
+        }
+    }
 }
 
 /// Where an encoded message goes: small fields into a buffer, resource bodies by
@@ -52,6 +98,27 @@ pub struct DeltaResponse {
 pub trait Sink {
     fn buf(&mut self) -> &mut BytesMut;
     fn shared(&mut self, resource: &Arc<Resource>);
+    /// Encoded entries shared with other frames ([`joined`]).
+    fn run(&mut self, bytes: Bytes);
+}
+
+/// A sink that copies everything into one buffer (how a shared run is built).
+struct Copy<'a>(&'a mut BytesMut);
+
+impl Sink for Copy<'_> {
+    fn buf(&mut self) -> &mut BytesMut {
+        self.0
+    }
+
+    fn shared(&mut self, r: &Arc<Resource>) {
+        for p in r.pieces() {
+            self.0.put_slice(p);
+        }
+    }
+
+    fn run(&mut self, bytes: Bytes) {
+        self.0.put_slice(&bytes);
+    }
 }
 
 /// Resource bodies below this size are copied into the frame; larger ones are sent from
@@ -87,6 +154,11 @@ impl Sink for Chunks {
                 self.small.put_slice(p);
             }
         }
+    }
+
+    fn run(&mut self, bytes: Bytes) {
+        self.flush_small();
+        self.out.push_back(bytes);
     }
 }
 
@@ -177,24 +249,45 @@ fn put_any(tag: u32, r: &Arc<Resource>, sink: &mut impl Sink) {
     sink.shared(r);
 }
 
+/// The bytes of a response's entries sent by reference: all of them as a shared run, or
+/// the large pieces of their values.
+fn entries_shared_len(resources: &[Arc<Resource>], entries_len: usize) -> usize {
+    if entries_len >= joined::JOIN_AT {
+        entries_len
+    } else {
+        resources.iter().map(|r| shared_len(r)).sum()
+    }
+}
+
 impl WireMessage for SotwResponse {
     fn encoded_len(&self) -> usize {
         string_len(1, &self.version_info)
-            + self
-                .resources
-                .iter()
-                .map(|r| message_len(2, any_len(r)))
-                .sum::<usize>()
+            + self.entries_len
             + string_len(4, self.type_url)
             + string_len(5, &self.nonce)
     }
 
     fn shared_len(&self) -> usize {
-        self.resources.iter().map(|r| shared_len(r)).sum()
+        entries_shared_len(&self.resources, self.entries_len)
     }
 
     fn encode(&self, sink: &mut impl Sink) {
         put_string(1, &self.version_info, sink.buf());
+        if self.entries_len >= joined::JOIN_AT {
+            // The run goes last (protobuf fields may come in any order), so that the
+            // response is whole once its last chunk is written: a small chunk after it
+            // waited for the stream's task to be polled again, behind every other stream.
+            put_string(4, self.type_url, sink.buf());
+            put_string(5, &self.nonce, sink.buf());
+            let run = joined::RUNS.get(Entry::Sotw, &self.resources, self.entries_len, |buf| {
+                let mut copy = Copy(buf);
+                for r in &self.resources {
+                    put_any(2, r, &mut copy);
+                }
+            });
+            sink.run(run);
+            return;
+        }
         for r in &self.resources {
             put_any(2, r, sink);
         }
@@ -208,37 +301,51 @@ fn delta_resource_len(r: &Resource) -> usize {
     string_len(1, &r.version) + message_len(2, any_len(r)) + string_len(3, &r.name)
 }
 
+/// A delta response's entry for `r`.
+fn put_delta_entry(r: &Arc<Resource>, sink: &mut impl Sink) {
+    let buf = sink.buf();
+    encode_key(2, WireType::LengthDelimited, buf);
+    encode_varint(delta_resource_len(r) as u64, buf);
+    put_string(1, &r.version, buf);
+    put_any(2, r, sink);
+    put_string(3, &r.name, sink.buf());
+}
+
 impl WireMessage for DeltaResponse {
     fn encoded_len(&self) -> usize {
         string_len(1, &self.system_version_info)
-            + self
-                .resources
-                .iter()
-                .map(|r| message_len(2, delta_resource_len(r)))
-                .sum::<usize>()
+            + self.entries_len
             + string_len(4, self.type_url)
             + string_len(5, &self.nonce)
             + self.removed.iter().map(|n| string_len(6, n)).sum::<usize>()
     }
 
     fn shared_len(&self) -> usize {
-        self.resources.iter().map(|r| shared_len(r)).sum()
+        entries_shared_len(&self.resources, self.entries_len)
     }
 
     fn encode(&self, sink: &mut impl Sink) {
         put_string(1, &self.system_version_info, sink.buf());
-        for r in &self.resources {
-            let buf = sink.buf();
-            encode_key(2, WireType::LengthDelimited, buf);
-            encode_varint(delta_resource_len(r) as u64, buf);
-            put_string(1, &r.version, buf);
-            put_any(2, r, sink);
-            put_string(3, &r.name, sink.buf());
+        let run = self.entries_len >= joined::JOIN_AT;
+        if !run {
+            for r in &self.resources {
+                put_delta_entry(r, sink);
+            }
         }
         put_string(4, self.type_url, sink.buf());
         put_string(5, &self.nonce, sink.buf());
         for n in &self.removed {
             put_string(6, n, sink.buf());
+        }
+        if run {
+            // Last, as in `SotwResponse::encode`.
+            let run = joined::RUNS.get(Entry::Delta, &self.resources, self.entries_len, |buf| {
+                let mut copy = Copy(buf);
+                for r in &self.resources {
+                    put_delta_entry(r, &mut copy);
+                }
+            });
+            sink.run(run);
         }
     }
 }
@@ -699,12 +806,12 @@ mod tests {
             "outbound|80||c",
             vec![vec![1u8, 2].into(), large.clone(), vec![3u8].into()],
         );
-        let bc = SotwResponse {
-            version_info: String::new(),
-            type_url: "t",
-            nonce: String::new(),
-            resources: vec![b.clone(), c.clone()],
-        };
+        let bc = SotwResponse::new(
+            String::new(),
+            "t",
+            String::new(),
+            vec![b.clone(), c.clone()],
+        );
         let chunks = Chunks::frame(&bc);
         // What is sent by reference is what `shared_len` counts (the copy is sized by it).
         let by_reference: usize = chunks
@@ -728,12 +835,12 @@ mod tests {
             chunks.iter().any(|chunk| chunk.as_ptr() == large.as_ptr()),
             "the large piece is not copied"
         );
-        let sotw = SotwResponse {
-            version_info: "v/3".into(),
-            type_url: "type.googleapis.com/envoy.config.cluster.v3.Cluster",
-            nonce: "3-1".into(),
-            resources: vec![a.clone(), b.clone(), c.clone()],
-        };
+        let sotw = SotwResponse::new(
+            "v/3".into(),
+            "type.googleapis.com/envoy.config.cluster.v3.Cluster",
+            "3-1".into(),
+            vec![a.clone(), b.clone(), c.clone()],
+        );
         let buf = unframe(&sotw);
         let decoded = DiscoveryResponse::decode(buf.as_slice()).unwrap();
         assert_eq!(decoded.version_info, "v/3");
@@ -742,13 +849,13 @@ mod tests {
         assert_eq!(decoded.resources, vec![a.any(), b.any(), c.any()]);
         assert_eq!(c.any().value, [&[1u8, 2][..], &large, &[3]].concat());
 
-        let delta = DeltaResponse {
-            system_version_info: "v/4".into(),
-            type_url: sotw.type_url,
-            nonce: "4-2".into(),
-            resources: vec![b.clone()],
-            removed: vec!["outbound|80||a".into()],
-        };
+        let delta = DeltaResponse::new(
+            "v/4".into(),
+            sotw.type_url,
+            "4-2".into(),
+            vec![b.clone()],
+            vec!["outbound|80||a".into()],
+        );
         let buf = unframe(&delta);
         let decoded = DeltaDiscoveryResponse::decode(buf.as_slice()).unwrap();
         assert_eq!(decoded.system_version_info, "v/4");
@@ -760,6 +867,63 @@ mod tests {
             (&*b.name, b.version.as_str())
         );
         assert_eq!(r.resource.as_ref(), Some(&b.any()));
+    }
+
+    #[test]
+    fn large_responses_share_their_encoded_entries_between_frames() {
+        let cds = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
+        let resources: Vec<Arc<Resource>> = (0..400)
+            .map(|i| cluster(&format!("outbound|80||run-{i}.wire-test.svc.cluster.local")))
+            .collect();
+        let delta = |nonce: &str, removed: Vec<String>| {
+            DeltaResponse::new("v/1".into(), cds, nonce.into(), resources.clone(), removed)
+        };
+        let (a, b) = (delta("1-1", vec![]), delta("7-3", vec!["gone".into()]));
+        assert!(a.entries_len >= joined::JOIN_AT);
+        let (fa, fb) = (Chunks::frame(&a), Chunks::frame(&b));
+        let run = |frame: &VecDeque<Bytes>| {
+            let run = frame.iter().find(|c| c.len() == a.entries_len);
+            run.expect("the entries are one chunk").as_ptr()
+        };
+        assert_eq!(
+            run(&fa),
+            run(&fb),
+            "one copy of the entries for both frames"
+        );
+        assert_eq!(
+            a.shared_len(),
+            a.entries_len,
+            "the copied part is sized without it"
+        );
+        let gone = vec!["gone".to_string()];
+        for (response, nonce, removed) in [(&a, "1-1", vec![]), (&b, "7-3", gone)] {
+            let decoded = DeltaDiscoveryResponse::decode(unframe(response).as_slice()).unwrap();
+            assert_eq!(
+                (decoded.nonce.as_str(), decoded.removed_resources),
+                (nonce, removed)
+            );
+            let names: Vec<&str> = decoded.resources.iter().map(|r| r.name.as_str()).collect();
+            let expected: Vec<&str> = resources.iter().map(|r| &*r.name).collect();
+            assert_eq!(names, expected);
+            let last = decoded.resources.last().unwrap();
+            assert_eq!(last.version, resources[399].version);
+            assert_eq!(last.resource.as_ref(), Some(&resources[399].any()));
+        }
+        // State of the world: the same resources as bare `Any`s, a run of their own.
+        let sotw =
+            |nonce: &str| SotwResponse::new("v/1".into(), cds, nonce.into(), resources.clone());
+        let (c, d) = (sotw("2-1"), sotw("9-9"));
+        let (fc, fd) = (Chunks::frame(&c), Chunks::frame(&d));
+        let sotw_run = |frame: &VecDeque<Bytes>| {
+            let run = frame.iter().find(|chunk| chunk.len() == c.entries_len);
+            run.expect("the entries are one chunk").as_ptr()
+        };
+        assert_eq!(sotw_run(&fc), sotw_run(&fd));
+        assert_ne!(sotw_run(&fc), run(&fa));
+        let decoded = DiscoveryResponse::decode(unframe(&d).as_slice()).unwrap();
+        assert_eq!(decoded.nonce, "9-9");
+        let expected: Vec<_> = resources.iter().map(|r| r.any()).collect();
+        assert_eq!(decoded.resources, expected);
     }
 
     /// Polls a response body once, as HTTP/2 does when the stream has room.
@@ -785,13 +949,11 @@ mod tests {
 
     #[test]
     fn framed_bytes_wait_for_the_send_budget_until_they_are_written() {
-        let response = |n: usize| SotwResponse {
-            version_info: String::new(),
-            type_url: "t",
-            nonce: String::new(),
-            resources: (0..n)
+        let response = |n: usize| {
+            let resources = (0..n)
                 .map(|i| cluster(&format!("outbound|80||svc-{i}")))
-                .collect(),
+                .collect();
+            SotwResponse::new(String::new(), "t", String::new(), resources)
         };
         let len = FRAME_HEADER + response(60).encoded_len();
         let held = Gauge::default();

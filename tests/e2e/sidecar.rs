@@ -104,3 +104,52 @@ fn a_header_match_sends_jason_to_v2_and_everyone_else_to_v1() {
         assert_eq!(r.body, "reviews-v1", "Host: {host}");
     }
 }
+
+/// Sidecars of one namespace on a mesh large enough that their configuration goes out as
+/// shared runs of encoded resources (`src/xds/joined.rs`): each Envoy, delta or state of
+/// the world, accepts it and routes, the second delta sidecar is sent the first one's
+/// runs, and once nothing carries them meshd lets them go.
+#[test]
+fn sidecars_sent_shared_runs_of_a_large_configuration_route_with_it() {
+    let dir = temp_dir("sc-shared-runs").join("config");
+    std::fs::create_dir_all(&dir).unwrap();
+    let v1 = Upstream::start("reviews-v1");
+    let port = free_port();
+    let reviews = service_yaml("shop", "reviews", port, &[(&v1, &[("version", "v1")])]);
+    std::fs::write(dir.join("reviews.yaml"), reviews).unwrap();
+    // 300 more services: about 100 KB of clusters, far over a run's 16 KB threshold.
+    let bulk: String = (0..300)
+        .map(|i| format!("---\napiVersion: v1\nkind: Service\nmetadata: {{name: svc-{i}, namespace: bulk}}\nspec: {{clusterIP: 10.98.{}.{}, ports: [{{name: http, port: 9080}}]}}\n", i / 250, i % 250 + 1))
+        .collect();
+    std::fs::write(dir.join("bulk.yaml"), bulk).unwrap();
+    let meshd = Meshd::start(&dir);
+    let envoys = [
+        Envoy::sidecar(&meshd, Ads::Delta, "shop", "productpage"),
+        Envoy::sidecar(&meshd, Ads::Delta, "shop", "productpage"),
+        Envoy::sidecar(&meshd, Ads::Sotw, "shop", "productpage"),
+    ];
+    for envoy in &envoys {
+        wait_until("the sidecar to route", Duration::from_secs(10), || {
+            http_get(&format!("{}:{port}", envoy.ip), "reviews", "/", &[])
+                .is_ok_and(|r| r.status == 200 && r.body == "reviews-v1")
+        });
+        let clusters = envoy
+            .admin("/clusters?format=json")
+            .unwrap()
+            .body
+            .matches("outbound|9080||svc-")
+            .count();
+        assert!(clusters >= 300, "{clusters} bulk clusters in {}", envoy.id);
+    }
+    let runs = |used: &str| meshd.metric(&format!("meshd_xds_shared_runs_total{{use=\"{used}\"}}"));
+    assert!(runs("encoded") >= 2.0, "a delta and a SotW run at least");
+    assert!(
+        runs("reused") >= 1.0,
+        "the second delta sidecar shares the first's"
+    );
+    wait_until(
+        "idle meshd to drop its runs",
+        Duration::from_secs(10),
+        || meshd.metric("meshd_xds_shared_run_bytes") == 0.0,
+    );
+}

@@ -1,0 +1,247 @@
+//! Runs of encoded resources shared by the responses that carry them.
+//!
+//! The proxies of one namespace are sent the same resources: the whole initial
+//! configuration when they connect (1.4 MB per unscoped sidecar on a 1,000-service mesh),
+//! the same new route configuration when a VirtualService changes. Each resource's bytes
+//! are shared already, but most resources are small, so every response copied them into
+//! its own frame: a fifth to a quarter of meshd's CPU in a connect storm and in a
+//! VirtualService push. A run of resources whose entries take at least [`JOIN_AT`] bytes
+//! is now encoded once, and every frame that carries the same run (the same resources,
+//! by identity, in the same order) holds that one copy.
+//!
+//! A run is kept while responses keep carrying it: [`Runs::sweep`] drops those no response
+//! carried for [`KEEP`], so an idle meshd holds none, and the runs kept never take more
+//! than [`CAPACITY`] bytes (a run that does not fit is sent once, as before). Frames being
+//! written hold their own reference, so dropping a run never affects a send.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::{Duration, Instant};
+
+use prost::bytes::{Bytes, BytesMut};
+
+use super::resource::Resource;
+
+/// Entries of a response taking at least this many bytes are sent as a shared run.
+pub const JOIN_AT: usize = 16 * 1024;
+
+/// How long a run is kept after a response last carried it.
+pub const KEEP: Duration = Duration::from_secs(1);
+
+/// The most bytes the kept runs take together.
+pub const CAPACITY: usize = 128 << 20;
+
+/// How a response carries each resource: a delta `Resource`, or a state-of-the-world
+/// `Any` (field 2 in both messages).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(super) enum Entry {
+    Delta,
+    Sotw,
+}
+
+struct Run {
+    resources: Vec<Arc<Resource>>,
+    bytes: Bytes,
+    used: Instant,
+}
+
+/// The runs kept, by how they are encoded and a hash of their resources' addresses.
+pub struct Runs {
+    kept: Mutex<Kept>,
+    capacity: usize,
+    /// Responses whose run was encoded for them, and responses that carried a kept one.
+    pub encoded: AtomicU64,
+    pub reused: AtomicU64,
+}
+
+impl Default for Runs {
+    fn default() -> Self {
+        Runs::with_capacity(CAPACITY)
+    }
+}
+
+#[derive(Default)]
+struct Kept {
+    runs: HashMap<(Entry, u64), Run>,
+    bytes: usize,
+}
+
+/// The runs of this process.
+pub static RUNS: LazyLock<Runs> = LazyLock::new(Runs::default);
+
+/// A hash of the resources' identities (their addresses: a resource is immutable, and a
+/// kept run holds its resources, so an address is not reused while the run is kept).
+fn identity(resources: &[Arc<Resource>]) -> u64 {
+    let mut h = foldhash::fast::FixedState::with_seed(0x6d65_7368).build_hasher();
+    for r in resources {
+        h.write_usize(Arc::as_ptr(r) as usize);
+    }
+    h.write_usize(resources.len());
+    h.finish()
+}
+
+fn same(a: &[Arc<Resource>], b: &[Arc<Resource>]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| Arc::ptr_eq(x, y))
+}
+
+impl Runs {
+    pub fn with_capacity(capacity: usize) -> Runs {
+        Runs {
+            kept: Mutex::default(),
+            capacity,
+            encoded: AtomicU64::new(0),
+            reused: AtomicU64::new(0),
+        }
+    }
+
+    /// The entries of `resources` (`len` bytes, as `encode` writes them): the kept run if
+    /// a response carried the same resources lately, else encoded now and kept.
+    pub(super) fn get(
+        &self,
+        entry: Entry,
+        resources: &[Arc<Resource>],
+        len: usize,
+        encode: impl FnOnce(&mut BytesMut),
+    ) -> Bytes {
+        let key = (entry, identity(resources));
+        let now = Instant::now();
+        if let Some(run) = self.kept.lock().unwrap().runs.get_mut(&key)
+            && same(&run.resources, resources)
+        {
+            run.used = now;
+            self.reused.fetch_add(1, Ordering::Relaxed);
+            return run.bytes.clone();
+        }
+        self.encoded.fetch_add(1, Ordering::Relaxed);
+        let mut buf = BytesMut::with_capacity(len);
+        encode(&mut buf);
+        debug_assert_eq!(buf.len(), len, "a run's length is its entries' length");
+        let bytes = buf.freeze();
+        let mut kept = self.kept.lock().unwrap();
+        if kept.bytes + bytes.len() <= self.capacity {
+            let run = Run {
+                resources: resources.to_vec(),
+                bytes: bytes.clone(),
+                used: now,
+            };
+            kept.bytes += bytes.len();
+            if let Some(old) = kept.runs.insert(key, run) {
+                kept.bytes -= old.bytes.len();
+            }
+        }
+        bytes
+    }
+
+    /// Drops the runs no response carried since `now - KEEP`.
+    pub fn sweep(&self, now: Instant) {
+        let mut kept = self.kept.lock().unwrap();
+        let Kept { runs, bytes } = &mut *kept;
+        runs.retain(|_, run| {
+            let keep = now.saturating_duration_since(run.used) < KEEP;
+            if !keep {
+                *bytes -= run.bytes.len();
+            }
+            keep
+        });
+    }
+
+    /// The bytes of the runs kept now (`meshd_xds_shared_run_bytes`).
+    pub fn bytes(&self) -> usize {
+        self.kept.lock().unwrap().bytes
+    }
+
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.kept.lock().unwrap().runs.len()
+    }
+}
+
+/// Drops runs no longer carried, twice per [`KEEP`], until the runtime ends.
+pub fn spawn_sweeper() -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async {
+        let mut every = tokio::time::interval(KEEP / 2);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            every.tick().await;
+            RUNS.sweep(Instant::now());
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::xds::resource::encode;
+    use envoy_types::pb::envoy::config::cluster::v3::Cluster;
+
+    fn cluster(name: &str) -> Arc<Resource> {
+        encode(
+            name,
+            &Cluster {
+                name: name.into(),
+                ..Default::default()
+            },
+        )
+    }
+
+    fn run(runs: &Runs, entry: Entry, resources: &[Arc<Resource>]) -> Bytes {
+        let encoded: Vec<u8> = resources.iter().flat_map(|r| r.value().to_vec()).collect();
+        runs.get(entry, resources, encoded.len(), |buf| {
+            buf.extend_from_slice(&encoded)
+        })
+    }
+
+    #[test]
+    fn the_same_resources_share_one_run_until_none_carried_it_for_a_while() {
+        let runs = Runs::default();
+        let set: Vec<Arc<Resource>> = (0..3).map(|i| cluster(&format!("c{i}"))).collect();
+        let first = run(&runs, Entry::Delta, &set);
+        let again = run(&runs, Entry::Delta, &set.clone());
+        assert_eq!(
+            first.as_ptr(),
+            again.as_ptr(),
+            "the second response shares the run"
+        );
+        // Equal bytes are not enough: other resources of the same content are another run,
+        // and so are the same resources encoded the other way.
+        let copies: Vec<Arc<Resource>> = (0..3).map(|i| cluster(&format!("c{i}"))).collect();
+        assert_ne!(run(&runs, Entry::Delta, &copies).as_ptr(), first.as_ptr());
+        assert_ne!(run(&runs, Entry::Sotw, &set).as_ptr(), first.as_ptr());
+        let reordered = vec![set[1].clone(), set[0].clone(), set[2].clone()];
+        assert_ne!(
+            run(&runs, Entry::Delta, &reordered).as_ptr(),
+            first.as_ptr()
+        );
+        assert_eq!(runs.len(), 4);
+        let count = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        assert_eq!((count(&runs.encoded), count(&runs.reused)), (4, 1));
+        let held = runs.bytes();
+        assert_eq!(held, 4 * first.len());
+
+        // Carried within KEEP: kept. Not carried for KEEP: dropped, with its bytes.
+        runs.sweep(Instant::now());
+        assert_eq!(runs.len(), 4);
+        run(&runs, Entry::Delta, &set);
+        runs.sweep(Instant::now() + KEEP);
+        assert_eq!((runs.len(), runs.bytes()), (0, 0));
+        // A frame still holding the run's bytes keeps them readable.
+        assert_eq!(first.len(), held / 4);
+        let fresh = run(&runs, Entry::Delta, &set);
+        assert_ne!(fresh.as_ptr(), first.as_ptr(), "encoded again once dropped");
+    }
+
+    #[test]
+    fn runs_beyond_the_capacity_are_sent_but_not_kept() {
+        let set: Vec<Arc<Resource>> = (0..3).map(|i| cluster(&format!("c{i}"))).collect();
+        let len = run(&Runs::default(), Entry::Delta, &set).len();
+        let runs = Runs::with_capacity(len + len / 2);
+        run(&runs, Entry::Delta, &set);
+        let other: Vec<Arc<Resource>> = (0..3).map(|i| cluster(&format!("d{i}"))).collect();
+        let sent = run(&runs, Entry::Delta, &other);
+        assert_eq!(sent.len(), len, "sent whole");
+        assert_eq!((runs.len(), runs.bytes()), (1, len));
+        assert_ne!(run(&runs, Entry::Delta, &other).as_ptr(), sent.as_ptr());
+    }
+}
