@@ -81,6 +81,16 @@ flamegraph:
     cargo bench --locked --bench push --no-run
     scripts/flamegraph.sh
 
+# Profiles of the fleet scenarios whose targets are missed (needs perf and
+# `cargo install inferno`): the connect storm (target 6), a VirtualService push to 5,000
+# proxies and an endpoint push to 10,000 (target 4). Flamegraphs of meshd and of the
+# simulator, and a summary of their hottest functions, in target/flamegraphs/fleet-*.
+flamegraph-fleet:
+    cargo build --release --locked
+    scripts/fleet-flamegraph.sh connect connecting 6 --services 1000 --namespaces 50 --proxies 5000 --connect-rate 2000 --change none
+    scripts/fleet-flamegraph.sh vs "change 1/" 6 --services 1000 --namespaces 50 --proxies 5000 --change vs --changes 5
+    scripts/fleet-flamegraph.sh endpoint "change 1/" 6 --services 1000 --namespaces 50 --proxies 10000 --change endpoint --changes 10 --init-timeout 600s
+
 # Connect storm: new proxies per second, each receiving its full initial config.
 bench-connect proxies="5000" rate="2000":
     just loadgen --services 1000 --namespaces 50 --proxies {{proxies}} --connect-rate {{rate}} --change none --json target/loadgen/connect.json

@@ -125,6 +125,10 @@ pub struct LoadgenArgs {
     /// Write the JSON summary here (it is always printed on stdout).
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Progress as plain lines on stderr even when it is not a terminal (for scripts that
+    /// wait for a phase, such as scripts/fleet-flamegraph.sh).
+    #[arg(long)]
+    pub progress_lines: bool,
 }
 
 /// Percentiles of a sample, in milliseconds.
@@ -386,8 +390,15 @@ struct Simulated {
 }
 
 /// A one-line progress display on a terminal; nothing when stderr is a file or pipe.
+/// Set from `--progress-lines`.
+static PROGRESS_LINES: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 fn progress(line: &str) {
     use std::io::{IsTerminal, Write};
+    if PROGRESS_LINES.load(Ordering::Relaxed) {
+        eprintln!("{line}");
+        return;
+    }
     let mut err = std::io::stderr();
     if err.is_terminal() {
         let _ = write!(err, "\r\x1b[2K{line}");
@@ -630,6 +641,7 @@ async fn storm(
 }
 
 pub fn run(mut args: LoadgenArgs) -> Result<Json, String> {
+    PROGRESS_LINES.store(args.progress_lines, Ordering::Relaxed);
     let shape = Shape {
         services: args.services,
         namespaces: args.namespaces.max(1),
