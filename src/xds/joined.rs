@@ -173,18 +173,7 @@ pub fn spawn_sweeper() -> tokio::task::JoinHandle<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::xds::resource::encode;
-    use envoy_types::pb::envoy::config::cluster::v3::Cluster;
-
-    fn cluster(name: &str) -> Arc<Resource> {
-        encode(
-            name,
-            &Cluster {
-                name: name.into(),
-                ..Default::default()
-            },
-        )
-    }
+    use crate::xds::resource::test_cluster as cluster;
 
     fn run(runs: &Runs, entry: Entry, resources: &[Arc<Resource>]) -> Bytes {
         let encoded: Vec<u8> = resources.iter().flat_map(|r| r.value().to_vec()).collect();

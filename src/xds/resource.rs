@@ -284,6 +284,18 @@ impl View {
     }
 }
 
+/// A cluster of that name and nothing else, encoded (for tests of what carries resources).
+#[cfg(test)]
+pub(super) fn test_cluster(name: &str) -> Arc<Resource> {
+    encode(
+        name,
+        &Cluster {
+            name: name.into(),
+            ..Default::default()
+        },
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

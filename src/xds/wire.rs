@@ -790,22 +790,12 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::xds::resource::encode;
+    use crate::xds::resource::test_cluster as cluster;
     use envoy_types::pb::envoy::config::cluster::v3::Cluster;
     use envoy_types::pb::envoy::service::discovery::v3::{
         DeltaDiscoveryResponse, DiscoveryResponse,
     };
     use prost::Message;
-
-    fn cluster(name: &str) -> Arc<Resource> {
-        encode(
-            name,
-            &Cluster {
-                name: name.into(),
-                ..Default::default()
-            },
-        )
-    }
 
     /// The frame's chunks joined, checked against the gRPC header, without it.
     fn unframe(message: &impl WireMessage) -> Vec<u8> {
