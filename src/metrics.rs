@@ -301,13 +301,13 @@ pub fn process_text() -> String {
             runtime.num_workers() as f64,
         );
     }
+    let runs = &crate::xds::joined::RUNS;
     metric(
         "meshd_xds_shared_run_bytes",
         "gauge",
         "Encoded runs of resources kept to be shared by the responses that carry them.",
-        crate::xds::joined::RUNS.bytes() as f64,
+        runs.bytes() as f64,
     );
-    let runs = &crate::xds::joined::RUNS;
     let _ = write!(
         out,
         "# HELP meshd_xds_shared_runs Responses whose resources went out as a shared run: encoded for the response, or reused from an earlier one.\n# TYPE meshd_xds_shared_runs counter\nmeshd_xds_shared_runs_total{{use=\"encoded\"}} {}\nmeshd_xds_shared_runs_total{{use=\"reused\"}} {}\n",

@@ -179,6 +179,8 @@ struct MeshdFigures {
     /// Delta pushes found by view difference and by comparing every name.
     view_diffs: f64,
     full_diffs: f64,
+    /// Encoded runs meshd keeps to share between responses (`src/xds/joined.rs`).
+    shared_run_bytes: f64,
 }
 
 fn metric(text: &str, name: &str) -> f64 {
@@ -194,16 +196,10 @@ fn meshd_figures(monitoring: &str) -> MeshdFigures {
             cpu_seconds: metric(&text, "process_cpu_seconds_total"),
             view_diffs: metric(&text, "meshd_xds_push_diffs{method=\"view\"}"),
             full_diffs: metric(&text, "meshd_xds_push_diffs{method=\"full\"}"),
+            shared_run_bytes: metric(&text, "meshd_xds_shared_run_bytes"),
         },
         Err(_) => MeshdFigures::default(),
     }
-}
-
-/// `meshd_xds_shared_run_bytes` of the meshd at `monitoring` (0 when it cannot be read).
-fn shared_run_bytes(monitoring: &str) -> f64 {
-    crate::cli::http_get(monitoring, "/metrics")
-        .map(|text| metric(&text, "meshd_xds_shared_run_bytes"))
-        .unwrap_or(0.0)
 }
 
 /// Where the mesh and its changes are written, and so what meshd watches.
@@ -389,10 +385,11 @@ struct Simulated {
     stats: Arc<ProxyStats>,
 }
 
-/// A one-line progress display on a terminal; nothing when stderr is a file or pipe.
 /// Set from `--progress-lines`.
 static PROGRESS_LINES: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
+/// A one-line progress display on a terminal, or plain lines with `--progress-lines`;
+/// otherwise nothing when stderr is a file or pipe.
 fn progress(line: &str) {
     use std::io::{IsTerminal, Write};
     if PROGRESS_LINES.load(Ordering::Relaxed) {
@@ -810,7 +807,7 @@ async fn simulate(
     // between the storm's responses (src/xds/joined.rs), and a second more for the heap
     // to hand the freed memory back.
     let drained = Instant::now() + Duration::from_secs(10);
-    while shared_run_bytes(&args.monitoring) > 0.0 && Instant::now() < drained {
+    while meshd_figures(&args.monitoring).shared_run_bytes > 0.0 && Instant::now() < drained {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     tokio::time::sleep(Duration::from_secs(1)).await;

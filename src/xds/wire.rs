@@ -3,8 +3,9 @@
 //! bodies themselves (`Bytes::from_owner`), and the entries of a large response as a run
 //! encoded once for every response that carries the same resources ([`joined`]). A
 //! thousand proxies receiving the same 500 KB of clusters share one copy of it, and no
-//! stream keeps an encode buffer as large as the largest response it ever sent (tonic's encoder does, which cost ~1 MB per connected
-//! proxy on a 1,000-service mesh). The encoding is
+//! stream keeps an encode buffer as large as the largest response it ever sent (tonic's
+//! encoder does, which cost ~1 MB per connected proxy on a 1,000-service mesh). The
+//! encoding is
 //! `envoy.service.discovery.v3.DiscoveryResponse` / `DeltaDiscoveryResponse` field for
 //! field (a unit test decodes it with the generated types).
 //!
@@ -249,14 +250,40 @@ fn put_any(tag: u32, r: &Arc<Resource>, sink: &mut impl Sink) {
     sink.shared(r);
 }
 
+/// Whether a response's entries (`entries_len` bytes) go out as a shared run.
+fn as_run(entries_len: usize) -> bool {
+    entries_len >= joined::JOIN_AT
+}
+
 /// The bytes of a response's entries sent by reference: all of them as a shared run, or
 /// the large pieces of their values.
 fn entries_shared_len(resources: &[Arc<Resource>], entries_len: usize) -> usize {
-    if entries_len >= joined::JOIN_AT {
+    if as_run(entries_len) {
         entries_len
     } else {
         resources.iter().map(|r| shared_len(r)).sum()
     }
+}
+
+/// A response's entries as a shared run, if they are large enough ([`joined`]), each
+/// written by `put`; else `None`, and the caller writes them one by one. The run goes last
+/// in the frame (protobuf fields may come in any order), so that the response is whole
+/// once its last chunk is written: a small chunk after it waited for the stream's task to
+/// be polled again, behind every other stream.
+fn shared_run(
+    entry: Entry,
+    resources: &[Arc<Resource>],
+    entries_len: usize,
+    put: impl Fn(&Arc<Resource>, &mut Copy<'_>),
+) -> Option<Bytes> {
+    as_run(entries_len).then(|| {
+        joined::RUNS.get(entry, resources, entries_len, |buf| {
+            let mut copy = Copy(buf);
+            for r in resources {
+                put(r, &mut copy);
+            }
+        })
+    })
 }
 
 impl WireMessage for SotwResponse {
@@ -273,26 +300,19 @@ impl WireMessage for SotwResponse {
 
     fn encode(&self, sink: &mut impl Sink) {
         put_string(1, &self.version_info, sink.buf());
-        if self.entries_len >= joined::JOIN_AT {
-            // The run goes last (protobuf fields may come in any order), so that the
-            // response is whole once its last chunk is written: a small chunk after it
-            // waited for the stream's task to be polled again, behind every other stream.
-            put_string(4, self.type_url, sink.buf());
-            put_string(5, &self.nonce, sink.buf());
-            let run = joined::RUNS.get(Entry::Sotw, &self.resources, self.entries_len, |buf| {
-                let mut copy = Copy(buf);
-                for r in &self.resources {
-                    put_any(2, r, &mut copy);
-                }
-            });
-            sink.run(run);
-            return;
-        }
-        for r in &self.resources {
-            put_any(2, r, sink);
+        let run = shared_run(Entry::Sotw, &self.resources, self.entries_len, |r, c| {
+            put_any(2, r, c)
+        });
+        if run.is_none() {
+            for r in &self.resources {
+                put_any(2, r, sink);
+            }
         }
         put_string(4, self.type_url, sink.buf());
         put_string(5, &self.nonce, sink.buf());
+        if let Some(run) = run {
+            sink.run(run);
+        }
     }
 }
 
@@ -326,8 +346,10 @@ impl WireMessage for DeltaResponse {
 
     fn encode(&self, sink: &mut impl Sink) {
         put_string(1, &self.system_version_info, sink.buf());
-        let run = self.entries_len >= joined::JOIN_AT;
-        if !run {
+        let run = shared_run(Entry::Delta, &self.resources, self.entries_len, |r, c| {
+            put_delta_entry(r, c)
+        });
+        if run.is_none() {
             for r in &self.resources {
                 put_delta_entry(r, sink);
             }
@@ -337,14 +359,7 @@ impl WireMessage for DeltaResponse {
         for n in &self.removed {
             put_string(6, n, sink.buf());
         }
-        if run {
-            // Last, as in `SotwResponse::encode`.
-            let run = joined::RUNS.get(Entry::Delta, &self.resources, self.entries_len, |buf| {
-                let mut copy = Copy(buf);
-                for r in &self.resources {
-                    put_delta_entry(r, &mut copy);
-                }
-            });
+        if let Some(run) = run {
             sink.run(run);
         }
     }
