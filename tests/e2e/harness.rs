@@ -929,6 +929,15 @@ impl Drop for Workload {
 
 /// A Kubernetes Service with one EndpointSlice per upstream (each upstream listens on its
 /// own port) and a Pod per upstream carrying its labels.
+/// `n` endpoint-less Services (`svc-0` ... on port 8080) in namespace `bulk`, in one file
+/// of `dir`.
+pub fn many_services(dir: &Path, n: usize) {
+    let yaml: String = (0..n)
+        .map(|i| format!("---\napiVersion: v1\nkind: Service\nmetadata: {{name: svc-{i}, namespace: bulk}}\nspec: {{clusterIP: 10.97.{}.{}, ports: [{{name: http, port: 8080}}]}}\n", i / 250, i % 250 + 1))
+        .collect();
+    std::fs::write(dir.join("bulk.yaml"), yaml).unwrap();
+}
+
 pub fn service_yaml(
     namespace: &str,
     name: &str,

@@ -409,14 +409,6 @@ fn small_mesh(name: &str) -> std::path::PathBuf {
     dir
 }
 
-/// `n` endpoint-less Services in namespace `bulk`, in one file.
-fn many_services(dir: &std::path::Path, n: usize) {
-    let yaml: String = (0..n)
-        .map(|i| format!("---\napiVersion: v1\nkind: Service\nmetadata: {{name: svc-{i}, namespace: bulk}}\nspec: {{clusterIP: 10.97.{}.{}, ports: [{{name: http, port: 8080}}]}}\n", i / 250, i % 250 + 1))
-        .collect();
-    std::fs::write(dir.join("bulk.yaml"), yaml).unwrap();
-}
-
 /// Opens a delta stream as a sidecar of `shop` and waits for the first CDS answer; the
 /// returned sender keeps the stream open.
 async fn open_stream(

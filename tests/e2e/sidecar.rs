@@ -118,10 +118,7 @@ fn sidecars_sent_shared_runs_of_a_large_configuration_route_with_it() {
     let reviews = service_yaml("shop", "reviews", port, &[(&v1, &[("version", "v1")])]);
     std::fs::write(dir.join("reviews.yaml"), reviews).unwrap();
     // 300 more services: about 100 KB of clusters, far over a run's 16 KB threshold.
-    let bulk: String = (0..300)
-        .map(|i| format!("---\napiVersion: v1\nkind: Service\nmetadata: {{name: svc-{i}, namespace: bulk}}\nspec: {{clusterIP: 10.98.{}.{}, ports: [{{name: http, port: 9080}}]}}\n", i / 250, i % 250 + 1))
-        .collect();
-    std::fs::write(dir.join("bulk.yaml"), bulk).unwrap();
+    many_services(&dir, 300);
     let meshd = Meshd::start(&dir);
     let envoys = [
         Envoy::sidecar(&meshd, Ads::Delta, "shop", "productpage"),
@@ -137,7 +134,7 @@ fn sidecars_sent_shared_runs_of_a_large_configuration_route_with_it() {
             .admin("/clusters?format=json")
             .unwrap()
             .body
-            .matches("outbound|9080||svc-")
+            .matches("outbound|8080||svc-")
             .count();
         assert!(clusters >= 300, "{clusters} bulk clusters in {}", envoy.id);
     }
