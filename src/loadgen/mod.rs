@@ -10,6 +10,7 @@
 
 pub mod apiserver;
 pub mod proxy;
+mod read_ahead;
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -322,6 +323,37 @@ fn free_port() -> Result<u16, String> {
 
 /// Starts meshd (this binary) on the source and free local ports, and points `args` at
 /// it.
+/// Opens a simulated proxy's connection to meshd's xDS address: TCP with `TCP_NODELAY`, as
+/// Envoy connects, read through [`read_ahead::ReadAhead`].
+#[derive(Clone)]
+struct Connector(String);
+
+impl tonic::codegen::Service<tonic::codegen::http::Uri> for Connector {
+    type Response = hyper_util::rt::TokioIo<read_ahead::ReadAhead<tokio::net::TcpStream>>;
+    type Error = std::io::Error;
+    type Future = std::pin::Pin<
+        Box<dyn std::future::Future<Output = std::io::Result<Self::Response>> + Send>,
+    >;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: tonic::codegen::http::Uri) -> Self::Future {
+        let address = self.0.clone();
+        Box::pin(async move {
+            let stream = tokio::net::TcpStream::connect(&address).await?;
+            stream.set_nodelay(true)?;
+            Ok(hyper_util::rt::TokioIo::new(read_ahead::ReadAhead::new(
+                stream,
+            )))
+        })
+    }
+}
+
 fn spawn_meshd(args: &mut LoadgenArgs, source: &Source) -> Result<Spawned, String> {
     let ports = [free_port()?, free_port()?, free_port()?];
     args.xds = format!("127.0.0.1:{}", ports[0]);
@@ -697,8 +729,7 @@ async fn simulate(
             channel = Some(
                 tonic::transport::Endpoint::from_shared(format!("http://{}", args.xds))
                     .map_err(|e| e.to_string())?
-                    .tcp_nodelay(true)
-                    .connect_lazy(),
+                    .connect_with_connector_lazy(Connector(args.xds.clone())),
             );
         }
         let (id, namespace, meta) = if i < args.proxies {
