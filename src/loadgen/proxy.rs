@@ -60,18 +60,72 @@ struct AnyBody {
     value: Bytes,
 }
 
-/// `envoy.service.discovery.v3.Resource`, as meshd fills it. Its name and version are
-/// slices of the frame too, not `String`s: an unscoped proxy's initial configuration has
-/// ~2,100 resources, and allocating, copying and checking the UTF-8 of their names,
-/// versions and type URLs was a fifth of the simulator's CPU in a connect storm.
-#[derive(Clone, PartialEq, Message)]
-struct DeltaResource {
-    #[prost(bytes = "bytes", tag = "1")]
-    version: Bytes,
-    #[prost(message, optional, tag = "2")]
-    resource: Option<AnyBody>,
-    #[prost(bytes = "bytes", tag = "3")]
-    name: Bytes,
+/// One `envoy.service.discovery.v3.Resource` of a delta response, read in place: its name,
+/// version and body are borrowed from the frame. An unscoped proxy's initial configuration
+/// has ~2,100 resources; decoded as `String`s (three allocations, copies and UTF-8 checks
+/// each) they were a fifth of the simulator's CPU in a connect storm, and as a list of
+/// decoded resources (`Bytes`, a reference count each) the list's memory and the counts
+/// were another.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct ResourceRef<'a> {
+    name: &'a [u8],
+    version: &'a [u8],
+    /// The `Any`'s value, if the resource has one.
+    body: Option<&'a [u8]>,
+}
+
+impl<'a> ResourceRef<'a> {
+    /// Reads an encoded `Resource`: fields 1 (version), 2 (`Any`: 2 is its value) and 3
+    /// (name); anything else is skipped. `None` if it does not parse.
+    fn parse(mut raw: &'a [u8]) -> Option<ResourceRef<'a>> {
+        let mut r = ResourceRef::default();
+        while !raw.is_empty() {
+            let (tag, value) = next_field(&mut raw)?;
+            match (tag, value) {
+                (1, Some(v)) => r.version = v,
+                (3, Some(v)) => r.name = v,
+                (2, Some(mut any)) => {
+                    while !any.is_empty() {
+                        if let (2, Some(v)) = next_field(&mut any)? {
+                            r.body = Some(v);
+                        }
+                    }
+                    r.body.get_or_insert(&[]);
+                }
+                _ => {}
+            }
+        }
+        Some(r)
+    }
+}
+
+/// The next field of `buf`: its tag, and its bytes if length-delimited (`None` for a
+/// varint or fixed-width field, which is skipped). `None` if it does not parse.
+fn next_field<'a>(buf: &mut &'a [u8]) -> Option<(u32, Option<&'a [u8]>)> {
+    use prost::encoding::{WireType, decode_key, decode_varint};
+    let (tag, wire_type) = decode_key(buf).ok()?;
+    match wire_type {
+        WireType::LengthDelimited => {
+            let len = usize::try_from(decode_varint(buf).ok()?).ok()?;
+            let value = buf.get(..len)?;
+            *buf = &buf[len..];
+            Some((tag, Some(value)))
+        }
+        WireType::Varint => {
+            decode_varint(buf).ok()?;
+            Some((tag, None))
+        }
+        WireType::SixtyFourBit | WireType::ThirtyTwoBit => {
+            let width = if wire_type == WireType::SixtyFourBit {
+                8
+            } else {
+                4
+            };
+            *buf = buf.get(width..)?;
+            Some((tag, None))
+        }
+        WireType::StartGroup | WireType::EndGroup => None,
+    }
 }
 
 /// `envoy.service.discovery.v3.DeltaDiscoveryRequest`, its subscribed names slices of the
@@ -93,19 +147,29 @@ struct DeltaRequest {
     error_detail: Option<RpcStatus>,
 }
 
-/// `envoy.service.discovery.v3.DeltaDiscoveryResponse`, as meshd fills it.
+/// `envoy.service.discovery.v3.DeltaDiscoveryResponse`, as meshd fills it; its resources
+/// still encoded, each a slice of the frame (read with [`DeltaResponse::each`]).
 #[derive(Clone, PartialEq, Message)]
 struct DeltaResponse {
     #[prost(string, tag = "1")]
     system_version_info: String,
-    #[prost(message, repeated, tag = "2")]
-    resources: Vec<DeltaResource>,
+    #[prost(bytes = "bytes", repeated, tag = "2")]
+    resources: Vec<Bytes>,
     #[prost(string, tag = "4")]
     type_url: String,
     #[prost(string, tag = "5")]
     nonce: String,
     #[prost(string, repeated, tag = "6")]
     removed_resources: Vec<String>,
+}
+
+impl DeltaResponse {
+    /// Its resources, read in place (those that do not parse are left out).
+    fn each(&self) -> impl Iterator<Item = ResourceRef<'_>> {
+        self.resources
+            .iter()
+            .filter_map(|raw| ResourceRef::parse(raw))
+    }
 }
 
 /// `envoy.service.discovery.v3.DiscoveryResponse`, as meshd fills it.
@@ -254,12 +318,11 @@ impl Holding {
     fn learn(&mut self, resp: &DeltaResponse) {
         // Changes are only kept against a first answer.
         if self.first.is_none() {
-            self.first = Some(shared_first_answer(&resp.resources));
+            self.first = Some(shared_first_answer(resp));
             return;
         }
-        for r in &resp.resources {
-            self.since
-                .insert(r.name[..].into(), Some(r.version[..].into()));
+        for r in resp.each() {
+            self.since.insert(r.name.into(), Some(r.version.into()));
         }
         for name in &resp.removed_resources {
             if self.get(name.as_bytes()).is_some() {
@@ -294,24 +357,26 @@ static FIRST_ANSWERS: LazyLock<Mutex<foldhash::HashMap<u128, Weak<VersionMap>>>>
 /// sent the same. An answer is known by its hash: comparing each name with the known
 /// answer's took a tenth of the simulator's CPU in a connect storm, and two different
 /// answers of one mesh share a 128-bit hash with a chance of about 2^-128.
-fn shared_first_answer(resources: &[DeltaResource]) -> Arc<VersionMap> {
+fn shared_first_answer(resp: &DeltaResponse) -> Arc<VersionMap> {
     let mut hasher = xxhash_rust::xxh3::Xxh3::new();
-    for r in resources {
+    let mut count = 0;
+    for r in resp.each() {
         // Lengths first, so that no two different lists hash the same bytes.
         hasher.update(&(r.name.len() as u64).to_le_bytes());
-        hasher.update(&r.name);
+        hasher.update(r.name);
         hasher.update(&(r.version.len() as u64).to_le_bytes());
-        hasher.update(&r.version);
+        hasher.update(r.version);
+        count += 1;
     }
     let key = hasher.digest128();
     let mut answers = FIRST_ANSWERS.lock().unwrap();
     if let Some(known) = answers.get(&key).and_then(Weak::upgrade)
-        && known.len() == resources.len()
+        && known.len() == count
     {
         return known;
     }
-    let map: VersionMap = (resources.iter())
-        .map(|r| (r.name[..].into(), r.version[..].into()))
+    let map: VersionMap = (resp.each())
+        .map(|r| (r.name.into(), r.version.into()))
         .collect();
     if answers.len() >= 4096 {
         answers.retain(|_, known| known.strong_count() > 0);
@@ -389,10 +454,10 @@ struct Names {
 
 impl Names {
     /// Learns from one response (names and bodies); returns the EDS / RDS names to add.
-    fn learn(
+    fn learn<'a>(
         &mut self,
         type_url: &str,
-        resources: &[(Bytes, &[u8])],
+        resources: impl IntoIterator<Item = (&'a [u8], &'a [u8])>,
         asking: Asking,
     ) -> (Vec<Bytes>, Vec<String>) {
         self.seen_types.insert(type_url.to_string());
@@ -411,7 +476,7 @@ impl Names {
                     }
                 };
                 if new {
-                    eds.push(name.clone());
+                    eds.push(Bytes::copy_from_slice(name));
                 }
             }
         } else if type_url == LISTENER_TYPE {
@@ -436,10 +501,10 @@ impl Names {
     }
 }
 
-fn note(
+fn note<'a>(
     stats: &ProxyStats,
     marker: &watch::Receiver<Option<Marker>>,
-    bodies: &[&[u8]],
+    mut bodies: impl Iterator<Item = &'a [u8]>,
     bytes: usize,
 ) {
     stats.responses.fetch_add(1, Ordering::Relaxed);
@@ -447,9 +512,8 @@ fn note(
     let current = marker.borrow().clone();
     if let Some(m) = current
         && stats.converged_marker.load(Ordering::Relaxed) != m.id
-        && bodies
-            .iter()
-            .any(|b| memchr::memmem::find(b, &m.text).is_some())
+        && let finder = memchr::memmem::Finder::new(&m.text)
+        && bodies.any(|b| finder.find(b).is_some())
     {
         stats
             .converged_after_us
@@ -508,15 +572,15 @@ async fn run_delta(
     let mut stream = open::<_, DeltaResponse>(channel, DELTA_ADS, rx).await?;
     let mut counted = false;
     while let Some(resp) = stream.message().await.map_err(|e| e.to_string())? {
-        let resources: Vec<(Bytes, &[u8])> = resp
-            .resources
-            .iter()
-            .filter_map(|r| r.resource.as_ref().map(|a| (r.name.clone(), &a.value[..])))
-            .collect();
-        let bodies: Vec<&[u8]> = resources.iter().map(|(_, b)| *b).collect();
-        note(&stats, &marker, &bodies, resp.encoded_len());
+        let resources = || resp.each().filter_map(|r| Some((r.name, r.body?)));
+        note(
+            &stats,
+            &marker,
+            resources().map(|(_, b)| b),
+            resp.encoded_len(),
+        );
         let asking = Asking::Held(versions.get(CLUSTER_TYPE));
-        let (eds, rds) = names.learn(&resp.type_url, &resources, asking);
+        let (eds, rds) = names.learn(&resp.type_url, resources(), asking);
         let nack = spec.nack_routes && resp.type_url == ROUTE_TYPE;
         if !nack {
             Held::learn(versions, &resp); // a rejected response is not held, as in Envoy
@@ -591,14 +655,13 @@ async fn run_sotw(
     // SotW: the last accepted version per type, to ACK with.
     let mut versions: BTreeMap<String, String> = BTreeMap::new();
     while let Some(resp) = stream.message().await.map_err(|e| e.to_string())? {
-        let bodies: Vec<&[u8]> = resp.resources.iter().map(|a| &a.value[..]).collect();
-        note(&stats, &marker, &bodies, resp.encoded_len());
+        let bodies = || resp.resources.iter().map(|a| &a.value[..]);
+        note(&stats, &marker, bodies(), resp.encoded_len());
         // SotW resources carry no names outside their bodies: CDS names come from the
         // Cluster, which is cheap to read for its first field only.
-        let resources: Vec<(Bytes, &[u8])> = (bodies.iter())
-            .map(|b| (Bytes::from(resource_name(b)), *b))
-            .collect();
-        let (eds, rds) = names.learn(&resp.type_url, &resources, Asking::Listed);
+        let named: Vec<(String, &[u8])> = bodies().map(|b| (resource_name(b), b)).collect();
+        let resources = named.iter().map(|(n, b)| (n.as_bytes(), *b));
+        let (eds, rds) = names.learn(&resp.type_url, resources, Asking::Listed);
         let nack = spec.nack_routes && resp.type_url == ROUTE_TYPE;
         let subscribed = match resp.type_url.as_str() {
             t if t == ENDPOINT_TYPE => names.clusters.clone(),
@@ -662,16 +725,23 @@ mod tests {
         }
     }
 
+    /// A `Resource` as meshd encodes it, without a body.
+    fn encoded(name: &str, version: &str) -> Bytes {
+        Resource {
+            name: name.into(),
+            version: version.into(),
+            ..Default::default()
+        }
+        .encode_to_vec()
+        .into()
+    }
+
     #[test]
     fn proxies_sent_the_same_first_answer_share_it_and_keep_only_their_changes() {
         let answer = |held: &[(&str, &str)], removed: &[&str]| DeltaResponse {
             type_url: CLUSTER_TYPE.into(),
             resources: (held.iter())
-                .map(|(name, version)| DeltaResource {
-                    name: Bytes::copy_from_slice(name.as_bytes()),
-                    version: Bytes::copy_from_slice(version.as_bytes()),
-                    resource: None,
-                })
+                .map(|(name, version)| encoded(name, version))
                 .collect(),
             removed_resources: removed.iter().map(|n| n.to_string()).collect(),
             ..Default::default()
@@ -745,15 +815,15 @@ mod tests {
 
     #[test]
     fn a_delta_proxy_asks_for_new_clusters_endpoints_without_listing_them() {
-        let cds: [(Bytes, &[u8]); 3] = [
-            (Bytes::from("outbound|80||a.asking-test"), b""),
-            (Bytes::from("outbound|80||b.asking-test"), b""),
-            (Bytes::from("BlackHoleCluster"), b""),
+        let cds: [(&[u8], &[u8]); 3] = [
+            (b"outbound|80||a.asking-test", b""),
+            (b"outbound|80||b.asking-test", b""),
+            (b"BlackHoleCluster", b""),
         ];
         let wanted = ["outbound|80||a.asking-test", "outbound|80||b.asking-test"];
         // Delta, first CDS answer: nothing held yet, nothing listed.
         let mut delta = Names::default();
-        let (eds, _) = delta.learn(CLUSTER_TYPE, &cds, Asking::Held(None));
+        let (eds, _) = delta.learn(CLUSTER_TYPE, cds, Asking::Held(None));
         assert_eq!(eds, wanted);
         assert!(
             delta.clusters.is_empty(),
@@ -764,26 +834,52 @@ mod tests {
         held.learn(&DeltaResponse {
             type_url: CLUSTER_TYPE.into(),
             resources: (cds.iter())
-                .map(|(name, _)| DeltaResource {
-                    name: name.clone(),
-                    version: Bytes::from("1"),
-                    resource: None,
-                })
+                .map(|(name, _)| encoded(std::str::from_utf8(name).unwrap(), "1"))
                 .collect(),
             ..Default::default()
         });
-        let later: [(Bytes, &[u8]); 2] = [
-            (cds[0].0.clone(), b""),
-            (Bytes::from("outbound|80||c.asking-test"), b""),
-        ];
-        let (eds, _) = delta.learn(CLUSTER_TYPE, &later, Asking::Held(Some(&held)));
+        let later: [(&[u8], &[u8]); 2] = [(cds[0].0, b""), (b"outbound|80||c.asking-test", b"")];
+        let (eds, _) = delta.learn(CLUSTER_TYPE, later, Asking::Held(Some(&held)));
         assert_eq!(eds, ["outbound|80||c.asking-test"]);
         assert!(delta.clusters.is_empty());
         // State of the world lists what it asks for, and asks once.
         let mut sotw = Names::default();
-        assert_eq!(sotw.learn(CLUSTER_TYPE, &cds, Asking::Listed).0, wanted);
+        assert_eq!(sotw.learn(CLUSTER_TYPE, cds, Asking::Listed).0, wanted);
         assert_eq!(sotw.clusters.len(), 2);
-        assert!(sotw.learn(CLUSTER_TYPE, &cds, Asking::Listed).0.is_empty());
+        assert!(sotw.learn(CLUSTER_TYPE, cds, Asking::Listed).0.is_empty());
+    }
+
+    #[test]
+    fn a_resource_is_read_in_place_whatever_else_it_carries() {
+        let full = Resource {
+            name: "outbound|80||a.read-test".into(),
+            version: "0a0b".into(),
+            resource: Some(any(b"body")),
+            aliases: vec!["an alias".into()],
+            ttl: Some(envoy_types::pb::google::protobuf::Duration {
+                seconds: 5,
+                nanos: 0,
+            }),
+            ..Default::default()
+        }
+        .encode_to_vec();
+        // Fixed-width fields are skipped too.
+        let mut raw = full.clone();
+        raw.extend([0x49, 1, 2, 3, 4, 5, 6, 7, 8]); // field 9, 64-bit
+        raw.extend([0x55, 1, 2, 3, 4]); // field 10, 32-bit
+        let r = ResourceRef::parse(&raw).unwrap();
+        assert_eq!(
+            (r.name, r.version, r.body),
+            (
+                &b"outbound|80||a.read-test"[..],
+                &b"0a0b"[..],
+                Some(&b"body"[..])
+            )
+        );
+        // A resource without a body, and one cut short.
+        let bare = encoded("n", "v");
+        assert_eq!(ResourceRef::parse(&bare).unwrap().body, None);
+        assert_eq!(ResourceRef::parse(&full[..full.len() - 2]), None);
     }
 
     #[test]
@@ -812,14 +908,20 @@ mod tests {
             ),
             (ROUTE_TYPE, "2-1", &["9090".to_string()][..])
         );
-        let r = &got.resources[0];
-        assert_eq!((&r.name[..], &r.version[..]), (&b"8080"[..], &b"00ff"[..]));
-        let value = &r.resource.as_ref().unwrap().value;
-        assert_eq!(value[..], body[..]);
+        let r: Vec<ResourceRef> = got.each().collect();
+        let value = r[0].body.unwrap();
+        assert_eq!(
+            (r.len(), r[0].name, r[0].version, value),
+            (1, &b"8080"[..], &b"00ff"[..], &body[..])
+        );
         let within = frame.as_ptr_range();
-        assert!(within.contains(&value.as_ptr()), "the body is not copied");
-        assert!(within.contains(&r.name.as_ptr()), "nor the name");
-        assert!(within.contains(&r.version.as_ptr()), "nor the version");
+        for (what, field) in [
+            ("body", value),
+            ("name", r[0].name),
+            ("version", r[0].version),
+        ] {
+            assert!(within.contains(&field.as_ptr()), "the {what} is not copied");
+        }
         assert_eq!(
             got.encoded_len(),
             frame.len(),
