@@ -128,9 +128,9 @@ fn next_field<'a>(buf: &mut &'a [u8]) -> Option<(u32, Option<&'a [u8]>)> {
     }
 }
 
-/// `envoy.service.discovery.v3.DeltaDiscoveryRequest`, its subscribed names slices of the
-/// responses that named them (a delta proxy's first EDS subscription names every cluster
-/// of its first CDS answer).
+/// `envoy.service.discovery.v3.DeltaDiscoveryRequest`, its subscribed names as bytes: copied
+/// from the responses that named them without a UTF-8 check (a delta proxy's first EDS
+/// subscription names every cluster of its first CDS answer).
 #[derive(Clone, PartialEq, Message)]
 struct DeltaRequest {
     #[prost(message, optional, tag = "1")]
