@@ -321,8 +321,6 @@ fn free_port() -> Result<u16, String> {
         .map_err(|e| e.to_string())
 }
 
-/// Starts meshd (this binary) on the source and free local ports, and points `args` at
-/// it.
 /// Opens a simulated proxy's connection to meshd's xDS address: TCP with `TCP_NODELAY`, as
 /// Envoy connects, read through [`read_ahead::ReadAhead`].
 #[derive(Clone)]
@@ -354,6 +352,8 @@ impl tonic::codegen::Service<tonic::codegen::http::Uri> for Connector {
     }
 }
 
+/// Starts meshd (this binary) on the source and free local ports, and points `args` at
+/// it.
 fn spawn_meshd(args: &mut LoadgenArgs, source: &Source) -> Result<Spawned, String> {
     let ports = [free_port()?, free_port()?, free_port()?];
     args.xds = format!("127.0.0.1:{}", ports[0]);

@@ -66,9 +66,10 @@ impl<T: AsyncRead + Unpin> AsyncRead for ReadAhead<T> {
         let n = ahead.filled().len();
         // SAFETY: the first `n` bytes of `buf`'s spare capacity were filled by the read.
         unsafe { buf.set_len(n) };
-        this.buf = buf;
-        this.taken = 0;
         if n > 0 {
+            // Nothing is kept at the end of the stream (n = 0).
+            this.buf = buf;
+            this.taken = 0;
             this.hand_out(dst);
         }
         Poll::Ready(Ok(()))
@@ -141,5 +142,8 @@ mod tests {
             assert_eq!(r.buf.capacity(), 0);
         }
         assert_eq!(got, sent);
+        // At the end of the stream a small read keeps no buffer either.
+        assert_eq!(r.read(&mut small).await.unwrap(), 0);
+        assert_eq!(r.buf.capacity(), 0);
     }
 }

@@ -927,8 +927,6 @@ impl Drop for Workload {
 
 // ------------------------------------------------------------------ config
 
-/// A Kubernetes Service with one EndpointSlice per upstream (each upstream listens on its
-/// own port) and a Pod per upstream carrying its labels.
 /// `n` endpoint-less Services (`svc-0` ... on port 8080) in namespace `bulk`, in one file
 /// of `dir`.
 pub fn many_services(dir: &Path, n: usize) {
@@ -938,6 +936,8 @@ pub fn many_services(dir: &Path, n: usize) {
     std::fs::write(dir.join("bulk.yaml"), yaml).unwrap();
 }
 
+/// A Kubernetes Service with one EndpointSlice per upstream (each upstream listens on its
+/// own port) and a Pod per upstream carrying its labels.
 pub fn service_yaml(
     namespace: &str,
     name: &str,
