@@ -16,6 +16,8 @@ use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 use tokio_stream::wrappers::ReceiverStream;
 
+use crate::xds::cork::Corked;
+
 /// How long a client has to finish the TLS handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -84,7 +86,7 @@ pub fn client_config(
 pub fn incoming(
     listener: TcpListener,
     configs: watch::Receiver<Arc<rustls::ServerConfig>>,
-) -> ReceiverStream<std::io::Result<TlsStream<TcpStream>>> {
+) -> ReceiverStream<std::io::Result<TlsStream<Corked<TcpStream>>>> {
     let (tx, rx) = mpsc::channel(64);
     tokio::spawn(async move {
         loop {
@@ -102,9 +104,11 @@ pub fn incoming(
             }
             // As tonic does for its own listeners: small gRPC frames must not wait for
             // Nagle's algorithm and the peer's delayed ACK (40 ms a response).
+            // Large responses are still sent in full segments: see [`Corked`].
             let _ = tcp.set_nodelay(true);
             let tx = tx.clone();
             tokio::spawn(async move {
+                let tcp = Corked::new(tcp);
                 match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
                     Ok(Ok(tls)) => {
                         let _ = tx.send(Ok(tls)).await;

@@ -7,6 +7,7 @@
 pub mod cache;
 pub mod canonical;
 pub mod connection;
+pub mod cork;
 pub mod delta;
 pub mod dump;
 pub mod joined;
@@ -294,11 +295,15 @@ pub fn server_builder(settings: &PushSettings) -> tonic::transport::Server {
 
 /// The connections accepted on the plaintext xDS port, with `TCP_NODELAY` set as Go (and
 /// so istiod), Envoy and meshd's TLS port set it: without it, a small response written
-/// while an earlier one is still unacknowledged waits for the proxy's ACK (Nagle).
+/// while an earlier one is still unacknowledged waits for the proxy's ACK (Nagle). Bursts
+/// of writes are [`cork::Corked`], so that a large response still leaves in full segments.
 pub fn plaintext_incoming(
     listener: tokio::net::TcpListener,
-) -> tonic::transport::server::TcpIncoming {
-    tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true))
+) -> impl tokio_stream::Stream<Item = std::io::Result<cork::Corked<tokio::net::TcpStream>>> {
+    use tokio_stream::StreamExt;
+    tonic::transport::server::TcpIncoming::from(listener)
+        .with_nodelay(Some(true))
+        .map(|accepted| accepted.map(cork::Corked::new))
 }
 
 /// Responses buffered per stream before back-pressure holds the sender.
@@ -350,6 +355,9 @@ mod tests {
         let mut incoming = super::plaintext_incoming(listener);
         let _client = tokio::net::TcpStream::connect(address).await.unwrap();
         let accepted = incoming.next().await.unwrap().unwrap();
-        assert!(accepted.nodelay().unwrap(), "TCP_NODELAY is not set");
+        assert!(
+            accepted.get_ref().nodelay().unwrap(),
+            "TCP_NODELAY is not set"
+        );
     }
 }
