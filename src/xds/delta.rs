@@ -63,19 +63,25 @@ async fn handle(conn: &mut Connection, req: DeltaDiscoveryRequest, tx: &Tx) -> R
         let view = conn.view();
         if asks_for_exactly(&req, kind, &view) {
             // What a new proxy asks first: the view's whole set (and what a reconnecting
-            // one asks, holding all of it already). Its watch starts compact on the view
+            // one asks, holding the same names). Its watch starts compact on the view
             // rather than building per-name maps only to drop them.
-            let send = match holds_of(&req, kind, &view) {
-                Some(Holds::Nothing) => view.all(kind).values().cloned().collect(),
-                Some(Holds::All) => Vec::new(),
-                None => return handle_in_full(conn, kind, req, tx).await,
+            let Some(send) = missing_from(&req, kind, &view) else {
+                return handle_in_full(conn, kind, req, tx).await;
             };
             let w = &mut conn.watches[idx];
             w.subscribed = true;
             w.wildcard = kind.wildcard();
             w.basis = Some(view.clone());
             w.compact = true;
-            respond(conn, kind, send, Vec::new(), None, true, tx).await?;
+            respond(
+                conn,
+                kind,
+                send,
+                Vec::new(),
+                Answer::Request { always: true },
+                tx,
+            )
+            .await?;
             conn.settle_basis(&view, kind, true);
             return Ok(());
         }
@@ -141,7 +147,15 @@ async fn handle_in_full(
     }
     if let Some(view) = view {
         let (changed, removed) = conn.diff(&view, kind);
-        respond(conn, kind, changed, removed, None, first, tx).await?;
+        respond(
+            conn,
+            kind,
+            changed,
+            removed,
+            Answer::Request { always: first },
+            tx,
+        )
+        .await?;
         // A proxy that now holds exactly this view gets the next push as a view difference.
         conn.settle_basis(&view, kind, false);
     }
@@ -169,37 +183,65 @@ fn asks_for_exactly(req: &DeltaDiscoveryRequest, kind: TypeKind, view: &View) ->
     names.len() == all.len() && names.iter().zip(all.keys()).all(|(a, b)| *a == &**b)
 }
 
-/// What the proxy of a first request holds of a view's set.
-enum Holds {
-    Nothing,
-    /// Every resource, at the view's version (`initial_resource_versions` on reconnect).
-    All,
-}
-
-fn holds_of(req: &DeltaDiscoveryRequest, kind: TypeKind, view: &View) -> Option<Holds> {
+/// What the proxy of a first request lacks of a view's set, when it holds nothing or
+/// exactly the view's names: every resource it does not hold at the view's version
+/// (`initial_resource_versions` on reconnect; a resource it was pushed is named with an
+/// empty version, see [`respond`]). `None` when it holds other names.
+fn missing_from(
+    req: &DeltaDiscoveryRequest,
+    kind: TypeKind,
+    view: &View,
+) -> Option<Vec<Arc<Resource>>> {
     let held = &req.initial_resource_versions;
-    if held.is_empty() {
-        return Some(Holds::Nothing);
-    }
     let all = view.all(kind);
-    let same = held.len() == all.len()
-        && all.values().all(|r| {
-            held.get(&*r.name)
-                .is_some_and(|v| super::resource::parse_version(v) == r.hash)
-        });
-    same.then_some(Holds::All)
+    if !held.is_empty() && held.len() != all.len() {
+        return None;
+    }
+    let mut missing = Vec::new();
+    for r in all.values() {
+        let holds = match held.get(&*r.name) {
+            Some(v) => super::resource::parse_version(v) == r.hash,
+            None if held.is_empty() => false,
+            None => return None, // the same number of names, but not the same names
+        };
+        if !holds {
+            missing.push(r.clone());
+        }
+    }
+    Some(missing)
 }
 
-/// Sends `changed` and `removed` for `kind`; with `always`, sends even an empty response.
+/// Why a response is sent.
+#[derive(Clone, Copy)]
+enum Answer {
+    /// It answers a request; `always`: even when empty (the first of its type).
+    Request { always: bool },
+    /// A push, triggered by the config change at this instant.
+    Push(Instant),
+}
+
+/// Sends `changed` and `removed` for `kind`, unless both are empty and nothing asks for an
+/// empty response.
+///
+/// Only an answer to a request carries versions. It holds what a proxy is sent when it
+/// connects, nearly all it will ever hold, and the versions let it name what it holds
+/// when it reconnects, so that a restarted meshd resends only what differs. A push
+/// carries the changed resources without versions, as istiod sends them: a version is
+/// ~18 bytes of each resource, a tenth of a changed endpoint set. A proxy names a resource
+/// it was pushed with an empty version when it reconnects, which matches no version, so
+/// that resource is sent again.
 async fn respond(
     conn: &mut Connection,
     kind: TypeKind,
     changed: Vec<Arc<Resource>>,
     removed: Vec<String>,
-    trigger: Option<Instant>,
-    always: bool,
+    answer: Answer,
     tx: &Tx,
 ) -> Result<bool, Closed> {
+    let (trigger, always, versions) = match answer {
+        Answer::Request { always } => (None, always, true),
+        Answer::Push(at) => (Some(at), false, false),
+    };
     if changed.is_empty() && removed.is_empty() && !always {
         return Ok(false);
     }
@@ -213,6 +255,7 @@ async fn respond(
         nonce,
         changed,
         removed,
+        versions,
     );
     super::stream::send(conn, kind, tx, response).await?;
     Ok(true)
@@ -220,7 +263,7 @@ async fn respond(
 
 async fn push_to(conn: &mut Connection, tx: &Tx) -> Result<(), Closed> {
     let shared = conn.shared.clone();
-    let trigger = Some(conn.push.triggered_at);
+    let push = Answer::Push(conn.push.triggered_at);
     let view = conn.view();
     // Make-before-break: clusters are added and updated first and removed last, after the
     // listeners and routes that stop using them.
@@ -249,7 +292,7 @@ async fn push_to(conn: &mut Connection, tx: &Tx) -> Result<(), Closed> {
         if kind == TypeKind::Cluster {
             removed_clusters = std::mem::take(&mut removed);
         }
-        if respond(conn, kind, changed, removed, trigger, false, tx).await? {
+        if respond(conn, kind, changed, removed, push, tx).await? {
             shared
                 .metrics
                 .xds_push_time
@@ -263,8 +306,7 @@ async fn push_to(conn: &mut Connection, tx: &Tx) -> Result<(), Closed> {
             TypeKind::Cluster,
             Vec::new(),
             removed_clusters,
-            trigger,
-            false,
+            push,
             tx,
         )
         .await?;
@@ -319,7 +361,7 @@ mod tests {
     }
 
     #[test]
-    fn a_reconnecting_proxy_holds_the_views_set_only_at_its_versions() {
+    fn a_reconnecting_proxy_is_sent_what_it_lacks_of_the_views_set() {
         let mut view = View::default();
         for name in ["outbound|80||a", "outbound|80||b"] {
             let cla = ClusterLoadAssignment {
@@ -333,19 +375,32 @@ mod tests {
             .values()
             .map(|r| (r.name.to_string(), r.version.clone()))
             .collect();
-        let holds = |held: &[(String, String)]| {
+        let missing = |held: &[(String, String)]| {
             let mut req = request(&["outbound|80||a", "outbound|80||b"], &[]);
             req.initial_resource_versions = held.iter().cloned().collect();
-            holds_of(&req, TypeKind::Endpoint, &view)
+            let missing = missing_from(&req, TypeKind::Endpoint, &view)?;
+            Some(
+                missing
+                    .iter()
+                    .map(|r| r.name.to_string())
+                    .collect::<Vec<_>>(),
+            )
         };
-        assert!(matches!(holds(&[]), Some(Holds::Nothing)));
-        assert!(matches!(holds(&versions), Some(Holds::All)));
-        assert!(holds(&versions[..1]).is_none(), "one missing");
+        let both = Some(vec!["outbound|80||a".to_string(), "outbound|80||b".into()]);
+        assert_eq!(missing(&[]), both, "holding nothing");
+        assert_eq!(missing(&versions), Some(vec![]), "holding all");
         let mut stale = versions.clone();
         stale[1].1 = "0000000000000001".into();
-        assert!(holds(&stale).is_none(), "one at another version");
+        assert_eq!(missing(&stale), Some(vec!["outbound|80||b".into()]));
+        let mut pushed = versions.clone();
+        pushed[0].1 = String::new(); // as a push sent it
+        assert_eq!(missing(&pushed), Some(vec!["outbound|80||a".into()]));
+        assert_eq!(missing(&versions[..1]), None, "one missing");
         let mut more = versions.clone();
         more.push(("outbound|80||c".into(), "0000000000000001".into()));
-        assert!(holds(&more).is_none(), "one the view does not have");
+        assert_eq!(missing(&more), None, "one the view does not have");
+        let mut other = versions.clone();
+        other[1].0 = "outbound|80||c".into();
+        assert_eq!(missing(&other), None, "as many names, not the same");
     }
 }

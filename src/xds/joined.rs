@@ -33,11 +33,11 @@ pub const KEEP: Duration = Duration::from_secs(1);
 /// The most bytes the kept runs take together.
 pub const CAPACITY: usize = 128 << 20;
 
-/// How a response carries each resource: a delta `Resource`, or a state-of-the-world
-/// `Any` (field 2 in both messages).
+/// How a response carries each resource: a delta `Resource` (with or without its
+/// version), or a state-of-the-world `Any` (field 2 in both messages).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(super) enum Entry {
-    Delta,
+    Delta { versions: bool },
     Sotw,
 }
 
@@ -175,6 +175,8 @@ mod tests {
     use super::*;
     use crate::xds::resource::test_cluster as cluster;
 
+    const DELTA: Entry = Entry::Delta { versions: true };
+
     fn run(runs: &Runs, entry: Entry, resources: &[Arc<Resource>]) -> Bytes {
         let encoded: Vec<u8> = resources.iter().flat_map(|r| r.value().to_vec()).collect();
         runs.get(entry, resources, encoded.len(), |buf| {
@@ -186,8 +188,8 @@ mod tests {
     fn the_same_resources_share_one_run_until_none_carried_it_for_a_while() {
         let runs = Runs::default();
         let set: Vec<Arc<Resource>> = (0..3).map(|i| cluster(&format!("c{i}"))).collect();
-        let first = run(&runs, Entry::Delta, &set);
-        let again = run(&runs, Entry::Delta, &set.clone());
+        let first = run(&runs, DELTA, &set);
+        let again = run(&runs, DELTA, &set.clone());
         assert_eq!(
             first.as_ptr(),
             again.as_ptr(),
@@ -196,13 +198,10 @@ mod tests {
         // Equal bytes are not enough: other resources of the same content are another run,
         // and so are the same resources encoded the other way.
         let copies: Vec<Arc<Resource>> = (0..3).map(|i| cluster(&format!("c{i}"))).collect();
-        assert_ne!(run(&runs, Entry::Delta, &copies).as_ptr(), first.as_ptr());
+        assert_ne!(run(&runs, DELTA, &copies).as_ptr(), first.as_ptr());
         assert_ne!(run(&runs, Entry::Sotw, &set).as_ptr(), first.as_ptr());
         let reordered = vec![set[1].clone(), set[0].clone(), set[2].clone()];
-        assert_ne!(
-            run(&runs, Entry::Delta, &reordered).as_ptr(),
-            first.as_ptr()
-        );
+        assert_ne!(run(&runs, DELTA, &reordered).as_ptr(), first.as_ptr());
         assert_eq!(runs.len(), 4);
         let count = |c: &AtomicU64| c.load(Ordering::Relaxed);
         assert_eq!((count(&runs.encoded), count(&runs.reused)), (4, 1));
@@ -212,25 +211,25 @@ mod tests {
         // Carried within KEEP: kept. Not carried for KEEP: dropped, with its bytes.
         runs.sweep(Instant::now());
         assert_eq!(runs.len(), 4);
-        run(&runs, Entry::Delta, &set);
+        run(&runs, DELTA, &set);
         runs.sweep(Instant::now() + KEEP);
         assert_eq!((runs.len(), runs.bytes()), (0, 0));
         // A frame still holding the run's bytes keeps them readable.
         assert_eq!(first.len(), held / 4);
-        let fresh = run(&runs, Entry::Delta, &set);
+        let fresh = run(&runs, DELTA, &set);
         assert_ne!(fresh.as_ptr(), first.as_ptr(), "encoded again once dropped");
     }
 
     #[test]
     fn runs_beyond_the_capacity_are_sent_but_not_kept() {
         let set: Vec<Arc<Resource>> = (0..3).map(|i| cluster(&format!("c{i}"))).collect();
-        let len = run(&Runs::default(), Entry::Delta, &set).len();
+        let len = run(&Runs::default(), DELTA, &set).len();
         let runs = Runs::with_capacity(len + len / 2);
-        run(&runs, Entry::Delta, &set);
+        run(&runs, DELTA, &set);
         let other: Vec<Arc<Resource>> = (0..3).map(|i| cluster(&format!("d{i}"))).collect();
-        let sent = run(&runs, Entry::Delta, &other);
+        let sent = run(&runs, DELTA, &other);
         assert_eq!(sent.len(), len, "sent whole");
         assert_eq!((runs.len(), runs.bytes()), (1, len));
-        assert_ne!(run(&runs, Entry::Delta, &other).as_ptr(), sent.as_ptr());
+        assert_ne!(run(&runs, DELTA, &other).as_ptr(), sent.as_ptr());
     }
 }

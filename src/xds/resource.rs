@@ -1,7 +1,8 @@
 //! Encoded resources. Each resource is encoded once per push view and shared, behind an
 //! `Arc`, by every proxy that receives it; its version is a hash of its bytes, so an
 //! unchanged resource keeps its version across pushes and restarts (which is what makes
-//! `initial_resource_versions` on reconnect useful).
+//! `initial_resource_versions` on reconnect useful). Delta pushes leave versions out
+//! (see `delta::respond`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -68,20 +68,26 @@ pub struct DeltaResponse {
     pub nonce: String,
     pub resources: Vec<Arc<Resource>>,
     pub removed: Vec<String>,
+    /// Whether each resource carries its version.
+    pub versions: bool,
     /// The encoded length of `resources`' entries, counted once.
     entries_len: usize,
 }
 
 impl DeltaResponse {
+    /// With `versions`, each resource carries its version (its content hash), which Envoy
+    /// names back in `initial_resource_versions` when it reconnects; without, the version
+    /// is empty, as istiod sends every delta resource.
     pub fn new(
         system_version_info: String,
         type_url: &'static str,
         nonce: String,
         resources: Vec<Arc<Resource>>,
         removed: Vec<String>,
+        versions: bool,
     ) -> Self {
         let entries_len = (resources.iter())
-            .map(|r| message_len(2, delta_resource_len(r)))
+            .map(|r| message_len(2, delta_resource_len(r, versions)))
             .sum();
         DeltaResponse {
             system_version_info,
@@ -89,6 +95,7 @@ impl DeltaResponse {
             nonce,
             resources,
             removed,
+            versions,
             entries_len,
         }
     }
@@ -317,16 +324,19 @@ impl WireMessage for SotwResponse {
 }
 
 /// `envoy.service.discovery.v3.Resource`: version = 1, resource = 2, name = 3.
-fn delta_resource_len(r: &Resource) -> usize {
-    string_len(1, &r.version) + message_len(2, any_len(r)) + string_len(3, &r.name)
+fn delta_resource_len(r: &Resource, versions: bool) -> usize {
+    let version = if versions { &*r.version } else { "" };
+    string_len(1, version) + message_len(2, any_len(r)) + string_len(3, &r.name)
 }
 
 /// A delta response's entry for `r`.
-fn put_delta_entry(r: &Arc<Resource>, sink: &mut impl Sink) {
+fn put_delta_entry(r: &Arc<Resource>, versions: bool, sink: &mut impl Sink) {
     let buf = sink.buf();
     encode_key(2, WireType::LengthDelimited, buf);
-    encode_varint(delta_resource_len(r) as u64, buf);
-    put_string(1, &r.version, buf);
+    encode_varint(delta_resource_len(r, versions) as u64, buf);
+    if versions {
+        put_string(1, &r.version, buf);
+    }
     put_any(2, r, sink);
     put_string(3, &r.name, sink.buf());
 }
@@ -346,12 +356,14 @@ impl WireMessage for DeltaResponse {
 
     fn encode(&self, sink: &mut impl Sink) {
         put_string(1, &self.system_version_info, sink.buf());
-        let run = shared_run(Entry::Delta, &self.resources, self.entries_len, |r, c| {
-            put_delta_entry(r, c)
+        let versions = self.versions;
+        let entry = Entry::Delta { versions };
+        let run = shared_run(entry, &self.resources, self.entries_len, |r, c| {
+            put_delta_entry(r, versions, c)
         });
         if run.is_none() {
             for r in &self.resources {
-                put_delta_entry(r, sink);
+                put_delta_entry(r, versions, sink);
             }
         }
         put_string(4, self.type_url, sink.buf());
@@ -959,20 +971,42 @@ mod tests {
             "v/4".into(),
             sotw.type_url,
             "4-2".into(),
-            vec![b.clone()],
+            vec![b.clone(), c.clone()],
             vec!["outbound|80||a".into()],
+            true,
         );
         let buf = unframe(&delta);
         let decoded = DeltaDiscoveryResponse::decode(buf.as_slice()).unwrap();
         assert_eq!(decoded.system_version_info, "v/4");
         assert_eq!(decoded.removed_resources, vec!["outbound|80||a"]);
-        assert_eq!(decoded.resources.len(), 1);
+        assert_eq!(decoded.resources.len(), 2);
         let r = &decoded.resources[0];
         assert_eq!(
             (r.name.as_str(), r.version.as_str()),
             (&*b.name, b.version.as_str())
         );
         assert_eq!(r.resource.as_ref(), Some(&b.any()));
+        assert!(!b.version.is_empty());
+
+        // Without versions: the same resources, each with an empty version.
+        let bare = DeltaResponse::new(
+            "v/5".into(),
+            sotw.type_url,
+            "5-1".into(),
+            vec![b.clone(), c.clone()],
+            vec![],
+            false,
+        );
+        let decoded = DeltaDiscoveryResponse::decode(unframe(&bare).as_slice()).unwrap();
+        let got: Vec<_> = (decoded.resources.iter())
+            .map(|r| (r.name.as_str(), r.version.as_str(), r.resource.clone()))
+            .collect();
+        assert_eq!(
+            got,
+            [(&*b.name, "", Some(b.any())), (&*c.name, "", Some(c.any()))]
+        );
+        let version_bytes = 2 * (2 + b.version.len());
+        assert_eq!(bare.entries_len + version_bytes, delta.entries_len);
     }
 
     #[test]
@@ -982,7 +1016,8 @@ mod tests {
             .map(|i| cluster(&format!("outbound|80||run-{i}.wire-test.svc.cluster.local")))
             .collect();
         let delta = |nonce: &str, removed: Vec<String>| {
-            DeltaResponse::new("v/1".into(), cds, nonce.into(), resources.clone(), removed)
+            let r = resources.clone();
+            DeltaResponse::new("v/1".into(), cds, nonce.into(), r, removed, true)
         };
         let (a, b) = (delta("1-1", vec![]), delta("7-3", vec!["gone".into()]));
         assert!(a.entries_len >= joined::JOIN_AT);
@@ -1026,6 +1061,24 @@ mod tests {
         };
         assert_eq!(sotw_run(&fc), sotw_run(&fd));
         assert_ne!(sotw_run(&fc), run(&fa));
+        // Delta without versions: another run, whose entries carry no version.
+        let bare = DeltaResponse::new(
+            "v/2".into(),
+            cds,
+            "3-1".into(),
+            resources.clone(),
+            vec![],
+            false,
+        );
+        let bare_run = Chunks::frame(&bare);
+        let bare_run = bare_run
+            .iter()
+            .find(|c| c.len() == bare.entries_len)
+            .unwrap();
+        assert_ne!(bare_run.as_ptr(), run(&fa));
+        let decoded = DeltaDiscoveryResponse::decode(unframe(&bare).as_slice()).unwrap();
+        assert!(decoded.resources.iter().all(|r| r.version.is_empty()));
+        assert_eq!(decoded.resources.len(), 400);
         let decoded = DiscoveryResponse::decode(unframe(&d).as_slice()).unwrap();
         assert_eq!(decoded.nonce, "9-9");
         let expected: Vec<_> = resources.iter().map(|r| r.any()).collect();

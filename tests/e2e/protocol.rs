@@ -140,6 +140,65 @@ async fn delta_reconnect_with_initial_versions_receives_only_what_differs() {
     );
 }
 
+/// An EDS request for reviews and ratings: the first of a stream, naming what it holds.
+fn eds_request(initial: HashMap<String, String>) -> DeltaDiscoveryRequest {
+    DeltaDiscoveryRequest {
+        node: Some(xds_node(NODE, "shop")),
+        type_url: EDS.into(),
+        resource_names_subscribe: vec![REVIEWS.into(), RATINGS.into()],
+        initial_resource_versions: initial,
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn a_delta_push_carries_no_versions_and_what_it_sent_is_resent_on_reconnect() {
+    let m = meshd("proto-push-versions");
+    let mut c = Delta::open(&m, eds_request(HashMap::new())).await;
+    let answer = c.recv().await;
+    c.ack(&answer).await;
+    let held: HashMap<String, String> = (answer.resources.iter())
+        .map(|r| (r.name.clone(), r.version.clone()))
+        .collect();
+    assert_eq!(held.len(), 2, "{held:?}");
+    assert!(
+        held.values().all(|v| !v.is_empty()),
+        "an answer to a request carries versions: {held:?}"
+    );
+
+    // reviews gains an endpoint: the push carries it, without a version (as istiod's).
+    let grown = svc("reviews").replace("[10.1.0.7]", "[10.1.0.7, 10.1.0.77]");
+    assert_ne!(grown, svc("reviews"));
+    std::fs::write(m.config_dir.join("reviews.yaml"), grown).unwrap();
+    let push = c.recv().await;
+    let pushed: Vec<(&str, &str)> = (push.resources.iter())
+        .map(|r| (r.name.as_str(), r.version.as_str()))
+        .collect();
+    assert_eq!(pushed, [(REVIEWS, "")]);
+    c.ack(&push).await;
+    drop(c);
+
+    // Reconnecting, the proxy names what it holds as Envoy does: ratings at the answer's
+    // version, reviews at the empty version it was pushed with. Only reviews is resent,
+    // the new endpoints, with a version this time.
+    let mut now = held.clone();
+    now.insert(REVIEWS.into(), String::new());
+    let mut again = Delta::open(&m, eds_request(now)).await;
+    let r = again.recv().await;
+    assert_eq!(r.resources.len(), 1, "{r:?}");
+    let reviews = &r.resources[0];
+    assert_eq!(reviews.name, REVIEWS);
+    assert!(!reviews.version.is_empty());
+    assert_ne!(reviews.version, held[REVIEWS], "the new endpoints' version");
+    let body = &reviews.resource.as_ref().unwrap().value;
+    assert!(
+        body.windows(b"10.1.0.77".len()).any(|w| w == b"10.1.0.77"),
+        "the new endpoint"
+    );
+    again.ack(&r).await;
+    again.expect_silence().await;
+}
+
 #[tokio::test]
 async fn delta_unsubscribe_and_delete_follow_the_protocol() {
     let m = meshd("proto-subscribe");
