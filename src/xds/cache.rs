@@ -25,7 +25,7 @@ use prometheus_client::metrics::counter::Counter;
 use prost::Message;
 
 use super::resource::{
-    Resource, ResourceMap, TypeKind, View, encode, encode_cluster, from_pieces, resource_map,
+    Resource, ResourceSet, TypeKind, View, encode, encode_cluster, from_pieces, resource_map,
 };
 use crate::config::ConfigObject;
 use crate::metrics::{Metrics, type_label};
@@ -90,7 +90,7 @@ struct SetKey {
 }
 
 /// A view's cluster and load-assignment sets, shared.
-type Sets = (Arc<ResourceMap>, Arc<ResourceMap>);
+type Sets = (Arc<ResourceSet>, Arc<ResourceSet>);
 
 /// The sets of the most recent push contexts' views.
 #[derive(Default)]
@@ -255,8 +255,8 @@ impl ResourceCache {
         }
         clusters.extend(own);
         let sets = (
-            Arc::new(resource_map(clusters)),
-            Arc::new(resource_map(endpoints)),
+            Arc::new(resource_map(clusters).into()),
+            Arc::new(resource_map(endpoints).into()),
         );
         let mut memo = self.sets.lock().unwrap();
         if !memo.contexts.contains(&key.ctx) {

@@ -14,6 +14,7 @@ use serde::Serialize;
 use super::XdsShared;
 use super::push::{ChangeSet, Push};
 use super::resource::{PUSH_ORDER, Resource, ResourceMap, TYPES, TypeKind, View};
+use super::wire::Batch;
 use crate::config::ObjectKey;
 use crate::metrics::type_label;
 use crate::model::Proxy;
@@ -40,7 +41,7 @@ pub struct Watch {
     pub always_respond: bool,
     /// The resources of the outstanding response (to name what a NACK rejected); emptied
     /// when it is ACKed.
-    pub last_response: Vec<Arc<Resource>>,
+    pub last_response: Batch,
     /// The push of the last response sent on this type.
     pub pushed_at: Option<u64>,
     /// The objects changed by every push sent on this type since its last ACK: a NACK
@@ -290,14 +291,14 @@ impl Connection {
         &self,
         view: &Arc<View>,
         kind: TypeKind,
-    ) -> Option<(Vec<Arc<Resource>>, Vec<String>)> {
+    ) -> Option<(Batch, Vec<String>)> {
         let w = &self.watches[kind as usize];
         let basis = w.basis.as_ref()?;
         if !w.force.is_empty() {
             return None;
         }
         if Arc::ptr_eq(basis, view) {
-            return Some((Vec::new(), Vec::new()));
+            return Some((Batch::default(), Vec::new()));
         }
         let d = self.push.view_diff(basis, view, kind);
         if !w.wildcard && d.names_differ {
@@ -342,7 +343,7 @@ impl Connection {
     pub fn record_sent(
         &mut self,
         kind: TypeKind,
-        changed: &[Arc<Resource>],
+        changed: &Batch,
         removed: &[String],
         full: bool,
         trigger: Option<Instant>,
@@ -353,15 +354,17 @@ impl Connection {
         if w.compact {
             // A step from the basis view to the next: `settle_basis` moves the basis
             // (every other change of what the proxy holds materializes first).
-            for r in changed {
-                w.force.remove(&r.name);
+            if !w.force.is_empty() {
+                for r in changed.iter() {
+                    w.force.remove(&r.name);
+                }
             }
         } else {
             w.basis = None;
             if full {
                 w.sent.clear();
             }
-            for r in changed {
+            for r in changed.iter() {
                 w.sent.insert(r.name.clone(), r.hash);
                 w.force.remove(&r.name);
             }
@@ -370,7 +373,7 @@ impl Connection {
             }
         }
         w.nonce_sent = Some(nonce.clone());
-        w.last_response = changed.to_vec();
+        w.last_response = changed.clone();
         // The response carries the changes of every push since the type's last response,
         // including pushes this connection skipped.
         w.unacked.add(
@@ -403,7 +406,7 @@ impl Connection {
         w.nonce_acked = Some(nonce.to_string());
         w.unacked = Suspects::default();
         // Only a rejection of the outstanding response needs its resources.
-        w.last_response = Vec::new();
+        w.last_response = Batch::default();
         if let Some(since) = w.pending_since.take() {
             self.shared
                 .metrics
@@ -545,7 +548,7 @@ mod tests {
                 w.names = view.all(kind).values().map(|r| r.name.clone()).collect();
             }
             let (changed, removed) = conn.diff(&view, kind);
-            conn.record_sent(kind, &changed, &removed, false, None);
+            conn.record_sent(kind, &Batch::from(changed), &removed, false, None);
             conn.settle_basis(&view, kind, false);
             assert!(conn.watches[kind as usize].basis.is_some(), "{kind:?}");
         }
@@ -592,9 +595,14 @@ mod tests {
             (vec!["outbound|8080||svc-4.ns-1.svc.cluster.local"], 0)
         );
         let full = a.diff(&view, TypeKind::Endpoint);
-        assert_eq!((changed, removed), full, "the same as comparing every name");
         assert_eq!(
-            a.diff_from_basis(&view, TypeKind::Cluster).unwrap(),
+            (changed.to_vec(), removed),
+            full,
+            "the same as comparing every name"
+        );
+        let (changed, removed) = a.diff_from_basis(&view, TypeKind::Cluster).unwrap();
+        assert_eq!(
+            (changed.to_vec(), removed),
             a.diff(&view, TypeKind::Cluster)
         );
         // The second proxy takes the same step: the same, shared difference.
@@ -631,7 +639,7 @@ mod tests {
         assert_eq!(eds.sent.len(), basis.all(TypeKind::Endpoint).len());
         assert_eq!(eds.names.len(), eds.sent.len());
         assert_eq!(a.diff(&view, TypeKind::Endpoint), full);
-        a.record_sent(TypeKind::Endpoint, &[], &[], false, None);
+        a.record_sent(TypeKind::Endpoint, &Batch::default(), &[], false, None);
         assert!(
             a.diff_from_basis(&view, TypeKind::Endpoint).is_none(),
             "sent again: no basis"
@@ -672,7 +680,7 @@ mod tests {
         let second = push(2, Some(vs("big")), Some(&first));
         let third = push(3, Some(vs("other")), Some(&second));
         conn.push = third.clone();
-        conn.record_sent(TypeKind::Endpoint, &[], &[], false, None);
+        conn.record_sent(TypeKind::Endpoint, &Batch::default(), &[], false, None);
         let suspects = &conn.watches[TypeKind::Endpoint as usize].unacked;
         assert_eq!(
             suspects.blame(vec![vs("big"), vs("front")]),
@@ -685,7 +693,7 @@ mod tests {
         conn.push = fourth.clone();
         conn.caught_up();
         conn.push = push(5, Some(vs("big")), Some(&fourth));
-        conn.record_sent(TypeKind::Endpoint, &[], &[], false, None);
+        conn.record_sent(TypeKind::Endpoint, &Batch::default(), &[], false, None);
         let suspects = &conn.watches[TypeKind::Endpoint as usize].unacked;
         assert_eq!(
             suspects.blame(vec![vs("big"), vs("front")]),

@@ -2,7 +2,6 @@
 //! `removed_resources`; subscriptions change by `resource_names_subscribe` /
 //! `_unsubscribe`; `initial_resource_versions` on reconnect means only differences are sent.
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use envoy_types::pb::envoy::config::core::v3::Node;
@@ -10,9 +9,9 @@ use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
 
 use super::Closed;
 use super::connection::Connection;
-use super::resource::{Resource, TypeKind, View};
+use super::resource::{TypeKind, View};
 use super::stream::Framing;
-use super::wire::DeltaResponse;
+use super::wire::{Batch, DeltaResponse};
 use crate::metrics::type_label;
 
 type Tx = super::stream::Tx<DeltaResponse>;
@@ -150,7 +149,7 @@ async fn handle_in_full(
         respond(
             conn,
             kind,
-            changed,
+            changed.into(),
             removed,
             Answer::Request { always: first },
             tx,
@@ -187,28 +186,25 @@ fn asks_for_exactly(req: &DeltaDiscoveryRequest, kind: TypeKind, view: &View) ->
 /// exactly the view's names: every resource it does not hold at the view's version
 /// (`initial_resource_versions` on reconnect; a resource it was pushed is named with an
 /// empty version, see [`respond`]). `None` when it holds other names.
-fn missing_from(
-    req: &DeltaDiscoveryRequest,
-    kind: TypeKind,
-    view: &View,
-) -> Option<Vec<Arc<Resource>>> {
+fn missing_from(req: &DeltaDiscoveryRequest, kind: TypeKind, view: &View) -> Option<Batch> {
     let held = &req.initial_resource_versions;
+    if held.is_empty() {
+        return Some(view.whole(kind)); // one list shared by every proxy sent all of it
+    }
     let all = view.all(kind);
-    if !held.is_empty() && held.len() != all.len() {
+    if held.len() != all.len() {
         return None;
     }
     let mut missing = Vec::new();
     for r in all.values() {
-        let holds = match held.get(&*r.name) {
-            Some(v) => super::resource::parse_version(v) == r.hash,
-            None if held.is_empty() => false,
-            None => return None, // the same number of names, but not the same names
+        let Some(v) = held.get(&*r.name) else {
+            return None; // the same number of names, but not the same names
         };
-        if !holds {
+        if super::resource::parse_version(v) != r.hash {
             missing.push(r.clone());
         }
     }
-    Some(missing)
+    Some(missing.into())
 }
 
 /// Why a response is sent.
@@ -233,7 +229,7 @@ enum Answer {
 async fn respond(
     conn: &mut Connection,
     kind: TypeKind,
-    changed: Vec<Arc<Resource>>,
+    changed: Batch,
     removed: Vec<String>,
     answer: Answer,
     tx: &Tx,
@@ -276,7 +272,10 @@ async fn push_to(conn: &mut Connection, tx: &Tx) -> Result<(), Closed> {
                 from_basis[kind as usize] = true;
                 d
             }
-            None => conn.diff(&view, kind),
+            None => {
+                let (changed, removed) = conn.diff(&view, kind);
+                (changed.into(), removed)
+            }
         };
         let method = if from_basis[kind as usize] {
             "view"
@@ -304,7 +303,7 @@ async fn push_to(conn: &mut Connection, tx: &Tx) -> Result<(), Closed> {
         respond(
             conn,
             TypeKind::Cluster,
-            Vec::new(),
+            Batch::default(),
             removed_clusters,
             push,
             tx,

@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch};
 
 use super::cache::{self, ResourceCache};
-use super::resource::{Resource, ResourceMap, TypeKind, View};
+use super::resource::{ResourceMap, TypeKind, View};
+use super::wire::Batch;
 use crate::config::{Kind, ObjectKey};
 use crate::metrics::{Metrics, type_label};
 use crate::model::{Interception, Proxy, ProxyKind, PushContext, Store};
@@ -253,10 +254,11 @@ impl Push {
 type DiffMap = HashMap<(usize, usize, TypeKind), (Arc<View>, Arc<View>, Arc<ViewDiff>)>;
 
 /// What changed for one type from one view to another.
-#[derive(Debug, Default, PartialEq)]
+#[derive(Debug, Default)]
 pub struct ViewDiff {
-    /// New resources and resources with a new version, in name order.
-    pub changed: Vec<Arc<Resource>>,
+    /// New resources and resources with a new version, in name order, shared by every
+    /// proxy that steps between the two views.
+    pub changed: Batch,
     /// Names the newer view no longer has, in order.
     pub removed: Vec<String>,
     /// Whether the two views hold different names.
@@ -266,7 +268,7 @@ pub struct ViewDiff {
 impl ViewDiff {
     pub fn between(from: &ResourceMap, to: &ResourceMap) -> ViewDiff {
         use std::cmp::Ordering;
-        let mut d = ViewDiff::default();
+        let (mut changed, mut removed, mut names_differ) = (Vec::new(), Vec::new(), false);
         let (mut a, mut b) = (from.iter().peekable(), to.iter().peekable());
         loop {
             let order = match (a.peek(), b.peek()) {
@@ -277,22 +279,26 @@ impl ViewDiff {
             };
             match order {
                 Ordering::Less => {
-                    d.removed.push(a.next().unwrap().0.to_string());
-                    d.names_differ = true;
+                    removed.push(a.next().unwrap().0.to_string());
+                    names_differ = true;
                 }
                 Ordering::Greater => {
-                    d.changed.push(b.next().unwrap().1.clone());
-                    d.names_differ = true;
+                    changed.push(b.next().unwrap().1.clone());
+                    names_differ = true;
                 }
                 Ordering::Equal => {
                     let (old, new) = (a.next().unwrap().1, b.next().unwrap().1);
                     if old.hash != new.hash {
-                        d.changed.push(new.clone());
+                        changed.push(new.clone());
                     }
                 }
             }
         }
-        d
+        ViewDiff {
+            changed: changed.into(),
+            removed,
+            names_differ,
+        }
     }
 }
 

@@ -5,7 +5,7 @@
 //! (see `delta::respond`).
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use envoy_types::pb::google::protobuf::Any;
 use prost::{Message, Name};
@@ -16,6 +16,7 @@ use envoy_types::pb::envoy::config::listener::v3::Listener;
 use envoy_types::pb::envoy::config::route::v3::RouteConfiguration;
 use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::Secret;
 
+use super::wire::Batch;
 use crate::translate::{self, ProxyConfig};
 
 /// The xDS types meshd serves, in push order (make-before-break: CDS, EDS, LDS, RDS).
@@ -205,12 +206,35 @@ pub(super) fn resource_map(resources: Vec<Arc<Resource>>) -> ResourceMap {
     resources.into_iter().map(|r| (r.name.clone(), r)).collect()
 }
 
+/// One type's resources of a view, by name; and, built the first time a proxy is sent
+/// all of them, the same resources as one [`Batch`].
+#[derive(Debug, Default)]
+pub struct ResourceSet {
+    map: ResourceMap,
+    whole: OnceLock<Batch>,
+}
+
+impl Clone for ResourceSet {
+    fn clone(&self) -> Self {
+        self.map.clone().into()
+    }
+}
+
+impl From<ResourceMap> for ResourceSet {
+    fn from(map: ResourceMap) -> Self {
+        ResourceSet {
+            map,
+            whole: OnceLock::new(),
+        }
+    }
+}
+
 /// Everything one kind of proxy is sent in one push, encoded. A set may be shared with
 /// other views (the per-service clusters and load assignments of every view with the same
 /// service list); it is copied before it is changed.
 #[derive(Debug, Default)]
 pub struct View {
-    sets: [Arc<ResourceMap>; TYPES],
+    sets: [Arc<ResourceSet>; TYPES],
 }
 
 impl View {
@@ -253,11 +277,13 @@ impl View {
     }
 
     pub(super) fn insert(&mut self, kind: TypeKind, resource: Arc<Resource>) {
-        Arc::make_mut(&mut self.sets[kind as usize]).insert(resource.name.clone(), resource);
+        let set = Arc::make_mut(&mut self.sets[kind as usize]);
+        set.whole = OnceLock::new();
+        set.map.insert(resource.name.clone(), resource);
     }
 
     /// Takes `set` as the whole set of `kind`, shared.
-    pub(super) fn share(&mut self, kind: TypeKind, set: Arc<ResourceMap>) {
+    pub(super) fn share(&mut self, kind: TypeKind, set: Arc<ResourceSet>) {
         self.sets[kind as usize] = set;
     }
 
@@ -268,13 +294,22 @@ impl View {
     }
 
     pub fn all(&self, kind: TypeKind) -> &ResourceMap {
-        &self.sets[kind as usize]
+        &self.sets[kind as usize].map
+    }
+
+    /// Every resource of `kind`, in name order, as one batch shared by every response
+    /// that carries all of them.
+    pub fn whole(&self, kind: TypeKind) -> Batch {
+        let set = &self.sets[kind as usize];
+        (set.whole)
+            .get_or_init(|| set.map.values().cloned().collect::<Vec<_>>().into())
+            .clone()
     }
 
     /// A named resource; EDS and RDS names meshd does not know get an empty resource, as
     /// istiod answers every requested name (so Envoy never waits on a missing one).
     pub fn get(&self, kind: TypeKind, name: &str) -> Option<Arc<Resource>> {
-        if let Some(r) = self.sets[kind as usize].get(name) {
+        if let Some(r) = self.sets[kind as usize].map.get(name) {
             return Some(r.clone());
         }
         match kind {
@@ -300,6 +335,29 @@ pub(super) fn test_cluster(name: &str) -> Arc<Resource> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sets_whole_list_is_built_once_and_again_after_a_change() {
+        let mut view = View::default();
+        view.insert(TypeKind::Cluster, test_cluster("b"));
+        view.insert(TypeKind::Cluster, test_cluster("a"));
+        let names = |batch: &Batch| batch.iter().map(|r| r.name.to_string()).collect::<Vec<_>>();
+        let (first, again) = (view.whole(TypeKind::Cluster), view.whole(TypeKind::Cluster));
+        assert_eq!(names(&first), ["a", "b"], "in name order");
+        assert_eq!(first.as_ptr(), again.as_ptr(), "one list for every caller");
+        // A view that shares the set shares the list.
+        let mut other = View::default();
+        other.share(
+            TypeKind::Cluster,
+            view.sets[TypeKind::Cluster as usize].clone(),
+        );
+        assert_eq!(other.whole(TypeKind::Cluster).as_ptr(), first.as_ptr());
+        view.insert(TypeKind::Cluster, test_cluster("c"));
+        assert_eq!(names(&view.whole(TypeKind::Cluster)), ["a", "b", "c"]);
+        assert_eq!(names(&first), ["a", "b"], "a list sent is unchanged");
+        assert_eq!(names(&other.whole(TypeKind::Cluster)), ["a", "b"]);
+        assert!(view.whole(TypeKind::Endpoint).is_empty());
+    }
 
     #[test]
     fn a_resource_kept_in_pieces_is_the_resource_of_their_bytes() {

@@ -12,7 +12,7 @@ use super::Closed;
 use super::connection::Connection;
 use super::resource::{Resource, TypeKind};
 use super::stream::Framing;
-use super::wire::SotwResponse;
+use super::wire::{Batch, SotwResponse};
 use crate::metrics::type_label;
 
 type Tx = super::stream::Tx<SotwResponse>;
@@ -106,6 +106,7 @@ async fn respond(
     trigger: Option<Instant>,
     tx: &Tx,
 ) -> Result<(), Closed> {
+    let resources = Batch::from(resources);
     let nonce = conn.record_sent(kind, &resources, &[], true, trigger);
     if kind == TypeKind::Cluster && !changed.is_empty() {
         conn.force_endpoints_after_clusters(changed);
