@@ -91,13 +91,30 @@ impl Delta {
     }
 }
 
-fn cds_request(initial: HashMap<String, String>) -> DeltaDiscoveryRequest {
+/// The first request of a stream for `type_url`, naming what the proxy holds.
+fn first_request(
+    type_url: &str,
+    subscribe: &[&str],
+    initial: HashMap<String, String>,
+) -> DeltaDiscoveryRequest {
     DeltaDiscoveryRequest {
         node: Some(xds_node(NODE, "shop")),
-        type_url: CDS.into(),
+        type_url: type_url.into(),
+        resource_names_subscribe: subscribe.iter().map(|n| n.to_string()).collect(),
         initial_resource_versions: initial,
         ..Default::default()
     }
+}
+
+fn cds_request(initial: HashMap<String, String>) -> DeltaDiscoveryRequest {
+    first_request(CDS, &[], initial)
+}
+
+/// The versions of a response's resources, by name.
+fn versions_of(r: &DeltaDiscoveryResponse) -> HashMap<String, String> {
+    (r.resources.iter())
+        .map(|r| (r.name.clone(), r.version.clone()))
+        .collect()
 }
 
 #[tokio::test]
@@ -105,11 +122,7 @@ async fn delta_reconnect_with_initial_versions_receives_only_what_differs() {
     let m = meshd("proto-reconnect");
     let mut first = Delta::open(&m, cds_request(HashMap::new())).await;
     let all = first.recv().await;
-    let versions: HashMap<String, String> = all
-        .resources
-        .iter()
-        .map(|r| (r.name.clone(), r.version.clone()))
-        .collect();
+    let versions = versions_of(&all);
     assert!(
         versions.contains_key(REVIEWS) && versions.contains_key(RATINGS),
         "{:?}",
@@ -142,13 +155,7 @@ async fn delta_reconnect_with_initial_versions_receives_only_what_differs() {
 
 /// An EDS request for reviews and ratings: the first of a stream, naming what it holds.
 fn eds_request(initial: HashMap<String, String>) -> DeltaDiscoveryRequest {
-    DeltaDiscoveryRequest {
-        node: Some(xds_node(NODE, "shop")),
-        type_url: EDS.into(),
-        resource_names_subscribe: vec![REVIEWS.into(), RATINGS.into()],
-        initial_resource_versions: initial,
-        ..Default::default()
-    }
+    first_request(EDS, &[REVIEWS, RATINGS], initial)
 }
 
 #[tokio::test]
@@ -157,9 +164,7 @@ async fn a_delta_push_carries_no_versions_and_what_it_sent_is_resent_on_reconnec
     let mut c = Delta::open(&m, eds_request(HashMap::new())).await;
     let answer = c.recv().await;
     c.ack(&answer).await;
-    let held: HashMap<String, String> = (answer.resources.iter())
-        .map(|r| (r.name.clone(), r.version.clone()))
-        .collect();
+    let held = versions_of(&answer);
     assert_eq!(held.len(), 2, "{held:?}");
     assert!(
         held.values().all(|v| !v.is_empty()),
