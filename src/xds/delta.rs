@@ -223,7 +223,7 @@ enum Answer {
 /// connects, nearly all it will ever hold, and the versions let it name what it holds
 /// when it reconnects, so that a restarted meshd resends only what differs. A push
 /// carries the changed resources without versions, as istiod sends them: a version is
-/// ~18 bytes of each resource, a tenth of a changed endpoint set. A proxy names a resource
+/// 18 bytes of each entry, ~5% of a changed endpoint set's. A proxy names a resource
 /// it was pushed with an empty version when it reconnects, which matches no version, so
 /// that resource is sent again.
 async fn respond(
