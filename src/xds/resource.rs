@@ -207,17 +207,11 @@ pub(super) fn resource_map(resources: Vec<Arc<Resource>>) -> ResourceMap {
 }
 
 /// One type's resources of a view, by name; and, built the first time a proxy is sent
-/// all of them, the same resources as one [`Batch`].
-#[derive(Debug, Default)]
+/// all of them, the same resources as one [`Batch`] (reset whenever the map changes).
+#[derive(Clone, Debug, Default)]
 pub struct ResourceSet {
     map: ResourceMap,
     whole: OnceLock<Batch>,
-}
-
-impl Clone for ResourceSet {
-    fn clone(&self) -> Self {
-        self.map.clone().into()
-    }
 }
 
 impl From<ResourceMap> for ResourceSet {

@@ -91,8 +91,6 @@ pub struct SotwResponse {
     pub type_url: &'static str,
     pub nonce: String,
     pub resources: Batch,
-    /// The encoded length of `resources`' entries.
-    entries_len: usize,
 }
 
 impl SotwResponse {
@@ -102,15 +100,17 @@ impl SotwResponse {
         nonce: String,
         resources: impl Into<Batch>,
     ) -> Self {
-        let resources = resources.into();
-        let entries_len = resources.entries_len(Entry::Sotw);
         SotwResponse {
             version_info,
             type_url,
             nonce,
-            resources,
-            entries_len,
+            resources: resources.into(),
         }
+    }
+
+    /// The encoded length of the resources' entries (counted once per batch).
+    fn entries_len(&self) -> usize {
+        self.resources.entries_len(Entry::Sotw)
     }
 }
 
@@ -124,8 +124,6 @@ pub struct DeltaResponse {
     pub removed: Vec<String>,
     /// Whether each resource carries its version.
     pub versions: bool,
-    /// The encoded length of `resources`' entries.
-    entries_len: usize,
 }
 
 impl DeltaResponse {
@@ -140,17 +138,25 @@ impl DeltaResponse {
         removed: Vec<String>,
         versions: bool,
     ) -> Self {
-        let resources = resources.into();
-        let entries_len = resources.entries_len(Entry::Delta { versions });
         DeltaResponse {
             system_version_info,
             type_url,
             nonce,
-            resources,
+            resources: resources.into(),
             removed,
             versions,
-            entries_len,
         }
+    }
+
+    fn entry(&self) -> Entry {
+        Entry::Delta {
+            versions: self.versions,
+        }
+    }
+
+    /// The encoded length of the resources' entries (counted once per batch).
+    fn entries_len(&self) -> usize {
+        self.resources.entries_len(self.entry())
     }
 }
 
@@ -349,18 +355,18 @@ fn shared_run(
 impl WireMessage for SotwResponse {
     fn encoded_len(&self) -> usize {
         string_len(1, &self.version_info)
-            + self.entries_len
+            + self.entries_len()
             + string_len(4, self.type_url)
             + string_len(5, &self.nonce)
     }
 
     fn shared_len(&self) -> usize {
-        entries_shared_len(&self.resources, self.entries_len)
+        entries_shared_len(&self.resources, self.entries_len())
     }
 
     fn encode(&self, sink: &mut impl Sink) {
         put_string(1, &self.version_info, sink.buf());
-        let run = shared_run(Entry::Sotw, &self.resources, self.entries_len, |r, c| {
+        let run = shared_run(Entry::Sotw, &self.resources, self.entries_len(), |r, c| {
             put_any(2, r, c)
         });
         if run.is_none() {
@@ -376,10 +382,14 @@ impl WireMessage for SotwResponse {
     }
 }
 
+/// The version a delta entry carries: `r`'s, or none.
+fn entry_version(r: &Resource, versions: bool) -> &str {
+    if versions { &r.version } else { "" }
+}
+
 /// `envoy.service.discovery.v3.Resource`: version = 1, resource = 2, name = 3.
 fn delta_resource_len(r: &Resource, versions: bool) -> usize {
-    let version = if versions { &*r.version } else { "" };
-    string_len(1, version) + message_len(2, any_len(r)) + string_len(3, &r.name)
+    string_len(1, entry_version(r, versions)) + message_len(2, any_len(r)) + string_len(3, &r.name)
 }
 
 /// A delta response's entry for `r`.
@@ -387,9 +397,7 @@ fn put_delta_entry(r: &Arc<Resource>, versions: bool, sink: &mut impl Sink) {
     let buf = sink.buf();
     encode_key(2, WireType::LengthDelimited, buf);
     encode_varint(delta_resource_len(r, versions) as u64, buf);
-    if versions {
-        put_string(1, &r.version, buf);
-    }
+    put_string(1, entry_version(r, versions), buf);
     put_any(2, r, sink);
     put_string(3, &r.name, sink.buf());
 }
@@ -397,21 +405,20 @@ fn put_delta_entry(r: &Arc<Resource>, versions: bool, sink: &mut impl Sink) {
 impl WireMessage for DeltaResponse {
     fn encoded_len(&self) -> usize {
         string_len(1, &self.system_version_info)
-            + self.entries_len
+            + self.entries_len()
             + string_len(4, self.type_url)
             + string_len(5, &self.nonce)
             + self.removed.iter().map(|n| string_len(6, n)).sum::<usize>()
     }
 
     fn shared_len(&self) -> usize {
-        entries_shared_len(&self.resources, self.entries_len)
+        entries_shared_len(&self.resources, self.entries_len())
     }
 
     fn encode(&self, sink: &mut impl Sink) {
         put_string(1, &self.system_version_info, sink.buf());
         let versions = self.versions;
-        let entry = Entry::Delta { versions };
-        let run = shared_run(entry, &self.resources, self.entries_len, |r, c| {
+        let run = shared_run(self.entry(), &self.resources, self.entries_len(), |r, c| {
             put_delta_entry(r, versions, c)
         });
         if run.is_none() {
@@ -1066,7 +1073,7 @@ mod tests {
             [(&*b.name, "", Some(b.any())), (&*c.name, "", Some(c.any()))]
         );
         let version_bytes = 2 * (2 + b.version.len());
-        assert_eq!(bare.entries_len + version_bytes, delta.entries_len);
+        assert_eq!(bare.entries_len() + version_bytes, delta.entries_len());
     }
 
     #[test]
@@ -1080,10 +1087,10 @@ mod tests {
             DeltaResponse::new("v/1".into(), cds, nonce.into(), r, removed, true)
         };
         let (a, b) = (delta("1-1", vec![]), delta("7-3", vec!["gone".into()]));
-        assert!(a.entries_len >= joined::JOIN_AT);
+        assert!(a.entries_len() >= joined::JOIN_AT);
         let (fa, fb) = (Chunks::frame(&a), Chunks::frame(&b));
         let run = |frame: &VecDeque<Bytes>| {
-            let run = frame.iter().find(|c| c.len() == a.entries_len);
+            let run = frame.iter().find(|c| c.len() == a.entries_len());
             run.expect("the entries are one chunk").as_ptr()
         };
         assert_eq!(
@@ -1093,7 +1100,7 @@ mod tests {
         );
         assert_eq!(
             a.shared_len(),
-            a.entries_len,
+            a.entries_len(),
             "the copied part is sized without it"
         );
         let gone = vec!["gone".to_string()];
@@ -1116,7 +1123,7 @@ mod tests {
         let (c, d) = (sotw("2-1"), sotw("9-9"));
         let (fc, fd) = (Chunks::frame(&c), Chunks::frame(&d));
         let sotw_run = |frame: &VecDeque<Bytes>| {
-            let run = frame.iter().find(|chunk| chunk.len() == c.entries_len);
+            let run = frame.iter().find(|chunk| chunk.len() == c.entries_len());
             run.expect("the entries are one chunk").as_ptr()
         };
         assert_eq!(sotw_run(&fc), sotw_run(&fd));
@@ -1133,7 +1140,7 @@ mod tests {
         let bare_run = Chunks::frame(&bare);
         let bare_run = bare_run
             .iter()
-            .find(|c| c.len() == bare.entries_len)
+            .find(|c| c.len() == bare.entries_len())
             .unwrap();
         assert_ne!(bare_run.as_ptr(), run(&fa));
         let decoded = DeltaDiscoveryResponse::decode(unframe(&bare).as_slice()).unwrap();
