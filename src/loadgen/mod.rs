@@ -11,6 +11,7 @@
 pub mod apiserver;
 pub mod proxy;
 mod read_ahead;
+mod response;
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};

@@ -22,6 +22,7 @@ use tokio::sync::{mpsc, watch};
 use tonic::Status;
 use tonic::codegen::{Context, Pin, Poll, Service, http};
 
+use super::response::{Body, DeltaResponse, SotwResponse};
 use crate::xds::resource::{CLUSTER_TYPE, ENDPOINT_TYPE, LISTENER_TYPE, ROUTE_TYPE};
 use crate::xds::wire::{self, Messages};
 
@@ -49,85 +50,6 @@ pub struct ProxyStats {
     pub nacks_sent: AtomicU64,
 }
 
-/// `google.protobuf.Any`, its fields slices of the received frame: a simulated proxy
-/// reads resources where they arrived instead of copying each body (557 KB of routes per
-/// proxy per VirtualService change on a 1,000-service mesh) as the generated type would.
-#[derive(Clone, PartialEq, Message)]
-struct AnyBody {
-    #[prost(bytes = "bytes", tag = "1")]
-    type_url: Bytes,
-    #[prost(bytes = "bytes", tag = "2")]
-    value: Bytes,
-}
-
-/// One `envoy.service.discovery.v3.Resource` of a delta response, read in place: its name,
-/// version and body are borrowed from the frame. An unscoped proxy's initial configuration
-/// has ~2,100 resources; decoded as `String`s (three allocations, copies and UTF-8 checks
-/// each) they were a fifth of the simulator's CPU in a connect storm, and as a list of
-/// decoded resources (`Bytes`, a reference count each) the list's memory and the counts
-/// were another.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-struct ResourceRef<'a> {
-    name: &'a [u8],
-    version: &'a [u8],
-    /// The `Any`'s value, if the resource has one.
-    body: Option<&'a [u8]>,
-}
-
-impl<'a> ResourceRef<'a> {
-    /// Reads an encoded `Resource`: fields 1 (version), 2 (`Any`: 2 is its value) and 3
-    /// (name); anything else is skipped. `None` if it does not parse.
-    fn parse(mut raw: &'a [u8]) -> Option<ResourceRef<'a>> {
-        let mut r = ResourceRef::default();
-        while !raw.is_empty() {
-            let (tag, value) = next_field(&mut raw)?;
-            match (tag, value) {
-                (1, Some(v)) => r.version = v,
-                (3, Some(v)) => r.name = v,
-                (2, Some(mut any)) => {
-                    while !any.is_empty() {
-                        if let (2, Some(v)) = next_field(&mut any)? {
-                            r.body = Some(v);
-                        }
-                    }
-                    r.body.get_or_insert(&[]);
-                }
-                _ => {}
-            }
-        }
-        Some(r)
-    }
-}
-
-/// The next field of `buf`: its tag, and its bytes if length-delimited (`None` for a
-/// varint or fixed-width field, which is skipped). `None` if it does not parse.
-fn next_field<'a>(buf: &mut &'a [u8]) -> Option<(u32, Option<&'a [u8]>)> {
-    use prost::encoding::{WireType, decode_key, decode_varint};
-    let (tag, wire_type) = decode_key(buf).ok()?;
-    match wire_type {
-        WireType::LengthDelimited => {
-            let len = usize::try_from(decode_varint(buf).ok()?).ok()?;
-            let value = buf.get(..len)?;
-            *buf = &buf[len..];
-            Some((tag, Some(value)))
-        }
-        WireType::Varint => {
-            decode_varint(buf).ok()?;
-            Some((tag, None))
-        }
-        WireType::SixtyFourBit | WireType::ThirtyTwoBit => {
-            let width = if wire_type == WireType::SixtyFourBit {
-                8
-            } else {
-                4
-            };
-            *buf = buf.get(width..)?;
-            Some((tag, None))
-        }
-        WireType::StartGroup | WireType::EndGroup => None,
-    }
-}
-
 /// `envoy.service.discovery.v3.DeltaDiscoveryRequest`, its subscribed names as bytes: copied
 /// from the responses that named them without a UTF-8 check (a delta proxy's first EDS
 /// subscription names every cluster of its first CDS answer).
@@ -145,44 +67,6 @@ struct DeltaRequest {
     response_nonce: String,
     #[prost(message, optional, tag = "7")]
     error_detail: Option<RpcStatus>,
-}
-
-/// `envoy.service.discovery.v3.DeltaDiscoveryResponse`, as meshd fills it; its resources
-/// still encoded, each a slice of the frame (read with [`DeltaResponse::each`]).
-#[derive(Clone, PartialEq, Message)]
-struct DeltaResponse {
-    #[prost(string, tag = "1")]
-    system_version_info: String,
-    #[prost(bytes = "bytes", repeated, tag = "2")]
-    resources: Vec<Bytes>,
-    #[prost(string, tag = "4")]
-    type_url: String,
-    #[prost(string, tag = "5")]
-    nonce: String,
-    #[prost(string, repeated, tag = "6")]
-    removed_resources: Vec<String>,
-}
-
-impl DeltaResponse {
-    /// Its resources, read in place (those that do not parse are left out).
-    fn each(&self) -> impl Iterator<Item = ResourceRef<'_>> {
-        self.resources
-            .iter()
-            .filter_map(|raw| ResourceRef::parse(raw))
-    }
-}
-
-/// `envoy.service.discovery.v3.DiscoveryResponse`, as meshd fills it.
-#[derive(Clone, PartialEq, Message)]
-struct SotwResponse {
-    #[prost(string, tag = "1")]
-    version_info: String,
-    #[prost(message, repeated, tag = "2")]
-    resources: Vec<AnyBody>,
-    #[prost(string, tag = "4")]
-    type_url: String,
-    #[prost(string, tag = "5")]
-    nonce: String,
 }
 
 /// Opens a bidirectional gRPC stream (`method`, the gRPC path) on `channel`: `requests`
@@ -457,7 +341,7 @@ impl Names {
     fn learn<'a>(
         &mut self,
         type_url: &str,
-        resources: impl IntoIterator<Item = (&'a [u8], &'a [u8])>,
+        resources: impl IntoIterator<Item = (&'a [u8], Body<'a>)>,
         asking: Asking,
     ) -> (Vec<Bytes>, Vec<String>) {
         self.seen_types.insert(type_url.to_string());
@@ -481,7 +365,7 @@ impl Names {
             }
         } else if type_url == LISTENER_TYPE {
             for (_, body) in resources {
-                for r in route_names(body) {
+                for r in route_names(&body.joined()) {
                     if self.routes.insert(r.clone()) {
                         rds.push(r);
                     }
@@ -504,7 +388,7 @@ impl Names {
 fn note<'a>(
     stats: &ProxyStats,
     marker: &watch::Receiver<Option<Marker>>,
-    mut bodies: impl Iterator<Item = &'a [u8]>,
+    mut bodies: impl Iterator<Item = Body<'a>>,
     bytes: usize,
 ) {
     stats.responses.fetch_add(1, Ordering::Relaxed);
@@ -513,7 +397,7 @@ fn note<'a>(
     if let Some(m) = current
         && stats.converged_marker.load(Ordering::Relaxed) != m.id
         && let finder = memchr::memmem::Finder::new(&m.text)
-        && bodies.any(|b| finder.find(b).is_some())
+        && bodies.any(|b| b.contains(&finder))
     {
         stats
             .converged_after_us
@@ -656,11 +540,16 @@ async fn run_sotw(
     let mut versions: BTreeMap<String, String> = BTreeMap::new();
     while let Some(resp) = stream.message().await.map_err(|e| e.to_string())? {
         let bodies = || resp.resources.iter().map(|a| &a.value[..]);
-        note(&stats, &marker, bodies(), resp.encoded_len());
+        note(
+            &stats,
+            &marker,
+            bodies().map(Body::Whole),
+            resp.encoded_len(),
+        );
         // SotW resources carry no names outside their bodies: CDS names come from the
         // Cluster, which is cheap to read for its first field only.
         let named: Vec<(String, &[u8])> = bodies().map(|b| (resource_name(b), b)).collect();
-        let resources = named.iter().map(|(n, b)| (n.as_bytes(), *b));
+        let resources = named.iter().map(|(n, b)| (n.as_bytes(), Body::Whole(b)));
         let (eds, rds) = names.learn(&resp.type_url, resources, Asking::Listed);
         let nack = spec.nack_routes && resp.type_url == ROUTE_TYPE;
         let subscribed = match resp.type_url.as_str() {
@@ -711,29 +600,20 @@ fn resource_name(body: &[u8]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use envoy_types::pb::envoy::service::discovery::v3::{
-        DeltaDiscoveryResponse, DiscoveryResponse, Resource,
-    };
-    use envoy_types::pb::google::protobuf::Any;
+    use envoy_types::pb::envoy::service::discovery::v3::Resource;
 
     use super::*;
-
-    fn any(value: &[u8]) -> Any {
-        Any {
-            type_url: ROUTE_TYPE.into(),
-            value: value.to_vec(),
-        }
-    }
+    use crate::loadgen::response::Encoded;
 
     /// A `Resource` as meshd encodes it, without a body.
-    fn encoded(name: &str, version: &str) -> Bytes {
-        Resource {
+    fn encoded(name: &str, version: &str) -> Encoded {
+        let raw = Resource {
             name: name.into(),
             version: version.into(),
             ..Default::default()
         }
-        .encode_to_vec()
-        .into()
+        .encode_to_vec();
+        Bytes::from(raw).into()
     }
 
     #[test]
@@ -815,10 +695,11 @@ mod tests {
 
     #[test]
     fn a_delta_proxy_asks_for_new_clusters_endpoints_without_listing_them() {
-        let cds: [(&[u8], &[u8]); 3] = [
-            (b"outbound|80||a.asking-test", b""),
-            (b"outbound|80||b.asking-test", b""),
-            (b"BlackHoleCluster", b""),
+        let empty = Body::Whole(b"");
+        let cds: [(&[u8], Body); 3] = [
+            (b"outbound|80||a.asking-test", empty),
+            (b"outbound|80||b.asking-test", empty),
+            (b"BlackHoleCluster", empty),
         ];
         let wanted = ["outbound|80||a.asking-test", "outbound|80||b.asking-test"];
         // Delta, first CDS answer: nothing held yet, nothing listed.
@@ -838,7 +719,7 @@ mod tests {
                 .collect(),
             ..Default::default()
         });
-        let later: [(&[u8], &[u8]); 2] = [(cds[0].0, b""), (b"outbound|80||c.asking-test", b"")];
+        let later: [(&[u8], Body); 2] = [(cds[0].0, empty), (b"outbound|80||c.asking-test", empty)];
         let (eds, _) = delta.learn(CLUSTER_TYPE, later, Asking::Held(Some(&held)));
         assert_eq!(eds, ["outbound|80||c.asking-test"]);
         assert!(delta.clusters.is_empty());
@@ -847,102 +728,5 @@ mod tests {
         assert_eq!(sotw.learn(CLUSTER_TYPE, cds, Asking::Listed).0, wanted);
         assert_eq!(sotw.clusters.len(), 2);
         assert!(sotw.learn(CLUSTER_TYPE, cds, Asking::Listed).0.is_empty());
-    }
-
-    #[test]
-    fn a_resource_is_read_in_place_whatever_else_it_carries() {
-        let full = Resource {
-            name: "outbound|80||a.read-test".into(),
-            version: "0a0b".into(),
-            resource: Some(any(b"body")),
-            aliases: vec!["an alias".into()],
-            ttl: Some(envoy_types::pb::google::protobuf::Duration {
-                seconds: 5,
-                nanos: 0,
-            }),
-            ..Default::default()
-        }
-        .encode_to_vec();
-        // Fixed-width fields are skipped too.
-        let mut raw = full.clone();
-        raw.extend([0x49, 1, 2, 3, 4, 5, 6, 7, 8]); // field 9, 64-bit
-        raw.extend([0x55, 1, 2, 3, 4]); // field 10, 32-bit
-        let r = ResourceRef::parse(&raw).unwrap();
-        assert_eq!(
-            (r.name, r.version, r.body),
-            (
-                &b"outbound|80||a.read-test"[..],
-                &b"0a0b"[..],
-                Some(&b"body"[..])
-            )
-        );
-        // A resource without a body, and one cut short.
-        let bare = encoded("n", "v");
-        assert_eq!(ResourceRef::parse(&bare).unwrap().body, None);
-        assert_eq!(ResourceRef::parse(&full[..full.len() - 2]), None);
-    }
-
-    #[test]
-    fn responses_decode_as_envoys_with_bodies_left_where_they_arrived() {
-        let body = vec![7u8; 4096];
-        let delta = DeltaDiscoveryResponse {
-            system_version_info: "v/2".into(),
-            resources: vec![Resource {
-                name: "8080".into(),
-                version: "00ff".into(),
-                resource: Some(any(&body)),
-                ..Default::default()
-            }],
-            type_url: ROUTE_TYPE.into(),
-            nonce: "2-1".into(),
-            removed_resources: vec!["9090".into()],
-            ..Default::default()
-        };
-        let frame = Bytes::from(delta.encode_to_vec());
-        let got = DeltaResponse::decode(frame.clone()).unwrap();
-        assert_eq!(
-            (
-                got.type_url.as_str(),
-                got.nonce.as_str(),
-                &got.removed_resources[..]
-            ),
-            (ROUTE_TYPE, "2-1", &["9090".to_string()][..])
-        );
-        let r: Vec<ResourceRef> = got.each().collect();
-        let value = r[0].body.unwrap();
-        assert_eq!(
-            (r.len(), r[0].name, r[0].version, value),
-            (1, &b"8080"[..], &b"00ff"[..], &body[..])
-        );
-        let within = frame.as_ptr_range();
-        for (what, field) in [
-            ("body", value),
-            ("name", r[0].name),
-            ("version", r[0].version),
-        ] {
-            assert!(within.contains(&field.as_ptr()), "the {what} is not copied");
-        }
-        assert_eq!(
-            got.encoded_len(),
-            frame.len(),
-            "every field meshd sends is read"
-        );
-
-        let sotw = DiscoveryResponse {
-            version_info: "v/3".into(),
-            resources: vec![any(&body), any(b"small")],
-            type_url: ROUTE_TYPE.into(),
-            nonce: "3-1".into(),
-            ..Default::default()
-        };
-        let frame = Bytes::from(sotw.encode_to_vec());
-        let got = SotwResponse::decode(frame.clone()).unwrap();
-        assert_eq!(
-            (got.version_info.as_str(), got.nonce.as_str()),
-            ("v/3", "3-1")
-        );
-        let bodies: Vec<&[u8]> = got.resources.iter().map(|a| &a.value[..]).collect();
-        assert_eq!(bodies, vec![&body[..], b"small"]);
-        assert_eq!(got.encoded_len(), frame.len());
     }
 }
