@@ -19,6 +19,8 @@ use prost::encoding::{
 };
 use prost::{DecodeError, Message};
 
+use crate::xds::wire::Received;
+
 /// `google.protobuf.Any`, its fields slices of the received frame (state of the world).
 #[derive(Clone, PartialEq, Message)]
 pub struct AnyBody {
@@ -168,15 +170,7 @@ impl Encoded {
         if buf.chunk().len() >= len {
             return Encoded::Whole(buf.copy_to_bytes(len));
         }
-        let mut pieces = Vec::new();
-        let mut left = len.min(buf.remaining());
-        while left > 0 {
-            let n = buf.chunk().len().min(left);
-            // A `Buf` whose chunk is empty before its end (none of ours) is copied from.
-            let n = if n == 0 { left } else { n };
-            pieces.push(buf.copy_to_bytes(n));
-            left -= n;
-        }
+        let pieces = slices(buf, len);
         let read = read_spanning(&pieces);
         Encoded::Spanning(Box::new(Spanning { pieces, read }))
     }
@@ -288,9 +282,33 @@ fn skip_scalar(wire_type: WireType, buf: &mut impl Buf) -> Option<()> {
     (buf.remaining() >= width).then(|| buf.advance(width))
 }
 
+/// The next `len` bytes of `buf` (at most what it holds), a slice of each chunk they lie in
+/// (for `Bytes` and [`Received`], no copies).
+fn slices(buf: &mut impl Buf, len: usize) -> Vec<Bytes> {
+    let mut out = Vec::new();
+    let mut left = len.min(buf.remaining());
+    while left > 0 {
+        let n = buf.chunk().len().min(left);
+        // A `Buf` whose chunk is empty before its end (none of ours) is copied from.
+        let n = if n == 0 { left } else { n };
+        out.push(buf.copy_to_bytes(n));
+        left -= n;
+    }
+    out
+}
+
+/// A length prefix, if what follows in `buf` holds that many bytes.
+fn length(buf: &mut impl Buf) -> Option<usize> {
+    let len = usize::try_from(decode_varint(&mut *buf).ok()?).ok()?;
+    (len <= buf.remaining()).then_some(len)
+}
+
 /// Reads a `Resource` that arrived in `pieces`, as [`ResourceRef::parse`] reads one slice.
 fn read_spanning(pieces: &[Bytes]) -> Option<(Bytes, Bytes, Option<Vec<Bytes>>)> {
-    let mut buf = Pieces::new(pieces);
+    let mut buf = Received::default();
+    for piece in pieces {
+        buf.push(piece.clone());
+    }
     let (mut name, mut version, mut body) = (Bytes::new(), Bytes::new(), None);
     while buf.remaining() > 0 {
         let (tag, wire_type) = decode_key(&mut buf).ok()?;
@@ -298,10 +316,10 @@ fn read_spanning(pieces: &[Bytes]) -> Option<(Bytes, Bytes, Option<Vec<Bytes>>)>
             skip_scalar(wire_type, &mut buf)?;
             continue;
         }
-        let len = buf.length()?;
+        let len = length(&mut buf)?;
         match tag {
-            VERSION => version = buf.take_joined(len),
-            NAME => name = buf.take_joined(len),
+            VERSION => version = buf.copy_to_bytes(len),
+            NAME => name = buf.copy_to_bytes(len),
             RESOURCE => {
                 let end = buf.remaining() - len;
                 let mut value = Vec::new();
@@ -311,9 +329,9 @@ fn read_spanning(pieces: &[Bytes]) -> Option<(Bytes, Bytes, Option<Vec<Bytes>>)>
                         skip_scalar(wire_type, &mut buf)?;
                         continue;
                     }
-                    let len = buf.length()?;
+                    let len = length(&mut buf)?;
                     if tag == ANY_VALUE {
-                        value = buf.take_pieces(len);
+                        value = slices(&mut buf, len);
                     } else {
                         buf.advance(len);
                     }
@@ -327,86 +345,6 @@ fn read_spanning(pieces: &[Bytes]) -> Option<(Bytes, Bytes, Option<Vec<Bytes>>)>
         }
     }
     Some((name, version, body))
-}
-
-/// A cursor over the pieces a resource arrived in.
-struct Pieces<'a> {
-    pieces: &'a [Bytes],
-    /// The current piece, and the offset in it.
-    at: usize,
-    offset: usize,
-    remaining: usize,
-}
-
-impl<'a> Pieces<'a> {
-    fn new(pieces: &'a [Bytes]) -> Self {
-        let mut p = Pieces {
-            pieces,
-            at: 0,
-            offset: 0,
-            remaining: pieces.iter().map(|p| p.len()).sum(),
-        };
-        p.skip_empty();
-        p
-    }
-
-    fn skip_empty(&mut self) {
-        while self.at < self.pieces.len() && self.offset == self.pieces[self.at].len() {
-            self.at += 1;
-            self.offset = 0;
-        }
-    }
-
-    /// A length prefix, if what follows holds that many bytes.
-    fn length(&mut self) -> Option<usize> {
-        let len = usize::try_from(decode_varint(self).ok()?).ok()?;
-        (len <= self.remaining).then_some(len)
-    }
-
-    /// The next `len` bytes (at most what is left) as slices of the pieces they lie in.
-    fn take_pieces(&mut self, len: usize) -> Vec<Bytes> {
-        let mut out = Vec::new();
-        let mut left = len.min(self.remaining);
-        let pieces = self.pieces;
-        while left > 0 {
-            let piece = &pieces[self.at];
-            let n = (piece.len() - self.offset).min(left);
-            out.push(piece.slice(self.offset..self.offset + n));
-            self.advance(n);
-            left -= n;
-        }
-        out
-    }
-
-    /// The next `len` bytes as one slice: copied only if they cross a piece's end.
-    fn take_joined(&mut self, len: usize) -> Bytes {
-        match &self.take_pieces(len)[..] {
-            [] => Bytes::new(),
-            [one] => one.clone(),
-            several => several.concat().into(),
-        }
-    }
-}
-
-impl Buf for Pieces<'_> {
-    fn remaining(&self) -> usize {
-        self.remaining
-    }
-
-    fn chunk(&self) -> &[u8] {
-        self.pieces.get(self.at).map_or(&[], |p| &p[self.offset..])
-    }
-
-    fn advance(&mut self, mut cnt: usize) {
-        assert!(cnt <= self.remaining, "advanced past the end of a resource");
-        self.remaining -= cnt;
-        while cnt > 0 {
-            let n = (self.pieces[self.at].len() - self.offset).min(cnt);
-            self.offset += n;
-            cnt -= n;
-            self.skip_empty();
-        }
-    }
 }
 
 /// A resource's body: one slice, or the pieces it arrived in.
@@ -427,12 +365,14 @@ impl<'a> Body<'a> {
         // The last `overlap` bytes before the current piece, so that an occurrence across
         // a piece's start is found in `tail` + the piece's first `overlap` bytes.
         let mut tail: Vec<u8> = Vec::new();
+        let mut across: Vec<u8> = Vec::new();
         for piece in pieces.iter() {
             if needle.find(piece).is_some() {
                 return true;
             }
             if !tail.is_empty() {
-                let mut across = tail.clone();
+                across.clear();
+                across.extend_from_slice(&tail);
                 across.extend_from_slice(&piece[..overlap.min(piece.len())]);
                 if needle.find(&across).is_some() {
                     return true;

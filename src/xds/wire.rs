@@ -574,9 +574,10 @@ impl<M: prost::Message + Default> Messages<M> {
 }
 
 /// Bytes received and not yet decoded, in the chunks they arrived in; as a [`Buf`], the
-/// bytes of one frame.
+/// bytes of one frame (or of a field of one: the fleet simulator reads a resource that
+/// spans chunks with it). `copy_to_bytes` slices a chunk, and copies only across chunks.
 #[derive(Default)]
-struct Received {
+pub(crate) struct Received {
     parts: VecDeque<Bytes>,
     len: usize,
 }
@@ -586,7 +587,7 @@ impl Received {
     /// chunks is released with it).
     const KEPT_PARTS: usize = 4;
 
-    fn push(&mut self, chunk: Bytes) {
+    pub(crate) fn push(&mut self, chunk: Bytes) {
         if !chunk.is_empty() {
             self.len += chunk.len();
             self.parts.push_back(chunk);
