@@ -21,13 +21,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
 /// `src/generated/types.bin` of the envoy-types package this build resolved.
 fn envoy_types_descriptors() -> Result<PathBuf, Box<dyn std::error::Error>> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    // Offline and for this target only: the build has already fetched exactly that.
-    let output = Command::new(cargo)
-        .args(["metadata", "--format-version", "1", "--offline", "--locked"])
-        .args(["--filter-platform", &std::env::var("TARGET")?])
-        .current_dir(std::env::var("CARGO_MANIFEST_DIR")?)
-        .output()?;
+    // `cargo metadata` reads the manifest of every package in the lock file, dev-dependencies
+    // included, but `cargo build` and `cargo run` fetch only what they build: on a fresh
+    // machine the offline call fails for want of a benchmark's dependency. Then the same
+    // call may fetch (only what Cargo.lock pins).
+    let output = match cargo_metadata(true)? {
+        output if output.status.success() => output,
+        _ => cargo_metadata(false)?,
+    };
     if !output.status.success() {
         return Err(format!(
             "cargo metadata failed: {}",
@@ -51,4 +52,19 @@ fn envoy_types_descriptors() -> Result<PathBuf, Box<dyn std::error::Error>> {
         return Err(format!("{} is missing", path.display()).into());
     }
     Ok(path)
+}
+
+/// `cargo metadata` for this target, offline or allowed to fetch what Cargo.lock pins.
+fn cargo_metadata(offline: bool) -> Result<std::process::Output, Box<dyn std::error::Error>> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut command = Command::new(cargo);
+    command.args(["metadata", "--format-version", "1", "--locked"]);
+    if offline {
+        command.arg("--offline");
+    }
+    let output = command
+        .args(["--filter-platform", &std::env::var("TARGET")?])
+        .current_dir(std::env::var("CARGO_MANIFEST_DIR")?)
+        .output()?;
+    Ok(output)
 }
