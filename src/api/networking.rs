@@ -278,8 +278,7 @@ pub struct TrafficPolicy {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub connection_pool: Option<ConnectionPoolSettings>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "any_object")]
-    pub outlier_detection: Option<AnyObject>,
+    pub outlier_detection: Option<OutlierDetection>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "any_object")]
     pub tls: Option<AnyObject>,
@@ -329,8 +328,56 @@ pub struct ConnectionPoolSettings {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tcp: Option<TcpSettings>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "any_object")]
-    pub http: Option<AnyObject>,
+    pub http: Option<HttpSettings>,
+}
+
+/// `ConnectionPoolSettings.HTTPSettings`. Zero means unset, as in Istio (its fields are
+/// plain integers there too).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpSettings {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http1_max_pending_requests: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http2_max_requests: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_requests_per_connection: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_retries: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_timeout: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub h2_upgrade_policy: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub use_client_protocol: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_concurrent_streams: Option<i32>,
+}
+
+/// `OutlierDetection`: consecutive-error ejection of endpoints.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OutlierDetection {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub split_external_local_origin_errors: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consecutive_local_origin_failures: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consecutive_gateway_errors: Option<u32>,
+    #[serde(
+        default,
+        rename = "consecutive5xxErrors",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub consecutive_5xx_errors: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_ejection_time: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_ejection_percent: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_health_percent: Option<i32>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]

@@ -5,7 +5,7 @@
 use regex::RegexBuilder;
 
 use super::{ConfigObject, Level, Spec};
-use crate::api::networking::{HttpRoute, StringMatch};
+use crate::api::networking::{HttpRoute, StringMatch, TrafficPolicy};
 
 /// One problem with a field of an object.
 #[derive(Debug, Clone, PartialEq)]
@@ -175,6 +175,42 @@ fn http_route(r: &mut Report, field: &str, route: &HttpRoute) {
     }
 }
 
+/// A DestinationRule's (or subset's) connection pool and outlier detection: durations that
+/// parse, percentages within 0–100.
+fn traffic_policy(r: &mut Report, field: &str, p: &TrafficPolicy) {
+    if let Some(pool) = &p.connection_pool {
+        if let Some(tcp) = &pool.tcp {
+            let f = format!("{field}.connectionPool.tcp");
+            r.duration(format!("{f}.connectTimeout"), &tcp.connect_timeout);
+            r.duration(format!("{f}.idleTimeout"), &tcp.idle_timeout);
+            r.duration(
+                format!("{f}.maxConnectionDuration"),
+                &tcp.max_connection_duration,
+            );
+        }
+        if let Some(http) = &pool.http {
+            let f = format!("{field}.connectionPool.http.idleTimeout");
+            r.duration(f, &http.idle_timeout);
+        }
+    }
+    if let Some(o) = &p.outlier_detection {
+        let f = format!("{field}.outlierDetection");
+        r.duration(format!("{f}.interval"), &o.interval);
+        r.duration(format!("{f}.baseEjectionTime"), &o.base_ejection_time);
+        for (name, value) in [
+            ("maxEjectionPercent", o.max_ejection_percent),
+            ("minHealthPercent", o.min_health_percent),
+        ] {
+            if let Some(v) = value.filter(|v| !(0..=100).contains(v)) {
+                r.error(
+                    format!("{f}.{name}"),
+                    format!("{v} is not a percentage (0-100)"),
+                );
+            }
+        }
+    }
+}
+
 fn hosts(r: &mut Report, field: &str, hosts: &[String]) {
     if hosts.is_empty() {
         r.error(field.to_string(), "at least one host is required");
@@ -284,8 +320,14 @@ pub fn validate(object: &ConfigObject) -> Vec<Problem> {
             if dr.host.is_empty() {
                 r.error("spec.host", "is required");
             }
+            if let Some(p) = &dr.traffic_policy {
+                traffic_policy(&mut r, "spec.trafficPolicy", p);
+            }
             let mut seen = std::collections::BTreeSet::new();
             for (i, s) in dr.subsets.iter().enumerate() {
+                if let Some(p) = &s.traffic_policy {
+                    traffic_policy(&mut r, &format!("spec.subsets[{i}].trafficPolicy"), p);
+                }
                 if s.name.is_empty() {
                     r.error(format!("spec.subsets[{i}].name"), "is required");
                 } else if !seen.insert(&s.name) {
@@ -386,6 +428,26 @@ pub fn validate(object: &ConfigObject) -> Vec<Problem> {
 #[cfg(test)]
 mod tests {
     use super::super::parse::parse_file;
+
+    #[test]
+    fn a_traffic_policy_needs_durations_that_parse_and_percentages() {
+        let parsed = parse_file(
+            "dr.yaml",
+            "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: r, namespace: shop}\nspec:\n  host: reviews\n  trafficPolicy:\n    connectionPool: {tcp: {connectTimeout: soon}, http: {idleTimeout: 5x}}\n    outlierDetection: {interval: 10s, baseEjectionTime: -1s, maxEjectionPercent: 120}\n  subsets:\n  - name: v1\n    trafficPolicy: {outlierDetection: {minHealthPercent: -5}}\n",
+        );
+        assert!(parsed.objects.is_empty(), "the DestinationRule is rejected");
+        let fields: Vec<&str> = parsed.errors().map(|e| e.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.trafficPolicy.connectionPool.tcp.connectTimeout",
+                "spec.trafficPolicy.connectionPool.http.idleTimeout",
+                "spec.trafficPolicy.outlierDetection.baseEjectionTime",
+                "spec.trafficPolicy.outlierDetection.maxEjectionPercent",
+                "spec.subsets[0].trafficPolicy.outlierDetection.minHealthPercent",
+            ]
+        );
+    }
 
     #[test]
     fn an_invalid_regex_is_rejected_with_its_field() {

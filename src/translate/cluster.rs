@@ -2,6 +2,7 @@
 //! DestinationRule subset (`outbound|PORT|SUBSET|HOST`, endpoints filtered by the subset's
 //! labels), plus the built-in BlackHoleCluster and PassthroughCluster.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use envoy_types::pb::envoy::config::cluster::v3::cluster::DnsLookupFamily;
@@ -11,7 +12,7 @@ use envoy_types::pb::envoy::config::cluster::v3::{
         ClusterDiscoveryType, DiscoveryType, EdsClusterConfig, LbPolicy, TransportSocketMatch,
     },
 };
-use envoy_types::pb::envoy::config::core::v3::Http2ProtocolOptions;
+use envoy_types::pb::envoy::config::core::v3::{Http1ProtocolOptions, Http2ProtocolOptions};
 use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
 use envoy_types::pb::envoy::extensions::upstreams::http::v3::{
     HttpProtocolOptions,
@@ -23,6 +24,7 @@ use envoy_types::pb::google::protobuf::{ListValue, Value, value::Kind as ValueKi
 use envoy_types::util::pack_any;
 
 use super::endpoint::load_assignment;
+use super::pool;
 use super::{
     BLACKHOLE_CLUSTER, PASSTHROUGH_CLUSTER, ads_config_source, duration, istio_metadata,
     outbound_cluster_name, string_value, struct_value,
@@ -84,7 +86,8 @@ pub fn service(
         };
         for subset in &dr_spec.subsets {
             let name = outbound_cluster_name(port.port, &subset.name, &svc.hostname);
-            let policy = subset.traffic_policy.as_ref().or(base_policy);
+            let merged = merge_subset_policy(base_policy, subset.traffic_policy.as_ref());
+            let policy = merged.as_deref();
             let mut meta =
                 service_metadata(svc, Some(dr_obj.istio_config_path()), Some(&subset.name));
             let mut c = build(&name, svc, port, policy, kind, &mut meta);
@@ -100,6 +103,31 @@ pub fn service(
         }
     }
     (clusters, assignments)
+}
+
+/// A subset's traffic policy over its DestinationRule's, component by component as istiod
+/// merges them: each of the subset's connection pool, outlier detection, load balancer,
+/// TLS, tunnel and PROXY protocol settings replaces the rule's, the others are inherited.
+fn merge_subset_policy<'a>(
+    base: Option<&'a TrafficPolicy>,
+    subset: Option<&'a TrafficPolicy>,
+) -> Option<Cow<'a, TrafficPolicy>> {
+    let (base, subset) = match (base, subset) {
+        (None, p) | (p, None) => return p.map(Cow::Borrowed),
+        (Some(b), Some(s)) => (b, s),
+    };
+    fn pick<T: Clone>(subset: &Option<T>, base: &Option<T>) -> Option<T> {
+        subset.as_ref().or(base.as_ref()).cloned()
+    }
+    Some(Cow::Owned(TrafficPolicy {
+        connection_pool: pick(&subset.connection_pool, &base.connection_pool),
+        outlier_detection: pick(&subset.outlier_detection, &base.outlier_detection),
+        load_balancer: pick(&subset.load_balancer, &base.load_balancer),
+        tls: pick(&subset.tls, &base.tls),
+        tunnel: pick(&subset.tunnel, &base.tunnel),
+        proxy_protocol: pick(&subset.proxy_protocol, &base.proxy_protocol),
+        port_level_settings: Vec::new(),
+    }))
 }
 
 /// BlackHoleCluster, and for sidecars PassthroughCluster.
@@ -223,25 +251,31 @@ fn build(
             }
         } as i32;
     }
-    if let Some(ct) = policy
-        .and_then(|p| p.connection_pool.as_ref())
-        .and_then(|cp| cp.tcp.as_ref())
-        .and_then(|t| t.connect_timeout.as_deref())
-        .and_then(|t| crate::duration::parse(t).ok())
-    {
-        c.connect_timeout = Some(duration(ct));
-    }
-    if port.protocol.is_http2() {
-        let opts = HttpProtocolOptions {
-            upstream_protocol_options: Some(UpstreamProtocolOptions::ExplicitHttpConfig(
-                ExplicitHttpConfig {
-                    protocol_config: Some(ProtocolConfig::Http2ProtocolOptions(
-                        Http2ProtocolOptions::default(),
-                    )),
-                },
-            )),
-            ..Default::default()
-        };
+    let mut http = port.protocol.is_http2().then(|| HttpProtocolOptions {
+        upstream_protocol_options: Some(UpstreamProtocolOptions::ExplicitHttpConfig(
+            ExplicitHttpConfig {
+                protocol_config: Some(ProtocolConfig::Http2ProtocolOptions(
+                    Http2ProtocolOptions::default(),
+                )),
+            },
+        )),
+        ..Default::default()
+    });
+    pool::connection_pool(
+        &mut c,
+        policy.and_then(|p| p.connection_pool.as_ref()),
+        &mut http,
+    );
+    pool::outlier_detection(&mut c, policy.and_then(|p| p.outlier_detection.as_ref()));
+    if let Some(mut opts) = http {
+        // Envoy requires an upstream protocol: HTTP/1.1 unless one was chosen above.
+        opts.upstream_protocol_options.get_or_insert_with(|| {
+            UpstreamProtocolOptions::ExplicitHttpConfig(ExplicitHttpConfig {
+                protocol_config: Some(ProtocolConfig::HttpProtocolOptions(
+                    Http1ProtocolOptions::default(),
+                )),
+            })
+        });
         c.typed_extension_protocol_options.insert(
             "envoy.extensions.upstreams.http.v3.HttpProtocolOptions".into(),
             pack_any(opts),

@@ -73,6 +73,13 @@ fn default_endpoint(ingress: &IstioIngressListener) -> Option<Address> {
     Some(socket_address(host, port))
 }
 
+/// An `inbound|PORT||` cluster gets istiod's default circuit breakers too (no
+/// DestinationRule applies to inbound clusters here); InboundPassthroughCluster does not.
+fn with_default_pool(mut c: Cluster) -> Cluster {
+    super::pool::connection_pool(&mut c, None, &mut None);
+    c
+}
+
 fn inbound_cluster(name: &str, target: Address) -> Cluster {
     Cluster {
         name: name.to_string(),
@@ -307,7 +314,7 @@ pub fn sidecar(ctx: &PushContext, proxy: &Proxy) -> (Vec<Listener>, Vec<Cluster>
         });
         let name = format!("{bind}_{port}");
         let cluster = inbound_cluster_name(port);
-        clusters.push(inbound_cluster(&cluster, target));
+        clusters.push(with_default_pool(inbound_cluster(&cluster, target)));
         let chains = port_chains(
             ctx,
             proxy,
@@ -400,7 +407,7 @@ fn virtual_inbound(ctx: &PushContext, proxy: &Proxy) -> (Vec<Listener>, Vec<Clus
             continue;
         }
         let cluster = inbound_cluster_name(*port);
-        clusters.push(original_dst_cluster(&cluster));
+        clusters.push(with_default_pool(original_dst_cluster(&cluster)));
         let stat = format!("0.0.0.0_{port}");
         chains.extend(port_chains(
             ctx,

@@ -1,6 +1,12 @@
 //! Table tests of the translation: names, domains, defaults and scoping as istiod emits them.
 
 use envoy_types::pb::envoy::config::route::v3::{route::Action, route_action::ClusterSpecifier};
+use envoy_types::pb::envoy::extensions::upstreams::http::v3::{
+    HttpProtocolOptions,
+    http_protocol_options::{
+        ExplicitHttpConfig, UpstreamProtocolOptions, explicit_http_config::ProtocolConfig,
+    },
+};
 use serde_json::json;
 
 use super::*;
@@ -545,4 +551,127 @@ spec:
             .name,
         "allow_any"
     );
+}
+
+fn cluster<'a>(
+    cfg: &'a ProxyConfig,
+    name: &str,
+) -> &'a envoy_types::pb::envoy::config::cluster::v3::Cluster {
+    cfg.clusters.iter().find(|c| c.name == name).unwrap()
+}
+
+fn thresholds(c: &envoy_types::pb::envoy::config::cluster::v3::Cluster) -> [u32; 4] {
+    let t = &c.circuit_breakers.as_ref().unwrap().thresholds[0];
+    assert!(t.track_remaining, "{}", c.name);
+    [
+        &t.max_connections,
+        &t.max_pending_requests,
+        &t.max_requests,
+        &t.max_retries,
+    ]
+    .map(|v| v.as_ref().unwrap().value)
+}
+
+const RATINGS_POOL: &str = r#"
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: ratings, namespace: other}
+spec:
+  host: ratings.other.svc.cluster.local
+  trafficPolicy:
+    connectionPool:
+      tcp: {maxConnections: 7, connectTimeout: 250ms, maxConnectionDuration: 1h}
+      http: {http1MaxPendingRequests: 3, http2MaxRequests: 50, maxRetries: 0, idleTimeout: 30s, maxRequestsPerConnection: 5}
+    outlierDetection:
+      consecutive5xxErrors: 2
+      consecutiveGatewayErrors: 0
+      interval: 5s
+      baseEjectionTime: 1m
+      maxEjectionPercent: 40
+  subsets:
+  - name: lax
+    labels: {version: v1}
+    trafficPolicy:
+      outlierDetection: {consecutive5xxErrors: 9, minHealthPercent: 30}
+"#;
+
+#[test]
+fn every_cluster_gets_circuit_breakers_at_the_maximum_unless_a_pool_lowers_them() {
+    let cfg = proxy_config(&context(RATINGS_POOL), &sidecar("shop", json!({})));
+    // No connection pool: every threshold at the maximum, so Envoy's defaults (1,024
+    // connections and requests, 3 retries) never apply; no outlier detection.
+    let reviews = cluster(&cfg, "outbound|9080||reviews.shop.svc.cluster.local");
+    assert_eq!(thresholds(reviews), [u32::MAX; 4]);
+    assert!(reviews.outlier_detection.is_none());
+    assert!(reviews.typed_extension_protocol_options.is_empty());
+    // The pool's limits; maxRetries 0 means unset, as in Istio.
+    let ratings = cluster(&cfg, "outbound|9080||ratings.other.svc.cluster.local");
+    assert_eq!(thresholds(ratings), [7, 3, 50, u32::MAX]);
+    assert_eq!(ratings.connect_timeout.as_ref().unwrap().nanos, 250_000_000);
+    let any = &ratings.typed_extension_protocol_options["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"];
+    let opts: HttpProtocolOptions = prost::Message::decode(&any.value[..]).unwrap();
+    let common = opts.common_http_protocol_options.unwrap();
+    assert_eq!(common.idle_timeout.unwrap().seconds, 30);
+    assert_eq!(common.max_connection_duration.unwrap().seconds, 3600);
+    assert_eq!(common.max_requests_per_connection.unwrap().value, 5);
+    // An HTTP/1.1 port: Envoy needs the upstream protocol named.
+    assert!(matches!(
+        opts.upstream_protocol_options,
+        Some(UpstreamProtocolOptions::ExplicitHttpConfig(
+            ExplicitHttpConfig {
+                protocol_config: Some(ProtocolConfig::HttpProtocolOptions(_))
+            }
+        ))
+    ));
+    // The TCP port of the same service shares the limits.
+    let db = cluster(&cfg, "outbound|5432||ratings.other.svc.cluster.local");
+    assert_eq!(thresholds(db), [7, 3, 50, u32::MAX]);
+}
+
+#[test]
+fn outlier_detection_ejects_on_consecutive_errors_only_and_a_subset_policy_merges_over_the_rule() {
+    let cfg = proxy_config(&context(RATINGS_POOL), &sidecar("shop", json!({})));
+    let ratings = cluster(&cfg, "outbound|9080||ratings.other.svc.cluster.local");
+    let od = ratings.outlier_detection.as_ref().unwrap();
+    let v =
+        |x: &Option<envoy_types::pb::google::protobuf::UInt32Value>| x.as_ref().map(|x| x.value);
+    assert_eq!(
+        v(&od.enforcing_success_rate),
+        Some(0),
+        "success-rate ejection off"
+    );
+    assert_eq!(
+        (v(&od.consecutive_5xx), v(&od.enforcing_consecutive_5xx)),
+        (Some(2), Some(100))
+    );
+    assert_eq!(
+        (
+            v(&od.consecutive_gateway_failure),
+            v(&od.enforcing_consecutive_gateway_failure)
+        ),
+        (Some(0), Some(0)),
+        "set to 0: not enforced"
+    );
+    assert_eq!(od.interval.unwrap().seconds, 5);
+    assert_eq!(od.base_ejection_time.unwrap().seconds, 60);
+    assert_eq!(v(&od.max_ejection_percent), Some(40));
+    assert!(!od.split_external_local_origin_errors);
+    // minHealthPercent unset: the panic threshold is 0 (Envoy's default of 50 is off).
+    let panic = |c: &envoy_types::pb::envoy::config::cluster::v3::Cluster| {
+        c.common_lb_config
+            .as_ref()
+            .unwrap()
+            .healthy_panic_threshold
+            .unwrap()
+            .value
+    };
+    assert_eq!(panic(ratings), 0.0);
+    // A subset's policy replaces the rule's component by component, as istiod merges them:
+    // its outlier detection whole (no interval inherited), the rule's connection pool.
+    let lax = cluster(&cfg, "outbound|9080|lax|ratings.other.svc.cluster.local");
+    let od = lax.outlier_detection.as_ref().unwrap();
+    assert_eq!(v(&od.consecutive_5xx), Some(9));
+    assert!(od.interval.is_none() && od.max_ejection_percent.is_none());
+    assert_eq!(panic(lax), 30.0);
+    assert_eq!(thresholds(lax), [7, 3, 50, u32::MAX]);
 }

@@ -215,13 +215,19 @@ pub struct Upstream {
 
 impl Upstream {
     pub fn start(name: &str) -> Upstream {
+        Upstream::answering(name, "200 OK")
+    }
+
+    /// An upstream that answers every request with `status` (e.g. `"503 Service
+    /// Unavailable"`), its name as the body.
+    pub fn answering(name: &str, status: &'static str) -> Upstream {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let n = name.to_string();
         thread::spawn(move || {
             for conn in listener.incoming().flatten() {
                 let n = n.clone();
-                thread::spawn(move || serve_connection(conn, &n));
+                thread::spawn(move || serve_connection(conn, &n, status));
             }
         });
         Upstream {
@@ -231,7 +237,7 @@ impl Upstream {
     }
 }
 
-fn serve_connection(conn: TcpStream, name: &str) {
+fn serve_connection(conn: TcpStream, name: &str, status: &str) {
     let mut writer = conn.try_clone().unwrap();
     let mut reader = BufReader::new(conn);
     loop {
@@ -267,7 +273,7 @@ fn serve_connection(conn: TcpStream, name: &str) {
             return;
         }
         let resp = format!(
-            "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\nx-upstream: {name}\r\nx-path: {path}\r\nx-echo-xfcc: {xfcc}\r\ncontent-length: {}\r\n\r\n{name}",
+            "HTTP/1.1 {status}\r\ncontent-type: text/plain\r\nx-upstream: {name}\r\nx-path: {path}\r\nx-echo-xfcc: {xfcc}\r\ncontent-length: {}\r\n\r\n{name}",
             name.len()
         );
         if writer.write_all(resp.as_bytes()).is_err() || close {

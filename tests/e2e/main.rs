@@ -16,3 +16,4 @@ mod observability;
 mod protocol;
 mod scoping;
 mod sidecar;
+mod traffic_policy;

@@ -1,0 +1,122 @@
+//! A DestinationRule's `connectionPool` and `outlierDetection` on an outbound cluster, as
+//! istiod applies them (`cluster_traffic_policy.go`): every cluster gets circuit-breaker
+//! thresholds, at the maximum unless the connection pool lowers one, so Envoy's own
+//! defaults (1,024 connections and requests, 3 retries) never cut in; zero means unset.
+
+use envoy_types::pb::envoy::config::cluster::v3::{
+    CircuitBreakers, Cluster, OutlierDetection as EnvoyOutlierDetection,
+    circuit_breakers::Thresholds, cluster::CommonLbConfig,
+};
+use envoy_types::pb::envoy::config::core::v3::HttpProtocolOptions as CommonHttpProtocolOptions;
+use envoy_types::pb::envoy::extensions::upstreams::http::v3::HttpProtocolOptions;
+use envoy_types::pb::envoy::r#type::v3::Percent;
+use envoy_types::pb::google::protobuf::UInt32Value;
+
+use super::duration;
+use crate::api::networking::{ConnectionPoolSettings, OutlierDetection};
+
+/// A limit, or the maximum when `value` is unset or not positive.
+fn limit(value: Option<i32>) -> UInt32Value {
+    let value = value.filter(|v| *v > 0).map_or(u32::MAX, |v| v as u32);
+    UInt32Value { value }
+}
+
+/// A duration the validator has accepted (an unparsable one is left out).
+fn parsed(text: Option<&String>) -> Option<envoy_types::pb::google::protobuf::Duration> {
+    text.and_then(|t| crate::duration::parse(t).ok())
+        .map(duration)
+}
+
+/// Circuit breakers, the connect timeout, and the HTTP connection options of `pool` (none:
+/// the defaults). The HTTP options are added to `http`, creating it if any is set.
+pub fn connection_pool(
+    c: &mut Cluster,
+    pool: Option<&ConnectionPoolSettings>,
+    http: &mut Option<HttpProtocolOptions>,
+) {
+    let tcp = pool.and_then(|p| p.tcp.as_ref());
+    let h = pool.and_then(|p| p.http.as_ref());
+    c.circuit_breakers = Some(CircuitBreakers {
+        thresholds: vec![Thresholds {
+            max_connections: Some(limit(tcp.and_then(|t| t.max_connections))),
+            max_pending_requests: Some(limit(h.and_then(|h| h.http1_max_pending_requests))),
+            max_requests: Some(limit(h.and_then(|h| h.http2_max_requests))),
+            max_retries: Some(limit(h.and_then(|h| h.max_retries))),
+            track_remaining: true,
+            ..Default::default()
+        }],
+        ..Default::default()
+    });
+    if let Some(t) = parsed(tcp.and_then(|t| t.connect_timeout.as_ref())) {
+        c.connect_timeout = Some(t);
+    }
+    // The HTTP idle timeout, else the TCP one.
+    let idle_timeout = parsed(h.and_then(|h| h.idle_timeout.as_ref()))
+        .or_else(|| parsed(tcp.and_then(|t| t.idle_timeout.as_ref())));
+    let max_connection_duration = parsed(tcp.and_then(|t| t.max_connection_duration.as_ref()));
+    let max_requests_per_connection = (h.and_then(|h| h.max_requests_per_connection))
+        .filter(|v| *v > 0)
+        .map(|v| UInt32Value { value: v as u32 });
+    if idle_timeout.is_some()
+        || max_connection_duration.is_some()
+        || max_requests_per_connection.is_some()
+    {
+        let options = http.get_or_insert_with(HttpProtocolOptions::default);
+        let common = (options.common_http_protocol_options)
+            .get_or_insert_with(CommonHttpProtocolOptions::default);
+        if idle_timeout.is_some() {
+            common.idle_timeout = idle_timeout;
+        }
+        if max_connection_duration.is_some() {
+            common.max_connection_duration = max_connection_duration;
+        }
+        if max_requests_per_connection.is_some() {
+            common.max_requests_per_connection = max_requests_per_connection;
+        }
+    }
+}
+
+/// Consecutive-error ejection: success-rate ejection off, each consecutive-error kind
+/// enforced fully when set above zero, and the panic threshold at `minHealthPercent` (0,
+/// panic mode off, when unset).
+pub fn outlier_detection(c: &mut Cluster, outlier: Option<&OutlierDetection>) {
+    let Some(o) = outlier else {
+        return;
+    };
+    let value = |value: u32| Some(UInt32Value { value });
+    let enforcing = |errors: u32| value(if errors > 0 { 100 } else { 0 });
+    let mut out = EnvoyOutlierDetection {
+        enforcing_success_rate: value(0),
+        interval: parsed(o.interval.as_ref()),
+        base_ejection_time: parsed(o.base_ejection_time.as_ref()),
+        ..Default::default()
+    };
+    if let Some(n) = o.consecutive_5xx_errors {
+        out.consecutive_5xx = value(n);
+        out.enforcing_consecutive_5xx = enforcing(n);
+    }
+    if let Some(n) = o.consecutive_gateway_errors {
+        out.consecutive_gateway_failure = value(n);
+        out.enforcing_consecutive_gateway_failure = enforcing(n);
+    }
+    if let Some(p) = o.max_ejection_percent.filter(|p| *p > 0) {
+        out.max_ejection_percent = value(p as u32);
+    }
+    if o.split_external_local_origin_errors == Some(true) {
+        out.split_external_local_origin_errors = true;
+        if let Some(n) = o.consecutive_local_origin_failures.filter(|n| *n > 0) {
+            out.consecutive_local_origin_failure = value(n);
+            out.enforcing_consecutive_local_origin_failure = value(100);
+        }
+        out.enforcing_local_origin_success_rate = value(0);
+    }
+    c.outlier_detection = Some(out);
+    let min_health = o.min_health_percent.unwrap_or(0);
+    if min_health >= 0 {
+        c.common_lb_config
+            .get_or_insert_with(CommonLbConfig::default)
+            .healthy_panic_threshold = Some(Percent {
+            value: f64::from(min_health),
+        });
+    }
+}
