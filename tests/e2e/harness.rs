@@ -942,6 +942,27 @@ pub fn many_services(dir: &Path, n: usize) {
     std::fs::write(dir.join("bulk.yaml"), yaml).unwrap();
 }
 
+/// A config directory for test `name` with the Service reviews.shop on a free port, its
+/// `upstreams` (with their labels) as endpoints, and a DestinationRule for it whose spec
+/// continues after `host: reviews` with `dr_rest` (indented YAML). Returns the directory
+/// and the port.
+pub fn reviews_config(
+    name: &str,
+    upstreams: &[(&Upstream, &[(&str, &str)])],
+    dr_rest: &str,
+) -> (PathBuf, u16) {
+    let dir = temp_dir(name).join("config");
+    std::fs::create_dir_all(&dir).unwrap();
+    let port = free_port();
+    let service = service_yaml("shop", "reviews", port, upstreams);
+    std::fs::write(dir.join("reviews.yaml"), service).unwrap();
+    let dr = format!(
+        "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {{name: reviews, namespace: shop}}\nspec:\n  host: reviews\n{dr_rest}"
+    );
+    std::fs::write(dir.join("dr.yaml"), dr).unwrap();
+    (dir, port)
+}
+
 /// A Kubernetes Service with one EndpointSlice per upstream (each upstream listens on its
 /// own port) and a Pod per upstream carrying its labels.
 pub fn service_yaml(

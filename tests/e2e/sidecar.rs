@@ -13,26 +13,13 @@ pub struct ReviewsMesh {
 
 /// reviews v1 and v2 behind one Service, subsets from a DestinationRule, and `vs`.
 pub fn reviews_mesh(name: &str, ads: Ads, vs: &str) -> ReviewsMesh {
-    let dir = temp_dir(name).join("config");
-    std::fs::create_dir_all(&dir).unwrap();
     let v1 = Upstream::start("reviews-v1");
     let v2 = Upstream::start("reviews-v2");
-    let port = free_port();
-    std::fs::write(
-        dir.join("reviews.yaml"),
-        service_yaml(
-            "shop",
-            "reviews",
-            port,
-            &[(&v1, &[("version", "v1")]), (&v2, &[("version", "v2")])],
-        ),
-    )
-    .unwrap();
-    std::fs::write(
-        dir.join("dr.yaml"),
-        "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: reviews, namespace: shop}\nspec:\n  host: reviews\n  subsets:\n  - {name: v1, labels: {version: v1}}\n  - {name: v2, labels: {version: v2}}\n",
-    )
-    .unwrap();
+    let (dir, port) = reviews_config(
+        name,
+        &[(&v1, &[("version", "v1")]), (&v2, &[("version", "v2")])],
+        "  subsets:\n  - {name: v1, labels: {version: v1}}\n  - {name: v2, labels: {version: v2}}\n",
+    );
     std::fs::write(dir.join("vs.yaml"), vs).unwrap();
     let meshd = Meshd::start(&dir);
     let envoy = Envoy::sidecar(&meshd, ads, "shop", "productpage");

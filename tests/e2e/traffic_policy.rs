@@ -10,26 +10,13 @@ use crate::harness::*;
 /// pool's limits and the maximum for the rest are what Envoy's cluster reports.
 #[test]
 fn outlier_detection_ejects_a_failing_endpoint_and_the_pool_sets_envoys_circuit_breakers() {
-    let dir = temp_dir("tp-outlier").join("config");
-    std::fs::create_dir_all(&dir).unwrap();
     let ok = Upstream::start("reviews-ok");
     let bad = Upstream::answering("reviews-bad", "503 Service Unavailable");
-    let port = free_port();
-    std::fs::write(
-        dir.join("reviews.yaml"),
-        service_yaml(
-            "shop",
-            "reviews",
-            port,
-            &[(&ok, &[("version", "v1")]), (&bad, &[("version", "v1")])],
-        ),
-    )
-    .unwrap();
-    std::fs::write(
-        dir.join("dr.yaml"),
-        "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: reviews, namespace: shop}\nspec:\n  host: reviews\n  trafficPolicy:\n    connectionPool:\n      tcp: {maxConnections: 7}\n      http: {http1MaxPendingRequests: 3, idleTimeout: 30s}\n    outlierDetection: {consecutive5xxErrors: 1, interval: 1s, baseEjectionTime: 10m, maxEjectionPercent: 100}\n",
-    )
-    .unwrap();
+    let (dir, port) = reviews_config(
+        "tp-outlier",
+        &[(&ok, &[("version", "v1")]), (&bad, &[("version", "v1")])],
+        "  trafficPolicy:\n    connectionPool:\n      tcp: {maxConnections: 7}\n      http: {http1MaxPendingRequests: 3, idleTimeout: 30s}\n    outlierDetection: {consecutive5xxErrors: 1, interval: 1s, baseEjectionTime: 10m, maxEjectionPercent: 100}\n",
+    );
     let meshd = Meshd::start(&dir);
     let envoy = Envoy::sidecar(&meshd, Ads::Delta, "shop", "productpage");
     let get = || http_get(&format!("{}:{port}", envoy.ip), "reviews", "/", &[]);
