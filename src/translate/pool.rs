@@ -12,19 +12,13 @@ use envoy_types::pb::envoy::extensions::upstreams::http::v3::HttpProtocolOptions
 use envoy_types::pb::envoy::r#type::v3::Percent;
 use envoy_types::pb::google::protobuf::UInt32Value;
 
-use super::duration;
+use super::optional_duration;
 use crate::api::networking::{ConnectionPoolSettings, OutlierDetection};
 
 /// A limit, or the maximum when `value` is unset or not positive.
 fn limit(value: Option<i32>) -> UInt32Value {
     let value = value.filter(|v| *v > 0).map_or(u32::MAX, |v| v as u32);
     UInt32Value { value }
-}
-
-/// A duration the validator has accepted (an unparsable one is left out).
-fn parsed(text: Option<&String>) -> Option<envoy_types::pb::google::protobuf::Duration> {
-    text.and_then(|t| crate::duration::parse(t).ok())
-        .map(duration)
 }
 
 /// Circuit breakers, the connect timeout, and the HTTP connection options of `pool` (none:
@@ -47,13 +41,14 @@ pub fn connection_pool(
         }],
         ..Default::default()
     });
-    if let Some(t) = parsed(tcp.and_then(|t| t.connect_timeout.as_ref())) {
+    if let Some(t) = optional_duration(tcp.and_then(|t| t.connect_timeout.as_deref())) {
         c.connect_timeout = Some(t);
     }
     // The HTTP idle timeout, else the TCP one.
-    let idle_timeout = parsed(h.and_then(|h| h.idle_timeout.as_ref()))
-        .or_else(|| parsed(tcp.and_then(|t| t.idle_timeout.as_ref())));
-    let max_connection_duration = parsed(tcp.and_then(|t| t.max_connection_duration.as_ref()));
+    let idle_timeout = optional_duration(h.and_then(|h| h.idle_timeout.as_deref()))
+        .or_else(|| optional_duration(tcp.and_then(|t| t.idle_timeout.as_deref())));
+    let max_connection_duration =
+        optional_duration(tcp.and_then(|t| t.max_connection_duration.as_deref()));
     let max_requests_per_connection = (h.and_then(|h| h.max_requests_per_connection))
         .filter(|v| *v > 0)
         .map(|v| UInt32Value { value: v as u32 });
@@ -87,8 +82,8 @@ pub fn outlier_detection(c: &mut Cluster, outlier: Option<&OutlierDetection>) {
     let enforcing = |errors: u32| value(if errors > 0 { 100 } else { 0 });
     let mut out = EnvoyOutlierDetection {
         enforcing_success_rate: value(0),
-        interval: parsed(o.interval.as_ref()),
-        base_ejection_time: parsed(o.base_ejection_time.as_ref()),
+        interval: optional_duration(o.interval.as_deref()),
+        base_ejection_time: optional_duration(o.base_ejection_time.as_deref()),
         ..Default::default()
     };
     if let Some(n) = o.consecutive_5xx_errors {

@@ -29,7 +29,10 @@ use envoy_types::pb::google::protobuf::{BoolValue, UInt32Value};
 use envoy_types::util::pack_any;
 
 use super::listener::GatewayServer;
-use super::{PASSTHROUGH_CLUSTER, duration, istio_metadata, outbound_cluster_name, string_value};
+use super::{
+    PASSTHROUGH_CLUSTER, duration, istio_metadata, optional_duration, outbound_cluster_name,
+    string_value,
+};
 use crate::api::labels_match;
 use crate::api::networking::{
     HeaderOperations, HttpMatchRequest, HttpRoute, StringMatch, VirtualServiceSpec,
@@ -743,11 +746,7 @@ fn translate_route(
                 num_retries: Some(UInt32Value {
                     value: r.attempts as u32,
                 }),
-                per_try_timeout: r
-                    .per_try_timeout
-                    .as_deref()
-                    .and_then(|t| crate::duration::parse(t).ok())
-                    .map(duration),
+                per_try_timeout: optional_duration(r.per_try_timeout.as_deref()),
                 retry_host_predicate: vec![previous_hosts()],
                 host_selection_retry_max_attempts: DEFAULT_HOST_SELECTION_ATTEMPTS,
                 retriable_status_codes: codes,
