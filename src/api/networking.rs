@@ -283,8 +283,7 @@ pub struct TrafficPolicy {
     #[schemars(schema_with = "any_object")]
     pub tls: Option<AnyObject>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(schema_with = "any_object_list")]
-    pub port_level_settings: Vec<AnyObject>,
+    pub port_level_settings: Vec<PortTrafficPolicy>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "any_object")]
     pub tunnel: Option<AnyObject>,
@@ -293,14 +292,32 @@ pub struct TrafficPolicy {
     pub proxy_protocol: Option<AnyObject>,
 }
 
+/// `TrafficPolicy.PortTrafficPolicy`: one port's connection pool, load balancer, outlier
+/// detection and TLS. On that port they replace the whole policy's four, unset ones
+/// falling back to the defaults, not to the policy's (as Istio documents).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PortTrafficPolicy {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<PortSelector>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load_balancer: Option<LoadBalancerSettings>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connection_pool: Option<ConnectionPoolSettings>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outlier_detection: Option<OutlierDetection>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_object")]
+    pub tls: Option<AnyObject>,
+}
+
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct LoadBalancerSettings {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub simple: Option<SimpleLb>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "any_object")]
-    pub consistent_hash: Option<AnyObject>,
+    pub consistent_hash: Option<ConsistentHashLb>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "any_object")]
     pub locality_lb_setting: Option<AnyObject>,
@@ -309,6 +326,66 @@ pub struct LoadBalancerSettings {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "any_object")]
     pub warmup: Option<AnyObject>,
+}
+
+/// `LoadBalancerSettings.ConsistentHashLB`: requests hashed on one key (a header, a
+/// cookie, the source IP or a query parameter) to a ring-hash or Maglev ring.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ConsistentHashLb {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http_header_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http_cookie: Option<HttpCookie>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub use_source_ip: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http_query_parameter_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ring_hash: Option<RingHash>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maglev: Option<Maglev>,
+    /// Deprecated in Istio for `ringHash.minimumRingSize`; still honoured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub minimum_ring_size: Option<u64>,
+}
+
+/// `ConsistentHashLB.HTTPCookie`: Envoy generates the cookie when a request has none and
+/// `ttl` is set.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpCookie {
+    #[serde(default)]
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attributes: Vec<CookieAttribute>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CookieAttribute {
+    #[serde(default)]
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RingHash {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub minimum_ring_size: Option<u64>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Maglev {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub table_size: Option<u64>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
@@ -388,12 +465,24 @@ pub struct TcpSettings {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub connect_timeout: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "any_object")]
-    pub tcp_keepalive: Option<AnyObject>,
+    pub tcp_keepalive: Option<TcpKeepalive>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_connection_duration: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle_timeout: Option<String>,
+}
+
+/// `ConnectionPoolSettings.TCPSettings.TcpKeepalive`: SO_KEEPALIVE on upstream
+/// connections, the OS's values for what is unset.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TcpKeepalive {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probes: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval: Option<String>,
 }
 
 // ---------------------------------------------------------------- Gateway

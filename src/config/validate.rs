@@ -5,7 +5,10 @@
 use regex::RegexBuilder;
 
 use super::{ConfigObject, Level, Spec};
-use crate::api::networking::{HttpRoute, StringMatch, TrafficPolicy};
+use crate::api::networking::{
+    ConnectionPoolSettings, ConsistentHashLb, HttpRoute, LoadBalancerSettings, OutlierDetection,
+    StringMatch, TrafficPolicy,
+};
 
 /// One problem with a field of an object.
 #[derive(Debug, Clone, PartialEq)]
@@ -175,10 +178,83 @@ fn http_route(r: &mut Report, field: &str, route: &HttpRoute) {
     }
 }
 
-/// A DestinationRule's (or subset's) connection pool and outlier detection: durations that
-/// parse, percentages within 0–100.
+/// A DestinationRule's (or subset's) traffic policy: its components, and each port-level
+/// entry's, which must name a port and set at least one component.
 fn traffic_policy(r: &mut Report, field: &str, p: &TrafficPolicy) {
-    if let Some(pool) = &p.connection_pool {
+    policy_components(
+        r,
+        field,
+        p.connection_pool.as_ref(),
+        p.outlier_detection.as_ref(),
+        p.load_balancer.as_ref(),
+    );
+    tls_origination(r, field, p.tls.as_ref());
+    for (name, set) in [
+        ("tunnel", p.tunnel.is_some()),
+        ("proxyProtocol", p.proxy_protocol.is_some()),
+    ] {
+        if set {
+            r.warn(format!("{field}.{name}"), NOT_APPLIED);
+        }
+    }
+    for (i, entry) in p.port_level_settings.iter().enumerate() {
+        let f = format!("{field}.portLevelSettings[{i}]");
+        match &entry.port {
+            Some(port) if (1..=65535).contains(&port.number) => {}
+            Some(port) => r.error(
+                format!("{f}.port.number"),
+                format!("{} is not a port", port.number),
+            ),
+            None => r.error(format!("{f}.port"), "is required"),
+        }
+        if entry.connection_pool.is_none()
+            && entry.outlier_detection.is_none()
+            && entry.load_balancer.is_none()
+            && entry.tls.is_none()
+        {
+            r.error(
+                f,
+                "sets none of connectionPool, loadBalancer, outlierDetection and tls",
+            );
+            continue;
+        }
+        policy_components(
+            r,
+            &f,
+            entry.connection_pool.as_ref(),
+            entry.outlier_detection.as_ref(),
+            entry.load_balancer.as_ref(),
+        );
+        tls_origination(r, &f, entry.tls.as_ref());
+    }
+}
+
+/// A field meshd accepts and keeps but does not yet translate: the object applies, the
+/// warning says what of it does not.
+const NOT_APPLIED: &str = "accepted but not yet applied by meshd";
+
+/// TLS origination to the destination (`SIMPLE`, `MUTUAL`) is not translated: such a
+/// cluster connects in plaintext, which the warning says.
+fn tls_origination(r: &mut Report, field: &str, tls: Option<&super::super::api::AnyObject>) {
+    let mode = tls.and_then(|t| t.get("mode")).and_then(|m| m.as_str());
+    if let Some(mode @ ("SIMPLE" | "MUTUAL")) = mode.map(str::to_ascii_uppercase).as_deref() {
+        r.warn(
+            format!("{field}.tls.mode"),
+            format!("{mode} TLS origination is not yet applied by meshd: the cluster connects in plaintext"),
+        );
+    }
+}
+
+/// A connection pool, outlier detection and load balancer: durations that parse,
+/// percentages within 0–100, a consistent hash Envoy accepts.
+fn policy_components(
+    r: &mut Report,
+    field: &str,
+    pool: Option<&ConnectionPoolSettings>,
+    outlier: Option<&OutlierDetection>,
+    lb: Option<&LoadBalancerSettings>,
+) {
+    if let Some(pool) = pool {
         if let Some(tcp) = &pool.tcp {
             let f = format!("{field}.connectionPool.tcp");
             r.duration(format!("{f}.connectTimeout"), &tcp.connect_timeout);
@@ -187,13 +263,40 @@ fn traffic_policy(r: &mut Report, field: &str, p: &TrafficPolicy) {
                 format!("{f}.maxConnectionDuration"),
                 &tcp.max_connection_duration,
             );
+            if let Some(k) = &tcp.tcp_keepalive {
+                r.duration(format!("{f}.tcpKeepalive.time"), &k.time);
+                r.duration(format!("{f}.tcpKeepalive.interval"), &k.interval);
+            }
         }
         if let Some(http) = &pool.http {
-            let f = format!("{field}.connectionPool.http.idleTimeout");
-            r.duration(f, &http.idle_timeout);
+            let f = format!("{field}.connectionPool.http");
+            r.duration(format!("{f}.idleTimeout"), &http.idle_timeout);
+            for (name, value) in [
+                ("http1MaxPendingRequests", http.http1_max_pending_requests),
+                ("http2MaxRequests", http.http2_max_requests),
+                ("maxRequestsPerConnection", http.max_requests_per_connection),
+                ("maxRetries", http.max_retries),
+                ("maxConcurrentStreams", http.max_concurrent_streams),
+            ] {
+                if let Some(v) = value.filter(|v| *v < 0) {
+                    r.error(format!("{f}.{name}"), format!("{v} is negative"));
+                }
+            }
+            match http.h2_upgrade_policy.as_deref() {
+                None | Some("DEFAULT" | "DO_NOT_UPGRADE") => {}
+                Some("UPGRADE") if http.use_client_protocol == Some(true) => r.error(
+                    format!("{f}.useClientProtocol"),
+                    "cannot be true when h2UpgradePolicy is UPGRADE",
+                ),
+                Some("UPGRADE") => {}
+                Some(other) => r.error(
+                    format!("{f}.h2UpgradePolicy"),
+                    format!("{other:?} is not DEFAULT, DO_NOT_UPGRADE or UPGRADE"),
+                ),
+            }
         }
     }
-    if let Some(o) = &p.outlier_detection {
+    if let Some(o) = outlier {
         let f = format!("{field}.outlierDetection");
         r.duration(format!("{f}.interval"), &o.interval);
         r.duration(format!("{f}.baseEjectionTime"), &o.base_ejection_time);
@@ -209,6 +312,79 @@ fn traffic_policy(r: &mut Report, field: &str, p: &TrafficPolicy) {
             }
         }
     }
+    if let Some(lb) = lb {
+        if let Some(hash) = &lb.consistent_hash {
+            consistent_hash(r, &format!("{field}.loadBalancer.consistentHash"), hash);
+        }
+        for (name, set) in [
+            ("localityLbSetting", lb.locality_lb_setting.is_some()),
+            ("warmup", lb.warmup.is_some()),
+            ("warmupDurationSecs", lb.warmup_duration_secs.is_some()),
+        ] {
+            if set {
+                r.warn(format!("{field}.loadBalancer.{name}"), NOT_APPLIED);
+            }
+        }
+    }
+}
+
+/// One hash key at most (Istio's is a oneof), a named cookie, one ring, and a Maglev
+/// table of a prime size below 5,000,011 (what Envoy accepts).
+fn consistent_hash(r: &mut Report, field: &str, h: &ConsistentHashLb) {
+    let keys = [
+        h.http_header_name.is_some(),
+        h.http_cookie.is_some(),
+        h.use_source_ip.is_some(),
+        h.http_query_parameter_name.is_some(),
+    ];
+    if keys.iter().filter(|k| **k).count() > 1 {
+        r.error(
+            field.to_string(),
+            "set only one of httpHeaderName, httpCookie, useSourceIp and httpQueryParameterName",
+        );
+    }
+    if let Some(cookie) = &h.http_cookie {
+        if cookie.name.is_empty() {
+            r.error(format!("{field}.httpCookie.name"), "is required");
+        }
+        r.duration(format!("{field}.httpCookie.ttl"), &cookie.ttl);
+        let mut seen = std::collections::BTreeSet::new();
+        for (i, a) in cookie.attributes.iter().enumerate() {
+            if a.name.is_empty() || !seen.insert(&a.name) {
+                r.error(
+                    format!("{field}.httpCookie.attributes[{i}].name"),
+                    "must be set and unique",
+                );
+            }
+        }
+    }
+    if h.ring_hash.is_some() && h.maglev.is_some() {
+        r.error(field.to_string(), "set only one of ringHash and maglev");
+    }
+    if h.minimum_ring_size.is_some_and(|n| n > 0) && (h.ring_hash.is_some() || h.maglev.is_some()) {
+        r.error(
+            format!("{field}.minimumRingSize"),
+            "cannot be set with ringHash or maglev",
+        );
+    }
+    if let Some(maglev) = &h.maglev {
+        let size = maglev.table_size.unwrap_or(0);
+        if size == 0 || size >= 5_000_011 || !is_prime(size) {
+            r.error(
+                format!("{field}.maglev.tableSize"),
+                format!("{size} is not a prime below 5000011"),
+            );
+        }
+    }
+}
+
+/// Envoy's test (`Primes::isPrime`), which counts 1 as prime.
+fn is_prime(n: u64) -> bool {
+    n != 0
+        && (n < 4
+            || (2..)
+                .take_while(|d| d * d <= n)
+                .all(|d| !n.is_multiple_of(d)))
 }
 
 fn hosts(r: &mut Report, field: &str, hosts: &[String]) {
@@ -445,6 +621,58 @@ mod tests {
                 "spec.trafficPolicy.outlierDetection.baseEjectionTime",
                 "spec.trafficPolicy.outlierDetection.maxEjectionPercent",
                 "spec.subsets[0].trafficPolicy.outlierDetection.minHealthPercent",
+            ]
+        );
+    }
+
+    #[test]
+    fn port_level_settings_and_consistent_hashes_are_checked_with_their_fields() {
+        let parsed = parse_file(
+            "dr.yaml",
+            "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: r, namespace: shop}\nspec:\n  host: reviews\n  trafficPolicy:\n    loadBalancer: {consistentHash: {httpHeaderName: x-user, useSourceIp: true, maglev: {tableSize: 65536}}}\n    portLevelSettings:\n    - port: {number: 9080}\n      connectionPool: {tcp: {tcpKeepalive: {time: often}}}\n    - loadBalancer: {consistentHash: {httpCookie: {ttl: 1h}}}\n    - port: {number: 70000}\n  subsets:\n  - name: v1\n    trafficPolicy: {connectionPool: {http: {h2UpgradePolicy: UPGRADE, useClientProtocol: true, maxConcurrentStreams: -1}}}\n",
+        );
+        assert!(parsed.objects.is_empty(), "the DestinationRule is rejected");
+        let fields: Vec<&str> = parsed.errors().map(|e| e.field.as_str()).collect();
+        let p = "spec.trafficPolicy";
+        assert_eq!(
+            fields,
+            [
+                format!("{p}.loadBalancer.consistentHash"),
+                format!("{p}.loadBalancer.consistentHash.maglev.tableSize"),
+                format!("{p}.portLevelSettings[0].connectionPool.tcp.tcpKeepalive.time"),
+                format!("{p}.portLevelSettings[1].port"),
+                format!("{p}.portLevelSettings[1].loadBalancer.consistentHash.httpCookie.name"),
+                format!("{p}.portLevelSettings[2].port.number"),
+                format!("{p}.portLevelSettings[2]"),
+                "spec.subsets[0].trafficPolicy.connectionPool.http.maxConcurrentStreams".into(),
+                "spec.subsets[0].trafficPolicy.connectionPool.http.useClientProtocol".into(),
+            ]
+        );
+        let good = parse_file(
+            "dr.yaml",
+            "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: r, namespace: shop}\nspec:\n  host: reviews\n  trafficPolicy:\n    loadBalancer: {consistentHash: {httpCookie: {name: user, ttl: 1h}, maglev: {tableSize: 65537}}}\n    portLevelSettings:\n    - port: {number: 9080}\n      connectionPool: {tcp: {tcpKeepalive: {time: 7200s, interval: 75s, probes: 9}}}\n",
+        );
+        assert!(good.errors().next().is_none(), "{:?}", good.issues);
+        assert_eq!(good.objects.len(), 1);
+    }
+
+    #[test]
+    fn what_meshd_does_not_translate_is_accepted_with_a_warning_naming_the_field() {
+        let parsed = parse_file(
+            "dr.yaml",
+            "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: r, namespace: shop}\nspec:\n  host: api.example.com\n  trafficPolicy:\n    tls: {mode: SIMPLE}\n    loadBalancer: {simple: ROUND_ROBIN, localityLbSetting: {enabled: true}}\n    portLevelSettings:\n    - port: {number: 443}\n      tls: {mode: MUTUAL, clientCertificate: /c.pem, privateKey: /k.pem}\n",
+        );
+        assert_eq!(parsed.objects.len(), 1, "accepted: {:?}", parsed.issues);
+        let warned: Vec<&str> = (parsed.issues.iter())
+            .filter(|i| i.level == super::super::Level::Warning)
+            .map(|i| i.field.as_str())
+            .collect();
+        assert_eq!(
+            warned,
+            [
+                "spec.trafficPolicy.loadBalancer.localityLbSetting",
+                "spec.trafficPolicy.tls.mode",
+                "spec.trafficPolicy.portLevelSettings[0].tls.mode",
             ]
         );
     }

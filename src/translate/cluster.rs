@@ -2,35 +2,32 @@
 //! DestinationRule subset (`outbound|PORT|SUBSET|HOST`, endpoints filtered by the subset's
 //! labels), plus the built-in BlackHoleCluster and PassthroughCluster.
 
-use std::borrow::Cow;
 use std::sync::Arc;
 
 use envoy_types::pb::envoy::config::cluster::v3::cluster::DnsLookupFamily;
 use envoy_types::pb::envoy::config::cluster::v3::{
     Cluster,
     cluster::{
-        ClusterDiscoveryType, DiscoveryType, EdsClusterConfig, LbPolicy, TransportSocketMatch,
+        ClusterDiscoveryType, DiscoveryType, EdsClusterConfig, LbConfig, LbPolicy, MaglevLbConfig,
+        RingHashLbConfig, TransportSocketMatch,
     },
 };
 use envoy_types::pb::envoy::config::core::v3::{Http1ProtocolOptions, Http2ProtocolOptions};
 use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
 use envoy_types::pb::envoy::extensions::upstreams::http::v3::{
-    HttpProtocolOptions,
-    http_protocol_options::{
-        ExplicitHttpConfig, UpstreamProtocolOptions, explicit_http_config::ProtocolConfig,
-    },
+    HttpProtocolOptions, http_protocol_options::explicit_http_config::ProtocolConfig,
 };
-use envoy_types::pb::google::protobuf::{ListValue, Value, value::Kind as ValueKind};
+use envoy_types::pb::google::protobuf::{ListValue, UInt64Value, Value, value::Kind as ValueKind};
 use envoy_types::util::pack_any;
 
 use super::endpoint::load_assignment;
-use super::pool;
 use super::{
     BLACKHOLE_CLUSTER, PASSTHROUGH_CLUSTER, ads_config_source, duration, istio_metadata,
     outbound_cluster_name, string_value, struct_value,
 };
+use super::{policy, pool};
 use crate::api::labels_match;
-use crate::api::networking::{SimpleLb, TrafficPolicy};
+use crate::api::networking::{ConsistentHashLb, SimpleLb, TrafficPolicy};
 use crate::model::service::Discovery;
 use crate::model::{Proxy, ProxyKind, PushContext, Service, ServicePort};
 
@@ -69,8 +66,10 @@ pub fn service(
     let mut clusters = Vec::new();
     let mut assignments = Vec::new();
     let dr = ctx.destination_rule(&svc.hostname);
+    let rule_policy = dr.and_then(|(_, d)| d.traffic_policy.as_ref());
     for port in &svc.ports {
-        let base_policy = dr.and_then(|(_, d)| d.traffic_policy.as_ref());
+        let base = policy::effective(rule_policy, None, port.port);
+        let base_policy = base.as_deref();
         let name = outbound_cluster_name(port.port, "", &svc.hostname);
         let mut meta = service_metadata(svc, dr.map(|(o, _)| o.istio_config_path()), None);
         let mut c = build(&name, svc, port, base_policy, kind, &mut meta);
@@ -86,7 +85,7 @@ pub fn service(
         };
         for subset in &dr_spec.subsets {
             let name = outbound_cluster_name(port.port, &subset.name, &svc.hostname);
-            let merged = merge_subset_policy(base_policy, subset.traffic_policy.as_ref());
+            let merged = policy::effective(rule_policy, subset.traffic_policy.as_ref(), port.port);
             let policy = merged.as_deref();
             let mut meta =
                 service_metadata(svc, Some(dr_obj.istio_config_path()), Some(&subset.name));
@@ -103,31 +102,6 @@ pub fn service(
         }
     }
     (clusters, assignments)
-}
-
-/// A subset's traffic policy over its DestinationRule's, component by component as istiod
-/// merges them: each of the subset's connection pool, outlier detection, load balancer,
-/// TLS, tunnel and PROXY protocol settings replaces the rule's, the others are inherited.
-fn merge_subset_policy<'a>(
-    base: Option<&'a TrafficPolicy>,
-    subset: Option<&'a TrafficPolicy>,
-) -> Option<Cow<'a, TrafficPolicy>> {
-    let (base, subset) = match (base, subset) {
-        (None, p) | (p, None) => return p.map(Cow::Borrowed),
-        (Some(b), Some(s)) => (b, s),
-    };
-    fn pick<T: Clone>(subset: &Option<T>, base: &Option<T>) -> Option<T> {
-        subset.as_ref().or(base.as_ref()).cloned()
-    }
-    Some(Cow::Owned(TrafficPolicy {
-        connection_pool: pick(&subset.connection_pool, &base.connection_pool),
-        outlier_detection: pick(&subset.outlier_detection, &base.outlier_detection),
-        load_balancer: pick(&subset.load_balancer, &base.load_balancer),
-        tls: pick(&subset.tls, &base.tls),
-        tunnel: pick(&subset.tunnel, &base.tunnel),
-        proxy_protocol: pick(&subset.proxy_protocol, &base.proxy_protocol),
-        port_level_settings: Vec::new(),
-    }))
 }
 
 /// BlackHoleCluster, and for sidecars PassthroughCluster.
@@ -251,14 +225,17 @@ fn build(
             }
         } as i32;
     }
+    if let Some(hash) = policy
+        .and_then(|p| p.load_balancer.as_ref())
+        .and_then(|lb| lb.consistent_hash.as_ref())
+        && c.lb_policy != LbPolicy::ClusterProvided as i32
+    {
+        ring(&mut c, hash);
+    }
     let mut http = port.protocol.is_http2().then(|| HttpProtocolOptions {
-        upstream_protocol_options: Some(UpstreamProtocolOptions::ExplicitHttpConfig(
-            ExplicitHttpConfig {
-                protocol_config: Some(ProtocolConfig::Http2ProtocolOptions(
-                    Http2ProtocolOptions::default(),
-                )),
-            },
-        )),
+        upstream_protocol_options: Some(pool::explicit(ProtocolConfig::Http2ProtocolOptions(
+            Http2ProtocolOptions::default(),
+        ))),
         ..Default::default()
     });
     pool::connection_pool(
@@ -270,11 +247,9 @@ fn build(
     if let Some(mut opts) = http {
         // Envoy requires an upstream protocol: HTTP/1.1 unless one was chosen above.
         opts.upstream_protocol_options.get_or_insert_with(|| {
-            UpstreamProtocolOptions::ExplicitHttpConfig(ExplicitHttpConfig {
-                protocol_config: Some(ProtocolConfig::HttpProtocolOptions(
-                    Http1ProtocolOptions::default(),
-                )),
-            })
+            pool::explicit(ProtocolConfig::HttpProtocolOptions(
+                Http1ProtocolOptions::default(),
+            ))
         });
         c.typed_extension_protocol_options.insert(
             "envoy.extensions.upstreams.http.v3.HttpProtocolOptions".into(),
@@ -282,6 +257,33 @@ fn build(
         );
     }
     c
+}
+
+/// A consistent hash's ring, as istiod's `ApplyRingHashLoadBalancer` builds it: Maglev,
+/// or a ring hash with Envoy's 1,024-entry minimum unless the policy sets another. The
+/// key each request is hashed on is the route's (see `route::hash_policy`).
+fn ring(c: &mut Cluster, hash: &ConsistentHashLb) {
+    let size = |value: u64| Some(UInt64Value { value });
+    if let Some(maglev) = &hash.maglev {
+        c.lb_policy = LbPolicy::Maglev as i32;
+        c.lb_config = maglev.table_size.filter(|n| *n > 0).map(|n| {
+            LbConfig::MaglevLbConfig(MaglevLbConfig {
+                table_size: size(n),
+            })
+        });
+        return;
+    }
+    c.lb_policy = LbPolicy::RingHash as i32;
+    let minimum = match &hash.ring_hash {
+        Some(ring) => ring.minimum_ring_size.filter(|n| *n > 0),
+        None => Some(hash.minimum_ring_size.filter(|n| *n > 0).unwrap_or(1024)),
+    };
+    c.lb_config = minimum.map(|n| {
+        LbConfig::RingHashLbConfig(RingHashLbConfig {
+            minimum_ring_size: size(n),
+            ..Default::default()
+        })
+    });
 }
 
 /// The label the injector puts on mesh pods; their endpoints get mTLS.

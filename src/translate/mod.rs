@@ -7,6 +7,7 @@ pub mod credentials;
 pub mod endpoint;
 pub mod inbound;
 pub mod listener;
+pub mod policy;
 pub mod pool;
 pub mod route;
 pub mod tls;

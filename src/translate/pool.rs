@@ -2,18 +2,28 @@
 //! istiod applies them (`cluster_traffic_policy.go`): every cluster gets circuit-breaker
 //! thresholds, at the maximum unless the connection pool lowers one, so Envoy's own
 //! defaults (1,024 connections and requests, 3 retries) never cut in; zero means unset.
+//! The pool also sets TCP keepalive and the upstream HTTP protocol (`h2UpgradePolicy`,
+//! `useClientProtocol`, `maxConcurrentStreams`).
 
 use envoy_types::pb::envoy::config::cluster::v3::{
-    CircuitBreakers, Cluster, OutlierDetection as EnvoyOutlierDetection,
+    CircuitBreakers, Cluster, OutlierDetection as EnvoyOutlierDetection, UpstreamConnectionOptions,
     circuit_breakers::Thresholds, cluster::CommonLbConfig,
 };
-use envoy_types::pb::envoy::config::core::v3::HttpProtocolOptions as CommonHttpProtocolOptions;
-use envoy_types::pb::envoy::extensions::upstreams::http::v3::HttpProtocolOptions;
+use envoy_types::pb::envoy::config::core::v3::{
+    HttpProtocolOptions as CommonHttpProtocolOptions, TcpKeepalive as EnvoyTcpKeepalive,
+};
+use envoy_types::pb::envoy::extensions::upstreams::http::v3::{
+    HttpProtocolOptions,
+    http_protocol_options::{
+        ExplicitHttpConfig, UpstreamProtocolOptions, UseDownstreamHttpConfig,
+        explicit_http_config::ProtocolConfig,
+    },
+};
 use envoy_types::pb::envoy::r#type::v3::Percent;
 use envoy_types::pb::google::protobuf::UInt32Value;
 
 use super::optional_duration;
-use crate::api::networking::{ConnectionPoolSettings, OutlierDetection};
+use crate::api::networking::{ConnectionPoolSettings, OutlierDetection, TcpKeepalive};
 
 /// A limit, or the maximum when `value` is unset or not positive.
 fn limit(value: Option<i32>) -> UInt32Value {
@@ -21,8 +31,16 @@ fn limit(value: Option<i32>) -> UInt32Value {
     UInt32Value { value }
 }
 
-/// Circuit breakers, the connect timeout, and the HTTP connection options of `pool` (none:
-/// the defaults). The HTTP options are added to `http`, creating it if any is set.
+/// `protocol` as the cluster's one upstream HTTP protocol.
+pub fn explicit(protocol: ProtocolConfig) -> UpstreamProtocolOptions {
+    UpstreamProtocolOptions::ExplicitHttpConfig(ExplicitHttpConfig {
+        protocol_config: Some(protocol),
+    })
+}
+
+/// Circuit breakers, the connect timeout, TCP keepalive, and the HTTP connection options
+/// of `pool` (none: the defaults). The HTTP options are added to `http` (the upstream
+/// protocol the port chose, if any), creating it if any is set.
 pub fn connection_pool(
     c: &mut Cluster,
     pool: Option<&ConnectionPoolSettings>,
@@ -30,6 +48,21 @@ pub fn connection_pool(
 ) {
     let tcp = pool.and_then(|p| p.tcp.as_ref());
     let h = pool.and_then(|p| p.http.as_ref());
+    let use_client_protocol = h.and_then(|h| h.use_client_protocol) == Some(true);
+    // `h2UpgradePolicy: UPGRADE` makes the cluster HTTP/2 unless the port chose already or
+    // the client's protocol is to be kept (istiod's `applyH2Upgrade`, before the pool).
+    if !use_client_protocol && h.and_then(|h| h.h2_upgrade_policy.as_deref()) == Some("UPGRADE") {
+        let options = http.get_or_insert_with(HttpProtocolOptions::default);
+        options.upstream_protocol_options.get_or_insert_with(|| {
+            explicit(ProtocolConfig::Http2ProtocolOptions(Default::default()))
+        });
+    }
+    if let Some(k) = tcp.and_then(|t| t.tcp_keepalive.as_ref()) {
+        c.upstream_connection_options = Some(UpstreamConnectionOptions {
+            tcp_keepalive: Some(tcp_keepalive(k)),
+            ..Default::default()
+        });
+    }
     c.circuit_breakers = Some(CircuitBreakers {
         thresholds: vec![Thresholds {
             max_connections: Some(limit(tcp.and_then(|t| t.max_connections))),
@@ -68,6 +101,54 @@ pub fn connection_pool(
         if max_requests_per_connection.is_some() {
             common.max_requests_per_connection = max_requests_per_connection;
         }
+    }
+    // Only an HTTP/2 cluster bounds its streams per connection.
+    if let Some(streams) = h.and_then(|h| h.max_concurrent_streams).filter(|v| *v > 0)
+        && let Some(UpstreamProtocolOptions::ExplicitHttpConfig(ExplicitHttpConfig {
+            protocol_config: Some(ProtocolConfig::Http2ProtocolOptions(h2)),
+        })) = http
+            .as_mut()
+            .and_then(|o| o.upstream_protocol_options.as_mut())
+    {
+        h2.max_concurrent_streams = Some(UInt32Value {
+            value: streams as u32,
+        });
+    }
+    // `useClientProtocol`: HTTP/1.1 upstream for HTTP/1.1 requests, HTTP/2 for HTTP/2.
+    if use_client_protocol {
+        let options = http.get_or_insert_with(HttpProtocolOptions::default);
+        let http1 = match options.upstream_protocol_options.take() {
+            Some(UpstreamProtocolOptions::ExplicitHttpConfig(ExplicitHttpConfig {
+                protocol_config: Some(ProtocolConfig::HttpProtocolOptions(h1)),
+            })) => h1,
+            _ => Default::default(),
+        };
+        options.upstream_protocol_options = Some(
+            UpstreamProtocolOptions::UseDownstreamProtocolConfig(UseDownstreamHttpConfig {
+                http_protocol_options: Some(http1),
+                http2_protocol_options: Some(Default::default()),
+                ..Default::default()
+            }),
+        );
+    }
+}
+
+/// SO_KEEPALIVE with what the policy sets, the OS's values for the rest. Envoy counts
+/// keepalive time and interval in whole seconds.
+fn tcp_keepalive(k: &TcpKeepalive) -> EnvoyTcpKeepalive {
+    let seconds = |d: Option<&str>| {
+        let d = crate::duration::parse(d?).ok()?;
+        Some(UInt32Value {
+            value: u32::try_from(d.as_secs()).unwrap_or(u32::MAX),
+        })
+    };
+    EnvoyTcpKeepalive {
+        keepalive_probes: k
+            .probes
+            .filter(|p| *p > 0)
+            .map(|value| UInt32Value { value }),
+        keepalive_time: seconds(k.time.as_deref()),
+        keepalive_interval: seconds(k.interval.as_deref()),
     }
 }
 

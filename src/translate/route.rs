@@ -17,7 +17,10 @@ use envoy_types::pb::envoy::config::route::v3::{
     redirect_action,
     retry_policy::RetryHostPredicate,
     route::Action,
-    route_action::{ClusterSpecifier, HostRewriteSpecifier},
+    route_action::{
+        ClusterSpecifier, HashPolicy, HostRewriteSpecifier, hash_policy,
+        hash_policy::PolicySpecifier,
+    },
     route_match::PathSpecifier,
     weighted_cluster::ClusterWeight,
 };
@@ -35,7 +38,8 @@ use super::{
 };
 use crate::api::labels_match;
 use crate::api::networking::{
-    HeaderOperations, HttpMatchRequest, HttpRoute, StringMatch, VirtualServiceSpec,
+    ConsistentHashLb, HeaderOperations, HttpMatchRequest, HttpRoute, StringMatch,
+    VirtualServiceSpec,
 };
 use crate::config::{ConfigObject, Spec};
 use crate::model::{Proxy, PushContext, Service, host_matches, resolve_host};
@@ -103,7 +107,7 @@ impl VirtualHostPlan<'_> {
     /// The virtual host, built.
     pub fn build(self, ctx: &PushContext, proxy: &Proxy, port: u32) -> VirtualHost {
         match self {
-            VirtualHostPlan::Default(svc) => default_virtual_host(svc, port, &proxy.namespace),
+            VirtualHostPlan::Default(svc) => default_virtual_host(ctx, svc, port, &proxy.namespace),
             VirtualHostPlan::Shared { vs, service } => {
                 routed_virtual_host(ctx, proxy, vs, service, port)
             }
@@ -254,12 +258,26 @@ pub fn destination_hosts(vs_obj: &ConfigObject) -> Vec<String> {
     }
 }
 
-/// The virtual host of a service no VirtualService routes: its default route.
-pub fn default_virtual_host(svc: &Service, port: u32, proxy_ns: &str) -> VirtualHost {
+/// The virtual host of a service no VirtualService routes: its default route, hashing
+/// requests as the service's DestinationRule says for this port. It depends on the service
+/// and its DestinationRule only (and on whether the proxy shares its namespace).
+pub fn default_virtual_host(
+    ctx: &PushContext,
+    svc: &Service,
+    port: u32,
+    proxy_ns: &str,
+) -> VirtualHost {
+    let mut route = default_route(&svc.hostname, port);
+    if let (Some(Action::Route(action)), Some(hash)) = (
+        route.action.as_mut(),
+        destination_hash(ctx, &svc.hostname, "", port),
+    ) {
+        action.hash_policy = hash;
+    }
     VirtualHost {
         name: format!("{}:{port}", svc.hostname),
         domains: domains(svc, proxy_ns),
-        routes: vec![default_route(&svc.hostname, port)],
+        routes: vec![route],
         include_request_attempt_count: true,
         ..Default::default()
     }
@@ -432,6 +450,52 @@ fn default_route(host: &str, port: u32) -> Route {
         }),
         ..Default::default()
     }
+}
+
+/// The hash policy of a route to `port` (and `subset`) of `host`, if the host's
+/// DestinationRule hashes consistently there: `Some(vec![])` when it hashes on no key.
+fn destination_hash(
+    ctx: &PushContext,
+    host: &str,
+    subset: &str,
+    port: u32,
+) -> Option<Vec<HashPolicy>> {
+    let (_, rule) = ctx.destination_rule(host)?;
+    let hash = super::policy::consistent_hash(rule, subset, port)?;
+    Some(hash_policy(hash).into_iter().collect())
+}
+
+/// The request key a consistent hash hashes on, as istiod's `ConsistentHashToHashPolicy`
+/// writes it.
+pub fn hash_policy(hash: &ConsistentHashLb) -> Option<HashPolicy> {
+    let specifier = if let Some(name) = &hash.http_header_name {
+        PolicySpecifier::Header(hash_policy::Header {
+            header_name: name.clone(),
+            ..Default::default()
+        })
+    } else if let Some(cookie) = &hash.http_cookie {
+        PolicySpecifier::Cookie(hash_policy::Cookie {
+            name: cookie.name.clone(),
+            ttl: optional_duration(cookie.ttl.as_deref()),
+            path: cookie.path.clone().unwrap_or_default(),
+            attributes: (cookie.attributes.iter())
+                .map(|a| hash_policy::CookieAttribute {
+                    name: a.name.clone(),
+                    value: a.value.clone().unwrap_or_default(),
+                })
+                .collect(),
+        })
+    } else if hash.use_source_ip == Some(true) {
+        PolicySpecifier::ConnectionProperties(hash_policy::ConnectionProperties { source_ip: true })
+    } else if let Some(name) = &hash.http_query_parameter_name {
+        PolicySpecifier::QueryParameter(hash_policy::QueryParameter { name: name.clone() })
+    } else {
+        return None;
+    };
+    Some(HashPolicy {
+        policy_specifier: Some(specifier),
+        terminal: false,
+    })
 }
 
 fn string_matcher(m: &StringMatch, ignore_case: bool) -> Option<StringMatcher> {
@@ -679,6 +743,8 @@ fn translate_route(
         return route;
     }
     let mut targets: Vec<(String, u32)> = Vec::new();
+    let mut hash_policy = Vec::new();
+    let mut hashed = false;
     for d in &http.route {
         let host = resolve_host(&d.destination.host, ns);
         let p = destination_port(
@@ -693,12 +759,17 @@ fn translate_route(
             None => 0,
         };
         if weight > 0 {
-            targets.push((
-                outbound_cluster_name(p, d.destination.subset.as_deref().unwrap_or(""), &host),
-                weight,
-            ));
+            let subset = d.destination.subset.as_deref().unwrap_or("");
+            targets.push((outbound_cluster_name(p, subset, &host), weight));
+            if let Some(hash) = destination_hash(ctx, &host, subset, p) {
+                hashed = true;
+                hash_policy.extend(hash);
+            }
         }
     }
+    // A single destination hashed consistently retries on the same host, as istiod's
+    // routes do; several keep the default predicate.
+    let same_host_retries = http.route.len() == 1 && hashed;
     let cluster_specifier = match targets.len() {
         0 => ClusterSpecifier::Cluster("BlackHoleCluster".into()),
         1 => ClusterSpecifier::Cluster(targets[0].0.clone()),
@@ -719,7 +790,7 @@ fn translate_route(
         .as_deref()
         .and_then(|t| crate::duration::parse(t).ok())
         .unwrap_or_default();
-    let retry_policy = match &http.retries {
+    let mut retry_policy = match &http.retries {
         None => Some(default_retry_policy()),
         Some(r) if r.attempts == 0 => None,
         Some(r) => {
@@ -754,11 +825,15 @@ fn translate_route(
             })
         }
     };
+    if same_host_retries && let Some(retry) = retry_policy.as_mut() {
+        retry.retry_host_predicate.clear();
+    }
     let rewrite = http.rewrite.as_ref();
     route.action = Some(Action::Route(RouteAction {
         cluster_specifier: Some(cluster_specifier),
         timeout: Some(duration(timeout)),
         retry_policy,
+        hash_policy,
         prefix_rewrite: rewrite.and_then(|r| r.uri.clone()).unwrap_or_default(),
         host_rewrite_specifier: rewrite
             .and_then(|r| r.authority.clone())

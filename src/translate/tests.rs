@@ -675,3 +675,180 @@ fn outlier_detection_ejects_on_consecutive_errors_only_and_a_subset_policy_merge
     assert_eq!(panic(lax), 30.0);
     assert_eq!(thresholds(lax), [7, 3, 50, u32::MAX]);
 }
+
+/// The upstream HTTP protocol options of a cluster, if it has any.
+fn http_options(
+    c: &envoy_types::pb::envoy::config::cluster::v3::Cluster,
+) -> Option<HttpProtocolOptions> {
+    let any = c
+        .typed_extension_protocol_options
+        .get("envoy.extensions.upstreams.http.v3.HttpProtocolOptions")?;
+    Some(prost::Message::decode(&any.value[..]).unwrap())
+}
+
+const RATINGS_PORTS: &str = r#"
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: ratings, namespace: other}
+spec:
+  host: ratings.other.svc.cluster.local
+  trafficPolicy:
+    connectionPool:
+      tcp: {maxConnections: 100, tcpKeepalive: {time: 2h, interval: 75s, probes: 9}}
+    outlierDetection: {consecutive5xxErrors: 3}
+    portLevelSettings:
+    - port: {number: 9080}
+      connectionPool:
+        http: {h2UpgradePolicy: UPGRADE, maxConcurrentStreams: 64}
+      loadBalancer:
+        consistentHash: {httpHeaderName: x-user, maglev: {tableSize: 65537}}
+  subsets:
+  - name: v1
+    labels: {version: v1}
+    trafficPolicy:
+      loadBalancer: {simple: ROUND_ROBIN}
+      portLevelSettings:
+      - port: {number: 5432}
+        connectionPool: {http: {useClientProtocol: true}}
+"#;
+
+#[test]
+fn port_level_settings_replace_the_rules_policy_on_their_port_and_subsets_merge_over_them() {
+    use envoy_types::pb::envoy::config::cluster::v3::cluster::{LbConfig, LbPolicy};
+    let cfg = proxy_config(&context(RATINGS_PORTS), &sidecar("shop", json!({})));
+    let h = "ratings.other.svc.cluster.local";
+    // 5432: the rule's own pool, with TCP keepalive in whole seconds, and its outlier
+    // detection.
+    let db = cluster(&cfg, &format!("outbound|5432||{h}"));
+    assert_eq!(thresholds(db)[0], 100);
+    let ka = db
+        .upstream_connection_options
+        .as_ref()
+        .unwrap()
+        .tcp_keepalive
+        .unwrap();
+    let v = |x: Option<envoy_types::pb::google::protobuf::UInt32Value>| x.map(|x| x.value);
+    assert_eq!(
+        (
+            v(ka.keepalive_time),
+            v(ka.keepalive_interval),
+            v(ka.keepalive_probes)
+        ),
+        (Some(7200), Some(75), Some(9))
+    );
+    assert!(db.outlier_detection.is_some());
+    assert_eq!(db.lb_policy, LbPolicy::LeastRequest as i32);
+    // 9080: the port's entry alone: no keepalive, no outlier detection, the maximum
+    // connections; upgraded to HTTP/2 with its stream limit; hashed on a Maglev table.
+    let http = cluster(&cfg, &format!("outbound|9080||{h}"));
+    assert_eq!(thresholds(http)[0], u32::MAX);
+    assert!(http.upstream_connection_options.is_none());
+    assert!(http.outlier_detection.is_none());
+    match http_options(http).unwrap().upstream_protocol_options {
+        Some(UpstreamProtocolOptions::ExplicitHttpConfig(ExplicitHttpConfig {
+            protocol_config: Some(ProtocolConfig::Http2ProtocolOptions(h2)),
+        })) => assert_eq!(h2.max_concurrent_streams.unwrap().value, 64),
+        other => panic!("not HTTP/2: {other:?}"),
+    }
+    assert_eq!(http.lb_policy, LbPolicy::Maglev as i32);
+    assert!(
+        matches!(&http.lb_config, Some(LbConfig::MaglevLbConfig(m)) if m.table_size.unwrap().value == 65537)
+    );
+    // Subset v1 on 9080: the rule's port entry, the subset's load balancer over it.
+    let v1 = cluster(&cfg, &format!("outbound|9080|v1|{h}"));
+    assert_eq!(v1.lb_policy, LbPolicy::RoundRobin as i32);
+    assert!(v1.outlier_detection.is_none());
+    assert!(http_options(v1).is_some());
+    // Subset v1 on 5432: its own port entry replaces everything: the client's protocol,
+    // no keepalive, no outlier detection, the maximum connections.
+    let v1_db = cluster(&cfg, &format!("outbound|5432|v1|{h}"));
+    assert_eq!(thresholds(v1_db)[0], u32::MAX);
+    assert!(v1_db.upstream_connection_options.is_none() && v1_db.outlier_detection.is_none());
+    assert!(matches!(
+        http_options(v1_db).unwrap().upstream_protocol_options,
+        Some(UpstreamProtocolOptions::UseDownstreamProtocolConfig(_))
+    ));
+}
+
+#[test]
+fn a_consistent_hash_hashes_the_routes_to_its_port_and_retries_on_the_same_host() {
+    use envoy_types::pb::envoy::config::cluster::v3::cluster::{LbConfig, LbPolicy};
+    use envoy_types::pb::envoy::config::route::v3::route_action::hash_policy::PolicySpecifier;
+    let hashed = r#"
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: reviews, namespace: shop}
+spec:
+  host: reviews
+  trafficPolicy:
+    loadBalancer:
+      consistentHash: {httpCookie: {name: user, ttl: 60s, path: /}}
+  subsets:
+  - {name: v1, labels: {version: v1}}
+  - name: v2
+    labels: {version: v2}
+    trafficPolicy: {loadBalancer: {consistentHash: {useSourceIp: true, ringHash: {minimumRingSize: 4096}}}}
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: ratings, namespace: other}
+spec:
+  host: ratings.other.svc.cluster.local
+  trafficPolicy: {loadBalancer: {consistentHash: {httpQueryParameterName: user}}}
+"#;
+    // The same name as MESH's DestinationRule for reviews: this one replaces it.
+    let ctx = context(hashed);
+    let cfg = proxy_config(&ctx, &sidecar("shop", json!({})));
+    // Clusters: a ring of Envoy's default size, or the subset's own.
+    let reviews = cluster(&cfg, "outbound|9080||reviews.shop.svc.cluster.local");
+    assert_eq!(reviews.lb_policy, LbPolicy::RingHash as i32);
+    assert!(
+        matches!(&reviews.lb_config, Some(LbConfig::RingHashLbConfig(r)) if r.minimum_ring_size.unwrap().value == 1024)
+    );
+    let v2 = cluster(&cfg, "outbound|9080|v2|reviews.shop.svc.cluster.local");
+    assert!(
+        matches!(&v2.lb_config, Some(LbConfig::RingHashLbConfig(r)) if r.minimum_ring_size.unwrap().value == 4096)
+    );
+    // Routes: the VirtualService's header match to v2 hashes on the source IP and
+    // retries without the previous-hosts predicate; its 80/20 split carries both
+    // subsets' keys and keeps the predicate.
+    let vhosts = &cfg
+        .routes
+        .iter()
+        .find(|r| r.name == "9080")
+        .unwrap()
+        .virtual_hosts;
+    let vh = |name: &str| vhosts.iter().find(|v| v.name == name).unwrap();
+    let action = |r: &envoy_types::pb::envoy::config::route::v3::Route| match &r.action {
+        Some(Action::Route(a)) => a.clone(),
+        other => panic!("{other:?}"),
+    };
+    let reviews_vh = vh("reviews.shop.svc.cluster.local:9080");
+    let to_v2 = action(&reviews_vh.routes[0]);
+    assert!(matches!(
+        &to_v2.hash_policy[..],
+        [h] if matches!(h.policy_specifier, Some(PolicySpecifier::ConnectionProperties(ref c)) if c.source_ip)
+    ));
+    assert!(to_v2.retry_policy.unwrap().retry_host_predicate.is_empty());
+    let split = action(&reviews_vh.routes[1]);
+    let keys: Vec<_> = split
+        .hash_policy
+        .iter()
+        .map(|h| match &h.policy_specifier {
+            Some(PolicySpecifier::Cookie(c)) => {
+                assert_eq!((c.ttl.unwrap().seconds, c.path.as_str()), (60, "/"));
+                format!("cookie {}", c.name)
+            }
+            Some(PolicySpecifier::ConnectionProperties(_)) => "source ip".into(),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(keys, ["cookie user", "source ip"]);
+    assert_eq!(split.retry_policy.unwrap().retry_host_predicate.len(), 1);
+    // A service no VirtualService routes: its default route hashes as its rule says.
+    let ratings = action(&vh("ratings.other.svc.cluster.local:9080").routes[0]);
+    assert!(matches!(
+        &ratings.hash_policy[..],
+        [h] if matches!(&h.policy_specifier, Some(PolicySpecifier::QueryParameter(q)) if q.name == "user")
+    ));
+}

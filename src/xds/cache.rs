@@ -59,9 +59,32 @@ struct RoutedHost {
     port: u32,
     local: bool,
     vs: Arc<ConfigObject>,
-    /// The services its routes lead to, as they were (their ports name the clusters).
-    destinations: Vec<(String, Option<Arc<Service>>)>,
+    /// The services its routes lead to and their DestinationRules, as they were (the
+    /// services' ports name the clusters, the rules' consistent hashes the hash policies).
+    destinations: Vec<Destination>,
     bytes: Arc<[u8]>,
+}
+
+/// A host a cached virtual host routes to, as it was when the host was built.
+struct Destination {
+    host: String,
+    service: Option<Arc<Service>>,
+    rule: Option<Arc<ConfigObject>>,
+}
+
+impl Destination {
+    fn now(ctx: &PushContext, host: String) -> Destination {
+        Destination {
+            service: ctx.services.get(&host).cloned(),
+            rule: ctx.destination_rules.get(&host).cloned(),
+            host,
+        }
+    }
+
+    fn unchanged(&self, ctx: &PushContext) -> bool {
+        same(ctx.services.get(&self.host), self.service.as_ref())
+            && same(ctx.destination_rules.get(&self.host), self.rule.as_ref())
+    }
 }
 
 /// Whether two optional inputs are the same: one `Arc` (the common case within a push and
@@ -291,7 +314,7 @@ impl ResourceCache {
             return hit;
         }
         self.misses.inc();
-        let vh = translate::route::default_virtual_host(svc, port, proxy_namespace);
+        let vh = translate::route::default_virtual_host(ctx, svc, port, proxy_namespace);
         let bytes: Arc<[u8]> = virtual_host_field(&vh).into();
         self.store(ctx, svc, |e| e.vhosts.push((port, local, bytes.clone())));
         bytes
@@ -315,9 +338,7 @@ impl ResourceCache {
                     r.port == port
                         && r.local == local
                         && same(Some(&r.vs), Some(vs))
-                        && r.destinations
-                            .iter()
-                            .all(|(host, was)| same(ctx.services.get(host), was.as_ref()))
+                        && r.destinations.iter().all(|d| d.unchanged(ctx))
                 })
                 .map(|r| r.bytes.clone())
         });
@@ -330,10 +351,7 @@ impl ResourceCache {
         let bytes: Arc<[u8]> = virtual_host_field(&vh).into();
         let destinations = translate::route::destination_hosts(vs)
             .into_iter()
-            .map(|h| {
-                let now = ctx.services.get(&h).cloned();
-                (h, now)
-            })
+            .map(|host| Destination::now(ctx, host))
             .collect();
         self.store(ctx, svc, |e| {
             // What this VirtualService built before, on this port and side, is stale.
@@ -577,6 +595,15 @@ mod tests {
         apply(&mut store, &svc6(9090));
         assert_views_agree(&PushContext::build(&store, "v/7".into()), &cache);
         assert!(cache.reads().1 > misses);
+        // The routes to svc-6 hash as its DestinationRule says: a new rule there rebuilds
+        // svc-5's cached virtual host, whose own rule did not change.
+        apply(
+            &mut store,
+            &format!(
+                "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {{name: svc-6, namespace: {ns6}}}\nspec:\n  host: svc-6\n  trafficPolicy: {{loadBalancer: {{consistentHash: {{httpHeaderName: x-user}}}}}}\n"
+            ),
+        );
+        assert_views_agree(&PushContext::build(&store, "v/8".into()), &cache);
 
         // A deleted service leaves the cache with the next push.
         let ctx = {

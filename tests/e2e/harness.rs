@@ -986,3 +986,35 @@ pub fn service_yaml(
     }
     out
 }
+
+/// Envoy's own dump of one resource type: name → the resource.
+pub fn envoy_dump(
+    envoy: &Envoy,
+    resource: &str,
+    field: &[&str],
+    name: &str,
+) -> BTreeMap<String, serde_json::Value> {
+    let body = envoy
+        .admin(&format!("/config_dump?resource={resource}"))
+        .unwrap()
+        .body;
+    let dump: serde_json::Value = serde_json::from_str(&body).unwrap();
+    by_name(&dump["configs"], field, name)
+}
+
+/// Dump entries keyed by the `name` of the resource at `field` inside each.
+pub fn by_name(
+    entries: &serde_json::Value,
+    field: &[&str],
+    name: &str,
+) -> BTreeMap<String, serde_json::Value> {
+    entries
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|entry| {
+            let r = field.iter().fold(entry, |v, f| &v[*f]).clone();
+            (r[name].as_str().unwrap().to_string(), r)
+        })
+        .collect()
+}

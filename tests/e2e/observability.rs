@@ -42,34 +42,6 @@ fn vs(header: &str) -> String {
 /// A Service whose EndpointSlice names a Pod that does not exist.
 const GHOST: &str = "apiVersion: v1\nkind: Service\nmetadata: {name: ghost, namespace: shop}\nspec: {clusterIP: 10.96.9.9, ports: [{name: http, port: 7000}]}\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: ghost-1, namespace: shop, labels: {kubernetes.io/service-name: ghost}}\naddressType: IPv4\nports: [{name: http, port: 7000}]\nendpoints: [{addresses: [10.1.2.3], conditions: {ready: true}, targetRef: {kind: Pod, name: ghost-gone}}]\n";
 
-/// Envoy's own dump of one resource type: name → the resource.
-fn envoy_dump(
-    envoy: &Envoy,
-    resource: &str,
-    field: &[&str],
-    name: &str,
-) -> BTreeMap<String, Value> {
-    let body = envoy
-        .admin(&format!("/config_dump?resource={resource}"))
-        .unwrap()
-        .body;
-    let dump: Value = serde_json::from_str(&body).unwrap();
-    by_name(&dump["configs"], field, name)
-}
-
-/// Dump entries keyed by the `name` of the resource at `field` inside each.
-fn by_name(entries: &Value, field: &[&str], name: &str) -> BTreeMap<String, Value> {
-    entries
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|entry| {
-            let r = field.iter().fold(entry, |v, f| &v[*f]).clone();
-            (r[name].as_str().unwrap().to_string(), r)
-        })
-        .collect()
-}
-
 /// meshd's dump of one type, in the same form.
 fn meshd_dump(dump: &Value, section: &str, field: &[&str], name: &str) -> BTreeMap<String, Value> {
     let configs = dump["configs"].as_array().unwrap();
