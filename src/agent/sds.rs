@@ -34,14 +34,55 @@ impl Sds {
     }
 }
 
-/// The named secret built from `cert`, if it is one the agent serves.
+/// The named secret, if it is one the agent serves: the workload's own (built from
+/// `cert`), or one read from files in its container.
 pub fn secret(name: &str, cert: &WorkloadCert) -> Option<Secret> {
     match name {
         WORKLOAD_SECRET => Some(certificate_secret(name, &cert.chain_pem, &cert.key_pem)),
         ROOT_SECRET => Some(validation_secret(name, &cert.roots_pem)),
-        _ => None,
+        _ => file_secret(name),
     }
 }
+
+/// The secrets istiod names after files for DestinationRule TLS origination:
+/// `file-cert:CERT~KEY` (a client certificate and its key) and `file-root:CA` (the CAs a
+/// server must chain to; `file-root:system` for the system's bundle). Read when asked; a
+/// file that cannot be read leaves the secret out, and Envoy waits for it.
+fn file_secret(name: &str) -> Option<Secret> {
+    let read = |path: &str| match std::fs::read_to_string(path) {
+        Ok(text) => Some(text),
+        Err(e) => {
+            tracing::warn!(secret = name, "cannot read {path}: {e}");
+            None
+        }
+    };
+    if let Some(files) = name.strip_prefix("file-cert:") {
+        let (cert, key) = files.split_once('~')?;
+        return Some(certificate_secret(name, &read(cert)?, &read(key)?));
+    }
+    let ca = name.strip_prefix("file-root:")?;
+    let path = if ca == "system" {
+        let found = SYSTEM_BUNDLES
+            .iter()
+            .find(|p| std::path::Path::new(p).exists());
+        if found.is_none() {
+            tracing::warn!(secret = name, "no system CA bundle in {SYSTEM_BUNDLES:?}");
+        }
+        found?
+    } else {
+        ca
+    };
+    Some(validation_secret(name, &read(path)?))
+}
+
+/// Where Linux distributions keep the system's CA bundle, the first found is used.
+const SYSTEM_BUNDLES: [&str; 5] = [
+    "/etc/ssl/certs/ca-certificates.crt",
+    "/etc/pki/tls/certs/ca-bundle.crt",
+    "/etc/ssl/ca-bundle.pem",
+    "/etc/pki/tls/cacert.pem",
+    "/etc/ssl/cert.pem",
+];
 
 fn response(names: &[String], cert: &WorkloadCert, nonce: u64) -> DiscoveryResponse {
     let resources = names
@@ -128,5 +169,48 @@ impl SecretDiscoveryService for Sds {
             &cert,
             0,
         )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::secret::Type;
+
+    use super::*;
+
+    fn inline(d: &Option<envoy_types::pb::envoy::config::core::v3::DataSource>) -> String {
+        use envoy_types::pb::envoy::config::core::v3::data_source::Specifier;
+        match d.as_ref().and_then(|d| d.specifier.as_ref()) {
+            Some(Specifier::InlineBytes(b)) => String::from_utf8(b.clone()).unwrap(),
+            other => panic!("not inline: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn file_secrets_are_read_from_the_files_they_name() {
+        let dir = std::env::temp_dir().join(format!("meshd-sds-files-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = |f: &str| dir.join(f).to_str().unwrap().to_string();
+        std::fs::write(path("c.pem"), "CERT").unwrap();
+        std::fs::write(path("k.pem"), "KEY").unwrap();
+        std::fs::write(path("ca.pem"), "ROOTS").unwrap();
+        let name = format!("file-cert:{}~{}", path("c.pem"), path("k.pem"));
+        match file_secret(&name).unwrap().r#type {
+            Some(Type::TlsCertificate(t)) => {
+                assert_eq!(inline(&t.certificate_chain), "CERT");
+                assert_eq!(inline(&t.private_key), "KEY");
+            }
+            other => panic!("{other:?}"),
+        }
+        let name = format!("file-root:{}", path("ca.pem"));
+        match file_secret(&name).unwrap().r#type {
+            Some(Type::ValidationContext(v)) => assert_eq!(inline(&v.trusted_ca), "ROOTS"),
+            other => panic!("{other:?}"),
+        }
+        // A missing file, a malformed name, an unknown secret: nothing to serve.
+        assert!(file_secret(&format!("file-root:{}", path("gone.pem"))).is_none());
+        assert!(file_secret(&format!("file-cert:{}", path("c.pem"))).is_none());
+        assert!(file_secret("kubernetes://site-cert").is_none());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -280,8 +280,7 @@ pub struct TrafficPolicy {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outlier_detection: Option<OutlierDetection>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "any_object")]
-    pub tls: Option<AnyObject>,
+    pub tls: Option<ClientTlsSettings>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub port_level_settings: Vec<PortTrafficPolicy>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -307,8 +306,42 @@ pub struct PortTrafficPolicy {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outlier_detection: Option<OutlierDetection>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "any_object")]
-    pub tls: Option<AnyObject>,
+    pub tls: Option<ClientTlsSettings>,
+}
+
+/// `ClientTLSSettings`: how a proxy speaks TLS to the destination. `ISTIO_MUTUAL` uses the
+/// mesh's certificates; `SIMPLE` and `MUTUAL` originate TLS with files in the proxy's
+/// container (served by the agent over SDS), or a `credentialName` for gateways.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClientTlsSettings {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<ClientTlsMode>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_certificate: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub private_key: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_certificates: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credential_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub subject_alt_names: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sni: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub insecure_skip_verify: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_crl: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum ClientTlsMode {
+    Disable,
+    Simple,
+    Mutual,
+    IstioMutual,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]

@@ -6,8 +6,8 @@ use regex::RegexBuilder;
 
 use super::{ConfigObject, Level, Spec};
 use crate::api::networking::{
-    ConnectionPoolSettings, ConsistentHashLb, HttpRoute, LoadBalancerSettings, OutlierDetection,
-    StringMatch, TrafficPolicy,
+    ClientTlsMode, ClientTlsSettings, ConnectionPoolSettings, ConsistentHashLb, HttpRoute,
+    LoadBalancerSettings, OutlierDetection, StringMatch, TrafficPolicy,
 };
 
 /// One problem with a field of an object.
@@ -233,14 +233,49 @@ fn traffic_policy(r: &mut Report, field: &str, p: &TrafficPolicy) {
 /// warning says what of it does not.
 const NOT_APPLIED: &str = "accepted but not yet applied by meshd";
 
-/// TLS origination to the destination (`SIMPLE`, `MUTUAL`) is not translated: such a
-/// cluster connects in plaintext, which the warning says.
-fn tls_origination(r: &mut Report, field: &str, tls: Option<&super::super::api::AnyObject>) {
-    let mode = tls.and_then(|t| t.get("mode")).and_then(|m| m.as_str());
-    if let Some(mode @ ("SIMPLE" | "MUTUAL")) = mode.map(str::to_ascii_uppercase).as_deref() {
+/// Client TLS as Istio validates it: `MUTUAL` needs a certificate and key (or a
+/// credential), `ISTIO_MUTUAL` takes neither, nor CA files. A `credentialName` (for
+/// gateways) is accepted with a warning: meshd does not yet serve it to clusters.
+fn tls_origination(r: &mut Report, field: &str, tls: Option<&ClientTlsSettings>) {
+    let Some(tls) = tls else {
+        return;
+    };
+    let f = format!("{field}.tls");
+    let set = |v: &Option<String>| v.as_deref().is_some_and(|v| !v.is_empty());
+    let credential = set(&tls.credential_name);
+    let files = set(&tls.client_certificate) || set(&tls.private_key) || set(&tls.ca_certificates);
+    match tls.mode {
+        Some(ClientTlsMode::Mutual) if !credential => {
+            for (name, value) in [
+                ("clientCertificate", &tls.client_certificate),
+                ("privateKey", &tls.private_key),
+            ] {
+                if !set(value) {
+                    r.error(format!("{f}.{name}"), "is required with mode MUTUAL");
+                }
+            }
+        }
+        Some(ClientTlsMode::IstioMutual) if files || credential => r.error(
+            f.clone(),
+            "ISTIO_MUTUAL uses the mesh's certificates: set no certificate, key, CA or credentialName",
+        ),
+        _ => {}
+    }
+    if credential && files {
+        r.error(
+            f.clone(),
+            "credentialName and certificate files cannot both be set",
+        );
+    }
+    if credential
+        && matches!(
+            tls.mode,
+            Some(ClientTlsMode::Simple | ClientTlsMode::Mutual)
+        )
+    {
         r.warn(
-            format!("{field}.tls.mode"),
-            format!("{mode} TLS origination is not yet applied by meshd: the cluster connects in plaintext"),
+            format!("{f}.credentialName"),
+            "accepted but not yet applied by meshd: the cluster connects in plaintext",
         );
     }
 }
@@ -660,7 +695,7 @@ mod tests {
     fn what_meshd_does_not_translate_is_accepted_with_a_warning_naming_the_field() {
         let parsed = parse_file(
             "dr.yaml",
-            "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: r, namespace: shop}\nspec:\n  host: api.example.com\n  trafficPolicy:\n    tls: {mode: SIMPLE}\n    loadBalancer: {simple: ROUND_ROBIN, localityLbSetting: {enabled: true}}\n    portLevelSettings:\n    - port: {number: 443}\n      tls: {mode: MUTUAL, clientCertificate: /c.pem, privateKey: /k.pem}\n",
+            "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: r, namespace: shop}\nspec:\n  host: api.example.com\n  trafficPolicy:\n    tls: {mode: SIMPLE, credentialName: api-cert}\n    loadBalancer: {simple: ROUND_ROBIN, localityLbSetting: {enabled: true}}\n    portLevelSettings:\n    - port: {number: 443}\n      tls: {mode: MUTUAL, clientCertificate: /c.pem, privateKey: /k.pem}\n",
         );
         assert_eq!(parsed.objects.len(), 1, "accepted: {:?}", parsed.issues);
         let warned: Vec<&str> = (parsed.issues.iter())
@@ -671,8 +706,24 @@ mod tests {
             warned,
             [
                 "spec.trafficPolicy.loadBalancer.localityLbSetting",
-                "spec.trafficPolicy.tls.mode",
-                "spec.trafficPolicy.portLevelSettings[0].tls.mode",
+                "spec.trafficPolicy.tls.credentialName",
+            ]
+        );
+    }
+
+    #[test]
+    fn client_tls_needs_its_files_for_mutual_and_none_for_istio_mutual() {
+        let parsed = parse_file(
+            "dr.yaml",
+            "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: r, namespace: shop}\nspec:\n  host: api.example.com\n  trafficPolicy:\n    tls: {mode: MUTUAL, clientCertificate: /c.pem}\n  subsets:\n  - name: v1\n    trafficPolicy: {tls: {mode: ISTIO_MUTUAL, caCertificates: /ca.pem}}\n",
+        );
+        assert!(parsed.objects.is_empty());
+        let fields: Vec<&str> = parsed.errors().map(|e| e.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.trafficPolicy.tls.privateKey",
+                "spec.subsets[0].trafficPolicy.tls",
             ]
         );
     }

@@ -27,7 +27,9 @@ use super::{
 };
 use super::{policy, pool};
 use crate::api::labels_match;
-use crate::api::networking::{ConsistentHashLb, SimpleLb, TrafficPolicy};
+use crate::api::networking::{
+    ClientTlsMode, ClientTlsSettings, ConsistentHashLb, SimpleLb, TrafficPolicy,
+};
 use crate::model::service::Discovery;
 use crate::model::{Proxy, ProxyKind, PushContext, Service, ServicePort};
 
@@ -72,7 +74,7 @@ pub fn service(
         let base_policy = base.as_deref();
         let name = outbound_cluster_name(port.port, "", &svc.hostname);
         let mut meta = service_metadata(svc, dr.map(|(o, _)| o.istio_config_path()), None);
-        let mut c = build(&name, svc, port, base_policy, kind, &mut meta);
+        let mut c = build(&name, svc, port, base_policy, kind, secure, &mut meta);
         if secure {
             mutual_tls(&mut c, ctx, svc, port, "", base_policy);
         }
@@ -89,7 +91,7 @@ pub fn service(
             let policy = merged.as_deref();
             let mut meta =
                 service_metadata(svc, Some(dr_obj.istio_config_path()), Some(&subset.name));
-            let mut c = build(&name, svc, port, policy, kind, &mut meta);
+            let mut c = build(&name, svc, port, policy, kind, secure, &mut meta);
             if secure {
                 mutual_tls(&mut c, ctx, svc, port, &subset.name, policy);
             }
@@ -167,6 +169,7 @@ fn build(
     port: &ServicePort,
     policy: Option<&TrafficPolicy>,
     kind: ProxyKind,
+    secure: bool,
     meta: &mut Vec<(&'static str, Value)>,
 ) -> Cluster {
     let mut c = Cluster {
@@ -244,6 +247,9 @@ fn build(
         &mut http,
     );
     pool::outlier_detection(&mut c, policy.and_then(|p| p.outlier_detection.as_ref()));
+    if let Some(tls) = policy.and_then(|p| p.tls.as_ref()) {
+        originate_tls(&mut c, tls, &mut http, secure);
+    }
     if let Some(mut opts) = http {
         // Envoy requires an upstream protocol: HTTP/1.1 unless one was chosen above.
         opts.upstream_protocol_options.get_or_insert_with(|| {
@@ -286,6 +292,47 @@ fn ring(c: &mut Cluster, hash: &ConsistentHashLb) {
     });
 }
 
+/// `SIMPLE` or `MUTUAL` TLS to the destination ([`super::tls::originate`]), with Envoy
+/// choosing the SNI from each request's host when the rule names none, and checking the
+/// server's certificate against that host when it also names no SAN (istiod's
+/// `auto_sni` / `auto_san_validation`). A `credentialName` is for gateways, whose
+/// credentials meshd does not yet serve to clusters: such a rule originates nothing
+/// (istiod does the same for sidecars), and validation warns.
+fn originate_tls(
+    c: &mut Cluster,
+    tls: &ClientTlsSettings,
+    http: &mut Option<HttpProtocolOptions>,
+    agent: bool,
+) {
+    let client = match tls.mode {
+        Some(ClientTlsMode::Simple) => None,
+        Some(ClientTlsMode::Mutual) => match (&tls.client_certificate, &tls.private_key) {
+            (Some(cert), Some(key)) => Some((cert.as_str(), key.as_str())),
+            _ => return, // refused by validation
+        },
+        _ => return,
+    };
+    if tls
+        .credential_name
+        .as_deref()
+        .is_some_and(|n| !n.is_empty())
+    {
+        return;
+    }
+    let h2 = pool::http2(http).is_some();
+    c.transport_socket = Some(super::tls::originate(tls, client, h2, agent));
+    let auto_sni = tls.sni.as_deref().is_none_or(str::is_empty);
+    let auto_san =
+        auto_sni && tls.subject_alt_names.is_empty() && tls.insecure_skip_verify != Some(true);
+    if auto_sni {
+        let upstream = (http.get_or_insert_with(HttpProtocolOptions::default))
+            .upstream_http_protocol_options
+            .get_or_insert_with(Default::default);
+        upstream.auto_sni = true;
+        upstream.auto_san_validation = auto_san;
+    }
+}
+
 /// The label the injector puts on mesh pods; their endpoints get mTLS.
 pub const TLS_MODE_LABEL: &str = "security.istio.io/tlsMode";
 
@@ -295,13 +342,8 @@ pub fn mtls_sni(port: u32, subset: &str, host: &str) -> String {
 }
 
 /// The DestinationRule's `tls.mode`, if it sets one.
-fn tls_mode(policy: Option<&TrafficPolicy>) -> Option<String> {
-    policy?
-        .tls
-        .as_ref()?
-        .get("mode")?
-        .as_str()
-        .map(str::to_ascii_uppercase)
+fn tls_mode(policy: Option<&TrafficPolicy>) -> Option<ClientTlsMode> {
+    policy?.tls.as_ref()?.mode
 }
 
 /// Auto mTLS (Istio's default): endpoints labelled `tlsMode: istio` get ISTIO_MUTUAL with
@@ -321,7 +363,12 @@ fn mutual_tls(
             DiscoveryType::OriginalDst as i32,
         ));
     let mode = tls_mode(policy);
-    if original_dst || matches!(mode.as_deref(), Some("DISABLE" | "SIMPLE" | "MUTUAL")) {
+    if original_dst
+        || matches!(
+            mode,
+            Some(ClientTlsMode::Disable | ClientTlsMode::Simple | ClientTlsMode::Mutual)
+        )
+    {
         return;
     }
     if svc.mesh_external && mode.is_none() {
@@ -341,7 +388,7 @@ fn mutual_tls(
         &sans,
         port.protocol.is_http2(),
     );
-    if mode.as_deref() == Some("ISTIO_MUTUAL") {
+    if mode == Some(ClientTlsMode::IstioMutual) {
         c.transport_socket = Some(tls);
         return;
     }

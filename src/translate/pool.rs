@@ -10,7 +10,8 @@ use envoy_types::pb::envoy::config::cluster::v3::{
     circuit_breakers::Thresholds, cluster::CommonLbConfig,
 };
 use envoy_types::pb::envoy::config::core::v3::{
-    HttpProtocolOptions as CommonHttpProtocolOptions, TcpKeepalive as EnvoyTcpKeepalive,
+    Http2ProtocolOptions, HttpProtocolOptions as CommonHttpProtocolOptions,
+    TcpKeepalive as EnvoyTcpKeepalive,
 };
 use envoy_types::pb::envoy::extensions::upstreams::http::v3::{
     HttpProtocolOptions,
@@ -104,11 +105,7 @@ pub fn connection_pool(
     }
     // Only an HTTP/2 cluster bounds its streams per connection.
     if let Some(streams) = h.and_then(|h| h.max_concurrent_streams).filter(|v| *v > 0)
-        && let Some(UpstreamProtocolOptions::ExplicitHttpConfig(ExplicitHttpConfig {
-            protocol_config: Some(ProtocolConfig::Http2ProtocolOptions(h2)),
-        })) = http
-            .as_mut()
-            .and_then(|o| o.upstream_protocol_options.as_mut())
+        && let Some(h2) = http2(http)
     {
         h2.max_concurrent_streams = Some(UInt32Value {
             value: streams as u32,
@@ -130,6 +127,16 @@ pub fn connection_pool(
                 ..Default::default()
             }),
         );
+    }
+}
+
+/// The HTTP/2 options of a cluster whose one upstream protocol is HTTP/2.
+pub fn http2(http: &mut Option<HttpProtocolOptions>) -> Option<&mut Http2ProtocolOptions> {
+    match http.as_mut()?.upstream_protocol_options.as_mut()? {
+        UpstreamProtocolOptions::ExplicitHttpConfig(ExplicitHttpConfig {
+            protocol_config: Some(ProtocolConfig::Http2ProtocolOptions(h2)),
+        }) => Some(h2),
+        _ => None,
     }
 }
 

@@ -852,3 +852,93 @@ spec:
         [h] if matches!(&h.policy_specifier, Some(PolicySpecifier::QueryParameter(q)) if q.name == "user")
     ));
 }
+
+#[test]
+fn tls_origination_names_the_files_over_sds_for_an_agent_and_as_files_otherwise() {
+    use envoy_types::pb::envoy::config::core::v3::{
+        data_source::Specifier, transport_socket::ConfigType,
+    };
+    use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
+        UpstreamTlsContext, common_tls_context::ValidationContextType,
+    };
+    let rule = r#"
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: ratings, namespace: other}
+spec:
+  host: ratings.other.svc.cluster.local
+  trafficPolicy:
+    tls: {mode: MUTUAL, clientCertificate: /c.pem, privateKey: /k.pem, caCertificates: /ca.pem}
+    portLevelSettings:
+    - port: {number: 5432}
+      tls: {mode: SIMPLE, sni: db.example.com, insecureSkipVerify: true}
+"#;
+    let ctx = context(rule);
+    let context_of = |c: &envoy_types::pb::envoy::config::cluster::v3::Cluster| {
+        let socket = c.transport_socket.as_ref().expect("a TLS transport socket");
+        let Some(ConfigType::TypedConfig(any)) = &socket.config_type else {
+            panic!()
+        };
+        let tls: UpstreamTlsContext = prost::Message::decode(&any.value[..]).unwrap();
+        tls
+    };
+    let h = "ratings.other.svc.cluster.local";
+    let mut secure = sidecar("shop", json!({}));
+    secure.identity = Some("spiffe://cluster.local/ns/shop/sa/default".into());
+    // With the agent: SDS names; the SNI from each request's host, and its certificate
+    // checked against it.
+    let cfg = proxy_config(&ctx, &secure);
+    let http = cluster(&cfg, &format!("outbound|9080||{h}"));
+    let tls = context_of(http).common_tls_context.unwrap();
+    assert_eq!(
+        tls.tls_certificate_sds_secret_configs[0].name,
+        "file-cert:/c.pem~/k.pem"
+    );
+    match tls.validation_context_type {
+        Some(ValidationContextType::CombinedValidationContext(v)) => assert_eq!(
+            v.validation_context_sds_secret_config.unwrap().name,
+            "file-root:/ca.pem"
+        ),
+        other => panic!("{other:?}"),
+    }
+    let upstream = http_options(http)
+        .unwrap()
+        .upstream_http_protocol_options
+        .unwrap();
+    assert!(upstream.auto_sni && upstream.auto_san_validation);
+    assert!(
+        http.transport_socket_matches.is_empty(),
+        "no auto mTLS besides"
+    );
+    // The port-level entry: SIMPLE with its own SNI, nothing verified, no auto SNI.
+    let db = cluster(&cfg, &format!("outbound|5432||{h}"));
+    let tls = context_of(db);
+    assert_eq!(tls.sni, "db.example.com");
+    let common = tls.common_tls_context.unwrap();
+    assert!(common.tls_certificate_sds_secret_configs.is_empty());
+    assert!(matches!(
+        common.validation_context_type,
+        Some(ValidationContextType::ValidationContext(ref v)) if v.trusted_ca.is_none()
+    ));
+    assert!(http_options(db).is_none_or(|o| o.upstream_http_protocol_options.is_none()));
+    // Without the agent, Envoy reads the same files itself.
+    let cfg = proxy_config(&ctx, &sidecar("shop", json!({})));
+    let tls = context_of(cluster(&cfg, &format!("outbound|9080||{h}")))
+        .common_tls_context
+        .unwrap();
+    let file = |d: &Option<envoy_types::pb::envoy::config::core::v3::DataSource>| match d
+        .as_ref()
+        .and_then(|d| d.specifier.as_ref())
+    {
+        Some(Specifier::Filename(f)) => f.clone(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(file(&tls.tls_certificates[0].certificate_chain), "/c.pem");
+    assert_eq!(file(&tls.tls_certificates[0].private_key), "/k.pem");
+    match tls.validation_context_type {
+        Some(ValidationContextType::ValidationContext(v)) => {
+            assert_eq!(file(&v.trusted_ca), "/ca.pem")
+        }
+        other => panic!("{other:?}"),
+    }
+}

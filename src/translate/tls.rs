@@ -21,6 +21,7 @@ use envoy_types::pb::google::protobuf::BoolValue;
 use envoy_types::util::pack_any;
 
 use super::duration;
+use crate::api::networking::ClientTlsSettings;
 
 /// The SDS secret names the agent serves.
 pub const WORKLOAD_SECRET: &str = "default";
@@ -65,24 +66,30 @@ fn sds(name: &str) -> SdsSecretConfig {
     }
 }
 
-fn common(alpn: Vec<String>, sans: &[String]) -> CommonTlsContext {
-    let san_matchers = sans
-        .iter()
-        .map(|s| SubjectAltNameMatcher {
-            san_type: SanType::Uri as i32,
-            matcher: Some(StringMatcher {
-                match_pattern: Some(MatchPattern::Exact(s.clone())),
-                ..Default::default()
-            }),
-            ..Default::default()
-        })
-        .collect();
-    CommonTlsContext {
-        tls_params: Some(TlsParameters {
-            tls_minimum_protocol_version: TlsProtocol::TlSv12 as i32,
-            tls_maximum_protocol_version: TlsProtocol::TlSv13 as i32,
+fn san_matcher(san_type: SanType, value: &str) -> SubjectAltNameMatcher {
+    SubjectAltNameMatcher {
+        san_type: san_type as i32,
+        matcher: Some(StringMatcher {
+            match_pattern: Some(MatchPattern::Exact(value.to_string())),
             ..Default::default()
         }),
+        ..Default::default()
+    }
+}
+
+/// TLS 1.2 to 1.3, as istiod's contexts.
+fn tls_params() -> Option<TlsParameters> {
+    Some(TlsParameters {
+        tls_minimum_protocol_version: TlsProtocol::TlSv12 as i32,
+        tls_maximum_protocol_version: TlsProtocol::TlSv13 as i32,
+        ..Default::default()
+    })
+}
+
+fn common(alpn: Vec<String>, sans: &[String]) -> CommonTlsContext {
+    let san_matchers = sans.iter().map(|s| san_matcher(SanType::Uri, s)).collect();
+    CommonTlsContext {
+        tls_params: tls_params(),
         alpn_protocols: alpn,
         tls_certificate_sds_secret_configs: vec![sds(WORKLOAD_SECRET)],
         validation_context_type: Some(ValidationContextType::CombinedValidationContext(
@@ -145,6 +152,96 @@ pub fn upstream(sni: &str, sans: &[String], h2: bool) -> TransportSocket {
     tls_transport_socket(pack_any(UpstreamTlsContext {
         common_tls_context: Some(common(mesh_alpn(h2), sans)),
         sni: sni.to_string(),
+        ..Default::default()
+    }))
+}
+
+/// Where Envoy finds the system's CA bundle when it reads the files itself (Debian's path,
+/// as in the istio-proxy image).
+pub const SYSTEM_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+
+/// A file Envoy reads itself.
+fn file(path: &str) -> Option<DataSource> {
+    Some(DataSource {
+        specifier: Some(Specifier::Filename(path.to_string())),
+        ..Default::default()
+    })
+}
+
+/// TLS originated to a destination outside the mesh (`SIMPLE`, or `MUTUAL` with
+/// `client`'s certificate and key files), as istiod's `constructUpstreamTLS` builds it.
+/// The server's certificate must chain to `ca_certificates` (the system's bundle when
+/// unset) and carry one of `subject_alt_names`, unless `insecure_skip_verify`.
+///
+/// A proxy with the agent (`agent`) gets the files over SDS as istiod names them
+/// (`file-cert:CERT~KEY`, `file-root:CA` or `file-root:system`), so rotated files reach
+/// it; one without reads them itself.
+pub fn originate(
+    tls: &ClientTlsSettings,
+    client: Option<(&str, &str)>,
+    h2: bool,
+    agent: bool,
+) -> TransportSocket {
+    let mut common = CommonTlsContext {
+        tls_params: tls_params(),
+        alpn_protocols: if h2 { vec!["h2".into()] } else { Vec::new() },
+        ..Default::default()
+    };
+    if let Some((cert, key)) = client {
+        if agent {
+            common.tls_certificate_sds_secret_configs =
+                vec![sds(&format!("file-cert:{cert}~{key}"))];
+        } else {
+            common.tls_certificates = vec![TlsCertificate {
+                certificate_chain: file(cert),
+                private_key: file(key),
+                ..Default::default()
+            }];
+        }
+    }
+    if tls.insecure_skip_verify == Some(true) {
+        common.validation_context_type = Some(ValidationContextType::ValidationContext(
+            CertificateValidationContext::default(),
+        ));
+    } else {
+        let ca = tls.ca_certificates.as_deref().filter(|c| !c.is_empty());
+        // A name as written: a URI (SPIFFE) or an IP matches as such, anything else as DNS.
+        let sans = (tls.subject_alt_names.iter())
+            .map(|s| {
+                let kind = if s.contains("://") {
+                    SanType::Uri
+                } else if s.parse::<std::net::IpAddr>().is_ok() {
+                    SanType::IpAddress
+                } else {
+                    SanType::Dns
+                };
+                san_matcher(kind, s)
+            })
+            .collect();
+        let mut validation = CertificateValidationContext {
+            match_typed_subject_alt_names: sans,
+            crl: tls
+                .ca_crl
+                .as_deref()
+                .filter(|c| !c.is_empty())
+                .and_then(file),
+            ..Default::default()
+        };
+        common.validation_context_type = Some(if agent {
+            let root = format!("file-root:{}", ca.unwrap_or("system"));
+            ValidationContextType::CombinedValidationContext(CombinedCertificateValidationContext {
+                default_validation_context: Some(validation),
+                validation_context_sds_secret_config: Some(sds(&root)),
+                ..Default::default()
+            })
+        } else {
+            validation.trusted_ca = file(ca.unwrap_or(SYSTEM_CA_BUNDLE));
+            ValidationContextType::ValidationContext(validation)
+        });
+    }
+    tls_transport_socket(pack_any(UpstreamTlsContext {
+        common_tls_context: Some(common),
+        sni: tls.sni.clone().unwrap_or_default(),
         ..Default::default()
     }))
 }

@@ -227,7 +227,47 @@ impl Upstream {
         thread::spawn(move || {
             for conn in listener.incoming().flatten() {
                 let n = n.clone();
-                thread::spawn(move || serve_connection(conn, &n, status));
+                thread::spawn(move || serve_connection(conn, &n, status, ""));
+            }
+        });
+        Upstream {
+            name: name.to_string(),
+            port,
+        }
+    }
+
+    /// An HTTPS upstream serving `chain`/`key` (HTTP/1.1, no ALPN), accepting a client
+    /// certificate that chains to `client_roots`. Each answer says what the handshake
+    /// carried: `x-tls-sni` (the server name asked for) and `x-tls-client-cert` (`present`
+    /// or `absent`).
+    pub fn tls(name: &str, chain: &str, key: &str, client_roots: &str) -> Upstream {
+        let mut config = (*meshd::tls::server_config(chain, key, client_roots).unwrap()).clone();
+        config.alpn_protocols.clear();
+        let config = std::sync::Arc::new(config);
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let n = name.to_string();
+        thread::spawn(move || {
+            for tcp in listener.incoming().flatten() {
+                let (n, config) = (n.clone(), config.clone());
+                thread::spawn(move || {
+                    let Ok(mut conn) = rustls::ServerConnection::new(config) else {
+                        return;
+                    };
+                    let mut tcp = tcp;
+                    while conn.is_handshaking() {
+                        if conn.complete_io(&mut tcp).is_err() {
+                            return; // e.g. a plaintext client: no TLS, no answer
+                        }
+                    }
+                    let sni = conn.server_name().unwrap_or("").to_string();
+                    let cert = match conn.peer_certificates() {
+                        Some(c) if !c.is_empty() => "present",
+                        _ => "absent",
+                    };
+                    let headers = format!("x-tls-sni: {sni}\r\nx-tls-client-cert: {cert}\r\n");
+                    serve_connection(rustls::StreamOwned::new(conn, tcp), &n, "200 OK", &headers);
+                });
             }
         });
         Upstream {
@@ -237,8 +277,9 @@ impl Upstream {
     }
 }
 
-fn serve_connection(conn: TcpStream, name: &str, status: &str) {
-    let mut writer = conn.try_clone().unwrap();
+/// Answers the HTTP/1.1 requests of one connection with `status`, the upstream's name and
+/// `extra` response headers (each ending in CRLF).
+fn serve_connection(conn: impl Read + Write, name: &str, status: &str, extra: &str) {
     let mut reader = BufReader::new(conn);
     loop {
         let mut line = String::new();
@@ -273,10 +314,16 @@ fn serve_connection(conn: TcpStream, name: &str, status: &str) {
             return;
         }
         let resp = format!(
-            "HTTP/1.1 {status}\r\ncontent-type: text/plain\r\nx-upstream: {name}\r\nx-path: {path}\r\nx-echo-xfcc: {xfcc}\r\ncontent-length: {}\r\n\r\n{name}",
+            "HTTP/1.1 {status}\r\ncontent-type: text/plain\r\nx-upstream: {name}\r\nx-path: {path}\r\nx-echo-xfcc: {xfcc}\r\n{extra}content-length: {}\r\n\r\n{name}",
             name.len()
         );
-        if writer.write_all(resp.as_bytes()).is_err() || close {
+        let writer = reader.get_mut();
+        if writer
+            .write_all(resp.as_bytes())
+            .and_then(|()| writer.flush())
+            .is_err()
+            || close
+        {
             return;
         }
     }

@@ -1,7 +1,10 @@
-//! A DestinationRule's connection pool, outlier detection, port-level settings and
-//! consistent hashing, as Envoy applies them.
+//! A DestinationRule's connection pool, outlier detection, port-level settings,
+//! consistent hashing and TLS origination, as Envoy applies them.
 
 use std::time::Duration;
+
+use meshd::ca::material::{Material, key_to_pem};
+use meshd::ca::{CertTtl, CertificateAuthority, Identity, csr};
 
 use crate::harness::*;
 
@@ -128,4 +131,88 @@ fn a_port_level_consistent_hash_keeps_each_user_on_one_endpoint() {
     assert_eq!(ours["lb_policy"], "RING_HASH", "{ours}");
     let keepalive = &ours["upstream_connection_options"]["tcp_keepalive"];
     assert_eq!(keepalive["keepalive_time"], 300, "{ours}");
+}
+
+/// api.example.com is a ServiceEntry whose one endpoint speaks only TLS, with a certificate
+/// from a CA of its own. The rule originates TLS on its first port (`SIMPLE`, the CA from a
+/// file) and, through a port-level entry, mutual TLS on its second (the client certificate
+/// and key from files). A sidecar bootstrapped by `meshd agent` gets the files over SDS; a
+/// bare Envoy reads them itself. Both reach the server, which sees the request's host as
+/// SNI (no `sni` set: Envoy's auto SNI) and a client certificate on the second port only.
+/// Without origination every request would be plaintext to a TLS port: no answer.
+#[test]
+fn simple_and_mutual_tls_are_originated_with_the_rules_files() {
+    let hour = Duration::from_secs(3600);
+    let material = Material::self_signed("example-ca", hour).unwrap();
+    let ca = CertificateAuthority::new("example-ca", CertTtl::default(), material);
+    let (chain, key) = ca
+        .issue_server_certificate(&["api.example.com".to_string()], hour)
+        .unwrap();
+    let client_key = {
+        use p256::elliptic_curve::Generate;
+        p256::ecdsa::SigningKey::generate()
+    };
+    let client = Identity::new("example-ca", "shop", "productpage");
+    let csr = csr::build(&client_key, &client.to_string()).unwrap();
+    let client_chain = ca.sign_workload(&csr, &client, 3600).unwrap().concat();
+    let api = Upstream::tls("api", &chain, &key, &ca.roots_pem());
+
+    let dir = temp_dir("tls-origination");
+    let config = dir.join("config");
+    std::fs::create_dir_all(&config).unwrap();
+    let file = |name: &str, text: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path.to_str().unwrap().to_string()
+    };
+    let ca_file = file("ca.pem", &ca.roots_pem());
+    let cert_file = file("client.pem", &client_chain);
+    let key_file = file("client-key.pem", &key_to_pem(&client_key).unwrap());
+    let tokens = file("tokens", "pp-token shop productpage\n");
+    let (simple, mutual) = (free_port(), free_port());
+    let yaml = format!(
+        "apiVersion: v1\nkind: Namespace\nmetadata: {{name: shop}}\n---\napiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {{name: api, namespace: shop}}\nspec:\n  hosts: [api.example.com]\n  location: MESH_EXTERNAL\n  resolution: STATIC\n  ports: [{{number: {simple}, name: http-simple, protocol: HTTP}}, {{number: {mutual}, name: http-mutual, protocol: HTTP}}]\n  endpoints: [{{address: 127.0.0.1, ports: {{http-simple: {tls}, http-mutual: {tls}}}}}]\n---\napiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {{name: api, namespace: shop}}\nspec:\n  host: api.example.com\n  trafficPolicy:\n    tls: {{mode: SIMPLE, caCertificates: {ca_file}}}\n    portLevelSettings:\n    - port: {{number: {mutual}}}\n      tls: {{mode: MUTUAL, caCertificates: {ca_file}, clientCertificate: {cert_file}, privateKey: {key_file}}}\n",
+        tls = api.port
+    );
+    std::fs::write(config.join("api.yaml"), yaml).unwrap();
+    let meshd = Meshd::start_with(&config, &["--ca-token-file", &tokens]);
+    let with_agent = Workload::start(
+        &meshd,
+        "shop",
+        "productpage",
+        "productpage",
+        "pp-token",
+        &loopback_ip(),
+        &[],
+    );
+    let bare = Envoy::sidecar(&meshd, Ads::Delta, "shop", "bare");
+    for envoy in [&with_agent.envoy, &bare] {
+        let get =
+            |port: u16| http_get(&format!("{}:{port}", envoy.ip), "api.example.com", "/", &[]);
+        wait_until("TLS to api.example.com", Duration::from_secs(10), || {
+            get(simple).is_ok_and(|r| r.status == 200)
+        });
+        let r = get(simple).unwrap();
+        assert_eq!(r.body, "api");
+        assert_eq!(r.headers["x-tls-sni"], "api.example.com");
+        assert_eq!(r.headers["x-tls-client-cert"], "absent");
+        wait_until(
+            "mutual TLS to api.example.com",
+            Duration::from_secs(10),
+            || get(mutual).is_ok_and(|r| r.status == 200),
+        );
+        let r = get(mutual).unwrap();
+        assert_eq!(r.headers["x-tls-client-cert"], "present", "{}", envoy.id);
+    }
+    // The agent's Envoy holds the files as the secrets istiod names them.
+    let secrets = (with_agent.envoy)
+        .admin("/config_dump?resource=dynamic_active_secrets")
+        .unwrap()
+        .body;
+    for name in [
+        format!("file-root:{ca_file}"),
+        format!("file-cert:{cert_file}~{key_file}"),
+    ] {
+        assert!(secrets.contains(&name), "no secret {name} in:\n{secrets}");
+    }
 }
