@@ -160,8 +160,6 @@ pub struct Connection {
     pub status: Arc<Mutex<SyncStatus>>,
     pub shared: Arc<XdsShared>,
     nonces: u64,
-    /// The version_info of the last SotW response per type (the push version it carried).
-    pub versions: [String; TYPES],
 }
 
 impl Connection {
@@ -189,7 +187,6 @@ impl Connection {
             status,
             shared,
             nonces: 0,
-            versions: Default::default(),
         }
     }
 
@@ -385,7 +382,6 @@ impl Connection {
             w.pending_since = trigger;
         }
         let resources = w.held_view(kind).map_or(w.sent.len(), |held| held.len());
-        self.versions[kind as usize] = push_version.clone();
         self.shared
             .metrics
             .xds_pushes

@@ -43,12 +43,29 @@ pub trait Framing: 'static {
     ) -> impl Future<Output = Result<(), Closed>> + Send;
 }
 
+/// One ADS stream, from its first request to its end. The set-up (waiting for the first
+/// request, identifying the proxy, answering it) runs in this task; serving then runs in a
+/// task of its own, so what a connection keeps for its whole life is only what serving
+/// needs (a task's memory is its future's size, which holds every state it can be in).
 pub async fn run<F: Framing>(
     shared: Arc<XdsShared>,
     mut requests: super::wire::Messages<F::Request>,
     tx: Tx<F::Response>,
     caller: Option<crate::ca::Identity>,
 ) {
+    if let Some((conn, pushes)) = start::<F>(&shared, &mut requests, &tx, caller).await {
+        tokio::spawn(serve::<F>(conn, pushes, requests, tx));
+    }
+}
+
+/// Identifies the proxy from the first request and answers it: its connection and push
+/// subscription, or `None` if the stream ended or was refused.
+async fn start<F: Framing>(
+    shared: &Arc<XdsShared>,
+    requests: &mut super::wire::Messages<F::Request>,
+    tx: &Tx<F::Response>,
+    caller: Option<crate::ca::Identity>,
+) -> Option<(Connection, tokio::sync::watch::Receiver<Arc<Push>>)> {
     // A stream that never says who it is holds nothing for long.
     let idle = shared.settings.keepalive_interval + shared.settings.keepalive_timeout;
     let first = match tokio::time::timeout(idle, requests.message()).await {
@@ -57,52 +74,71 @@ pub async fn run<F: Framing>(
             let status = Status::deadline_exceeded(format!(
                 "no DiscoveryRequest within {idle:?} of opening the stream"
             ));
-            return refuse_requests(&shared, &tx, UNIDENTIFIED, "no_first_request", status);
+            refuse_requests(shared, tx, UNIDENTIFIED, "no_first_request", status);
+            return None;
         }
         Ok(Err(status)) => {
-            return refuse_requests(&shared, &tx, UNIDENTIFIED, "stream", status);
+            refuse_requests(shared, tx, UNIDENTIFIED, "stream", status);
+            return None;
         }
-        Ok(Ok(None)) => return,
+        Ok(Ok(None)) => return None,
     };
-    let proxy = match proxy_from_node(&shared, F::node(&first), caller.as_ref()) {
+    let proxy = match proxy_from_node(shared, F::node(&first), caller.as_ref()) {
         Ok(p) => p,
         Err(status) => {
             let _ = tx.send(Err(status)).await;
-            return;
+            return None;
         }
     };
     let mut pushes = shared.subscribe();
     let mut conn = Connection::new(shared.clone(), proxy, F::NAME == "delta");
     conn.push = pushes.borrow_and_update().clone();
     tracing::info!(proxy = %conn.proxy.id, "proxy connected ({})", F::NAME);
-    if Box::pin(F::handle(&mut conn, first, &tx)).await.is_err() {
-        return;
-    }
-    loop {
-        tokio::select! {
-            msg = requests.message() => match msg {
-                Ok(Some(req)) => if Box::pin(F::handle(&mut conn, req, &tx)).await.is_err() { break },
-                Ok(None) => break,
-                Err(status) => {
-                    refuse_requests(&shared, &tx, &conn.proxy.id, "stream", status);
-                    break;
+    F::handle(&mut conn, first, tx).await.ok()?;
+    Some((conn, pushes))
+}
+
+/// Serves the proxy's requests and the pushes published to it until either side goes.
+///
+/// Not an `async fn`: rustc keeps an `async fn`'s arguments and the body's bindings of
+/// them in separate slots of the future, so the connection (about 1.6 KB) would be held
+/// twice for the stream's whole life. The `async move` block uses its captures in place.
+#[allow(clippy::manual_async_fn)] // the point: see above
+fn serve<F: Framing>(
+    mut conn: Connection,
+    mut pushes: tokio::sync::watch::Receiver<Arc<Push>>,
+    mut requests: super::wire::Messages<F::Request>,
+    tx: Tx<F::Response>,
+) -> impl Future<Output = ()> + Send {
+    async move {
+        loop {
+            tokio::select! {
+                msg = requests.message() => match msg {
+                    Ok(Some(req)) => if Box::pin(F::handle(&mut conn, req, &tx)).await.is_err() { break },
+                    Ok(None) => break,
+                    Err(status) => {
+                        refuse_requests(&conn.shared, &tx, &conn.proxy.id, "stream", status);
+                        break;
+                    }
+                },
+                changed = pushes.changed() => {
+                    if changed.is_err() { break }
+                    let push = pushes.borrow_and_update().clone();
+                    if Box::pin(deliver::<F>(&mut conn, push, &tx)).await.is_err() { break }
                 }
-            },
-            changed = pushes.changed() => {
-                if changed.is_err() { break }
-                let push = pushes.borrow_and_update().clone();
-                if Box::pin(deliver::<F>(&mut conn, push, &tx)).await.is_err() { break }
             }
         }
+        // The stream is over (closed, broken, timed out or dead by keepalive): free its
+        // state.
+        let ended = Instant::now();
+        tracing::info!(proxy = %conn.proxy.id, "proxy disconnected");
+        let shared = conn.shared.clone();
+        drop(conn);
+        shared
+            .metrics
+            .destroy_time
+            .observe(ended.elapsed().as_secs_f64());
     }
-    // The stream is over (closed, broken, timed out or dead by keepalive): free its state.
-    let ended = Instant::now();
-    tracing::info!(proxy = %conn.proxy.id, "proxy disconnected");
-    drop(conn);
-    shared
-        .metrics
-        .destroy_time
-        .observe(ended.elapsed().as_secs_f64());
 }
 
 /// Who a stream is before its first request names its proxy.
