@@ -148,7 +148,7 @@ fn connections(s: &DebugState, proxy_id: Option<&str>) -> Vec<SyncStatus> {
     s.xds
         .sync_status()
         .into_iter()
-        .filter(|c| proxy_id.is_none_or(|id| proxy_matches(&c.proxy, id)))
+        .filter(|c| proxy_id.is_none_or(|id| proxy_matches(&c.model.id, id)))
         .collect()
 }
 
@@ -260,8 +260,8 @@ async fn adsz(
             })
             .collect();
             json!({
-                "connectionId": c.connection_id,
-                "proxy": c.proxy,
+                "connectionId": c.connection_id(),
+                "proxy": c.model.id,
                 "delta": c.delta,
                 "inSyncPush": c.in_sync_push,
                 "resources": watched,
@@ -282,7 +282,7 @@ fn per_proxy(s: &DebugState, proxy_id: Option<&str>, kind: TypeKind) -> (StatusC
         .into_iter()
         .map(|c| {
             let view = push.view(&c.model);
-            json!({"proxy": c.proxy, "version": push.version(), "resources": dump::resources_json(&view, kind)})
+            json!({"proxy": c.model.id, "version": push.version(), "resources": dump::resources_json(&view, kind)})
         })
         .collect();
     (StatusCode::OK, Json(json!(out)))
@@ -459,7 +459,7 @@ async fn workloadz(State(s): State<DebugState>) -> impl IntoResponse {
                 "istioVersion": p.istio_version,
                 "revision": push.context.proxy_revision(p),
                 "interception": p.interception,
-                "connectionId": c.connection_id,
+                "connectionId": c.connection_id(),
             })
         })
         .collect();

@@ -32,7 +32,8 @@ pub struct ModelIssue {
 #[derive(Debug, Default, PartialEq)]
 pub struct PushContext {
     /// `<RFC3339>/<counter>`, as istiod versions its pushes.
-    pub version: String,
+    /// Shared by every proxy's sync status that records it.
+    pub version: Arc<str>,
     /// Unique to this context (and its clones) in the process: what is derived from one
     /// context can be memoized under it.
     id: ContextId,
@@ -207,7 +208,7 @@ impl PushContext {
 
     pub fn build(store: &Store, version: String) -> PushContext {
         let mut ctx = PushContext {
-            version,
+            version: version.into(),
             id: ContextId::next(),
             store: store.clone(),
             services: build_services(store),
@@ -273,7 +274,7 @@ impl PushContext {
         }
         // Each part: rebuilt when an object of its kind changed, else shared.
         let mut ctx = PushContext {
-            version,
+            version: version.into(),
             id: ContextId::next(),
             store: store.clone(),
             services,

@@ -125,36 +125,74 @@ impl Suspects {
 pub struct TypeStatus {
     pub nonce_sent: String,
     pub nonce_acked: String,
-    pub version_sent: String,
-    pub version_acked: String,
+    /// The push's version, shared with every proxy that was sent it.
+    #[serde(serialize_with = "as_str")]
+    pub version_sent: Arc<str>,
+    #[serde(serialize_with = "as_str")]
+    pub version_acked: Arc<str>,
     pub responses: u64,
     pub resources: usize,
     pub rejects: u64,
     pub last_error: Option<String>,
 }
 
-/// What `/debug/syncz` shows of one connection.
-#[derive(Clone, Debug, Serialize)]
+fn as_str<S: serde::Serializer>(s: &Arc<str>, out: S) -> Result<S::Ok, S::Error> {
+    out.serialize_str(s)
+}
+
+/// What `/debug/syncz` shows of one connection. The proxy's names are read from the
+/// proxy itself (shared with the connection) when shown, not kept a second time.
+#[derive(Clone, Debug)]
 pub struct SyncStatus {
-    pub connection_id: String,
-    pub proxy: String,
-    pub proxy_type: String,
-    pub namespace: String,
-    pub cluster_id: String,
-    pub istio_version: String,
+    /// The connection's number (its id is `PROXY-NUMBER`).
+    pub number: u64,
     pub delta: bool,
-    pub types: BTreeMap<&'static str, TypeStatus>,
+    /// By [`TypeKind`], for the types a response was sent or an event recorded on.
+    pub types: [Option<TypeStatus>; TYPES],
     /// The newest push this proxy is known to hold in full: every subscribed type ACKed,
     /// or the push could not change anything for it.
     pub in_sync_push: u64,
-    /// The proxy as the model sees it (for views that need its labels).
-    #[serde(skip)]
+    /// The proxy, as the connection and the model see it.
     pub model: Arc<Proxy>,
+}
+
+impl SyncStatus {
+    /// `PROXY-NUMBER`, as istiod names connections.
+    pub fn connection_id(&self) -> String {
+        format!("{}-{}", self.model.id, self.number)
+    }
+
+    /// The status of `kind`, created on first use.
+    pub fn of(&mut self, kind: TypeKind) -> &mut TypeStatus {
+        self.types[kind as usize].get_or_insert_with(Default::default)
+    }
+}
+
+impl Serialize for SyncStatus {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let p = &*self.model;
+        let types: BTreeMap<&str, &TypeStatus> = (PUSH_ORDER.iter())
+            .filter_map(|k| Some((k.short(), self.types[*k as usize].as_ref()?)))
+            .collect();
+        let mut m = s.serialize_map(Some(9))?;
+        m.serialize_entry("connection_id", &self.connection_id())?;
+        m.serialize_entry("proxy", &p.id)?;
+        m.serialize_entry("proxy_type", &format!("{:?}", p.kind).to_lowercase())?;
+        m.serialize_entry("namespace", &p.namespace)?;
+        m.serialize_entry("cluster_id", &p.cluster_id)?;
+        m.serialize_entry("istio_version", p.istio_version.as_deref().unwrap_or(""))?;
+        m.serialize_entry("delta", &self.delta)?;
+        m.serialize_entry("types", &types)?;
+        m.serialize_entry("in_sync_push", &self.in_sync_push)?;
+        m.end()
+    }
 }
 
 pub struct Connection {
     pub id: u64,
-    pub proxy: Proxy,
+    /// Shared with the connection's [`SyncStatus`].
+    pub proxy: Arc<Proxy>,
     pub push: Arc<Push>,
     pub watches: [Watch; TYPES],
     pub status: Arc<Mutex<SyncStatus>>,
@@ -165,17 +203,13 @@ pub struct Connection {
 impl Connection {
     pub fn new(shared: Arc<XdsShared>, proxy: Proxy, delta: bool) -> Connection {
         let id = shared.next_connection_id();
+        let proxy = Arc::new(proxy);
         let status = Arc::new(Mutex::new(SyncStatus {
-            connection_id: format!("{}-{id}", proxy.id),
-            proxy: proxy.id.clone(),
-            proxy_type: format!("{:?}", proxy.kind).to_lowercase(),
-            namespace: proxy.namespace.clone(),
-            cluster_id: proxy.cluster_id.clone(),
-            istio_version: proxy.istio_version.clone().unwrap_or_default(),
+            number: id,
             delta,
-            types: BTreeMap::new(),
+            types: Default::default(),
             in_sync_push: 0,
-            model: Arc::new(proxy.clone()),
+            model: proxy.clone(),
         }));
         shared.register(id, &proxy, status.clone());
         let push = shared.current_push();
@@ -333,7 +367,7 @@ impl Connection {
         w.names = BTreeSet::new();
         let resources = all.len();
         let mut status = self.status.lock().unwrap();
-        status.types.entry(kind.short()).or_default().resources = resources;
+        status.of(kind).resources = resources;
     }
 
     /// Records a response about to be sent; returns its nonce.
@@ -346,7 +380,7 @@ impl Connection {
         trigger: Option<Instant>,
     ) -> String {
         let nonce = self.next_nonce();
-        let push_version = self.push.version().to_string();
+        let push_version = self.push.shared_version();
         let w = &mut self.watches[kind as usize];
         if w.compact {
             // A step from the basis view to the next: `settle_basis` moves the basis
@@ -388,7 +422,7 @@ impl Connection {
             .get_or_create(&type_label(kind.short()))
             .inc();
         let mut status = self.status.lock().unwrap();
-        let t = status.types.entry(kind.short()).or_default();
+        let t = status.of(kind);
         t.nonce_sent = nonce.clone();
         t.version_sent = push_version;
         t.responses += 1;
@@ -411,7 +445,7 @@ impl Connection {
         }
         {
             let mut status = self.status.lock().unwrap();
-            let t = status.types.entry(kind.short()).or_default();
+            let t = status.of(kind);
             t.nonce_acked = nonce.to_string();
             t.version_acked = t.version_sent.clone();
         }
@@ -466,7 +500,7 @@ impl Connection {
             }
         }
         let mut status = self.status.lock().unwrap();
-        let t = status.types.entry(kind.short()).or_default();
+        let t = status.of(kind);
         t.rejects += 1;
         t.last_error = Some(message.to_string());
     }
@@ -516,6 +550,47 @@ impl Drop for Connection {
 mod tests {
     use super::*;
     use crate::config::Kind;
+
+    #[test]
+    fn sync_status_shows_the_proxys_names_and_its_types_by_name() {
+        let meta = serde_json::json!({"NAMESPACE": "shop", "CLUSTER_ID": "east", "ISTIO_VERSION": "1.28.0"});
+        let proxy = Proxy::from_node(
+            "sidecar~10.1.2.3~reviews-0.shop~shop.svc.cluster.local",
+            meta.as_object().unwrap(),
+        )
+        .unwrap();
+        let mut status = SyncStatus {
+            number: 7,
+            delta: true,
+            types: Default::default(),
+            in_sync_push: 3,
+            model: Arc::new(proxy),
+        };
+        let rds = status.of(TypeKind::Route);
+        rds.nonce_sent = "3-2".into();
+        rds.version_sent = "v/3".into();
+        status.of(TypeKind::Cluster).responses = 1;
+        let shown = serde_json::to_value(&status).unwrap();
+        assert_eq!(
+            shown,
+            serde_json::json!({
+                "connection_id": "sidecar~10.1.2.3~reviews-0.shop~shop.svc.cluster.local-7",
+                "proxy": "sidecar~10.1.2.3~reviews-0.shop~shop.svc.cluster.local",
+                "proxy_type": "sidecar",
+                "namespace": "shop",
+                "cluster_id": "east",
+                "istio_version": "1.28.0",
+                "delta": true,
+                "in_sync_push": 3,
+                "types": {
+                    "cds": {"nonce_sent": "", "nonce_acked": "", "version_sent": "", "version_acked": "",
+                            "responses": 1, "resources": 0, "rejects": 0, "last_error": null},
+                    "rds": {"nonce_sent": "3-2", "nonce_acked": "", "version_sent": "v/3", "version_acked": "",
+                            "responses": 0, "resources": 0, "rejects": 0, "last_error": null},
+                },
+            })
+        );
+    }
 
     fn vs(name: &str) -> ObjectKey {
         ObjectKey {

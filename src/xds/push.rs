@@ -236,6 +236,11 @@ impl Push {
         &self.context.version
     }
 
+    /// The version, shared.
+    pub fn shared_version(&self) -> Arc<str> {
+        self.context.version.clone()
+    }
+
     /// The encoded configuration for `proxy`, built once per view key and shared.
     pub fn view(&self, proxy: &Proxy) -> Arc<View> {
         let key = ViewKey {
