@@ -348,8 +348,9 @@ fn tls_mode(policy: Option<&TrafficPolicy>) -> Option<ClientTlsMode> {
 
 /// Auto mTLS (Istio's default): endpoints labelled `tlsMode: istio` get ISTIO_MUTUAL with
 /// the service's SPIFFE identities verified, others plaintext. A DestinationRule with
-/// `tls.mode: ISTIO_MUTUAL` forces it; `DISABLE` turns it off. Not for mesh-external
-/// services or ORIGINAL_DST clusters.
+/// `tls.mode: ISTIO_MUTUAL` forces it (with the rule's `sni` and `subjectAltNames` when it
+/// names them); `DISABLE` turns it off. Not for mesh-external services or ORIGINAL_DST
+/// clusters.
 fn mutual_tls(
     c: &mut Cluster,
     ctx: &PushContext,
@@ -383,11 +384,21 @@ fn mutual_tls(
         .collect();
     sans.sort();
     sans.dedup();
-    let tls = super::tls::upstream(
-        &mtls_sni(port.port, subset, &svc.hostname),
-        &sans,
-        port.protocol.is_http2(),
-    );
+    let mut sni = mtls_sni(port.port, subset, &svc.hostname);
+    // A rule set to ISTIO_MUTUAL may name the SNI (useful through gateways) and the
+    // identities to expect; what it leaves out is the automatic choice (istiod's
+    // `buildUpstreamTLSSettings`).
+    if mode == Some(ClientTlsMode::IstioMutual)
+        && let Some(tls) = policy.and_then(|p| p.tls.as_ref())
+    {
+        if let Some(named) = tls.sni.as_ref().filter(|s| !s.is_empty()) {
+            sni = named.clone();
+        }
+        if !tls.subject_alt_names.is_empty() {
+            sans = tls.subject_alt_names.clone();
+        }
+    }
+    let tls = super::tls::upstream(&sni, &sans, port.protocol.is_http2());
     if mode == Some(ClientTlsMode::IstioMutual) {
         c.transport_socket = Some(tls);
         return;

@@ -142,6 +142,31 @@ fn mesh_endpoints_get_istio_mutual_with_the_services_identities_and_others_plain
         &reviews_proxy(),
     ));
     assert!(forced.transport_socket.is_some() && forced.transport_socket_matches.is_empty());
+    // With its own SNI and identities, the rule's replace the automatic ones.
+    let named = find(&proxy_config(
+        &context(&dr(
+            "ISTIO_MUTUAL, sni: reviews.gateway.example, subjectAltNames: [spiffe://other.org/ns/shop/sa/reviews]",
+        )),
+        &reviews_proxy(),
+    ));
+    let Some(transport_socket::ConfigType::TypedConfig(any)) =
+        &named.transport_socket.as_ref().unwrap().config_type
+    else {
+        panic!()
+    };
+    let ctx = UpstreamTlsContext::decode(any.value.as_slice()).unwrap();
+    assert_eq!(ctx.sni, "reviews.gateway.example");
+    let Some(ValidationContextType::CombinedValidationContext(v)) =
+        ctx.common_tls_context.unwrap().validation_context_type
+    else {
+        panic!()
+    };
+    let sans = v
+        .default_validation_context
+        .unwrap()
+        .match_typed_subject_alt_names;
+    assert_eq!(sans.len(), 1);
+    assert!(format!("{:?}", sans[0].matcher).contains("spiffe://other.org/ns/shop/sa/reviews"));
     let off = find(&proxy_config(&context(&dr("DISABLE")), &reviews_proxy()));
     assert!(off.transport_socket.is_none() && off.transport_socket_matches.is_empty());
 }

@@ -86,8 +86,21 @@ fn tls_params() -> Option<TlsParameters> {
     })
 }
 
+/// A subject alt name as written: a URI (SPIFFE) or an IP matches as such, anything else
+/// as a DNS name.
+fn san_by_form(san: &str) -> SubjectAltNameMatcher {
+    let kind = if san.contains("://") {
+        SanType::Uri
+    } else if san.parse::<std::net::IpAddr>().is_ok() {
+        SanType::IpAddress
+    } else {
+        SanType::Dns
+    };
+    san_matcher(kind, san)
+}
+
 fn common(alpn: Vec<String>, sans: &[String]) -> CommonTlsContext {
-    let san_matchers = sans.iter().map(|s| san_matcher(SanType::Uri, s)).collect();
+    let san_matchers = sans.iter().map(|s| san_by_form(s)).collect();
     CommonTlsContext {
         tls_params: tls_params(),
         alpn_protocols: alpn,
@@ -205,18 +218,10 @@ pub fn originate(
         ));
     } else {
         let ca = tls.ca_certificates.as_deref().filter(|c| !c.is_empty());
-        // A name as written: a URI (SPIFFE) or an IP matches as such, anything else as DNS.
-        let sans = (tls.subject_alt_names.iter())
-            .map(|s| {
-                let kind = if s.contains("://") {
-                    SanType::Uri
-                } else if s.parse::<std::net::IpAddr>().is_ok() {
-                    SanType::IpAddress
-                } else {
-                    SanType::Dns
-                };
-                san_matcher(kind, s)
-            })
+        let sans = tls
+            .subject_alt_names
+            .iter()
+            .map(|s| san_by_form(s))
             .collect();
         let mut validation = CertificateValidationContext {
             match_typed_subject_alt_names: sans,
