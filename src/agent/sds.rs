@@ -15,7 +15,10 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::certs::WorkloadCert;
-use crate::translate::tls::{ROOT_SECRET, WORKLOAD_SECRET, certificate_secret, validation_secret};
+use crate::translate::tls::{
+    FILE_CERT_PREFIX, FILE_PAIR_SEPARATOR, FILE_ROOT_PREFIX, ROOT_SECRET, SYSTEM_ROOTS,
+    WORKLOAD_SECRET, certificate_secret, validation_secret,
+};
 
 use crate::xds::resource::SECRET_TYPE;
 
@@ -56,12 +59,12 @@ fn file_secret(name: &str) -> Option<Secret> {
             None
         }
     };
-    if let Some(files) = name.strip_prefix("file-cert:") {
-        let (cert, key) = files.split_once('~')?;
+    if let Some(files) = name.strip_prefix(FILE_CERT_PREFIX) {
+        let (cert, key) = files.split_once(FILE_PAIR_SEPARATOR)?;
         return Some(certificate_secret(name, &read(cert)?, &read(key)?));
     }
-    let ca = name.strip_prefix("file-root:")?;
-    let path = if ca == "system" {
+    let ca = name.strip_prefix(FILE_ROOT_PREFIX)?;
+    let path = if ca == SYSTEM_ROOTS {
         let found = SYSTEM_BUNDLES
             .iter()
             .find(|p| std::path::Path::new(p).exists());

@@ -36,6 +36,15 @@ impl Report {
             message: message.into(),
         });
     }
+    /// A warning for each of `fields` (name, set) that is set: meshd keeps it but does
+    /// not translate it.
+    fn not_applied<const N: usize>(&mut self, field: &str, fields: [(&str, bool); N]) {
+        for (name, set) in fields {
+            if set {
+                self.warn(format!("{field}.{name}"), NOT_APPLIED);
+            }
+        }
+    }
     fn duration(&mut self, field: String, value: &Option<String>) {
         if let Some(v) = value
             && let Err(e) = crate::duration::parse(v)
@@ -189,14 +198,13 @@ fn traffic_policy(r: &mut Report, field: &str, p: &TrafficPolicy) {
         p.load_balancer.as_ref(),
     );
     tls_origination(r, field, p.tls.as_ref());
-    for (name, set) in [
-        ("tunnel", p.tunnel.is_some()),
-        ("proxyProtocol", p.proxy_protocol.is_some()),
-    ] {
-        if set {
-            r.warn(format!("{field}.{name}"), NOT_APPLIED);
-        }
-    }
+    r.not_applied(
+        field,
+        [
+            ("tunnel", p.tunnel.is_some()),
+            ("proxyProtocol", p.proxy_protocol.is_some()),
+        ],
+    );
     for (i, entry) in p.port_level_settings.iter().enumerate() {
         let f = format!("{field}.portLevelSettings[{i}]");
         match &entry.port {
@@ -275,7 +283,7 @@ fn tls_origination(r: &mut Report, field: &str, tls: Option<&ClientTlsSettings>)
     {
         r.warn(
             format!("{f}.credentialName"),
-            "accepted but not yet applied by meshd: the cluster connects in plaintext",
+            format!("{NOT_APPLIED}: the cluster connects in plaintext"),
         );
     }
 }
@@ -351,15 +359,14 @@ fn policy_components(
         if let Some(hash) = &lb.consistent_hash {
             consistent_hash(r, &format!("{field}.loadBalancer.consistentHash"), hash);
         }
-        for (name, set) in [
-            ("localityLbSetting", lb.locality_lb_setting.is_some()),
-            ("warmup", lb.warmup.is_some()),
-            ("warmupDurationSecs", lb.warmup_duration_secs.is_some()),
-        ] {
-            if set {
-                r.warn(format!("{field}.loadBalancer.{name}"), NOT_APPLIED);
-            }
-        }
+        r.not_applied(
+            &format!("{field}.loadBalancer"),
+            [
+                ("localityLbSetting", lb.locality_lb_setting.is_some()),
+                ("warmup", lb.warmup.is_some()),
+                ("warmupDurationSecs", lb.warmup_duration_secs.is_some()),
+            ],
+        );
     }
 }
 

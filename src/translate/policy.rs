@@ -6,15 +6,20 @@
 
 use std::borrow::Cow;
 
-use crate::api::networking::{ConsistentHashLb, DestinationRuleSpec, TrafficPolicy};
+use crate::api::networking::{
+    ConsistentHashLb, DestinationRuleSpec, PortTrafficPolicy, TrafficPolicy,
+};
+
+/// The policy's `portLevelSettings` entry for `port`: the first that names it.
+fn port_entry(policy: &TrafficPolicy, port: u32) -> Option<&PortTrafficPolicy> {
+    (policy.port_level_settings.iter()).find(|s| s.port.as_ref().is_some_and(|p| p.number == port))
+}
 
 /// `policy` as it applies to `port`, and whether a port-level entry decided it. A
 /// port-level entry keeps only its four components: the rest (tunnel, PROXY protocol)
 /// is dropped with the rule's, as istiod drops them.
 fn at_port(policy: &TrafficPolicy, port: u32) -> (Cow<'_, TrafficPolicy>, bool) {
-    let entry = (policy.port_level_settings.iter())
-        .find(|s| s.port.as_ref().is_some_and(|p| p.number == port));
-    match entry {
+    match port_entry(policy, port) {
         None => (Cow::Borrowed(policy), false),
         Some(s) => (
             Cow::Owned(TrafficPolicy {
@@ -75,9 +80,11 @@ pub fn consistent_hash<'a>(
 ) -> Option<&'a ConsistentHashLb> {
     let hash = |p: Option<&'a TrafficPolicy>| p?.load_balancer.as_ref()?.consistent_hash.as_ref();
     let port_level = |p: Option<&'a TrafficPolicy>| {
-        let entry = (p?.port_level_settings.iter())
-            .find(|s| s.port.as_ref().is_some_and(|sel| sel.number == port))?;
-        entry.load_balancer.as_ref()?.consistent_hash.as_ref()
+        port_entry(p?, port)?
+            .load_balancer
+            .as_ref()?
+            .consistent_hash
+            .as_ref()
     };
     let top = rule.traffic_policy.as_ref();
     let sub = (!subset.is_empty())

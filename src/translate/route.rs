@@ -785,11 +785,8 @@ fn translate_route(
             ..Default::default()
         }),
     };
-    let timeout = http
-        .timeout
-        .as_deref()
-        .and_then(|t| crate::duration::parse(t).ok())
-        .unwrap_or_default();
+    // Unset: 0s, no timeout (Istio's default for routes).
+    let timeout = optional_duration(http.timeout.as_deref()).unwrap_or_default();
     let mut retry_policy = match &http.retries {
         None => Some(default_retry_policy()),
         Some(r) if r.attempts == 0 => None,
@@ -831,7 +828,7 @@ fn translate_route(
     let rewrite = http.rewrite.as_ref();
     route.action = Some(Action::Route(RouteAction {
         cluster_specifier: Some(cluster_specifier),
-        timeout: Some(duration(timeout)),
+        timeout: Some(timeout),
         retry_policy,
         hash_policy,
         prefix_rewrite: rewrite.and_then(|r| r.uri.clone()).unwrap_or_default(),

@@ -26,6 +26,13 @@ use crate::api::networking::ClientTlsSettings;
 /// The SDS secret names the agent serves.
 pub const WORKLOAD_SECRET: &str = "default";
 pub const ROOT_SECRET: &str = "ROOTCA";
+/// The SDS names istiod gives files in the workload's container (DestinationRule TLS
+/// origination), which the agent serves: `file-cert:CERT~KEY` and `file-root:CA`, with
+/// `file-root:system` for the system's CA bundle.
+pub const FILE_CERT_PREFIX: &str = "file-cert:";
+pub const FILE_ROOT_PREFIX: &str = "file-root:";
+pub const FILE_PAIR_SEPARATOR: char = '~';
+pub const SYSTEM_ROOTS: &str = "system";
 /// The bootstrap cluster of the agent's SDS socket.
 pub const SDS_CLUSTER: &str = "sds-grpc";
 
@@ -202,8 +209,8 @@ pub fn originate(
     };
     if let Some((cert, key)) = client {
         if agent {
-            common.tls_certificate_sds_secret_configs =
-                vec![sds(&format!("file-cert:{cert}~{key}"))];
+            let name = format!("{FILE_CERT_PREFIX}{cert}{FILE_PAIR_SEPARATOR}{key}");
+            common.tls_certificate_sds_secret_configs = vec![sds(&name)];
         } else {
             common.tls_certificates = vec![TlsCertificate {
                 certificate_chain: file(cert),
@@ -233,7 +240,7 @@ pub fn originate(
             ..Default::default()
         };
         common.validation_context_type = Some(if agent {
-            let root = format!("file-root:{}", ca.unwrap_or("system"));
+            let root = format!("{FILE_ROOT_PREFIX}{}", ca.unwrap_or(SYSTEM_ROOTS));
             ValidationContextType::CombinedValidationContext(CombinedCertificateValidationContext {
                 default_validation_context: Some(validation),
                 validation_context_sds_secret_config: Some(sds(&root)),

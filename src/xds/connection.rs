@@ -178,7 +178,7 @@ impl Serialize for SyncStatus {
         let mut m = s.serialize_map(Some(9))?;
         m.serialize_entry("connection_id", &self.connection_id())?;
         m.serialize_entry("proxy", &p.id)?;
-        m.serialize_entry("proxy_type", &format!("{:?}", p.kind).to_lowercase())?;
+        m.serialize_entry("proxy_type", &p.kind)?;
         m.serialize_entry("namespace", &p.namespace)?;
         m.serialize_entry("cluster_id", &p.cluster_id)?;
         m.serialize_entry("istio_version", p.istio_version.as_deref().unwrap_or(""))?;
