@@ -402,7 +402,8 @@ async fn endpoint_shardz(State(s): State<DebugState>) -> impl IntoResponse {
             .iter()
             .map(|p| {
                 let name = format!("outbound|{}||{}", p.port, svc.hostname);
-                let cla = crate::translate::endpoint::load_assignment(&name, svc, p.port, |_| true);
+                let cla =
+                    crate::translate::endpoint::load_assignment(&name, svc, p.port, |_| true, None);
                 let json = dump::any_to_json(&encode(&name, &cla).any())
                     .unwrap_or_else(|e| json!({"error": e}));
                 (name, json)

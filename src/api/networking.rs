@@ -352,13 +352,49 @@ pub struct LoadBalancerSettings {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub consistent_hash: Option<ConsistentHashLb>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "any_object")]
-    pub locality_lb_setting: Option<AnyObject>,
+    pub locality_lb_setting: Option<LocalityLoadBalancerSetting>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub warmup_duration_secs: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "any_object")]
     pub warmup: Option<AnyObject>,
+}
+
+/// `LocalityLoadBalancerSetting`: how traffic is spread over localities (`distribute`),
+/// or the order in which they take over when the nearer ones fail (`failover`,
+/// `failoverPriority`). Localities are written `region/zone/subzone`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LocalityLoadBalancerSetting {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub distribute: Vec<LocalityDistribute>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failover: Vec<LocalityFailover>,
+    /// Label names, each optionally `name=value`: endpoints sharing more of the leading
+    /// labels with the proxy get a higher priority.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failover_priority: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+}
+
+/// Traffic from proxies in locality `from` goes to the localities of `to` by weight
+/// (percent, summing to 100). A trailing `*` matches any zone or subzone.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+pub struct LocalityDistribute {
+    #[serde(default)]
+    pub from: String,
+    #[serde(default)]
+    pub to: BTreeMap<String, u32>,
+}
+
+/// When region `from` has no healthy endpoint, region `to` takes over before the others.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+pub struct LocalityFailover {
+    #[serde(default)]
+    pub from: String,
+    #[serde(default)]
+    pub to: String,
 }
 
 /// `LoadBalancerSettings.ConsistentHashLB`: requests hashed on one key (a header, a

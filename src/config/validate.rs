@@ -359,13 +359,103 @@ fn policy_components(
         if let Some(hash) = &lb.consistent_hash {
             consistent_hash(r, &format!("{field}.loadBalancer.consistentHash"), hash);
         }
+        if let Some(l) = &lb.locality_lb_setting {
+            locality_lb(
+                r,
+                &format!("{field}.loadBalancer.localityLbSetting"),
+                l,
+                outlier.is_some(),
+            );
+        }
         r.not_applied(
             &format!("{field}.loadBalancer"),
             [
-                ("localityLbSetting", lb.locality_lb_setting.is_some()),
                 ("warmup", lb.warmup.is_some()),
                 ("warmupDurationSecs", lb.warmup_duration_secs.is_some()),
             ],
+        );
+    }
+}
+
+/// A locality setting as Istio's `ValidateLocalityLbSetting` checks it: `distribute` or
+/// `failover`, not both; each `distribute` entry's weights within 1–100 and summing to 100;
+/// a wildcard only last; failover between two different regions, named without zones or
+/// wildcards; no topology label in `failoverPriority` next to `failover`. Failover without
+/// outlier detection is accepted with a warning: Envoy would never fail over.
+fn locality_lb(
+    r: &mut Report,
+    field: &str,
+    l: &crate::api::networking::LocalityLoadBalancerSetting,
+    outlier: bool,
+) {
+    if !l.distribute.is_empty() && !l.failover.is_empty() {
+        r.error(
+            field,
+            "can not simultaneously specify 'distribute' and 'failover'",
+        );
+        return;
+    }
+    if !l.failover.is_empty() {
+        for (i, label) in l.failover_priority.iter().enumerate() {
+            if crate::translate::locality::TOPOLOGY_LABELS.contains(&label.as_str()) {
+                r.error(
+                    format!("{field}.failoverPriority[{i}]"),
+                    format!("can not simultaneously set 'failover' and topology label '{label}' in 'failover_priority'"),
+                );
+            }
+        }
+    }
+    let wildcard = |r: &mut Report, f: String, locality: &str| {
+        let stars = locality.matches('*').count();
+        if stars > 1 || (stars == 1 && !locality.ends_with('*')) {
+            r.error(
+                f,
+                format!("locality {locality} wildcard '*' number can not exceed 1 and must be in the end"),
+            );
+        }
+    };
+    for (i, d) in l.distribute.iter().enumerate() {
+        let f = format!("{field}.distribute[{i}]");
+        wildcard(r, format!("{f}.from"), &d.from);
+        for (to, weight) in &d.to {
+            wildcard(r, format!("{f}.to"), to);
+            if !(1..=100).contains(weight) {
+                r.error(
+                    format!("{f}.to[{to}]"),
+                    format!("locality weight {weight} must be in range [1, 100]"),
+                );
+            }
+        }
+        let total: u64 = d.to.values().map(|w| u64::from(*w)).sum();
+        if total != 100 {
+            r.error(
+                format!("{f}.to"),
+                format!("total locality weight {total} != 100"),
+            );
+        }
+    }
+    for (i, fo) in l.failover.iter().enumerate() {
+        let f = format!("{field}.failover[{i}]");
+        if fo.from == fo.to {
+            r.error(
+                &f,
+                "locality lb failover settings must specify different regions",
+            );
+        }
+        if fo.from.contains('/') || fo.to.contains('/') {
+            r.error(&f, "locality lb failover only specify region");
+        }
+        if fo.from.contains('*') || fo.to.contains('*') {
+            r.error(
+                &f,
+                "locality lb failover region should not contain '*' wildcard",
+            );
+        }
+    }
+    if (!l.failover.is_empty() || !l.failover_priority.is_empty()) && !outlier {
+        r.warn(
+            field,
+            "outlier detection policy must be provided for failover",
         );
     }
 }
@@ -699,10 +789,77 @@ mod tests {
     }
 
     #[test]
+    fn locality_settings_are_checked_as_istio_checks_them() {
+        let dr = |setting: &str, outlier: &str| {
+            parse_file(
+                "dr.yaml",
+                &format!(
+                    "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {{name: r, namespace: shop}}\nspec:\n  host: reviews\n  trafficPolicy:\n    loadBalancer:\n      localityLbSetting: {setting}\n{outlier}"
+                ),
+            )
+        };
+        let errors = |setting: &str| {
+            let parsed = dr(setting, "");
+            assert!(parsed.objects.is_empty(), "{setting} is rejected");
+            parsed
+                .errors()
+                .map(|e| {
+                    e.field
+                        .rsplit("localityLbSetting")
+                        .next()
+                        .unwrap()
+                        .to_string()
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            errors("{distribute: [{from: a/*, to: {b/*: 100}}], failover: [{from: a, to: b}]}"),
+            [""]
+        );
+        assert_eq!(
+            errors(
+                "{distribute: [{from: a/*/c, to: {b/*: 60, c/*: 30}}, {from: b, to: {a: 0, c: 100}}]}"
+            ),
+            [
+                ".distribute[0].from",
+                ".distribute[0].to",
+                ".distribute[1].to[a]"
+            ]
+        );
+        assert_eq!(
+            errors(
+                "{failover: [{from: a, to: a}, {from: a/z, to: b*}], failoverPriority: [topology.kubernetes.io/zone]}"
+            ),
+            [
+                ".failoverPriority[0]",
+                ".failover[0]",
+                ".failover[1]",
+                ".failover[1]"
+            ]
+        );
+        // Failover without outlier detection: accepted, with a warning.
+        let outlier = "    outlierDetection: {consecutive5xxErrors: 1}\n";
+        for (rest, warned) in [("", true), (outlier, false)] {
+            let parsed = dr(
+                "{failoverPriority: [tier], failover: [{from: a, to: b}]}",
+                rest,
+            );
+            assert_eq!(parsed.objects.len(), 1, "{:?}", parsed.issues);
+            assert_eq!(
+                parsed
+                    .issues
+                    .iter()
+                    .any(|i| i.field.ends_with("localityLbSetting")),
+                warned
+            );
+        }
+    }
+
+    #[test]
     fn what_meshd_does_not_translate_is_accepted_with_a_warning_naming_the_field() {
         let parsed = parse_file(
             "dr.yaml",
-            "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: r, namespace: shop}\nspec:\n  host: api.example.com\n  trafficPolicy:\n    tls: {mode: SIMPLE, credentialName: api-cert}\n    loadBalancer: {simple: ROUND_ROBIN, localityLbSetting: {enabled: true}}\n    portLevelSettings:\n    - port: {number: 443}\n      tls: {mode: MUTUAL, clientCertificate: /c.pem, privateKey: /k.pem}\n",
+            "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: r, namespace: shop}\nspec:\n  host: api.example.com\n  trafficPolicy:\n    tls: {mode: SIMPLE, credentialName: api-cert}\n    loadBalancer: {simple: ROUND_ROBIN, warmupDurationSecs: 10s}\n    portLevelSettings:\n    - port: {number: 443}\n      tls: {mode: MUTUAL, clientCertificate: /c.pem, privateKey: /k.pem}\n",
         );
         assert_eq!(parsed.objects.len(), 1, "accepted: {:?}", parsed.issues);
         let warned: Vec<&str> = (parsed.issues.iter())
@@ -712,7 +869,7 @@ mod tests {
         assert_eq!(
             warned,
             [
-                "spec.trafficPolicy.loadBalancer.localityLbSetting",
+                "spec.trafficPolicy.loadBalancer.warmupDurationSecs",
                 "spec.trafficPolicy.tls.credentialName",
             ]
         );

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::Store;
-use crate::api::networking::{OutboundMode, OutboundTrafficPolicy};
+use crate::api::networking::{LocalityLoadBalancerSetting, OutboundMode, OutboundTrafficPolicy};
 use crate::config::{ConfigObject, Kind, Spec};
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -22,6 +22,10 @@ pub struct MeshConfig {
     pub root_namespace: Option<String>,
     #[serde(default)]
     pub trust_domain: Option<String>,
+    /// The locality balancing of clusters whose DestinationRule sets none; enabled by
+    /// default, as Istio's.
+    #[serde(default)]
+    pub locality_lb_setting: Option<LocalityLoadBalancerSetting>,
 }
 
 /// A Kubernetes label selector (`matchLabels` and `matchExpressions`).

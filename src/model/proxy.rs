@@ -7,6 +7,8 @@ use std::net::IpAddr;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
+use super::Locality;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ProxyKind {
@@ -40,6 +42,8 @@ pub struct Proxy {
     /// The SPIFFE identity the connection proved (secure port only). Identity-bound
     /// config (secrets) is served only to proxies that have one.
     pub identity: Option<String>,
+    /// Envoy's `node.locality` (empty when it sent none).
+    pub locality: Locality,
 }
 
 impl Proxy {
@@ -108,6 +112,7 @@ impl Proxy {
             interception,
             service_account: text("SERVICE_ACCOUNT"),
             identity: None,
+            locality: Locality::default(),
         })
     }
 

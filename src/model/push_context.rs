@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use super::service::{build_services, kubernetes_hostname, kubernetes_service};
+use super::service::{build_services, endpoint_locality, kubernetes_hostname, kubernetes_service};
 use super::{
     Proxy, ProxyKind, REVISION_LABEL, Service, Store, host_matches, namespace_revision,
     resolve_host,
@@ -16,6 +16,7 @@ use crate::api::networking::{
     DestinationRuleSpec, GatewaySpec, OutboundMode, SidecarSpec, VirtualServiceSpec,
 };
 use crate::config::{ConfigObject, EndpointSliceDef, Kind, ObjectKey, Spec};
+use crate::model::Locality;
 use crate::model::mesh::MeshConfig;
 
 /// A problem that only shows when objects are put together (a route to a missing host).
@@ -400,6 +401,29 @@ impl PushContext {
             .unwrap_or(&proxy.labels)
     }
 
+    /// Where a proxy is: Envoy's `node.locality`; else its labels' `istio-locality` (as
+    /// istio-agent reads it); else its Pod's, as its endpoints have it (the Pod's
+    /// `topology.istio.io/locality` label, else its Node's topology labels), which istiod
+    /// takes from the proxy's service endpoints.
+    pub fn proxy_locality(&self, proxy: &Proxy) -> Locality {
+        if !proxy.locality.region.is_empty() {
+            return proxy.locality.clone();
+        }
+        if let Some(l) = self.proxy_labels(proxy).get("istio-locality") {
+            return Locality::parse(&l.replace('.', "/"));
+        }
+        let pod = ObjectKey::new(Kind::Pod, &proxy.namespace, &proxy.pod_name);
+        let Some(pod) = self.store.get(&pod) else {
+            return Locality::default();
+        };
+        let node = match &pod.spec {
+            Spec::Pod(def) => (def.node_name.as_ref())
+                .and_then(|n| self.store.get(&ObjectKey::new(Kind::Node, "", n))),
+            _ => None,
+        };
+        endpoint_locality(&pod.meta.labels, node.map(|n| &n.meta.labels), None)
+    }
+
     /// The Sidecar resource that applies to a proxy: one whose workloadSelector matches,
     /// else the namespace's selector-less one.
     pub fn sidecar_for(&self, proxy: &Proxy) -> Option<(&ConfigObject, &SidecarSpec)> {
@@ -706,6 +730,42 @@ mod tests {
             ctx = updated;
         }
         assert!(!ctx.services[web].kubernetes, "the ServiceEntry's host now");
+    }
+
+    #[test]
+    fn a_proxys_locality_comes_from_its_node_else_its_labels_else_its_pod_and_node() {
+        let yaml = "apiVersion: v1\nkind: Node\nmetadata: {name: n1, labels: {topology.kubernetes.io/region: eu, topology.kubernetes.io/zone: eu-1b}}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: web-1, namespace: shop, labels: {app: web}}\nspec: {nodeName: n1}\n";
+        let mut store = Store::default();
+        let parsed = parse_file("l.yaml", yaml);
+        assert!(parsed.errors().next().is_none(), "{:?}", parsed.issues);
+        for o in parsed.objects {
+            store.apply(o);
+        }
+        let ctx = PushContext::build(&store, "v".into());
+        let proxy = |pod: &str, labels: serde_json::Value| {
+            let meta = json!({ "LABELS": labels });
+            Proxy::from_node(
+                &format!("sidecar~10.0.0.1~{pod}.shop~shop.svc.cluster.local"),
+                meta.as_object().unwrap(),
+            )
+            .unwrap()
+        };
+        let at = |p: &Proxy| {
+            let l = ctx.proxy_locality(p);
+            format!("{}/{}/{}", l.region, l.zone, l.subzone)
+        };
+        // The Pod on Node n1: the Node's topology labels.
+        let mut p = proxy("web-1", json!({}));
+        assert_eq!(at(&p), "eu/eu-1b/");
+        // Envoy's node locality wins.
+        p.locality = Locality::parse("us/us-1a/r1");
+        assert_eq!(at(&p), "us/us-1a/r1");
+        // No Pod known: the `istio-locality` label, else nowhere.
+        assert_eq!(
+            at(&proxy("web-2", json!({"istio-locality": "ap.ap-1c"}))),
+            "ap/ap-1c/"
+        );
+        assert_eq!(at(&proxy("web-2", json!({}))), "//");
     }
 
     #[test]

@@ -410,7 +410,7 @@ fn add_service_entries(store: &Store, out: &mut imbl::OrdMap<String, Arc<Service
 /// Istio's locality for an endpoint: the pod label `topology.istio.io/locality`
 /// (`region.zone.subzone`), else its Node's `topology.kubernetes.io/region|zone` and
 /// `topology.istio.io/subzone` labels, else the EndpointSlice's zone.
-fn endpoint_locality(
+pub(crate) fn endpoint_locality(
     pod_labels: &BTreeMap<String, String>,
     node: Option<&BTreeMap<String, String>>,
     slice_zone: Option<&str>,

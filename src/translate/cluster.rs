@@ -10,6 +10,7 @@ use envoy_types::pb::envoy::config::cluster::v3::{
     cluster::{
         ClusterDiscoveryType, DiscoveryType, EdsClusterConfig, LbConfig, LbPolicy, MaglevLbConfig,
         RingHashLbConfig, TransportSocketMatch,
+        common_lb_config::{LocalityConfigSpecifier, LocalityWeightedLbConfig},
     },
 };
 use envoy_types::pb::envoy::config::core::v3::{Http1ProtocolOptions, Http2ProtocolOptions};
@@ -21,6 +22,7 @@ use envoy_types::pb::google::protobuf::{ListValue, UInt64Value, Value, value::Ki
 use envoy_types::util::pack_any;
 
 use super::endpoint::load_assignment;
+use super::locality::{self, Place};
 use super::{
     BLACKHOLE_CLUSTER, PASSTHROUGH_CLUSTER, ads_config_source, duration, istio_metadata,
     outbound_cluster_name, string_value, struct_value,
@@ -45,10 +47,11 @@ pub fn outbound(
     services: &[&Arc<Service>],
 ) -> (Vec<Cluster>, Vec<ClusterLoadAssignment>) {
     let secure = proxy.identity.is_some();
+    let at = locality::place(ctx, proxy);
     let mut clusters = Vec::new();
     let mut assignments = Vec::new();
     for svc in services {
-        let (c, a) = service(ctx, svc, proxy.kind, secure);
+        let (c, a) = service(ctx, svc, proxy.kind, secure, &at);
         clusters.extend(c);
         assignments.extend(a);
     }
@@ -56,14 +59,34 @@ pub fn outbound(
     (clusters, assignments)
 }
 
+/// The effective traffic policy of each cluster of `svc`: per port, the rule's, then each
+/// subset's merged over it.
+pub fn policies<'a>(
+    ctx: &'a PushContext,
+    svc: &'a Service,
+) -> impl Iterator<Item = Option<std::borrow::Cow<'a, TrafficPolicy>>> + 'a {
+    let dr = ctx.destination_rule(&svc.hostname).map(|(_, d)| d);
+    let rule_policy = dr.and_then(|d| d.traffic_policy.as_ref());
+    svc.ports.iter().flat_map(move |port| {
+        let subsets = dr.map_or(&[][..], |d| &d.subsets[..]);
+        std::iter::once(policy::effective(rule_policy, None, port.port)).chain(
+            subsets
+                .iter()
+                .map(move |s| policy::effective(rule_policy, s.traffic_policy.as_ref(), port.port)),
+        )
+    })
+}
+
 /// The clusters of one service (a port each, and one per DestinationRule subset) and the
 /// load assignments of the EDS ones. They depend on the service, its DestinationRule, the
-/// mesh's trust domain, the proxy kind and `secure` only, so callers may cache them.
+/// mesh config, the proxy kind, `secure`, and, for clusters balanced by locality
+/// ([`locality::dependence`]), the proxy's [`Place`], so callers may cache them.
 pub fn service(
     ctx: &PushContext,
     svc: &Service,
     kind: ProxyKind,
     secure: bool,
+    at: &Place,
 ) -> (Vec<Cluster>, Vec<ClusterLoadAssignment>) {
     let mut clusters = Vec::new();
     let mut assignments = Vec::new();
@@ -78,8 +101,10 @@ pub fn service(
         if secure {
             mutual_tls(&mut c, ctx, svc, port, "", base_policy);
         }
+        let lb = locality::lb(&ctx.mesh, base_policy).map(|lb| (lb, at));
+        balance(&mut c, lb, svc, port.port, |_| true);
         if is_eds(&c) {
-            assignments.push(load_assignment(&name, svc, port.port, |_| true));
+            assignments.push(load_assignment(&name, svc, port.port, |_| true, lb));
         }
         clusters.push(c);
         let Some((dr_obj, dr_spec)) = dr else {
@@ -95,15 +120,40 @@ pub fn service(
             if secure {
                 mutual_tls(&mut c, ctx, svc, port, &subset.name, policy);
             }
+            let in_subset = |e: &crate::model::Endpoint| labels_match(&subset.labels, &e.labels);
+            let lb = locality::lb(&ctx.mesh, policy).map(|lb| (lb, at));
+            balance(&mut c, lb, svc, port.port, in_subset);
             if is_eds(&c) {
-                assignments.push(load_assignment(&name, svc, port.port, |e| {
-                    labels_match(&subset.labels, &e.labels)
-                }));
+                assignments.push(load_assignment(&name, svc, port.port, in_subset, lb));
             }
             clusters.push(c);
         }
     }
     (clusters, assignments)
+}
+
+/// Locality balancing on the cluster itself: Envoy weighs localities when asked to, and a
+/// DNS cluster's own load assignment is balanced as an EDS one is.
+fn balance(
+    c: &mut Cluster,
+    lb: Option<(locality::Lb<'_>, &Place)>,
+    svc: &Service,
+    port: u32,
+    filter: impl Fn(&crate::model::Endpoint) -> bool,
+) {
+    let Some((balancing, _)) = lb else {
+        return;
+    };
+    if balancing.weighted() {
+        c.common_lb_config
+            .get_or_insert_with(Default::default)
+            .locality_config_specifier = Some(LocalityConfigSpecifier::LocalityWeightedLbConfig(
+            LocalityWeightedLbConfig::default(),
+        ));
+    }
+    if let Some(inline) = &mut c.load_assignment {
+        *inline = load_assignment(&inline.cluster_name, svc, port, filter, lb);
+    }
 }
 
 /// BlackHoleCluster, and for sidecars PassthroughCluster.
@@ -200,7 +250,7 @@ fn build(
             };
             c.cluster_discovery_type = Some(ClusterDiscoveryType::Type(t as i32));
             c.dns_lookup_family = DnsLookupFamily::V4Only as i32;
-            c.load_assignment = Some(load_assignment(name, svc, port.port, |_| true));
+            c.load_assignment = Some(load_assignment(name, svc, port.port, |_| true, None));
         }
         Discovery::Passthrough => {
             c.cluster_discovery_type = Some(ClusterDiscoveryType::Type(

@@ -25,19 +25,39 @@ pub fn socket_address(ip: &str, port: u32) -> Address {
     }
 }
 
-/// The load assignment of cluster `name`: `svc`'s endpoints for `port` that pass `filter`.
-pub fn load_assignment(
-    name: &str,
-    svc: &Service,
+/// One locality's endpoints of a load assignment, with the model endpoints behind them
+/// (locality balancing compares their labels), before encoding.
+pub struct Group<'a> {
+    pub locality: &'a Locality,
+    pub endpoints: Vec<(&'a Endpoint, LbEndpoint)>,
+    pub priority: u32,
+    /// `None`: the sum of the endpoints' weights.
+    pub load_balancing_weight: Option<u32>,
+}
+
+impl Group<'_> {
+    /// The locality's weight: as set, else the sum of its endpoints'.
+    pub fn weight(&self) -> u32 {
+        self.load_balancing_weight.unwrap_or_else(|| {
+            (self.endpoints.iter())
+                .map(|(_, e)| e.load_balancing_weight.as_ref().map_or(1, |w| w.value))
+                .sum()
+        })
+    }
+}
+
+/// `svc`'s endpoints for `port` that pass `filter`, grouped by locality (sorted).
+pub fn groups<'a>(
+    svc: &'a Service,
     port: u32,
     filter: impl Fn(&Endpoint) -> bool,
-) -> ClusterLoadAssignment {
-    let mut groups: BTreeMap<&Locality, Vec<LbEndpoint>> = BTreeMap::new();
+) -> Vec<Group<'a>> {
+    let mut groups: BTreeMap<&Locality, Vec<(&Endpoint, LbEndpoint)>> = BTreeMap::new();
     for e in svc.endpoints.iter().filter(|e| filter(e)) {
         let Some(target) = e.ports.get(&port) else {
             continue;
         };
-        groups.entry(&e.locality).or_default().push(LbEndpoint {
+        let lb = LbEndpoint {
             host_identifier: Some(HostIdentifier::Endpoint(PbEndpoint {
                 address: Some(socket_address(&e.address, *target)),
                 ..Default::default()
@@ -49,30 +69,56 @@ pub fn load_assignment(
                 HealthStatus::Unhealthy
             } as i32,
             load_balancing_weight: Some(UInt32Value { value: e.weight }),
-        });
+        };
+        groups.entry(&e.locality).or_default().push((e, lb));
     }
+    groups
+        .into_iter()
+        .map(|(locality, endpoints)| Group {
+            locality,
+            endpoints,
+            priority: 0,
+            load_balancing_weight: None,
+        })
+        .collect()
+}
+
+/// The load assignment of cluster `name` holding `groups`.
+pub fn assignment(name: &str, groups: Vec<Group<'_>>) -> ClusterLoadAssignment {
     ClusterLoadAssignment {
         cluster_name: name.to_string(),
         endpoints: groups
             .into_iter()
-            .map(|(locality, lb_endpoints)| LocalityLbEndpoints {
+            .map(|g| LocalityLbEndpoints {
                 locality: Some(PbLocality {
-                    region: locality.region.clone(),
-                    zone: locality.zone.clone(),
-                    sub_zone: locality.subzone.clone(),
+                    region: g.locality.region.clone(),
+                    zone: g.locality.zone.clone(),
+                    sub_zone: g.locality.subzone.clone(),
                 }),
-                load_balancing_weight: Some(UInt32Value {
-                    value: lb_endpoints
-                        .iter()
-                        .map(|e| e.load_balancing_weight.as_ref().map_or(1, |w| w.value))
-                        .sum(),
-                }),
-                lb_endpoints,
+                load_balancing_weight: Some(UInt32Value { value: g.weight() }),
+                priority: g.priority,
+                lb_endpoints: g.endpoints.into_iter().map(|(_, e)| e).collect(),
                 ..Default::default()
             })
             .collect(),
         ..Default::default()
     }
+}
+
+/// The load assignment of cluster `name`: `svc`'s endpoints for `port` that pass `filter`,
+/// balanced over localities by `locality` for a proxy at that place.
+pub fn load_assignment(
+    name: &str,
+    svc: &Service,
+    port: u32,
+    filter: impl Fn(&Endpoint) -> bool,
+    locality: Option<(super::locality::Lb<'_>, &super::locality::Place)>,
+) -> ClusterLoadAssignment {
+    let mut groups = groups(svc, port, filter);
+    if let Some((lb, at)) = locality {
+        lb.apply(&mut groups, at);
+    }
+    assignment(name, groups)
 }
 
 /// `envoy.transport_socket_match: {tlsMode: istio}` for a mesh endpoint (its pod carries

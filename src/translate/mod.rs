@@ -7,6 +7,7 @@ pub mod credentials;
 pub mod endpoint;
 pub mod inbound;
 pub mod listener;
+pub mod locality;
 pub mod policy;
 pub mod pool;
 pub mod route;
@@ -117,10 +118,11 @@ pub fn plan<'a>(ctx: &'a PushContext, proxy: &Proxy) -> Plan<'a> {
 pub fn proxy_config(ctx: &PushContext, proxy: &Proxy) -> ProxyConfig {
     let plan = plan(ctx, proxy);
     let secure = proxy.identity.is_some();
+    let at = locality::place(ctx, proxy);
     let mut clusters = Vec::new();
     let mut endpoints = Vec::new();
     for svc in &plan.services {
-        let (c, e) = cluster::service(ctx, svc, proxy.kind, secure);
+        let (c, e) = cluster::service(ctx, svc, proxy.kind, secure, &at);
         clusters.extend(c);
         endpoints.extend(e);
     }

@@ -27,9 +27,11 @@ use prost::Message;
 use super::resource::{
     Resource, ResourceSet, TypeKind, View, encode, encode_cluster, from_pieces, resource_map,
 };
-use crate::config::ConfigObject;
+use crate::api::networking::LocalityLoadBalancerSetting;
+use crate::config::{ConfigObject, Spec};
 use crate::metrics::{Metrics, type_label};
 use crate::model::{Proxy, ProxyKind, PushContext, Service};
+use crate::translate::locality::{self, Place};
 use crate::translate::{self, route::VirtualHostPlan};
 
 /// Field number of `RouteConfiguration.virtual_hosts`.
@@ -46,8 +48,14 @@ struct HostEntry {
     service: Arc<Service>,
     rule: Option<Arc<ConfigObject>>,
     trust_domain: Option<String>,
+    mesh_locality: Option<LocalityLoadBalancerSetting>,
+    /// `Some`: the load assignments are balanced by locality and depend on the proxy's
+    /// [`Place`]: its locality and these labels.
+    dependence: Option<Vec<String>>,
     /// By [`slot`]: proxy kind × plaintext/secure.
     clusters: [Option<Arc<ServiceResources>>; 4],
+    /// With a dependence, by slot and (restricted) place instead.
+    placed: Vec<(usize, Place, Arc<ServiceResources>)>,
     /// `(port, proxy in the service's namespace)` → the encoded `virtual_hosts` field.
     vhosts: Vec<(u32, bool, Arc<[u8]>)>,
     /// The service's virtual hosts routed by a VirtualService, encoded.
@@ -110,6 +118,8 @@ struct SetKey {
     slot: usize,
     services: Vec<usize>,
     own: Vec<u64>,
+    /// Where the proxies are, when the context balances some service by locality.
+    place: Option<Place>,
 }
 
 /// A view's cluster and load-assignment sets, shared.
@@ -132,6 +142,8 @@ const SET_CONTEXTS: usize = 2;
 pub struct ResourceCache {
     hosts: Mutex<foldhash::HashMap<String, HostEntry>>,
     sets: Mutex<SetMemo>,
+    /// [`ResourceCache::locality_aware`] of the latest context asked about.
+    locality_aware: Mutex<Option<(u64, bool)>>,
     hits: Counter,
     misses: Counter,
 }
@@ -188,7 +200,8 @@ impl ResourceCache {
         let entry = hosts.get_mut(&svc.hostname)?;
         let inputs_same = same(entry.rule.as_ref(), rule)
             && same(Some(&entry.service), Some(svc))
-            && entry.trust_domain == *trust_domain;
+            && entry.trust_domain == *trust_domain
+            && entry.mesh_locality == ctx.mesh.locality_lb_setting;
         if !inputs_same {
             hosts.remove(&svc.hostname);
             return None;
@@ -208,7 +221,10 @@ impl ResourceCache {
                 service: svc.clone(),
                 rule: ctx.destination_rules.get(&svc.hostname).cloned(),
                 trust_domain: ctx.mesh.trust_domain.clone(),
+                mesh_locality: ctx.mesh.locality_lb_setting.clone(),
+                dependence: dependence(ctx, svc),
                 clusters: Default::default(),
+                placed: Vec::new(),
                 vhosts: Vec::new(),
                 routed: Vec::new(),
             });
@@ -223,32 +239,80 @@ impl ResourceCache {
         if Arc::ptr_eq(&entry.service, svc)
             && same_rule
             && entry.trust_domain == ctx.mesh.trust_domain
+            && entry.mesh_locality == ctx.mesh.locality_lb_setting
         {
             write(entry);
         }
     }
 
-    /// The service's clusters and load assignments for a proxy of `kind`.
+    /// The service's clusters and load assignments for a proxy of `kind` at `at`.
     pub fn service(
         &self,
         ctx: &PushContext,
         svc: &Arc<Service>,
         kind: ProxyKind,
         secure: bool,
+        at: &Place,
     ) -> Arc<ServiceResources> {
         let i = slot(kind, secure);
-        if let Some(hit) = self.with_entry(ctx, svc, |e| e.clusters[i].clone()) {
-            self.hits.inc();
-            return hit;
-        }
+        let found = self.with_entry(ctx, svc, |e| {
+            Some(match &e.dependence {
+                None => (e.clusters[i].clone(), None),
+                Some(keys) => {
+                    let place = at.restricted(keys);
+                    let hit = (e.placed.iter())
+                        .find(|(s, p, _)| *s == i && *p == place)
+                        .map(|(_, _, r)| r.clone());
+                    (hit, Some(place))
+                }
+            })
+        });
+        let place = match found {
+            Some((Some(hit), _)) => {
+                self.hits.inc();
+                return hit;
+            }
+            Some((None, place)) => place,
+            None => dependence(ctx, svc).map(|keys| at.restricted(&keys)),
+        };
         self.misses.inc();
-        let (clusters, endpoints) = translate::cluster::service(ctx, svc, kind, secure);
+        // Built for the restricted place, so that it holds for every proxy sharing it.
+        let (clusters, endpoints) = translate::cluster::service(
+            ctx,
+            svc,
+            kind,
+            secure,
+            place.as_ref().unwrap_or(&Place::default()),
+        );
         let built = Arc::new(ServiceResources {
             clusters: clusters.iter().map(encode_cluster).collect(),
             endpoints: endpoints.iter().map(encode_assignment).collect(),
         });
-        self.store(ctx, svc, |e| e.clusters[i] = Some(built.clone()));
+        self.store(ctx, svc, |e| match place {
+            Some(place) => e.placed.push((i, place, built.clone())),
+            None => e.clusters[i] = Some(built.clone()),
+        });
         built
+    }
+
+    /// Whether some load assignment of `ctx` may depend on where the proxy is (a
+    /// DestinationRule with outlier detection or `distribute`, or a mesh-wide
+    /// `distribute`), computed once per context. Only then do views and their shared sets
+    /// tell proxies apart by locality.
+    pub fn locality_aware(&self, ctx: &PushContext) -> bool {
+        let mut memo = self.locality_aware.lock().unwrap();
+        if let Some((id, aware)) = *memo
+            && id == ctx.id()
+        {
+            return aware;
+        }
+        let aware = locality::mesh_distributes(&ctx.mesh)
+            || ctx.destination_rules.values().any(|o| match &o.spec {
+                Spec::DestinationRule(d) => locality::may_depend(&ctx.mesh, d),
+                _ => false,
+            });
+        *memo = Some((ctx.id(), aware));
+        aware
     }
 
     /// The clusters (the services' and the view's `own`) and load assignments of a view of
@@ -259,6 +323,7 @@ impl ResourceCache {
         services: &[&Arc<Service>],
         kind: ProxyKind,
         secure: bool,
+        at: &Place,
         own: Vec<Arc<Resource>>,
     ) -> Sets {
         let key = SetKey {
@@ -266,13 +331,14 @@ impl ResourceCache {
             slot: slot(kind, secure),
             services: services.iter().map(|s| Arc::as_ptr(*s) as usize).collect(),
             own: own.iter().map(|r| r.hash).collect(),
+            place: self.locality_aware(ctx).then(|| at.clone()),
         };
         if let Some(sets) = self.sets.lock().unwrap().sets.get(&key) {
             return sets.clone();
         }
         let (mut clusters, mut endpoints) = (Vec::new(), Vec::new());
         for svc in services {
-            let parts = self.service(ctx, svc, kind, secure);
+            let parts = self.service(ctx, svc, kind, secure, at);
             clusters.extend(parts.clusters.iter().cloned());
             endpoints.extend(parts.endpoints.iter().cloned());
         }
@@ -369,6 +435,12 @@ impl ResourceCache {
     }
 }
 
+/// The labels the service's load assignments depend on, with the proxy's locality; `None`
+/// when they do not depend on the proxy.
+fn dependence(ctx: &PushContext, svc: &Service) -> Option<Vec<String>> {
+    locality::dependence(&ctx.mesh, translate::cluster::policies(ctx, svc))
+}
+
 fn encode_assignment(a: &ClusterLoadAssignment) -> Arc<Resource> {
     encode(&a.cluster_name, a)
 }
@@ -387,7 +459,8 @@ pub fn view(ctx: &PushContext, proxy: &Proxy, cache: &ResourceCache) -> View {
     let secure = proxy.identity.is_some();
     let mut view = View::default();
     let own = plan.clusters.iter().map(encode_cluster).collect();
-    let (clusters, endpoints) = cache.sets(ctx, &plan.services, proxy.kind, secure, own);
+    let at = locality::place(ctx, proxy);
+    let (clusters, endpoints) = cache.sets(ctx, &plan.services, proxy.kind, secure, &at, own);
     view.share(TypeKind::Cluster, clusters);
     view.share(TypeKind::Endpoint, endpoints);
     view.encode_all(&[], &[], &plan.listeners, &plan.routes, &plan.secrets);
@@ -616,5 +689,52 @@ mod tests {
         cache.retain_services_of(&ctx);
         assert_eq!(cache.len(), 39);
         assert_views_agree(&ctx, &cache);
+    }
+
+    #[test]
+    fn load_assignments_balanced_by_locality_are_shared_per_place_only() {
+        let entry = "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: api, namespace: shop}\nspec:\n  hosts: [api.example.com]\n  location: MESH_INTERNAL\n  resolution: STATIC\n  ports: [{number: 80, name: http, protocol: HTTP}]\n  endpoints:\n  - {address: 10.0.0.1, locality: r/z1}\n  - {address: 10.0.0.2, locality: r/z2}\n";
+        let rule = "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: api, namespace: shop}\nspec:\n  host: api.example.com\n  trafficPolicy: {outlierDetection: {consecutive5xxErrors: 1}}\n";
+        let at = |zone: &str, app: &str| {
+            let mut p = proxy("sidecar", "shop", json!({ "app": app }), false);
+            p.locality = crate::model::Locality::parse(&format!("r/{zone}"));
+            p
+        };
+        let (a, b, c) = (at("z1", "a"), at("z1", "b"), at("z2", "a"));
+        let cla = "outbound|80||api.example.com";
+        let bytes = |v: &View| v.all(TypeKind::Endpoint)[cla].value().into_owned();
+        let mut store = Store::default();
+        apply(&mut store, entry);
+        let cache = ResourceCache::default();
+
+        // Without outlier detection nothing depends on the locality: one shared set.
+        let ctx = PushContext::build(&store, "v/1".into());
+        assert!(!cache.locality_aware(&ctx));
+        let [va, vc] = [&a, &c].map(|p| view(&ctx, p, &cache));
+        assert!(va.shares(&vc, TypeKind::Endpoint));
+
+        // With it, each zone's proxies get their own priorities, equal to the translation
+        // from scratch, and proxies of one zone share them.
+        apply(&mut store, rule);
+        let ctx = PushContext::build(&store, "v/2".into());
+        assert!(cache.locality_aware(&ctx));
+        for p in [&a, &b, &c] {
+            let fresh = View::new(translate::proxy_config(&ctx, p));
+            assert_eq!(bytes(&view(&ctx, p, &cache)), bytes(&fresh), "{}", p.id);
+        }
+        let [va, vb, vc] = [&a, &b, &c].map(|p| view(&ctx, p, &cache));
+        assert_ne!(bytes(&va), bytes(&vc));
+        assert!(Arc::ptr_eq(
+            &va.all(TypeKind::Endpoint)[cla],
+            &vb.all(TypeKind::Endpoint)[cla]
+        ));
+        let priorities = |v: &View| {
+            let cla = ClusterLoadAssignment::decode(&*bytes(v)).unwrap();
+            (cla.endpoints.iter())
+                .map(|g| (g.locality.as_ref().unwrap().zone.clone(), g.priority))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(priorities(&va), [("z1".to_string(), 0), ("z2".into(), 1)]);
+        assert_eq!(priorities(&vc), [("z1".to_string(), 1), ("z2".into(), 0)]);
     }
 }

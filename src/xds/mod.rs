@@ -35,7 +35,7 @@ use crate::ca::Identity;
 use crate::ca::authn::Authenticator;
 use crate::config::ObjectKey;
 use crate::metrics::Metrics;
-use crate::model::Proxy;
+use crate::model::{Locality, Proxy};
 
 /// The response stream went away.
 #[derive(Debug)]
@@ -195,6 +195,13 @@ fn proxy_from_node(
         .unwrap_or_default();
     let mut proxy = Proxy::from_node(&node.id, &metadata)
         .map_err(|e| Status::invalid_argument(refuse("bad_node", e)))?;
+    if let Some(l) = &node.locality {
+        proxy.locality = Locality {
+            region: l.region.clone(),
+            zone: l.zone.clone(),
+            subzone: l.sub_zone.clone(),
+        };
+    }
     if let Some(identity) = caller {
         let claimed_sa = proxy.service_account.as_deref();
         if identity.namespace != proxy.namespace

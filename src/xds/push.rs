@@ -14,7 +14,7 @@ use super::resource::{ResourceMap, TypeKind, View};
 use super::wire::Batch;
 use crate::config::{Kind, ObjectKey};
 use crate::metrics::{Metrics, type_label};
-use crate::model::{Interception, Proxy, ProxyKind, PushContext, Store};
+use crate::model::{Interception, Locality, Proxy, ProxyKind, PushContext, Store};
 
 /// Pipeline settings, from Istio's environment variables.
 #[derive(Clone, Debug)]
@@ -148,6 +148,8 @@ pub struct ViewKey {
     bind_ip: Option<String>,
     /// Connected with a proven identity (the secure port): gets identity-bound config.
     secure: bool,
+    /// Only when some load assignment is balanced by locality.
+    locality: Locality,
 }
 
 /// One push: the shared context, when its first triggering event happened, and the
@@ -171,6 +173,8 @@ pub struct Push {
     diffs: Mutex<DiffMap>,
     /// Encoded per-service resources, handed from push to push.
     pub cache: Arc<ResourceCache>,
+    /// Whether views tell proxies apart by locality ([`ResourceCache::locality_aware`]).
+    locality_aware: bool,
 }
 
 impl Push {
@@ -182,7 +186,9 @@ impl Push {
         cache: Arc<ResourceCache>,
     ) -> Push {
         cache.retain_services_of(&context);
+        let locality_aware = cache.locality_aware(&context);
         Push {
+            locality_aware,
             context: Arc::new(context),
             number,
             triggered_at,
@@ -249,6 +255,11 @@ impl Push {
             labels: self.context.proxy_labels(proxy).clone(),
             bind_ip: (proxy.interception == Interception::None).then(|| proxy.ip().to_string()),
             secure: proxy.identity.is_some(),
+            locality: if self.locality_aware {
+                self.context.proxy_locality(proxy)
+            } else {
+                Locality::default()
+            },
         };
         let cell = self.views.lock().unwrap().entry(key).or_default().clone();
         cell.get_or_init(|| Arc::new(cache::view(&self.context, proxy, &self.cache)))

@@ -708,11 +708,33 @@ impl Envoy {
         Envoy::start(meshd, ads, id, meta, ip)
     }
 
+    /// A sidecar like [`Envoy::sidecar`] with more `labels` (`k: v, ...`) whose node names
+    /// its `locality` (`region/zone`, as istio-agent's bootstrap does; none when empty).
+    pub fn sidecar_in(
+        meshd: &Meshd,
+        ads: Ads,
+        namespace: &str,
+        app: &str,
+        locality: &str,
+        labels: &str,
+    ) -> Envoy {
+        let ip = loopback_ip();
+        let id = format!("sidecar~{ip}~{app}-0.{namespace}~{namespace}.svc.cluster.local");
+        let mut meta = format!(
+            r#"{{NAMESPACE: {namespace}, LABELS: {{app: {app}, {labels}}}, INTERCEPTION_MODE: NONE, ISTIO_VERSION: "1.28.0"}}"#
+        );
+        if let Some((region, zone)) = locality.split_once('/') {
+            meta.push_str(&format!("\n  locality: {{region: {region}, zone: {zone}}}"));
+        }
+        Envoy::start(meshd, ads, id, meta, ip)
+    }
+
     /// Starts Envoy and waits until it has initialised from meshd.
     fn start(meshd: &Meshd, ads: Ads, id: String, metadata: String, ip: String) -> Envoy {
         start_retrying(|| Envoy::spawn(meshd, ads, id.clone(), metadata.clone(), ip.clone()))
     }
 
+    /// `metadata` is the node's metadata YAML, optionally followed by more node fields.
     fn spawn(meshd: &Meshd, ads: Ads, id: String, metadata: String, ip: String) -> Envoy {
         let admin_port = free_port();
         let dir = meshd

@@ -133,6 +133,124 @@ fn a_port_level_consistent_hash_keeps_each_user_on_one_endpoint() {
     assert_eq!(keepalive["keepalive_time"], 300, "{ours}");
 }
 
+/// reviews has an endpoint in each of four localities: zone-a and zone-b of us-east, zone-w
+/// of us-west, and zone-f of us-east, whose one endpoint answers 503. Its rule sets only
+/// outlier detection, which with Istio's default `localityLbSetting` makes each sidecar
+/// prefer its own zone, then its region:
+/// - a sidecar in zone-a (its node's locality) reaches only zone-a, and one in zone-w (its
+///   `istio-locality` label) only zone-w; Envoy holds zone-a's priorities as sent;
+/// - a sidecar in zone-f fails once, ejects zone-f's endpoint and fails over to its
+///   region (zone-a or zone-b), never to us-west;
+/// - a `distribute` rule sends zone-a's traffic to us-west;
+/// - MeshConfig's `localityLbSetting: {enabled: false}` (the rule no longer has one)
+///   spreads zone-a's traffic again, as without locality balancing.
+#[test]
+fn outlier_detection_keeps_traffic_in_the_proxys_zone_and_fails_over_within_its_region() {
+    let ups = [
+        Upstream::start("reviews-a"),
+        Upstream::start("reviews-b"),
+        Upstream::start("reviews-w"),
+        Upstream::answering("reviews-f", "503 Service Unavailable"),
+    ];
+    let zones: [&[(&str, &str)]; 4] = [
+        &[("topology.istio.io/locality", "us-east.zone-a")],
+        &[("topology.istio.io/locality", "us-east.zone-b")],
+        &[("topology.istio.io/locality", "us-west.zone-w")],
+        &[("topology.istio.io/locality", "us-east.zone-f")],
+    ];
+    let upstreams: Vec<_> = ups.iter().zip(zones).collect();
+    let outlier = "  trafficPolicy:\n    outlierDetection: {consecutive5xxErrors: 1, interval: 1s, baseEjectionTime: 10m, maxEjectionPercent: 100}\n";
+    let (dir, port) = reviews_config("tp-locality", &upstreams, outlier);
+    let meshd = Meshd::start(&dir);
+    let in_a = Envoy::sidecar_in(&meshd, Ads::Delta, "shop", "client-a", "us-east/zone-a", "");
+    let in_w = Envoy::sidecar_in(
+        &meshd,
+        Ads::Delta,
+        "shop",
+        "client-w",
+        "",
+        "istio-locality: us-west.zone-w",
+    );
+    let in_f = Envoy::sidecar_in(&meshd, Ads::Sotw, "shop", "client-f", "us-east/zone-f", "");
+    let get = |envoy: &Envoy| {
+        let r = http_get(&format!("{}:{port}", envoy.ip), "reviews", "/", &[]).unwrap();
+        (r.status, r.body)
+    };
+    // What twenty requests reach.
+    let reached = |envoy: &Envoy| {
+        (0..20)
+            .map(|_| get(envoy).1)
+            .collect::<std::collections::BTreeSet<_>>()
+    };
+    let only = |name: &str| std::collections::BTreeSet::from([name.to_string()]);
+    for (envoy, zone) in [(&in_a, "reviews-a"), (&in_w, "reviews-w")] {
+        wait_until("the sidecar to route", Duration::from_secs(10), || {
+            get(envoy).0 == 200
+        });
+        assert_eq!(reached(envoy), only(zone), "{}", envoy.id);
+    }
+    let cluster = format!("outbound|{port}||reviews.shop.svc.cluster.local");
+    let hosts = in_a.admin("/clusters").unwrap().body;
+    for (up, priority) in [(&ups[0], 0), (&ups[1], 1), (&ups[3], 1), (&ups[2], 2)] {
+        let line = format!("{cluster}::127.0.0.1:{}::priority::{priority}", up.port);
+        assert!(hosts.contains(&line), "no {line} in:\n{hosts}");
+    }
+
+    // zone-f's one endpoint fails: after it is ejected, its region takes over.
+    wait_until(
+        "the zone-f sidecar to route",
+        Duration::from_secs(10),
+        || http_get(&format!("{}:{port}", in_f.ip), "reviews", "/", &[]).is_ok(),
+    );
+    let mut failures = 0;
+    let mut answered = std::collections::BTreeSet::new();
+    for _ in 0..30 {
+        match get(&in_f) {
+            (503, body) if body == "reviews-f" => failures += 1,
+            (200, body) => {
+                answered.insert(body);
+            }
+            other => panic!("unexpected answer {other:?}"),
+        }
+    }
+    assert!(failures <= 2, "{failures} failures before the ejection");
+    assert!(
+        !answered.is_empty()
+            && answered
+                .iter()
+                .all(|b| b == "reviews-a" || b == "reviews-b"),
+        "zone-f failed over to {answered:?}"
+    );
+
+    // `distribute`: zone-a's traffic all to us-west.
+    let rule = |rest: &str| {
+        format!(
+            "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {{name: reviews, namespace: shop}}\nspec:\n  host: reviews\n{rest}"
+        )
+    };
+    let distribute = "  trafficPolicy:\n    loadBalancer:\n      localityLbSetting:\n        distribute: [{from: us-east/zone-a/*, to: {us-west/*: 100}}]\n";
+    std::fs::write(dir.join("dr.yaml"), rule(distribute)).unwrap();
+    wait_until(
+        "zone-a's traffic to reach us-west",
+        Duration::from_secs(10),
+        || get(&in_a).1 == "reviews-w",
+    );
+    assert_eq!(reached(&in_a), only("reviews-w"));
+
+    // Locality balancing off mesh-wide: zone-a's traffic spreads over every endpoint.
+    std::fs::write(
+        dir.join("mesh.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: istio, namespace: istio-system}\ndata:\n  mesh: |\n    localityLbSetting: {enabled: false}\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("dr.yaml"), rule(outlier)).unwrap();
+    wait_until(
+        "zone-a's traffic to spread",
+        Duration::from_secs(10),
+        || reached(&in_a).len() > 1,
+    );
+}
+
 /// api.example.com is a ServiceEntry whose one endpoint speaks only TLS, with a certificate
 /// from a CA of its own. The rule originates TLS on its first port (`SIMPLE`, the CA from a
 /// file) and, through a port-level entry, mutual TLS on its second (the client certificate
