@@ -35,10 +35,43 @@ pub struct VirtualServiceSpec {
     #[schemars(schema_with = "any_object_list")]
     pub tls: Vec<AnyObject>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(schema_with = "any_object_list")]
-    pub tcp: Vec<AnyObject>,
+    pub tcp: Vec<TcpRoute>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub export_to: Vec<String>,
+}
+
+/// `TCPRoute`: connections that match go to the route's destinations by weight.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TcpRoute {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub r#match: Vec<L4MatchAttributes>,
+    #[serde(default)]
+    pub route: Vec<RouteDestination>,
+}
+
+/// `L4MatchAttributes`: what a TCP connection must match (every field set).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct L4MatchAttributes {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub destination_subnets: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<u32>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub source_labels: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gateways: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_namespace: Option<String>,
+}
+
+/// `RouteDestination`: a TCP or TLS route's destination and weight.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+pub struct RouteDestination {
+    pub destination: Destination,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<i32>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]

@@ -599,6 +599,50 @@ fn authorization_policy(r: &mut Report, ap: &crate::api::security::Authorization
     }
 }
 
+/// A TCP route: destinations with a host and weights within 0–100 (summing to 100 when
+/// there are several), subnets that parse; `destinationSubnets` warns, as meshd does not
+/// match on it.
+fn tcp_route(r: &mut Report, field: &str, route: &crate::api::networking::TcpRoute) {
+    if route.route.is_empty() {
+        r.error(
+            format!("{field}.route"),
+            "at least one destination is required",
+        );
+    }
+    for (i, d) in route.route.iter().enumerate() {
+        let f = format!("{field}.route[{i}]");
+        if d.destination.host.is_empty() {
+            r.error(format!("{f}.destination.host"), "is required");
+        }
+        if let Some(w) = d.weight.filter(|w| !(0..=100).contains(w)) {
+            r.error(format!("{f}.weight"), format!("{w} is not within 0-100"));
+        }
+    }
+    if route.route.len() > 1 {
+        let total: i64 = route
+            .route
+            .iter()
+            .map(|d| i64::from(d.weight.unwrap_or(0)))
+            .sum();
+        if total != 100 {
+            r.error(
+                format!("{field}.route"),
+                format!("the weights sum to {total}, not 100"),
+            );
+        }
+    }
+    for (i, m) in route.r#match.iter().enumerate() {
+        for (j, subnet) in m.destination_subnets.iter().enumerate() {
+            let f = format!("{field}.match[{i}].destinationSubnets[{j}]");
+            if !valid_cidr(subnet) {
+                r.error(f, format!("{subnet:?} is not an IP address or CIDR"));
+            } else {
+                r.warn(f, NOT_APPLIED);
+            }
+        }
+    }
+}
+
 fn valid_cidr(text: &str) -> bool {
     let (ip, len) = text.split_once('/').unwrap_or((text, ""));
     let Ok(ip) = ip.parse::<std::net::IpAddr>() else {
@@ -617,10 +661,13 @@ pub fn validate(object: &ConfigObject) -> Vec<Problem> {
             for (i, route) in vs.http.iter().enumerate() {
                 http_route(&mut r, &format!("spec.http[{i}]"), route);
             }
-            if !vs.tls.is_empty() || !vs.tcp.is_empty() {
+            for (i, route) in vs.tcp.iter().enumerate() {
+                tcp_route(&mut r, &format!("spec.tcp[{i}]"), route);
+            }
+            if !vs.tls.is_empty() {
                 r.warn(
-                    "spec",
-                    "tls and tcp routes are accepted but not yet translated by meshd",
+                    "spec.tls",
+                    "tls routes are accepted but not yet translated by meshd",
                 );
             }
         }
@@ -786,6 +833,37 @@ mod tests {
         );
         assert!(good.errors().next().is_none(), "{:?}", good.issues);
         assert_eq!(good.objects.len(), 1);
+    }
+
+    #[test]
+    fn tcp_routes_need_hosts_and_weights_summing_to_100() {
+        let vs = |tcp: &str| {
+            parse_file(
+                "vs.yaml",
+                &format!(
+                    "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: db, namespace: shop}}\nspec:\n  hosts: [db]\n  tcp:\n{tcp}"
+                ),
+            )
+        };
+        let bad = vs(
+            "  - route: [{destination: {host: db, subset: v1}, weight: 60}, {destination: {host: ''}, weight: 30}]\n  - route: []\n",
+        );
+        assert!(bad.objects.is_empty());
+        let fields: Vec<&str> = bad.errors().map(|e| e.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.tcp[0].route[1].destination.host",
+                "spec.tcp[0].route",
+                "spec.tcp[1].route"
+            ]
+        );
+        let good = vs(
+            "  - match: [{port: 27017, destinationSubnets: [10.1.0.0/16]}]\n    route: [{destination: {host: db}}]\n",
+        );
+        assert_eq!(good.objects.len(), 1, "{:?}", good.issues);
+        let warned: Vec<&str> = good.issues.iter().map(|i| i.field.as_str()).collect();
+        assert_eq!(warned, ["spec.tcp[0].match[0].destinationSubnets[0]"]);
     }
 
     #[test]

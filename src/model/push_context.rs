@@ -340,10 +340,18 @@ impl PushContext {
             let Spec::VirtualService(spec) = &vs.spec else {
                 continue;
             };
-            for (i, http) in spec.http.iter().enumerate() {
-                for (j, d) in http.route.iter().enumerate() {
-                    let host = resolve_host(&d.destination.host, &vs.key.namespace);
-                    let field = format!("spec.http[{i}].route[{j}].destination");
+            let http = spec.http.iter().enumerate().flat_map(|(i, http)| {
+                (http.route.iter().enumerate())
+                    .map(move |(j, d)| (format!("spec.http[{i}].route[{j}]"), &d.destination))
+            });
+            let tcp = spec.tcp.iter().enumerate().flat_map(|(i, tcp)| {
+                (tcp.route.iter().enumerate())
+                    .map(move |(j, d)| (format!("spec.tcp[{i}].route[{j}]"), &d.destination))
+            });
+            {
+                for (route, d) in http.chain(tcp) {
+                    let host = resolve_host(&d.host, &vs.key.namespace);
+                    let field = format!("{route}.destination");
                     if !self.services.contains_key(&host)
                         && !self.services.keys().any(|h| host_matches(h, &host))
                     {
@@ -352,7 +360,7 @@ impl PushContext {
                             field: format!("{field}.host"),
                             message: format!("no service or ServiceEntry for host {host:?}; requests get 503 until one exists"),
                         });
-                    } else if let Some(subset) = &d.destination.subset {
+                    } else if let Some(subset) = &d.subset {
                         let defined = self
                             .destination_rule(&host)
                             .is_some_and(|(_, dr)| dr.subsets.iter().any(|s| &s.name == subset));

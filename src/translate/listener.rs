@@ -21,7 +21,11 @@ use envoy_types::pb::envoy::extensions::filters::network::http_connection_manage
     http_filter,
 };
 use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{
-    TcpProxy, tcp_proxy::ClusterSpecifier,
+    TcpProxy,
+    tcp_proxy::{
+        ClusterSpecifier, WeightedCluster as TcpWeightedCluster,
+        weighted_cluster::ClusterWeight as TcpClusterWeight,
+    },
 };
 use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::Secret;
 use envoy_types::pb::google::protobuf::BoolValue;
@@ -32,7 +36,11 @@ use super::endpoint::socket_address;
 use super::{
     BLACKHOLE_CLUSTER, PASSTHROUGH_CLUSTER, ads_config_source, outbound_cluster_name, route,
 };
-use crate::model::{Interception, Protocol, Proxy, PushContext, Service};
+use crate::api::labels_match;
+use crate::api::networking::L4MatchAttributes;
+use crate::model::{
+    Interception, Protocol, Proxy, PushContext, Service, host_matches, resolve_host,
+};
 
 /// Ports a sidecar's wildcard listeners never take (its own capture and admin ports).
 const RESERVED_PORTS: [u32; 4] = [15001, 15006, 15021, 15090];
@@ -74,15 +82,90 @@ fn http_connection_manager(stat_prefix: String, route_name: String, gateway: boo
 }
 
 pub(super) fn tcp_proxy(cluster: &str) -> Filter {
+    tcp_proxy_to(cluster, &[(cluster.to_string(), 100)])
+}
+
+/// A tcp_proxy to `targets` (cluster, weight): one cluster, or weighted clusters.
+fn tcp_proxy_to(stat_prefix: &str, targets: &[(String, u32)]) -> Filter {
+    let cluster_specifier = match targets {
+        [] => ClusterSpecifier::Cluster(BLACKHOLE_CLUSTER.into()),
+        [(one, _)] => ClusterSpecifier::Cluster(one.clone()),
+        many => ClusterSpecifier::WeightedClusters(TcpWeightedCluster {
+            clusters: many
+                .iter()
+                .map(|(name, weight)| TcpClusterWeight {
+                    name: name.clone(),
+                    weight: *weight,
+                    ..Default::default()
+                })
+                .collect(),
+        }),
+    };
     let tp = TcpProxy {
-        stat_prefix: cluster.to_string(),
-        cluster_specifier: Some(ClusterSpecifier::Cluster(cluster.to_string())),
+        stat_prefix: stat_prefix.to_string(),
+        cluster_specifier: Some(cluster_specifier),
         ..Default::default()
     };
     Filter {
         name: "envoy.filters.network.tcp_proxy".into(),
         config_type: Some(ConfigType::TypedConfig(pack_any(tp))),
     }
+}
+
+/// The tcp_proxy of a sidecar's outbound TCP listener for `svc`'s `port`: the first
+/// VirtualService for the host with TCP routes, and its first route that matches the
+/// proxy and port, chooses the destinations (istiod's `buildOutboundNetworkFilters`);
+/// otherwise the service's own cluster.
+fn sidecar_tcp_proxy(ctx: &PushContext, proxy: &Proxy, svc: &Service, port: u32) -> Filter {
+    let cluster = outbound_cluster_name(port, "", &svc.hostname);
+    let labels = ctx.proxy_labels(proxy);
+    let routes = ctx
+        .virtual_services_for(proxy, "mesh")
+        .into_iter()
+        .filter(|(_, vs)| !vs.tcp.is_empty())
+        .find(|(obj, vs)| {
+            vs.hosts
+                .iter()
+                .any(|h| host_matches(&resolve_host(h, &obj.key.namespace), &svc.hostname))
+        });
+    let Some((obj, vs)) = routes else {
+        return tcp_proxy(&cluster);
+    };
+    let matches = |m: &L4MatchAttributes| {
+        m.port.is_none_or(|p| p == 0 || p == port)
+            && labels_match(&m.source_labels, labels)
+            && m.source_namespace
+                .as_ref()
+                .is_none_or(|ns| *ns == proxy.namespace)
+            && (m.gateways.is_empty() || m.gateways.iter().any(|g| g == "mesh"))
+    };
+    let Some(route) = vs
+        .tcp
+        .iter()
+        .find(|r| r.r#match.is_empty() || r.r#match.iter().any(matches))
+    else {
+        return tcp_proxy(&cluster);
+    };
+    let single = route.route.len() == 1;
+    let targets: Vec<(String, u32)> = route
+        .route
+        .iter()
+        .filter_map(|d| {
+            let weight = d
+                .weight
+                .map_or(if single { 100 } else { 0 }, |w| w.max(0) as u32);
+            let host = resolve_host(&d.destination.host, &obj.key.namespace);
+            let p = route::destination_port(
+                ctx,
+                &host,
+                d.destination.port.as_ref().map(|p| p.number),
+                port,
+            );
+            let subset = d.destination.subset.as_deref().unwrap_or("");
+            (weight > 0).then(|| (outbound_cluster_name(p, subset, &host), weight))
+        })
+        .collect();
+    tcp_proxy_to(&cluster, &targets)
 }
 
 fn listener(
@@ -148,13 +231,12 @@ pub fn sidecar_listeners<'a>(
                 } else {
                     svc.vip.as_deref().unwrap_or("0.0.0.0")
                 };
-                let cluster = outbound_cluster_name(p.port, "", &svc.hostname);
                 let l = listener(
                     bind,
                     p.port,
                     real_bind,
                     TrafficDirection::Outbound,
-                    vec![tcp_proxy(&cluster)],
+                    vec![sidecar_tcp_proxy(ctx, proxy, svc, p.port)],
                 );
                 tcp.entry(l.name.clone()).or_insert(l);
             }

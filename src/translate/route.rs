@@ -650,7 +650,7 @@ pub fn http_routes(
     out
 }
 
-fn destination_port(
+pub(super) fn destination_port(
     ctx: &PushContext,
     host: &str,
     explicit: Option<u32>,

@@ -137,3 +137,95 @@ fn sidecars_sent_shared_runs_of_a_large_configuration_route_with_it() {
         || meshd.metric("meshd_xds_shared_run_bytes") == 0.0,
     );
 }
+
+/// db is a TCP service (port named `tcp`) with a v1 and a v2 pod and a DestinationRule
+/// with both subsets. Without a VirtualService the sidecar's TCP listener spreads
+/// connections over both; a VirtualService `tcp` route sends every connection to v2; one
+/// whose match names another port leaves the default; a 50/50 route reaches both again
+/// through Envoy's weighted clusters. (Each request is a new connection, forwarded by
+/// tcp_proxy: the upstreams answer HTTP, which passes through unchanged.)
+#[test]
+fn a_virtual_service_tcp_route_chooses_where_connections_go() {
+    let v1 = Upstream::start("db-v1");
+    let v2 = Upstream::start("db-v2");
+    let dir = temp_dir("sc-tcp").join("config");
+    std::fs::create_dir_all(&dir).unwrap();
+    let port = free_port();
+    let service = service_yaml(
+        "shop",
+        "db",
+        port,
+        &[(&v1, &[("version", "v1")]), (&v2, &[("version", "v2")])],
+    )
+    .replace("{name: http,", "{name: tcp,");
+    std::fs::write(dir.join("db.yaml"), service).unwrap();
+    std::fs::write(
+        dir.join("dr.yaml"),
+        "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: db, namespace: shop}\nspec:\n  host: db\n  subsets:\n  - {name: v1, labels: {version: v1}}\n  - {name: v2, labels: {version: v2}}\n",
+    )
+    .unwrap();
+    let meshd = Meshd::start(&dir);
+    let envoy = Envoy::sidecar(&meshd, Ads::Delta, "shop", "productpage");
+    // What twenty connections reach (the Host header is irrelevant to tcp_proxy).
+    let reached = || {
+        (0..20)
+            .map(|_| {
+                http_get(&format!("{}:{port}", envoy.ip), "db", "/", &[])
+                    .map(|r| r.body)
+                    .unwrap_or_default()
+            })
+            .collect::<std::collections::BTreeSet<_>>()
+    };
+    let both: std::collections::BTreeSet<String> = ["db-v1".into(), "db-v2".into()].into();
+    wait_until(
+        "connections to reach both pods",
+        Duration::from_secs(10),
+        || reached() == both,
+    );
+    let vs = |tcp: &str| {
+        format!(
+            "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: db, namespace: shop}}\nspec:\n  hosts: [db]\n  tcp:\n{tcp}"
+        )
+    };
+    std::fs::write(
+        dir.join("vs.yaml"),
+        vs("  - route: [{destination: {host: db, subset: v2}}]\n"),
+    )
+    .unwrap();
+    wait_until(
+        "connections to reach v2 only",
+        Duration::from_secs(10),
+        || reached() == ["db-v2".to_string()].into(),
+    );
+    std::fs::write(
+        dir.join("vs.yaml"),
+        vs("  - match: [{port: 1}]\n    route: [{destination: {host: db, subset: v2}}]\n"),
+    )
+    .unwrap();
+    wait_until(
+        "a route for another port to leave the default",
+        Duration::from_secs(10),
+        || reached() == both,
+    );
+    std::fs::write(
+        dir.join("vs.yaml"),
+        vs("  - route:\n    - {destination: {host: db, subset: v1}, weight: 50}\n    - {destination: {host: db, subset: v2}, weight: 50}\n"),
+    )
+    .unwrap();
+    wait_until(
+        "weighted clusters in the listener",
+        Duration::from_secs(10),
+        || {
+            let dump = envoy
+                .admin("/config_dump?resource=dynamic_listeners")
+                .unwrap()
+                .body;
+            dump.contains(&format!("outbound|{port}|v1|db.shop.svc.cluster.local"))
+        },
+    );
+    wait_until(
+        "connections to reach both subsets",
+        Duration::from_secs(10),
+        || reached() == both,
+    );
+}
