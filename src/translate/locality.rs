@@ -200,6 +200,35 @@ pub fn may_depend(mesh: &MeshConfig, rule: &crate::api::networking::DestinationR
         || (rule.subsets.iter()).any(|s| s.traffic_policy.as_ref().is_some_and(policy))
 }
 
+/// Every label name a `failoverPriority` in the rule or the mesh's setting compares.
+pub fn priority_labels(
+    mesh: &MeshConfig,
+    rule: &crate::api::networking::DestinationRuleSpec,
+) -> Vec<String> {
+    fn setting(
+        p: Option<&crate::api::networking::LoadBalancerSettings>,
+    ) -> Option<&LocalityLoadBalancerSetting> {
+        p.and_then(|l| l.locality_lb_setting.as_ref())
+    }
+    let mut settings: Vec<&LocalityLoadBalancerSetting> = mesh.locality_lb_setting.iter().collect();
+    let policies = rule.traffic_policy.iter().chain(
+        rule.subsets
+            .iter()
+            .filter_map(|s| s.traffic_policy.as_ref()),
+    );
+    for p in policies {
+        settings.extend(setting(p.load_balancer.as_ref()));
+        for s in &p.port_level_settings {
+            settings.extend(setting(s.load_balancer.as_ref()));
+        }
+    }
+    settings
+        .iter()
+        .flat_map(|s| &s.failover_priority)
+        .map(|k| k.split('=').next().unwrap_or_default().to_string())
+        .collect()
+}
+
 /// Whether the mesh's own setting weighs every service (a `distribute` in MeshConfig).
 pub fn mesh_distributes(mesh: &MeshConfig) -> bool {
     mesh.locality_lb_setting

@@ -118,7 +118,8 @@ struct SetKey {
     slot: usize,
     services: Vec<usize>,
     own: Vec<u64>,
-    /// Where the proxies are, when the context balances some service by locality.
+    /// Where the proxies are (their locality and the labels failover priorities
+    /// compare), when the context balances some service by locality.
     place: Option<Place>,
 }
 
@@ -137,13 +138,17 @@ struct SetMemo {
 /// an earlier push still builds.
 const SET_CONTEXTS: usize = 2;
 
+/// A context's id and, when it balances some service by locality, the proxy labels its
+/// failover priorities compare.
+type LocalityMemo = (u64, Option<Arc<[String]>>);
+
 /// The cache, shared by every push of one pipeline.
 #[derive(Default)]
 pub struct ResourceCache {
     hosts: Mutex<foldhash::HashMap<String, HostEntry>>,
     sets: Mutex<SetMemo>,
-    /// [`ResourceCache::locality_aware`] of the latest context asked about.
-    locality_aware: Mutex<Option<(u64, bool)>>,
+    /// [`ResourceCache::locality_labels`] of the latest context asked about.
+    locality_aware: Mutex<Option<LocalityMemo>>,
     hits: Counter,
     misses: Counter,
 }
@@ -297,22 +302,40 @@ impl ResourceCache {
 
     /// Whether some load assignment of `ctx` may depend on where the proxy is (a
     /// DestinationRule with outlier detection or `distribute`, or a mesh-wide
-    /// `distribute`), computed once per context. Only then do views and their shared sets
-    /// tell proxies apart by locality.
+    /// `distribute`). Only then do views and their shared sets tell proxies apart by
+    /// locality.
     pub fn locality_aware(&self, ctx: &PushContext) -> bool {
+        self.locality_labels(ctx).is_some()
+    }
+
+    /// With [`ResourceCache::locality_aware`], the proxy labels any `failoverPriority` of
+    /// `ctx` compares (usually none); computed once per context.
+    fn locality_labels(&self, ctx: &PushContext) -> Option<Arc<[String]>> {
         let mut memo = self.locality_aware.lock().unwrap();
-        if let Some((id, aware)) = *memo
-            && id == ctx.id()
+        if let Some((id, labels)) = &*memo
+            && *id == ctx.id()
         {
-            return aware;
+            return labels.clone();
         }
+        let rules = || {
+            ctx.destination_rules
+                .values()
+                .filter_map(|o| match &o.spec {
+                    Spec::DestinationRule(d) => Some(d),
+                    _ => None,
+                })
+        };
         let aware = locality::mesh_distributes(&ctx.mesh)
-            || ctx.destination_rules.values().any(|o| match &o.spec {
-                Spec::DestinationRule(d) => locality::may_depend(&ctx.mesh, d),
-                _ => false,
-            });
-        *memo = Some((ctx.id(), aware));
-        aware
+            || rules().any(|d| locality::may_depend(&ctx.mesh, d));
+        let labels = aware.then(|| {
+            let mut keys = std::collections::BTreeSet::new();
+            for d in rules() {
+                keys.extend(locality::priority_labels(&ctx.mesh, d));
+            }
+            keys.into_iter().collect()
+        });
+        *memo = Some((ctx.id(), labels.clone()));
+        labels
     }
 
     /// The clusters (the services' and the view's `own`) and load assignments of a view of
@@ -331,7 +354,7 @@ impl ResourceCache {
             slot: slot(kind, secure),
             services: services.iter().map(|s| Arc::as_ptr(*s) as usize).collect(),
             own: own.iter().map(|r| r.hash).collect(),
-            place: self.locality_aware(ctx).then(|| at.clone()),
+            place: self.locality_labels(ctx).map(|keys| at.restricted(&keys)),
         };
         if let Some(sets) = self.sets.lock().unwrap().sets.get(&key) {
             return sets.clone();
@@ -724,6 +747,9 @@ mod tests {
         }
         let [va, vb, vc] = [&a, &b, &c].map(|p| view(&ctx, p, &cache));
         assert_ne!(bytes(&va), bytes(&vc));
+        // Labels no failoverPriority compares do not split the shared sets.
+        assert!(va.shares(&vb, TypeKind::Endpoint));
+        assert!(!va.shares(&vc, TypeKind::Endpoint));
         assert!(Arc::ptr_eq(
             &va.all(TypeKind::Endpoint)[cla],
             &vb.all(TypeKind::Endpoint)[cla]
