@@ -48,10 +48,11 @@ struct HostEntry {
     service: Arc<Service>,
     rule: Option<Arc<ConfigObject>>,
     trust_domain: Option<String>,
-    mesh_locality: Option<LocalityLoadBalancerSetting>,
+    /// MeshConfig's `localityLbSetting` (boxed: entries stay small, and it is rarely set).
+    mesh_locality: Option<Box<LocalityLoadBalancerSetting>>,
     /// `Some`: the load assignments are balanced by locality and depend on the proxy's
     /// [`Place`]: its locality and these labels.
-    dependence: Option<Vec<String>>,
+    dependence: Option<Box<[String]>>,
     /// By [`slot`]: proxy kind × plaintext/secure.
     clusters: [Option<Arc<ServiceResources>>; 4],
     /// With a dependence, by slot and (restricted) place instead.
@@ -206,7 +207,7 @@ impl ResourceCache {
         let inputs_same = same(entry.rule.as_ref(), rule)
             && same(Some(&entry.service), Some(svc))
             && entry.trust_domain == *trust_domain
-            && entry.mesh_locality == ctx.mesh.locality_lb_setting;
+            && entry.mesh_locality.as_deref() == ctx.mesh.locality_lb_setting.as_ref();
         if !inputs_same {
             hosts.remove(&svc.hostname);
             return None;
@@ -226,8 +227,8 @@ impl ResourceCache {
                 service: svc.clone(),
                 rule: ctx.destination_rules.get(&svc.hostname).cloned(),
                 trust_domain: ctx.mesh.trust_domain.clone(),
-                mesh_locality: ctx.mesh.locality_lb_setting.clone(),
-                dependence: dependence(ctx, svc),
+                mesh_locality: ctx.mesh.locality_lb_setting.clone().map(Box::new),
+                dependence: dependence(ctx, svc).map(Vec::into_boxed_slice),
                 clusters: Default::default(),
                 placed: Vec::new(),
                 vhosts: Vec::new(),
@@ -244,7 +245,7 @@ impl ResourceCache {
         if Arc::ptr_eq(&entry.service, svc)
             && same_rule
             && entry.trust_domain == ctx.mesh.trust_domain
-            && entry.mesh_locality == ctx.mesh.locality_lb_setting
+            && entry.mesh_locality.as_deref() == ctx.mesh.locality_lb_setting.as_ref()
         {
             write(entry);
         }
