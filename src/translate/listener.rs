@@ -37,7 +37,8 @@ use super::{
     BLACKHOLE_CLUSTER, PASSTHROUGH_CLUSTER, ads_config_source, outbound_cluster_name, route,
 };
 use crate::api::labels_match;
-use crate::api::networking::L4MatchAttributes;
+use crate::api::networking::{L4MatchAttributes, VirtualServiceSpec};
+use crate::config::ConfigObject;
 use crate::model::{
     Interception, Protocol, Proxy, PushContext, Service, host_matches, resolve_host,
 };
@@ -112,42 +113,22 @@ fn tcp_proxy_to(stat_prefix: &str, targets: &[(String, u32)]) -> Filter {
     }
 }
 
-/// The tcp_proxy of a sidecar's outbound TCP listener for `svc`'s `port`: the first
-/// VirtualService for the host with TCP routes, and its first route that matches the
-/// proxy and port, chooses the destinations (istiod's `buildOutboundNetworkFilters`);
-/// otherwise the service's own cluster.
-fn sidecar_tcp_proxy(ctx: &PushContext, proxy: &Proxy, svc: &Service, port: u32) -> Filter {
-    let cluster = outbound_cluster_name(port, "", &svc.hostname);
-    let labels = ctx.proxy_labels(proxy);
-    let routes = ctx
-        .virtual_services_for(proxy, "mesh")
-        .into_iter()
-        .filter(|(_, vs)| !vs.tcp.is_empty())
-        .find(|(obj, vs)| {
-            vs.hosts
-                .iter()
-                .any(|h| host_matches(&resolve_host(h, &obj.key.namespace), &svc.hostname))
-        });
-    let Some((obj, vs)) = routes else {
-        return tcp_proxy(&cluster);
-    };
-    let matches = |m: &L4MatchAttributes| {
-        m.port.is_none_or(|p| p == 0 || p == port)
-            && labels_match(&m.source_labels, labels)
-            && m.source_namespace
-                .as_ref()
-                .is_none_or(|ns| *ns == proxy.namespace)
-            && (m.gateways.is_empty() || m.gateways.iter().any(|g| g == "mesh"))
-    };
-    let Some(route) = vs
-        .tcp
-        .iter()
-        .find(|r| r.r#match.is_empty() || r.r#match.iter().any(matches))
-    else {
-        return tcp_proxy(&cluster);
-    };
+/// The destinations (cluster, weight) of the first TCP route among `vss` (in their
+/// precedence order) with a match that fits; `port` is the listener's, which a
+/// destination without a port of its own keeps. `None` when no route fits.
+fn tcp_targets<'a>(
+    ctx: &PushContext,
+    vss: impl IntoIterator<Item = (&'a Arc<ConfigObject>, &'a VirtualServiceSpec)>,
+    port: u32,
+    fits: impl Fn(&L4MatchAttributes) -> bool,
+) -> Option<Vec<(String, u32)>> {
+    let (obj, route) = vss.into_iter().find_map(|(obj, vs)| {
+        let route =
+            (vs.tcp.iter()).find(|r| r.r#match.is_empty() || r.r#match.iter().any(&fits))?;
+        Some((obj, route))
+    })?;
     let single = route.route.len() == 1;
-    let targets: Vec<(String, u32)> = route
+    let targets = route
         .route
         .iter()
         .filter_map(|d| {
@@ -165,7 +146,82 @@ fn sidecar_tcp_proxy(ctx: &PushContext, proxy: &Proxy, svc: &Service, port: u32)
             (weight > 0).then(|| (outbound_cluster_name(p, subset, &host), weight))
         })
         .collect();
-    tcp_proxy_to(&cluster, &targets)
+    Some(targets)
+}
+
+/// The tcp_proxy of a sidecar's outbound TCP listener for `svc`'s `port`: the first TCP
+/// route of the VirtualServices for the host whose match fits the proxy and port chooses
+/// the destinations (istiod's `buildOutboundNetworkFilters`); otherwise the service's own
+/// cluster.
+fn sidecar_tcp_proxy(ctx: &PushContext, proxy: &Proxy, svc: &Service, port: u32) -> Filter {
+    let cluster = outbound_cluster_name(port, "", &svc.hostname);
+    let labels = ctx.proxy_labels(proxy);
+    let vss = ctx
+        .virtual_services_for(proxy, "mesh")
+        .into_iter()
+        .filter(|(obj, vs)| {
+            vs.hosts
+                .iter()
+                .any(|h| host_matches(&resolve_host(h, &obj.key.namespace), &svc.hostname))
+        });
+    let fits = |m: &L4MatchAttributes| {
+        m.port.is_none_or(|p| p == 0 || p == port)
+            && labels_match(&m.source_labels, labels)
+            && m.source_namespace
+                .as_ref()
+                .is_none_or(|ns| *ns == proxy.namespace)
+            && (m.gateways.is_empty() || m.gateways.iter().any(|g| g == "mesh"))
+    };
+    match tcp_targets(ctx, vss, port, fits) {
+        Some(targets) => tcp_proxy_to(&cluster, &targets),
+        None => tcp_proxy(&cluster),
+    }
+}
+
+/// A TCP server of a Gateway: `gateway` (`namespace/name`), its hosts and its port.
+struct TcpServer {
+    gateway: String,
+    hosts: Vec<String>,
+    port: u32,
+}
+
+/// The tcp_proxy of a gateway's TCP server: the first TCP route of the VirtualServices
+/// bound to its Gateway, for a host the server admits, whose match fits the server's port
+/// and the gateway (istiod's `buildGatewayNetworkFiltersFromTCPRoutes`); `None` without
+/// one (the server gets no listener).
+fn gateway_tcp_proxy(ctx: &PushContext, proxy: &Proxy, server: &TcpServer) -> Option<Filter> {
+    let (gw_ns, gw_name) = server.gateway.split_once('/').unwrap_or_default();
+    let labels = ctx.proxy_labels(proxy);
+    let vss = ctx
+        .virtual_services_for(proxy, &server.gateway)
+        .into_iter()
+        .filter(|(obj, vs)| {
+            vs.hosts.iter().any(|vs_host| {
+                server.hosts.iter().any(|server_host| {
+                    let (ns, pattern) = server_host.split_once('/').unwrap_or(("*", server_host));
+                    let ns_ok = ns == "*"
+                        || ns == obj.key.namespace
+                        || (ns == "." && obj.key.namespace == gw_ns);
+                    ns_ok && (host_matches(pattern, vs_host) || host_matches(vs_host, pattern))
+                })
+            })
+        });
+    let fits = |m: &L4MatchAttributes| {
+        m.port.is_none_or(|p| p == 0 || p == server.port)
+            && labels_match(&m.source_labels, labels)
+            && m.source_namespace
+                .as_ref()
+                .is_none_or(|ns| *ns == proxy.namespace)
+            && (m.gateways.is_empty()
+                || m.gateways
+                    .iter()
+                    .any(|g| *g == server.gateway || (g == gw_name)))
+    };
+    let targets = tcp_targets(ctx, vss, server.port, fits)?;
+    let stat_prefix = targets
+        .first()
+        .map_or(BLACKHOLE_CLUSTER, |(c, _)| c.as_str());
+    Some(tcp_proxy_to(stat_prefix, &targets))
 }
 
 fn listener(
@@ -300,6 +356,7 @@ pub fn gateway(
 ) -> (Vec<Listener>, Vec<RouteConfiguration>, Vec<Secret>) {
     let mut http_servers: BTreeMap<u32, Vec<GatewayServer>> = BTreeMap::new();
     let mut https_servers: BTreeMap<u32, Vec<(GatewayServer, ServerTls, String)>> = BTreeMap::new();
+    let mut tcp_servers: BTreeMap<u32, Vec<TcpServer>> = BTreeMap::new();
     for (gw_obj, gw) in ctx.gateways_for(proxy) {
         for server in &gw.servers {
             let protocol = server.port.protocol.to_ascii_uppercase();
@@ -311,6 +368,12 @@ pub fn gateway(
             };
             if matches!(protocol.as_str(), "HTTP" | "HTTP2" | "GRPC") && server.tls.is_none() {
                 http_servers.entry(listen_port).or_default().push(gs);
+            } else if protocol == "TCP" && server.tls.is_none() {
+                tcp_servers.entry(listen_port).or_default().push(TcpServer {
+                    gateway: gs.gateway,
+                    hosts: gs.hosts,
+                    port: gs.port,
+                });
             } else if protocol == "HTTPS"
                 && proxy.identity.is_some()
                 && let Some(tls) = ServerTls::from_server(server.tls.as_ref(), &proxy.namespace)
@@ -384,6 +447,29 @@ pub fn gateway(
             ..Default::default()
         }];
         listeners.push(l);
+    }
+    // A port HTTP or HTTPS servers hold is theirs; of the TCP servers on a port, the
+    // first with a route takes it.
+    for (port, servers) in tcp_servers {
+        if http_servers.contains_key(&port)
+            || listeners
+                .iter()
+                .any(|l| l.name == format!("0.0.0.0_{port}"))
+        {
+            continue;
+        }
+        if let Some(filter) = servers
+            .iter()
+            .find_map(|s| gateway_tcp_proxy(ctx, proxy, s))
+        {
+            listeners.push(listener(
+                "0.0.0.0",
+                port,
+                true,
+                TrafficDirection::Outbound,
+                vec![filter],
+            ));
+        }
     }
     let secrets = credentials::secrets(ctx, proxy, &credentials);
     (listeners, routes, secrets)

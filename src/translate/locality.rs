@@ -472,6 +472,17 @@ mod tests {
             .collect()
     }
 
+    /// `(locality, priority)` of each group with failover (outlier detection) on.
+    fn priorities(
+        svc: &crate::model::Service,
+        setting: Option<LocalityLoadBalancerSetting>,
+        place: &Place,
+    ) -> Vec<(String, u32)> {
+        (applied(svc, &policy(setting, true), place).into_iter())
+            .map(|(l, p, _, _)| (l, p))
+            .collect()
+    }
+
     fn three_zones() -> crate::model::Service {
         service(&[
             ("10.0.0.1", "us-east/a/r1", &[]),
@@ -485,13 +496,8 @@ mod tests {
     #[test]
     fn outlier_detection_alone_orders_localities_by_distance_from_the_proxy() {
         let svc = three_zones();
-        let priorities: Vec<(String, u32)> =
-            applied(&svc, &policy(None, true), &at("us-east/a/r1", &[]))
-                .into_iter()
-                .map(|(l, p, _, _)| (l, p))
-                .collect();
         assert_eq!(
-            priorities,
+            priorities(&svc, None, &at("us-east/a/r1", &[])),
             [
                 ("eu/d/r1".to_string(), 3),
                 ("us-east/a/r1".into(), 0),
@@ -538,13 +544,8 @@ mod tests {
             }],
             ..Default::default()
         };
-        let got: Vec<(String, u32)> =
-            applied(&svc, &policy(Some(setting), true), &at("us-east/b/r1", &[]))
-                .into_iter()
-                .map(|(l, p, _, _)| (l, p))
-                .collect();
         assert_eq!(
-            got,
+            priorities(&svc, Some(setting), &at("us-east/b/r1", &[])),
             [
                 ("eu/d/r1".to_string(), 2),
                 ("us-east/a/r1".into(), 1),
@@ -657,13 +658,8 @@ mod tests {
             failover_priority: vec![REGION_LABEL.into(), ZONE_LABEL.into()],
             ..Default::default()
         };
-        let got: Vec<(String, u32)> =
-            applied(&svc, &policy(Some(setting), true), &at("us-east/b/r9", &[]))
-                .into_iter()
-                .map(|(l, p, _, _)| (l, p))
-                .collect();
         assert_eq!(
-            got,
+            priorities(&svc, Some(setting), &at("us-east/b/r9", &[])),
             [
                 ("eu/d/r1".to_string(), 2),
                 ("us-east/a/r1".into(), 1),

@@ -153,3 +153,58 @@ fn a_live_edit_of_a_virtual_service_changes_routing_within_two_seconds_without_f
         failures.lock().unwrap()
     );
 }
+
+/// A Gateway TCP server and a VirtualService `tcp` route bound to it: the gateway listens
+/// on the server's port and forwards every connection to the route's service (an HTTP
+/// upstream, whose answer passes through unchanged). Once the route's match names another
+/// port, no route fits the server and its listener goes away, as with istiod.
+#[test]
+fn a_gateway_tcp_server_forwards_connections_where_its_route_says() {
+    let dir = temp_dir("gw-tcp").join("config");
+    std::fs::create_dir_all(&dir).unwrap();
+    let db = Upstream::start("db");
+    let (db_port, listen) = (free_port(), free_port());
+    std::fs::write(
+        dir.join("db.yaml"),
+        service_yaml("shop", "db", db_port, &[(&db, &[])]).replace("{name: http,", "{name: tcp,"),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("gateway.yaml"),
+        format!(
+            "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {{name: tcp-gw, namespace: shop}}\nspec:\n  selector: {{istio: ingressgateway}}\n  servers:\n  - port: {{number: {listen}, name: tcp, protocol: TCP}}\n    hosts: [\"*\"]\n"
+        ),
+    )
+    .unwrap();
+    let vs = |match_port: u16| {
+        format!(
+            "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: db, namespace: shop}}\nspec:\n  hosts: [\"*\"]\n  gateways: [tcp-gw]\n  tcp:\n  - match: [{{port: {match_port}}}]\n    route: [{{destination: {{host: db, port: {{number: {db_port}}}}}}}]\n"
+        )
+    };
+    std::fs::write(dir.join("vs.yaml"), vs(listen)).unwrap();
+    let meshd = Meshd::start(&dir);
+    let envoy = Envoy::gateway(&meshd, Ads::Delta, "gw-tcp");
+    let addr = format!("127.0.0.1:{listen}");
+    wait_until(
+        "the gateway to forward to db",
+        Duration::from_secs(10),
+        || http_get(&addr, "anything", "/", &[]).is_ok_and(|r| r.body == "db"),
+    );
+    let listeners = envoy.admin("/listeners").unwrap().body;
+    assert!(
+        listeners.contains(&format!("0.0.0.0_{listen}")),
+        "{listeners}"
+    );
+    std::fs::write(dir.join("vs.yaml"), vs(listen - 1)).unwrap();
+    wait_until(
+        "the server's listener to go",
+        Duration::from_secs(10),
+        || {
+            !envoy
+                .admin("/listeners")
+                .unwrap()
+                .body
+                .contains(&format!("0.0.0.0_{listen}"))
+        },
+    );
+}
