@@ -113,22 +113,23 @@ fn tcp_proxy_to(stat_prefix: &str, targets: &[(String, u32)]) -> Filter {
     }
 }
 
-/// The destinations (cluster, weight) of the first TCP route among `vss` (in their
-/// precedence order) with a match that fits; `port` is the listener's, which a
-/// destination without a port of its own keeps. `None` when no route fits.
-fn tcp_targets<'a>(
+/// The tcp_proxy of the first TCP route among `vss` (in their precedence order) with a
+/// match that fits; `port` is the listener's, which a destination without a port of its
+/// own keeps. `None` when no route fits. As istiod's, its stats are named after the one
+/// destination cluster, or `NAME.NAMESPACE` of the VirtualService for weighted ones.
+fn tcp_route_proxy<'a>(
     ctx: &PushContext,
     vss: impl IntoIterator<Item = (&'a Arc<ConfigObject>, &'a VirtualServiceSpec)>,
     port: u32,
     fits: impl Fn(&L4MatchAttributes) -> bool,
-) -> Option<Vec<(String, u32)>> {
+) -> Option<Filter> {
     let (obj, route) = vss.into_iter().find_map(|(obj, vs)| {
         let route =
             (vs.tcp.iter()).find(|r| r.r#match.is_empty() || r.r#match.iter().any(&fits))?;
         Some((obj, route))
     })?;
     let single = route.route.len() == 1;
-    let targets = route
+    let targets: Vec<(String, u32)> = route
         .route
         .iter()
         .filter_map(|d| {
@@ -146,7 +147,12 @@ fn tcp_targets<'a>(
             (weight > 0).then(|| (outbound_cluster_name(p, subset, &host), weight))
         })
         .collect();
-    Some(targets)
+    let stat_prefix = match &targets[..] {
+        [] => BLACKHOLE_CLUSTER.to_string(),
+        [(one, _)] => one.clone(),
+        _ => format!("{}.{}", obj.key.name, obj.key.namespace),
+    };
+    Some(tcp_proxy_to(&stat_prefix, &targets))
 }
 
 /// The tcp_proxy of a sidecar's outbound TCP listener for `svc`'s `port`: the first TCP
@@ -172,10 +178,7 @@ fn sidecar_tcp_proxy(ctx: &PushContext, proxy: &Proxy, svc: &Service, port: u32)
                 .is_none_or(|ns| *ns == proxy.namespace)
             && (m.gateways.is_empty() || m.gateways.iter().any(|g| g == "mesh"))
     };
-    match tcp_targets(ctx, vss, port, fits) {
-        Some(targets) => tcp_proxy_to(&cluster, &targets),
-        None => tcp_proxy(&cluster),
-    }
+    tcp_route_proxy(ctx, vss, port, fits).unwrap_or_else(|| tcp_proxy(&cluster))
 }
 
 /// A TCP server of a Gateway: `gateway` (`namespace/name`), its hosts and its port.
@@ -217,11 +220,7 @@ fn gateway_tcp_proxy(ctx: &PushContext, proxy: &Proxy, server: &TcpServer) -> Op
                     .iter()
                     .any(|g| *g == server.gateway || (g == gw_name)))
     };
-    let targets = tcp_targets(ctx, vss, server.port, fits)?;
-    let stat_prefix = targets
-        .first()
-        .map_or(BLACKHOLE_CLUSTER, |(c, _)| c.as_str());
-    Some(tcp_proxy_to(stat_prefix, &targets))
+    tcp_route_proxy(ctx, vss, server.port, fits)
 }
 
 fn listener(

@@ -942,3 +942,48 @@ spec:
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn tcp_routes_pick_the_first_fitting_route_and_name_stats_as_istiod() {
+    use envoy_types::pb::envoy::config::listener::v3::filter::ConfigType;
+    use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{
+        TcpProxy, tcp_proxy::ClusterSpecifier as TcpCluster,
+    };
+    use prost::Message;
+    let ctx = context(
+        "apiVersion: v1\nkind: Service\nmetadata: {name: db, namespace: shop}\nspec:\n  clusterIP: 10.96.0.50\n  ports: [{name: tcp, port: 5432}]\n---\napiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: db, namespace: shop}\nspec:\n  hosts: [db]\n  tcp:\n  - match: [{sourceLabels: {app: batch}}]\n    route: [{destination: {host: db, subset: v2}}]\n  - route:\n    - {destination: {host: db, subset: v1}, weight: 80}\n    - {destination: {host: db, subset: v2}, weight: 20}\n",
+    );
+    let tcp_proxy = |labels: serde_json::Value| {
+        let cfg = proxy_config(&ctx, &sidecar("shop", labels));
+        let l = cfg
+            .listeners
+            .iter()
+            .find(|l| l.name == "10.96.0.50_5432")
+            .unwrap();
+        let Some(ConfigType::TypedConfig(any)) = &l.filter_chains[0].filters[0].config_type else {
+            panic!("{l:?}")
+        };
+        TcpProxy::decode(any.value.as_slice()).unwrap()
+    };
+    let batch = tcp_proxy(json!({"app": "batch"}));
+    let v2 = "outbound|5432|v2|db.shop.svc.cluster.local";
+    assert_eq!(batch.stat_prefix, v2);
+    assert_eq!(
+        batch.cluster_specifier,
+        Some(TcpCluster::Cluster(v2.into()))
+    );
+    let web = tcp_proxy(json!({"app": "web"}));
+    assert_eq!(web.stat_prefix, "db.shop");
+    let Some(TcpCluster::WeightedClusters(w)) = web.cluster_specifier else {
+        panic!("{web:?}")
+    };
+    let split: Vec<(&str, u32)> = w
+        .clusters
+        .iter()
+        .map(|c| (c.name.as_str(), c.weight))
+        .collect();
+    assert_eq!(
+        split,
+        [("outbound|5432|v1|db.shop.svc.cluster.local", 80), (v2, 20)]
+    );
+}
