@@ -200,7 +200,10 @@ spec:
   - to: [{operation: {paths: ["/admin*"]}}]
 "#,
     );
-    wait_until("ratings to be denied", Duration::from_secs(10), || {
+    // ratings' pooled connection to reviews was opened on the old inbound chain: Envoy
+    // drains it with HTTP/2's drain_timeout (5 s) before the caller reconnects, so the
+    // denial takes about 5 s, more on a loaded machine.
+    wait_until("ratings to be denied", Duration::from_secs(30), || {
         via(&ratings, "/").is_ok_and(|r| r.status == 403)
     });
     let denied = via(&ratings, "/").unwrap();
