@@ -155,6 +155,21 @@ fn tcp_route_proxy<'a>(
     Some(tcp_proxy_to(&stat_prefix, &targets))
 }
 
+/// Whether a TCP route's match fits a connection to `port` from `proxy` (with `labels`)
+/// through a gateway `gateway` accepts (`mesh` for a sidecar): every field it sets.
+fn l4_fits(
+    m: &L4MatchAttributes,
+    port: u32,
+    labels: &BTreeMap<String, String>,
+    proxy: &Proxy,
+    gateway: impl Fn(&str) -> bool,
+) -> bool {
+    m.port.is_none_or(|p| p == 0 || p == port)
+        && labels_match(&m.source_labels, labels)
+        && (m.source_namespace.as_ref()).is_none_or(|ns| *ns == proxy.namespace)
+        && (m.gateways.is_empty() || m.gateways.iter().any(|g| gateway(g)))
+}
+
 /// The tcp_proxy of a sidecar's outbound TCP listener for `svc`'s `port`: the first TCP
 /// route of the VirtualServices for the host whose match fits the proxy and port chooses
 /// the destinations (istiod's `buildOutboundNetworkFilters`); otherwise the service's own
@@ -170,14 +185,7 @@ fn sidecar_tcp_proxy(ctx: &PushContext, proxy: &Proxy, svc: &Service, port: u32)
                 .iter()
                 .any(|h| host_matches(&resolve_host(h, &obj.key.namespace), &svc.hostname))
         });
-    let fits = |m: &L4MatchAttributes| {
-        m.port.is_none_or(|p| p == 0 || p == port)
-            && labels_match(&m.source_labels, labels)
-            && m.source_namespace
-                .as_ref()
-                .is_none_or(|ns| *ns == proxy.namespace)
-            && (m.gateways.is_empty() || m.gateways.iter().any(|g| g == "mesh"))
-    };
+    let fits = |m: &L4MatchAttributes| l4_fits(m, port, labels, proxy, |g| g == "mesh");
     tcp_route_proxy(ctx, vss, port, fits).unwrap_or_else(|| tcp_proxy(&cluster))
 }
 
@@ -210,15 +218,9 @@ fn gateway_tcp_proxy(ctx: &PushContext, proxy: &Proxy, server: &TcpServer) -> Op
             })
         });
     let fits = |m: &L4MatchAttributes| {
-        m.port.is_none_or(|p| p == 0 || p == server.port)
-            && labels_match(&m.source_labels, labels)
-            && m.source_namespace
-                .as_ref()
-                .is_none_or(|ns| *ns == proxy.namespace)
-            && (m.gateways.is_empty()
-                || m.gateways
-                    .iter()
-                    .any(|g| *g == server.gateway || (g == gw_name)))
+        l4_fits(m, server.port, labels, proxy, |g| {
+            g == server.gateway || g == gw_name
+        })
     };
     tcp_route_proxy(ctx, vss, server.port, fits)
 }
@@ -450,11 +452,8 @@ pub fn gateway(
     // A port HTTP or HTTPS servers hold is theirs; of the TCP servers on a port, the
     // first with a route takes it.
     for (port, servers) in tcp_servers {
-        if http_servers.contains_key(&port)
-            || listeners
-                .iter()
-                .any(|l| l.name == format!("0.0.0.0_{port}"))
-        {
+        let name = format!("0.0.0.0_{port}");
+        if listeners.iter().any(|l| l.name == name) {
             continue;
         }
         if let Some(filter) = servers

@@ -19,7 +19,8 @@ use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::api::networking::{
-    LocalityDistribute, LocalityFailover, LocalityLoadBalancerSetting, TrafficPolicy,
+    DestinationRuleSpec, LoadBalancerSettings, LocalityDistribute, LocalityFailover,
+    LocalityLoadBalancerSetting, TrafficPolicy,
 };
 use crate::model::mesh::MeshConfig;
 use crate::model::{Endpoint, Locality, Proxy, PushContext};
@@ -173,67 +174,54 @@ pub fn dependence<'a>(
     any.then(|| keys.into_iter().collect())
 }
 
-/// Whether a rule like `rule` can make any load assignment depend on the proxy (cheap and
-/// conservative: any outlier detection or `distribute` in it, or in the mesh's setting).
-pub fn may_depend(mesh: &MeshConfig, rule: &crate::api::networking::DestinationRuleSpec) -> bool {
-    let distributes = |l: Option<&LocalityLoadBalancerSetting>| {
-        l.is_some_and(|l| !l.distribute.is_empty() && l.enabled != Some(false))
-    };
-    let policy = |p: &TrafficPolicy| {
-        p.outlier_detection.is_some()
-            || distributes(
-                p.load_balancer
-                    .as_ref()
-                    .and_then(|l| l.locality_lb_setting.as_ref()),
-            )
-            || p.port_level_settings.iter().any(|s| {
-                s.outlier_detection.is_some()
-                    || distributes(
-                        s.load_balancer
-                            .as_ref()
-                            .and_then(|l| l.locality_lb_setting.as_ref()),
-                    )
-            })
-    };
-    distributes(mesh.locality_lb_setting.as_ref())
-        || rule.traffic_policy.as_ref().is_some_and(policy)
-        || (rule.subsets.iter()).any(|s| s.traffic_policy.as_ref().is_some_and(policy))
+/// Whether a setting weighs localities (`distribute`) and is not disabled.
+fn distributes(l: Option<&LocalityLoadBalancerSetting>) -> bool {
+    l.is_some_and(|l| !l.distribute.is_empty() && l.enabled != Some(false))
 }
 
-/// Every label name a `failoverPriority` in the rule or the mesh's setting compares.
-pub fn priority_labels(
+/// Whether any load assignment of a context with these rules may depend on the proxy
+/// (cheap and conservative: any outlier detection or `distribute` in a rule, or a
+/// `distribute` in the mesh's setting), and if so the proxy labels any of their
+/// `failoverPriority` compares (usually none).
+pub fn context_dependence<'a>(
     mesh: &MeshConfig,
-    rule: &crate::api::networking::DestinationRuleSpec,
-) -> Vec<String> {
-    fn setting(
-        p: Option<&crate::api::networking::LoadBalancerSettings>,
-    ) -> Option<&LocalityLoadBalancerSetting> {
-        p.and_then(|l| l.locality_lb_setting.as_ref())
-    }
-    let mut settings: Vec<&LocalityLoadBalancerSetting> = mesh.locality_lb_setting.iter().collect();
-    let policies = rule.traffic_policy.iter().chain(
-        rule.subsets
-            .iter()
-            .filter_map(|s| s.traffic_policy.as_ref()),
-    );
-    for p in policies {
-        settings.extend(setting(p.load_balancer.as_ref()));
-        for s in &p.port_level_settings {
-            settings.extend(setting(s.load_balancer.as_ref()));
-        }
-    }
-    settings
-        .iter()
-        .flat_map(|s| &s.failover_priority)
-        .map(|k| k.split('=').next().unwrap_or_default().to_string())
-        .collect()
-}
-
-/// Whether the mesh's own setting weighs every service (a `distribute` in MeshConfig).
-pub fn mesh_distributes(mesh: &MeshConfig) -> bool {
-    mesh.locality_lb_setting
-        .as_ref()
-        .is_some_and(|l| !l.distribute.is_empty() && l.enabled != Some(false))
+    rules: impl Iterator<Item = &'a DestinationRuleSpec> + Clone,
+) -> Option<Vec<String>> {
+    // Each policy component that can balance: its outlier detection and its setting.
+    let components = rules.flat_map(|rule| {
+        let policies = (rule.traffic_policy.iter()).chain(
+            rule.subsets
+                .iter()
+                .filter_map(|s| s.traffic_policy.as_ref()),
+        );
+        policies.flat_map(|p| {
+            let setting = |lb: Option<&'a LoadBalancerSettings>| {
+                lb.and_then(|l| l.locality_lb_setting.as_ref())
+            };
+            std::iter::once((
+                p.outlier_detection.is_some(),
+                setting(p.load_balancer.as_ref()),
+            ))
+            .chain(p.port_level_settings.iter().map(move |s| {
+                (
+                    s.outlier_detection.is_some(),
+                    setting(s.load_balancer.as_ref()),
+                )
+            }))
+        })
+    });
+    let aware = distributes(mesh.locality_lb_setting.as_ref())
+        || components
+            .clone()
+            .any(|(outlier, l)| outlier || distributes(l));
+    aware.then(|| {
+        let settings = (mesh.locality_lb_setting.iter()).chain(components.filter_map(|(_, l)| l));
+        let keys: BTreeSet<String> = settings
+            .flat_map(|s| &s.failover_priority)
+            .map(|k| k.split('=').next().unwrap_or_default().to_string())
+            .collect();
+        keys.into_iter().collect()
+    })
 }
 
 /// Whether `locality` is matched by a rule's `region/zone/subzone`, where `*` or a missing

@@ -149,7 +149,7 @@ pub struct ResourceCache {
     hosts: Mutex<foldhash::HashMap<String, HostEntry>>,
     sets: Mutex<SetMemo>,
     /// [`ResourceCache::locality_labels`] of the latest context asked about.
-    locality_aware: Mutex<Option<LocalityMemo>>,
+    locality_memo: Mutex<Option<LocalityMemo>>,
     hits: Counter,
     misses: Counter,
 }
@@ -312,29 +312,21 @@ impl ResourceCache {
     /// With [`ResourceCache::locality_aware`], the proxy labels any `failoverPriority` of
     /// `ctx` compares (usually none); computed once per context.
     fn locality_labels(&self, ctx: &PushContext) -> Option<Arc<[String]>> {
-        let mut memo = self.locality_aware.lock().unwrap();
+        let mut memo = self.locality_memo.lock().unwrap();
         if let Some((id, labels)) = &*memo
             && *id == ctx.id()
         {
             return labels.clone();
         }
-        let rules = || {
-            ctx.destination_rules
-                .values()
-                .filter_map(|o| match &o.spec {
-                    Spec::DestinationRule(d) => Some(d),
-                    _ => None,
-                })
-        };
-        let aware = locality::mesh_distributes(&ctx.mesh)
-            || rules().any(|d| locality::may_depend(&ctx.mesh, d));
-        let labels = aware.then(|| {
-            let mut keys = std::collections::BTreeSet::new();
-            for d in rules() {
-                keys.extend(locality::priority_labels(&ctx.mesh, d));
-            }
-            keys.into_iter().collect()
-        });
+        let rules = ctx
+            .destination_rules
+            .values()
+            .filter_map(|o| match &o.spec {
+                Spec::DestinationRule(d) => Some(d),
+                _ => None,
+            });
+        let labels: Option<Arc<[String]>> =
+            locality::context_dependence(&ctx.mesh, rules).map(Into::into);
         *memo = Some((ctx.id(), labels.clone()));
         labels
     }
