@@ -32,8 +32,7 @@ pub struct VirtualServiceSpec {
     #[serde(default)]
     pub http: Vec<HttpRoute>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(schema_with = "any_object_list")]
-    pub tls: Vec<AnyObject>,
+    pub tls: Vec<TlsRoute>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tcp: Vec<TcpRoute>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -48,6 +47,48 @@ pub struct TcpRoute {
     pub r#match: Vec<L4MatchAttributes>,
     #[serde(default)]
     pub route: Vec<RouteDestination>,
+}
+
+/// `TLSRoute`: TLS connections (unterminated) that match go to the route's destinations
+/// by weight; the match reads the ClientHello's SNI.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TlsRoute {
+    #[serde(default)]
+    pub r#match: Vec<TlsMatchAttributes>,
+    #[serde(default)]
+    pub route: Vec<RouteDestination>,
+}
+
+/// `TLSMatchAttributes`: the L4 match plus the SNI names a connection must ask for.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TlsMatchAttributes {
+    #[serde(default)]
+    pub sni_hosts: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub destination_subnets: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<u32>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub source_labels: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gateways: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_namespace: Option<String>,
+}
+
+impl TlsMatchAttributes {
+    /// The match without its SNI names (istiod's `convertTLSMatchToL4Match`).
+    pub fn to_l4(&self) -> L4MatchAttributes {
+        L4MatchAttributes {
+            destination_subnets: self.destination_subnets.clone(),
+            port: self.port,
+            source_labels: self.source_labels.clone(),
+            gateways: self.gateways.clone(),
+            source_namespace: self.source_namespace.clone(),
+        }
+    }
 }
 
 /// `L4MatchAttributes`: what a TCP connection must match (every field set).

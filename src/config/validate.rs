@@ -603,13 +603,88 @@ fn authorization_policy(r: &mut Report, ap: &crate::api::security::Authorization
 /// there are several), subnets that parse; `destinationSubnets` warns, as meshd does not
 /// match on it.
 fn tcp_route(r: &mut Report, field: &str, route: &crate::api::networking::TcpRoute) {
-    if route.route.is_empty() {
+    route_destinations(r, field, &route.route);
+    for (i, m) in route.r#match.iter().enumerate() {
+        subnets(r, &format!("{field}.match[{i}]"), &m.destination_subnets);
+    }
+}
+
+/// A TLS route, as Istio's `validateTLSRoute`: at least one match, each naming SNI hosts
+/// that are valid and fall within one of the VirtualService's `hosts`; destinations as a
+/// TCP route's.
+fn tls_route(
+    r: &mut Report,
+    field: &str,
+    route: &crate::api::networking::TlsRoute,
+    vs_hosts: &[String],
+) {
+    if route.r#match.is_empty() {
+        r.error(
+            format!("{field}.match"),
+            "a TLS route must have at least one match condition",
+        );
+    }
+    route_destinations(r, field, &route.route);
+    for (i, m) in route.r#match.iter().enumerate() {
+        let f = format!("{field}.match[{i}]");
+        if m.sni_hosts.is_empty() {
+            r.error(
+                format!("{f}.sniHosts"),
+                "a TLS match must have at least one SNI host",
+            );
+        }
+        for (j, sni) in m.sni_hosts.iter().enumerate() {
+            let sf = format!("{f}.sniHosts[{j}]");
+            if sni.is_empty()
+                || sni.contains(char::is_whitespace)
+                || (sni.len() > 1 && sni[1..].contains('*'))
+            {
+                r.error(sf, format!("invalid SNI host {sni:?}"));
+            } else if sni.parse::<std::net::IpAddr>().is_ok() {
+                r.warn(
+                    sf,
+                    format!("using an IP address ({sni:?}) goes against the SNI spec and most clients do not support it"),
+                );
+            } else if !vs_hosts.iter().any(|h| sni_within(sni, h)) {
+                r.error(
+                    sf,
+                    format!(
+                        "SNI host {sni:?} is not a compatible subset of any of the virtual service hosts: [{}]",
+                        vs_hosts.join(", ")
+                    ),
+                );
+            }
+        }
+        subnets(r, &f, &m.destination_subnets);
+    }
+}
+
+/// Whether the SNI name `sni` lies within the VirtualService host `host` (Istio's
+/// `host.Name.SubsetOf`).
+fn sni_within(sni: &str, host: &str) -> bool {
+    if host == "*" || sni == host {
+        return true;
+    }
+    match host.strip_prefix('*') {
+        Some(suffix) => sni.strip_prefix('*').unwrap_or(sni).ends_with(suffix),
+        None => false,
+    }
+}
+
+/// The destinations of a TCP or TLS route: a host each, weights within 0–100, summing to
+/// 100 when there are several.
+fn route_destinations(
+    r: &mut Report,
+    field: &str,
+    route: &[crate::api::networking::RouteDestination],
+) {
+    if route.is_empty() {
         r.error(
             format!("{field}.route"),
             "at least one destination is required",
         );
     }
-    for (i, d) in route.route.iter().enumerate() {
+    for (i, d) in route.iter().enumerate() {
         let f = format!("{field}.route[{i}]");
         if d.destination.host.is_empty() {
             r.error(format!("{f}.destination.host"), "is required");
@@ -618,12 +693,8 @@ fn tcp_route(r: &mut Report, field: &str, route: &crate::api::networking::TcpRou
             r.error(format!("{f}.weight"), format!("{w} is not within 0-100"));
         }
     }
-    if route.route.len() > 1 {
-        let total: i64 = route
-            .route
-            .iter()
-            .map(|d| i64::from(d.weight.unwrap_or(0)))
-            .sum();
+    if route.len() > 1 {
+        let total: i64 = route.iter().map(|d| i64::from(d.weight.unwrap_or(0))).sum();
         if total != 100 {
             r.error(
                 format!("{field}.route"),
@@ -631,14 +702,16 @@ fn tcp_route(r: &mut Report, field: &str, route: &crate::api::networking::TcpRou
             );
         }
     }
-    for (i, m) in route.r#match.iter().enumerate() {
-        for (j, subnet) in m.destination_subnets.iter().enumerate() {
-            let f = format!("{field}.match[{i}].destinationSubnets[{j}]");
-            if !valid_cidr(subnet) {
-                r.error(f, format!("{subnet:?} is not an IP address or CIDR"));
-            } else {
-                r.warn(f, NOT_APPLIED);
-            }
+}
+
+/// A match's `destinationSubnets`: each must parse; meshd does not match on them yet.
+fn subnets(r: &mut Report, field: &str, subnets: &[String]) {
+    for (j, subnet) in subnets.iter().enumerate() {
+        let f = format!("{field}.destinationSubnets[{j}]");
+        if !valid_cidr(subnet) {
+            r.error(f, format!("{subnet:?} is not an IP address or CIDR"));
+        } else {
+            r.warn(f, NOT_APPLIED);
         }
     }
 }
@@ -664,11 +737,8 @@ pub fn validate(object: &ConfigObject) -> Vec<Problem> {
             for (i, route) in vs.tcp.iter().enumerate() {
                 tcp_route(&mut r, &format!("spec.tcp[{i}]"), route);
             }
-            if !vs.tls.is_empty() {
-                r.warn(
-                    "spec.tls",
-                    "tls routes are accepted but not yet translated by meshd",
-                );
+            for (i, route) in vs.tls.iter().enumerate() {
+                tls_route(&mut r, &format!("spec.tls[{i}]"), route, &vs.hosts);
             }
         }
         Spec::DestinationRule(dr) => {
@@ -864,6 +934,43 @@ mod tests {
         assert_eq!(good.objects.len(), 1, "{:?}", good.issues);
         let warned: Vec<&str> = good.issues.iter().map(|i| i.field.as_str()).collect();
         assert_eq!(warned, ["spec.tcp[0].match[0].destinationSubnets[0]"]);
+    }
+
+    #[test]
+    fn tls_routes_need_sni_hosts_within_the_virtual_service_hosts() {
+        let vs = |tls: &str| {
+            parse_file(
+                "vs.yaml",
+                &format!(
+                    "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: web, namespace: shop}}\nspec:\n  hosts: ['*.example.com', api.shop.io]\n  tls:\n{tls}"
+                ),
+            )
+        };
+        let bad = vs(concat!(
+            "  - route: [{destination: {host: web}}]\n",
+            "  - match: [{sniHosts: []}, {sniHosts: [other.org, 'a.*.com']}]\n",
+            "    route: [{destination: {host: web}, weight: 50}]\n",
+        ));
+        assert!(bad.objects.is_empty());
+        let fields: Vec<&str> = bad.errors().map(|e| e.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.tls[0].match",
+                "spec.tls[1].match[0].sniHosts",
+                "spec.tls[1].match[1].sniHosts[0]",
+                "spec.tls[1].match[1].sniHosts[1]",
+            ]
+        );
+        let good = vs(concat!(
+            "  - match: [{sniHosts: [a.example.com, '*.example.com', api.shop.io], port: 443}]\n",
+            "    route: [{destination: {host: web, port: {number: 8443}}}]\n",
+            "  - match: [{sniHosts: [10.0.0.1]}]\n",
+            "    route: [{destination: {host: web}}]\n",
+        ));
+        assert_eq!(good.objects.len(), 1, "{:?}", good.issues);
+        let warned: Vec<&str> = good.issues.iter().map(|i| i.field.as_str()).collect();
+        assert_eq!(warned, ["spec.tls[1].match[0].sniHosts[0]"]);
     }
 
     #[test]

@@ -348,8 +348,12 @@ impl PushContext {
                 (tcp.route.iter().enumerate())
                     .map(move |(j, d)| (format!("spec.tcp[{i}].route[{j}]"), &d.destination))
             });
+            let tls = spec.tls.iter().enumerate().flat_map(|(i, tls)| {
+                (tls.route.iter().enumerate())
+                    .map(move |(j, d)| (format!("spec.tls[{i}].route[{j}]"), &d.destination))
+            });
             {
-                for (route, d) in http.chain(tcp) {
+                for (route, d) in http.chain(tcp).chain(tls) {
                     let host = resolve_host(&d.host, &vs.key.namespace);
                     let field = format!("{route}.destination");
                     if !self.services.contains_key(&host)

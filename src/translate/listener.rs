@@ -1,13 +1,16 @@
 //! LDS: a sidecar's outbound listeners (one per HTTP port, `0.0.0.0_PORT` with RDS `"PORT"`;
-//! one per TCP service port, `VIP_PORT` with tcp_proxy) and `virtualOutbound`; a gateway's
-//! listeners, one per Gateway server port (`0.0.0.0_PORT` with RDS `http.PORT`).
+//! one per TCP or TLS service port, `VIP_PORT` with tcp_proxy, TLS chains told apart by
+//! SNI) and `virtualOutbound`; a gateway's listeners, one per Gateway server port
+//! (`0.0.0.0_PORT`: RDS `http.PORT` for HTTP, SNI chains for HTTPS and PASSTHROUGH, a
+//! tcp_proxy for TCP).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use envoy_types::pb::envoy::config::core::v3::TrafficDirection;
 use envoy_types::pb::envoy::config::listener::v3::{
-    Filter, FilterChain, Listener, ListenerFilter, filter::ConfigType, listener_filter,
+    Filter, FilterChain, FilterChainMatch, Listener, ListenerFilter, filter::ConfigType,
+    listener_filter,
 };
 use envoy_types::pb::envoy::config::route::v3::RouteConfiguration;
 use envoy_types::pb::envoy::extensions::filters::http::router::v3::Router;
@@ -37,7 +40,7 @@ use super::{
     BLACKHOLE_CLUSTER, PASSTHROUGH_CLUSTER, ads_config_source, outbound_cluster_name, route,
 };
 use crate::api::labels_match;
-use crate::api::networking::{L4MatchAttributes, VirtualServiceSpec};
+use crate::api::networking::{L4MatchAttributes, RouteDestination, VirtualServiceSpec};
 use crate::config::ConfigObject;
 use crate::model::{
     Interception, Protocol, Proxy, PushContext, Service, host_matches, resolve_host,
@@ -115,22 +118,31 @@ fn tcp_proxy_to(stat_prefix: &str, targets: &[(String, u32)]) -> Filter {
 
 /// The tcp_proxy of the first TCP route among `vss` (in their precedence order) with a
 /// match that fits; `port` is the listener's, which a destination without a port of its
-/// own keeps. `None` when no route fits. As istiod's, its stats are named after the one
-/// destination cluster, or `NAME.NAMESPACE` of the VirtualService for weighted ones.
+/// own keeps. `None` when no route fits.
 fn tcp_route_proxy<'a>(
     ctx: &PushContext,
     vss: impl IntoIterator<Item = (&'a Arc<ConfigObject>, &'a VirtualServiceSpec)>,
     port: u32,
     fits: impl Fn(&L4MatchAttributes) -> bool,
 ) -> Option<Filter> {
-    let (obj, route) = vss.into_iter().find_map(|(obj, vs)| {
+    vss.into_iter().find_map(|(obj, vs)| {
         let route =
             (vs.tcp.iter()).find(|r| r.r#match.is_empty() || r.r#match.iter().any(&fits))?;
-        Some((obj, route))
-    })?;
-    let single = route.route.len() == 1;
+        Some(route_proxy(ctx, obj, &route.route, port))
+    })
+}
+
+/// The tcp_proxy to a TCP or TLS route's destinations (of the VirtualService `obj`). As
+/// istiod's, its stats are named after the one destination cluster, or `NAME.NAMESPACE`
+/// of the VirtualService for weighted ones.
+fn route_proxy(
+    ctx: &PushContext,
+    obj: &ConfigObject,
+    route: &[RouteDestination],
+    port: u32,
+) -> Filter {
+    let single = route.len() == 1;
     let targets: Vec<(String, u32)> = route
-        .route
         .iter()
         .filter_map(|d| {
             let weight = d
@@ -152,22 +164,37 @@ fn tcp_route_proxy<'a>(
         [(one, _)] => one.clone(),
         _ => format!("{}.{}", obj.key.name, obj.key.namespace),
     };
-    Some(tcp_proxy_to(&stat_prefix, &targets))
+    tcp_proxy_to(&stat_prefix, &targets)
 }
 
-/// Whether a TCP route's match fits a connection to `port` from `proxy` (with `labels`)
-/// through a gateway `gateway` accepts (`mesh` for a sidecar): every field it sets.
+/// Whether a TCP or TLS route's match fits a sidecar's connection to `port` from `proxy`
+/// (with `labels`): every field it sets, `gateways` naming `mesh` if any.
 fn l4_fits(
     m: &L4MatchAttributes,
     port: u32,
     labels: &BTreeMap<String, String>,
     proxy: &Proxy,
-    gateway: impl Fn(&str) -> bool,
 ) -> bool {
     m.port.is_none_or(|p| p == 0 || p == port)
         && labels_match(&m.source_labels, labels)
         && (m.source_namespace.as_ref()).is_none_or(|ns| *ns == proxy.namespace)
-        && (m.gateways.is_empty() || m.gateways.iter().any(|g| gateway(g)))
+        && (m.gateways.is_empty() || m.gateways.iter().any(|g| g == "mesh"))
+}
+
+/// The VirtualServices bound to `mesh` for `svc`'s host, as `proxy` sees them.
+fn sidecar_routes<'a>(
+    ctx: &'a PushContext,
+    proxy: &Proxy,
+    svc: &Service,
+) -> impl Iterator<Item = (&'a Arc<ConfigObject>, &'a VirtualServiceSpec)> {
+    let host = svc.hostname.clone();
+    ctx.virtual_services_for(proxy, "mesh")
+        .into_iter()
+        .filter(move |(obj, vs)| {
+            vs.hosts
+                .iter()
+                .any(|h| host_matches(&resolve_host(h, &obj.key.namespace), &host))
+        })
 }
 
 /// The tcp_proxy of a sidecar's outbound TCP listener for `svc`'s `port`: the first TCP
@@ -177,52 +204,212 @@ fn l4_fits(
 fn sidecar_tcp_proxy(ctx: &PushContext, proxy: &Proxy, svc: &Service, port: u32) -> Filter {
     let cluster = outbound_cluster_name(port, "", &svc.hostname);
     let labels = ctx.proxy_labels(proxy);
-    let vss = ctx
-        .virtual_services_for(proxy, "mesh")
-        .into_iter()
-        .filter(|(obj, vs)| {
-            vs.hosts
-                .iter()
-                .any(|h| host_matches(&resolve_host(h, &obj.key.namespace), &svc.hostname))
-        });
-    let fits = |m: &L4MatchAttributes| l4_fits(m, port, labels, proxy, |g| g == "mesh");
-    tcp_route_proxy(ctx, vss, port, fits).unwrap_or_else(|| tcp_proxy(&cluster))
+    let fits = |m: &L4MatchAttributes| l4_fits(m, port, labels, proxy);
+    tcp_route_proxy(ctx, sidecar_routes(ctx, proxy, svc), port, fits)
+        .unwrap_or_else(|| tcp_proxy(&cluster))
 }
 
-/// A TCP server of a Gateway: `gateway` (`namespace/name`), its hosts and its port.
+/// One filter chain of a listener before assembly: the SNI names it matches (none: every
+/// connection) and its network filter.
+struct Chain {
+    server_names: Vec<String>,
+    filter: Filter,
+}
+
+/// The chains of a sidecar's outbound listener for `svc`'s TLS `port` (protocol TLS or
+/// HTTPS), as istiod's `buildSidecarOutboundTLSFilterChainOpts`: one per distinct SNI
+/// match of the `tls` routes (of the VirtualServices for the host) that fits the proxy
+/// and port, to that route's destinations. Without one, the service's own cluster,
+/// matched on its hostname when the listener is not the service's own address
+/// (`wildcard`), so that services without an address can share a port.
+fn sidecar_tls_chains(
+    ctx: &PushContext,
+    proxy: &Proxy,
+    svc: &Service,
+    port: u32,
+    wildcard: bool,
+) -> Vec<Chain> {
+    let labels = ctx.proxy_labels(proxy);
+    let mut chains: Vec<Chain> = Vec::new();
+    for (obj, vs) in sidecar_routes(ctx, proxy, svc) {
+        for route in vs.tls.iter().filter(|r| !r.route.is_empty()) {
+            for m in &route.r#match {
+                let fits = l4_fits(&m.to_l4(), port, labels, proxy);
+                if fits && !chains.iter().any(|c| c.server_names == m.sni_hosts) {
+                    chains.push(Chain {
+                        server_names: m.sni_hosts.clone(),
+                        filter: route_proxy(ctx, obj, &route.route, port),
+                    });
+                }
+            }
+        }
+    }
+    if chains.is_empty() {
+        chains.push(Chain {
+            server_names: if wildcard {
+                vec![svc.hostname.clone()]
+            } else {
+                Vec::new()
+            },
+            filter: tcp_proxy(&outbound_cluster_name(port, "", &svc.hostname)),
+        });
+    }
+    chains
+}
+
+/// A sidecar's outbound TCP or TLS listener from its chains, as istiod assembles one: a
+/// lone chain matching every connection is the only chain; next to chains that match on
+/// SNI it becomes the default chain; without one, unmatched connections take
+/// `PassthroughFilterChain` to `fallthrough`. SNI matches need the TLS inspector.
+fn outbound_listener(
+    bind: &str,
+    port: u32,
+    bind_to_port: bool,
+    chains: Vec<Chain>,
+    fallthrough: &str,
+) -> Listener {
+    let mut l = listener(
+        bind,
+        port,
+        bind_to_port,
+        TrafficDirection::Outbound,
+        Vec::new(),
+    );
+    l.filter_chains.clear();
+    let (match_all, by_sni): (Vec<Chain>, Vec<Chain>) =
+        chains.into_iter().partition(|c| c.server_names.is_empty());
+    if by_sni.is_empty() {
+        l.filter_chains = (match_all.into_iter().take(1))
+            .map(|c| filter_chain(Vec::new(), c.filter))
+            .collect();
+        return l;
+    }
+    l.listener_filters = vec![tls_inspector()];
+    l.filter_chains = (by_sni.into_iter())
+        .map(|c| filter_chain(c.server_names, c.filter))
+        .collect();
+    l.default_filter_chain = Some(match match_all.into_iter().next() {
+        Some(c) => filter_chain(Vec::new(), c.filter),
+        None => FilterChain {
+            name: "PassthroughFilterChain".into(),
+            filter_chain_match: Some(FilterChainMatch::default()),
+            filters: vec![tcp_proxy(fallthrough)],
+            ..Default::default()
+        },
+    });
+    l
+}
+
+/// A filter chain of one network filter, matching the SNI names given (if any).
+fn filter_chain(server_names: Vec<String>, filter: Filter) -> FilterChain {
+    FilterChain {
+        filter_chain_match: (!server_names.is_empty()).then(|| FilterChainMatch {
+            server_names,
+            ..Default::default()
+        }),
+        filters: vec![filter],
+        ..Default::default()
+    }
+}
+
+fn tls_inspector() -> ListenerFilter {
+    ListenerFilter {
+        name: "envoy.filters.listener.tls_inspector".into(),
+        config_type: Some(listener_filter::ConfigType::TypedConfig(pack_any(
+            TlsInspector::default(),
+        ))),
+        ..Default::default()
+    }
+}
+
+/// A TCP or TLS server of a Gateway: `gateway` (`namespace/name`), its hosts and its
+/// port.
 struct TcpServer {
     gateway: String,
     hosts: Vec<String>,
     port: u32,
 }
 
-/// The tcp_proxy of a gateway's TCP server: the first TCP route of the VirtualServices
-/// bound to its Gateway, for a host the server admits, whose match fits the server's port
-/// and the gateway (istiod's `buildGatewayNetworkFiltersFromTCPRoutes`); `None` without
-/// one (the server gets no listener).
-fn gateway_tcp_proxy(ctx: &PushContext, proxy: &Proxy, server: &TcpServer) -> Option<Filter> {
-    let (gw_ns, gw_name) = server.gateway.split_once('/').unwrap_or_default();
-    let labels = ctx.proxy_labels(proxy);
-    let vss = ctx
-        .virtual_services_for(proxy, &server.gateway)
+impl From<GatewayServer> for TcpServer {
+    fn from(s: GatewayServer) -> TcpServer {
+        TcpServer {
+            gateway: s.gateway,
+            hosts: s.hosts,
+            port: s.port,
+        }
+    }
+}
+
+/// The VirtualServices bound to a TCP or TLS server's Gateway with a host the server
+/// admits (istiod's `pickMatchingGatewayHosts`).
+fn gateway_routes<'a>(
+    ctx: &'a PushContext,
+    proxy: &Proxy,
+    server: &'a TcpServer,
+) -> impl Iterator<Item = (&'a Arc<ConfigObject>, &'a VirtualServiceSpec)> {
+    let gw_ns = server.gateway.split_once('/').map_or("", |(ns, _)| ns);
+    ctx.virtual_services_for(proxy, &server.gateway)
         .into_iter()
-        .filter(|(obj, vs)| {
+        .filter(move |(obj, vs)| {
             vs.hosts.iter().any(|vs_host| {
                 server.hosts.iter().any(|server_host| {
                     let (ns, pattern) = server_host.split_once('/').unwrap_or(("*", server_host));
                     let ns_ok = ns == "*"
                         || ns == obj.key.namespace
                         || (ns == "." && obj.key.namespace == gw_ns);
-                    ns_ok && (host_matches(pattern, vs_host) || host_matches(vs_host, pattern))
+                    ns_ok && host_matches(pattern, vs_host)
                 })
             })
-        });
-    let fits = |m: &L4MatchAttributes| {
-        l4_fits(m, server.port, labels, proxy, |g| {
-            g == server.gateway || g == gw_name
         })
-    };
-    tcp_route_proxy(ctx, vss, server.port, fits)
+}
+
+/// Whether a TCP or TLS route's match fits a gateway's server: at a gateway only the port
+/// and the `gateways` named count (istiod's `l4SingleMatch`; `sourceLabels` apply only to
+/// `mesh`).
+fn gateway_l4_fits(m: &L4MatchAttributes, server: &TcpServer) -> bool {
+    let gw_name = server.gateway.split_once('/').map_or("", |(_, n)| n);
+    m.port.is_none_or(|p| p == 0 || p == server.port)
+        && (m.gateways.is_empty()
+            || (m.gateways.iter()).any(|g| *g == server.gateway || g == gw_name))
+}
+
+/// The tcp_proxy of a gateway's TCP server: the first TCP route of the VirtualServices
+/// bound to its Gateway, for a host the server admits, whose match fits the server
+/// (istiod's `buildGatewayNetworkFiltersFromTCPRoutes`); `None` without one (the server
+/// gets no listener).
+fn gateway_tcp_proxy(ctx: &PushContext, proxy: &Proxy, server: &TcpServer) -> Option<Filter> {
+    let fits = |m: &L4MatchAttributes| gateway_l4_fits(m, server);
+    tcp_route_proxy(ctx, gateway_routes(ctx, proxy, server), server.port, fits)
+}
+
+/// The chains of a gateway's PASSTHROUGH server: one per `tls` route match (of the
+/// VirtualServices bound to its Gateway, for a host it admits) that fits the server,
+/// matching the route's SNI names and forwarding the connection, still encrypted, to the
+/// route's destinations (istiod's `buildGatewayNetworkFiltersFromTLSRoutes`). A match
+/// naming an SNI host an earlier chain on the port (`taken`) already holds is skipped, as
+/// istiod skips it: Envoy refuses two chains with the same match.
+fn gateway_tls_chains(
+    ctx: &PushContext,
+    proxy: &Proxy,
+    server: &TcpServer,
+    taken: &mut Vec<String>,
+) -> Vec<FilterChain> {
+    let mut chains = Vec::new();
+    for (obj, vs) in gateway_routes(ctx, proxy, server) {
+        for route in vs.tls.iter().filter(|r| !r.route.is_empty()) {
+            for m in &route.r#match {
+                if !gateway_l4_fits(&m.to_l4(), server)
+                    || m.sni_hosts.iter().any(|h| taken.contains(h))
+                {
+                    continue;
+                }
+                taken.extend(m.sni_hosts.iter().cloned());
+                let filter = route_proxy(ctx, obj, &route.route, server.port);
+                chains.push(filter_chain(m.sni_hosts.clone(), filter));
+            }
+        }
+    }
+    chains
 }
 
 fn listener(
@@ -274,7 +461,7 @@ pub fn sidecar_listeners<'a>(
     let real_bind = proxy.interception == Interception::None;
     let wildcard = if real_bind { proxy.ip() } else { "0.0.0.0" };
     let mut http_ports: BTreeMap<u32, Vec<&'a Arc<Service>>> = BTreeMap::new();
-    let mut tcp: BTreeMap<String, Listener> = BTreeMap::new();
+    let mut tcp: BTreeMap<String, (&str, u32, Vec<Chain>)> = BTreeMap::new();
     for svc in services {
         for p in &svc.ports {
             if RESERVED_PORTS.contains(&p.port) {
@@ -288,14 +475,27 @@ pub fn sidecar_listeners<'a>(
                 } else {
                     svc.vip.as_deref().unwrap_or("0.0.0.0")
                 };
-                let l = listener(
-                    bind,
-                    p.port,
-                    real_bind,
-                    TrafficDirection::Outbound,
-                    vec![sidecar_tcp_proxy(ctx, proxy, svc, p.port)],
-                );
-                tcp.entry(l.name.clone()).or_insert(l);
+                let chains = if p.protocol == Protocol::Tcp {
+                    vec![Chain {
+                        server_names: Vec::new(),
+                        filter: sidecar_tcp_proxy(ctx, proxy, svc, p.port),
+                    }]
+                } else {
+                    sidecar_tls_chains(ctx, proxy, svc, p.port, svc.vip.is_none())
+                };
+                // Services sharing a listener (no address of their own, or a real bind)
+                // share its chains; of two that match the same, the first stays.
+                let (_, _, held) = tcp
+                    .entry(format!("{bind}_{}", p.port))
+                    .or_insert_with(|| (bind, p.port, Vec::new()));
+                for c in chains {
+                    if !held
+                        .iter()
+                        .any(|h: &Chain| h.server_names == c.server_names)
+                    {
+                        held.push(c);
+                    }
+                }
             }
         }
     }
@@ -316,18 +516,23 @@ pub fn sidecar_listeners<'a>(
         ));
         routes.push((port, svcs));
     }
-    listeners.extend(tcp.into_values());
+    let fallthrough = if ctx.registry_only(proxy) {
+        BLACKHOLE_CLUSTER
+    } else {
+        PASSTHROUGH_CLUSTER
+    };
+    listeners.extend(
+        (tcp.into_values()).map(|(bind, port, chains)| {
+            outbound_listener(bind, port, real_bind, chains, fallthrough)
+        }),
+    );
     if !real_bind {
         let mut virtual_outbound = listener(
             "0.0.0.0",
             15001,
             true,
             TrafficDirection::Outbound,
-            vec![tcp_proxy(if ctx.registry_only(proxy) {
-                BLACKHOLE_CLUSTER
-            } else {
-                PASSTHROUGH_CLUSTER
-            })],
+            vec![tcp_proxy(fallthrough)],
         );
         virtual_outbound.name = "virtualOutbound".into();
         virtual_outbound.filter_chains[0].name = "virtualOutbound-catchall-tcp".into();
@@ -358,6 +563,7 @@ pub fn gateway(
     let mut http_servers: BTreeMap<u32, Vec<GatewayServer>> = BTreeMap::new();
     let mut https_servers: BTreeMap<u32, Vec<(GatewayServer, ServerTls, String)>> = BTreeMap::new();
     let mut tcp_servers: BTreeMap<u32, Vec<TcpServer>> = BTreeMap::new();
+    let mut passthrough: BTreeMap<u32, Vec<TcpServer>> = BTreeMap::new();
     for (gw_obj, gw) in ctx.gateways_for(proxy) {
         for server in &gw.servers {
             let protocol = server.port.protocol.to_ascii_uppercase();
@@ -367,14 +573,16 @@ pub fn gateway(
                 hosts: server.hosts.clone(),
                 port: server.port.number,
             };
+            let tls_mode = (server.tls.as_ref())
+                .and_then(|t| t.get("mode")?.as_str().map(str::to_ascii_uppercase));
             if matches!(protocol.as_str(), "HTTP" | "HTTP2" | "GRPC") && server.tls.is_none() {
                 http_servers.entry(listen_port).or_default().push(gs);
             } else if protocol == "TCP" && server.tls.is_none() {
-                tcp_servers.entry(listen_port).or_default().push(TcpServer {
-                    gateway: gs.gateway,
-                    hosts: gs.hosts,
-                    port: gs.port,
-                });
+                tcp_servers.entry(listen_port).or_default().push(gs.into());
+            } else if matches!(protocol.as_str(), "TLS" | "HTTPS")
+                && tls_mode.as_deref() == Some("PASSTHROUGH")
+            {
+                passthrough.entry(listen_port).or_default().push(gs.into());
             } else if protocol == "HTTPS"
                 && proxy.identity.is_some()
                 && let Some(tls) = ServerTls::from_server(server.tls.as_ref(), &proxy.namespace)
@@ -397,8 +605,8 @@ pub fn gateway(
     let mut routes = Vec::new();
     let mut credentials = Vec::new();
     for (port, servers) in &http_servers {
-        if https_servers.contains_key(port) {
-            continue; // one socket per port: the HTTPS servers take it
+        if https_servers.contains_key(port) || passthrough.contains_key(port) {
+            continue; // one socket per port: the TLS servers take it
         }
         let name = format!("0.0.0.0_{port}");
         let hcm = http_connection_manager(format!("outbound_{name}"), format!("http.{port}"), true);
@@ -417,10 +625,17 @@ pub fn gateway(
             format!("http.{port}"),
         ));
     }
-    for (port, servers) in https_servers {
+    // HTTPS servers that terminate TLS and PASSTHROUGH servers share a port's listener,
+    // their chains told apart by SNI.
+    let tls_ports: std::collections::BTreeSet<u32> = https_servers
+        .keys()
+        .chain(passthrough.keys())
+        .copied()
+        .collect();
+    for port in tls_ports {
         let name = format!("0.0.0.0_{port}");
         let mut chains = Vec::new();
-        for (server, tls, route_name) in servers {
+        for (server, tls, route_name) in https_servers.remove(&port).unwrap_or_default() {
             let hcm = http_connection_manager(format!("outbound_{name}"), route_name.clone(), true);
             chains.push(credentials::https_chain(&server.hosts, &tls, vec![hcm]));
             routes.push(route::gateway(
@@ -432,6 +647,13 @@ pub fn gateway(
             ));
             credentials.push(tls);
         }
+        let mut taken = Vec::new();
+        for server in passthrough.get(&port).into_iter().flatten() {
+            chains.extend(gateway_tls_chains(ctx, proxy, server, &mut taken));
+        }
+        if chains.is_empty() {
+            continue; // a PASSTHROUGH server without a route gets no listener, as with istiod
+        }
         let mut l = listener(
             "0.0.0.0",
             port,
@@ -440,13 +662,7 @@ pub fn gateway(
             Vec::new(),
         );
         l.filter_chains = chains;
-        l.listener_filters = vec![ListenerFilter {
-            name: "envoy.filters.listener.tls_inspector".into(),
-            config_type: Some(listener_filter::ConfigType::TypedConfig(pack_any(
-                TlsInspector::default(),
-            ))),
-            ..Default::default()
-        }];
+        l.listener_filters = vec![tls_inspector()];
         listeners.push(l);
     }
     // A port HTTP or HTTPS servers hold is theirs; of the TCP servers on a port, the

@@ -987,3 +987,130 @@ fn tcp_routes_pick_the_first_fitting_route_and_name_stats_as_istiod() {
         [("outbound|5432|v1|db.shop.svc.cluster.local", 80), (v2, 20)]
     );
 }
+
+/// The cluster each chain of a listener forwards to (one tcp_proxy each): its SNI names,
+/// then the cluster; the default chain last, with no names.
+fn chains_to_clusters(
+    l: &envoy_types::pb::envoy::config::listener::v3::Listener,
+) -> Vec<(Vec<String>, String)> {
+    use envoy_types::pb::envoy::config::listener::v3::filter::ConfigType;
+    use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{
+        TcpProxy, tcp_proxy::ClusterSpecifier as TcpCluster,
+    };
+    use prost::Message;
+    l.filter_chains
+        .iter()
+        .chain(l.default_filter_chain.as_ref())
+        .map(|c| {
+            let names = (c.filter_chain_match.as_ref())
+                .map(|m| m.server_names.clone())
+                .unwrap_or_default();
+            let Some(ConfigType::TypedConfig(any)) = &c.filters[0].config_type else {
+                panic!("{c:?}")
+            };
+            let Some(TcpCluster::Cluster(cluster)) = TcpProxy::decode(any.value.as_slice())
+                .unwrap()
+                .cluster_specifier
+            else {
+                panic!("{c:?}")
+            };
+            (names, cluster)
+        })
+        .collect()
+}
+
+fn has_tls_inspector(l: &envoy_types::pb::envoy::config::listener::v3::Listener) -> bool {
+    (l.listener_filters.iter()).any(|f| f.name == "envoy.filters.listener.tls_inspector")
+}
+
+#[test]
+fn a_sidecar_routes_tls_by_sni_and_lets_addressless_tls_services_share_a_port() {
+    let ctx = context(concat!(
+        "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: shop}\nspec:\n  clusterIP: 10.96.0.60\n  ports: [{name: https, port: 443}]\n---\n",
+        "apiVersion: v1\nkind: Service\nmetadata: {name: legacy, namespace: shop}\nspec:\n  clusterIP: 10.96.0.61\n  ports: [{name: tls, port: 443}]\n---\n",
+        "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: web, namespace: shop}\nspec:\n  hosts: [web, a.example.com, b.example.com]\n  tls:\n",
+        "  - match: [{sniHosts: [a.example.com], sourceLabels: {app: nobody}}]\n    route: [{destination: {host: legacy}}]\n",
+        "  - match: [{sniHosts: [a.example.com]}, {sniHosts: [b.example.com], port: 443}]\n    route: [{destination: {host: web}}]\n",
+        "  - match: [{sniHosts: [b.example.com]}]\n    route: [{destination: {host: legacy}}]\n---\n",
+        "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: apis, namespace: shop}\nspec:\n  hosts: [api.one.io]\n  ports: [{number: 443, name: tls, protocol: TLS}]\n  resolution: DNS\n---\n",
+        "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: apis-2, namespace: shop}\nspec:\n  hosts: [api.two.io]\n  ports: [{number: 443, name: tls, protocol: TLS}]\n  resolution: DNS\n",
+    ));
+    let cfg = proxy_config(&ctx, &sidecar("shop", json!({"app": "web"})));
+    let listener = |name: &str| cfg.listeners.iter().find(|l| l.name == name).unwrap();
+    let web = "outbound|443||web.shop.svc.cluster.local";
+    let legacy = "outbound|443||legacy.shop.svc.cluster.local";
+    // The first fitting match per SNI set wins; unmatched SNI passes through.
+    let routed = listener("10.96.0.60_443");
+    assert_eq!(
+        chains_to_clusters(routed),
+        [
+            (vec!["a.example.com".to_string()], web.to_string()),
+            (vec!["b.example.com".to_string()], web.to_string()),
+            (vec![], "PassthroughCluster".to_string()),
+        ]
+    );
+    assert!(has_tls_inspector(routed));
+    // Without tls routes a service with its own address keeps one chain, for every
+    // connection, and no inspector.
+    let plain = listener("10.96.0.61_443");
+    assert_eq!(chains_to_clusters(plain), [(vec![], legacy.to_string())]);
+    assert!(plain.default_filter_chain.is_none() && !has_tls_inspector(plain));
+    // Addressless TLS services share 0.0.0.0_443, each matched on its own hostname.
+    let shared = listener("0.0.0.0_443");
+    assert_eq!(
+        chains_to_clusters(shared),
+        [
+            (
+                vec!["api.one.io".to_string()],
+                "outbound|443||api.one.io".to_string()
+            ),
+            (
+                vec!["api.two.io".to_string()],
+                "outbound|443||api.two.io".to_string()
+            ),
+            (vec![], "PassthroughCluster".to_string()),
+        ]
+    );
+    assert!(has_tls_inspector(shared));
+}
+
+#[test]
+fn a_passthrough_gateway_server_forwards_by_sni_from_bound_tls_routes() {
+    let ctx = context(concat!(
+        "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: edge, namespace: shop}\nspec:\n  selector: {istio: ingressgateway}\n  servers:\n",
+        "  - port: {number: 8443, name: tls, protocol: TLS}\n    hosts: ['*.example.com']\n    tls: {mode: PASSTHROUGH}\n",
+        "  - port: {number: 9443, name: tls-2, protocol: HTTPS}\n    hosts: [none.example.org]\n    tls: {mode: PASSTHROUGH}\n---\n",
+        "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: sni, namespace: shop}\nspec:\n  hosts: [a.example.com, b.example.com]\n  gateways: [edge]\n  tls:\n",
+        "  - match: [{sniHosts: [a.example.com], sourceLabels: {app: ignored-at-gateways}}]\n    route: [{destination: {host: reviews, port: {number: 9080}}}]\n",
+        "  - match: [{sniHosts: [b.example.com], port: 8443}]\n    route: [{destination: {host: ratings.other.svc.cluster.local, port: {number: 5432}}}]\n",
+        "  - match: [{sniHosts: [a.example.com, b.example.com]}]\n    route: [{destination: {host: reviews}}]\n",
+        "  - match: [{sniHosts: [b.example.com], port: 9999}]\n    route: [{destination: {host: reviews}}]\n",
+    ));
+    let meta = json!({"LABELS": {"istio": "ingressgateway"}});
+    let proxy = Proxy::from_node(
+        "router~10.1.1.1~gw-1.shop~shop.svc.cluster.local",
+        meta.as_object().unwrap(),
+    )
+    .unwrap();
+    let cfg = proxy_config(&ctx, &proxy);
+    // The server without a route that fits gets no listener; no route configuration.
+    let names: Vec<&str> = cfg.listeners.iter().map(|l| l.name.as_str()).collect();
+    assert_eq!(names, ["0.0.0.0_8443"]);
+    assert!(cfg.routes.is_empty());
+    let l = &cfg.listeners[0];
+    assert!(has_tls_inspector(l) && l.default_filter_chain.is_none());
+    // A match whose SNI names an earlier chain holds is skipped, as istiod skips it.
+    assert_eq!(
+        chains_to_clusters(l),
+        [
+            (
+                vec!["a.example.com".to_string()],
+                "outbound|9080||reviews.shop.svc.cluster.local".to_string()
+            ),
+            (
+                vec!["b.example.com".to_string()],
+                "outbound|5432||ratings.other.svc.cluster.local".to_string()
+            ),
+        ]
+    );
+}

@@ -1,24 +1,11 @@
-//! A gateway serving HTTPS from a `credentialName` Secret: `meshd agent` bootstraps the
-//! gateway's Envoy onto the secure port, and meshd serves the Secret over SDS on that
-//! connection only.
+//! TLS at the gateway. A server terminating HTTPS with a `credentialName` Secret: `meshd
+//! agent` bootstraps the gateway's Envoy onto the secure port, and meshd serves the Secret
+//! over SDS on that connection only. A PASSTHROUGH server: connections forwarded by SNI,
+//! still encrypted, as the VirtualService's `tls` routes say.
 
 use std::time::Duration;
 
-use meshd::ca::material::Material;
-use meshd::ca::{CertTtl, CertificateAuthority};
-
 use crate::harness::*;
-
-/// A test CA (not the mesh's) and a serving certificate for `host` from it: (root PEM,
-/// chain PEM, key PEM).
-fn site_certificate(host: &str) -> (String, String, String) {
-    let material = Material::self_signed("example-ca", Duration::from_secs(3600)).unwrap();
-    let ca = CertificateAuthority::new("example-ca", CertTtl::default(), material);
-    let (chain, key) = ca
-        .issue_server_certificate(&[host.to_string()], Duration::from_secs(3600))
-        .unwrap();
-    (ca.roots_pem(), chain, key)
-}
 
 fn indent(pem: &str) -> String {
     pem.lines().map(|l| format!("    {l}\n")).collect()
@@ -100,5 +87,87 @@ fn a_gateway_terminates_https_with_its_credential_served_over_the_secure_port() 
     assert!(
         https_get(&addr, "shop.example.com", &root, "/").is_err(),
         "the old certificate is gone"
+    );
+}
+
+/// A TLS service `name` in shop whose endpoint is `upstream` (port named `https`).
+fn tls_service(name: &str, port: u16, upstream: &Upstream) -> String {
+    service_yaml("shop", name, port, &[(upstream, &[])]).replace("{name: http,", "{name: https,")
+}
+
+#[test]
+fn a_passthrough_gateway_forwards_tls_by_sni_without_terminating_it() {
+    let dir = temp_dir("gateway-passthrough").join("config");
+    std::fs::create_dir_all(&dir).unwrap();
+    let (root_a, chain_a, key_a) = site_certificate("a.example.com");
+    let (root_b, chain_b, key_b) = site_certificate("b.example.com");
+    let site_a = Upstream::tls("site-a", &chain_a, &key_a, &root_a);
+    let site_b = Upstream::tls("site-b", &chain_b, &key_b, &root_b);
+    let (port_a, port_b, listen) = (free_port(), free_port(), free_port());
+    std::fs::write(
+        dir.join("services.yaml"),
+        format!(
+            "apiVersion: v1\nkind: Namespace\nmetadata: {{name: shop}}\n---\n{}---\n{}",
+            tls_service("site-a", port_a, &site_a),
+            tls_service("site-b", port_b, &site_b)
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("gateway.yaml"),
+        format!(
+            "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {{name: edge, namespace: shop}}\nspec:\n  selector: {{istio: ingressgateway}}\n  servers:\n  - port: {{number: {listen}, name: tls, protocol: TLS}}\n    hosts: [\"*.example.com\"]\n    tls: {{mode: PASSTHROUGH}}\n"
+        ),
+    )
+    .unwrap();
+    let route = |sni: &str, host: &str, port: u16| {
+        format!(
+            "  - match: [{{sniHosts: [{sni}]}}]\n    route: [{{destination: {{host: {host}, port: {{number: {port}}}}}}}]\n"
+        )
+    };
+    let vs = |routes: &str| {
+        format!(
+            "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: sites, namespace: shop}}\nspec:\n  hosts: [a.example.com, b.example.com]\n  gateways: [edge]\n  tls:\n{routes}"
+        )
+    };
+    let both = route("a.example.com", "site-a", port_a) + &route("b.example.com", "site-b", port_b);
+    std::fs::write(dir.join("vs.yaml"), vs(&both)).unwrap();
+    let meshd = Meshd::start(&dir);
+    let envoy = Envoy::gateway(&meshd, Ads::Delta, "gw-passthrough");
+    let addr = format!("127.0.0.1:{listen}");
+    // Each client completes its handshake with the site itself (verified against that
+    // site's own CA, which the gateway never held): the gateway read only the SNI.
+    wait_until(
+        "the gateway to forward a.example.com",
+        Duration::from_secs(10),
+        || https_get(&addr, "a.example.com", &root_a, "/").is_ok_and(|r| r.body == "site-a"),
+    );
+    let b = https_get(&addr, "b.example.com", &root_b, "/").unwrap();
+    assert_eq!(b.body, "site-b");
+    assert_eq!(b.headers["x-tls-sni"], "b.example.com");
+    // A name no route holds matches no chain: the connection is closed.
+    assert!(https_get(&addr, "c.example.com", &root_a, "/").is_err());
+
+    // Without b's route, its connections are refused and a's still pass.
+    std::fs::write(
+        dir.join("vs.yaml"),
+        vs(&route("a.example.com", "site-a", port_a)),
+    )
+    .unwrap();
+    wait_until(
+        "b.example.com to be refused",
+        Duration::from_secs(10),
+        || https_get(&addr, "b.example.com", &root_b, "/").is_err(),
+    );
+    assert_eq!(
+        https_get(&addr, "a.example.com", &root_a, "/")
+            .unwrap()
+            .body,
+        "site-a"
+    );
+    let listeners = envoy.admin("/listeners").unwrap().body;
+    assert!(
+        listeners.contains(&format!("0.0.0.0_{listen}")),
+        "{listeners}"
     );
 }

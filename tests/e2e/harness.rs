@@ -207,6 +207,20 @@ fn dechunk(mut body: &str) -> String {
     out
 }
 
+/// A test CA (not the mesh's) and a serving certificate for `host` from it: (root PEM,
+/// chain PEM, key PEM).
+pub fn site_certificate(host: &str) -> (String, String, String) {
+    let material =
+        meshd::ca::material::Material::self_signed("example-ca", Duration::from_secs(3600))
+            .unwrap();
+    let ca =
+        meshd::ca::CertificateAuthority::new("example-ca", meshd::ca::CertTtl::default(), material);
+    let (chain, key) = ca
+        .issue_server_certificate(&[host.to_string()], Duration::from_secs(3600))
+        .unwrap();
+    (ca.roots_pem(), chain, key)
+}
+
 /// A real HTTP/1.1 server answering every request with its own name (keep-alive aware).
 pub struct Upstream {
     pub name: String,

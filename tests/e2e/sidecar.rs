@@ -138,6 +138,82 @@ fn sidecars_sent_shared_runs_of_a_large_configuration_route_with_it() {
     );
 }
 
+/// A sidecar forwards TLS it does not terminate by the SNI the client asks for: a
+/// VirtualService's `tls` routes choose the destination per name, and TLS services without
+/// an address of their own (ServiceEntries) share one port, each reached by its hostname.
+/// Every client verifies the site's own certificate, so each answer proves which site
+/// completed the handshake.
+#[test]
+fn a_sidecar_forwards_tls_by_sni() {
+    let (root_a, chain_a, key_a) = site_certificate("a.example.com");
+    let (root_b, chain_b, key_b) = site_certificate("b.example.com");
+    let site_a = Upstream::tls("site-a", &chain_a, &key_a, &root_a);
+    let site_b = Upstream::tls("site-b", &chain_b, &key_b, &root_b);
+    let dir = temp_dir("sc-tls").join("config");
+    std::fs::create_dir_all(&dir).unwrap();
+    let (web, b_port, shared) = (free_port(), free_port(), free_port());
+    let tls = |name: &str, port: u16, up: &Upstream| {
+        service_yaml("shop", name, port, &[(up, &[])]).replace("{name: http,", "{name: https,")
+    };
+    let entry = |host: &str, up: &Upstream| {
+        format!(
+            "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {{name: {host}, namespace: shop}}\nspec:\n  hosts: [{host}]\n  resolution: STATIC\n  ports: [{{number: {shared}, name: tls, protocol: TLS}}]\n  endpoints: [{{address: 127.0.0.1, ports: {{tls: {p}}}}}]\n",
+            p = up.port
+        )
+    };
+    std::fs::write(
+        dir.join("mesh.yaml"),
+        [
+            tls("web", web, &site_a),
+            tls("site-b", b_port, &site_b),
+            entry("a.example.com", &site_a),
+            entry("b.example.com", &site_b),
+        ]
+        .join("---\n"),
+    )
+    .unwrap();
+    let meshd = Meshd::start(&dir);
+    let envoy = Envoy::sidecar(&meshd, Ads::Delta, "shop", "productpage");
+    let (web_addr, shared_addr) = (
+        format!("{}:{web}", envoy.ip),
+        format!("{}:{shared}", envoy.ip),
+    );
+    // Addressless TLS services on one port: each name reaches its own site.
+    wait_until(
+        "a.example.com to reach site-a through the shared port",
+        Duration::from_secs(10),
+        || https_get(&shared_addr, "a.example.com", &root_a, "/").is_ok_and(|r| r.body == "site-a"),
+    );
+    let b = https_get(&shared_addr, "b.example.com", &root_b, "/").unwrap();
+    assert_eq!(b.body, "site-b");
+    // Without a route, web's listener sends every connection to web (site-a): b's name
+    // finds a certificate for a.example.com and the client refuses it.
+    assert_eq!(
+        https_get(&web_addr, "a.example.com", &root_a, "/")
+            .unwrap()
+            .body,
+        "site-a"
+    );
+    assert!(https_get(&web_addr, "b.example.com", &root_b, "/").is_err());
+    std::fs::write(
+        dir.join("vs.yaml"),
+        format!(
+            "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: web, namespace: shop}}\nspec:\n  hosts: [web, a.example.com, b.example.com]\n  tls:\n  - match: [{{sniHosts: [a.example.com]}}]\n    route: [{{destination: {{host: web}}}}]\n  - match: [{{sniHosts: [b.example.com]}}]\n    route: [{{destination: {{host: site-b, port: {{number: {b_port}}}}}}}]\n"
+        ),
+    )
+    .unwrap();
+    wait_until(
+        "b.example.com on web's port to reach site-b",
+        Duration::from_secs(10),
+        || https_get(&web_addr, "b.example.com", &root_b, "/").is_ok_and(|r| r.body == "site-b"),
+    );
+    let a = https_get(&web_addr, "a.example.com", &root_a, "/").unwrap();
+    assert_eq!(
+        (a.body.as_str(), a.headers["x-tls-sni"].as_str()),
+        ("site-a", "a.example.com")
+    );
+}
+
 /// db is a TCP service (port named `tcp`) with a v1 and a v2 pod and a DestinationRule
 /// with both subsets. Without a VirtualService the sidecar's TCP listener spreads
 /// connections over both; a VirtualService `tcp` route sends every connection to v2; one
