@@ -31,13 +31,17 @@ use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{
     },
 };
 use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::Secret;
+use envoy_types::pb::envoy::r#type::v3::{
+    HashPolicy as TcpHashPolicy, hash_policy::PolicySpecifier as TcpHashSpecifier,
+};
 use envoy_types::pb::google::protobuf::BoolValue;
 use envoy_types::util::pack_any;
 
 use super::credentials::{self, ServerTls};
 use super::endpoint::socket_address;
 use super::{
-    BLACKHOLE_CLUSTER, PASSTHROUGH_CLUSTER, ads_config_source, outbound_cluster_name, route,
+    BLACKHOLE_CLUSTER, PASSTHROUGH_CLUSTER, ads_config_source, optional_duration,
+    outbound_cluster_name, route,
 };
 use crate::api::labels_match;
 use crate::api::networking::{L4MatchAttributes, RouteDestination, VirtualServiceSpec};
@@ -86,11 +90,12 @@ fn http_connection_manager(stat_prefix: String, route_name: String, gateway: boo
 }
 
 pub(super) fn tcp_proxy(cluster: &str) -> Filter {
-    tcp_proxy_to(cluster, &[(cluster.to_string(), 100)])
+    tcp_proxy_to(cluster, &[(cluster.to_string(), 100)], None)
 }
 
-/// A tcp_proxy to `targets` (cluster, weight): one cluster, or weighted clusters.
-fn tcp_proxy_to(stat_prefix: &str, targets: &[(String, u32)]) -> Filter {
+/// A tcp_proxy to `targets` (cluster, weight): one cluster, or weighted clusters; with
+/// `policy`, what the DestinationRule of the (first) destination sets on it.
+fn tcp_proxy_to(stat_prefix: &str, targets: &[(String, u32)], policy: Option<TcpPolicy>) -> Filter {
     let cluster_specifier = match targets {
         [] => ClusterSpecifier::Cluster(BLACKHOLE_CLUSTER.into()),
         [(one, _)] => ClusterSpecifier::Cluster(one.clone()),
@@ -105,15 +110,74 @@ fn tcp_proxy_to(stat_prefix: &str, targets: &[(String, u32)]) -> Filter {
                 .collect(),
         }),
     };
+    let policy = policy.unwrap_or_default();
     let tp = TcpProxy {
         stat_prefix: stat_prefix.to_string(),
         cluster_specifier: Some(cluster_specifier),
+        idle_timeout: policy.idle_timeout,
+        max_downstream_connection_duration: policy.max_connection_duration,
+        hash_policy: if policy.hash_source_ip {
+            vec![TcpHashPolicy {
+                policy_specifier: Some(TcpHashSpecifier::SourceIp(Default::default())),
+            }]
+        } else {
+            Vec::new()
+        },
         ..Default::default()
     };
     Filter {
         name: "envoy.filters.network.tcp_proxy".into(),
         config_type: Some(ConfigType::TypedConfig(pack_any(tp))),
     }
+}
+
+/// What a DestinationRule sets on a tcp_proxy, as istiod's
+/// `buildOutboundNetworkFiltersWithSingleDestination` takes it: the rule's own
+/// `connectionPool.tcp` `idleTimeout` and `maxConnectionDuration`, and a hash on the
+/// source IP when its consistent hash uses it (a subset's load balancer, if it has one,
+/// decides for the subset).
+#[derive(Default)]
+struct TcpPolicy {
+    idle_timeout: Option<envoy_types::pb::google::protobuf::Duration>,
+    max_connection_duration: Option<envoy_types::pb::google::protobuf::Duration>,
+    hash_source_ip: bool,
+}
+
+impl TcpPolicy {
+    fn of(ctx: &PushContext, host: &str, subset: &str) -> Option<TcpPolicy> {
+        let (_, rule) = ctx.destination_rule(host)?;
+        let top = rule.traffic_policy.as_ref();
+        let tcp = top.and_then(|p| p.connection_pool.as_ref()?.tcp.as_ref());
+        let mut lb = top.and_then(|p| p.load_balancer.as_ref());
+        if let Some(sub) = (rule.subsets.iter()).find(|s| s.name == subset && !subset.is_empty())
+            && let Some(sub_lb) = sub
+                .traffic_policy
+                .as_ref()
+                .and_then(|p| p.load_balancer.as_ref())
+        {
+            lb = Some(sub_lb);
+        }
+        Some(TcpPolicy {
+            idle_timeout: optional_duration(tcp.and_then(|t| t.idle_timeout.as_deref())),
+            max_connection_duration: optional_duration(
+                tcp.and_then(|t| t.max_connection_duration.as_deref()),
+            ),
+            hash_source_ip: lb
+                .and_then(|lb| lb.consistent_hash.as_ref())
+                .is_some_and(|h| h.use_source_ip == Some(true)),
+        })
+    }
+}
+
+/// The tcp_proxy of the service `host`'s own cluster on `port`, with what its
+/// DestinationRule sets.
+fn service_tcp_proxy(ctx: &PushContext, host: &str, port: u32) -> Filter {
+    let cluster = outbound_cluster_name(port, "", host);
+    tcp_proxy_to(
+        &cluster,
+        &[(cluster.clone(), 100)],
+        TcpPolicy::of(ctx, host, ""),
+    )
 }
 
 /// The tcp_proxy of the first TCP route among `vss` (in their precedence order) with a
@@ -164,7 +228,18 @@ fn route_proxy(
         [(one, _)] => one.clone(),
         _ => format!("{}.{}", obj.key.name, obj.key.namespace),
     };
-    tcp_proxy_to(&stat_prefix, &targets)
+    // The first destination's rule, as istiod reads it; a weighted route's subsets are
+    // not told apart.
+    let policy = route.first().and_then(|d| {
+        let host = resolve_host(&d.destination.host, &obj.key.namespace);
+        let subset = if single {
+            d.destination.subset.as_deref().unwrap_or("")
+        } else {
+            ""
+        };
+        TcpPolicy::of(ctx, &host, subset)
+    });
+    tcp_proxy_to(&stat_prefix, &targets, policy)
 }
 
 /// Whether a TCP or TLS route's match fits a sidecar's connection to `port` from `proxy`
@@ -202,11 +277,10 @@ fn sidecar_routes<'a>(
 /// the destinations (istiod's `buildOutboundNetworkFilters`); otherwise the service's own
 /// cluster.
 fn sidecar_tcp_proxy(ctx: &PushContext, proxy: &Proxy, svc: &Service, port: u32) -> Filter {
-    let cluster = outbound_cluster_name(port, "", &svc.hostname);
     let labels = ctx.proxy_labels(proxy);
     let fits = |m: &L4MatchAttributes| l4_fits(m, port, labels, proxy);
     tcp_route_proxy(ctx, sidecar_routes(ctx, proxy, svc), port, fits)
-        .unwrap_or_else(|| tcp_proxy(&cluster))
+        .unwrap_or_else(|| service_tcp_proxy(ctx, &svc.hostname, port))
 }
 
 /// One filter chain of a listener before assembly: the SNI names it matches (none: every
@@ -251,7 +325,7 @@ fn sidecar_tls_chains(
             } else {
                 Vec::new()
             },
-            filter: tcp_proxy(&outbound_cluster_name(port, "", &svc.hostname)),
+            filter: service_tcp_proxy(ctx, &svc.hostname, port),
         });
     }
     chains

@@ -1114,3 +1114,40 @@ fn a_passthrough_gateway_server_forwards_by_sni_from_bound_tls_routes() {
         ]
     );
 }
+
+#[test]
+fn a_tcp_proxy_takes_its_destination_rules_idle_timeout_duration_and_source_ip_hash() {
+    use envoy_types::pb::envoy::config::listener::v3::filter::ConfigType;
+    use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::TcpProxy;
+    use prost::Message;
+    let db = "apiVersion: v1\nkind: Service\nmetadata: {name: db, namespace: shop}\nspec:\n  clusterIP: 10.96.0.50\n  ports: [{name: tcp, port: 5432}]\n---\napiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: db, namespace: shop}\nspec:\n  host: db\n  trafficPolicy:\n    connectionPool: {tcp: {idleTimeout: 30s, maxConnectionDuration: 1h}}\n    loadBalancer: {consistentHash: {useSourceIp: true}}\n  subsets:\n  - {name: v1, labels: {version: v1}, trafficPolicy: {loadBalancer: {simple: ROUND_ROBIN}}}\n  - {name: v2, labels: {version: v2}}\n";
+    let tcp_proxy = |extra: &str| {
+        let ctx = context(&format!("{db}---\n{extra}"));
+        let cfg = proxy_config(&ctx, &sidecar("shop", json!({"app": "web"})));
+        let l = cfg
+            .listeners
+            .iter()
+            .find(|l| l.name == "10.96.0.50_5432")
+            .unwrap();
+        let Some(ConfigType::TypedConfig(any)) = &l.filter_chains[0].filters[0].config_type else {
+            panic!("{l:?}")
+        };
+        TcpProxy::decode(any.value.as_slice()).unwrap()
+    };
+    let route = |subset: &str| {
+        format!(
+            "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: db, namespace: shop}}\nspec:\n  hosts: [db]\n  tcp:\n  - route: [{{destination: {{host: db, subset: {subset}}}}}]\n"
+        )
+    };
+    let seconds = |d: Option<envoy_types::pb::google::protobuf::Duration>| d.map(|d| d.seconds);
+    // The service's own chain and a route to a subset without a load balancer of its own.
+    for tp in [tcp_proxy(""), tcp_proxy(&route("v2"))] {
+        assert_eq!(seconds(tp.idle_timeout), Some(30));
+        assert_eq!(seconds(tp.max_downstream_connection_duration), Some(3600));
+        assert_eq!(tp.hash_policy.len(), 1, "{tp:?}");
+    }
+    // A subset whose own load balancer does not hash on the source drops the hash only.
+    let v1 = tcp_proxy(&route("v1"));
+    assert!(v1.hash_policy.is_empty());
+    assert_eq!(seconds(v1.idle_timeout), Some(30));
+}

@@ -305,3 +305,59 @@ fn a_virtual_service_tcp_route_chooses_where_connections_go() {
         || reached() == both,
     );
 }
+
+/// A DestinationRule's `connectionPool.tcp.idleTimeout` reaches the sidecar's tcp_proxy:
+/// a connection left idle is closed by Envoy after it, and stays open without it.
+#[test]
+fn a_tcp_connection_left_idle_is_closed_after_the_destination_rules_idle_timeout() {
+    use std::io::{Read, Write};
+    let db = Upstream::start("db");
+    let dir = temp_dir("sc-tcp-idle").join("config");
+    std::fs::create_dir_all(&dir).unwrap();
+    let port = free_port();
+    let service =
+        service_yaml("shop", "db", port, &[(&db, &[])]).replace("{name: http,", "{name: tcp,");
+    std::fs::write(dir.join("db.yaml"), service).unwrap();
+    let meshd = Meshd::start(&dir);
+    let envoy = Envoy::sidecar(&meshd, Ads::Delta, "shop", "productpage");
+    let addr = format!("{}:{port}", envoy.ip);
+    wait_until("connections to reach db", Duration::from_secs(10), || {
+        http_get(&addr, "db", "/", &[]).is_ok_and(|r| r.body == "db")
+    });
+    // One request on a kept-alive connection, then `idle` without a byte: whether the
+    // connection was closed (a read finds its end) rather than still open.
+    let closed_after = |idle: Duration| {
+        let mut conn = std::net::TcpStream::connect(&addr).unwrap();
+        conn.write_all(b"GET / HTTP/1.1\r\nHost: db\r\n\r\n")
+            .unwrap();
+        conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut answer = Vec::new();
+        let mut buf = [0u8; 1024];
+        while !answer.ends_with(b"\r\n\r\ndb") {
+            let n = conn.read(&mut buf).unwrap();
+            assert!(n > 0, "closed before answering: {answer:?}");
+            answer.extend_from_slice(&buf[..n]);
+        }
+        std::thread::sleep(idle);
+        conn.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        matches!(conn.read(&mut buf), Ok(0))
+    };
+    assert!(!closed_after(Duration::from_millis(2500)));
+    std::fs::write(
+        dir.join("dr.yaml"),
+        "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: db, namespace: shop}\nspec:\n  host: db\n  trafficPolicy:\n    connectionPool: {tcp: {idleTimeout: 1s}}\n",
+    )
+    .unwrap();
+    wait_until(
+        "the idle timeout in the listener",
+        Duration::from_secs(10),
+        || {
+            let dump = envoy
+                .admin("/config_dump?resource=dynamic_listeners")
+                .unwrap()
+                .body;
+            dump.contains("\"idle_timeout\": \"1s\"")
+        },
+    );
+    assert!(closed_after(Duration::from_millis(2500)));
+}
