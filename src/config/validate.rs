@@ -242,8 +242,7 @@ fn traffic_policy(r: &mut Report, field: &str, p: &TrafficPolicy) {
 const NOT_APPLIED: &str = "accepted but not yet applied by meshd";
 
 /// Client TLS as Istio validates it: `MUTUAL` needs a certificate and key (or a
-/// credential), `ISTIO_MUTUAL` takes neither, nor CA files. A `credentialName` (for
-/// gateways) is accepted with a warning: meshd does not yet serve it to clusters.
+/// credential), `ISTIO_MUTUAL` takes neither, nor CA files.
 fn tls_origination(r: &mut Report, field: &str, tls: Option<&ClientTlsSettings>) {
     let Some(tls) = tls else {
         return;
@@ -273,17 +272,6 @@ fn tls_origination(r: &mut Report, field: &str, tls: Option<&ClientTlsSettings>)
         r.error(
             f.clone(),
             "credentialName and certificate files cannot both be set",
-        );
-    }
-    if credential
-        && matches!(
-            tls.mode,
-            Some(ClientTlsMode::Simple | ClientTlsMode::Mutual)
-        )
-    {
-        r.warn(
-            format!("{f}.credentialName"),
-            format!("{NOT_APPLIED}: the cluster connects in plaintext"),
         );
     }
 }
@@ -1041,7 +1029,8 @@ mod tests {
     }
 
     #[test]
-    fn what_meshd_does_not_translate_is_accepted_with_a_warning_naming_the_field() {
+    fn what_meshd_does_not_translate_is_accepted_with_a_warning_naming_the_field_and_nothing_else()
+    {
         let parsed = parse_file(
             "dr.yaml",
             "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: r, namespace: shop}\nspec:\n  host: api.example.com\n  trafficPolicy:\n    tls: {mode: SIMPLE, credentialName: api-cert}\n    loadBalancer: {simple: ROUND_ROBIN, warmupDurationSecs: 10s}\n    portLevelSettings:\n    - port: {number: 443}\n      tls: {mode: MUTUAL, clientCertificate: /c.pem, privateKey: /k.pem}\n",
@@ -1053,10 +1042,7 @@ mod tests {
             .collect();
         assert_eq!(
             warned,
-            [
-                "spec.trafficPolicy.loadBalancer.warmupDurationSecs",
-                "spec.trafficPolicy.tls.credentialName",
-            ]
+            ["spec.trafficPolicy.loadBalancer.warmupDurationSecs"]
         );
     }
 

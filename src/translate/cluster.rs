@@ -298,7 +298,7 @@ fn build(
     );
     pool::outlier_detection(&mut c, policy.and_then(|p| p.outlier_detection.as_ref()));
     if let Some(tls) = policy.and_then(|p| p.tls.as_ref()) {
-        originate_tls(&mut c, tls, &mut http, secure);
+        originate_tls(&mut c, tls, &mut http, kind, secure);
     }
     if let Some(mut opts) = http {
         // Envoy requires an upstream protocol: HTTP/1.1 unless one was chosen above.
@@ -345,32 +345,38 @@ fn ring(c: &mut Cluster, hash: &ConsistentHashLb) {
 /// `SIMPLE` or `MUTUAL` TLS to the destination ([`super::tls::originate`]), with Envoy
 /// choosing the SNI from each request's host when the rule names none, and checking the
 /// server's certificate against that host when it also names no SAN (istiod's
-/// `auto_sni` / `auto_san_validation`). A `credentialName` is for gateways, whose
-/// credentials meshd does not yet serve to clusters: such a rule originates nothing
-/// (istiod does the same for sidecars), and validation warns.
+/// `auto_sni` / `auto_san_validation`). A `credentialName` is for gateways: one with a
+/// proven identity gets it over SDS ([`super::tls::originate_credential`]); elsewhere such
+/// a rule originates nothing, as istiod's sidecars do.
 fn originate_tls(
     c: &mut Cluster,
     tls: &ClientTlsSettings,
     http: &mut Option<HttpProtocolOptions>,
-    agent: bool,
+    kind: ProxyKind,
+    secure: bool,
 ) {
-    let client = match tls.mode {
-        Some(ClientTlsMode::Simple) => None,
+    let h2 = pool::http2(http).is_some();
+    let credential = tls
+        .credential_name
+        .as_deref()
+        .is_some_and(|n| !n.is_empty());
+    let socket = match tls.mode {
+        Some(ClientTlsMode::Simple | ClientTlsMode::Mutual) if credential => {
+            if kind != ProxyKind::Router || !secure {
+                return;
+            }
+            super::tls::originate_credential(tls, h2)
+        }
+        Some(ClientTlsMode::Simple) => super::tls::originate(tls, None, h2, secure),
         Some(ClientTlsMode::Mutual) => match (&tls.client_certificate, &tls.private_key) {
-            (Some(cert), Some(key)) => Some((cert.as_str(), key.as_str())),
+            (Some(cert), Some(key)) => {
+                super::tls::originate(tls, Some((cert.as_str(), key.as_str())), h2, secure)
+            }
             _ => return, // refused by validation
         },
         _ => return,
     };
-    if tls
-        .credential_name
-        .as_deref()
-        .is_some_and(|n| !n.is_empty())
-    {
-        return;
-    }
-    let h2 = pool::http2(http).is_some();
-    c.transport_socket = Some(super::tls::originate(tls, client, h2, agent));
+    c.transport_socket = Some(socket);
     let auto_sni = tls.sni.as_deref().is_none_or(str::is_empty);
     let auto_san =
         auto_sni && tls.subject_alt_names.is_empty() && tls.insecure_skip_verify != Some(true);

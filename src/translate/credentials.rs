@@ -14,9 +14,12 @@ use envoy_types::util::pack_any;
 
 use super::ads_config_source;
 use super::tls::{certificate_secret, tls_transport_socket, validation_secret};
+use std::sync::Arc;
+
 use crate::api::AnyObject;
+use crate::api::networking::{ClientTlsMode, ClientTlsSettings};
 use crate::config::Spec;
-use crate::model::{Proxy, PushContext};
+use crate::model::{Proxy, PushContext, Service};
 
 /// A Gateway server's `tls` block, as far as meshd serves it.
 #[derive(Clone, Debug, PartialEq)]
@@ -56,6 +59,36 @@ impl ServerTls {
             _ => None,
         }
     }
+}
+
+/// One credential a proxy's configuration refers to, and which of its parts: the
+/// certificate and key (`kubernetes://NAME`), the CA (`kubernetes://NAME-cacert`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct CredentialUse {
+    pub credential: String,
+    pub cert: bool,
+    pub ca: bool,
+}
+
+impl CredentialUse {
+    /// What a DestinationRule's `SIMPLE` or `MUTUAL` TLS with a `credentialName` needs at
+    /// a gateway: the certificate for `MUTUAL`, the CA unless `insecureSkipVerify`.
+    pub fn of_client(tls: &ClientTlsSettings) -> Option<CredentialUse> {
+        let name = tls.credential_name.as_deref().filter(|n| !n.is_empty())?;
+        let mutual = match tls.mode {
+            Some(ClientTlsMode::Simple) => false,
+            Some(ClientTlsMode::Mutual) => true,
+            _ => return None,
+        };
+        Some(CredentialUse {
+            credential: name
+                .strip_prefix("kubernetes://")
+                .unwrap_or(name)
+                .to_string(),
+            cert: mutual,
+            ca: tls.insecure_skip_verify != Some(true),
+        })
+    }
 
     pub fn cert_resource(&self) -> String {
         format!("kubernetes://{}", self.credential)
@@ -66,7 +99,28 @@ impl ServerTls {
     }
 }
 
-fn ads_secret(name: String) -> SdsSecretConfig {
+impl From<&ServerTls> for CredentialUse {
+    fn from(tls: &ServerTls) -> CredentialUse {
+        CredentialUse {
+            credential: tls.credential.clone(),
+            cert: true,
+            ca: tls.mutual,
+        }
+    }
+}
+
+/// The credentials the DestinationRules of `services` originate TLS with (their own
+/// policies, their subsets' and port-level ones), as a gateway needs them.
+pub fn destination_rule_uses(ctx: &PushContext, services: &[&Arc<Service>]) -> Vec<CredentialUse> {
+    services
+        .iter()
+        .flat_map(|svc| super::cluster::policies(ctx, svc))
+        .flatten()
+        .filter_map(|p| CredentialUse::of_client(p.tls.as_ref()?))
+        .collect()
+}
+
+pub(super) fn ads_secret(name: String) -> SdsSecretConfig {
     SdsSecretConfig {
         name,
         sds_config: Some(ads_config_source()),
@@ -89,13 +143,14 @@ pub fn https_chain(
     if server_names.iter().any(|h| h == "*") {
         server_names.clear();
     }
+    let uses = CredentialUse::from(tls);
     let ctx = DownstreamTlsContext {
         common_tls_context: Some(CommonTlsContext {
             alpn_protocols: vec!["h2".into(), "http/1.1".into()],
-            tls_certificate_sds_secret_configs: vec![ads_secret(tls.cert_resource())],
+            tls_certificate_sds_secret_configs: vec![ads_secret(uses.cert_resource())],
             validation_context_type: tls.mutual.then(|| {
                 ValidationContextType::ValidationContextSdsSecretConfig(ads_secret(
-                    tls.ca_resource(),
+                    uses.ca_resource(),
                 ))
             }),
             ..Default::default()
@@ -116,9 +171,9 @@ pub fn https_chain(
 }
 
 /// The SDS resources for `credentials`, from Secrets in the proxy's namespace. A missing
-/// Secret (or one without a key) yields nothing: Envoy keeps that listener warming rather
-/// than serving without a certificate.
-pub fn secrets(ctx: &PushContext, proxy: &Proxy, credentials: &[ServerTls]) -> Vec<Secret> {
+/// Secret (or one without a key) yields nothing: Envoy keeps that listener or cluster
+/// warming rather than serving without a certificate.
+pub fn secrets(ctx: &PushContext, proxy: &Proxy, credentials: &[CredentialUse]) -> Vec<Secret> {
     let lookup = |name: &str| {
         ctx.secrets
             .get(&(proxy.namespace.clone(), name.to_string()))
@@ -132,10 +187,12 @@ pub fn secrets(ctx: &PushContext, proxy: &Proxy, credentials: &[ServerTls]) -> V
         let Some(s) = lookup(&tls.credential) else {
             continue;
         };
-        if let (Some(cert), Some(key)) = (&s.cert, &s.key) {
+        if tls.cert
+            && let (Some(cert), Some(key)) = (&s.cert, &s.key)
+        {
             out.push(certificate_secret(&tls.cert_resource(), cert, key));
         }
-        if tls.mutual {
+        if tls.ca {
             // The CA is in the credential itself (ca.crt) or in NAME-cacert, as in Istio.
             let ca = s.ca.clone().or_else(|| {
                 lookup(&format!("{}-cacert", tls.credential))

@@ -30,14 +30,13 @@ use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{
         weighted_cluster::ClusterWeight as TcpClusterWeight,
     },
 };
-use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::Secret;
 use envoy_types::pb::envoy::r#type::v3::{
     HashPolicy as TcpHashPolicy, hash_policy::PolicySpecifier as TcpHashSpecifier,
 };
 use envoy_types::pb::google::protobuf::BoolValue;
 use envoy_types::util::pack_any;
 
-use super::credentials::{self, ServerTls};
+use super::credentials::{self, CredentialUse, ServerTls};
 use super::endpoint::socket_address;
 use super::{
     BLACKHOLE_CLUSTER, PASSTHROUGH_CLUSTER, ads_config_source, optional_duration,
@@ -396,6 +395,15 @@ fn tls_inspector() -> ListenerFilter {
     }
 }
 
+/// A Gateway server that takes TLS: an HTTPS server terminating it (with its route
+/// configuration's name), a TLS server terminating it before a TCP route, or a
+/// PASSTHROUGH server routing it by SNI.
+enum TlsServer {
+    Https(GatewayServer, ServerTls, String),
+    Terminated(TcpServer, ServerTls),
+    Passthrough(TcpServer),
+}
+
 /// A TCP or TLS server of a Gateway: `gateway` (`namespace/name`), its hosts and its
 /// port.
 struct TcpServer {
@@ -628,16 +636,18 @@ pub struct GatewayServer {
 /// A gateway's listeners: one per server port of the Gateways that select it, on the port
 /// the gateway's own Service maps that port to. HTTP servers share `http.PORT`; each HTTPS
 /// server with a `credentialName` gets its own SNI-matched chain and route
-/// `https.PORT.PORTNAME.GATEWAY.NAMESPACE`, only for a gateway with a proven identity.
+/// `https.PORT.PORTNAME.GATEWAY.NAMESPACE`, and a TLS one a chain to its TCP route, only
+/// for a gateway with a proven identity (the credentials those chains use come back with
+/// them); PASSTHROUGH servers get a chain per SNI match of their TLS routes; TCP servers a
+/// tcp_proxy.
 pub fn gateway(
     ctx: &PushContext,
     proxy: &Proxy,
     _services: &[&Arc<Service>],
-) -> (Vec<Listener>, Vec<RouteConfiguration>, Vec<Secret>) {
+) -> (Vec<Listener>, Vec<RouteConfiguration>, Vec<CredentialUse>) {
     let mut http_servers: BTreeMap<u32, Vec<GatewayServer>> = BTreeMap::new();
-    let mut https_servers: BTreeMap<u32, Vec<(GatewayServer, ServerTls, String)>> = BTreeMap::new();
+    let mut tls_servers: BTreeMap<u32, Vec<TlsServer>> = BTreeMap::new();
     let mut tcp_servers: BTreeMap<u32, Vec<TcpServer>> = BTreeMap::new();
-    let mut passthrough: BTreeMap<u32, Vec<TcpServer>> = BTreeMap::new();
     for (gw_obj, gw) in ctx.gateways_for(proxy) {
         for server in &gw.servers {
             let protocol = server.port.protocol.to_ascii_uppercase();
@@ -649,37 +659,48 @@ pub fn gateway(
             };
             let tls_mode = (server.tls.as_ref())
                 .and_then(|t| t.get("mode")?.as_str().map(str::to_ascii_uppercase));
-            if matches!(protocol.as_str(), "HTTP" | "HTTP2" | "GRPC") && server.tls.is_none() {
-                http_servers.entry(listen_port).or_default().push(gs);
-            } else if protocol == "TCP" && server.tls.is_none() {
-                tcp_servers.entry(listen_port).or_default().push(gs.into());
-            } else if matches!(protocol.as_str(), "TLS" | "HTTPS")
-                && tls_mode.as_deref() == Some("PASSTHROUGH")
-            {
-                passthrough.entry(listen_port).or_default().push(gs.into());
-            } else if protocol == "HTTPS"
-                && proxy.identity.is_some()
-                && let Some(tls) = ServerTls::from_server(server.tls.as_ref(), &proxy.namespace)
-            {
-                let mut route_name = format!(
-                    "https.{}.{}.{}.{}",
-                    server.port.number, server.port.name, gw_obj.key.name, gw_obj.key.namespace
-                );
-                if let Some(bind) = &server.bind {
-                    route_name.push_str(&format!(".{bind}"));
+            // Credentials go only to a gateway with a proven identity.
+            let credential = || {
+                (proxy.identity.as_ref())
+                    .and_then(|_| ServerTls::from_server(server.tls.as_ref(), &proxy.namespace))
+            };
+            let tls_server = match protocol.as_str() {
+                "HTTP" | "HTTP2" | "GRPC" if server.tls.is_none() => {
+                    http_servers.entry(listen_port).or_default().push(gs);
+                    continue;
                 }
-                https_servers
-                    .entry(listen_port)
-                    .or_default()
-                    .push((gs, tls, route_name));
-            }
+                "TCP" if server.tls.is_none() => {
+                    tcp_servers.entry(listen_port).or_default().push(gs.into());
+                    continue;
+                }
+                "TLS" | "HTTPS" if tls_mode.as_deref() == Some("PASSTHROUGH") => {
+                    TlsServer::Passthrough(gs.into())
+                }
+                "HTTPS" => {
+                    let Some(tls) = credential() else { continue };
+                    let mut route_name = format!(
+                        "https.{}.{}.{}.{}",
+                        server.port.number, server.port.name, gw_obj.key.name, gw_obj.key.namespace
+                    );
+                    if let Some(bind) = &server.bind {
+                        route_name.push_str(&format!(".{bind}"));
+                    }
+                    TlsServer::Https(gs, tls, route_name)
+                }
+                "TLS" => {
+                    let Some(tls) = credential() else { continue };
+                    TlsServer::Terminated(gs.into(), tls)
+                }
+                _ => continue,
+            };
+            tls_servers.entry(listen_port).or_default().push(tls_server);
         }
     }
     let mut listeners = Vec::new();
     let mut routes = Vec::new();
     let mut credentials = Vec::new();
     for (port, servers) in &http_servers {
-        if https_servers.contains_key(port) || passthrough.contains_key(port) {
+        if tls_servers.contains_key(port) {
             continue; // one socket per port: the TLS servers take it
         }
         let name = format!("0.0.0.0_{port}");
@@ -699,34 +720,44 @@ pub fn gateway(
             format!("http.{port}"),
         ));
     }
-    // HTTPS servers that terminate TLS and PASSTHROUGH servers share a port's listener,
-    // their chains told apart by SNI.
-    let tls_ports: std::collections::BTreeSet<u32> = https_servers
-        .keys()
-        .chain(passthrough.keys())
-        .copied()
-        .collect();
-    for port in tls_ports {
+    // The TLS servers of a port share its listener, their chains told apart by SNI.
+    for (port, servers) in tls_servers {
         let name = format!("0.0.0.0_{port}");
         let mut chains = Vec::new();
-        for (server, tls, route_name) in https_servers.remove(&port).unwrap_or_default() {
-            let hcm = http_connection_manager(format!("outbound_{name}"), route_name.clone(), true);
-            chains.push(credentials::https_chain(&server.hosts, &tls, vec![hcm]));
-            routes.push(route::gateway(
-                ctx,
-                proxy,
-                port,
-                std::slice::from_ref(&server),
-                route_name,
-            ));
-            credentials.push(tls);
-        }
         let mut taken = Vec::new();
-        for server in passthrough.get(&port).into_iter().flatten() {
-            chains.extend(gateway_tls_chains(ctx, proxy, server, &mut taken));
+        for server in servers {
+            match server {
+                TlsServer::Https(server, tls, route_name) => {
+                    let hcm = http_connection_manager(
+                        format!("outbound_{name}"),
+                        route_name.clone(),
+                        true,
+                    );
+                    chains.push(credentials::https_chain(&server.hosts, &tls, vec![hcm]));
+                    routes.push(route::gateway(
+                        ctx,
+                        proxy,
+                        port,
+                        std::slice::from_ref(&server),
+                        route_name,
+                    ));
+                    credentials.push(tls);
+                }
+                // TLS terminated here, then forwarded where the server's TCP route says
+                // (istiod's `createGatewayTCPFilterChainOpts`); no chain without one.
+                TlsServer::Terminated(server, tls) => {
+                    if let Some(filter) = gateway_tcp_proxy(ctx, proxy, &server) {
+                        chains.push(credentials::https_chain(&server.hosts, &tls, vec![filter]));
+                        credentials.push(tls);
+                    }
+                }
+                TlsServer::Passthrough(server) => {
+                    chains.extend(gateway_tls_chains(ctx, proxy, &server, &mut taken));
+                }
+            }
         }
         if chains.is_empty() {
-            continue; // a PASSTHROUGH server without a route gets no listener, as with istiod
+            continue; // no server with a route: no listener, as with istiod
         }
         let mut l = listener(
             "0.0.0.0",
@@ -759,6 +790,6 @@ pub fn gateway(
             ));
         }
     }
-    let secrets = credentials::secrets(ctx, proxy, &credentials);
-    (listeners, routes, secrets)
+    let uses = credentials.iter().map(CredentialUse::from).collect();
+    (listeners, routes, uses)
 }

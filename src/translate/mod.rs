@@ -88,7 +88,13 @@ pub fn plan<'a>(ctx: &'a PushContext, proxy: &Proxy) -> Plan<'a> {
             }
         }
         ProxyKind::Router => {
-            let (listeners, routes, secrets) = listener::gateway(ctx, proxy, &services);
+            let (listeners, routes, mut uses) = listener::gateway(ctx, proxy, &services);
+            // Credentials reach only a gateway with a proven identity, as the listeners
+            // that use them do.
+            if proxy.identity.is_some() {
+                uses.extend(credentials::destination_rule_uses(ctx, &services));
+            }
+            let secrets = credentials::secrets(ctx, proxy, &uses);
             Plan {
                 services: Vec::new(),
                 clusters: Vec::new(),

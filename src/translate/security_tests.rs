@@ -424,6 +424,124 @@ fn an_https_server_gets_its_credential_over_sds_only_with_a_proven_identity() {
 }
 
 #[test]
+fn a_tls_server_terminates_with_its_credential_then_forwards_by_its_tcp_route() {
+    let ctx = context(&format!(
+        "{GATEWAY}---\n{}",
+        concat!(
+            "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: db-gw, namespace: istio-system}\nspec:\n  selector: {istio: ingressgateway}\n  servers:\n",
+            "  - port: {number: 9000, name: tls, protocol: TLS}\n    hosts: [\"shop/db.example.com\"]\n    tls: {mode: SIMPLE, credentialName: shop-cert}\n",
+            "  - port: {number: 9001, name: tls-2, protocol: TLS}\n    hosts: [\"shop/none.example.com\"]\n    tls: {mode: SIMPLE, credentialName: shop-cert}\n---\n",
+            "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: db, namespace: shop}\nspec:\n  hosts: [db.example.com]\n  gateways: [istio-system/db-gw]\n  tcp: [{route: [{destination: {host: reviews, port: {number: 9080}}}]}]\n",
+        )
+    ));
+    let cfg = proxy_config(&ctx, &gateway_proxy(true));
+    let names: Vec<&str> = cfg.listeners.iter().map(|l| l.name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["0.0.0.0_8443", "0.0.0.0_9000"],
+        "no route, no listener"
+    );
+    let l = &cfg.listeners[1];
+    let chain = &l.filter_chains[0];
+    assert_eq!(
+        chain.filter_chain_match.as_ref().unwrap().server_names,
+        ["db.example.com"]
+    );
+    assert!(chain.transport_socket.is_some(), "TLS terminated here");
+    assert_eq!(chain.filters[0].name, "envoy.filters.network.tcp_proxy");
+    let Some(ConfigType::TypedConfig(any)) = &chain.filters[0].config_type else {
+        panic!()
+    };
+    let tp = envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::TcpProxy::decode(
+        any.value.as_slice(),
+    )
+    .unwrap();
+    assert_eq!(
+        tp.stat_prefix,
+        "outbound|9080||reviews.shop.svc.cluster.local"
+    );
+    let secrets: Vec<&str> = cfg.secrets.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(secrets, ["kubernetes://shop-cert"]);
+    // Without a proven identity, neither the server nor its credential.
+    let plain = proxy_config(&ctx, &gateway_proxy(false));
+    assert!(plain.listeners.is_empty() && plain.secrets.is_empty());
+}
+
+#[test]
+fn a_destination_rule_credential_originates_tls_at_an_identified_gateway_only() {
+    use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::UpstreamTlsContext;
+    use prost::Message;
+    let ctx = context(concat!(
+        "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: api, namespace: istio-system}\nspec:\n  hosts: [api.example.com]\n  resolution: DNS\n  ports: [{number: 443, name: https, protocol: HTTPS}, {number: 8443, name: https-2, protocol: HTTPS}]\n---\n",
+        "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: api, namespace: istio-system}\nspec:\n  host: api.example.com\n  trafficPolicy:\n    tls: {mode: MUTUAL, credentialName: api-client, sni: api.example.com}\n",
+        "    portLevelSettings:\n    - port: {number: 8443}\n      tls: {mode: SIMPLE, credentialName: 'kubernetes://api-ca-only'}\n---\n",
+        "apiVersion: v1\nkind: Secret\nmetadata: {name: api-client, namespace: istio-system}\nstringData: {tls.crt: CERT, tls.key: KEY, ca.crt: CA}\n---\n",
+        "apiVersion: v1\nkind: Secret\nmetadata: {name: api-ca-only, namespace: istio-system}\nstringData: {ca.crt: CA2}\n",
+    ));
+    let context_of = |cfg: &ProxyConfig, name: &str| {
+        let c = cfg.clusters.iter().find(|c| c.name == name).unwrap();
+        let socket = c.transport_socket.as_ref()?;
+        let Some(
+            envoy_types::pb::envoy::config::core::v3::transport_socket::ConfigType::TypedConfig(
+                any,
+            ),
+        ) = &socket.config_type
+        else {
+            panic!("{socket:?}")
+        };
+        Some(UpstreamTlsContext::decode(any.value.as_slice()).unwrap())
+    };
+    let sds_names = |t: &UpstreamTlsContext| {
+        let common = t.common_tls_context.as_ref().unwrap();
+        let mut names: Vec<String> = (common.tls_certificate_sds_secret_configs.iter())
+            .map(|s| s.name.clone())
+            .collect();
+        if let Some(ValidationContextType::CombinedValidationContext(v)) =
+            &common.validation_context_type
+        {
+            names.extend(
+                v.validation_context_sds_secret_config
+                    .as_ref()
+                    .map(|s| s.name.clone()),
+            );
+        }
+        names
+    };
+    let gw = proxy_config(&ctx, &gateway_proxy(true));
+    let mutual = context_of(&gw, "outbound|443||api.example.com").expect("TLS at the gateway");
+    assert_eq!(mutual.sni, "api.example.com");
+    assert_eq!(
+        sds_names(&mutual),
+        ["kubernetes://api-client", "kubernetes://api-client-cacert"]
+    );
+    let simple = context_of(&gw, "outbound|8443||api.example.com").unwrap();
+    assert_eq!(sds_names(&simple), ["kubernetes://api-ca-only-cacert"]);
+    // Exactly what the clusters name is served, from the gateway namespace's Secrets.
+    let names: Vec<&str> = gw.secrets.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "kubernetes://api-ca-only-cacert",
+            "kubernetes://api-client",
+            "kubernetes://api-client-cacert"
+        ]
+    );
+    // Neither a gateway without a proven identity nor a sidecar gets the credential.
+    let plain = proxy_config(&ctx, &gateway_proxy(false));
+    assert!(context_of(&plain, "outbound|443||api.example.com").is_none());
+    assert!(plain.secrets.is_empty());
+    let mut sidecar = Proxy::from_node(
+        "sidecar~10.0.0.7~app-0.istio-system~istio-system.svc.cluster.local",
+        json!({"NAMESPACE": "istio-system"}).as_object().unwrap(),
+    )
+    .unwrap();
+    sidecar.identity = Some("spiffe://cluster.local/ns/istio-system/sa/app".into());
+    let sc = proxy_config(&ctx, &sidecar);
+    assert!(context_of(&sc, "outbound|443||api.example.com").is_none());
+    assert!(sc.secrets.is_empty());
+}
+
+#[test]
 fn with_traffic_capture_virtual_inbound_serves_the_ports_of_the_services_selecting_the_proxy() {
     let svc = "apiVersion: v1\nkind: Service\nmetadata: {name: ratings, namespace: shop}\nspec: {clusterIP: 10.96.1.9, selector: {app: ratings}, ports: [{name: http, port: 9080, targetPort: 8080}, {name: tcp-db, port: 5432}]}\n";
     let meta = json!({"NAMESPACE": "shop", "LABELS": {"app": "ratings"}});

@@ -258,6 +258,46 @@ pub fn originate(
     }))
 }
 
+/// TLS originated by a gateway with a `credentialName` (istiod's
+/// `ApplyCustomSDSToClientCommonTLSContext`): for `MUTUAL` the client certificate is the
+/// SDS secret `kubernetes://NAME`; unless `insecure_skip_verify`, the server's certificate
+/// must chain to `kubernetes://NAME-cacert` and carry one of `subject_alt_names`. meshd
+/// serves both over ADS from the Secret NAME in the gateway's namespace.
+pub fn originate_credential(tls: &ClientTlsSettings, h2: bool) -> TransportSocket {
+    let credential = super::credentials::CredentialUse::of_client(tls)
+        .expect("a SIMPLE or MUTUAL rule with a credentialName");
+    let mut common = CommonTlsContext {
+        tls_params: tls_params(),
+        alpn_protocols: if h2 { vec!["h2".into()] } else { Vec::new() },
+        ..Default::default()
+    };
+    if credential.cert {
+        common.tls_certificate_sds_secret_configs =
+            vec![super::credentials::ads_secret(credential.cert_resource())];
+    }
+    if credential.ca {
+        common.validation_context_type = Some(ValidationContextType::CombinedValidationContext(
+            CombinedCertificateValidationContext {
+                default_validation_context: Some(CertificateValidationContext {
+                    match_typed_subject_alt_names: (tls.subject_alt_names.iter())
+                        .map(|s| san_by_form(s))
+                        .collect(),
+                    ..Default::default()
+                }),
+                validation_context_sds_secret_config: Some(super::credentials::ads_secret(
+                    credential.ca_resource(),
+                )),
+                ..Default::default()
+            },
+        ));
+    }
+    tls_transport_socket(pack_any(UpstreamTlsContext {
+        common_tls_context: Some(common),
+        sni: tls.sni.clone().unwrap_or_default(),
+        ..Default::default()
+    }))
+}
+
 /// Plaintext, for endpoints outside the mesh.
 pub fn raw_buffer() -> TransportSocket {
     TransportSocket {

@@ -171,3 +171,110 @@ fn a_passthrough_gateway_forwards_tls_by_sni_without_terminating_it() {
         "{listeners}"
     );
 }
+
+/// TLS origination at an egress gateway, as Istio's egress task sets it up: the gateway
+/// takes plain HTTP for api.example.com and, by the DestinationRule's `credentialName`,
+/// originates mutual TLS with the client certificate and CA of a Secret in its own
+/// namespace, served over SDS on its secure ADS stream. The site sees the certificate and
+/// the rule's SNI; the gateway verified the site against the Secret's CA.
+#[test]
+fn an_egress_gateway_originates_mutual_tls_with_a_destination_rule_credential() {
+    use meshd::ca::material::{Material, key_to_pem};
+    use meshd::ca::{CertTtl, CertificateAuthority, Identity, csr};
+    let dir = temp_dir("gateway-egress-credential");
+    let config = dir.join("config");
+    std::fs::create_dir_all(&config).unwrap();
+    let tokens = dir.join("tokens");
+    std::fs::write(&tokens, "egress-token istio-system istio-egressgateway\n").unwrap();
+    let hour = Duration::from_secs(3600);
+    let ca = CertificateAuthority::new(
+        "example-ca",
+        CertTtl::default(),
+        Material::self_signed("example-ca", hour).unwrap(),
+    );
+    let (site_chain, site_key) = ca
+        .issue_server_certificate(&["api.example.com".to_string()], hour)
+        .unwrap();
+    let api = Upstream::tls("api", &site_chain, &site_key, &ca.roots_pem());
+    let client_key = {
+        use p256::elliptic_curve::Generate;
+        p256::ecdsa::SigningKey::generate()
+    };
+    let client = Identity::new("example-ca", "istio-system", "istio-egressgateway");
+    let csr = csr::build(&client_key, &client.to_string()).unwrap();
+    let client_chain = ca.sign_workload(&csr, &client, 3600).unwrap().concat();
+    let (port, listen) = (free_port(), free_port());
+    let yaml = format!(
+        "apiVersion: v1\nkind: Namespace\nmetadata: {{name: istio-system}}\n---\napiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {{name: api, namespace: istio-system}}\nspec:\n  hosts: [api.example.com]\n  location: MESH_EXTERNAL\n  resolution: STATIC\n  ports: [{{number: {port}, name: http, protocol: HTTP}}]\n  endpoints: [{{address: 127.0.0.1, ports: {{http: {tls}}}}}]\n---\napiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {{name: egress, namespace: istio-system}}\nspec:\n  selector: {{istio: egressgateway}}\n  servers:\n  - port: {{number: {listen}, name: http, protocol: HTTP}}\n    hosts: [api.example.com]\n---\napiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: api, namespace: istio-system}}\nspec:\n  hosts: [api.example.com]\n  gateways: [egress]\n  http: [{{route: [{{destination: {{host: api.example.com, port: {{number: {port}}}}}}}]}}]\n---\napiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {{name: api, namespace: istio-system}}\nspec:\n  host: api.example.com\n  trafficPolicy:\n    tls: {{mode: MUTUAL, credentialName: api-client, sni: api.example.com}}\n---\napiVersion: v1\nkind: Secret\nmetadata: {{name: api-client, namespace: istio-system}}\nstringData:\n  tls.crt: |\n{}  tls.key: |\n{}  ca.crt: |\n{}",
+        indent(&client_chain),
+        indent(&key_to_pem(&client_key).unwrap()),
+        indent(&ca.roots_pem()),
+        tls = api.port,
+    );
+    std::fs::write(config.join("mesh.yaml"), yaml).unwrap();
+    let meshd = Meshd::start_with(&config, &["--ca-token-file", tokens.to_str().unwrap()]);
+    let gateway = Workload::start(
+        &meshd,
+        "istio-system",
+        "istio-egressgateway",
+        "istio-egressgateway",
+        "egress-token",
+        "127.0.0.1",
+        &["--proxy-type", "router", "--label", "istio=egressgateway"],
+    );
+    let addr = format!("127.0.0.1:{listen}");
+    wait_until(
+        "the gateway to reach api.example.com over mutual TLS",
+        Duration::from_secs(15),
+        || http_get(&addr, "api.example.com", "/", &[]).is_ok_and(|r| r.status == 200),
+    );
+    let r = http_get(&addr, "api.example.com", "/", &[]).unwrap();
+    assert_eq!(r.body, "api");
+    assert_eq!(r.headers["x-tls-sni"], "api.example.com");
+    assert_eq!(r.headers["x-tls-client-cert"], "present");
+    let secrets = gateway.envoy.config_dump("dynamic_active_secrets");
+    for name in ["kubernetes://api-client", "kubernetes://api-client-cacert"] {
+        assert!(secrets.contains(name), "{name} missing: {secrets}");
+    }
+}
+
+/// A Gateway server of protocol TLS with a `credentialName` terminates TLS with the
+/// Secret's certificate and forwards the decrypted bytes where its VirtualService's `tcp`
+/// route says: here to a plain HTTP service, whose answer comes back encrypted.
+#[test]
+fn a_tls_gateway_server_terminates_and_forwards_by_its_tcp_route() {
+    let dir = temp_dir("gateway-tls-tcp");
+    let config = dir.join("config");
+    std::fs::create_dir_all(&config).unwrap();
+    let tokens = dir.join("tokens");
+    std::fs::write(&tokens, "gw-token istio-system istio-ingressgateway\n").unwrap();
+    let db = Upstream::start("db");
+    let (port, listen) = (free_port(), free_port());
+    let (root, chain, key) = site_certificate("db.example.com");
+    let yaml = format!(
+        "apiVersion: v1\nkind: Namespace\nmetadata: {{name: shop}}\n---\n{svc}---\napiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {{name: db-gw, namespace: istio-system}}\nspec:\n  selector: {{istio: ingressgateway}}\n  servers:\n  - port: {{number: {listen}, name: tls, protocol: TLS}}\n    hosts: [\"shop/db.example.com\"]\n    tls: {{mode: SIMPLE, credentialName: db-cert}}\n---\napiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: db, namespace: shop}}\nspec:\n  hosts: [db.example.com]\n  gateways: [istio-system/db-gw]\n  tcp: [{{route: [{{destination: {{host: db, port: {{number: {port}}}}}}}]}}]\n---\n{secret}",
+        svc =
+            service_yaml("shop", "db", port, &[(&db, &[])]).replace("{name: http,", "{name: tcp,"),
+        secret = secret_yaml("db-cert", &chain, &key),
+    );
+    std::fs::write(config.join("mesh.yaml"), yaml).unwrap();
+    let meshd = Meshd::start_with(&config, &["--ca-token-file", tokens.to_str().unwrap()]);
+    let _gateway = Workload::start(
+        &meshd,
+        "istio-system",
+        "istio-ingressgateway",
+        "istio-ingressgateway",
+        "gw-token",
+        "127.0.0.1",
+        &["--proxy-type", "router", "--label", "istio=ingressgateway"],
+    );
+    let addr = format!("127.0.0.1:{listen}");
+    wait_until(
+        "the gateway to terminate TLS for db.example.com",
+        Duration::from_secs(15),
+        || https_get(&addr, "db.example.com", &root, "/").is_ok_and(|r| r.body == "db"),
+    );
+    // The plain upstream saw no TLS: it answered, and saw no SNI of its own.
+    let r = https_get(&addr, "db.example.com", &root, "/").unwrap();
+    assert!(!r.headers.contains_key("x-tls-sni"), "{:?}", r.headers);
+}

@@ -833,6 +833,13 @@ static_resources:
         )
     }
 
+    /// Envoy's own `/config_dump` of one `resource` (e.g. `dynamic_listeners`), as text.
+    pub fn config_dump(&self, resource: &str) -> String {
+        self.admin(&format!("/config_dump?resource={resource}"))
+            .unwrap()
+            .body
+    }
+
     /// An Envoy counter from `/stats`, or 0 if absent.
     pub fn stat(&self, name: &str) -> u64 {
         let text = self
@@ -1077,11 +1084,7 @@ pub fn envoy_dump(
     field: &[&str],
     name: &str,
 ) -> BTreeMap<String, serde_json::Value> {
-    let body = envoy
-        .admin(&format!("/config_dump?resource={resource}"))
-        .unwrap()
-        .body;
-    let dump: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let dump: serde_json::Value = serde_json::from_str(&envoy.config_dump(resource)).unwrap();
     by_name(&dump["configs"], field, name)
 }
 

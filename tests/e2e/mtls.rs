@@ -324,13 +324,7 @@ fn with_traffic_capture_envoy_accepts_virtual_inbound_under_strict_mtls() {
         &loopback_ip(),
         &["--interception-mode", "REDIRECT"],
     );
-    let listeners = || {
-        details
-            .envoy
-            .admin("/config_dump?resource=dynamic_listeners")
-            .unwrap()
-            .body
-    };
+    let listeners = || details.envoy.config_dump("dynamic_listeners");
     // The workload is up once its certificate is served; its listeners follow over LDS.
     // The proxy may connect before meshd has read details.yaml, so its first
     // virtualInbound can hold only the passthrough chains: wait for the service's chain.

@@ -292,11 +292,9 @@ fn a_virtual_service_tcp_route_chooses_where_connections_go() {
         "weighted clusters in the listener",
         Duration::from_secs(10),
         || {
-            let dump = envoy
-                .admin("/config_dump?resource=dynamic_listeners")
-                .unwrap()
-                .body;
-            dump.contains(&format!("outbound|{port}|v1|db.shop.svc.cluster.local"))
+            envoy
+                .config_dump("dynamic_listeners")
+                .contains(&format!("outbound|{port}|v1|db.shop.svc.cluster.local"))
         },
     );
     wait_until(
@@ -352,11 +350,9 @@ fn a_tcp_connection_left_idle_is_closed_after_the_destination_rules_idle_timeout
         "the idle timeout in the listener",
         Duration::from_secs(10),
         || {
-            let dump = envoy
-                .admin("/config_dump?resource=dynamic_listeners")
-                .unwrap()
-                .body;
-            dump.contains("\"idle_timeout\": \"1s\"")
+            envoy
+                .config_dump("dynamic_listeners")
+                .contains("\"idle_timeout\": \"1s\"")
         },
     );
     assert!(closed_after(Duration::from_millis(2500)));

@@ -323,10 +323,7 @@ fn simple_and_mutual_tls_are_originated_with_the_rules_files() {
         assert_eq!(r.headers["x-tls-client-cert"], "present", "{}", envoy.id);
     }
     // The agent's Envoy holds the files as the secrets istiod names them.
-    let secrets = (with_agent.envoy)
-        .admin("/config_dump?resource=dynamic_active_secrets")
-        .unwrap()
-        .body;
+    let secrets = with_agent.envoy.config_dump("dynamic_active_secrets");
     for name in [
         format!("file-root:{ca_file}"),
         format!("file-cert:{cert_file}~{key_file}"),
