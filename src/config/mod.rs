@@ -213,6 +213,8 @@ pub struct Meta {
 pub struct ServiceDef {
     pub cluster_ip: Option<String>,
     pub headless: bool,
+    /// `spec.trafficDistribution` (`PreferClose`, `PreferSameZone`, `PreferSameNode`).
+    pub traffic_distribution: Option<String>,
     pub selector: BTreeMap<String, String>,
     pub ports: Vec<ServicePortDef>,
 }

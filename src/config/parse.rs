@@ -363,6 +363,7 @@ fn service_def(s: core::Service) -> ServiceDef {
     ServiceDef {
         headless: cluster_ip.as_deref() == Some("None"),
         cluster_ip: cluster_ip.filter(|ip| ip != "None"),
+        traffic_distribution: spec.traffic_distribution,
         selector: spec.selector.unwrap_or_default(),
         ports: spec
             .ports

@@ -16,7 +16,7 @@ use crate::config::{ConfigObject, Kind, ObjectKey};
 
 pub use proxy::{Interception, Proxy, ProxyKind};
 pub use push_context::PushContext;
-pub use service::{Endpoint, Locality, Protocol, Service, ServicePort};
+pub use service::{Endpoint, Locality, Protocol, Service, ServicePort, TrafficDistribution};
 
 /// The cluster-local DNS suffix (`meshConfig` `trustDomain`-independent domain suffix).
 pub const DOMAIN_SUFFIX: &str = "cluster.local";

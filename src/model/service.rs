@@ -118,7 +118,44 @@ pub struct Service {
     /// Kubernetes pod selector (empty for ServiceEntries).
     pub selector: BTreeMap<String, String>,
     pub labels: BTreeMap<String, String>,
+    pub traffic_distribution: TrafficDistribution,
 }
+
+/// A service's preference for nearby endpoints (Kubernetes `trafficDistribution`, or
+/// Istio's `networking.istio.io/traffic-distribution` annotation): istiod balances such a
+/// service by locality even without a DestinationRule.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub enum TrafficDistribution {
+    #[default]
+    Any,
+    /// `PreferClose` or `PreferSameZone`: the proxy's zone, then its region, then the rest.
+    PreferSameZone,
+    /// `PreferSameNode`: the proxy's node first, then as `PreferSameZone`.
+    PreferSameNode,
+}
+
+impl TrafficDistribution {
+    /// From the Service's `spec.trafficDistribution`, else the annotation (case aside), as
+    /// istiod's `GetTrafficDistribution` reads them; anything else is `Any`.
+    pub fn of(spec: Option<&str>, annotations: &BTreeMap<String, String>) -> TrafficDistribution {
+        let named = |v: &str| match v.to_ascii_lowercase().as_str() {
+            "preferclose" | "prefersamezone" => Some(TrafficDistribution::PreferSameZone),
+            "prefersamenode" => Some(TrafficDistribution::PreferSameNode),
+            _ => None,
+        };
+        // The spec's values are case-sensitive in Kubernetes; the annotation's are not.
+        let from_spec = spec.and_then(|v| match v {
+            "PreferClose" | "PreferSameZone" => Some(TrafficDistribution::PreferSameZone),
+            "PreferSameNode" => Some(TrafficDistribution::PreferSameNode),
+            _ => None,
+        });
+        from_spec
+            .or_else(|| named(annotations.get(TRAFFIC_DISTRIBUTION_ANNOTATION)?))
+            .unwrap_or_default()
+    }
+}
+
+pub const TRAFFIC_DISTRIBUTION_ANNOTATION: &str = "networking.istio.io/traffic-distribution";
 
 impl Service {
     pub fn port(&self, number: u32) -> Option<&ServicePort> {
@@ -389,6 +426,10 @@ pub(super) fn kubernetes_service(obj: &ConfigObject, sources: &impl Sources) -> 
         creation: obj.meta.creation_timestamp.clone(),
         selector: def.selector.clone(),
         labels: obj.meta.labels.clone(),
+        traffic_distribution: TrafficDistribution::of(
+            def.traffic_distribution.as_deref(),
+            &obj.meta.annotations,
+        ),
     })
 }
 
@@ -544,6 +585,7 @@ fn service_entry_services(
             creation: obj.meta.creation_timestamp.clone(),
             selector: BTreeMap::new(),
             labels: obj.meta.labels.clone(),
+            traffic_distribution: TrafficDistribution::of(None, &obj.meta.annotations),
         })
         .collect()
 }
@@ -559,6 +601,40 @@ mod tests {
             store.apply(o);
         }
         build_services(&store)
+    }
+
+    #[test]
+    fn traffic_distribution_comes_from_the_spec_else_the_annotation() {
+        let svc = |name: &str, spec: &str, annotations: &str| {
+            format!(
+                "apiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: shop, annotations: {{{annotations}}}}}\nspec: {{clusterIP: 10.0.0.9, ports: [{{name: http, port: 80}}]{spec}}}\n---\n"
+            )
+        };
+        let yaml = [
+            svc("close", ", trafficDistribution: PreferClose", ""),
+            svc(
+                "node",
+                ", trafficDistribution: PreferSameNode",
+                "networking.istio.io/traffic-distribution: PreferClose",
+            ),
+            svc(
+                "noted",
+                "",
+                "networking.istio.io/traffic-distribution: prefersamezone",
+            ),
+            svc("any", ", trafficDistribution: Nearby", ""),
+        ]
+        .concat();
+        let all = services(&yaml);
+        let of = |name: &str| all[&format!("{name}.shop.svc.cluster.local")].traffic_distribution;
+        assert_eq!(of("close"), TrafficDistribution::PreferSameZone);
+        assert_eq!(
+            of("node"),
+            TrafficDistribution::PreferSameNode,
+            "the spec wins"
+        );
+        assert_eq!(of("noted"), TrafficDistribution::PreferSameZone);
+        assert_eq!(of("any"), TrafficDistribution::Any);
     }
 
     #[test]

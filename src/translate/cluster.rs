@@ -101,7 +101,7 @@ pub fn service(
         if secure {
             mutual_tls(&mut c, ctx, svc, port, "", base_policy);
         }
-        let lb = locality::lb(&ctx.mesh, base_policy).map(|lb| (lb, at));
+        let lb = locality::lb(&ctx.mesh, base_policy, svc.traffic_distribution).map(|lb| (lb, at));
         balance(&mut c, lb, svc, port.port, |_| true);
         if is_eds(&c) {
             assignments.push(load_assignment(&name, svc, port.port, |_| true, lb));
@@ -121,7 +121,7 @@ pub fn service(
                 mutual_tls(&mut c, ctx, svc, port, &subset.name, policy);
             }
             let in_subset = |e: &crate::model::Endpoint| labels_match(&subset.labels, &e.labels);
-            let lb = locality::lb(&ctx.mesh, policy).map(|lb| (lb, at));
+            let lb = locality::lb(&ctx.mesh, policy, svc.traffic_distribution).map(|lb| (lb, at));
             balance(&mut c, lb, svc, port.port, in_subset);
             if is_eds(&c) {
                 assignments.push(load_assignment(&name, svc, port.port, in_subset, lb));

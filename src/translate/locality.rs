@@ -17,13 +17,14 @@
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::LazyLock;
 
 use crate::api::networking::{
     DestinationRuleSpec, LoadBalancerSettings, LocalityDistribute, LocalityFailover,
     LocalityLoadBalancerSetting, TrafficPolicy,
 };
 use crate::model::mesh::MeshConfig;
-use crate::model::{Endpoint, Locality, Proxy, PushContext};
+use crate::model::{Endpoint, Locality, Proxy, PushContext, TrafficDistribution};
 
 use super::endpoint::Group;
 
@@ -32,6 +33,37 @@ pub const REGION_LABEL: &str = "topology.kubernetes.io/region";
 pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
 pub const SUBZONE_LABEL: &str = "topology.istio.io/subzone";
 pub const TOPOLOGY_LABELS: [&str; 3] = [REGION_LABEL, ZONE_LABEL, SUBZONE_LABEL];
+
+/// The labels istiod's forced failover for a service's `trafficDistribution` compares.
+pub const NETWORK_LABEL: &str = "topology.istio.io/network";
+pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
+
+/// What a service's `trafficDistribution` balances by when no DestinationRule sets a
+/// locality setting (istiod's `GetEffectiveLbSetting`): failover priorities on the
+/// proxy's network, region and zone (and, for `PreferSameNode`, subzone and node), applied
+/// with or without outlier detection.
+static PREFER_SAME_ZONE: LazyLock<LocalityLoadBalancerSetting> =
+    LazyLock::new(|| LocalityLoadBalancerSetting {
+        enabled: Some(true),
+        failover_priority: [NETWORK_LABEL, REGION_LABEL, ZONE_LABEL]
+            .map(String::from)
+            .to_vec(),
+        ..Default::default()
+    });
+static PREFER_SAME_NODE: LazyLock<LocalityLoadBalancerSetting> =
+    LazyLock::new(|| LocalityLoadBalancerSetting {
+        enabled: Some(true),
+        failover_priority: [
+            NETWORK_LABEL,
+            REGION_LABEL,
+            ZONE_LABEL,
+            SUBZONE_LABEL,
+            HOSTNAME_LABEL,
+        ]
+        .map(String::from)
+        .to_vec(),
+        ..Default::default()
+    });
 
 /// MeshConfig's default: `localityLbSetting: {enabled: true}`.
 static MESH_DEFAULT: LocalityLoadBalancerSetting = LocalityLoadBalancerSetting {
@@ -103,12 +135,30 @@ pub struct Lb<'a> {
     failover: bool,
 }
 
-/// The locality balancing of a cluster with `policy` (its effective traffic policy), or
-/// `None` when its load assignment does not depend on where the proxy is.
-pub fn lb<'a>(mesh: &'a MeshConfig, policy: Option<&'a TrafficPolicy>) -> Option<Lb<'a>> {
+/// The locality balancing of a cluster of a service distributing traffic as `traffic`,
+/// with `policy` (its effective traffic policy), or `None` when its load assignment does
+/// not depend on where the proxy is. The rule's setting wins, then the service's
+/// `trafficDistribution` (which forces failover), then the mesh's.
+pub fn lb<'a>(
+    mesh: &'a MeshConfig,
+    policy: Option<&'a TrafficPolicy>,
+    traffic: TrafficDistribution,
+) -> Option<Lb<'a>> {
     let rule = policy
         .and_then(|p| p.load_balancer.as_ref())
         .and_then(|lb| lb.locality_lb_setting.as_ref());
+    let forced = match traffic {
+        _ if rule.is_some() => None,
+        TrafficDistribution::Any => None,
+        TrafficDistribution::PreferSameZone => Some(&*PREFER_SAME_ZONE),
+        TrafficDistribution::PreferSameNode => Some(&*PREFER_SAME_NODE),
+    };
+    if let Some(setting) = forced {
+        return Some(Lb {
+            setting,
+            failover: true,
+        });
+    }
     let setting = rule
         .or(mesh.locality_lb_setting.as_ref())
         .unwrap_or(&MESH_DEFAULT);
@@ -162,11 +212,12 @@ impl Lb<'_> {
 pub fn dependence<'a>(
     mesh: &MeshConfig,
     policies: impl IntoIterator<Item = Option<Cow<'a, TrafficPolicy>>>,
+    traffic: TrafficDistribution,
 ) -> Option<Vec<String>> {
     let mut keys = BTreeSet::new();
     let mut any = false;
     for policy in policies {
-        if let Some(lb) = lb(mesh, policy.as_deref()) {
+        if let Some(lb) = lb(mesh, policy.as_deref(), traffic) {
             any = true;
             keys.extend(lb.label_keys().map(str::to_string));
         }
@@ -186,7 +237,17 @@ fn distributes(l: Option<&LocalityLoadBalancerSetting>) -> bool {
 pub fn context_dependence<'a>(
     mesh: &MeshConfig,
     rules: impl Iterator<Item = &'a DestinationRuleSpec> + Clone,
+    traffic: impl Iterator<Item = TrafficDistribution>,
 ) -> Option<Vec<String>> {
+    // The services that prefer nearby endpoints, and the labels their failover compares.
+    let forced: BTreeSet<&str> = traffic
+        .filter_map(|t| match t {
+            TrafficDistribution::Any => None,
+            TrafficDistribution::PreferSameZone => Some(&*PREFER_SAME_ZONE),
+            TrafficDistribution::PreferSameNode => Some(&*PREFER_SAME_NODE),
+        })
+        .flat_map(|s| s.failover_priority.iter().map(String::as_str))
+        .collect();
     // Each policy component that can balance: its outlier detection and its setting.
     let components = rules.flat_map(|rule| {
         let policies = (rule.traffic_policy.iter()).chain(
@@ -210,7 +271,8 @@ pub fn context_dependence<'a>(
             }))
         })
     });
-    let aware = distributes(mesh.locality_lb_setting.as_ref())
+    let aware = !forced.is_empty()
+        || distributes(mesh.locality_lb_setting.as_ref())
         || components
             .clone()
             .any(|(outlier, l)| outlier || distributes(l));
@@ -218,7 +280,9 @@ pub fn context_dependence<'a>(
         let settings = (mesh.locality_lb_setting.iter()).chain(components.filter_map(|(_, l)| l));
         let keys: BTreeSet<String> = settings
             .flat_map(|s| &s.failover_priority)
-            .map(|k| k.split('=').next().unwrap_or_default().to_string())
+            .map(|k| k.split('=').next().unwrap_or_default())
+            .chain(forced)
+            .map(str::to_string)
             .collect();
         keys.into_iter().collect()
     })
@@ -397,6 +461,7 @@ mod tests {
             creation: None,
             selector: BTreeMap::new(),
             labels: BTreeMap::new(),
+            traffic_distribution: TrafficDistribution::Any,
         }
     }
 
@@ -429,7 +494,7 @@ mod tests {
     ) -> Vec<(String, u32, u32, Vec<String>)> {
         let mesh = MeshConfig::default();
         let mut gs = groups(svc, 80, |_| true);
-        if let Some(lb) = lb(&mesh, Some(policy)) {
+        if let Some(lb) = lb(&mesh, Some(policy), svc.traffic_distribution) {
             lb.apply(&mut gs, place);
         }
         assignment("c", gs)
@@ -519,7 +584,7 @@ mod tests {
             }),
             ..Default::default()
         };
-        assert!(lb(&mesh, Some(&policy(None, true))).is_none());
+        assert!(lb(&mesh, Some(&policy(None, true)), TrafficDistribution::Any).is_none());
     }
 
     #[test]
@@ -635,7 +700,11 @@ mod tests {
             ]
         );
         let mesh = MeshConfig::default();
-        let keys = dependence(&mesh, [Some(Cow::Owned(policy(Some(pinned), true)))]);
+        let keys = dependence(
+            &mesh,
+            [Some(Cow::Owned(policy(Some(pinned), true)))],
+            TrafficDistribution::Any,
+        );
         assert_eq!(keys, Some(vec!["tier".to_string()]));
     }
 
@@ -655,6 +724,51 @@ mod tests {
                 ("us-east/b/r1".into(), 0),
                 ("us-west/c/r1".into(), 2),
             ]
+        );
+    }
+
+    #[test]
+    fn a_service_preferring_close_endpoints_fails_over_by_zone_without_a_rule() {
+        let mut svc = three_zones();
+        let none = TrafficPolicy::default();
+        let zone_a = at("us-east/a/r1", &[]);
+        // Without a preference (and without outlier detection) nothing is balanced.
+        assert!(
+            lb(
+                &MeshConfig::default(),
+                Some(&none),
+                svc.traffic_distribution
+            )
+            .is_none()
+        );
+        svc.traffic_distribution = TrafficDistribution::PreferSameZone;
+        let got: Vec<(String, u32)> = (applied(&svc, &none, &zone_a).into_iter())
+            .map(|(l, p, _, _)| (l, p))
+            .collect();
+        // Its zone first (both subzones), then its region, then the rest.
+        let expected = [
+            ("eu/d/r1", 2),
+            ("us-east/a/r1", 0),
+            ("us-east/a/r2", 0),
+            ("us-east/b/r1", 1),
+            ("us-west/c/r1", 2),
+        ];
+        assert_eq!(got, expected.map(|(l, p)| (l.to_string(), p)));
+        // A rule's own setting wins over the service's preference: here, off.
+        let off = policy(
+            Some(LocalityLoadBalancerSetting {
+                enabled: Some(false),
+                ..Default::default()
+            }),
+            true,
+        );
+        assert!(lb(&MeshConfig::default(), Some(&off), svc.traffic_distribution).is_none());
+        // The preference makes the service's assignments depend on the proxy's network,
+        // region and zone only.
+        let keys = dependence(&MeshConfig::default(), [None], svc.traffic_distribution);
+        assert_eq!(
+            keys.unwrap(),
+            [NETWORK_LABEL, REGION_LABEL, ZONE_LABEL].map(String::from)
         );
     }
 }

@@ -325,8 +325,12 @@ impl ResourceCache {
                 Spec::DestinationRule(d) => Some(d),
                 _ => None,
             });
-        let labels: Option<Arc<[String]>> =
-            locality::context_dependence(&ctx.mesh, rules).map(Into::into);
+        let labels: Option<Arc<[String]>> = locality::context_dependence(
+            &ctx.mesh,
+            rules,
+            ctx.services.values().map(|s| s.traffic_distribution),
+        )
+        .map(Into::into);
         *memo = Some((ctx.id(), labels.clone()));
         labels
     }
@@ -454,7 +458,11 @@ impl ResourceCache {
 /// The labels the service's load assignments depend on, with the proxy's locality; `None`
 /// when they do not depend on the proxy.
 fn dependence(ctx: &PushContext, svc: &Service) -> Option<Vec<String>> {
-    locality::dependence(&ctx.mesh, translate::cluster::policies(ctx, svc))
+    locality::dependence(
+        &ctx.mesh,
+        translate::cluster::policies(ctx, svc),
+        svc.traffic_distribution,
+    )
 }
 
 fn encode_assignment(a: &ClusterLoadAssignment) -> Arc<Resource> {

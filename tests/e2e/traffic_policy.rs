@@ -251,6 +251,80 @@ fn outlier_detection_keeps_traffic_in_the_proxys_zone_and_fails_over_within_its_
     );
 }
 
+/// A Service with `trafficDistribution: PreferClose` and no DestinationRule: as with
+/// istiod, each sidecar's traffic stays in its own zone, moves to another zone of its
+/// region when its zone has no ready endpoint (never to another region while one is
+/// left), and spreads again once the Service no longer prefers close endpoints.
+#[test]
+fn a_service_preferring_close_endpoints_keeps_traffic_in_the_zone_without_a_rule() {
+    let ups = [
+        Upstream::start("reviews-a"),
+        Upstream::start("reviews-b"),
+        Upstream::start("reviews-w"),
+    ];
+    let zones: [&[(&str, &str)]; 3] = [
+        &[("topology.istio.io/locality", "us-east.zone-a")],
+        &[("topology.istio.io/locality", "us-east.zone-b")],
+        &[("topology.istio.io/locality", "us-west.zone-w")],
+    ];
+    let upstreams: Vec<_> = ups.iter().zip(zones).collect();
+    let (dir, port) = reviews_config("tp-traffic-distribution", &upstreams, "");
+    std::fs::remove_file(dir.join("dr.yaml")).unwrap();
+    let plain = std::fs::read_to_string(dir.join("reviews.yaml")).unwrap();
+    let selector = "  selector: {app: reviews}\n";
+    let close = plain.replacen(
+        selector,
+        &format!("{selector}  trafficDistribution: PreferClose\n"),
+        1,
+    );
+    std::fs::write(dir.join("reviews.yaml"), &close).unwrap();
+    let meshd = Meshd::start(&dir);
+    let in_a = Envoy::sidecar_in(&meshd, Ads::Delta, "shop", "client-a", "us-east/zone-a", "");
+    let in_w = Envoy::sidecar_in(&meshd, Ads::Delta, "shop", "client-w", "us-west/zone-w", "");
+    let reached = |envoy: &Envoy| {
+        (0..20)
+            .map(|_| {
+                http_get(&format!("{}:{port}", envoy.ip), "reviews", "/", &[])
+                    .map(|r| r.body)
+                    .unwrap_or_default()
+            })
+            .collect::<std::collections::BTreeSet<_>>()
+    };
+    let only = |names: &[&str]| -> std::collections::BTreeSet<String> {
+        names.iter().map(|n| n.to_string()).collect()
+    };
+    for (envoy, zone) in [(&in_a, "reviews-a"), (&in_w, "reviews-w")] {
+        wait_until(
+            "the sidecar to keep to its zone",
+            Duration::from_secs(10),
+            || reached(envoy) == only(&[zone]),
+        );
+    }
+    // zone-a's endpoint is no longer ready: zone-b, in the same region, takes over.
+    let slice_a = close
+        .find("{name: reviews-a, namespace: shop, labels: {kubernetes.io/service-name")
+        .unwrap();
+    let (head, tail) = close.split_at(slice_a);
+    let not_ready = format!("{head}{}", tail.replacen("ready: true", "ready: false", 1));
+    std::fs::write(dir.join("reviews.yaml"), &not_ready).unwrap();
+    wait_until(
+        "zone-a's traffic to fail over within its region",
+        Duration::from_secs(10),
+        || reached(&in_a) == only(&["reviews-b"]),
+    );
+    // Without the preference, zone-a's traffic spreads over the ready endpoints.
+    std::fs::write(
+        dir.join("reviews.yaml"),
+        not_ready.replacen("  trafficDistribution: PreferClose\n", "", 1),
+    )
+    .unwrap();
+    wait_until(
+        "zone-a's traffic to spread",
+        Duration::from_secs(10),
+        || reached(&in_a) == only(&["reviews-b", "reviews-w"]),
+    );
+}
+
 /// api.example.com is a ServiceEntry whose one endpoint speaks only TLS, with a certificate
 /// from a CA of its own. The rule originates TLS on its first port (`SIMPLE`, the CA from a
 /// file) and, through a port-level entry, mutual TLS on its second (the client certificate
