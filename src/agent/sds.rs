@@ -1,5 +1,6 @@
 //! SDS for the local Envoy on a Unix socket: `default` (the workload certificate and its
-//! key) and `ROOTCA` (the trust bundle), state-of-the-world, pushed again on every renewal.
+//! key) and `ROOTCA` (the trust bundle), state-of-the-world, pushed again on every renewal;
+//! and the files DestinationRules name, pushed again when they change on disk.
 
 use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::Secret;
 use envoy_types::pb::envoy::service::discovery::v3::{
@@ -78,6 +79,41 @@ fn file_secret(name: &str) -> Option<Secret> {
     Some(validation_secret(name, &read(path)?))
 }
 
+/// The files the named secrets are read from (their `file-cert:` and `file-root:` paths,
+/// the system bundle for `file-root:system`).
+fn secret_files(names: &[String]) -> Vec<String> {
+    let mut files = Vec::new();
+    for name in names {
+        if let Some(pair) = name.strip_prefix(FILE_CERT_PREFIX)
+            && let Some((cert, key)) = pair.split_once(FILE_PAIR_SEPARATOR)
+        {
+            files.extend([cert.to_string(), key.to_string()]);
+        } else if let Some(ca) = name.strip_prefix(FILE_ROOT_PREFIX) {
+            files.extend(if ca == SYSTEM_ROOTS {
+                SYSTEM_BUNDLES.iter().map(|p| p.to_string()).collect()
+            } else {
+                vec![ca.to_string()]
+            });
+        }
+    }
+    files
+}
+
+/// What the files look like now (modification time and length, or absent): when this
+/// differs from what it was at the last send, the secrets are read and sent again.
+fn files_stamp(files: &[String]) -> Vec<Option<(std::time::SystemTime, u64)>> {
+    files
+        .iter()
+        .map(|f| {
+            let m = std::fs::metadata(f).ok()?;
+            Some((m.modified().ok()?, m.len()))
+        })
+        .collect()
+}
+
+/// How often a stream looks at the files its secrets come from.
+const FILE_POLL: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Where Linux distributions keep the system's CA bundle, the first found is used.
 const SYSTEM_BUNDLES: [&str; 5] = [
     "/etc/ssl/certs/ca-certificates.crt",
@@ -87,7 +123,7 @@ const SYSTEM_BUNDLES: [&str; 5] = [
     "/etc/ssl/cert.pem",
 ];
 
-fn response(names: &[String], cert: &WorkloadCert, nonce: u64) -> DiscoveryResponse {
+fn response(names: &[String], cert: &WorkloadCert, files: u64, nonce: u64) -> DiscoveryResponse {
     let resources = names
         .iter()
         .filter_map(|n| secret(n, cert))
@@ -97,7 +133,7 @@ fn response(names: &[String], cert: &WorkloadCert, nonce: u64) -> DiscoveryRespo
         })
         .collect();
     DiscoveryResponse {
-        version_info: cert.generation.to_string(),
+        version_info: format!("{}.{files}", cert.generation),
         resources,
         type_url: SECRET_TYPE.into(),
         nonce: nonce.to_string(),
@@ -122,6 +158,13 @@ impl SecretDiscoveryService for Sds {
             let mut nonce = 0u64;
             // The generation last sent on this stream.
             let mut sent: Option<u64> = None;
+            // The files the named secrets come from, as they were when last sent, and how
+            // many times they have changed since the stream began.
+            let mut files: Vec<String> = Vec::new();
+            let mut stamp = Vec::new();
+            let mut file_changes = 0u64;
+            let mut poll = tokio::time::interval(FILE_POLL);
+            poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tokio::select! {
                     req = requests.message() => {
@@ -136,6 +179,13 @@ impl SecretDiscoveryService for Sds {
                         }
                     }
                     c = certs.changed() => if c.is_err() { return },
+                    _ = poll.tick(), if !files.is_empty() => {
+                        if files_stamp(&files) == stamp {
+                            continue;
+                        }
+                        file_changes += 1;
+                        tracing::info!("secret files changed on disk: {files:?}");
+                    }
                 }
                 let current = certs.borrow_and_update().clone();
                 let Some(cert) = current else { continue };
@@ -144,7 +194,10 @@ impl SecretDiscoveryService for Sds {
                 }
                 nonce += 1;
                 sent = Some(cert.generation);
-                if tx.send(Ok(response(&names, &cert, nonce))).await.is_err() {
+                files = secret_files(&names);
+                stamp = files_stamp(&files);
+                let answer = response(&names, &cert, file_changes, nonce);
+                if tx.send(Ok(answer)).await.is_err() {
                     return;
                 }
             }
@@ -170,6 +223,7 @@ impl SecretDiscoveryService for Sds {
         Ok(Response::new(response(
             &request.into_inner().resource_names,
             &cert,
+            0,
             0,
         )))
     }

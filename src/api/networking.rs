@@ -138,8 +138,7 @@ pub struct HttpRoute {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retries: Option<HttpRetry>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "any_object")]
-    pub fault: Option<AnyObject>,
+    pub fault: Option<HttpFaultInjection>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "any_object")]
     pub mirror: Option<AnyObject>,
@@ -154,6 +153,53 @@ pub struct HttpRoute {
     pub cors_policy: Option<AnyObject>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub headers: Option<Headers>,
+}
+
+/// `HTTPFaultInjection`: delay and/or abort a share of the requests a route takes.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpFaultInjection {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delay: Option<FaultDelay>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub abort: Option<FaultAbort>,
+}
+
+/// `HTTPFaultInjection.Delay`: `fixedDelay` for `percentage` of the requests (none if
+/// unset; the deprecated integer `percent` stands in for it).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FaultDelay {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fixed_delay: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exponential_delay: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub percentage: Option<Percent>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub percent: Option<i32>,
+}
+
+/// `HTTPFaultInjection.Abort`: answer `percentage` of the requests (none if unset) with
+/// `httpStatus`, or a gRPC status by name.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FaultAbort {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http_status: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grpc_status: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http2_error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub percentage: Option<Percent>,
+}
+
+/// `Percent`: a percentage, 0.0 to 100.0.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+pub struct Percent {
+    #[serde(default)]
+    pub value: f64,
 }
 
 /// `StringMatch`: exactly one of `exact`, `prefix` or `regex` (RE2 syntax).

@@ -167,6 +167,19 @@ fn http_route(r: &mut Report, field: &str, route: &HttpRoute) {
         );
     }
     r.duration(format!("{field}.timeout"), &route.timeout);
+    if let Some(fault) = &route.fault {
+        fault_injection(r, &format!("{field}.fault"), fault);
+    }
+    r.not_applied(
+        field,
+        [
+            ("delegate", route.delegate.is_some()),
+            ("mirror", route.mirror.is_some()),
+            ("mirrors", !route.mirrors.is_empty()),
+            ("mirrorPercentage", route.mirror_percentage.is_some()),
+            ("corsPolicy", route.cors_policy.is_some()),
+        ],
+    );
     if let Some(retries) = &route.retries {
         if retries.attempts < 0 {
             r.error(format!("{field}.retries.attempts"), "must not be negative");
@@ -184,6 +197,63 @@ fn http_route(r: &mut Report, field: &str, route: &HttpRoute) {
             format!("{field}.rewrite"),
             "uri and uriRegexRewrite cannot both be set",
         );
+    }
+}
+
+/// Fault injection, as Istio validates it: a delay or an abort; a delay's duration and
+/// percentages within 0–100; an abort's HTTP status within 200–599 or a gRPC status by
+/// name. An exponential delay or an HTTP/2 error is accepted and not applied (istiod
+/// drops them too).
+fn fault_injection(
+    r: &mut Report,
+    field: &str,
+    fault: &crate::api::networking::HttpFaultInjection,
+) {
+    if fault.delay.is_none() && fault.abort.is_none() {
+        r.error(
+            field.to_string(),
+            "at least one of delay or abort is required",
+        );
+    }
+    let percent = |r: &mut Report, f: String, p: Option<&crate::api::networking::Percent>| {
+        if let Some(p) = p
+            && !(0.0..=100.0).contains(&p.value)
+        {
+            r.error(f, format!("{} is not within 0-100", p.value));
+        }
+    };
+    if let Some(d) = &fault.delay {
+        let f = format!("{field}.delay");
+        match (&d.fixed_delay, &d.exponential_delay) {
+            (Some(_), _) => r.duration(format!("{f}.fixedDelay"), &d.fixed_delay),
+            (None, Some(_)) => r.warn(format!("{f}.exponentialDelay"), NOT_APPLIED),
+            (None, None) => r.error(format!("{f}.fixedDelay"), "is required"),
+        }
+        percent(r, format!("{f}.percentage.value"), d.percentage.as_ref());
+        if let Some(p) = d.percent.filter(|p| !(0..=100).contains(p)) {
+            r.error(format!("{f}.percent"), format!("{p} is not within 0-100"));
+        }
+    }
+    if let Some(a) = &fault.abort {
+        let f = format!("{field}.abort");
+        match (a.http_status, &a.grpc_status, &a.http2_error) {
+            (Some(s), _, _) if !(200..=599).contains(&s) => r.error(
+                format!("{f}.httpStatus"),
+                format!("HTTP status {s} is not in range 200-599"),
+            ),
+            (Some(_), _, _) => {}
+            (None, Some(g), _) if crate::translate::fault::grpc_code(g).is_none() => r.error(
+                format!("{f}.grpcStatus"),
+                format!("{g:?} is not a gRPC status name"),
+            ),
+            (None, Some(_), _) => {}
+            (None, None, Some(_)) => r.warn(format!("{f}.http2Error"), NOT_APPLIED),
+            (None, None, None) => r.error(
+                f.clone(),
+                "one of httpStatus, grpcStatus or http2Error is required",
+            ),
+        }
+        percent(r, format!("{f}.percentage.value"), a.percentage.as_ref());
     }
 }
 
@@ -633,7 +703,7 @@ fn tls_route(
                     sf,
                     format!("using an IP address ({sni:?}) goes against the SNI spec and most clients do not support it"),
                 );
-            } else if !vs_hosts.iter().any(|h| sni_within(sni, h)) {
+            } else if !vs_hosts.iter().any(|h| crate::model::host_covers(h, sni)) {
                 r.error(
                     sf,
                     format!(
@@ -644,18 +714,6 @@ fn tls_route(
             }
         }
         subnets(r, &f, &m.destination_subnets);
-    }
-}
-
-/// Whether the SNI name `sni` lies within the VirtualService host `host` (Istio's
-/// `host.Name.SubsetOf`).
-fn sni_within(sni: &str, host: &str) -> bool {
-    if host == "*" || sni == host {
-        return true;
-    }
-    match host.strip_prefix('*') {
-        Some(suffix) => sni.strip_prefix('*').unwrap_or(sni).ends_with(suffix),
-        None => false,
     }
 }
 
@@ -922,6 +980,59 @@ mod tests {
         assert_eq!(good.objects.len(), 1, "{:?}", good.issues);
         let warned: Vec<&str> = good.issues.iter().map(|i| i.field.as_str()).collect();
         assert_eq!(warned, ["spec.tcp[0].match[0].destinationSubnets[0]"]);
+    }
+
+    #[test]
+    fn faults_are_checked_as_istio_checks_them_and_mirrors_warn() {
+        let vs = |http: &str| {
+            parse_file(
+                "vs.yaml",
+                &format!(
+                    "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: r, namespace: shop}}\nspec:\n  hosts: [ratings]\n  http:\n{http}"
+                ),
+            )
+        };
+        let bad = vs(concat!(
+            "  - route: [{destination: {host: ratings}}]\n    fault: {}\n",
+            "  - route: [{destination: {host: ratings}}]\n",
+            "    fault: {delay: {percentage: {value: 101}}, abort: {httpStatus: 700}}\n",
+            "  - route: [{destination: {host: ratings}}]\n",
+            "    fault: {delay: {fixedDelay: soon, percent: 200}, abort: {grpcStatus: SLOW}}\n",
+            "  - route: [{destination: {host: ratings}}]\n    fault: {abort: {percentage: {value: 5}}}\n",
+        ));
+        assert!(bad.objects.is_empty());
+        let fields: Vec<&str> = bad.errors().map(|e| e.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.http[0].fault",
+                "spec.http[1].fault.delay.fixedDelay",
+                "spec.http[1].fault.delay.percentage.value",
+                "spec.http[1].fault.abort.httpStatus",
+                "spec.http[2].fault.delay.fixedDelay",
+                "spec.http[2].fault.delay.percent",
+                "spec.http[2].fault.abort.grpcStatus",
+                "spec.http[3].fault.abort",
+            ]
+        );
+        let good = vs(concat!(
+            "  - route: [{destination: {host: ratings}}]\n",
+            "    fault: {delay: {fixedDelay: 7s, percentage: {value: 12.5}}, abort: {grpcStatus: UNAVAILABLE}}\n",
+            "  - route: [{destination: {host: ratings}}]\n",
+            "    fault: {delay: {exponentialDelay: 1s}, abort: {http2Error: CANCEL}}\n",
+            "    mirror: {host: ratings-copy}\n    corsPolicy: {allowOrigins: [{exact: '*'}]}\n",
+        ));
+        assert_eq!(good.objects.len(), 1, "{:?}", good.issues);
+        let warned: Vec<&str> = good.issues.iter().map(|i| i.field.as_str()).collect();
+        assert_eq!(
+            warned,
+            [
+                "spec.http[1].fault.delay.exponentialDelay",
+                "spec.http[1].fault.abort.http2Error",
+                "spec.http[1].mirror",
+                "spec.http[1].corsPolicy",
+            ]
+        );
     }
 
     #[test]

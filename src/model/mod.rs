@@ -118,6 +118,19 @@ pub fn resolve_host(host: &str, namespace: &str) -> String {
     }
 }
 
+/// Whether every name `host` stands for is one `pattern` stands for (Istio's
+/// `host.Name.SubsetOf`, the other way round): equal, `*`, or a `*.suffix` pattern whose
+/// suffix ends `host` (a wildcard `host` included).
+pub fn host_covers(pattern: &str, host: &str) -> bool {
+    if pattern == "*" || pattern == host {
+        return true;
+    }
+    match pattern.strip_prefix('*') {
+        Some(suffix) => host.strip_prefix('*').unwrap_or(host).ends_with(suffix),
+        None => false,
+    }
+}
+
 /// Istio host matching: exact, or a `*.suffix` wildcard on either side, or `*`.
 pub fn host_matches(pattern: &str, host: &str) -> bool {
     if pattern == "*" || pattern == host {

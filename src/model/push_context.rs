@@ -8,8 +8,8 @@ use serde::Serialize;
 
 use super::service::{build_services, endpoint_locality, kubernetes_hostname, kubernetes_service};
 use super::{
-    Proxy, ProxyKind, REVISION_LABEL, Service, Store, host_matches, namespace_revision,
-    resolve_host,
+    Proxy, ProxyKind, REVISION_LABEL, Service, Store, host_covers, host_matches,
+    namespace_revision, resolve_host,
 };
 use crate::api::labels_match;
 use crate::api::networking::{
@@ -45,8 +45,8 @@ pub struct PushContext {
     pub services: imbl::OrdMap<String, Arc<Service>>,
     /// VirtualServices, oldest first (Istio's precedence), then by namespace/name.
     pub virtual_services: Arc<Vec<Arc<ConfigObject>>>,
-    /// DestinationRules by the FQDN they apply to.
-    pub destination_rules: Arc<foldhash::HashMap<String, Arc<ConfigObject>>>,
+    /// DestinationRules by the host they apply to.
+    pub destination_rules: Arc<DestinationRules>,
     pub gateways: Arc<Vec<Arc<ConfigObject>>>,
     pub sidecars: Arc<Vec<Arc<ConfigObject>>>,
     /// Oldest first, then by key.
@@ -78,15 +78,51 @@ fn sidecars(store: &Store) -> Arc<Vec<Arc<ConfigObject>>> {
     Arc::new(store.of_kind(Kind::Sidecar).cloned().collect())
 }
 
-fn destination_rules(store: &Store) -> Arc<foldhash::HashMap<String, Arc<ConfigObject>>> {
-    let mut rules = foldhash::HashMap::default();
+/// The DestinationRules of a context by host: an exact host's, else the most specific
+/// wildcard host covering it (`*.shop.svc.cluster.local` before `*.local`), as istiod's
+/// `MostSpecificHostMatch`. Of two rules for one host the oldest wins.
+#[derive(Debug, Default, PartialEq)]
+pub struct DestinationRules {
+    exact: foldhash::HashMap<String, Arc<ConfigObject>>,
+    /// Longest (most specific) first.
+    wildcard: Vec<(String, Arc<ConfigObject>)>,
+}
+
+impl DestinationRules {
+    /// The rule for `host` (an FQDN, or a wildcard service host).
+    pub fn get(&self, host: &str) -> Option<&Arc<ConfigObject>> {
+        self.exact.get(host).or_else(|| {
+            (self.wildcard.iter())
+                .find(|(pattern, _)| host_covers(pattern, host))
+                .map(|(_, rule)| rule)
+        })
+    }
+
+    pub fn values(&self) -> impl Iterator<Item = &Arc<ConfigObject>> + Clone {
+        self.exact
+            .values()
+            .chain(self.wildcard.iter().map(|(_, r)| r))
+    }
+}
+
+fn destination_rules(store: &Store) -> Arc<DestinationRules> {
+    let mut rules = DestinationRules::default();
     for dr in oldest_first(store, Kind::DestinationRule).iter() {
         if let Spec::DestinationRule(spec) = &dr.spec {
-            rules
-                .entry(resolve_host(&spec.host, &dr.key.namespace))
-                .or_insert(dr.clone());
+            let host = resolve_host(&spec.host, &dr.key.namespace);
+            if host.starts_with('*') {
+                if !rules.wildcard.iter().any(|(h, _)| *h == host) {
+                    rules.wildcard.push((host, dr.clone()));
+                }
+            } else {
+                rules.exact.entry(host).or_insert(dr.clone());
+            }
         }
     }
+    // Stable: equally long patterns keep their age order.
+    rules
+        .wildcard
+        .sort_by_key(|(h, _)| std::cmp::Reverse(h.len()));
     Arc::new(rules)
 }
 

@@ -60,13 +60,24 @@ fn http_connection_manager(stat_prefix: String, route_name: String, gateway: boo
             config_source: Some(ads_config_source()),
             route_config_name: route_name,
         })),
-        http_filters: vec![HttpFilter {
-            name: "envoy.filters.http.router".into(),
-            config_type: Some(http_filter::ConfigType::TypedConfig(pack_any(
-                Router::default(),
-            ))),
-            ..Default::default()
-        }],
+        http_filters: vec![
+            // Routes with a VirtualService `fault` configure it (istiod's order: fault,
+            // then the router).
+            HttpFilter {
+                name: super::fault::FAULT_FILTER.into(),
+                config_type: Some(http_filter::ConfigType::TypedConfig(
+                    super::fault::filter_config(),
+                )),
+                ..Default::default()
+            },
+            HttpFilter {
+                name: "envoy.filters.http.router".into(),
+                config_type: Some(http_filter::ConfigType::TypedConfig(pack_any(
+                    Router::default(),
+                ))),
+                ..Default::default()
+            },
+        ],
         use_remote_address: Some(BoolValue { value: gateway }),
         normalize_path: Some(BoolValue { value: true }),
         path_with_escaped_slashes_action: PathWithEscapedSlashesAction::KeepUnchanged as i32,

@@ -703,6 +703,11 @@ fn translate_route(
             ) = header_options(resp);
         }
     }
+    if let Some(fault) = http.fault.as_ref().and_then(super::fault::route_config) {
+        route
+            .typed_per_filter_config
+            .insert(super::fault::FAULT_FILTER.into(), fault);
+    }
     if let Some(redirect) = &http.redirect {
         let code = match redirect.redirect_code.unwrap_or(301) {
             302 => redirect_action::RedirectResponseCode::Found,

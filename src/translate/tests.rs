@@ -1151,3 +1151,89 @@ fn a_tcp_proxy_takes_its_destination_rules_idle_timeout_duration_and_source_ip_h
     assert!(v1.hash_policy.is_empty());
     assert_eq!(seconds(v1.idle_timeout), Some(30));
 }
+
+#[test]
+fn a_wildcard_host_destination_rule_applies_where_no_more_specific_rule_does() {
+    let ctx = context(concat!(
+        "apiVersion: v1\nkind: Service\nmetadata: {name: details, namespace: shop}\nspec:\n  clusterIP: 10.96.1.4\n  ports: [{name: http, port: 9080}]\n---\n",
+        "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: mesh-wide, namespace: istio-system}\nspec:\n  host: '*.local'\n  trafficPolicy: {connectionPool: {tcp: {maxConnections: 7}}}\n---\n",
+        "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: other-ns, namespace: istio-system}\nspec:\n  host: '*.other.svc.cluster.local'\n  trafficPolicy: {connectionPool: {tcp: {maxConnections: 9}}}\n",
+    ));
+    let cfg = proxy_config(&ctx, &sidecar("shop", json!({})));
+    let max_connections = |name: &str| {
+        let c = cfg.clusters.iter().find(|c| c.name == name).unwrap();
+        let t = &c.circuit_breakers.as_ref().unwrap().thresholds[0];
+        t.max_connections.as_ref().unwrap().value
+    };
+    // The most specific wildcard wins; an exact host's own rule wins over both.
+    assert_eq!(
+        max_connections("outbound|9080||details.shop.svc.cluster.local"),
+        7
+    );
+    assert_eq!(
+        max_connections("outbound|5432||ratings.other.svc.cluster.local"),
+        9
+    );
+    assert_eq!(
+        max_connections("outbound|9080|v1|reviews.shop.svc.cluster.local"),
+        u32::MAX
+    );
+}
+
+#[test]
+fn a_route_with_a_fault_carries_it_and_connection_managers_hold_the_fault_filter() {
+    use envoy_types::pb::envoy::extensions::filters::common::fault::v3::fault_delay::FaultDelaySecifier;
+    use envoy_types::pb::envoy::extensions::filters::http::fault::v3::{
+        HttpFault, fault_abort::ErrorType,
+    };
+    use prost::Message;
+    let ctx = context(concat!(
+        "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: ratings, namespace: other}\nspec:\n  hosts: [ratings]\n  http:\n",
+        "  - match: [{headers: {end-user: {exact: jason}}}]\n",
+        "    fault: {delay: {fixedDelay: 7s, percentage: {value: 12.5}}, abort: {httpStatus: 418, percentage: {value: 100}}}\n",
+        "    route: [{destination: {host: ratings}}]\n",
+        "  - fault: {abort: {grpcStatus: UNAVAILABLE}}\n    route: [{destination: {host: ratings}}]\n",
+    ));
+    let cfg = proxy_config(&ctx, &sidecar("shop", json!({})));
+    let rc = cfg.routes.iter().find(|r| r.name == "9080").unwrap();
+    let vh = (rc.virtual_hosts.iter())
+        .find(|v| v.name.starts_with("ratings.other"))
+        .unwrap();
+    let fault = |i: usize| {
+        let any = &vh.routes[i].typed_per_filter_config["envoy.filters.http.fault"];
+        HttpFault::decode(any.value.as_slice()).unwrap()
+    };
+    let jason = fault(0);
+    let delay = jason.delay.unwrap();
+    assert_eq!(delay.percentage.unwrap().numerator, 125_000, "per million");
+    assert_eq!(
+        delay.fault_delay_secifier,
+        Some(FaultDelaySecifier::FixedDelay(duration(
+            std::time::Duration::from_secs(7)
+        )))
+    );
+    let abort = jason.abort.unwrap();
+    assert_eq!(abort.error_type, Some(ErrorType::HttpStatus(418)));
+    assert_eq!(abort.percentage.unwrap().numerator, 1_000_000);
+    // Istio's default percentage is none: the abort is there, for no request.
+    let rest = fault(1).abort.unwrap();
+    assert_eq!(rest.error_type, Some(ErrorType::GrpcStatus(14)));
+    assert!(rest.percentage.is_none());
+    // The fault filter sits before the router in the outbound connection manager.
+    let l = cfg
+        .listeners
+        .iter()
+        .find(|l| l.name == "0.0.0.0_9080")
+        .unwrap();
+    let Some(envoy_types::pb::envoy::config::listener::v3::filter::ConfigType::TypedConfig(any)) =
+        &l.filter_chains[0].filters[0].config_type
+    else {
+        panic!("{l:?}")
+    };
+    let hcm = envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpConnectionManager::decode(any.value.as_slice()).unwrap();
+    let names: Vec<&str> = hcm.http_filters.iter().map(|f| f.name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["envoy.filters.http.fault", "envoy.filters.http.router"]
+    );
+}

@@ -96,6 +96,45 @@ fn a_header_match_sends_jason_to_v2_and_everyone_else_to_v1() {
 /// shared runs of encoded resources (`src/xds/joined.rs`): each Envoy, delta or state of
 /// the world, accepts it and routes, the second delta sidecar is sent the first one's
 /// runs, and once nothing carries them meshd lets them go.
+/// Istio's Bookinfo fault-injection task: requests from jason are delayed and then
+/// aborted by the sidecar itself (Envoy's fault filter answers, reviews never sees them);
+/// everyone else reaches reviews untouched, as do jason's once the fault is gone.
+#[test]
+fn a_fault_delays_and_aborts_jasons_requests_only() {
+    let vs = |fault: &str| {
+        format!(
+            "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: reviews, namespace: shop}}\nspec:\n  hosts: [reviews]\n  http:\n  - match: [{{headers: {{end-user: {{exact: jason}}}}}}]\n{fault}    route: [{{destination: {{host: reviews, subset: v2}}}}]\n  - route: [{{destination: {{host: reviews, subset: v1}}}}]\n"
+        )
+    };
+    let fault = "    fault:\n      delay: {fixedDelay: 1s, percentage: {value: 100}}\n      abort: {httpStatus: 418, percentage: {value: 100}}\n";
+    let m = reviews_mesh("sc-fault", Ads::Delta, &vs(fault));
+    let jason = [("end-user", "jason")];
+    wait_until(
+        "jason's requests to be aborted",
+        Duration::from_secs(10),
+        || m.get(&jason).is_ok_and(|r| r.status == 418),
+    );
+    let started = std::time::Instant::now();
+    let r = m.get(&jason).unwrap();
+    assert_eq!(r.status, 418);
+    assert_ne!(r.body, "reviews-v2", "the sidecar answered, not reviews");
+    assert!(
+        started.elapsed() >= Duration::from_secs(1),
+        "the abort came after the delay"
+    );
+    for _ in 0..5 {
+        let r = m.get(&[]).unwrap();
+        assert_eq!((r.status, r.body.as_str()), (200, "reviews-v1"));
+    }
+    // A fault for no share of the requests (no percentage) injects nothing.
+    let none = "    fault: {abort: {httpStatus: 418}}\n";
+    m.meshd.write("vs.yaml", &vs(none));
+    wait_until("jason's requests to pass", Duration::from_secs(10), || {
+        m.get(&jason)
+            .is_ok_and(|r| r.status == 200 && r.body == "reviews-v2")
+    });
+}
+
 #[test]
 fn sidecars_sent_shared_runs_of_a_large_configuration_route_with_it() {
     let dir = temp_dir("sc-shared-runs").join("config");

@@ -78,6 +78,49 @@ fn outlier_detection_ejects_a_failing_endpoint_and_the_pool_sets_envoys_circuit_
     );
 }
 
+/// A mesh-wide rule for `*.local` in istio-system, the pattern Istio's docs use, applies
+/// to reviews, which has no rule of its own: its failing endpoint is ejected and its
+/// cluster carries the rule's pool limit. A rule for reviews' own host then wins.
+#[test]
+fn a_mesh_wide_wildcard_destination_rule_applies_to_services_without_their_own() {
+    let ok = Upstream::start("reviews-ok");
+    let bad = Upstream::answering("reviews-bad", "503 Service Unavailable");
+    let (dir, port) = reviews_config("tp-wildcard-dr", &[(&ok, &[]), (&bad, &[])], "");
+    std::fs::remove_file(dir.join("dr.yaml")).unwrap();
+    std::fs::write(
+        dir.join("mesh-dr.yaml"),
+        "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: default, namespace: istio-system}\nspec:\n  host: '*.local'\n  trafficPolicy:\n    connectionPool: {tcp: {maxConnections: 7}}\n    outlierDetection: {consecutive5xxErrors: 1, interval: 1s, baseEjectionTime: 10m, maxEjectionPercent: 100}\n",
+    )
+    .unwrap();
+    let meshd = Meshd::start(&dir);
+    let envoy = Envoy::sidecar(&meshd, Ads::Delta, "shop", "productpage");
+    let get = || http_get(&format!("{}:{port}", envoy.ip), "reviews", "/", &[]);
+    wait_until("the sidecar to route", Duration::from_secs(10), || {
+        get().is_ok_and(|r| r.status == 200)
+    });
+    let failures = (0..20).filter(|_| get().unwrap().status == 503).count();
+    assert!(
+        failures <= 1,
+        "{failures} failures: the failing endpoint was not ejected"
+    );
+    let cluster = format!("outbound|{port}||reviews.shop.svc.cluster.local");
+    let limit = |value: &str| format!("{cluster}::default_priority::max_connections::{value}");
+    let clusters = envoy.admin("/clusters").unwrap().body;
+    assert!(clusters.contains(&limit("7")), "{clusters}");
+    std::fs::write(
+        dir.join("dr.yaml"),
+        "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: reviews, namespace: shop}\nspec:\n  host: reviews\n  trafficPolicy: {connectionPool: {tcp: {maxConnections: 11}}}\n",
+    )
+    .unwrap();
+    wait_until("reviews' own rule to win", Duration::from_secs(10), || {
+        envoy
+            .admin("/clusters")
+            .unwrap()
+            .body
+            .contains(&limit("11"))
+    });
+}
+
 /// reviews has three endpoints and a rule whose port-level entry for the service's port
 /// hashes on the `x-user` header. Every user's requests stay on one endpoint (were the
 /// hash ignored, least-request would spread each user's eight requests over all three),
@@ -404,4 +447,37 @@ fn simple_and_mutual_tls_are_originated_with_the_rules_files() {
     ] {
         assert!(secrets.contains(&name), "no secret {name} in:\n{secrets}");
     }
+
+    // A rotated client certificate on disk reaches the agent's Envoy without a restart,
+    // and mutual TLS goes on with it.
+    let rotated_key = {
+        use p256::elliptic_curve::Generate;
+        p256::ecdsa::SigningKey::generate()
+    };
+    let csr = csr::build(&rotated_key, &client.to_string()).unwrap();
+    let rotated = ca.sign_workload(&csr, &client, 3600).unwrap().concat();
+    std::fs::write(&key_file, key_to_pem(&rotated_key).unwrap()).unwrap();
+    std::fs::write(&cert_file, &rotated).unwrap();
+    let encoded = {
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD.encode(&rotated)
+    };
+    wait_until(
+        "the rotated certificate in the agent's Envoy",
+        Duration::from_secs(10),
+        || {
+            (with_agent.envoy)
+                .config_dump("dynamic_active_secrets")
+                .contains(&encoded)
+        },
+    );
+    let get = |port: u16| {
+        http_get(
+            &format!("{}:{port}", with_agent.envoy.ip),
+            "api.example.com",
+            "/",
+            &[],
+        )
+    };
+    assert_eq!(get(mutual).unwrap().headers["x-tls-client-cert"], "present");
 }
