@@ -7,7 +7,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{AnyObject, IstioStatus, LabelSelector, any_object, any_object_list};
+use super::{AnyObject, IstioStatus, LabelSelector, any_object};
 
 // ---------------------------------------------------------------- VirtualService
 
@@ -140,19 +140,29 @@ pub struct HttpRoute {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fault: Option<HttpFaultInjection>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "any_object")]
-    pub mirror: Option<AnyObject>,
+    pub mirror: Option<Destination>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(schema_with = "any_object_list")]
-    pub mirrors: Vec<AnyObject>,
+    pub mirrors: Vec<HttpMirrorPolicy>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "any_object")]
-    pub mirror_percentage: Option<AnyObject>,
+    pub mirror_percentage: Option<Percent>,
+    /// Deprecated: `mirrorPercentage` in whole percent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mirror_percent: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "any_object")]
     pub cors_policy: Option<AnyObject>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub headers: Option<Headers>,
+}
+
+/// `HTTPMirrorPolicy`: a copy of `percentage` of the requests (all if unset) goes to
+/// `destination`, whose answers are dropped.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpMirrorPolicy {
+    pub destination: Destination,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub percentage: Option<Percent>,
 }
 
 /// `HTTPFaultInjection`: delay and/or abort a share of the requests a route takes.

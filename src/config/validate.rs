@@ -174,12 +174,10 @@ fn http_route(r: &mut Report, field: &str, route: &HttpRoute) {
         field,
         [
             ("delegate", route.delegate.is_some()),
-            ("mirror", route.mirror.is_some()),
-            ("mirrors", !route.mirrors.is_empty()),
-            ("mirrorPercentage", route.mirror_percentage.is_some()),
             ("corsPolicy", route.cors_policy.is_some()),
         ],
     );
+    mirrors(r, field, route);
     if let Some(retries) = &route.retries {
         if retries.attempts < 0 {
             r.error(format!("{field}.retries.attempts"), "must not be negative");
@@ -197,6 +195,47 @@ fn http_route(r: &mut Report, field: &str, route: &HttpRoute) {
             format!("{field}.rewrite"),
             "uri and uriRegexRewrite cannot both be set",
         );
+    }
+}
+
+/// Mirrors, as Istio validates them: `mirror` or `mirrors`, not both; each destination
+/// with a host; percentages within 0–100.
+fn mirrors(r: &mut Report, field: &str, route: &crate::api::networking::HttpRoute) {
+    if route.mirror.is_some() && !route.mirrors.is_empty() {
+        r.error(
+            format!("{field}.mirrors"),
+            "mirror and mirrors cannot both be set",
+        );
+    }
+    let percent = |r: &mut Report, f: String, p: Option<&crate::api::networking::Percent>| {
+        if let Some(p) = p
+            && !(0.0..=100.0).contains(&p.value)
+        {
+            r.error(f, format!("{} is not within 0-100", p.value));
+        }
+    };
+    if let Some(m) = &route.mirror
+        && m.host.is_empty()
+    {
+        r.error(format!("{field}.mirror.host"), "is required");
+    }
+    percent(
+        r,
+        format!("{field}.mirrorPercentage.value"),
+        route.mirror_percentage.as_ref(),
+    );
+    if let Some(p) = route.mirror_percent.filter(|p| *p > 100) {
+        r.error(
+            format!("{field}.mirrorPercent"),
+            format!("{p} is not within 0-100"),
+        );
+    }
+    for (i, m) in route.mirrors.iter().enumerate() {
+        let f = format!("{field}.mirrors[{i}]");
+        if m.destination.host.is_empty() {
+            r.error(format!("{f}.destination.host"), "is required");
+        }
+        percent(r, format!("{f}.percentage.value"), m.percentage.as_ref());
     }
 }
 
@@ -983,7 +1022,7 @@ mod tests {
     }
 
     #[test]
-    fn faults_are_checked_as_istio_checks_them_and_mirrors_warn() {
+    fn faults_and_mirrors_are_checked_as_istio_checks_them() {
         let vs = |http: &str| {
             parse_file(
                 "vs.yaml",
@@ -999,6 +1038,7 @@ mod tests {
             "  - route: [{destination: {host: ratings}}]\n",
             "    fault: {delay: {fixedDelay: soon, percent: 200}, abort: {grpcStatus: SLOW}}\n",
             "  - route: [{destination: {host: ratings}}]\n    fault: {abort: {percentage: {value: 5}}}\n",
+            "  - route: [{destination: {host: ratings}}]\n    mirror: {host: a}\n    mirrors: [{destination: {host: ''}, percentage: {value: -1}}]\n",
         ));
         assert!(bad.objects.is_empty());
         let fields: Vec<&str> = bad.errors().map(|e| e.field.as_str()).collect();
@@ -1013,6 +1053,9 @@ mod tests {
                 "spec.http[2].fault.delay.percent",
                 "spec.http[2].fault.abort.grpcStatus",
                 "spec.http[3].fault.abort",
+                "spec.http[4].mirrors",
+                "spec.http[4].mirrors[0].destination.host",
+                "spec.http[4].mirrors[0].percentage.value",
             ]
         );
         let good = vs(concat!(
@@ -1029,7 +1072,6 @@ mod tests {
             [
                 "spec.http[1].fault.delay.exponentialDelay",
                 "spec.http[1].fault.abort.http2Error",
-                "spec.http[1].mirror",
                 "spec.http[1].corsPolicy",
             ]
         );

@@ -377,28 +377,55 @@ impl PushContext {
                 continue;
             };
             let http = spec.http.iter().enumerate().flat_map(|(i, http)| {
-                (http.route.iter().enumerate())
-                    .map(move |(j, d)| (format!("spec.http[{i}].route[{j}]"), &d.destination))
+                (http.route.iter().enumerate()).map(move |(j, d)| {
+                    (
+                        format!("spec.http[{i}].route[{j}].destination"),
+                        &d.destination,
+                    )
+                })
             });
             let tcp = spec.tcp.iter().enumerate().flat_map(|(i, tcp)| {
-                (tcp.route.iter().enumerate())
-                    .map(move |(j, d)| (format!("spec.tcp[{i}].route[{j}]"), &d.destination))
+                (tcp.route.iter().enumerate()).map(move |(j, d)| {
+                    (
+                        format!("spec.tcp[{i}].route[{j}].destination"),
+                        &d.destination,
+                    )
+                })
+            });
+            let mirrors = spec.http.iter().enumerate().flat_map(|(i, http)| {
+                let mirror =
+                    (http.mirror.iter()).map(move |d| (format!("spec.http[{i}].mirror"), d));
+                let listed = (http.mirrors.iter().enumerate()).map(move |(j, m)| {
+                    (
+                        format!("spec.http[{i}].mirrors[{j}].destination"),
+                        &m.destination,
+                    )
+                });
+                mirror.chain(listed)
             });
             let tls = spec.tls.iter().enumerate().flat_map(|(i, tls)| {
-                (tls.route.iter().enumerate())
-                    .map(move |(j, d)| (format!("spec.tls[{i}].route[{j}]"), &d.destination))
+                (tls.route.iter().enumerate()).map(move |(j, d)| {
+                    (
+                        format!("spec.tls[{i}].route[{j}].destination"),
+                        &d.destination,
+                    )
+                })
             });
             {
-                for (route, d) in http.chain(tcp).chain(tls) {
+                for (field, d) in http.chain(tcp).chain(tls).chain(mirrors) {
                     let host = resolve_host(&d.host, &vs.key.namespace);
-                    let field = format!("{route}.destination");
                     if !self.services.contains_key(&host)
                         && !self.services.keys().any(|h| host_matches(h, &host))
                     {
+                        let outcome = if field.contains(".mirror") {
+                            "copies of requests go nowhere"
+                        } else {
+                            "requests get 503"
+                        };
                         issues.push(ModelIssue {
                             object: vs.key.to_string(),
                             field: format!("{field}.host"),
-                            message: format!("no service or ServiceEntry for host {host:?}; requests get 503 until one exists"),
+                            message: format!("no service or ServiceEntry for host {host:?}; {outcome} until one exists"),
                         });
                     } else if let Some(subset) = &d.subset {
                         let defined = self

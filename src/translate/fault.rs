@@ -51,7 +51,7 @@ pub fn grpc_code(name: &str) -> Option<u32> {
 }
 
 /// Istio's percentage as Envoy's: per million, so that fractions survive.
-fn per_million(p: &Percent) -> FractionalPercent {
+pub(super) fn per_million(p: &Percent) -> FractionalPercent {
     FractionalPercent {
         numerator: (p.value * 10_000.0) as u32,
         denominator: DenominatorType::Million as i32,

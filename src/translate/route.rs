@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use envoy_types::pb::envoy::config::core::v3::{
-    DataSource, HeaderValue, HeaderValueOption, data_source::Specifier,
+    DataSource, HeaderValue, HeaderValueOption, RuntimeFractionalPercent, data_source::Specifier,
     header_value_option::HeaderAppendAction,
 };
 use envoy_types::pb::envoy::config::route::v3::{
@@ -17,6 +17,7 @@ use envoy_types::pb::envoy::config::route::v3::{
     redirect_action,
     retry_policy::RetryHostPredicate,
     route::Action,
+    route_action,
     route_action::{
         ClusterSpecifier, HashPolicy, HostRewriteSpecifier, hash_policy,
         hash_policy::PolicySpecifier,
@@ -28,6 +29,7 @@ use envoy_types::pb::envoy::extensions::retry::host::previous_hosts::v3::Previou
 use envoy_types::pb::envoy::r#type::matcher::v3::{
     RegexMatcher, StringMatcher, string_matcher::MatchPattern,
 };
+use envoy_types::pb::envoy::r#type::v3::{FractionalPercent, fractional_percent};
 use envoy_types::pb::google::protobuf::{BoolValue, UInt32Value};
 use envoy_types::util::pack_any;
 
@@ -666,6 +668,55 @@ pub(super) fn destination_port(
         .unwrap_or(listener_port)
 }
 
+/// The route's mirrors (`mirror` with `mirrorPercentage`, 100% by default and none at
+/// 0%; each of `mirrors` with its own percentage), as istiod's
+/// `TranslateRequestMirrorPolicy`: the destination's cluster, the share of requests, and
+/// no trace sampling of the copies.
+fn mirror_policies(
+    ctx: &PushContext,
+    http: &HttpRoute,
+    ns: &str,
+    port: u32,
+) -> Vec<route_action::RequestMirrorPolicy> {
+    let whole = |percent: u32| FractionalPercent {
+        numerator: percent,
+        denominator: fractional_percent::DenominatorType::Hundred as i32,
+    };
+    let share = |p: Option<&crate::api::networking::Percent>| match p {
+        Some(p) if p.value > 0.0 => Some(super::fault::per_million(p)),
+        Some(_) => None,
+        None => Some(whole(100)),
+    };
+    let first = http.mirror.as_ref().and_then(|d| {
+        let fraction = match (&http.mirror_percentage, http.mirror_percent) {
+            (Some(p), _) => share(Some(p))?,
+            (None, Some(0)) => return None,
+            (None, Some(n)) => whole(n),
+            (None, None) => whole(100),
+        };
+        Some((d, fraction))
+    });
+    let rest =
+        (http.mirrors.iter()).filter_map(|m| Some((&m.destination, share(m.percentage.as_ref())?)));
+    first
+        .into_iter()
+        .chain(rest)
+        .map(|(d, fraction)| {
+            let host = resolve_host(&d.host, ns);
+            let p = destination_port(ctx, &host, d.port.as_ref().map(|p| p.number), port);
+            route_action::RequestMirrorPolicy {
+                cluster: outbound_cluster_name(p, d.subset.as_deref().unwrap_or(""), &host),
+                runtime_fraction: Some(RuntimeFractionalPercent {
+                    default_value: Some(fraction),
+                    ..Default::default()
+                }),
+                trace_sampled: Some(BoolValue { value: false }),
+                ..Default::default()
+            }
+        })
+        .collect()
+}
+
 fn translate_route(
     ctx: &PushContext,
     vs_obj: &ConfigObject,
@@ -831,7 +882,9 @@ fn translate_route(
         retry.retry_host_predicate.clear();
     }
     let rewrite = http.rewrite.as_ref();
+    let request_mirror_policies = mirror_policies(ctx, http, ns, port);
     route.action = Some(Action::Route(RouteAction {
+        request_mirror_policies,
         cluster_specifier: Some(cluster_specifier),
         timeout: Some(timeout),
         retry_policy,

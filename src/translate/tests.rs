@@ -1237,3 +1237,49 @@ fn a_route_with_a_fault_carries_it_and_connection_managers_hold_the_fault_filter
         ["envoy.filters.http.fault", "envoy.filters.http.router"]
     );
 }
+
+#[test]
+fn mirrors_copy_their_share_of_a_routes_requests_to_their_cluster() {
+    let ctx = context(concat!(
+        "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: reviews, namespace: shop}\nspec:\n  hosts: [reviews]\n  http:\n",
+        "  - match: [{headers: {end-user: {exact: jason}}}]\n",
+        "    route: [{destination: {host: reviews, subset: v1}}]\n    mirror: {host: reviews, subset: v2}\n",
+        "  - route: [{destination: {host: reviews, subset: v1}}]\n",
+        "    mirrors:\n    - {destination: {host: ratings.other.svc.cluster.local, port: {number: 5432}}, percentage: {value: 2.5}}\n",
+        "    - {destination: {host: reviews, subset: v2}, percentage: {value: 0}}\n",
+    ));
+    let cfg = proxy_config(&ctx, &sidecar("shop", json!({})));
+    let rc = cfg.routes.iter().find(|r| r.name == "9080").unwrap();
+    let vh = (rc.virtual_hosts.iter())
+        .find(|v| v.name.starts_with("reviews.shop"))
+        .unwrap();
+    let mirrors = |i: usize| -> Vec<(String, u32, i32)> {
+        let Some(Action::Route(a)) = &vh.routes[i].action else {
+            panic!()
+        };
+        (a.request_mirror_policies.iter())
+            .map(|m| {
+                let f = m.runtime_fraction.as_ref().unwrap().default_value.unwrap();
+                assert_eq!(m.trace_sampled.map(|b| b.value), Some(false));
+                (m.cluster.clone(), f.numerator, f.denominator)
+            })
+            .collect()
+    };
+    // `mirror` without a percentage: all of them; a listed mirror at 0%: none.
+    assert_eq!(
+        mirrors(0),
+        [(
+            "outbound|9080|v2|reviews.shop.svc.cluster.local".to_string(),
+            100,
+            0
+        )]
+    );
+    assert_eq!(
+        mirrors(1),
+        [(
+            "outbound|5432||ratings.other.svc.cluster.local".to_string(),
+            25_000,
+            2
+        )]
+    );
+}
