@@ -149,10 +149,34 @@ pub struct HttpRoute {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mirror_percent: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "any_object")]
-    pub cors_policy: Option<AnyObject>,
+    pub cors_policy: Option<CorsPolicy>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub headers: Option<Headers>,
+}
+
+/// `CorsPolicy`: what Envoy's CORS filter allows for a route (the deprecated exact
+/// `allowOrigin` list stands in for `allowOrigins`).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CorsPolicy {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_origins: Vec<StringMatch>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_origin: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_methods: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_headers: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub expose_headers: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_age: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow_credentials: Option<bool>,
+    /// `FORWARD` (the default) or `IGNORE`: what becomes of preflight requests whose
+    /// origin no rule allows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unmatched_preflights: Option<String>,
 }
 
 /// `HTTPMirrorPolicy`: a copy of `percentage` of the requests (all if unset) goes to

@@ -170,14 +170,23 @@ fn http_route(r: &mut Report, field: &str, route: &HttpRoute) {
     if let Some(fault) = &route.fault {
         fault_injection(r, &format!("{field}.fault"), fault);
     }
-    r.not_applied(
-        field,
-        [
-            ("delegate", route.delegate.is_some()),
-            ("corsPolicy", route.cors_policy.is_some()),
-        ],
-    );
+    r.not_applied(field, [("delegate", route.delegate.is_some())]);
     mirrors(r, field, route);
+    if let Some(cors) = &route.cors_policy {
+        let f = format!("{field}.corsPolicy");
+        for (i, m) in cors.allow_origins.iter().enumerate() {
+            string_match(r, format!("{f}.allowOrigins[{i}]"), m);
+        }
+        r.duration(format!("{f}.maxAge"), &cors.max_age);
+        if let Some(u) = cors.unmatched_preflights.as_deref()
+            && !matches!(u, "UNSPECIFIED" | "FORWARD" | "IGNORE")
+        {
+            r.error(
+                format!("{f}.unmatchedPreflights"),
+                format!("{u:?} is not one of UNSPECIFIED, FORWARD, IGNORE"),
+            );
+        }
+    }
     if let Some(retries) = &route.retries {
         if retries.attempts < 0 {
             r.error(format!("{field}.retries.attempts"), "must not be negative");
@@ -281,7 +290,7 @@ fn fault_injection(
                 format!("HTTP status {s} is not in range 200-599"),
             ),
             (Some(_), _, _) => {}
-            (None, Some(g), _) if crate::translate::fault::grpc_code(g).is_none() => r.error(
+            (None, Some(g), _) if crate::translate::filters::grpc_code(g).is_none() => r.error(
                 format!("{f}.grpcStatus"),
                 format!("{g:?} is not a gRPC status name"),
             ),
@@ -1022,7 +1031,7 @@ mod tests {
     }
 
     #[test]
-    fn faults_and_mirrors_are_checked_as_istio_checks_them() {
+    fn faults_mirrors_and_cors_are_checked_as_istio_checks_them() {
         let vs = |http: &str| {
             parse_file(
                 "vs.yaml",
@@ -1039,6 +1048,7 @@ mod tests {
             "    fault: {delay: {fixedDelay: soon, percent: 200}, abort: {grpcStatus: SLOW}}\n",
             "  - route: [{destination: {host: ratings}}]\n    fault: {abort: {percentage: {value: 5}}}\n",
             "  - route: [{destination: {host: ratings}}]\n    mirror: {host: a}\n    mirrors: [{destination: {host: ''}, percentage: {value: -1}}]\n",
+            "  - route: [{destination: {host: ratings}}]\n    corsPolicy: {allowOrigins: [{regex: '(a'}], maxAge: long, unmatchedPreflights: DROP}\n",
         ));
         assert!(bad.objects.is_empty());
         let fields: Vec<&str> = bad.errors().map(|e| e.field.as_str()).collect();
@@ -1056,6 +1066,9 @@ mod tests {
                 "spec.http[4].mirrors",
                 "spec.http[4].mirrors[0].destination.host",
                 "spec.http[4].mirrors[0].percentage.value",
+                "spec.http[5].corsPolicy.allowOrigins[0].regex",
+                "spec.http[5].corsPolicy.maxAge",
+                "spec.http[5].corsPolicy.unmatchedPreflights",
             ]
         );
         let good = vs(concat!(
@@ -1072,7 +1085,6 @@ mod tests {
             [
                 "spec.http[1].fault.delay.exponentialDelay",
                 "spec.http[1].fault.abort.http2Error",
-                "spec.http[1].corsPolicy",
             ]
         );
     }

@@ -61,12 +61,19 @@ fn http_connection_manager(stat_prefix: String, route_name: String, gateway: boo
             route_config_name: route_name,
         })),
         http_filters: vec![
-            // Routes with a VirtualService `fault` configure it (istiod's order: fault,
-            // then the router).
+            // Routes with a VirtualService `fault` or `corsPolicy` configure them
+            // (istiod's order: fault, CORS, then the router).
             HttpFilter {
-                name: super::fault::FAULT_FILTER.into(),
+                name: super::filters::FAULT_FILTER.into(),
                 config_type: Some(http_filter::ConfigType::TypedConfig(
-                    super::fault::filter_config(),
+                    super::filters::filter_config(),
+                )),
+                ..Default::default()
+            },
+            HttpFilter {
+                name: super::filters::CORS_FILTER.into(),
+                config_type: Some(http_filter::ConfigType::TypedConfig(
+                    super::filters::cors_filter_config(),
                 )),
                 ..Default::default()
             },

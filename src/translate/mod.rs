@@ -5,7 +5,7 @@ pub mod authz;
 pub mod cluster;
 pub mod credentials;
 pub mod endpoint;
-pub mod fault;
+pub mod filters;
 pub mod inbound;
 pub mod listener;
 pub mod locality;

@@ -683,7 +683,7 @@ fn mirror_policies(
         denominator: fractional_percent::DenominatorType::Hundred as i32,
     };
     let share = |p: Option<&crate::api::networking::Percent>| match p {
-        Some(p) if p.value > 0.0 => Some(super::fault::per_million(p)),
+        Some(p) if p.value > 0.0 => Some(super::filters::per_million(p)),
         Some(_) => None,
         None => Some(whole(100)),
     };
@@ -754,10 +754,16 @@ fn translate_route(
             ) = header_options(resp);
         }
     }
-    if let Some(fault) = http.fault.as_ref().and_then(super::fault::route_config) {
+    if let Some(fault) = http.fault.as_ref().and_then(super::filters::route_config) {
         route
             .typed_per_filter_config
-            .insert(super::fault::FAULT_FILTER.into(), fault);
+            .insert(super::filters::FAULT_FILTER.into(), fault);
+    }
+    if let Some(cors) = &http.cors_policy {
+        let policy = super::filters::cors_config(cors, |m| string_matcher(m, false));
+        route
+            .typed_per_filter_config
+            .insert(super::filters::CORS_FILTER.into(), policy);
     }
     if let Some(redirect) = &http.redirect {
         let code = match redirect.redirect_code.unwrap_or(301) {

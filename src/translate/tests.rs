@@ -1234,7 +1234,11 @@ fn a_route_with_a_fault_carries_it_and_connection_managers_hold_the_fault_filter
     let names: Vec<&str> = hcm.http_filters.iter().map(|f| f.name.as_str()).collect();
     assert_eq!(
         names,
-        ["envoy.filters.http.fault", "envoy.filters.http.router"]
+        [
+            "envoy.filters.http.fault",
+            "envoy.filters.http.cors",
+            "envoy.filters.http.router"
+        ]
     );
 }
 
@@ -1281,5 +1285,58 @@ fn mirrors_copy_their_share_of_a_routes_requests_to_their_cluster() {
             25_000,
             2
         )]
+    );
+}
+
+#[test]
+fn a_cors_policy_becomes_the_routes_cors_filter_config() {
+    use envoy_types::pb::envoy::extensions::filters::http::cors::v3::CorsPolicy;
+    use envoy_types::pb::envoy::r#type::matcher::v3::string_matcher::MatchPattern;
+    use prost::Message;
+    let ctx = context(concat!(
+        "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: ratings, namespace: other}\nspec:\n  hosts: [ratings]\n  http:\n",
+        "  - route: [{destination: {host: ratings}}]\n    corsPolicy:\n",
+        "      allowOrigins: [{exact: 'https://a.example.com'}, {prefix: 'https://b.'}]\n",
+        "      allowMethods: [GET, POST]\n      allowHeaders: [x-user]\n      exposeHeaders: [x-trace]\n",
+        "      maxAge: 24h\n      allowCredentials: true\n      unmatchedPreflights: IGNORE\n",
+    ));
+    let cfg = proxy_config(&ctx, &sidecar("shop", json!({})));
+    let rc = cfg.routes.iter().find(|r| r.name == "9080").unwrap();
+    let vh = (rc.virtual_hosts.iter())
+        .find(|v| v.name.starts_with("ratings.other"))
+        .unwrap();
+    let any = &vh.routes[0].typed_per_filter_config["envoy.filters.http.cors"];
+    let cors = CorsPolicy::decode(any.value.as_slice()).unwrap();
+    let origins: Vec<_> = (cors.allow_origin_string_match.iter())
+        .map(|m| m.match_pattern.clone().unwrap())
+        .collect();
+    assert_eq!(
+        origins,
+        [
+            MatchPattern::Exact("https://a.example.com".into()),
+            MatchPattern::Prefix("https://b.".into())
+        ]
+    );
+    assert_eq!(
+        (
+            cors.allow_methods.as_str(),
+            cors.allow_headers.as_str(),
+            cors.expose_headers.as_str()
+        ),
+        ("GET,POST", "x-user", "x-trace")
+    );
+    assert_eq!(cors.max_age, "86400");
+    assert_eq!(cors.allow_credentials.map(|b| b.value), Some(true));
+    assert_eq!(
+        cors.forward_not_matching_preflights.map(|b| b.value),
+        Some(false)
+    );
+    assert_eq!(
+        cors.filter_enabled
+            .unwrap()
+            .default_value
+            .unwrap()
+            .numerator,
+        100
     );
 }

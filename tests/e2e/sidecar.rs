@@ -176,6 +176,38 @@ fn a_mirror_copies_requests_to_v2_while_v1_answers() {
     assert_eq!(m.envoy.stat(&v2), copied, "no copy without a share");
 }
 
+/// A route's `corsPolicy` reaches Envoy's CORS filter: a request from an allowed origin
+/// is answered with that origin in `access-control-allow-origin` (and the exposed
+/// headers), one from another origin without it.
+#[test]
+fn a_cors_policy_allows_only_its_origins() {
+    let vs = "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: reviews, namespace: shop}\nspec:\n  hosts: [reviews]\n  http:\n  - route: [{destination: {host: reviews, subset: v1}}]\n    corsPolicy: {allowOrigins: [{exact: 'https://shop.example.com'}], allowMethods: [GET], exposeHeaders: [x-trace]}\n";
+    let m = reviews_mesh("sc-cors", Ads::Delta, vs);
+    let allowed = [("origin", "https://shop.example.com")];
+    wait_until(
+        "the allowed origin to be echoed",
+        Duration::from_secs(10),
+        || {
+            m.get(&allowed).is_ok_and(|r| {
+                r.headers
+                    .get("access-control-allow-origin")
+                    .map(String::as_str)
+                    == Some("https://shop.example.com")
+            })
+        },
+    );
+    let r = m.get(&allowed).unwrap();
+    assert_eq!((r.status, r.body.as_str()), (200, "reviews-v1"));
+    assert_eq!(r.headers["access-control-expose-headers"], "x-trace");
+    let other = m.get(&[("origin", "https://evil.example.com")]).unwrap();
+    assert_eq!(other.status, 200);
+    assert!(
+        !other.headers.contains_key("access-control-allow-origin"),
+        "{:?}",
+        other.headers
+    );
+}
+
 #[test]
 fn sidecars_sent_shared_runs_of_a_large_configuration_route_with_it() {
     let dir = temp_dir("sc-shared-runs").join("config");

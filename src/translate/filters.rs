@@ -1,27 +1,82 @@
-//! VirtualService fault injection (`http[].fault`), as istiod's `TranslateFault`: Envoy's
-//! fault filter sits in every outbound and gateway HTTP connection manager with an empty
-//! configuration, and each route with a fault carries its own in
+//! The HTTP filters a VirtualService route configures: fault injection (`http[].fault`,
+//! istiod's `TranslateFault`) and CORS (`http[].corsPolicy`, istiod's
+//! `TranslateCORSPolicy`). Both filters sit in every outbound and gateway HTTP connection
+//! manager with an empty configuration, and each route that sets one carries its own in
 //! `typed_per_filter_config`.
 
+use envoy_types::pb::envoy::config::core::v3::RuntimeFractionalPercent;
 use envoy_types::pb::envoy::extensions::filters::common::fault::v3::{
     FaultDelay, fault_delay::FaultDelaySecifier,
+};
+use envoy_types::pb::envoy::extensions::filters::http::cors::v3::{
+    Cors, CorsPolicy as EnvoyCorsPolicy,
 };
 use envoy_types::pb::envoy::extensions::filters::http::fault::v3::{
     FaultAbort, HttpFault, fault_abort::ErrorType,
 };
+use envoy_types::pb::envoy::r#type::matcher::v3::{StringMatcher, string_matcher::MatchPattern};
 use envoy_types::pb::envoy::r#type::v3::{FractionalPercent, fractional_percent::DenominatorType};
 use envoy_types::pb::google::protobuf::Any;
+use envoy_types::pb::google::protobuf::BoolValue;
 use envoy_types::util::pack_any;
 
 use super::optional_duration;
-use crate::api::networking::{HttpFaultInjection, Percent};
+use crate::api::networking::{CorsPolicy, HttpFaultInjection, Percent, StringMatch};
 
 /// The fault filter's name, in the connection manager and in a route's per-filter config.
 pub const FAULT_FILTER: &str = "envoy.filters.http.fault";
 
-/// The filter's own (empty) configuration: a route's decides.
+/// The CORS filter's name, in the connection manager and in a route's per-filter config.
+pub const CORS_FILTER: &str = "envoy.filters.http.cors";
+
+/// The fault filter's own (empty) configuration: a route's decides.
 pub fn filter_config() -> Any {
     pack_any(HttpFault::default())
+}
+
+/// The CORS filter's own (empty) configuration: a route's decides.
+pub fn cors_filter_config() -> Any {
+    pack_any(Cors::default())
+}
+
+/// A route's CORS policy: the origins as string matchers (`allowOrigins`, else the exact
+/// `allowOrigin`), the lists joined with commas, `maxAge` in seconds, enabled for every
+/// request, and unmatched preflights forwarded unless `IGNORE`.
+pub fn cors_config(
+    cors: &CorsPolicy,
+    matcher: impl Fn(&StringMatch) -> Option<StringMatcher>,
+) -> Any {
+    let origins: Vec<StringMatcher> = if cors.allow_origins.is_empty() {
+        (cors.allow_origin.iter())
+            .map(|o| StringMatcher {
+                match_pattern: Some(MatchPattern::Exact(o.clone())),
+                ..Default::default()
+            })
+            .collect()
+    } else {
+        cors.allow_origins.iter().filter_map(matcher).collect()
+    };
+    pack_any(EnvoyCorsPolicy {
+        allow_origin_string_match: origins,
+        allow_methods: cors.allow_methods.join(","),
+        allow_headers: cors.allow_headers.join(","),
+        expose_headers: cors.expose_headers.join(","),
+        max_age: crate::duration::parse(cors.max_age.as_deref().unwrap_or(""))
+            .map(|d| d.as_secs().to_string())
+            .unwrap_or_default(),
+        allow_credentials: cors.allow_credentials.map(|value| BoolValue { value }),
+        filter_enabled: Some(RuntimeFractionalPercent {
+            default_value: Some(FractionalPercent {
+                numerator: 100,
+                denominator: DenominatorType::Hundred as i32,
+            }),
+            ..Default::default()
+        }),
+        forward_not_matching_preflights: Some(BoolValue {
+            value: cors.unmatched_preflights.as_deref() != Some("IGNORE"),
+        }),
+        ..Default::default()
+    })
 }
 
 /// gRPC status codes by the names Istio's `grpcStatus` takes.
