@@ -19,13 +19,37 @@ fn secret_yaml(name: &str, chain: &str, key: &str) -> String {
     )
 }
 
-#[test]
-fn a_gateway_terminates_https_with_its_credential_served_over_the_secure_port() {
-    let dir = temp_dir("gateway-tls");
+/// meshd serving `yaml` from `DIR/config/mesh.yaml`, and a gateway that `meshd agent`
+/// bootstraps onto the secure port as `istio-system/ACCOUNT`, labelled `istio=ROLE`
+/// (credentials reach only such a gateway).
+fn secure_gateway(
+    dir: &std::path::Path,
+    yaml: &str,
+    account: &str,
+    role: &str,
+) -> (Meshd, Workload) {
     let config = dir.join("config");
     std::fs::create_dir_all(&config).unwrap();
     let tokens = dir.join("tokens");
-    std::fs::write(&tokens, "gw-token istio-system istio-ingressgateway\n").unwrap();
+    std::fs::write(&tokens, format!("gw-token istio-system {account}\n")).unwrap();
+    std::fs::write(config.join("mesh.yaml"), yaml).unwrap();
+    let meshd = Meshd::start_with(&config, &["--ca-token-file", tokens.to_str().unwrap()]);
+    let label = format!("istio={role}");
+    let gateway = Workload::start(
+        &meshd,
+        "istio-system",
+        account,
+        account,
+        "gw-token",
+        "127.0.0.1",
+        &["--proxy-type", "router", "--label", &label],
+    );
+    (meshd, gateway)
+}
+
+#[test]
+fn a_gateway_terminates_https_with_its_credential_served_over_the_secure_port() {
+    let dir = temp_dir("gateway-tls");
     let product = Upstream::start("productpage");
     let port = free_port();
     let (root, chain, key) = site_certificate("shop.example.com");
@@ -34,17 +58,8 @@ fn a_gateway_terminates_https_with_its_credential_served_over_the_secure_port() 
         svc = service_yaml("shop", "productpage", 9080, &[(&product, &[])]),
         secret = secret_yaml("shop-cert", &chain, &key),
     );
-    std::fs::write(config.join("mesh.yaml"), yaml).unwrap();
-    let meshd = Meshd::start_with(&config, &["--ca-token-file", tokens.to_str().unwrap()]);
-    let gateway = Workload::start(
-        &meshd,
-        "istio-system",
-        "istio-ingressgateway",
-        "istio-ingressgateway",
-        "gw-token",
-        "127.0.0.1",
-        &["--proxy-type", "router", "--label", "istio=ingressgateway"],
-    );
+    let (meshd, gateway) = secure_gateway(&dir, &yaml, "istio-ingressgateway", "ingressgateway");
+    let config = dir.join("config");
     let addr = format!("127.0.0.1:{port}");
     wait_until(
         "the gateway to serve HTTPS",
@@ -182,10 +197,6 @@ fn an_egress_gateway_originates_mutual_tls_with_a_destination_rule_credential() 
     use meshd::ca::material::{Material, key_to_pem};
     use meshd::ca::{CertTtl, CertificateAuthority, Identity, csr};
     let dir = temp_dir("gateway-egress-credential");
-    let config = dir.join("config");
-    std::fs::create_dir_all(&config).unwrap();
-    let tokens = dir.join("tokens");
-    std::fs::write(&tokens, "egress-token istio-system istio-egressgateway\n").unwrap();
     let hour = Duration::from_secs(3600);
     let ca = CertificateAuthority::new(
         "example-ca",
@@ -211,17 +222,7 @@ fn an_egress_gateway_originates_mutual_tls_with_a_destination_rule_credential() 
         indent(&ca.roots_pem()),
         tls = api.port,
     );
-    std::fs::write(config.join("mesh.yaml"), yaml).unwrap();
-    let meshd = Meshd::start_with(&config, &["--ca-token-file", tokens.to_str().unwrap()]);
-    let gateway = Workload::start(
-        &meshd,
-        "istio-system",
-        "istio-egressgateway",
-        "istio-egressgateway",
-        "egress-token",
-        "127.0.0.1",
-        &["--proxy-type", "router", "--label", "istio=egressgateway"],
-    );
+    let (_meshd, gateway) = secure_gateway(&dir, &yaml, "istio-egressgateway", "egressgateway");
     let addr = format!("127.0.0.1:{listen}");
     wait_until(
         "the gateway to reach api.example.com over mutual TLS",
@@ -244,10 +245,6 @@ fn an_egress_gateway_originates_mutual_tls_with_a_destination_rule_credential() 
 #[test]
 fn a_tls_gateway_server_terminates_and_forwards_by_its_tcp_route() {
     let dir = temp_dir("gateway-tls-tcp");
-    let config = dir.join("config");
-    std::fs::create_dir_all(&config).unwrap();
-    let tokens = dir.join("tokens");
-    std::fs::write(&tokens, "gw-token istio-system istio-ingressgateway\n").unwrap();
     let db = Upstream::start("db");
     let (port, listen) = (free_port(), free_port());
     let (root, chain, key) = site_certificate("db.example.com");
@@ -257,17 +254,7 @@ fn a_tls_gateway_server_terminates_and_forwards_by_its_tcp_route() {
             service_yaml("shop", "db", port, &[(&db, &[])]).replace("{name: http,", "{name: tcp,"),
         secret = secret_yaml("db-cert", &chain, &key),
     );
-    std::fs::write(config.join("mesh.yaml"), yaml).unwrap();
-    let meshd = Meshd::start_with(&config, &["--ca-token-file", tokens.to_str().unwrap()]);
-    let _gateway = Workload::start(
-        &meshd,
-        "istio-system",
-        "istio-ingressgateway",
-        "istio-ingressgateway",
-        "gw-token",
-        "127.0.0.1",
-        &["--proxy-type", "router", "--label", "istio=ingressgateway"],
-    );
+    let (_meshd, _gateway) = secure_gateway(&dir, &yaml, "istio-ingressgateway", "ingressgateway");
     let addr = format!("127.0.0.1:{listen}");
     wait_until(
         "the gateway to terminate TLS for db.example.com",
