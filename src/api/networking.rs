@@ -336,8 +336,17 @@ pub struct HttpRewrite {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub authority: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "any_object")]
-    pub uri_regex_rewrite: Option<AnyObject>,
+    pub uri_regex_rewrite: Option<RegexRewrite>,
+}
+
+/// `RegexRewrite`: the path's matches of `match` (RE2) replaced by `rewrite`, which may
+/// name capture groups (`\\1`).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+pub struct RegexRewrite {
+    #[serde(default, rename = "match")]
+    pub match_: String,
+    #[serde(default)]
+    pub rewrite: String,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]

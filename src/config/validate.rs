@@ -196,14 +196,21 @@ fn http_route(r: &mut Report, field: &str, route: &HttpRoute) {
             &retries.per_try_timeout,
         );
     }
-    if let Some(rw) = &route.rewrite
-        && rw.uri_regex_rewrite.is_some()
-        && rw.uri.is_some()
-    {
-        r.error(
-            format!("{field}.rewrite"),
-            "uri and uriRegexRewrite cannot both be set",
-        );
+    if let Some(rw) = &route.rewrite {
+        if rw.uri_regex_rewrite.is_some() && rw.uri.is_some() {
+            r.error(
+                format!("{field}.rewrite"),
+                "uri and uriRegexRewrite cannot both be set",
+            );
+        }
+        if let Some(rr) = &rw.uri_regex_rewrite {
+            let f = format!("{field}.rewrite.uriRegexRewrite.match");
+            if rr.match_.is_empty() {
+                r.error(f, "is required");
+            } else if let Err(e) = check_regex(&rr.match_) {
+                r.error(f, e);
+            }
+        }
     }
 }
 
@@ -1086,6 +1093,37 @@ mod tests {
                 "spec.http[1].fault.delay.exponentialDelay",
                 "spec.http[1].fault.abort.http2Error",
             ]
+        );
+    }
+
+    #[test]
+    fn a_regex_rewrite_needs_a_regex_envoy_compiles() {
+        let vs = |rewrite: &str| {
+            parse_file(
+                "vs.yaml",
+                &format!(
+                    "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: r, namespace: shop}}\nspec:\n  hosts: [ratings]\n  http:\n  - route: [{{destination: {{host: ratings}}}}]\n    rewrite: {rewrite}\n"
+                ),
+            )
+        };
+        let fields = |rewrite: &str| -> Vec<String> {
+            vs(rewrite).errors().map(|e| e.field.clone()).collect()
+        };
+        let f = "spec.http[0].rewrite.uriRegexRewrite.match";
+        assert_eq!(
+            fields("{uriRegexRewrite: {match: '(?=x)', rewrite: /}}"),
+            [f]
+        );
+        assert_eq!(fields("{uriRegexRewrite: {rewrite: /}}"), [f]);
+        assert_eq!(
+            fields("{uri: /a, uriRegexRewrite: {match: '^/b', rewrite: /}}"),
+            ["spec.http[0].rewrite"]
+        );
+        assert_eq!(
+            vs("{uriRegexRewrite: {match: '^/b/(.*)', rewrite: '/\\1'}}")
+                .objects
+                .len(),
+            1
         );
     }
 

@@ -27,7 +27,7 @@ use envoy_types::pb::envoy::config::route::v3::{
 };
 use envoy_types::pb::envoy::extensions::retry::host::previous_hosts::v3::PreviousHostsPredicate;
 use envoy_types::pb::envoy::r#type::matcher::v3::{
-    RegexMatcher, StringMatcher, string_matcher::MatchPattern,
+    RegexMatchAndSubstitute, RegexMatcher, StringMatcher, string_matcher::MatchPattern,
 };
 use envoy_types::pb::envoy::r#type::v3::{FractionalPercent, fractional_percent};
 use envoy_types::pb::google::protobuf::{BoolValue, UInt32Value};
@@ -896,6 +896,16 @@ fn translate_route(
         retry_policy,
         hash_policy,
         prefix_rewrite: rewrite.and_then(|r| r.uri.clone()).unwrap_or_default(),
+        // istiod's `uriRegexRewrite`: Envoy's regex_rewrite on the path.
+        regex_rewrite: rewrite
+            .and_then(|r| r.uri_regex_rewrite.as_ref())
+            .map(|rr| RegexMatchAndSubstitute {
+                pattern: Some(RegexMatcher {
+                    regex: rr.match_.clone(),
+                    ..Default::default()
+                }),
+                substitution: rr.rewrite.clone(),
+            }),
         host_rewrite_specifier: rewrite
             .and_then(|r| r.authority.clone())
             .map(HostRewriteSpecifier::HostRewriteLiteral),

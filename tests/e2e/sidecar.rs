@@ -208,6 +208,21 @@ fn a_cors_policy_allows_only_its_origins() {
     );
 }
 
+/// `rewrite.uriRegexRewrite` rewrites the path with RE2 capture groups before the request
+/// leaves the sidecar: reviews sees `/v2/reviews/7` for `/reviews/7`.
+#[test]
+fn a_regex_rewrite_changes_the_path_reviews_sees() {
+    let vs = "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: reviews, namespace: shop}\nspec:\n  hosts: [reviews]\n  http:\n  - match: [{uri: {prefix: /reviews/}}]\n    rewrite: {uriRegexRewrite: {match: '^/reviews/([0-9]+)$', rewrite: '/v2/reviews/\\1'}}\n    route: [{destination: {host: reviews, subset: v1}}]\n";
+    let m = reviews_mesh("sc-regex-rewrite", Ads::Delta, vs);
+    let get =
+        |path: &str| http_get(&format!("{}:{}", m.envoy.ip, m.port), "reviews", path, &[]).unwrap();
+    wait_until("the rewrite", Duration::from_secs(10), || {
+        get("/reviews/7").headers.get("x-path").map(String::as_str) == Some("/v2/reviews/7")
+    });
+    // A path the pattern does not match passes unchanged.
+    assert_eq!(get("/reviews/seven").headers["x-path"], "/reviews/seven");
+}
+
 #[test]
 fn sidecars_sent_shared_runs_of_a_large_configuration_route_with_it() {
     let dir = temp_dir("sc-shared-runs").join("config");
