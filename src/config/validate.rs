@@ -214,6 +214,35 @@ fn http_route(r: &mut Report, field: &str, route: &HttpRoute) {
     }
 }
 
+/// A Gateway server's `tls`: meshd serves SIMPLE and MUTUAL from a `credentialName` and
+/// forwards PASSTHROUGH; other modes (ISTIO_MUTUAL, AUTO_PASSTHROUGH, OPTIONAL_MUTUAL) and
+/// certificates from files are accepted with a warning, and such a server gets no
+/// listener.
+fn server_tls(r: &mut Report, field: &str, server: &crate::api::networking::Server) {
+    let Some(tls) = &server.tls else {
+        return;
+    };
+    let text = |k: &str| {
+        tls.get(k)
+            .and_then(|v| v.as_str())
+            .filter(|v| !v.is_empty())
+    };
+    let mode = text("mode").map(str::to_ascii_uppercase);
+    let f = format!("{field}.tls");
+    // Istio's default mode is PASSTHROUGH.
+    match mode.as_deref() {
+        Some("PASSTHROUGH") | None => {}
+        Some("SIMPLE" | "MUTUAL") if text("credentialName").is_some() => {}
+        Some("SIMPLE" | "MUTUAL") => r.warn(
+            format!("{f}.credentialName"),
+            format!(
+                "{NOT_APPLIED}: meshd serves a gateway's certificate from a credentialName only"
+            ),
+        ),
+        Some(other) => r.warn(format!("{f}.mode"), format!("{NOT_APPLIED}: mode {other}")),
+    }
+}
+
 /// Mirrors, as Istio validates them: `mirror` or `mirrors`, not both; each destination
 /// with a host; percentages within 0–100.
 fn mirrors(r: &mut Report, field: &str, route: &crate::api::networking::HttpRoute) {
@@ -880,6 +909,7 @@ pub fn validate(object: &ConfigObject) -> Vec<Problem> {
                     r.error(format!("{f}.port.protocol"), "is required");
                 }
                 hosts(&mut r, &format!("{f}.hosts"), &s.hosts);
+                server_tls(&mut r, &f, s);
             }
         }
         Spec::ServiceEntry(se) => {
@@ -894,7 +924,27 @@ pub fn validate(object: &ConfigObject) -> Vec<Problem> {
             }
         }
         Spec::Sidecar(sc) => {
+            r.not_applied(
+                "spec",
+                [(
+                    "inboundConnectionPool",
+                    sc.inbound_connection_pool.is_some(),
+                )],
+            );
+            if let Some(policy) = &sc.outbound_traffic_policy {
+                r.not_applied(
+                    "spec.outboundTrafficPolicy",
+                    [("egressProxy", policy.egress_proxy.is_some())],
+                );
+            }
             for (i, ing) in sc.ingress.iter().enumerate() {
+                r.not_applied(
+                    &format!("spec.ingress[{i}]"),
+                    [
+                        ("tls", ing.tls.is_some()),
+                        ("connectionPool", ing.connection_pool.is_some()),
+                    ],
+                );
                 let field = format!("spec.ingress[{i}].defaultEndpoint");
                 match ing.default_endpoint.as_deref() {
                     None => r.error(field, "is required: where the application listens"),
@@ -1124,6 +1174,43 @@ mod tests {
                 .objects
                 .len(),
             1
+        );
+    }
+
+    #[test]
+    fn gateway_tls_and_sidecar_fields_meshd_does_not_serve_warn() {
+        let gw = parse_file(
+            "gw.yaml",
+            concat!(
+                "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: g, namespace: shop}\nspec:\n  servers:\n",
+                "  - {port: {number: 443, name: a, protocol: HTTPS}, hosts: ['*'], tls: {mode: SIMPLE, credentialName: c}}\n",
+                "  - {port: {number: 444, name: b, protocol: TLS}, hosts: ['*'], tls: {}}\n",
+                "  - {port: {number: 445, name: c, protocol: HTTPS}, hosts: ['*'], tls: {mode: SIMPLE, serverCertificate: /c.pem, privateKey: /k.pem}}\n",
+                "  - {port: {number: 446, name: d, protocol: TLS}, hosts: ['*'], tls: {mode: ISTIO_MUTUAL}}\n",
+            ),
+        );
+        assert_eq!(gw.objects.len(), 1, "{:?}", gw.issues);
+        let warned: Vec<&str> = gw.issues.iter().map(|i| i.field.as_str()).collect();
+        assert_eq!(
+            warned,
+            [
+                "spec.servers[2].tls.credentialName",
+                "spec.servers[3].tls.mode"
+            ]
+        );
+        let sc = parse_file(
+            "sc.yaml",
+            "apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {name: s, namespace: shop}\nspec:\n  inboundConnectionPool: {http: {http1MaxPendingRequests: 1}}\n  outboundTrafficPolicy: {mode: REGISTRY_ONLY, egressProxy: {host: proxy}}\n  ingress: [{port: {number: 80, protocol: HTTP, name: http}, defaultEndpoint: '127.0.0.1:8080', tls: {mode: SIMPLE}}]\n",
+        );
+        assert_eq!(sc.objects.len(), 1, "{:?}", sc.issues);
+        let warned: Vec<&str> = sc.issues.iter().map(|i| i.field.as_str()).collect();
+        assert_eq!(
+            warned,
+            [
+                "spec.inboundConnectionPool",
+                "spec.outboundTrafficPolicy.egressProxy",
+                "spec.ingress[0].tls"
+            ]
         );
     }
 

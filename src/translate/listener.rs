@@ -691,7 +691,10 @@ pub fn gateway(
                     tcp_servers.entry(listen_port).or_default().push(gs.into());
                     continue;
                 }
-                "TLS" | "HTTPS" if tls_mode.as_deref() == Some("PASSTHROUGH") => {
+                // Istio's default mode is PASSTHROUGH.
+                "TLS" | "HTTPS"
+                    if tls_mode.as_deref().unwrap_or("PASSTHROUGH") == "PASSTHROUGH" =>
+                {
                     TlsServer::Passthrough(gs.into())
                 }
                 "HTTPS" => {

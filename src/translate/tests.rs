@@ -1078,7 +1078,8 @@ fn a_sidecar_routes_tls_by_sni_and_lets_addressless_tls_services_share_a_port() 
 fn a_passthrough_gateway_server_forwards_by_sni_from_bound_tls_routes() {
     let ctx = context(concat!(
         "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: edge, namespace: shop}\nspec:\n  selector: {istio: ingressgateway}\n  servers:\n",
-        "  - port: {number: 8443, name: tls, protocol: TLS}\n    hosts: ['*.example.com']\n    tls: {mode: PASSTHROUGH}\n",
+        // No mode: Istio's default, PASSTHROUGH.
+        "  - port: {number: 8443, name: tls, protocol: TLS}\n    hosts: ['*.example.com']\n    tls: {}\n",
         "  - port: {number: 9443, name: tls-2, protocol: HTTPS}\n    hosts: [none.example.org]\n    tls: {mode: PASSTHROUGH}\n---\n",
         "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: sni, namespace: shop}\nspec:\n  hosts: [a.example.com, b.example.com]\n  gateways: [edge]\n  tls:\n",
         "  - match: [{sniHosts: [a.example.com], sourceLabels: {app: ignored-at-gateways}}]\n    route: [{destination: {host: reviews, port: {number: 9080}}}]\n",
