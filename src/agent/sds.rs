@@ -60,11 +60,12 @@ fn file_secret(name: &str) -> Option<Secret> {
             None
         }
     };
-    if let Some(files) = name.strip_prefix(FILE_CERT_PREFIX) {
-        let (cert, key) = files.split_once(FILE_PAIR_SEPARATOR)?;
-        return Some(certificate_secret(name, &read(cert)?, &read(key)?));
-    }
-    let ca = name.strip_prefix(FILE_ROOT_PREFIX)?;
+    let ca = match FileSecret::parse(name)? {
+        FileSecret::Pair(cert, key) => {
+            return Some(certificate_secret(name, &read(cert)?, &read(key)?));
+        }
+        FileSecret::Roots(ca) => ca,
+    };
     let path = if ca == SYSTEM_ROOTS {
         let found = SYSTEM_BUNDLES
             .iter()
@@ -79,21 +80,35 @@ fn file_secret(name: &str) -> Option<Secret> {
     Some(validation_secret(name, &read(path)?))
 }
 
+/// What a file secret's name points at: `file-cert:CERT~KEY` or `file-root:CA` (CA may be
+/// `system`).
+enum FileSecret<'a> {
+    Pair(&'a str, &'a str),
+    Roots(&'a str),
+}
+
+impl FileSecret<'_> {
+    fn parse(name: &str) -> Option<FileSecret<'_>> {
+        if let Some(pair) = name.strip_prefix(FILE_CERT_PREFIX) {
+            let (cert, key) = pair.split_once(FILE_PAIR_SEPARATOR)?;
+            return Some(FileSecret::Pair(cert, key));
+        }
+        name.strip_prefix(FILE_ROOT_PREFIX).map(FileSecret::Roots)
+    }
+}
+
 /// The files the named secrets are read from (their `file-cert:` and `file-root:` paths,
-/// the system bundle for `file-root:system`).
+/// every system bundle for `file-root:system`).
 fn secret_files(names: &[String]) -> Vec<String> {
     let mut files = Vec::new();
     for name in names {
-        if let Some(pair) = name.strip_prefix(FILE_CERT_PREFIX)
-            && let Some((cert, key)) = pair.split_once(FILE_PAIR_SEPARATOR)
-        {
-            files.extend([cert.to_string(), key.to_string()]);
-        } else if let Some(ca) = name.strip_prefix(FILE_ROOT_PREFIX) {
-            files.extend(if ca == SYSTEM_ROOTS {
-                SYSTEM_BUNDLES.iter().map(|p| p.to_string()).collect()
-            } else {
-                vec![ca.to_string()]
-            });
+        match FileSecret::parse(name) {
+            Some(FileSecret::Pair(cert, key)) => files.extend([cert.to_string(), key.to_string()]),
+            Some(FileSecret::Roots(SYSTEM_ROOTS)) => {
+                files.extend(SYSTEM_BUNDLES.iter().map(|p| p.to_string()))
+            }
+            Some(FileSecret::Roots(ca)) => files.push(ca.to_string()),
+            None => {}
         }
     }
     files

@@ -222,24 +222,28 @@ fn server_tls(r: &mut Report, field: &str, server: &crate::api::networking::Serv
     let Some(tls) = &server.tls else {
         return;
     };
-    let text = |k: &str| {
-        tls.get(k)
-            .and_then(|v| v.as_str())
-            .filter(|v| !v.is_empty())
-    };
-    let mode = text("mode").map(str::to_ascii_uppercase);
+    let credential =
+        (tls.get("credentialName").and_then(|v| v.as_str())).is_some_and(|v| !v.is_empty());
     let f = format!("{field}.tls");
-    // Istio's default mode is PASSTHROUGH.
-    match mode.as_deref() {
-        Some("PASSTHROUGH") | None => {}
-        Some("SIMPLE" | "MUTUAL") if text("credentialName").is_some() => {}
-        Some("SIMPLE" | "MUTUAL") => r.warn(
+    match crate::translate::credentials::server_tls_mode(tls).as_str() {
+        "PASSTHROUGH" => {}
+        "SIMPLE" | "MUTUAL" if credential => {}
+        "SIMPLE" | "MUTUAL" => r.warn(
             format!("{f}.credentialName"),
             format!(
                 "{NOT_APPLIED}: meshd serves a gateway's certificate from a credentialName only"
             ),
         ),
-        Some(other) => r.warn(format!("{f}.mode"), format!("{NOT_APPLIED}: mode {other}")),
+        other => r.warn(format!("{f}.mode"), format!("{NOT_APPLIED}: mode {other}")),
+    }
+}
+
+/// An Istio `Percent`, if set, within 0–100.
+fn percent(r: &mut Report, field: String, p: Option<&crate::api::networking::Percent>) {
+    if let Some(p) = p
+        && !(0.0..=100.0).contains(&p.value)
+    {
+        r.error(field, format!("{} is not within 0-100", p.value));
     }
 }
 
@@ -252,13 +256,6 @@ fn mirrors(r: &mut Report, field: &str, route: &crate::api::networking::HttpRout
             "mirror and mirrors cannot both be set",
         );
     }
-    let percent = |r: &mut Report, f: String, p: Option<&crate::api::networking::Percent>| {
-        if let Some(p) = p
-            && !(0.0..=100.0).contains(&p.value)
-        {
-            r.error(f, format!("{} is not within 0-100", p.value));
-        }
-    };
     if let Some(m) = &route.mirror
         && m.host.is_empty()
     {
@@ -299,13 +296,6 @@ fn fault_injection(
             "at least one of delay or abort is required",
         );
     }
-    let percent = |r: &mut Report, f: String, p: Option<&crate::api::networking::Percent>| {
-        if let Some(p) = p
-            && !(0.0..=100.0).contains(&p.value)
-        {
-            r.error(f, format!("{} is not within 0-100", p.value));
-        }
-    };
     if let Some(d) = &fault.delay {
         let f = format!("{field}.delay");
         match (&d.fixed_delay, &d.exponential_delay) {

@@ -356,19 +356,16 @@ fn originate_tls(
     secure: bool,
 ) {
     let h2 = pool::http2(http).is_some();
-    let credential = tls
-        .credential_name
-        .as_deref()
-        .is_some_and(|n| !n.is_empty());
-    let socket = match tls.mode {
-        Some(ClientTlsMode::Simple | ClientTlsMode::Mutual) if credential => {
+    let credential = super::credentials::CredentialUse::of_client(tls);
+    let socket = match (tls.mode, credential) {
+        (_, Some(credential)) => {
             if kind != ProxyKind::Router || !secure {
                 return;
             }
-            super::tls::originate_credential(tls, h2)
+            super::tls::originate_credential(tls, &credential, h2)
         }
-        Some(ClientTlsMode::Simple) => super::tls::originate(tls, None, h2, secure),
-        Some(ClientTlsMode::Mutual) => match (&tls.client_certificate, &tls.private_key) {
+        (Some(ClientTlsMode::Simple), None) => super::tls::originate(tls, None, h2, secure),
+        (Some(ClientTlsMode::Mutual), None) => match (&tls.client_certificate, &tls.private_key) {
             (Some(cert), Some(key)) => {
                 super::tls::originate(tls, Some((cert.as_str(), key.as_str())), h2, secure)
             }

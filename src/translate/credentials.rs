@@ -21,6 +21,15 @@ use crate::api::networking::{ClientTlsMode, ClientTlsSettings};
 use crate::config::Spec;
 use crate::model::{Proxy, PushContext, Service};
 
+/// A Gateway server's `tls.mode`, upper-case: PASSTHROUGH when unset or empty, Istio's
+/// default (the enum's zero value).
+pub fn server_tls_mode(tls: &AnyObject) -> String {
+    tls.get("mode")
+        .and_then(|m| m.as_str())
+        .filter(|m| !m.is_empty())
+        .map_or_else(|| "PASSTHROUGH".to_string(), str::to_ascii_uppercase)
+}
+
 /// A Gateway server's `tls` block, as far as meshd serves it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ServerTls {
@@ -35,7 +44,7 @@ impl ServerTls {
     /// (PASSTHROUGH, ISTIO_MUTUAL, file-based certificates), which meshd does not serve.
     pub fn from_server(tls: Option<&AnyObject>, gateway_namespace: &str) -> Option<ServerTls> {
         let tls = tls?;
-        let mode = tls.get("mode")?.as_str()?.to_ascii_uppercase();
+        let mode = server_tls_mode(tls);
         let name = tls.get("credentialName")?.as_str()?;
         let name = name
             .strip_prefix("kubernetes://")

@@ -61,15 +61,13 @@ pub fn cors_config(
         allow_methods: cors.allow_methods.join(","),
         allow_headers: cors.allow_headers.join(","),
         expose_headers: cors.expose_headers.join(","),
-        max_age: crate::duration::parse(cors.max_age.as_deref().unwrap_or(""))
+        max_age: (cors.max_age.as_deref())
+            .and_then(|m| crate::duration::parse(m).ok())
             .map(|d| d.as_secs().to_string())
             .unwrap_or_default(),
         allow_credentials: cors.allow_credentials.map(|value| BoolValue { value }),
         filter_enabled: Some(RuntimeFractionalPercent {
-            default_value: Some(FractionalPercent {
-                numerator: 100,
-                denominator: DenominatorType::Hundred as i32,
-            }),
+            default_value: Some(per_hundred(100)),
             ..Default::default()
         }),
         forward_not_matching_preflights: Some(BoolValue {
@@ -105,6 +103,14 @@ pub fn grpc_code(name: &str) -> Option<u32> {
     GRPC_CODES.iter().position(|c| *c == name).map(|i| i as u32)
 }
 
+/// A whole percentage as Envoy's.
+pub(super) fn per_hundred(percent: u32) -> FractionalPercent {
+    FractionalPercent {
+        numerator: percent,
+        denominator: DenominatorType::Hundred as i32,
+    }
+}
+
 /// Istio's percentage as Envoy's: per million, so that fractions survive.
 pub(super) fn per_million(p: &Percent) -> FractionalPercent {
     FractionalPercent {
@@ -121,10 +127,7 @@ pub fn route_config(fault: &HttpFaultInjection) -> Option<Any> {
         Some(FaultDelay {
             percentage: Some(match &d.percentage {
                 Some(p) => per_million(p),
-                None => FractionalPercent {
-                    numerator: d.percent.unwrap_or(0).max(0) as u32,
-                    denominator: DenominatorType::Hundred as i32,
-                },
+                None => per_hundred(d.percent.unwrap_or(0).max(0) as u32),
             }),
             fault_delay_secifier: Some(FaultDelaySecifier::FixedDelay(fixed)),
         })

@@ -453,14 +453,23 @@ fn gateway_routes<'a>(
         .filter(move |(obj, vs)| {
             vs.hosts.iter().any(|vs_host| {
                 server.hosts.iter().any(|server_host| {
-                    let (ns, pattern) = server_host.split_once('/').unwrap_or(("*", server_host));
-                    let ns_ok = ns == "*"
-                        || ns == obj.key.namespace
-                        || (ns == "." && obj.key.namespace == gw_ns);
-                    ns_ok && host_matches(pattern, vs_host)
+                    server_host_pattern(server_host, &obj.key.namespace, gw_ns)
+                        .is_some_and(|pattern| host_matches(pattern, vs_host))
                 })
             })
         })
+}
+
+/// The host pattern of a Gateway server host (`ns/host`, `./host`, `*/host` or `host`)
+/// when its namespace part admits VirtualServices of `vs_ns` (`.` is the Gateway's own
+/// namespace `gw_ns`); `None` when it does not.
+pub(super) fn server_host_pattern<'h>(
+    server_host: &'h str,
+    vs_ns: &str,
+    gw_ns: &str,
+) -> Option<&'h str> {
+    let (ns, pattern) = server_host.split_once('/').unwrap_or(("*", server_host));
+    (ns == "*" || ns == vs_ns || (ns == "." && vs_ns == gw_ns)).then_some(pattern)
 }
 
 /// Whether a TCP or TLS route's match fits a gateway's server: at a gateway only the port
@@ -675,8 +684,7 @@ pub fn gateway(
                 hosts: server.hosts.clone(),
                 port: server.port.number,
             };
-            let tls_mode = (server.tls.as_ref())
-                .and_then(|t| t.get("mode")?.as_str().map(str::to_ascii_uppercase));
+            let tls_mode = server.tls.as_ref().map(credentials::server_tls_mode);
             // Credentials go only to a gateway with a proven identity.
             let credential = || {
                 (proxy.identity.as_ref())
@@ -691,7 +699,6 @@ pub fn gateway(
                     tcp_servers.entry(listen_port).or_default().push(gs.into());
                     continue;
                 }
-                // Istio's default mode is PASSTHROUGH.
                 "TLS" | "HTTPS"
                     if tls_mode.as_deref().unwrap_or("PASSTHROUGH") == "PASSTHROUGH" =>
                 {

@@ -65,6 +65,15 @@ static PREFER_SAME_NODE: LazyLock<LocalityLoadBalancerSetting> =
         ..Default::default()
     });
 
+/// The setting a service's `trafficDistribution` forces, if it prefers nearby endpoints.
+fn forced(traffic: TrafficDistribution) -> Option<&'static LocalityLoadBalancerSetting> {
+    match traffic {
+        TrafficDistribution::Any => None,
+        TrafficDistribution::PreferSameZone => Some(&PREFER_SAME_ZONE),
+        TrafficDistribution::PreferSameNode => Some(&PREFER_SAME_NODE),
+    }
+}
+
 /// MeshConfig's default: `localityLbSetting: {enabled: true}`.
 static MESH_DEFAULT: LocalityLoadBalancerSetting = LocalityLoadBalancerSetting {
     distribute: Vec::new(),
@@ -147,13 +156,9 @@ pub fn lb<'a>(
     let rule = policy
         .and_then(|p| p.load_balancer.as_ref())
         .and_then(|lb| lb.locality_lb_setting.as_ref());
-    let forced = match traffic {
-        _ if rule.is_some() => None,
-        TrafficDistribution::Any => None,
-        TrafficDistribution::PreferSameZone => Some(&*PREFER_SAME_ZONE),
-        TrafficDistribution::PreferSameNode => Some(&*PREFER_SAME_NODE),
-    };
-    if let Some(setting) = forced {
+    if rule.is_none()
+        && let Some(setting) = forced(traffic)
+    {
         return Some(Lb {
             setting,
             failover: true,
@@ -240,12 +245,8 @@ pub fn context_dependence<'a>(
     traffic: impl Iterator<Item = TrafficDistribution>,
 ) -> Option<Vec<String>> {
     // The services that prefer nearby endpoints, and the labels their failover compares.
-    let forced: BTreeSet<&str> = traffic
-        .filter_map(|t| match t {
-            TrafficDistribution::Any => None,
-            TrafficDistribution::PreferSameZone => Some(&*PREFER_SAME_ZONE),
-            TrafficDistribution::PreferSameNode => Some(&*PREFER_SAME_NODE),
-        })
+    let forced_keys: BTreeSet<&str> = traffic
+        .filter_map(forced)
         .flat_map(|s| s.failover_priority.iter().map(String::as_str))
         .collect();
     // Each policy component that can balance: its outlier detection and its setting.
@@ -271,7 +272,7 @@ pub fn context_dependence<'a>(
             }))
         })
     });
-    let aware = !forced.is_empty()
+    let aware = !forced_keys.is_empty()
         || distributes(mesh.locality_lb_setting.as_ref())
         || components
             .clone()
@@ -281,7 +282,7 @@ pub fn context_dependence<'a>(
         let keys: BTreeSet<String> = settings
             .flat_map(|s| &s.failover_priority)
             .map(|k| k.split('=').next().unwrap_or_default())
-            .chain(forced)
+            .chain(forced_keys)
             .map(str::to_string)
             .collect();
         keys.into_iter().collect()

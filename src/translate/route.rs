@@ -29,7 +29,6 @@ use envoy_types::pb::envoy::extensions::retry::host::previous_hosts::v3::Previou
 use envoy_types::pb::envoy::r#type::matcher::v3::{
     RegexMatchAndSubstitute, RegexMatcher, StringMatcher, string_matcher::MatchPattern,
 };
-use envoy_types::pb::envoy::r#type::v3::{FractionalPercent, fractional_percent};
 use envoy_types::pb::google::protobuf::{BoolValue, UInt32Value};
 use envoy_types::util::pack_any;
 
@@ -364,13 +363,13 @@ pub fn gateway(
             }
             for vs_host in &vs.hosts {
                 for server_host in server_hosts {
-                    let (ns, pattern) = server_host.split_once('/').unwrap_or(("*", server_host));
-                    if !(ns == "*"
-                        || ns == vs_obj.key.namespace
-                        || (ns == "." && vs_obj.key.namespace == gw_ns))
-                    {
+                    let Some(pattern) = super::listener::server_host_pattern(
+                        server_host,
+                        &vs_obj.key.namespace,
+                        gw_ns,
+                    ) else {
                         continue;
-                    }
+                    };
                     // The narrower of the two names is the virtual host's domain.
                     let host = if host_matches(pattern, vs_host) {
                         if pattern.starts_with('*') && !vs_host.starts_with('*') || pattern == "*" {
@@ -678,10 +677,7 @@ fn mirror_policies(
     ns: &str,
     port: u32,
 ) -> Vec<route_action::RequestMirrorPolicy> {
-    let whole = |percent: u32| FractionalPercent {
-        numerator: percent,
-        denominator: fractional_percent::DenominatorType::Hundred as i32,
-    };
+    let whole = super::filters::per_hundred;
     let share = |p: Option<&crate::api::networking::Percent>| match p {
         Some(p) if p.value > 0.0 => Some(super::filters::per_million(p)),
         Some(_) => None,

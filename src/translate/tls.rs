@@ -263,9 +263,11 @@ pub fn originate(
 /// SDS secret `kubernetes://NAME`; unless `insecure_skip_verify`, the server's certificate
 /// must chain to `kubernetes://NAME-cacert` and carry one of `subject_alt_names`. meshd
 /// serves both over ADS from the Secret NAME in the gateway's namespace.
-pub fn originate_credential(tls: &ClientTlsSettings, h2: bool) -> TransportSocket {
-    let credential = super::credentials::CredentialUse::of_client(tls)
-        .expect("a SIMPLE or MUTUAL rule with a credentialName");
+pub fn originate_credential(
+    tls: &ClientTlsSettings,
+    credential: &super::credentials::CredentialUse,
+    h2: bool,
+) -> TransportSocket {
     let mut common = CommonTlsContext {
         tls_params: tls_params(),
         alpn_protocols: if h2 { vec!["h2".into()] } else { Vec::new() },
