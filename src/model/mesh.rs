@@ -26,6 +26,9 @@ pub struct MeshConfig {
     /// default, as Istio's.
     #[serde(default)]
     pub locality_lb_setting: Option<LocalityLoadBalancerSetting>,
+    /// The `exportTo` of DestinationRules that set none: `["*"]` unless `["."]`.
+    #[serde(default)]
+    pub default_destination_rule_export_to: Vec<String>,
 }
 
 /// A Kubernetes label selector (`matchLabels` and `matchExpressions`).

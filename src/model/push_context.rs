@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
+use super::destination_rule::{self, DestinationRules};
 use super::service::{build_services, endpoint_locality, kubernetes_hostname, kubernetes_service};
 use super::{
     Proxy, ProxyKind, REVISION_LABEL, Service, Store, host_covers, host_matches,
@@ -27,6 +28,8 @@ pub struct ModelIssue {
     pub message: String,
 }
 
+static EMPTY_LABELS: BTreeMap<String, String> = BTreeMap::new();
+
 /// Built in full by [`PushContext::build`], or from the previous push's context and the
 /// keys that changed by [`PushContext::update`], which reuses everything the change does
 /// not touch: unchanged services keep their `Arc`, unchanged lists are shared.
@@ -45,7 +48,7 @@ pub struct PushContext {
     pub services: imbl::OrdMap<String, Arc<Service>>,
     /// VirtualServices, oldest first (Istio's precedence), then by namespace/name.
     pub virtual_services: Arc<Vec<Arc<ConfigObject>>>,
-    /// DestinationRules by the host they apply to.
+    /// DestinationRules, indexed for istiod's precedence ([`PushContext::destination_rule`]).
     pub destination_rules: Arc<DestinationRules>,
     pub gateways: Arc<Vec<Arc<ConfigObject>>>,
     pub sidecars: Arc<Vec<Arc<ConfigObject>>>,
@@ -78,52 +81,9 @@ fn sidecars(store: &Store) -> Arc<Vec<Arc<ConfigObject>>> {
     Arc::new(store.of_kind(Kind::Sidecar).cloned().collect())
 }
 
-/// The DestinationRules of a context by host: an exact host's, else the most specific
-/// wildcard host covering it (`*.shop.svc.cluster.local` before `*.local`), as istiod's
-/// `MostSpecificHostMatch`. Of two rules for one host the oldest wins.
-#[derive(Debug, Default, PartialEq)]
-pub struct DestinationRules {
-    exact: foldhash::HashMap<String, Arc<ConfigObject>>,
-    /// Longest (most specific) first.
-    wildcard: Vec<(String, Arc<ConfigObject>)>,
-}
-
-impl DestinationRules {
-    /// The rule for `host` (an FQDN, or a wildcard service host).
-    pub fn get(&self, host: &str) -> Option<&Arc<ConfigObject>> {
-        self.exact.get(host).or_else(|| {
-            (self.wildcard.iter())
-                .find(|(pattern, _)| host_covers(pattern, host))
-                .map(|(_, rule)| rule)
-        })
-    }
-
-    pub fn values(&self) -> impl Iterator<Item = &Arc<ConfigObject>> + Clone {
-        self.exact
-            .values()
-            .chain(self.wildcard.iter().map(|(_, r)| r))
-    }
-}
-
-fn destination_rules(store: &Store) -> Arc<DestinationRules> {
-    let mut rules = DestinationRules::default();
-    for dr in oldest_first(store, Kind::DestinationRule).iter() {
-        if let Spec::DestinationRule(spec) = &dr.spec {
-            let host = resolve_host(&spec.host, &dr.key.namespace);
-            if host.starts_with('*') {
-                if !rules.wildcard.iter().any(|(h, _)| *h == host) {
-                    rules.wildcard.push((host, dr.clone()));
-                }
-            } else {
-                rules.exact.entry(host).or_insert(dr.clone());
-            }
-        }
-    }
-    // Stable: equally long patterns keep their age order.
-    rules
-        .wildcard
-        .sort_by_key(|(h, _)| std::cmp::Reverse(h.len()));
-    Arc::new(rules)
+fn destination_rules(store: &Store, mesh: &MeshConfig) -> Arc<DestinationRules> {
+    let rules = store.of_kind(Kind::DestinationRule).cloned().collect();
+    Arc::new(DestinationRules::new(rules, mesh))
 }
 
 fn secrets(store: &Store) -> Arc<HashMap<(String, String), Arc<ConfigObject>>> {
@@ -194,7 +154,7 @@ fn touched_services(
     touched
 }
 
-fn by_age(objects: &mut [Arc<ConfigObject>]) {
+pub(super) fn by_age(objects: &mut [Arc<ConfigObject>]) {
     objects.sort_by(|a, b| {
         (a.meta.creation_timestamp.as_deref().unwrap_or(""), &a.key)
             .cmp(&(b.meta.creation_timestamp.as_deref().unwrap_or(""), &b.key))
@@ -244,13 +204,14 @@ impl PushContext {
     }
 
     pub fn build(store: &Store, version: String) -> PushContext {
+        let mesh = MeshConfig::from_store(store);
         let mut ctx = PushContext {
             version: version.into(),
             id: ContextId::next(),
             store: store.clone(),
             services: build_services(store),
             virtual_services: oldest_first(store, Kind::VirtualService),
-            destination_rules: destination_rules(store),
+            destination_rules: destination_rules(store, &mesh),
             gateways: oldest_first(store, Kind::Gateway),
             sidecars: sidecars(store),
             peer_authentications: oldest_first(store, Kind::PeerAuthentication),
@@ -266,7 +227,7 @@ impl PushContext {
                 })
                 .collect(),
             namespace_labels: namespace_labels(store),
-            mesh: MeshConfig::from_store(store),
+            mesh,
             issues: Arc::default(),
         };
         ctx.issues = Arc::new(ctx.cross_check());
@@ -309,6 +270,9 @@ impl PushContext {
                 None => pod_labels.remove(&id),
             };
         }
+        let mesh = rebuilt_if(any(Kind::ConfigMap), &self.mesh, || {
+            MeshConfig::from_store(store)
+        });
         // Each part: rebuilt when an object of its kind changed, else shared.
         let mut ctx = PushContext {
             version: version.into(),
@@ -319,9 +283,9 @@ impl PushContext {
                 oldest_first(store, Kind::VirtualService)
             }),
             destination_rules: rebuilt_if(
-                any(Kind::DestinationRule),
+                any(Kind::DestinationRule) || mesh != self.mesh,
                 &self.destination_rules,
-                || destination_rules(store),
+                || destination_rules(store, &mesh),
             ),
             gateways: rebuilt_if(any(Kind::Gateway), &self.gateways, || {
                 oldest_first(store, Kind::Gateway)
@@ -342,9 +306,7 @@ impl PushContext {
             namespace_labels: rebuilt_if(any(Kind::Namespace), &self.namespace_labels, || {
                 namespace_labels(store)
             }),
-            mesh: rebuilt_if(any(Kind::ConfigMap), &self.mesh, || {
-                MeshConfig::from_store(store)
-            }),
+            mesh,
             issues: self.issues.clone(),
         };
         // Route destinations are checked against hosts, subsets and gateways.
@@ -428,9 +390,7 @@ impl PushContext {
                             message: format!("no service or ServiceEntry for host {host:?}; {outcome} until one exists"),
                         });
                     } else if let Some(subset) = &d.subset {
-                        let defined = self
-                            .destination_rule(&host)
-                            .is_some_and(|(_, dr)| dr.subsets.iter().any(|s| &s.name == subset));
+                        let defined = self.destination_rules.defines_subset(&host, subset);
                         if !defined {
                             issues.push(ModelIssue {
                                 object: vs.key.to_string(),
@@ -461,14 +421,71 @@ impl PushContext {
             .find(|g| g.key.namespace == ns && g.key.name == name)
     }
 
-    pub fn destination_rule(&self, host: &str) -> Option<(&ConfigObject, &DestinationRuleSpec)> {
-        let dr = self.destination_rules.get(host)?;
-        match &dr.spec {
-            Spec::DestinationRule(spec) => Some((dr, spec)),
-            _ => None,
+    /// The DestinationRule istiod applies to `host` for `proxy`: see
+    /// [`DestinationRules`] for the precedence of namespaces, `exportTo`, merging and
+    /// `workloadSelector`.
+    pub fn destination_rule(&self, proxy: &Proxy, host: &str) -> Option<&Arc<ConfigObject>> {
+        match self.services.get(host) {
+            Some(svc) => self.service_rule(proxy, svc),
+            None => (self.destination_rules).choose(
+                &proxy.namespace,
+                || self.proxy_labels(proxy),
+                host,
+                None,
+            ),
         }
     }
 
+    /// [`PushContext::destination_rule`] for a service's own host.
+    pub fn service_rule(&self, proxy: &Proxy, svc: &Service) -> Option<&Arc<ConfigObject>> {
+        self.destination_rules.choose(
+            &proxy.namespace,
+            || self.proxy_labels(proxy),
+            &svc.hostname,
+            Some(&svc.namespace),
+        )
+    }
+
+    /// [`PushContext::destination_rule`]'s spec.
+    pub fn destination_rule_spec(&self, proxy: &Proxy, host: &str) -> Option<&DestinationRuleSpec> {
+        self.destination_rule(proxy, host)
+            .and_then(|r| destination_rule::spec(r))
+    }
+
+    /// The hosts whose DestinationRule for `proxy` is not the one a proxy of a namespace
+    /// no rule singles out gets, with the rule it gets (by address; 0 for none), sorted.
+    /// Empty for most proxies: views that agree on the rest share what they build.
+    pub fn destination_rule_exceptions(&self, proxy: &Proxy) -> Vec<(String, usize)> {
+        let patterns = self.destination_rules.exceptional_hosts(&proxy.namespace);
+        if patterns.is_empty() {
+            return Vec::new();
+        }
+        let address = |r: Option<&Arc<ConfigObject>>| r.map_or(0, |r| Arc::as_ptr(r) as usize);
+        let mut out: Vec<(String, usize)> = Vec::new();
+        let mut check = |svc: &Service| {
+            let ns = Some(svc.namespace.as_str());
+            let own = self.service_rule(proxy, svc);
+            // A namespace no rule names, and no proxy labels.
+            let common = self
+                .destination_rules
+                .choose("", || &EMPTY_LABELS, &svc.hostname, ns);
+            if address(own) != address(common) {
+                out.push((svc.hostname.clone(), address(own)));
+            }
+        };
+        for pattern in patterns {
+            if pattern.starts_with('*') {
+                (self.services.values())
+                    .filter(|s| host_covers(pattern, &s.hostname))
+                    .for_each(|s| check(s));
+            } else if let Some(svc) = self.services.get(pattern) {
+                check(svc);
+            }
+        }
+        out.sort();
+        out.dedup();
+        out
+    }
     /// The labels istiod uses for a proxy: its Pod's, else metadata `LABELS`.
     pub fn proxy_labels<'a>(&'a self, proxy: &'a Proxy) -> &'a BTreeMap<String, String> {
         self.pod_labels

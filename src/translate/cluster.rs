@@ -32,6 +32,8 @@ use crate::api::labels_match;
 use crate::api::networking::{
     ClientTlsMode, ClientTlsSettings, ConsistentHashLb, SimpleLb, TrafficPolicy,
 };
+use crate::config::ConfigObject;
+use crate::model::destination_rule;
 use crate::model::service::Discovery;
 use crate::model::{Proxy, ProxyKind, PushContext, Service, ServicePort};
 
@@ -51,7 +53,8 @@ pub fn outbound(
     let mut clusters = Vec::new();
     let mut assignments = Vec::new();
     for svc in services {
-        let (c, a) = service(ctx, svc, proxy.kind, secure, &at);
+        let rule = ctx.service_rule(proxy, svc);
+        let (c, a) = service(ctx, svc, rule.map(|r| &**r), proxy.kind, secure, &at);
         clusters.extend(c);
         assignments.extend(a);
     }
@@ -59,13 +62,13 @@ pub fn outbound(
     (clusters, assignments)
 }
 
-/// The effective traffic policy of each cluster of `svc`: per port, the rule's, then each
-/// subset's merged over it.
+/// The effective traffic policy of each cluster of `svc` under `rule` (its
+/// DestinationRule for the proxy): per port, the rule's, then each subset's merged over it.
 pub fn policies<'a>(
-    ctx: &'a PushContext,
     svc: &'a Service,
+    rule: Option<&'a ConfigObject>,
 ) -> impl Iterator<Item = Option<std::borrow::Cow<'a, TrafficPolicy>>> + 'a {
-    let dr = ctx.destination_rule(&svc.hostname).map(|(_, d)| d);
+    let dr = rule.and_then(destination_rule::spec);
     let rule_policy = dr.and_then(|d| d.traffic_policy.as_ref());
     svc.ports.iter().flat_map(move |port| {
         let subsets = dr.map_or(&[][..], |d| &d.subsets[..]);
@@ -78,19 +81,21 @@ pub fn policies<'a>(
 }
 
 /// The clusters of one service (a port each, and one per DestinationRule subset) and the
-/// load assignments of the EDS ones. They depend on the service, its DestinationRule, the
-/// mesh config, the proxy kind, `secure`, and, for clusters balanced by locality
-/// ([`locality::dependence`]), the proxy's [`Place`], so callers may cache them.
+/// load assignments of the EDS ones. They depend on the service, `rule` (its
+/// DestinationRule for the proxy), the mesh config, the proxy kind, `secure`, and, for
+/// clusters balanced by locality ([`locality::dependence`]), the proxy's [`Place`], so
+/// callers may cache them.
 pub fn service(
     ctx: &PushContext,
     svc: &Service,
+    rule: Option<&ConfigObject>,
     kind: ProxyKind,
     secure: bool,
     at: &Place,
 ) -> (Vec<Cluster>, Vec<ClusterLoadAssignment>) {
     let mut clusters = Vec::new();
     let mut assignments = Vec::new();
-    let dr = ctx.destination_rule(&svc.hostname);
+    let dr = rule.and_then(|o| Some((o, destination_rule::spec(o)?)));
     let rule_policy = dr.and_then(|(_, d)| d.traffic_policy.as_ref());
     for port in &svc.ports {
         let base = policy::effective(rule_policy, None, port.port);

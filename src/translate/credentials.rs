@@ -120,10 +120,17 @@ impl From<&ServerTls> for CredentialUse {
 
 /// The credentials the DestinationRules of `services` originate TLS with (their own
 /// policies, their subsets' and port-level ones), as a gateway needs them.
-pub fn destination_rule_uses(ctx: &PushContext, services: &[&Arc<Service>]) -> Vec<CredentialUse> {
+pub fn destination_rule_uses(
+    ctx: &PushContext,
+    proxy: &Proxy,
+    services: &[&Arc<Service>],
+) -> Vec<CredentialUse> {
     services
         .iter()
-        .flat_map(|svc| super::cluster::policies(ctx, svc))
+        .flat_map(|svc| {
+            let rule = ctx.service_rule(proxy, svc);
+            super::cluster::policies(svc, rule.map(|r| &**r))
+        })
         .flatten()
         .filter_map(|p| CredentialUse::of_client(p.tls.as_ref()?))
         .collect()

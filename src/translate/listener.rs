@@ -161,8 +161,8 @@ struct TcpPolicy {
 }
 
 impl TcpPolicy {
-    fn of(ctx: &PushContext, host: &str, subset: &str) -> Option<TcpPolicy> {
-        let (_, rule) = ctx.destination_rule(host)?;
+    fn of(ctx: &PushContext, proxy: &Proxy, host: &str, subset: &str) -> Option<TcpPolicy> {
+        let rule = ctx.destination_rule_spec(proxy, host)?;
         let top = rule.traffic_policy.as_ref();
         let tcp = top.and_then(|p| p.connection_pool.as_ref()?.tcp.as_ref());
         let mut lb = top.and_then(|p| p.load_balancer.as_ref());
@@ -188,12 +188,12 @@ impl TcpPolicy {
 
 /// The tcp_proxy of the service `host`'s own cluster on `port`, with what its
 /// DestinationRule sets.
-fn service_tcp_proxy(ctx: &PushContext, host: &str, port: u32) -> Filter {
+fn service_tcp_proxy(ctx: &PushContext, proxy: &Proxy, host: &str, port: u32) -> Filter {
     let cluster = outbound_cluster_name(port, "", host);
     tcp_proxy_to(
         &cluster,
         &[(cluster.clone(), 100)],
-        TcpPolicy::of(ctx, host, ""),
+        TcpPolicy::of(ctx, proxy, host, ""),
     )
 }
 
@@ -202,6 +202,7 @@ fn service_tcp_proxy(ctx: &PushContext, host: &str, port: u32) -> Filter {
 /// own keeps. `None` when no route fits.
 fn tcp_route_proxy<'a>(
     ctx: &PushContext,
+    proxy: &Proxy,
     vss: impl IntoIterator<Item = (&'a Arc<ConfigObject>, &'a VirtualServiceSpec)>,
     port: u32,
     fits: impl Fn(&L4MatchAttributes) -> bool,
@@ -209,7 +210,7 @@ fn tcp_route_proxy<'a>(
     vss.into_iter().find_map(|(obj, vs)| {
         let route =
             (vs.tcp.iter()).find(|r| r.r#match.is_empty() || r.r#match.iter().any(&fits))?;
-        Some(route_proxy(ctx, obj, &route.route, port))
+        Some(route_proxy(ctx, proxy, obj, &route.route, port))
     })
 }
 
@@ -218,6 +219,7 @@ fn tcp_route_proxy<'a>(
 /// of the VirtualService for weighted ones.
 fn route_proxy(
     ctx: &PushContext,
+    proxy: &Proxy,
     obj: &ConfigObject,
     route: &[RouteDestination],
     port: u32,
@@ -254,7 +256,7 @@ fn route_proxy(
         } else {
             ""
         };
-        TcpPolicy::of(ctx, &host, subset)
+        TcpPolicy::of(ctx, proxy, &host, subset)
     });
     tcp_proxy_to(&stat_prefix, &targets, policy)
 }
@@ -296,8 +298,8 @@ fn sidecar_routes<'a>(
 fn sidecar_tcp_proxy(ctx: &PushContext, proxy: &Proxy, svc: &Service, port: u32) -> Filter {
     let labels = ctx.proxy_labels(proxy);
     let fits = |m: &L4MatchAttributes| l4_fits(m, port, labels, proxy);
-    tcp_route_proxy(ctx, sidecar_routes(ctx, proxy, svc), port, fits)
-        .unwrap_or_else(|| service_tcp_proxy(ctx, &svc.hostname, port))
+    tcp_route_proxy(ctx, proxy, sidecar_routes(ctx, proxy, svc), port, fits)
+        .unwrap_or_else(|| service_tcp_proxy(ctx, proxy, &svc.hostname, port))
 }
 
 /// One filter chain of a listener before assembly: the SNI names it matches (none: every
@@ -329,7 +331,7 @@ fn sidecar_tls_chains(
                 if fits && !chains.iter().any(|c| c.server_names == m.sni_hosts) {
                     chains.push(Chain {
                         server_names: m.sni_hosts.clone(),
-                        filter: route_proxy(ctx, obj, &route.route, port),
+                        filter: route_proxy(ctx, proxy, obj, &route.route, port),
                     });
                 }
             }
@@ -342,7 +344,7 @@ fn sidecar_tls_chains(
             } else {
                 Vec::new()
             },
-            filter: service_tcp_proxy(ctx, &svc.hostname, port),
+            filter: service_tcp_proxy(ctx, proxy, &svc.hostname, port),
         });
     }
     chains
@@ -488,7 +490,13 @@ fn gateway_l4_fits(m: &L4MatchAttributes, server: &TcpServer) -> bool {
 /// gets no listener).
 fn gateway_tcp_proxy(ctx: &PushContext, proxy: &Proxy, server: &TcpServer) -> Option<Filter> {
     let fits = |m: &L4MatchAttributes| gateway_l4_fits(m, server);
-    tcp_route_proxy(ctx, gateway_routes(ctx, proxy, server), server.port, fits)
+    tcp_route_proxy(
+        ctx,
+        proxy,
+        gateway_routes(ctx, proxy, server),
+        server.port,
+        fits,
+    )
 }
 
 /// The chains of a gateway's PASSTHROUGH server: one per `tls` route match (of the
@@ -513,7 +521,7 @@ fn gateway_tls_chains(
                     continue;
                 }
                 taken.extend(m.sni_hosts.iter().cloned());
-                let filter = route_proxy(ctx, obj, &route.route, server.port);
+                let filter = route_proxy(ctx, proxy, obj, &route.route, server.port);
                 chains.push(filter_chain(m.sni_hosts.clone(), filter));
             }
         }

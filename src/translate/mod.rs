@@ -93,7 +93,7 @@ pub fn plan<'a>(ctx: &'a PushContext, proxy: &Proxy) -> Plan<'a> {
             // Credentials reach only a gateway with a proven identity, as the listeners
             // that use them do.
             if proxy.identity.is_some() {
-                uses.extend(credentials::destination_rule_uses(ctx, &services));
+                uses.extend(credentials::destination_rule_uses(ctx, proxy, &services));
             }
             let secrets = credentials::secrets(ctx, proxy, &uses);
             Plan {
@@ -129,7 +129,8 @@ pub fn proxy_config(ctx: &PushContext, proxy: &Proxy) -> ProxyConfig {
     let mut clusters = Vec::new();
     let mut endpoints = Vec::new();
     for svc in &plan.services {
-        let (c, e) = cluster::service(ctx, svc, proxy.kind, secure, &at);
+        let rule = ctx.service_rule(proxy, svc);
+        let (c, e) = cluster::service(ctx, svc, rule.map(|r| &**r), proxy.kind, secure, &at);
         clusters.extend(c);
         endpoints.extend(e);
     }

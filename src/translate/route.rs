@@ -39,10 +39,11 @@ use super::{
 };
 use crate::api::labels_match;
 use crate::api::networking::{
-    ConsistentHashLb, HeaderOperations, HttpMatchRequest, HttpRoute, StringMatch,
-    VirtualServiceSpec,
+    ConsistentHashLb, DestinationRuleSpec, HeaderOperations, HttpMatchRequest, HttpRoute,
+    StringMatch, VirtualServiceSpec,
 };
 use crate::config::{ConfigObject, Spec};
+use crate::model::destination_rule;
 use crate::model::{Proxy, PushContext, Service, host_matches, resolve_host};
 
 /// Istio's default retry policy, as the seeds specify it (older Istio: 3 host-selection
@@ -108,7 +109,10 @@ impl VirtualHostPlan<'_> {
     /// The virtual host, built.
     pub fn build(self, ctx: &PushContext, proxy: &Proxy, port: u32) -> VirtualHost {
         match self {
-            VirtualHostPlan::Default(svc) => default_virtual_host(ctx, svc, port, &proxy.namespace),
+            VirtualHostPlan::Default(svc) => {
+                let rule = ctx.service_rule(proxy, svc);
+                default_virtual_host(svc, rule.map(|r| &**r), port, &proxy.namespace)
+            }
             VirtualHostPlan::Shared { vs, service } => {
                 routed_virtual_host(ctx, proxy, vs, service, port)
             }
@@ -263,16 +267,16 @@ pub fn destination_hosts(vs_obj: &ConfigObject) -> Vec<String> {
 /// requests as the service's DestinationRule says for this port. It depends on the service
 /// and its DestinationRule only (and on whether the proxy shares its namespace).
 pub fn default_virtual_host(
-    ctx: &PushContext,
     svc: &Service,
+    rule: Option<&ConfigObject>,
     port: u32,
     proxy_ns: &str,
 ) -> VirtualHost {
     let mut route = default_route(&svc.hostname, port);
-    if let (Some(Action::Route(action)), Some(hash)) = (
-        route.action.as_mut(),
-        destination_hash(ctx, &svc.hostname, "", port),
-    ) {
+    let rule = rule.and_then(destination_rule::spec);
+    if let (Some(Action::Route(action)), Some(hash)) =
+        (route.action.as_mut(), destination_hash(rule, "", port))
+    {
         action.hash_policy = hash;
     }
     VirtualHost {
@@ -453,15 +457,14 @@ fn default_route(host: &str, port: u32) -> Route {
     }
 }
 
-/// The hash policy of a route to `port` (and `subset`) of `host`, if the host's
-/// DestinationRule hashes consistently there: `Some(vec![])` when it hashes on no key.
+/// The hash policy of a route to `port` (and `subset`) of a host, if its DestinationRule
+/// `rule` hashes consistently there: `Some(vec![])` when it hashes on no key.
 fn destination_hash(
-    ctx: &PushContext,
-    host: &str,
+    rule: Option<&DestinationRuleSpec>,
     subset: &str,
     port: u32,
 ) -> Option<Vec<HashPolicy>> {
-    let (_, rule) = ctx.destination_rule(host)?;
+    let rule = rule?;
     let hash = super::policy::consistent_hash(rule, subset, port)?;
     Some(hash_policy(hash).into_iter().collect())
 }
@@ -642,7 +645,7 @@ pub fn http_routes(
             kept
         };
         for m in &matches {
-            out.push(translate_route(ctx, vs_obj, http, *m, port));
+            out.push(translate_route(ctx, proxy, vs_obj, http, *m, port));
         }
         if http.match_.is_empty() {
             break; // a catch-all route shadows everything after it
@@ -715,6 +718,7 @@ fn mirror_policies(
 
 fn translate_route(
     ctx: &PushContext,
+    proxy: &Proxy,
     vs_obj: &ConfigObject,
     http: &HttpRoute,
     m: Option<&HttpMatchRequest>,
@@ -819,7 +823,8 @@ fn translate_route(
         if weight > 0 {
             let subset = d.destination.subset.as_deref().unwrap_or("");
             targets.push((outbound_cluster_name(p, subset, &host), weight));
-            if let Some(hash) = destination_hash(ctx, &host, subset, p) {
+            if let Some(hash) = destination_hash(ctx.destination_rule_spec(proxy, &host), subset, p)
+            {
                 hashed = true;
                 hash_policy.extend(hash);
             }

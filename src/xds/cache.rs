@@ -44,9 +44,15 @@ pub struct ServiceResources {
     pub endpoints: Vec<Arc<Resource>>,
 }
 
+/// What is cached for one service and one DestinationRule: a service whose proxies get
+/// different rules (namespace-local rules, `exportTo`, workload selectors) has an entry
+/// per rule.
 struct HostEntry {
     service: Arc<Service>,
     rule: Option<Arc<ConfigObject>>,
+    /// The id of the last context that read it: of too many entries for one service, the
+    /// least recently read goes.
+    used: u64,
     trust_domain: Option<String>,
     /// MeshConfig's `localityLbSetting` (boxed: entries stay small, and it is rarely set).
     mesh_locality: Option<Box<LocalityLoadBalancerSetting>>,
@@ -67,6 +73,9 @@ struct HostEntry {
 struct RoutedHost {
     port: u32,
     local: bool,
+    /// The context it was built for: proxies whose destinations get other rules build
+    /// their own, and only what earlier contexts built is replaced.
+    ctx: u64,
     vs: Arc<ConfigObject>,
     /// The services its routes lead to and their DestinationRules, as they were (the
     /// services' ports name the clusters, the rules' consistent hashes the hash policies).
@@ -82,19 +91,35 @@ struct Destination {
 }
 
 impl Destination {
-    fn now(ctx: &PushContext, host: String) -> Destination {
+    fn now(ctx: &PushContext, proxy: &Proxy, host: String) -> Destination {
+        let (service, rule) = Destination::inputs(ctx, proxy, &host);
         Destination {
-            service: ctx.services.get(&host).cloned(),
-            rule: ctx.destination_rules.get(&host).cloned(),
+            service: service.cloned(),
+            rule: rule.cloned(),
             host,
         }
     }
 
-    fn unchanged(&self, ctx: &PushContext) -> bool {
-        same(ctx.services.get(&self.host), self.service.as_ref())
-            && same(ctx.destination_rules.get(&self.host), self.rule.as_ref())
+    /// The host's service and its DestinationRule for `proxy`, in `ctx`.
+    fn inputs<'a>(
+        ctx: &'a PushContext,
+        proxy: &Proxy,
+        host: &str,
+    ) -> (Option<&'a Arc<Service>>, Option<&'a Arc<ConfigObject>>) {
+        match ctx.services.get(host) {
+            Some(svc) => (Some(svc), ctx.service_rule(proxy, svc)),
+            None => (None, ctx.destination_rule(proxy, host)),
+        }
+    }
+
+    fn unchanged(&self, ctx: &PushContext, proxy: &Proxy) -> bool {
+        let (service, rule) = Destination::inputs(ctx, proxy, &self.host);
+        same(service, self.service.as_ref()) && same(rule, self.rule.as_ref())
     }
 }
+
+/// Entries kept per service, one per DestinationRule its proxies get.
+const RULE_VARIANTS: usize = 4;
 
 /// Whether two optional inputs are the same: one `Arc` (the common case within a push and
 /// across incremental pushes), else equal values.
@@ -122,6 +147,9 @@ struct SetKey {
     /// Where the proxies are (their locality and the labels failover priorities
     /// compare), when the context balances some service by locality.
     place: Option<Place>,
+    /// The services whose DestinationRule for these proxies is not the common one
+    /// ([`PushContext::destination_rule_exceptions`]); `None` for most proxies.
+    rules: Option<Arc<[(String, usize)]>>,
 }
 
 /// A view's cluster and load-assignment sets, shared.
@@ -143,13 +171,20 @@ const SET_CONTEXTS: usize = 2;
 /// failover priorities compare.
 type LocalityMemo = (u64, Option<Arc<[String]>>);
 
+/// A context's id and, by namespace and the selecting rules a proxy's labels match, the
+/// [`PushContext::destination_rule_exceptions`] of its proxies.
+type ExceptionMemo = (u64, ExceptionsByProxy);
+type ExceptionsByProxy = foldhash::HashMap<(String, Vec<usize>), Option<Arc<[(String, usize)]>>>;
+
 /// The cache, shared by every push of one pipeline.
 #[derive(Default)]
 pub struct ResourceCache {
-    hosts: Mutex<foldhash::HashMap<String, HostEntry>>,
+    hosts: Mutex<foldhash::HashMap<String, Vec<HostEntry>>>,
     sets: Mutex<SetMemo>,
     /// [`ResourceCache::locality_labels`] of the latest context asked about.
     locality_memo: Mutex<Option<LocalityMemo>>,
+    /// Of the latest context asked about.
+    exception_memo: Mutex<Option<ExceptionMemo>>,
     hits: Counter,
     misses: Counter,
 }
@@ -192,76 +227,96 @@ impl ResourceCache {
             .retain(|host, _| ctx.services.contains_key(host));
     }
 
-    /// Runs `read` on the service's entry, first replacing it if it was built from other
-    /// inputs; `None` when no entry exists yet.
+    /// Runs `read` on the service's entry for `rule`, first dropping the service's
+    /// entries if they were built from another service, trust domain or mesh-wide
+    /// balancing; `None` when no entry exists yet.
     fn with_entry<T>(
         &self,
         ctx: &PushContext,
         svc: &Arc<Service>,
+        rule: Option<&Arc<ConfigObject>>,
         read: impl FnOnce(&mut HostEntry) -> Option<T>,
     ) -> Option<T> {
-        let rule = ctx.destination_rules.get(&svc.hostname);
         let trust_domain = &ctx.mesh.trust_domain;
         let mut hosts = self.hosts.lock().unwrap();
-        let entry = hosts.get_mut(&svc.hostname)?;
-        let inputs_same = same(entry.rule.as_ref(), rule)
-            && same(Some(&entry.service), Some(svc))
-            && entry.trust_domain == *trust_domain
-            && entry.mesh_locality.as_deref() == ctx.mesh.locality_lb_setting.as_ref();
+        let entries = hosts.get_mut(&svc.hostname)?;
+        let inputs_same = entries.first().is_some_and(|e| {
+            same(Some(&e.service), Some(svc))
+                && e.trust_domain == *trust_domain
+                && e.mesh_locality.as_deref() == ctx.mesh.locality_lb_setting.as_ref()
+        });
         if !inputs_same {
             hosts.remove(&svc.hostname);
             return None;
         }
+        let entry = entries.iter_mut().find(|e| same(e.rule.as_ref(), rule))?;
         // Later readers of this push compare pointers only.
         entry.service = svc.clone();
         entry.rule = rule.cloned();
+        entry.used = ctx.id();
         read(entry)
     }
 
-    /// Stores with `write` into the service's entry, creating it for these inputs.
-    fn store(&self, ctx: &PushContext, svc: &Arc<Service>, write: impl FnOnce(&mut HostEntry)) {
+    /// Stores with `write` into the service's entry for `rule`, creating it for these
+    /// inputs.
+    fn store(
+        &self,
+        ctx: &PushContext,
+        svc: &Arc<Service>,
+        rule: Option<&Arc<ConfigObject>>,
+        write: impl FnOnce(&mut HostEntry),
+    ) {
         let mut hosts = self.hosts.lock().unwrap();
-        let entry = hosts
-            .entry(svc.hostname.clone())
-            .or_insert_with(|| HostEntry {
-                service: svc.clone(),
-                rule: ctx.destination_rules.get(&svc.hostname).cloned(),
-                trust_domain: ctx.mesh.trust_domain.clone(),
-                mesh_locality: ctx.mesh.locality_lb_setting.clone().map(Box::new),
-                dependence: dependence(ctx, svc).map(Vec::into_boxed_slice),
-                clusters: Default::default(),
-                placed: Vec::new(),
-                vhosts: Vec::new(),
-                routed: Vec::new(),
-            });
-        // A concurrent builder (of another push) may have replaced the entry for other
+        let entries = hosts.entry(svc.hostname.clone()).or_default();
+        // A concurrent builder (of another push) may have replaced the entries for other
         // inputs: keep theirs.
-        let rule = ctx.destination_rules.get(&svc.hostname);
-        let same_rule = match (&entry.rule, rule) {
-            (None, None) => true,
-            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
-            _ => false,
+        let ours = |e: &HostEntry| {
+            same(Some(&e.service), Some(svc))
+                && e.trust_domain == ctx.mesh.trust_domain
+                && e.mesh_locality.as_deref() == ctx.mesh.locality_lb_setting.as_ref()
         };
-        if Arc::ptr_eq(&entry.service, svc)
-            && same_rule
-            && entry.trust_domain == ctx.mesh.trust_domain
-            && entry.mesh_locality.as_deref() == ctx.mesh.locality_lb_setting.as_ref()
-        {
-            write(entry);
+        if entries.first().is_some_and(|e| !ours(e)) {
+            return;
         }
+        let i = match entries.iter().position(|e| same(e.rule.as_ref(), rule)) {
+            Some(i) => i,
+            None => {
+                if entries.len() >= RULE_VARIANTS
+                    && let Some(oldest) = (0..entries.len()).min_by_key(|&i| entries[i].used)
+                {
+                    entries.swap_remove(oldest);
+                }
+                entries.push(HostEntry {
+                    service: svc.clone(),
+                    rule: rule.cloned(),
+                    used: ctx.id(),
+                    trust_domain: ctx.mesh.trust_domain.clone(),
+                    mesh_locality: ctx.mesh.locality_lb_setting.clone().map(Box::new),
+                    dependence: dependence(ctx, svc, rule).map(Vec::into_boxed_slice),
+                    clusters: Default::default(),
+                    placed: Vec::new(),
+                    vhosts: Vec::new(),
+                    routed: Vec::new(),
+                });
+                entries.len() - 1
+            }
+        };
+        write(&mut entries[i]);
     }
 
-    /// The service's clusters and load assignments for a proxy of `kind` at `at`.
+    /// The service's clusters and load assignments under `rule` (its DestinationRule for
+    /// the proxy) for a proxy of `kind` at `at`.
     pub fn service(
         &self,
         ctx: &PushContext,
         svc: &Arc<Service>,
+        rule: Option<&Arc<ConfigObject>>,
         kind: ProxyKind,
         secure: bool,
         at: &Place,
     ) -> Arc<ServiceResources> {
         let i = slot(kind, secure);
-        let found = self.with_entry(ctx, svc, |e| {
+        let found = self.with_entry(ctx, svc, rule, |e| {
             Some(match &e.dependence {
                 None => (e.clusters[i].clone(), None),
                 Some(keys) => {
@@ -279,13 +334,14 @@ impl ResourceCache {
                 return hit;
             }
             Some((None, place)) => place,
-            None => dependence(ctx, svc).map(|keys| at.restricted(&keys)),
+            None => dependence(ctx, svc, rule).map(|keys| at.restricted(&keys)),
         };
         self.misses.inc();
         // Built for the restricted place, so that it holds for every proxy sharing it.
         let (clusters, endpoints) = translate::cluster::service(
             ctx,
             svc,
+            rule.map(|r| &**r),
             kind,
             secure,
             place.as_ref().unwrap_or(&Place::default()),
@@ -294,11 +350,41 @@ impl ResourceCache {
             clusters: clusters.iter().map(encode_cluster).collect(),
             endpoints: endpoints.iter().map(encode_assignment).collect(),
         });
-        self.store(ctx, svc, |e| match place {
+        self.store(ctx, svc, rule, |e| match place {
             Some(place) => e.placed.push((i, place, built.clone())),
             None => e.clusters[i] = Some(built.clone()),
         });
         built
+    }
+
+    /// [`PushContext::destination_rule_exceptions`] for `proxy`, computed once per context
+    /// for the proxies of a namespace whose labels select the same rules.
+    fn rule_exceptions(&self, ctx: &PushContext, proxy: &Proxy) -> Option<Arc<[(String, usize)]>> {
+        let rules = &ctx.destination_rules;
+        if !rules.singles_out(&proxy.namespace) {
+            return None;
+        }
+        let selecting = if rules.selects_in(&proxy.namespace) {
+            let labels = ctx.proxy_labels(proxy);
+            (rules.selecting(&proxy.namespace, labels))
+                .map(|r| Arc::as_ptr(r) as usize)
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let key = (proxy.namespace.clone(), selecting);
+        let mut memo = self.exception_memo.lock().unwrap();
+        if memo.as_ref().is_none_or(|(id, _)| *id != ctx.id()) {
+            *memo = Some((ctx.id(), Default::default()));
+        }
+        let (_, by_proxy) = memo.as_mut().expect("set above");
+        by_proxy
+            .entry(key)
+            .or_insert_with(|| {
+                let exceptions = ctx.destination_rule_exceptions(proxy);
+                (!exceptions.is_empty()).then(|| exceptions.into())
+            })
+            .clone()
     }
 
     /// Whether some load assignment of `ctx` may depend on where the proxy is (a
@@ -340,25 +426,27 @@ impl ResourceCache {
     fn sets(
         &self,
         ctx: &PushContext,
+        proxy: &Proxy,
         services: &[&Arc<Service>],
-        kind: ProxyKind,
-        secure: bool,
         at: &Place,
         own: Vec<Arc<Resource>>,
     ) -> Sets {
+        let (kind, secure) = (proxy.kind, proxy.identity.is_some());
         let key = SetKey {
             ctx: ctx.id(),
             slot: slot(kind, secure),
             services: services.iter().map(|s| Arc::as_ptr(*s) as usize).collect(),
             own: own.iter().map(|r| r.hash).collect(),
             place: self.locality_labels(ctx).map(|keys| at.restricted(&keys)),
+            rules: self.rule_exceptions(ctx, proxy),
         };
         if let Some(sets) = self.sets.lock().unwrap().sets.get(&key) {
             return sets.clone();
         }
         let (mut clusters, mut endpoints) = (Vec::new(), Vec::new());
         for svc in services {
-            let parts = self.service(ctx, svc, kind, secure, at);
+            let rule = ctx.service_rule(proxy, svc);
+            let parts = self.service(ctx, svc, rule, kind, secure, at);
             clusters.extend(parts.clusters.iter().cloned());
             endpoints.extend(parts.endpoints.iter().cloned());
         }
@@ -380,16 +468,18 @@ impl ResourceCache {
         memo.sets.entry(key).or_insert(sets).clone()
     }
 
-    /// The service's default virtual host on `port`, as an encoded `virtual_hosts` field.
+    /// The service's default virtual host on `port` under `rule` (its DestinationRule for
+    /// the proxy), as an encoded `virtual_hosts` field.
     pub fn default_virtual_host(
         &self,
         ctx: &PushContext,
         svc: &Arc<Service>,
+        rule: Option<&Arc<ConfigObject>>,
         port: u32,
         proxy_namespace: &str,
     ) -> Arc<[u8]> {
         let local = svc.namespace == proxy_namespace;
-        let found = self.with_entry(ctx, svc, |e| {
+        let found = self.with_entry(ctx, svc, rule, |e| {
             e.vhosts
                 .iter()
                 .find(|(p, l, _)| *p == port && *l == local)
@@ -400,9 +490,12 @@ impl ResourceCache {
             return hit;
         }
         self.misses.inc();
-        let vh = translate::route::default_virtual_host(ctx, svc, port, proxy_namespace);
+        let vh =
+            translate::route::default_virtual_host(svc, rule.map(|r| &**r), port, proxy_namespace);
         let bytes: Arc<[u8]> = virtual_host_field(&vh).into();
-        self.store(ctx, svc, |e| e.vhosts.push((port, local, bytes.clone())));
+        self.store(ctx, svc, rule, |e| {
+            e.vhosts.push((port, local, bytes.clone()))
+        });
         bytes
     }
 
@@ -417,14 +510,17 @@ impl ResourceCache {
         proxy: &Proxy,
     ) -> Arc<[u8]> {
         let local = svc.namespace == proxy.namespace;
-        let found = self.with_entry(ctx, svc, |e| {
+        // The routes do not depend on the service's own rule: the entry of whichever
+        // rule the proxy gets holds them.
+        let rule = ctx.service_rule(proxy, svc);
+        let found = self.with_entry(ctx, svc, rule, |e| {
             e.routed
                 .iter()
                 .find(|r| {
                     r.port == port
                         && r.local == local
                         && same(Some(&r.vs), Some(vs))
-                        && r.destinations.iter().all(|d| d.unchanged(ctx))
+                        && r.destinations.iter().all(|d| d.unchanged(ctx, proxy))
                 })
                 .map(|r| r.bytes.clone())
         });
@@ -437,15 +533,18 @@ impl ResourceCache {
         let bytes: Arc<[u8]> = virtual_host_field(&vh).into();
         let destinations = translate::route::destination_hosts(vs)
             .into_iter()
-            .map(|host| Destination::now(ctx, host))
+            .map(|host| Destination::now(ctx, proxy, host))
             .collect();
-        self.store(ctx, svc, |e| {
-            // What this VirtualService built before, on this port and side, is stale.
-            e.routed
-                .retain(|r| !(r.port == port && r.local == local && r.vs.key == vs.key));
+        self.store(ctx, svc, rule, |e| {
+            // What this VirtualService built for earlier contexts, on this port and side,
+            // is stale.
+            e.routed.retain(|r| {
+                !(r.port == port && r.local == local && r.vs.key == vs.key && r.ctx != ctx.id())
+            });
             e.routed.push(RoutedHost {
                 port,
                 local,
+                ctx: ctx.id(),
                 vs: vs.clone(),
                 destinations,
                 bytes: bytes.clone(),
@@ -457,10 +556,14 @@ impl ResourceCache {
 
 /// The labels the service's load assignments depend on, with the proxy's locality; `None`
 /// when they do not depend on the proxy.
-fn dependence(ctx: &PushContext, svc: &Service) -> Option<Vec<String>> {
+fn dependence(
+    ctx: &PushContext,
+    svc: &Service,
+    rule: Option<&Arc<ConfigObject>>,
+) -> Option<Vec<String>> {
     locality::dependence(
         &ctx.mesh,
-        translate::cluster::policies(ctx, svc),
+        translate::cluster::policies(svc, rule.map(|r| &**r)),
         svc.traffic_distribution,
     )
 }
@@ -480,11 +583,10 @@ fn virtual_host_field(vh: &VirtualHost) -> Vec<u8> {
 /// `cache`.
 pub fn view(ctx: &PushContext, proxy: &Proxy, cache: &ResourceCache) -> View {
     let plan = translate::plan(ctx, proxy);
-    let secure = proxy.identity.is_some();
     let mut view = View::default();
     let own = plan.clusters.iter().map(encode_cluster).collect();
     let at = locality::place(ctx, proxy);
-    let (clusters, endpoints) = cache.sets(ctx, &plan.services, proxy.kind, secure, &at, own);
+    let (clusters, endpoints) = cache.sets(ctx, proxy, &plan.services, &at, own);
     view.share(TypeKind::Cluster, clusters);
     view.share(TypeKind::Endpoint, endpoints);
     view.encode_all(&[], &[], &plan.listeners, &plan.routes, &plan.secrets);
@@ -502,7 +604,8 @@ pub fn view(ctx: &PushContext, proxy: &Proxy, cache: &ResourceCache) -> View {
         pieces.push(head.into());
         pieces.extend(vhosts.iter().map(|v| match v {
             VirtualHostPlan::Default(svc) => {
-                cache.default_virtual_host(ctx, svc, *port, &proxy.namespace)
+                let rule = ctx.service_rule(proxy, svc);
+                cache.default_virtual_host(ctx, svc, rule, *port, &proxy.namespace)
             }
             VirtualHostPlan::Shared { vs, service } => {
                 cache.routed_virtual_host(ctx, service, vs, *port, proxy)
@@ -571,7 +674,11 @@ mod tests {
     /// The cached view of every proxy holds exactly the resources, names and bytes, of
     /// the view translated from scratch.
     fn assert_views_agree(ctx: &PushContext, cache: &ResourceCache) {
-        for p in proxies() {
+        assert_views_agree_for(ctx, cache, proxies());
+    }
+
+    fn assert_views_agree_for(ctx: &PushContext, cache: &ResourceCache, proxies: Vec<Proxy>) {
+        for p in proxies {
             let cached = view(ctx, &p, cache);
             let fresh = View::new(translate::proxy_config(ctx, &p));
             for kind in PUSH_ORDER {
@@ -713,6 +820,96 @@ mod tests {
         cache.retain_services_of(&ctx);
         assert_eq!(cache.len(), 39);
         assert_views_agree(&ctx, &cache);
+    }
+
+    #[test]
+    fn proxies_that_get_other_destination_rules_get_views_of_their_own_and_share_the_rest() {
+        let mut store = Shape::new(40, 4, 2).store();
+        let rule = |ns: &str, name: &str, host: &str, extra: &str| {
+            format!(
+                "---\napiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  host: {host}\n{extra}"
+            )
+        };
+        let pool = |n: u32| {
+            format!("  trafficPolicy: {{connectionPool: {{tcp: {{maxConnections: {n}}}}}}}\n")
+        };
+        apply(
+            &mut store,
+            &[
+                // ns-3's own rule for svc-6 of ns-2.
+                rule("ns-3", "svc-6-here", "svc-6.ns-2.svc.cluster.local", &format!("  exportTo: ['.']\n{}", pool(3))),
+                // For ns-1's proxies labelled app=c: hashed routes to svc-5.
+                rule("ns-1", "svc-5-for-c", "svc-5", "  workloadSelector: {matchLabels: {app: c}}\n  trafficPolicy: {loadBalancer: {consistentHash: {httpHeaderName: x-user}}}\n"),
+                // svc-11's rule in its namespace, ns-3, exported to ns-0 alone.
+                rule("ns-3", "svc-11-for-ns-0", "svc-11", &format!("  exportTo: [ns-0]\n{}", pool(5))),
+            ]
+            .concat(),
+        );
+        let ctx = PushContext::build(&store, "v/1".into());
+        let cache = ResourceCache::default();
+        let mut all = proxies();
+        let more = [
+            ("ns-3", "a"),
+            ("ns-3", "d"),
+            ("ns-2", "a"),
+            ("ns-0", "d"),
+            ("ns-1", "c"),
+        ];
+        all.extend(more.map(|(ns, app)| proxy("sidecar", ns, json!({ "app": app }), false)));
+        assert_views_agree_for(&ctx, &cache, all.clone());
+
+        let views: Vec<View> = all.iter().map(|p| view(&ctx, p, &cache)).collect();
+        let [a0, _b1, _c1, _router, a3, d3, a2, d0, c1] = &views[..] else {
+            panic!("{} views", views.len())
+        };
+        use TypeKind::{Cluster, Route};
+        // Proxies no rule singles out (ns-2) share with those whose namespace's rules
+        // change nothing for them; ns-3's and ns-0's proxies share among themselves.
+        assert!(a3.shares(d3, Cluster) && a0.shares(d0, Cluster));
+        assert!(!a3.shares(a2, Cluster) && !a0.shares(a2, Cluster));
+        let limit = |v: &View, cluster: &str| {
+            let c = envoy_types::pb::envoy::config::cluster::v3::Cluster::decode(
+                &*v.all(Cluster)[cluster].value(),
+            )
+            .unwrap();
+            let t = c.circuit_breakers.unwrap().thresholds;
+            t[0].max_connections.as_ref().unwrap().value
+        };
+        let (svc6, svc11) = (
+            "outbound|8080||svc-6.ns-2.svc.cluster.local",
+            "outbound|8080||svc-11.ns-3.svc.cluster.local",
+        );
+        assert_eq!(
+            [limit(a3, svc6), limit(a2, svc6), limit(a0, svc6)],
+            [3, u32::MAX, u32::MAX]
+        );
+        assert_eq!(
+            [limit(a0, svc11), limit(a2, svc11), limit(a3, svc11)],
+            [5, u32::MAX, u32::MAX]
+        );
+        // The selected proxy hashes its routes to svc-5; its neighbour does not.
+        let hashed = |v: &View| {
+            let r = RouteConfiguration::decode(&*v.all(Route)["8080"].value()).unwrap();
+            let vh = r
+                .virtual_hosts
+                .iter()
+                .find(|h| h.name.starts_with("svc-5."))
+                .unwrap()
+                .clone();
+            match vh.routes[0].action.clone() {
+                Some(envoy_types::pb::envoy::config::route::v3::route::Action::Route(a)) => {
+                    !a.hash_policy.is_empty()
+                }
+                other => panic!("{other:?}"),
+            }
+        };
+        let b1 = proxy("sidecar", "ns-1", json!({"app": "b"}), false);
+        assert!(hashed(c1) && !hashed(&view(&ctx, &b1, &cache)));
+
+        // A later push of the same mesh translates nothing again, whichever proxy asks.
+        let misses = cache.reads().1;
+        assert_views_agree_for(&PushContext::build(&store, "v/2".into()), &cache, all);
+        assert_eq!(cache.reads().1, misses);
     }
 
     #[test]

@@ -481,3 +481,91 @@ fn simple_and_mutual_tls_are_originated_with_the_rules_files() {
     };
     assert_eq!(get(mutual).unwrap().headers["x-tls-client-cert"], "present");
 }
+
+/// Two DestinationRules for reviews, one subset each (two teams' rules, as Istio's docs
+/// allow): istiod merges them, so a route to the second rule's subset reaches its
+/// endpoint. Were only one rule kept, v2's cluster would not exist and every request
+/// would get 503.
+#[test]
+fn two_destination_rules_for_one_host_merge_their_subsets() {
+    let v1 = Upstream::start("reviews-v1");
+    let v2 = Upstream::start("reviews-v2");
+    let (dir, port) = reviews_config(
+        "tp-dr-merge",
+        &[(&v1, &[("version", "v1")]), (&v2, &[("version", "v2")])],
+        "  subsets: [{name: v1, labels: {version: v1}}]\n",
+    );
+    std::fs::write(
+        dir.join("dr-v2.yaml"),
+        "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: reviews-v2, namespace: shop}\nspec:\n  host: reviews\n  subsets: [{name: v2, labels: {version: v2}}]\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("vs.yaml"),
+        "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: reviews, namespace: shop}\nspec:\n  hosts: [reviews]\n  http: [{route: [{destination: {host: reviews, subset: v2}}]}]\n",
+    )
+    .unwrap();
+    let meshd = Meshd::start(&dir);
+    let envoy = Envoy::sidecar(&meshd, Ads::Delta, "shop", "productpage");
+    let get = || http_get(&format!("{}:{port}", envoy.ip), "reviews", "/", &[]);
+    wait_until("the route to v2", Duration::from_secs(10), || {
+        get().is_ok_and(|r| r.status == 200)
+    });
+    for i in 0..10 {
+        let r = get().unwrap();
+        assert_eq!(
+            (r.status, r.body.as_str()),
+            (200, "reviews-v2"),
+            "request {i}"
+        );
+    }
+    let clusters = envoy.admin("/clusters").unwrap().body;
+    for subset in ["v1", "v2"] {
+        let name = format!("outbound|{port}|{subset}|reviews.shop.svc.cluster.local::");
+        assert!(clusters.contains(&name), "no {name} in:\n{clusters}");
+    }
+}
+
+/// Which DestinationRule a proxy gets depends on where it runs, as istiod decides it:
+/// frontend's own rule for reviews (`exportTo: ["."]`) wins for frontend's proxies and
+/// no one else's; in shop a rule with a `workloadSelector` wins for the proxies it
+/// selects; everyone else gets reviews' rule in its own namespace. Each proxy's cluster
+/// carries its rule's connection limit.
+#[test]
+fn each_proxy_gets_the_destination_rule_of_its_namespace_and_workload() {
+    let up = Upstream::start("reviews");
+    let (dir, port) = reviews_config(
+        "tp-dr-precedence",
+        &[(&up, &[])],
+        "  trafficPolicy: {connectionPool: {tcp: {maxConnections: 7}}}\n",
+    );
+    std::fs::write(
+        dir.join("frontend-dr.yaml"),
+        "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: reviews, namespace: frontend}\nspec:\n  host: reviews.shop.svc.cluster.local\n  exportTo: ['.']\n  trafficPolicy: {connectionPool: {tcp: {maxConnections: 11}}}\n---\napiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: reviews-for-ratings, namespace: shop}\nspec:\n  host: reviews\n  workloadSelector: {matchLabels: {app: ratings}}\n  trafficPolicy: {connectionPool: {tcp: {maxConnections: 13}}}\n",
+    )
+    .unwrap();
+    let meshd = Meshd::start(&dir);
+    let cluster = format!("outbound|{port}||reviews.shop.svc.cluster.local");
+    for (namespace, app, limit) in [
+        ("frontend", "web", 11),
+        ("shop", "ratings", 13),
+        ("shop", "productpage", 7),
+        ("billing", "web", 7),
+    ] {
+        let envoy = Envoy::sidecar(&meshd, Ads::Delta, namespace, app);
+        let line = format!("{cluster}::default_priority::max_connections::{limit}");
+        // The rule is the proxy's, and its requests reach reviews.
+        let host = "reviews.shop.svc.cluster.local";
+        let get = || http_get(&format!("{}:{port}", envoy.ip), host, "/", &[]);
+        wait_until(
+            &format!("{app} in {namespace} to route"),
+            Duration::from_secs(10),
+            || get().is_ok_and(|r| r.status == 200),
+        );
+        let clusters = envoy.admin("/clusters").unwrap().body;
+        assert!(
+            clusters.contains(&line),
+            "{app} in {namespace}: no {line} in:\n{clusters}"
+        );
+    }
+}
