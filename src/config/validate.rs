@@ -845,12 +845,65 @@ fn valid_cidr(text: &str) -> bool {
     len.is_empty() || len.parse::<u8>().is_ok_and(|l| l <= max)
 }
 
+/// What an `exportTo` belongs to: a ServiceEntry may say `~` (seen by no one else), and a
+/// DestinationRule with a `workloadSelector` is never seen beyond its namespace.
+#[derive(Clone, Copy, PartialEq)]
+enum ExportOf {
+    ServiceEntry,
+    SelectingRule,
+    Other,
+}
+
+/// `spec.exportTo`, as istiod's `validateExportTo`: `.`, `*` or namespace names, no
+/// duplicates (`.` is the object's own namespace), and `*` alone.
+fn export_to(r: &mut Report, namespace: &str, values: &[String], of: ExportOf) {
+    let mut seen = std::collections::BTreeSet::new();
+    for (i, e) in values.iter().enumerate() {
+        let field = format!("spec.exportTo[{i}]");
+        let key = if e == "." { namespace } else { e.as_str() };
+        let valid = matches!(key, "*") || (key == "~" && of == ExportOf::ServiceEntry) || {
+            let b = key.as_bytes();
+            (1..=63).contains(&b.len())
+                && b.iter()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+                && b[0] != b'-'
+                && b[b.len() - 1] != b'-'
+        };
+        if !seen.insert(key) {
+            r.error(
+                field,
+                format!("duplicate entry {e:?} (. is namespace {namespace:?})"),
+            );
+        } else if !valid {
+            r.error(field, format!("{e:?} is not ., * or a namespace name"));
+        }
+    }
+    if of == ExportOf::SelectingRule && seen.iter().any(|k| *k != namespace) {
+        r.error(
+            "spec.exportTo",
+            "a DestinationRule with a workloadSelector cannot be exported beyond its namespace",
+        );
+    }
+    if values.len() > 1 && seen.iter().any(|k| *k == "*" || *k == "~") {
+        r.error(
+            "spec.exportTo",
+            "* and ~ cannot be combined with other entries",
+        );
+    }
+}
+
 /// Every problem found in `object`.
 pub fn validate(object: &ConfigObject) -> Vec<Problem> {
     let mut r = Report::default();
     match &object.spec {
         Spec::VirtualService(vs) => {
             hosts(&mut r, "spec.hosts", &vs.hosts);
+            export_to(
+                &mut r,
+                &object.key.namespace,
+                &vs.export_to,
+                ExportOf::Other,
+            );
             for (i, route) in vs.http.iter().enumerate() {
                 http_route(&mut r, &format!("spec.http[{i}]"), route);
             }
@@ -865,6 +918,11 @@ pub fn validate(object: &ConfigObject) -> Vec<Problem> {
             if dr.host.is_empty() {
                 r.error("spec.host", "is required");
             }
+            let of = match dr.workload_selector {
+                Some(_) => ExportOf::SelectingRule,
+                None => ExportOf::Other,
+            };
+            export_to(&mut r, &object.key.namespace, &dr.export_to, of);
             if let Some(p) = &dr.traffic_policy {
                 traffic_policy(&mut r, "spec.trafficPolicy", p);
             }
@@ -904,6 +962,12 @@ pub fn validate(object: &ConfigObject) -> Vec<Problem> {
         }
         Spec::ServiceEntry(se) => {
             hosts(&mut r, "spec.hosts", &se.hosts);
+            export_to(
+                &mut r,
+                &object.key.namespace,
+                &se.export_to,
+                ExportOf::ServiceEntry,
+            );
             for (i, p) in se.ports.iter().enumerate() {
                 if !(1..=65535).contains(&p.number) {
                     r.error(
@@ -994,6 +1058,53 @@ pub fn validate(object: &ConfigObject) -> Vec<Problem> {
 #[cfg(test)]
 mod tests {
     use super::super::parse::parse_file;
+
+    #[test]
+    fn export_to_names_namespaces_once_and_a_selecting_rule_stays_home() {
+        let errors = |kind: &str, spec: &str| {
+            let yaml = format!(
+                "apiVersion: networking.istio.io/v1\nkind: {kind}\nmetadata: {{name: r, namespace: shop}}\nspec:\n{spec}"
+            );
+            let parsed = parse_file("x.yaml", &yaml);
+            (parsed.errors())
+                .map(|e| format!("{}: {}", e.field, e.message))
+                .collect::<Vec<_>>()
+        };
+        let dr = |rest: &str| errors("DestinationRule", &format!("  host: reviews\n{rest}"));
+        assert_eq!(dr("  exportTo: ['.', billing]\n"), Vec::<String>::new());
+        assert_eq!(
+            dr("  exportTo: ['.', shop, Billing, '*', '~']\n"),
+            [
+                "spec.exportTo[1]: duplicate entry \"shop\" (. is namespace \"shop\")",
+                "spec.exportTo[2]: \"Billing\" is not ., * or a namespace name",
+                "spec.exportTo[4]: \"~\" is not ., * or a namespace name",
+                "spec.exportTo: * and ~ cannot be combined with other entries",
+            ]
+        );
+        let selecting = "  workloadSelector: {matchLabels: {app: a}}\n";
+        assert_eq!(
+            dr(&format!("{selecting}  exportTo: [shop]\n")),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            dr(&format!("{selecting}  exportTo: ['*']\n")),
+            [
+                "spec.exportTo: a DestinationRule with a workloadSelector cannot be exported beyond its namespace"
+            ]
+        );
+        let se = "  hosts: [api.example.com]\n  ports: [{number: 443, name: tls, protocol: TLS}]\n";
+        assert_eq!(
+            errors("ServiceEntry", &format!("{se}  exportTo: ['~']\n")),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            errors(
+                "VirtualService",
+                "  hosts: [reviews]\n  exportTo: [-shop]\n"
+            ),
+            ["spec.exportTo[0]: \"-shop\" is not ., * or a namespace name"]
+        );
+    }
 
     #[test]
     fn a_traffic_policy_needs_durations_that_parse_and_percentages() {
