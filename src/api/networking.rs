@@ -129,8 +129,7 @@ pub struct HttpRoute {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub direct_response: Option<HttpDirectResponse>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "any_object")]
-    pub delegate: Option<AnyObject>,
+    pub delegate: Option<Delegate>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rewrite: Option<HttpRewrite>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -152,6 +151,17 @@ pub struct HttpRoute {
     pub cors_policy: Option<CorsPolicy>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub headers: Option<Headers>,
+}
+
+/// `Delegate`: the VirtualService (one without hosts) whose HTTP routes replace a root
+/// route, in the root's namespace unless `namespace` says otherwise.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Delegate {
+    #[serde(default)]
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
 }
 
 /// `CorsPolicy`: what Envoy's CORS filter allows for a route (the deprecated exact

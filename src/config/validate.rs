@@ -170,7 +170,17 @@ fn http_route(r: &mut Report, field: &str, route: &HttpRoute) {
     if let Some(fault) = &route.fault {
         fault_injection(r, &format!("{field}.fault"), fault);
     }
-    r.not_applied(field, [("delegate", route.delegate.is_some())]);
+    if let Some(delegate) = &route.delegate {
+        if delegate.name.is_empty() {
+            r.error(format!("{field}.delegate.name"), "is required");
+        }
+        if !route.route.is_empty() || route.redirect.is_some() {
+            r.error(
+                field.to_string(),
+                "a route with a delegate must not specify route or redirect",
+            );
+        }
+    }
     mirrors(r, field, route);
     if let Some(cors) = &route.cors_policy {
         let f = format!("{field}.corsPolicy");
@@ -896,6 +906,37 @@ fn export_to(r: &mut Report, namespace: &str, values: &[String], of: ExportOf) {
 pub fn validate(object: &ConfigObject) -> Vec<Problem> {
     let mut r = Report::default();
     match &object.spec {
+        Spec::VirtualService(vs) if vs.hosts.is_empty() => {
+            // A delegate: its routes serve only the root routes that name it.
+            for (field, set) in [
+                ("spec.gateways", !vs.gateways.is_empty()),
+                ("spec.tcp", !vs.tcp.is_empty()),
+                ("spec.tls", !vs.tls.is_empty()),
+            ] {
+                if set {
+                    r.error(
+                        field,
+                        "must be empty in a delegate VirtualService (one without hosts)",
+                    );
+                }
+            }
+            export_to(
+                &mut r,
+                &object.key.namespace,
+                &vs.export_to,
+                ExportOf::Other,
+            );
+            for (i, route) in vs.http.iter().enumerate() {
+                let field = format!("spec.http[{i}]");
+                if route.delegate.is_some() {
+                    r.error(
+                        format!("{field}.delegate"),
+                        "a delegate VirtualService cannot delegate again",
+                    );
+                }
+                http_route(&mut r, &field, route);
+            }
+        }
         Spec::VirtualService(vs) => {
             hosts(&mut r, "spec.hosts", &vs.hosts);
             export_to(
@@ -1058,6 +1099,44 @@ pub fn validate(object: &ConfigObject) -> Vec<Problem> {
 #[cfg(test)]
 mod tests {
     use super::super::parse::parse_file;
+
+    #[test]
+    fn delegate_virtual_services_hold_http_routes_only_and_roots_only_delegate() {
+        let errors = |spec: &str| {
+            let yaml = format!(
+                "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: r, namespace: shop}}\nspec:\n{spec}"
+            );
+            let parsed = parse_file("vs.yaml", &yaml);
+            (parsed.errors())
+                .map(|e| format!("{}: {}", e.field, e.message))
+                .collect::<Vec<_>>()
+        };
+        let route = "route: [{destination: {host: reviews}}]";
+        assert_eq!(
+            errors(&format!("  http: [{{{route}}}]\n")),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            errors(&format!(
+                "  gateways: [web]\n  tcp: [{{{route}}}]\n  http: [{{delegate: {{name: x}}}}]\n"
+            )),
+            [
+                "spec.gateways: must be empty in a delegate VirtualService (one without hosts)",
+                "spec.tcp: must be empty in a delegate VirtualService (one without hosts)",
+                "spec.http[0].delegate: a delegate VirtualService cannot delegate again",
+            ]
+        );
+        assert_eq!(
+            errors("  hosts: [reviews]\n  http: [{delegate: {namespace: team}}]\n"),
+            ["spec.http[0].delegate.name: is required"]
+        );
+        assert_eq!(
+            errors(&format!(
+                "  hosts: [reviews]\n  http: [{{delegate: {{name: x}}, {route}}}]\n"
+            )),
+            ["spec.http[0]: a route with a delegate must not specify route or redirect"]
+        );
+    }
 
     #[test]
     fn export_to_names_namespaces_once_and_a_selecting_rule_stays_home() {

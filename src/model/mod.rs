@@ -2,6 +2,7 @@
 //! views a push needs ([`PushContext`]). Sources write here through [`Store::apply`] and
 //! [`Store::delete`]; nothing here knows about files, Kubernetes or protobuf.
 
+pub mod delegate;
 pub mod destination_rule;
 pub mod mesh;
 pub mod proxy;

@@ -28,6 +28,9 @@ pub struct ModelIssue {
     pub message: String,
 }
 
+/// `(namespace, name)` of VirtualServices.
+pub type Delegated = BTreeSet<(String, String)>;
+
 static EMPTY_LABELS: BTreeMap<String, String> = BTreeMap::new();
 
 /// Built in full by [`PushContext::build`], or from the previous push's context and the
@@ -46,8 +49,11 @@ pub struct PushContext {
     store: Store,
     /// Persistent: an update shares every untouched node with the previous context.
     pub services: imbl::OrdMap<String, Arc<Service>>,
-    /// VirtualServices, oldest first (Istio's precedence), then by namespace/name.
+    /// Root VirtualServices (those with hosts), oldest first (Istio's precedence), then by
+    /// namespace/name, with their delegates' routes merged in ([`super::delegate`]).
     pub virtual_services: Arc<Vec<Arc<ConfigObject>>>,
+    /// The VirtualServices some root delegates to.
+    pub delegated: Arc<Delegated>,
     /// DestinationRules, indexed for istiod's precedence ([`PushContext::destination_rule`]).
     pub destination_rules: Arc<DestinationRules>,
     pub gateways: Arc<Vec<Arc<ConfigObject>>>,
@@ -75,6 +81,12 @@ fn oldest_first(store: &Store, kind: Kind) -> Arc<Vec<Arc<ConfigObject>>> {
 /// `old` again, or `build()` when its inputs changed.
 fn rebuilt_if<T: Clone>(changed: bool, old: &T, build: impl FnOnce() -> T) -> T {
     if changed { build() } else { old.clone() }
+}
+
+/// The root VirtualServices with their delegates merged in, and the delegates' names.
+fn virtual_services(store: &Store) -> (Arc<Vec<Arc<ConfigObject>>>, Arc<Delegated>) {
+    let merged = super::delegate::merge(&oldest_first(store, Kind::VirtualService));
+    (Arc::new(merged.roots), Arc::new(merged.delegated))
 }
 
 fn sidecars(store: &Store) -> Arc<Vec<Arc<ConfigObject>>> {
@@ -205,12 +217,14 @@ impl PushContext {
 
     pub fn build(store: &Store, version: String) -> PushContext {
         let mesh = MeshConfig::from_store(store);
+        let (virtual_services, delegated) = virtual_services(store);
         let mut ctx = PushContext {
             version: version.into(),
             id: ContextId::next(),
             store: store.clone(),
             services: build_services(store),
-            virtual_services: oldest_first(store, Kind::VirtualService),
+            virtual_services,
+            delegated,
             destination_rules: destination_rules(store, &mesh),
             gateways: oldest_first(store, Kind::Gateway),
             sidecars: sidecars(store),
@@ -273,15 +287,19 @@ impl PushContext {
         let mesh = rebuilt_if(any(Kind::ConfigMap), &self.mesh, || {
             MeshConfig::from_store(store)
         });
+        let (virtual_services, delegated) = rebuilt_if(
+            any(Kind::VirtualService),
+            &(self.virtual_services.clone(), self.delegated.clone()),
+            || virtual_services(store),
+        );
         // Each part: rebuilt when an object of its kind changed, else shared.
         let mut ctx = PushContext {
             version: version.into(),
             id: ContextId::next(),
             store: store.clone(),
             services,
-            virtual_services: rebuilt_if(any(Kind::VirtualService), &self.virtual_services, || {
-                oldest_first(store, Kind::VirtualService)
-            }),
+            virtual_services,
+            delegated,
             destination_rules: rebuilt_if(
                 any(Kind::DestinationRule) || mesh != self.mesh,
                 &self.destination_rules,
@@ -334,6 +352,32 @@ impl PushContext {
     /// Cross-object checks: every route destination and subset must exist.
     fn cross_check(&self) -> Vec<ModelIssue> {
         let mut issues = Vec::new();
+        // Delegates that are missing, not delegates, or not exported to their root.
+        for vs in self.store.of_kind(Kind::VirtualService) {
+            let Spec::VirtualService(spec) = &vs.spec else {
+                continue;
+            };
+            if spec.hosts.is_empty() {
+                continue; // a delegate: validation refuses one that delegates again
+            }
+            for (i, http) in spec.http.iter().enumerate() {
+                let Some(target) = &http.delegate else {
+                    continue;
+                };
+                let ns = target.namespace.as_deref().unwrap_or(&vs.key.namespace);
+                let key = ObjectKey::new(Kind::VirtualService, ns, &target.name);
+                let found = self.store.get(&key);
+                if let Some(message) =
+                    super::delegate::unusable(&vs.key.namespace, target, found.map(|f| &**f))
+                {
+                    issues.push(ModelIssue {
+                        object: vs.key.to_string(),
+                        field: format!("spec.http[{i}].delegate"),
+                        message,
+                    });
+                }
+            }
+        }
         for vs in self.virtual_services.iter() {
             let Spec::VirtualService(spec) = &vs.spec else {
                 continue;
@@ -653,6 +697,14 @@ impl PushContext {
             // Found by host from any namespace, or shaping endpoints everywhere: rare.
             Kind::DestinationRule | Kind::Namespace | Kind::Node | Kind::ConfigMap => true,
             Kind::Pod if key.namespace == proxy.namespace && key.name == proxy.pod_name => true,
+            // A delegate shapes its roots, wherever they are.
+            Kind::VirtualService
+                if self
+                    .delegated
+                    .contains(&(key.namespace.clone(), key.name.clone())) =>
+            {
+                true
+            }
             Kind::VirtualService
             | Kind::Service
             | Kind::EndpointSlice

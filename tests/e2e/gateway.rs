@@ -208,3 +208,43 @@ fn a_gateway_tcp_server_forwards_connections_where_its_route_says() {
         },
     );
 }
+
+/// Istio's VirtualService delegation: the gateway's root VirtualService in shop hands
+/// `/reviews` to a VirtualService without hosts in the reviews team's namespace. The
+/// team's routes apply within the root's prefix (`/reviews/` to reviews with the team's
+/// response header, the rest of `/reviews` to productpage); a team route outside it
+/// (`/other`) is dropped, as istiod drops it. Without delegation the root route would
+/// route nowhere and `/reviews/1` would get 404.
+#[test]
+fn a_root_virtual_service_delegates_a_path_to_another_teams_virtual_service() {
+    let m = gateway_mesh(
+        "gw-delegate",
+        Ads::Delta,
+        &[("/productpage", "productpage")],
+    );
+    let dir = &m.meshd.config_dir;
+    std::fs::write(
+        dir.join("team.yaml"),
+        "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: reviews, namespace: team}\nspec:\n  http:\n  - match: [{uri: {prefix: /reviews/}}]\n    headers: {response: {set: {x-team: reviews}}}\n    route: [{destination: {host: reviews.shop.svc.cluster.local}}]\n  - match: [{uri: {prefix: /other}}]\n    route: [{destination: {host: reviews.shop.svc.cluster.local}}]\n  - route: [{destination: {host: productpage.shop.svc.cluster.local}}]\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("front.yaml"),
+        "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: front, namespace: shop}\nspec:\n  hosts: [\"*\"]\n  gateways: [web]\n  http:\n  - match: [{uri: {prefix: /reviews}}]\n    delegate: {name: reviews, namespace: team}\n  - match: [{uri: {prefix: /productpage}}]\n    route: [{destination: {host: productpage}}]\n",
+    )
+    .unwrap();
+    let get = |path| http_get(&m.addr, "shop.example.com", path, &[]).unwrap();
+    wait_until("the delegated routes", Duration::from_secs(10), || {
+        get("/reviews/1").status == 200
+    });
+    let r = get("/reviews/1");
+    assert_eq!(
+        (r.body.as_str(), r.headers.get("x-team").map(String::as_str)),
+        ("reviews", Some("reviews"))
+    );
+    let r = get("/reviews");
+    assert_eq!((r.status, r.body.as_str()), (200, "productpage"));
+    assert!(!r.headers.contains_key("x-team"));
+    assert_eq!(get("/other").status, 404, "outside the root's match");
+    assert_eq!(get("/productpage").body, "productpage");
+}
