@@ -224,10 +224,11 @@ fn http_route(r: &mut Report, field: &str, route: &HttpRoute) {
     }
 }
 
-/// A Gateway server's `tls`: meshd serves SIMPLE and MUTUAL from a `credentialName` and
-/// forwards PASSTHROUGH; other modes (ISTIO_MUTUAL, AUTO_PASSTHROUGH, OPTIONAL_MUTUAL) and
-/// certificates from files are accepted with a warning, and such a server gets no
-/// listener.
+/// A Gateway server's `tls`: meshd serves SIMPLE and MUTUAL from a `credentialName`,
+/// ISTIO_MUTUAL with the gateway's workload certificate (which, as istiod requires, takes
+/// no other certificate), and forwards PASSTHROUGH; other modes (AUTO_PASSTHROUGH,
+/// OPTIONAL_MUTUAL) and certificates from files are accepted with a warning, and such a
+/// server gets no listener.
 fn server_tls(r: &mut Report, field: &str, server: &crate::api::networking::Server) {
     let Some(tls) = &server.tls else {
         return;
@@ -237,6 +238,25 @@ fn server_tls(r: &mut Report, field: &str, server: &crate::api::networking::Serv
     let f = format!("{field}.tls");
     match crate::translate::credentials::server_tls_mode(tls).as_str() {
         "PASSTHROUGH" => {}
+        "ISTIO_MUTUAL" => {
+            for key in [
+                "serverCertificate",
+                "privateKey",
+                "caCertificates",
+                "credentialName",
+            ] {
+                if tls
+                    .get(key)
+                    .and_then(|v| v.as_str())
+                    .is_some_and(|v| !v.is_empty())
+                {
+                    r.error(
+                        format!("{f}.{key}"),
+                        "ISTIO_MUTUAL uses the gateway's workload certificate: set no other",
+                    );
+                }
+            }
+        }
         "SIMPLE" | "MUTUAL" if credential => {}
         "SIMPLE" | "MUTUAL" => r.warn(
             format!("{f}.credentialName"),
@@ -1367,6 +1387,7 @@ mod tests {
                 "  - {port: {number: 444, name: b, protocol: TLS}, hosts: ['*'], tls: {}}\n",
                 "  - {port: {number: 445, name: c, protocol: HTTPS}, hosts: ['*'], tls: {mode: SIMPLE, serverCertificate: /c.pem, privateKey: /k.pem}}\n",
                 "  - {port: {number: 446, name: d, protocol: TLS}, hosts: ['*'], tls: {mode: ISTIO_MUTUAL}}\n",
+                "  - {port: {number: 447, name: e, protocol: TLS}, hosts: ['*'], tls: {mode: AUTO_PASSTHROUGH}}\n",
             ),
         );
         assert_eq!(gw.objects.len(), 1, "{:?}", gw.issues);
@@ -1375,9 +1396,15 @@ mod tests {
             warned,
             [
                 "spec.servers[2].tls.credentialName",
-                "spec.servers[3].tls.mode"
+                "spec.servers[4].tls.mode"
             ]
         );
+        let istio_mutual = parse_file(
+            "gw.yaml",
+            "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: g, namespace: shop}\nspec:\n  servers:\n  - {port: {number: 443, name: a, protocol: HTTPS}, hosts: ['*'], tls: {mode: ISTIO_MUTUAL, credentialName: c}}\n",
+        );
+        let errors: Vec<&str> = istio_mutual.errors().map(|e| e.field.as_str()).collect();
+        assert_eq!(errors, ["spec.servers[0].tls.credentialName"]);
         let sc = parse_file(
             "sc.yaml",
             "apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {name: s, namespace: shop}\nspec:\n  inboundConnectionPool: {http: {http1MaxPendingRequests: 1}}\n  outboundTrafficPolicy: {mode: REGISTRY_ONLY, egressProxy: {host: proxy}}\n  ingress: [{port: {number: 80, protocol: HTTP, name: http}, defaultEndpoint: '127.0.0.1:8080', tls: {mode: SIMPLE}}]\n",

@@ -32,19 +32,36 @@ pub fn server_tls_mode(tls: &AnyObject) -> String {
 
 /// A Gateway server's `tls` block, as far as meshd serves it.
 #[derive(Clone, Debug, PartialEq)]
-pub struct ServerTls {
-    /// The Secret's name in the gateway's namespace.
-    pub credential: String,
-    /// MUTUAL: clients must present a certificate signed by the credential's CA.
-    pub mutual: bool,
+pub enum ServerTls {
+    /// SIMPLE or MUTUAL with a `credentialName`: the Secret's name in the gateway's
+    /// namespace; MUTUAL: clients must present a certificate signed by the credential's
+    /// CA.
+    Credential { credential: String, mutual: bool },
+    /// ISTIO_MUTUAL: the gateway's own workload certificate (SDS `default` from its
+    /// agent), clients' certificates verified against the mesh's roots (`ROOTCA`) and,
+    /// if the server lists them, its `subjectAltNames`.
+    Mesh { subject_alt_names: Vec<String> },
 }
 
 impl ServerTls {
-    /// Reads `{mode: SIMPLE|MUTUAL, credentialName: ...}`; `None` for anything else
-    /// (PASSTHROUGH, ISTIO_MUTUAL, file-based certificates), which meshd does not serve.
+    /// Reads `{mode: SIMPLE|MUTUAL, credentialName: ...}` and `{mode: ISTIO_MUTUAL}`;
+    /// `None` for anything else (PASSTHROUGH, AUTO_PASSTHROUGH, OPTIONAL_MUTUAL,
+    /// file-based certificates), which meshd does not serve.
     pub fn from_server(tls: Option<&AnyObject>, gateway_namespace: &str) -> Option<ServerTls> {
         let tls = tls?;
         let mode = server_tls_mode(tls);
+        if mode == "ISTIO_MUTUAL" {
+            let sans = (tls.get("subjectAltNames").and_then(|v| v.as_array()))
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|v| v.as_str().map(str::to_string))
+                        .collect()
+                })
+                .unwrap_or_default();
+            return Some(ServerTls::Mesh {
+                subject_alt_names: sans,
+            });
+        }
         let name = tls.get("credentialName")?.as_str()?;
         let name = name
             .strip_prefix("kubernetes://")
@@ -56,16 +73,26 @@ impl ServerTls {
             Some(_) => return None,
             None => name,
         };
-        match mode.as_str() {
-            "SIMPLE" => Some(ServerTls {
-                credential: name,
-                mutual: false,
+        let mutual = match mode.as_str() {
+            "SIMPLE" => false,
+            "MUTUAL" => true,
+            _ => return None,
+        };
+        Some(ServerTls::Credential {
+            credential: name,
+            mutual,
+        })
+    }
+
+    /// The credential it reads over ADS, if any.
+    pub fn credential_use(&self) -> Option<CredentialUse> {
+        match self {
+            ServerTls::Credential { credential, mutual } => Some(CredentialUse {
+                credential: credential.clone(),
+                cert: true,
+                ca: *mutual,
             }),
-            "MUTUAL" => Some(ServerTls {
-                credential: name,
-                mutual: true,
-            }),
-            _ => None,
+            ServerTls::Mesh { .. } => None,
         }
     }
 }
@@ -108,16 +135,6 @@ impl CredentialUse {
     }
 }
 
-impl From<&ServerTls> for CredentialUse {
-    fn from(tls: &ServerTls) -> CredentialUse {
-        CredentialUse {
-            credential: tls.credential.clone(),
-            cert: true,
-            ca: tls.mutual,
-        }
-    }
-}
-
 /// The credentials the DestinationRules of `services` originate TLS with (their own
 /// policies, their subsets' and port-level ones), as a gateway needs them.
 pub fn destination_rule_uses(
@@ -143,8 +160,9 @@ pub(super) fn ads_secret(name: String) -> SdsSecretConfig {
     }
 }
 
-/// The filter chain of one HTTPS server: SNI match on its hosts (none if `*` is one), the
-/// credential over SDS, then `filters`.
+/// The filter chain of one HTTPS (or terminated TLS) server: SNI match on its hosts (none
+/// if `*` is one), its TLS (the credential over ADS, or the mesh's certificates), then
+/// `filters`.
 pub fn https_chain(
     hosts: &[String],
     tls: &ServerTls,
@@ -159,27 +177,40 @@ pub fn https_chain(
     if server_names.iter().any(|h| h == "*") {
         server_names.clear();
     }
-    let uses = CredentialUse::from(tls);
-    let ctx = DownstreamTlsContext {
-        common_tls_context: Some(CommonTlsContext {
-            alpn_protocols: vec!["h2".into(), "http/1.1".into()],
-            tls_certificate_sds_secret_configs: vec![ads_secret(uses.cert_resource())],
-            validation_context_type: tls.mutual.then(|| {
-                ValidationContextType::ValidationContextSdsSecretConfig(ads_secret(
-                    uses.ca_resource(),
-                ))
-            }),
-            ..Default::default()
-        }),
-        require_client_certificate: Some(BoolValue { value: tls.mutual }),
-        ..Default::default()
+    let alpn = vec!["h2".to_string(), "http/1.1".to_string()];
+    let transport_socket = match tls {
+        ServerTls::Credential { credential, mutual } => {
+            let uses = CredentialUse {
+                credential: credential.clone(),
+                cert: true,
+                ca: *mutual,
+            };
+            let ctx = DownstreamTlsContext {
+                common_tls_context: Some(CommonTlsContext {
+                    alpn_protocols: alpn,
+                    tls_certificate_sds_secret_configs: vec![ads_secret(uses.cert_resource())],
+                    validation_context_type: mutual.then(|| {
+                        ValidationContextType::ValidationContextSdsSecretConfig(ads_secret(
+                            uses.ca_resource(),
+                        ))
+                    }),
+                    ..Default::default()
+                }),
+                require_client_certificate: Some(BoolValue { value: *mutual }),
+                ..Default::default()
+            };
+            tls_transport_socket(pack_any(ctx))
+        }
+        ServerTls::Mesh { subject_alt_names } => {
+            super::tls::downstream_with(alpn, subject_alt_names)
+        }
     };
     FilterChain {
         filter_chain_match: Some(FilterChainMatch {
             server_names,
             ..Default::default()
         }),
-        transport_socket: Some(tls_transport_socket(pack_any(ctx))),
+        transport_socket: Some(transport_socket),
         filters,
         transport_socket_connect_timeout: Some(super::duration(std::time::Duration::from_secs(15))),
         ..Default::default()

@@ -777,14 +777,14 @@ pub fn gateway(
                         std::slice::from_ref(&server),
                         route_name,
                     ));
-                    credentials.push(tls);
+                    credentials.extend(tls.credential_use());
                 }
                 // TLS terminated here, then forwarded where the server's TCP route says
                 // (istiod's `createGatewayTCPFilterChainOpts`); no chain without one.
                 TlsServer::Terminated(server, tls) => {
                     if let Some(filter) = gateway_tcp_proxy(ctx, proxy, &server) {
                         chains.push(credentials::https_chain(&server.hosts, &tls, vec![filter]));
-                        credentials.push(tls);
+                        credentials.extend(tls.credential_use());
                     }
                 }
                 TlsServer::Passthrough(server) => {
@@ -826,6 +826,5 @@ pub fn gateway(
             ));
         }
     }
-    let uses = credentials.iter().map(CredentialUse::from).collect();
-    (listeners, routes, uses)
+    (listeners, routes, credentials)
 }

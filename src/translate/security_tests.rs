@@ -424,6 +424,66 @@ fn an_https_server_gets_its_credential_over_sds_only_with_a_proven_identity() {
 }
 
 #[test]
+fn an_istio_mutual_server_serves_the_gateways_workload_certificate_to_mesh_clients() {
+    use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::DownstreamTlsContext;
+    let ctx = context(concat!(
+        "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: east-west, namespace: istio-system}\nspec:\n  selector: {istio: ingressgateway}\n  servers:\n",
+        "  - port: {number: 15443, name: https, protocol: HTTPS}\n    hosts: ['*']\n    tls: {mode: ISTIO_MUTUAL, subjectAltNames: ['spiffe://cluster.local/ns/shop/sa/productpage']}\n---\n",
+        "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: in, namespace: istio-system}\nspec:\n  hosts: ['*']\n  gateways: [east-west]\n  http: [{route: [{destination: {host: reviews.shop.svc.cluster.local}}]}]\n",
+    ));
+    let cfg = proxy_config(&ctx, &gateway_proxy(true));
+    let l = (cfg.listeners.iter())
+        .find(|l| l.name == "0.0.0.0_15443")
+        .expect("the ISTIO_MUTUAL server's listener");
+    let chain = &l.filter_chains[0];
+    assert!(
+        chain
+            .filter_chain_match
+            .as_ref()
+            .unwrap()
+            .server_names
+            .is_empty()
+    );
+    use envoy_types::pb::envoy::config::core::v3::transport_socket::ConfigType as SocketType;
+    let Some(SocketType::TypedConfig(any)) = &chain.transport_socket.as_ref().unwrap().config_type
+    else {
+        panic!()
+    };
+    let tls = DownstreamTlsContext::decode(any.value.as_slice()).unwrap();
+    assert!(tls.require_client_certificate.unwrap().value);
+    let common = tls.common_tls_context.unwrap();
+    assert_eq!(common.tls_certificate_sds_secret_configs[0].name, "default");
+    let Some(ValidationContextType::CombinedValidationContext(v)) = &common.validation_context_type
+    else {
+        panic!("{:?}", common.validation_context_type)
+    };
+    assert_eq!(
+        v.validation_context_sds_secret_config
+            .as_ref()
+            .unwrap()
+            .name,
+        "ROOTCA"
+    );
+    let sans = &v
+        .default_validation_context
+        .as_ref()
+        .unwrap()
+        .match_typed_subject_alt_names;
+    assert_eq!(sans.len(), 1);
+    assert!(format!("{:?}", sans[0]).contains("spiffe://cluster.local/ns/shop/sa/productpage"));
+    // The mesh's certificates come from the gateway's agent, not over ADS.
+    assert!(cfg.secrets.is_empty());
+    assert!(
+        cfg.routes
+            .iter()
+            .any(|r| r.name == "https.15443.https.east-west.istio-system")
+    );
+    // A gateway without a proven identity has no agent certificate to serve.
+    let plain = proxy_config(&ctx, &gateway_proxy(false));
+    assert!(!plain.listeners.iter().any(|l| l.name == "0.0.0.0_15443"));
+}
+
+#[test]
 fn a_tls_server_terminates_with_its_credential_then_forwards_by_its_tcp_route() {
     let ctx = context(&format!(
         "{GATEWAY}---\n{}",

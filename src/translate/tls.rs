@@ -322,8 +322,14 @@ pub fn downstream(http: bool) -> TransportSocket {
             "http/1.1".to_string(),
         ]
     };
+    downstream_with(alpn, &[])
+}
+
+/// Mutual TLS served with the workload certificate to clients whose certificates chain
+/// to the mesh's roots and, unless `sans` is empty, carry one of `sans`.
+pub fn downstream_with(alpn: Vec<String>, sans: &[String]) -> TransportSocket {
     tls_transport_socket(pack_any(DownstreamTlsContext {
-        common_tls_context: Some(common(alpn, &[])),
+        common_tls_context: Some(common(alpn, sans)),
         require_client_certificate: Some(BoolValue { value: true }),
         ..Default::default()
     }))

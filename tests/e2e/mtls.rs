@@ -13,7 +13,7 @@ struct Mesh {
     _upstream: Upstream,
 }
 
-const TOKENS: &str = "pp-token shop productpage\nrv-token shop reviews\nrt-token shop ratings\ndt-token shop details\n";
+const TOKENS: &str = "pp-token shop productpage\nrv-token shop reviews\nrt-token shop ratings\ndt-token shop details\ngw-token shop gateway\n";
 
 /// meshd (local mode, bootstrap tokens) holding a `reviews` workload in `shop` whose
 /// Sidecar ingress on 9080 leads to a real HTTP server.
@@ -345,4 +345,104 @@ fn with_traffic_capture_envoy_accepts_virtual_inbound_under_strict_mtls() {
         "Envoy accepted every listener"
     );
     assert!(details.envoy.stat("listener_manager.lds.update_success") > 0);
+}
+
+/// A Gateway server with `tls.mode: ISTIO_MUTUAL` (an east-west or egress gateway's):
+/// the gateway, bootstrapped by `meshd agent --proxy-type router`, serves its own workload
+/// certificate and requires a mesh client's. productpage's sidecar reaches it with auto
+/// mTLS (the gateway's pod is labelled `tlsMode: istio`) and is routed to a plaintext
+/// backend; a plaintext client is refused; and a server `subjectAltNames` naming another
+/// identity refuses productpage too.
+#[test]
+fn a_gateway_serves_istio_mutual_to_mesh_clients_only() {
+    let m = mesh("mtls-gateway");
+    let backend = Upstream::start("backend");
+    let (gw_ip, listen) = (loopback_ip(), free_port());
+    let gateway = |sans: &str| {
+        format!(
+            r#"apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata: {{name: east-west, namespace: shop}}
+spec:
+  selector: {{app: gateway}}
+  servers:
+  - port: {{number: 8443, name: https, protocol: HTTPS}}
+    hosts: ["*"]
+    tls: {{mode: ISTIO_MUTUAL{sans}}}
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {{name: through-gateway, namespace: shop}}
+spec:
+  hosts: ["*"]
+  gateways: [east-west]
+  http: [{{route: [{{destination: {{host: backend.shop.svc.cluster.local}}}}]}}]
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: gateway, namespace: shop}}
+spec: {{clusterIP: 10.96.50.9, selector: {{app: gateway}}, ports: [{{name: http, port: 8443, targetPort: {listen}}}]}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: gateway-0, namespace: shop, labels: {{app: gateway, security.istio.io/tlsMode: istio}}}}
+spec: {{serviceAccountName: gateway, containers: []}}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {{name: gateway-0, namespace: shop, labels: {{kubernetes.io/service-name: gateway}}}}
+addressType: IPv4
+ports: [{{name: http, port: {listen}}}]
+endpoints: [{{addresses: [{gw_ip}], conditions: {{ready: true}}, targetRef: {{kind: Pod, name: gateway-0}}}}]
+---
+{backend}"#,
+            backend = service_yaml("shop", "backend", 9090, &[(&backend, &[])]),
+        )
+    };
+    m.meshd.write("gateway.yaml", &gateway(""));
+    let _gw = Workload::start(
+        &m.meshd,
+        "shop",
+        "gateway",
+        "gateway",
+        "gw-token",
+        &gw_ip,
+        &["--proxy-type", "router"],
+    );
+    let client = m.client("productpage", "pp-token", &[]);
+    let via_gateway = || {
+        http_get(
+            &format!("{}:8443", client.envoy.ip),
+            "gateway.shop.svc.cluster.local",
+            "/",
+            &[],
+        )
+    };
+    wait_until(
+        "productpage to reach the backend through the gateway",
+        Duration::from_secs(15),
+        || via_gateway().is_ok_and(|r| r.status == 200),
+    );
+    assert_eq!(via_gateway().unwrap().body, "backend");
+    let cluster = "outbound|8443||gateway.shop.svc.cluster.local";
+    assert!(
+        client
+            .envoy
+            .stat(&format!("cluster.{cluster}.ssl.handshake"))
+            > 0
+    );
+    // Without a mesh certificate the gateway answers nothing.
+    let plain = http_get(&format!("{gw_ip}:{listen}"), "gateway", "/", &[]);
+    assert!(plain.is_err(), "plaintext was served: {plain:?}");
+
+    // Only ratings may connect now: productpage's handshake is refused.
+    m.meshd.write(
+        "gateway.yaml",
+        &gateway(", subjectAltNames: ['spiffe://cluster.local/ns/shop/sa/ratings']"),
+    );
+    wait_until(
+        "the gateway to refuse productpage",
+        Duration::from_secs(15),
+        || via_gateway().is_ok_and(|r| r.status == 503),
+    );
 }
