@@ -225,10 +225,10 @@ fn http_route(r: &mut Report, field: &str, route: &HttpRoute) {
 }
 
 /// A Gateway server's `tls`: meshd serves SIMPLE and MUTUAL from a `credentialName`,
-/// ISTIO_MUTUAL with the gateway's workload certificate (which, as istiod requires, takes
-/// no other certificate), and forwards PASSTHROUGH; other modes (AUTO_PASSTHROUGH,
-/// OPTIONAL_MUTUAL) and certificates from files are accepted with a warning, and such a
-/// server gets no listener.
+/// OPTIONAL_MUTUAL too, ISTIO_MUTUAL with the gateway's workload certificate (which, as
+/// istiod requires, takes no other certificate), and forwards PASSTHROUGH; AUTO_PASSTHROUGH
+/// and certificates from files are accepted with a warning, and such a server gets no
+/// listener.
 fn server_tls(r: &mut Report, field: &str, server: &crate::api::networking::Server) {
     let Some(tls) = &server.tls else {
         return;
@@ -257,8 +257,8 @@ fn server_tls(r: &mut Report, field: &str, server: &crate::api::networking::Serv
                 }
             }
         }
-        "SIMPLE" | "MUTUAL" if credential => {}
-        "SIMPLE" | "MUTUAL" => r.warn(
+        "SIMPLE" | "MUTUAL" | "OPTIONAL_MUTUAL" if credential => {}
+        "SIMPLE" | "MUTUAL" | "OPTIONAL_MUTUAL" => r.warn(
             format!("{f}.credentialName"),
             format!(
                 "{NOT_APPLIED}: meshd serves a gateway's certificate from a credentialName only"

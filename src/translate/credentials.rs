@@ -33,10 +33,14 @@ pub fn server_tls_mode(tls: &AnyObject) -> String {
 /// A Gateway server's `tls` block, as far as meshd serves it.
 #[derive(Clone, Debug, PartialEq)]
 pub enum ServerTls {
-    /// SIMPLE or MUTUAL with a `credentialName`: the Secret's name in the gateway's
-    /// namespace; MUTUAL: clients must present a certificate signed by the credential's
-    /// CA.
-    Credential { credential: String, mutual: bool },
+    /// SIMPLE, MUTUAL or OPTIONAL_MUTUAL with a `credentialName`: the Secret's name in the
+    /// gateway's namespace; `mutual`: a client's certificate is verified against the
+    /// credential's CA, and `required` (MUTUAL, not OPTIONAL_MUTUAL) unless absent.
+    Credential {
+        credential: String,
+        mutual: bool,
+        required: bool,
+    },
     /// ISTIO_MUTUAL: the gateway's own workload certificate (SDS `default` from its
     /// agent), clients' certificates verified against the mesh's roots (`ROOTCA`) and,
     /// if the server lists them, its `subjectAltNames`.
@@ -44,8 +48,8 @@ pub enum ServerTls {
 }
 
 impl ServerTls {
-    /// Reads `{mode: SIMPLE|MUTUAL, credentialName: ...}` and `{mode: ISTIO_MUTUAL}`;
-    /// `None` for anything else (PASSTHROUGH, AUTO_PASSTHROUGH, OPTIONAL_MUTUAL,
+    /// Reads `{mode: SIMPLE|MUTUAL|OPTIONAL_MUTUAL, credentialName: ...}` and
+    /// `{mode: ISTIO_MUTUAL}`; `None` for anything else (PASSTHROUGH, AUTO_PASSTHROUGH,
     /// file-based certificates), which meshd does not serve.
     pub fn from_server(tls: Option<&AnyObject>, gateway_namespace: &str) -> Option<ServerTls> {
         let tls = tls?;
@@ -73,21 +77,25 @@ impl ServerTls {
             Some(_) => return None,
             None => name,
         };
-        let mutual = match mode.as_str() {
-            "SIMPLE" => false,
-            "MUTUAL" => true,
+        let (mutual, required) = match mode.as_str() {
+            "SIMPLE" => (false, false),
+            "MUTUAL" => (true, true),
+            "OPTIONAL_MUTUAL" => (true, false),
             _ => return None,
         };
         Some(ServerTls::Credential {
             credential: name,
             mutual,
+            required,
         })
     }
 
     /// The credential it reads over ADS, if any.
     pub fn credential_use(&self) -> Option<CredentialUse> {
         match self {
-            ServerTls::Credential { credential, mutual } => Some(CredentialUse {
+            ServerTls::Credential {
+                credential, mutual, ..
+            } => Some(CredentialUse {
                 credential: credential.clone(),
                 cert: true,
                 ca: *mutual,
@@ -179,7 +187,11 @@ pub fn https_chain(
     }
     let alpn = vec!["h2".to_string(), "http/1.1".to_string()];
     let transport_socket = match tls {
-        ServerTls::Credential { credential, mutual } => {
+        ServerTls::Credential {
+            credential,
+            mutual,
+            required,
+        } => {
             let uses = CredentialUse {
                 credential: credential.clone(),
                 cert: true,
@@ -196,7 +208,7 @@ pub fn https_chain(
                     }),
                     ..Default::default()
                 }),
-                require_client_certificate: Some(BoolValue { value: *mutual }),
+                require_client_certificate: Some(BoolValue { value: *required }),
                 ..Default::default()
             };
             tls_transport_socket(pack_any(ctx))

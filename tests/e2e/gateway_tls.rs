@@ -265,3 +265,44 @@ fn a_tls_gateway_server_terminates_and_forwards_by_its_tcp_route() {
     let r = https_get(&addr, "db.example.com", &root, "/").unwrap();
     assert!(!r.headers.contains_key("x-tls-sni"), "{:?}", r.headers);
 }
+
+/// MUTUAL against OPTIONAL_MUTUAL at an HTTPS server whose credential carries a CA: a
+/// client without a certificate is refused by MUTUAL, and served once the server says
+/// OPTIONAL_MUTUAL (the CA still verifies a certificate when one is presented).
+#[test]
+fn optional_mutual_serves_a_client_without_a_certificate_that_mutual_refuses() {
+    let dir = temp_dir("gateway-optional-mutual");
+    let product = Upstream::start("productpage");
+    let port = free_port();
+    let (root, chain, key) = site_certificate("shop.example.com");
+    let yaml = |mode: &str| {
+        format!(
+            "{svc}---\napiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {{name: web, namespace: istio-system}}\nspec:\n  selector: {{istio: ingressgateway}}\n  servers:\n  - port: {{number: {port}, name: https, protocol: HTTPS}}\n    hosts: [\"shop/shop.example.com\"]\n    tls: {{mode: {mode}, credentialName: shop-cert}}\n---\napiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: front, namespace: shop}}\nspec:\n  hosts: [shop.example.com]\n  gateways: [istio-system/web]\n  http: [{{route: [{{destination: {{host: productpage}}}}]}}]\n---\n{secret}  ca.crt: |\n{ca}",
+            svc = service_yaml("shop", "productpage", 9080, &[(&product, &[])]),
+            secret = secret_yaml("shop-cert", &chain, &key),
+            ca = indent(&root),
+        )
+    };
+    let (meshd, _gateway) = secure_gateway(
+        &dir,
+        &yaml("MUTUAL"),
+        "istio-ingressgateway",
+        "ingressgateway",
+    );
+    let addr = format!("127.0.0.1:{port}");
+    let get = || https_get(&addr, "shop.example.com", &root, "/");
+    // The listener is up (its port accepts connections), and refuses the handshake.
+    wait_until("the MUTUAL listener", Duration::from_secs(10), || {
+        std::net::TcpStream::connect(&addr).is_ok()
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        get().is_err(),
+        "MUTUAL served a client without a certificate"
+    );
+    meshd.write("mesh.yaml", &yaml("OPTIONAL_MUTUAL"));
+    wait_until("OPTIONAL_MUTUAL to serve", Duration::from_secs(10), || {
+        get().is_ok_and(|r| r.status == 200)
+    });
+    assert_eq!(get().unwrap().body, "productpage");
+}
