@@ -224,11 +224,11 @@ fn http_route(r: &mut Report, field: &str, route: &HttpRoute) {
     }
 }
 
-/// A Gateway server's `tls`: meshd serves SIMPLE and MUTUAL from a `credentialName`,
-/// OPTIONAL_MUTUAL too, ISTIO_MUTUAL with the gateway's workload certificate (which, as
-/// istiod requires, takes no other certificate), and forwards PASSTHROUGH; AUTO_PASSTHROUGH
-/// and certificates from files are accepted with a warning, and such a server gets no
-/// listener.
+/// A Gateway server's `tls`: meshd serves SIMPLE, MUTUAL and OPTIONAL_MUTUAL from a
+/// `credentialName` or from files (which must then all be named, as istiod requires),
+/// ISTIO_MUTUAL with the gateway's workload certificate (which takes no other
+/// certificate), and forwards PASSTHROUGH; AUTO_PASSTHROUGH is accepted with a warning,
+/// and such a server gets no listener.
 fn server_tls(r: &mut Report, field: &str, server: &crate::api::networking::Server) {
     let Some(tls) = &server.tls else {
         return;
@@ -258,12 +258,22 @@ fn server_tls(r: &mut Report, field: &str, server: &crate::api::networking::Serv
             }
         }
         "SIMPLE" | "MUTUAL" | "OPTIONAL_MUTUAL" if credential => {}
-        "SIMPLE" | "MUTUAL" | "OPTIONAL_MUTUAL" => r.warn(
-            format!("{f}.credentialName"),
-            format!(
-                "{NOT_APPLIED}: meshd serves a gateway's certificate from a credentialName only"
-            ),
-        ),
+        // Files in the gateway's container, served by its agent.
+        mode @ ("SIMPLE" | "MUTUAL" | "OPTIONAL_MUTUAL") => {
+            let set =
+                |key: &str| (tls.get(key).and_then(|v| v.as_str())).is_some_and(|v| !v.is_empty());
+            for key in ["serverCertificate", "privateKey"] {
+                if !set(key) {
+                    r.error(format!("{f}.{key}"), "is required without a credentialName");
+                }
+            }
+            if mode != "SIMPLE" && !set("caCertificates") {
+                r.error(
+                    format!("{f}.caCertificates"),
+                    format!("{mode} needs the clients' CA without a credentialName"),
+                );
+            }
+        }
         other => r.warn(format!("{f}.mode"), format!("{NOT_APPLIED}: mode {other}")),
     }
 }
@@ -1392,11 +1402,17 @@ mod tests {
         );
         assert_eq!(gw.objects.len(), 1, "{:?}", gw.issues);
         let warned: Vec<&str> = gw.issues.iter().map(|i| i.field.as_str()).collect();
+        assert_eq!(warned, ["spec.servers[4].tls.mode"]);
+        let files = parse_file(
+            "gw.yaml",
+            "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: g, namespace: shop}\nspec:\n  servers:\n  - {port: {number: 443, name: a, protocol: HTTPS}, hosts: ['*'], tls: {mode: MUTUAL, serverCertificate: /c.pem}}\n",
+        );
+        let errors: Vec<&str> = files.errors().map(|e| e.field.as_str()).collect();
         assert_eq!(
-            warned,
+            errors,
             [
-                "spec.servers[2].tls.credentialName",
-                "spec.servers[4].tls.mode"
+                "spec.servers[0].tls.privateKey",
+                "spec.servers[0].tls.caCertificates"
             ]
         );
         let istio_mutual = parse_file(

@@ -41,6 +41,15 @@ pub enum ServerTls {
         mutual: bool,
         required: bool,
     },
+    /// SIMPLE, MUTUAL or OPTIONAL_MUTUAL with `serverCertificate` and `privateKey` (and,
+    /// when mutual, `caCertificates`) files in the gateway's container, served by its
+    /// agent as istiod names them (`file-cert:CERT~KEY`, `file-root:CA`).
+    Files {
+        cert: String,
+        key: String,
+        ca: Option<String>,
+        required: bool,
+    },
     /// ISTIO_MUTUAL: the gateway's own workload certificate (SDS `default` from its
     /// agent), clients' certificates verified against the mesh's roots (`ROOTCA`) and,
     /// if the server lists them, its `subjectAltNames`.
@@ -48,9 +57,9 @@ pub enum ServerTls {
 }
 
 impl ServerTls {
-    /// Reads `{mode: SIMPLE|MUTUAL|OPTIONAL_MUTUAL, credentialName: ...}` and
-    /// `{mode: ISTIO_MUTUAL}`; `None` for anything else (PASSTHROUGH, AUTO_PASSTHROUGH,
-    /// file-based certificates), which meshd does not serve.
+    /// Reads `{mode: SIMPLE|MUTUAL|OPTIONAL_MUTUAL}` with a `credentialName` or certificate
+    /// files, and `{mode: ISTIO_MUTUAL}`; `None` for anything else (PASSTHROUGH,
+    /// AUTO_PASSTHROUGH, incomplete files), which meshd does not serve.
     pub fn from_server(tls: Option<&AnyObject>, gateway_namespace: &str) -> Option<ServerTls> {
         let tls = tls?;
         let mode = server_tls_mode(tls);
@@ -66,22 +75,36 @@ impl ServerTls {
                 subject_alt_names: sans,
             });
         }
-        let name = tls.get("credentialName")?.as_str()?;
-        let name = name
-            .strip_prefix("kubernetes://")
-            .unwrap_or(name)
-            .to_string();
-        // `ns/name` names another namespace: only the gateway's own is served.
-        let name = match name.split_once('/') {
-            Some((ns, n)) if ns == gateway_namespace => n.to_string(),
-            Some(_) => return None,
-            None => name,
-        };
         let (mutual, required) = match mode.as_str() {
             "SIMPLE" => (false, false),
             "MUTUAL" => (true, true),
             "OPTIONAL_MUTUAL" => (true, false),
             _ => return None,
+        };
+        let text = |key: &str| {
+            (tls.get(key).and_then(|v| v.as_str()))
+                .filter(|v| !v.is_empty())
+                .map(str::to_string)
+        };
+        let Some(name) = text("credentialName") else {
+            let ca = text("caCertificates");
+            if mutual && ca.is_none() {
+                return None;
+            }
+            return Some(ServerTls::Files {
+                cert: text("serverCertificate")?,
+                key: text("privateKey")?,
+                ca: ca.filter(|_| mutual),
+                required,
+            });
+        };
+        let name =
+            (name.strip_prefix("kubernetes://")).map_or_else(|| name.clone(), str::to_string);
+        // `ns/name` names another namespace: only the gateway's own is served.
+        let name = match name.split_once('/') {
+            Some((ns, n)) if ns == gateway_namespace => n.to_string(),
+            Some(_) => return None,
+            None => name,
         };
         Some(ServerTls::Credential {
             credential: name,
@@ -100,7 +123,7 @@ impl ServerTls {
                 cert: true,
                 ca: *mutual,
             }),
-            ServerTls::Mesh { .. } => None,
+            ServerTls::Files { .. } | ServerTls::Mesh { .. } => None,
         }
     }
 }
@@ -186,6 +209,21 @@ pub fn https_chain(
         server_names.clear();
     }
     let alpn = vec!["h2".to_string(), "http/1.1".to_string()];
+    // The certificate, the CA that verifies clients (if any) and whether one is required.
+    let terminate = |cert: SdsSecretConfig, ca: Option<SdsSecretConfig>, required: bool| {
+        let ctx = DownstreamTlsContext {
+            common_tls_context: Some(CommonTlsContext {
+                alpn_protocols: alpn.clone(),
+                tls_certificate_sds_secret_configs: vec![cert],
+                validation_context_type: ca
+                    .map(ValidationContextType::ValidationContextSdsSecretConfig),
+                ..Default::default()
+            }),
+            require_client_certificate: Some(BoolValue { value: required }),
+            ..Default::default()
+        };
+        tls_transport_socket(pack_any(ctx))
+    };
     let transport_socket = match tls {
         ServerTls::Credential {
             credential,
@@ -197,24 +235,25 @@ pub fn https_chain(
                 cert: true,
                 ca: *mutual,
             };
-            let ctx = DownstreamTlsContext {
-                common_tls_context: Some(CommonTlsContext {
-                    alpn_protocols: alpn,
-                    tls_certificate_sds_secret_configs: vec![ads_secret(uses.cert_resource())],
-                    validation_context_type: mutual.then(|| {
-                        ValidationContextType::ValidationContextSdsSecretConfig(ads_secret(
-                            uses.ca_resource(),
-                        ))
-                    }),
-                    ..Default::default()
-                }),
-                require_client_certificate: Some(BoolValue { value: *required }),
-                ..Default::default()
-            };
-            tls_transport_socket(pack_any(ctx))
+            terminate(
+                ads_secret(uses.cert_resource()),
+                mutual.then(|| ads_secret(uses.ca_resource())),
+                *required,
+            )
         }
+        ServerTls::Files {
+            cert,
+            key,
+            ca,
+            required,
+        } => terminate(
+            super::tls::sds(&super::tls::file_cert(cert, key)),
+            ca.as_deref()
+                .map(|ca| super::tls::sds(&super::tls::file_root(ca))),
+            *required,
+        ),
         ServerTls::Mesh { subject_alt_names } => {
-            super::tls::downstream_with(alpn, subject_alt_names)
+            super::tls::downstream_with(alpn.clone(), subject_alt_names)
         }
     };
     FilterChain {

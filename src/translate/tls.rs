@@ -33,6 +33,16 @@ pub const FILE_CERT_PREFIX: &str = "file-cert:";
 pub const FILE_ROOT_PREFIX: &str = "file-root:";
 pub const FILE_PAIR_SEPARATOR: char = '~';
 pub const SYSTEM_ROOTS: &str = "system";
+/// The agent's SDS name for a certificate and key in files.
+pub fn file_cert(cert: &str, key: &str) -> String {
+    format!("{FILE_CERT_PREFIX}{cert}{FILE_PAIR_SEPARATOR}{key}")
+}
+
+/// The agent's SDS name for a CA bundle in a file (or `system`).
+pub fn file_root(ca: &str) -> String {
+    format!("{FILE_ROOT_PREFIX}{ca}")
+}
+
 /// The bootstrap cluster of the agent's SDS socket.
 pub const SDS_CLUSTER: &str = "sds-grpc";
 
@@ -45,7 +55,8 @@ pub fn mesh_alpn(h2: bool) -> Vec<String> {
     alpn
 }
 
-fn sds(name: &str) -> SdsSecretConfig {
+/// An SDS secret the local agent serves (over its `sds-grpc` cluster).
+pub fn sds(name: &str) -> SdsSecretConfig {
     SdsSecretConfig {
         name: name.to_string(),
         sds_config: Some(ConfigSource {
@@ -209,7 +220,7 @@ pub fn originate(
     };
     if let Some((cert, key)) = client {
         if agent {
-            let name = format!("{FILE_CERT_PREFIX}{cert}{FILE_PAIR_SEPARATOR}{key}");
+            let name = file_cert(cert, key);
             common.tls_certificate_sds_secret_configs = vec![sds(&name)];
         } else {
             common.tls_certificates = vec![TlsCertificate {
@@ -240,7 +251,7 @@ pub fn originate(
             ..Default::default()
         };
         common.validation_context_type = Some(if agent {
-            let root = format!("{FILE_ROOT_PREFIX}{}", ca.unwrap_or(SYSTEM_ROOTS));
+            let root = file_root(ca.unwrap_or(SYSTEM_ROOTS));
             ValidationContextType::CombinedValidationContext(CombinedCertificateValidationContext {
                 default_validation_context: Some(validation),
                 validation_context_sds_secret_config: Some(sds(&root)),

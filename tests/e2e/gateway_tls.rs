@@ -306,3 +306,45 @@ fn optional_mutual_serves_a_client_without_a_certificate_that_mutual_refuses() {
     });
     assert_eq!(get().unwrap().body, "productpage");
 }
+
+/// An HTTPS server whose certificate is files in the gateway's container
+/// (`serverCertificate`, `privateKey`), as Istio's file-mounted gateway certificates: the
+/// gateway's agent serves them over SDS (`file-cert:CERT~KEY`), and a new certificate
+/// written to the files is served without touching the configuration.
+#[test]
+fn a_gateway_serves_https_from_certificate_files_and_follows_their_rotation() {
+    let dir = temp_dir("gateway-files");
+    let product = Upstream::start("productpage");
+    let port = free_port();
+    let (root, chain, key) = site_certificate("shop.example.com");
+    let certs = dir.join("certs");
+    std::fs::create_dir_all(&certs).unwrap();
+    let (cert_path, key_path) = (certs.join("tls.crt"), certs.join("tls.key"));
+    std::fs::write(&cert_path, &chain).unwrap();
+    std::fs::write(&key_path, &key).unwrap();
+    let yaml = format!(
+        "{svc}---\napiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {{name: web, namespace: istio-system}}\nspec:\n  selector: {{istio: ingressgateway}}\n  servers:\n  - port: {{number: {port}, name: https, protocol: HTTPS}}\n    hosts: [\"shop/shop.example.com\"]\n    tls: {{mode: SIMPLE, serverCertificate: {cert}, privateKey: {key}}}\n---\napiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: front, namespace: shop}}\nspec:\n  hosts: [shop.example.com]\n  gateways: [istio-system/web]\n  http: [{{route: [{{destination: {{host: productpage}}}}]}}]\n",
+        svc = service_yaml("shop", "productpage", 9080, &[(&product, &[])]),
+        cert = cert_path.display(),
+        key = key_path.display(),
+    );
+    let (_meshd, _gateway) = secure_gateway(&dir, &yaml, "istio-ingressgateway", "ingressgateway");
+    let addr = format!("127.0.0.1:{port}");
+    let get = |root: &str| https_get(&addr, "shop.example.com", root, "/");
+    wait_until(
+        "the gateway to serve HTTPS",
+        Duration::from_secs(10),
+        || get(&root).is_ok_and(|r| r.status == 200),
+    );
+    assert_eq!(get(&root).unwrap().body, "productpage");
+    // A new certificate (from another CA) in the same files.
+    let (new_root, new_chain, new_key) = site_certificate("shop.example.com");
+    std::fs::write(&key_path, &new_key).unwrap();
+    std::fs::write(&cert_path, &new_chain).unwrap();
+    wait_until(
+        "the rotated files to be served",
+        Duration::from_secs(10),
+        || get(&new_root).is_ok_and(|r| r.status == 200),
+    );
+    assert!(get(&root).is_err(), "the old certificate is gone");
+}
