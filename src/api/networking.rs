@@ -887,8 +887,7 @@ pub struct SidecarSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outbound_traffic_policy: Option<OutboundTrafficPolicy>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "any_object")]
-    pub inbound_connection_pool: Option<AnyObject>,
+    pub inbound_connection_pool: Option<ConnectionPoolSettings>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
@@ -906,8 +905,7 @@ pub struct IstioIngressListener {
     #[schemars(schema_with = "any_object")]
     pub tls: Option<AnyObject>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "any_object")]
-    pub connection_pool: Option<AnyObject>,
+    pub connection_pool: Option<ConnectionPoolSettings>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]

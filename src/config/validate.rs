@@ -460,6 +460,51 @@ fn tls_origination(r: &mut Report, field: &str, tls: Option<&ClientTlsSettings>)
     }
 }
 
+/// A connection pool (`field` names it): durations that parse, limits that are not
+/// negative, an h2 upgrade policy Istio knows.
+fn connection_pool(r: &mut Report, field: &str, pool: &ConnectionPoolSettings) {
+    if let Some(tcp) = &pool.tcp {
+        let f = format!("{field}.tcp");
+        r.duration(format!("{f}.connectTimeout"), &tcp.connect_timeout);
+        r.duration(format!("{f}.idleTimeout"), &tcp.idle_timeout);
+        r.duration(
+            format!("{f}.maxConnectionDuration"),
+            &tcp.max_connection_duration,
+        );
+        if let Some(k) = &tcp.tcp_keepalive {
+            r.duration(format!("{f}.tcpKeepalive.time"), &k.time);
+            r.duration(format!("{f}.tcpKeepalive.interval"), &k.interval);
+        }
+    }
+    if let Some(http) = &pool.http {
+        let f = format!("{field}.http");
+        r.duration(format!("{f}.idleTimeout"), &http.idle_timeout);
+        for (name, value) in [
+            ("http1MaxPendingRequests", http.http1_max_pending_requests),
+            ("http2MaxRequests", http.http2_max_requests),
+            ("maxRequestsPerConnection", http.max_requests_per_connection),
+            ("maxRetries", http.max_retries),
+            ("maxConcurrentStreams", http.max_concurrent_streams),
+        ] {
+            if let Some(v) = value.filter(|v| *v < 0) {
+                r.error(format!("{f}.{name}"), format!("{v} is negative"));
+            }
+        }
+        match http.h2_upgrade_policy.as_deref() {
+            None | Some("DEFAULT" | "DO_NOT_UPGRADE") => {}
+            Some("UPGRADE") if http.use_client_protocol == Some(true) => r.error(
+                format!("{f}.useClientProtocol"),
+                "cannot be true when h2UpgradePolicy is UPGRADE",
+            ),
+            Some("UPGRADE") => {}
+            Some(other) => r.error(
+                format!("{f}.h2UpgradePolicy"),
+                format!("{other:?} is not DEFAULT, DO_NOT_UPGRADE or UPGRADE"),
+            ),
+        }
+    }
+}
+
 /// A connection pool, outlier detection and load balancer: durations that parse,
 /// percentages within 0–100, a consistent hash Envoy accepts.
 fn policy_components(
@@ -470,46 +515,7 @@ fn policy_components(
     lb: Option<&LoadBalancerSettings>,
 ) {
     if let Some(pool) = pool {
-        if let Some(tcp) = &pool.tcp {
-            let f = format!("{field}.connectionPool.tcp");
-            r.duration(format!("{f}.connectTimeout"), &tcp.connect_timeout);
-            r.duration(format!("{f}.idleTimeout"), &tcp.idle_timeout);
-            r.duration(
-                format!("{f}.maxConnectionDuration"),
-                &tcp.max_connection_duration,
-            );
-            if let Some(k) = &tcp.tcp_keepalive {
-                r.duration(format!("{f}.tcpKeepalive.time"), &k.time);
-                r.duration(format!("{f}.tcpKeepalive.interval"), &k.interval);
-            }
-        }
-        if let Some(http) = &pool.http {
-            let f = format!("{field}.connectionPool.http");
-            r.duration(format!("{f}.idleTimeout"), &http.idle_timeout);
-            for (name, value) in [
-                ("http1MaxPendingRequests", http.http1_max_pending_requests),
-                ("http2MaxRequests", http.http2_max_requests),
-                ("maxRequestsPerConnection", http.max_requests_per_connection),
-                ("maxRetries", http.max_retries),
-                ("maxConcurrentStreams", http.max_concurrent_streams),
-            ] {
-                if let Some(v) = value.filter(|v| *v < 0) {
-                    r.error(format!("{f}.{name}"), format!("{v} is negative"));
-                }
-            }
-            match http.h2_upgrade_policy.as_deref() {
-                None | Some("DEFAULT" | "DO_NOT_UPGRADE") => {}
-                Some("UPGRADE") if http.use_client_protocol == Some(true) => r.error(
-                    format!("{f}.useClientProtocol"),
-                    "cannot be true when h2UpgradePolicy is UPGRADE",
-                ),
-                Some("UPGRADE") => {}
-                Some(other) => r.error(
-                    format!("{f}.h2UpgradePolicy"),
-                    format!("{other:?} is not DEFAULT, DO_NOT_UPGRADE or UPGRADE"),
-                ),
-            }
-        }
+        connection_pool(r, &format!("{field}.connectionPool"), pool);
     }
     if let Some(o) = outlier {
         let f = format!("{field}.outlierDetection");
@@ -1049,13 +1055,9 @@ pub fn validate(object: &ConfigObject) -> Vec<Problem> {
             }
         }
         Spec::Sidecar(sc) => {
-            r.not_applied(
-                "spec",
-                [(
-                    "inboundConnectionPool",
-                    sc.inbound_connection_pool.is_some(),
-                )],
-            );
+            if let Some(pool) = &sc.inbound_connection_pool {
+                connection_pool(&mut r, "spec.inboundConnectionPool", pool);
+            }
             if let Some(policy) = &sc.outbound_traffic_policy {
                 r.not_applied(
                     "spec.outboundTrafficPolicy",
@@ -1063,13 +1065,10 @@ pub fn validate(object: &ConfigObject) -> Vec<Problem> {
                 );
             }
             for (i, ing) in sc.ingress.iter().enumerate() {
-                r.not_applied(
-                    &format!("spec.ingress[{i}]"),
-                    [
-                        ("tls", ing.tls.is_some()),
-                        ("connectionPool", ing.connection_pool.is_some()),
-                    ],
-                );
+                r.not_applied(&format!("spec.ingress[{i}]"), [("tls", ing.tls.is_some())]);
+                if let Some(pool) = &ing.connection_pool {
+                    connection_pool(&mut r, &format!("spec.ingress[{i}].connectionPool"), pool);
+                }
                 let field = format!("spec.ingress[{i}].defaultEndpoint");
                 match ing.default_endpoint.as_deref() {
                     None => r.error(field, "is required: where the application listens"),
@@ -1430,9 +1429,21 @@ mod tests {
         assert_eq!(
             warned,
             [
-                "spec.inboundConnectionPool",
                 "spec.outboundTrafficPolicy.egressProxy",
                 "spec.ingress[0].tls"
+            ]
+        );
+        // The connection pools are applied, so checked as a DestinationRule's are.
+        let bad = parse_file(
+            "sc.yaml",
+            "apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {name: s, namespace: shop}\nspec:\n  inboundConnectionPool: {http: {http1MaxPendingRequests: -1}}\n  ingress: [{port: {number: 80, protocol: HTTP, name: http}, defaultEndpoint: '127.0.0.1:8080', connectionPool: {tcp: {connectTimeout: soon}}}]\n",
+        );
+        let errors: Vec<&str> = bad.errors().map(|e| e.field.as_str()).collect();
+        assert_eq!(
+            errors,
+            [
+                "spec.inboundConnectionPool.http.http1MaxPendingRequests",
+                "spec.ingress[0].connectionPool.tcp.connectTimeout"
             ]
         );
     }

@@ -13,13 +13,12 @@ use envoy_types::pb::envoy::config::cluster::v3::{
         common_lb_config::{LocalityConfigSpecifier, LocalityWeightedLbConfig},
     },
 };
-use envoy_types::pb::envoy::config::core::v3::{Http1ProtocolOptions, Http2ProtocolOptions};
+use envoy_types::pb::envoy::config::core::v3::Http2ProtocolOptions;
 use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
 use envoy_types::pb::envoy::extensions::upstreams::http::v3::{
     HttpProtocolOptions, http_protocol_options::explicit_http_config::ProtocolConfig,
 };
 use envoy_types::pb::google::protobuf::{ListValue, UInt64Value, Value, value::Kind as ValueKind};
-use envoy_types::util::pack_any;
 
 use super::endpoint::load_assignment;
 use super::locality::{self, Place};
@@ -305,18 +304,7 @@ fn build(
     if let Some(tls) = policy.and_then(|p| p.tls.as_ref()) {
         originate_tls(&mut c, tls, &mut http, kind, secure);
     }
-    if let Some(mut opts) = http {
-        // Envoy requires an upstream protocol: HTTP/1.1 unless one was chosen above.
-        opts.upstream_protocol_options.get_or_insert_with(|| {
-            pool::explicit(ProtocolConfig::HttpProtocolOptions(
-                Http1ProtocolOptions::default(),
-            ))
-        });
-        c.typed_extension_protocol_options.insert(
-            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions".into(),
-            pack_any(opts),
-        );
-    }
+    pool::attach_http(&mut c, http);
     c
 }
 

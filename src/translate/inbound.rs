@@ -48,6 +48,7 @@ use super::endpoint::socket_address;
 use super::listener::tcp_proxy;
 use super::{authz, duration, tls};
 use crate::api::networking::IstioIngressListener;
+use crate::api::networking::SidecarSpec;
 use crate::model::security::Mtls;
 use crate::model::{Interception, Protocol, Proxy, PushContext};
 
@@ -73,10 +74,20 @@ fn default_endpoint(ingress: &IstioIngressListener) -> Option<Address> {
     Some(socket_address(host, port))
 }
 
-/// An `inbound|PORT||` cluster gets istiod's default circuit breakers too (no
-/// DestinationRule applies to inbound clusters here); InboundPassthroughCluster does not.
-fn with_default_pool(mut c: Cluster) -> Cluster {
-    super::pool::connection_pool(&mut c, None, &mut None);
+/// An `inbound|PORT||` cluster gets the Sidecar's connection pool for its port
+/// (`ingress[].connectionPool`, else `inboundConnectionPool`, as istiod's
+/// `InboundConnectionPoolForPort`), else istiod's default circuit breakers;
+/// InboundPassthroughCluster gets neither.
+fn with_pool(mut c: Cluster, sidecar: Option<&SidecarSpec>, port: u32) -> Cluster {
+    let pool = sidecar.and_then(|s| {
+        (s.ingress.iter())
+            .filter(|i| i.port.number == port)
+            .find_map(|i| i.connection_pool.as_ref())
+            .or(s.inbound_connection_pool.as_ref())
+    });
+    let mut http = None;
+    super::pool::connection_pool(&mut c, pool, &mut http);
+    super::pool::attach_http(&mut c, http);
     c
 }
 
@@ -282,10 +293,8 @@ fn tls_inspected(
 /// it has any, else (with traffic capture) `virtualInbound` for the ports of the Services
 /// that select it.
 pub fn sidecar(ctx: &PushContext, proxy: &Proxy) -> (Vec<Listener>, Vec<Cluster>) {
-    let ingress = ctx
-        .sidecar_for(proxy)
-        .map(|(_, s)| s.ingress.as_slice())
-        .unwrap_or_default();
+    let sidecar = ctx.sidecar_for(proxy).map(|(_, s)| s);
+    let ingress = sidecar.map(|s| s.ingress.as_slice()).unwrap_or_default();
     if ingress.is_empty() {
         if proxy.interception == Interception::None {
             return (Vec::new(), Vec::new()); // Istio: no inbound from Services without capture
@@ -314,7 +323,7 @@ pub fn sidecar(ctx: &PushContext, proxy: &Proxy) -> (Vec<Listener>, Vec<Cluster>
         });
         let name = format!("{bind}_{port}");
         let cluster = inbound_cluster_name(port);
-        clusters.push(with_default_pool(inbound_cluster(&cluster, target)));
+        clusters.push(with_pool(inbound_cluster(&cluster, target), sidecar, port));
         let chains = port_chains(
             ctx,
             proxy,
@@ -368,6 +377,7 @@ fn original_dst_cluster(name: &str) -> Cluster {
 /// per target port of the Services that select the proxy, and passthrough chains for any
 /// other port, all under the PeerAuthentication mode of their port.
 fn virtual_inbound(ctx: &PushContext, proxy: &Proxy) -> (Vec<Listener>, Vec<Cluster>) {
+    let sidecar = ctx.sidecar_for(proxy).map(|(_, s)| s);
     let labels = ctx.proxy_labels(proxy);
     let policies = ctx.authorization_policies_for(proxy);
     let mut ports: std::collections::BTreeMap<u32, bool> = std::collections::BTreeMap::new();
@@ -407,7 +417,7 @@ fn virtual_inbound(ctx: &PushContext, proxy: &Proxy) -> (Vec<Listener>, Vec<Clus
             continue;
         }
         let cluster = inbound_cluster_name(*port);
-        clusters.push(with_default_pool(original_dst_cluster(&cluster)));
+        clusters.push(with_pool(original_dst_cluster(&cluster), sidecar, *port));
         let stat = format!("0.0.0.0_{port}");
         chains.extend(port_chains(
             ctx,

@@ -130,6 +130,22 @@ pub fn connection_pool(
     }
 }
 
+/// Puts `http` (if any) on the cluster as its `HttpProtocolOptions`, with HTTP/1.1
+/// upstream unless it chose a protocol: Envoy requires one.
+pub fn attach_http(c: &mut Cluster, http: Option<HttpProtocolOptions>) {
+    if let Some(mut opts) = http {
+        opts.upstream_protocol_options.get_or_insert_with(|| {
+            explicit(ProtocolConfig::HttpProtocolOptions(
+                envoy_types::pb::envoy::config::core::v3::Http1ProtocolOptions::default(),
+            ))
+        });
+        c.typed_extension_protocol_options.insert(
+            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions".into(),
+            envoy_types::util::pack_any(opts),
+        );
+    }
+}
+
 /// The HTTP/2 options of a cluster whose one upstream protocol is HTTP/2.
 pub fn http2(http: &mut Option<HttpProtocolOptions>) -> Option<&mut Http2ProtocolOptions> {
     match http.as_mut()?.upstream_protocol_options.as_mut()? {

@@ -446,3 +446,64 @@ endpoints: [{{addresses: [{gw_ip}], conditions: {{ready: true}}, targetRef: {{ki
         || via_gateway().is_ok_and(|r| r.status == 503),
     );
 }
+
+/// A Sidecar's `inboundConnectionPool` sets the limits and HTTP idle timeout of the
+/// workload's inbound cluster, and an ingress port's own `connectionPool` replaces it
+/// there, as istiod's `InboundConnectionPoolForPort`; requests still reach the workload.
+#[test]
+fn a_sidecars_inbound_connection_pool_sets_its_inbound_clusters_limits() {
+    let m = mesh("mtls-inbound-pool");
+    let server = m.reviews(&[]);
+    let path = m.meshd.config_dir.join("mesh.yaml");
+    let yaml = std::fs::read_to_string(&path).unwrap();
+    let selector = "  workloadSelector: {labels: {app: reviews}}\n";
+    assert!(yaml.contains(selector));
+    let pooled = yaml.replace(
+        selector,
+        &format!("{selector}  inboundConnectionPool: {{tcp: {{maxConnections: 5}}, http: {{idleTimeout: 30s}}}}\n"),
+    );
+    let limit = |n: u32| format!("inbound|9080||::default_priority::max_connections::{n}");
+    let direct = || {
+        http_get(
+            &format!("{}:9080", m.server_ip),
+            "reviews.shop.svc.cluster.local",
+            "/",
+            &[],
+        )
+    };
+    wait_until("the workload to serve", Duration::from_secs(10), || {
+        direct().is_ok_and(|r| r.status == 200)
+    });
+    std::fs::write(&path, &pooled).unwrap();
+    wait_until("the Sidecar's pool", Duration::from_secs(10), || {
+        server
+            .envoy
+            .admin("/clusters")
+            .unwrap()
+            .body
+            .contains(&limit(5))
+    });
+    let dump = server.envoy.config_dump("dynamic_active_clusters");
+    assert!(dump.contains("\"idle_timeout\": \"30s\""), "{dump}");
+    assert_eq!(direct().unwrap().status, 200);
+    // The ingress port's own pool wins on its port.
+    let endpoint = pooled
+        .lines()
+        .find(|l| l.contains("defaultEndpoint"))
+        .unwrap()
+        .to_string();
+    let per_port = pooled.replace(
+        &endpoint,
+        &format!("{endpoint}\n    connectionPool: {{tcp: {{maxConnections: 9}}}}"),
+    );
+    std::fs::write(&path, per_port).unwrap();
+    wait_until("the port's pool", Duration::from_secs(10), || {
+        server
+            .envoy
+            .admin("/clusters")
+            .unwrap()
+            .body
+            .contains(&limit(9))
+    });
+    assert_eq!(direct().unwrap().status, 200);
+}
