@@ -43,6 +43,7 @@ pub fn unusable(
     root_namespace: &str,
     target: &crate::api::networking::Delegate,
     found: Option<&ConfigObject>,
+    default_export_to: &[String],
 ) -> Option<String> {
     let ns = target.namespace.as_deref().unwrap_or(root_namespace);
     let Some(delegate) = found.and_then(|d| Some((d, spec(d)?))) else {
@@ -58,10 +59,12 @@ pub fn unusable(
             target.name
         ));
     }
-    let exported = vs.export_to.is_empty()
-        || vs.export_to.iter().any(|e| {
-            e == "*" || e == root_namespace || (e == "." && obj.key.namespace == root_namespace)
-        });
+    let exported = super::exported_to(
+        &vs.export_to,
+        default_export_to,
+        &obj.key.namespace,
+        root_namespace,
+    );
     (!exported).then(|| {
         format!(
             "delegate VirtualService {ns}/{} is not exported to namespace {root_namespace}; the route is left out",
@@ -70,8 +73,9 @@ pub fn unusable(
     })
 }
 
-/// Merges every root VirtualService's delegates into it.
-pub fn merge(virtual_services: &[Arc<ConfigObject>]) -> Merged {
+/// Merges every root VirtualService's delegates into it; `default_export_to` is the
+/// mesh's `defaultVirtualServiceExportTo`.
+pub fn merge(virtual_services: &[Arc<ConfigObject>], default_export_to: &[String]) -> Merged {
     let by_name: HashMap<(&str, &str), &Arc<ConfigObject>> = virtual_services
         .iter()
         .map(|v| ((v.key.namespace.as_str(), v.key.name.as_str()), v))
@@ -97,7 +101,14 @@ pub fn merge(virtual_services: &[Arc<ConfigObject>]) -> Merged {
                 .delegated
                 .insert((ns.to_string(), target.name.clone()));
             let found = by_name.get(&(ns, target.name.as_str())).copied();
-            if unusable(&vs.key.namespace, target, found.map(|f| &**f)).is_some() {
+            if unusable(
+                &vs.key.namespace,
+                target,
+                found.map(|f| &**f),
+                default_export_to,
+            )
+            .is_some()
+            {
                 continue;
             }
             let delegate = found.expect("usable");

@@ -29,6 +29,12 @@ pub struct MeshConfig {
     /// The `exportTo` of DestinationRules that set none: `["*"]` unless `["."]`.
     #[serde(default)]
     pub default_destination_rule_export_to: Vec<String>,
+    /// The `exportTo` of Services and ServiceEntries that set none (everyone when empty).
+    #[serde(default)]
+    pub default_service_export_to: Vec<String>,
+    /// The `exportTo` of VirtualServices that set none (everyone when empty).
+    #[serde(default)]
+    pub default_virtual_service_export_to: Vec<String>,
 }
 
 /// A Kubernetes label selector (`matchLabels` and `matchExpressions`).

@@ -120,6 +120,21 @@ pub fn resolve_host(host: &str, namespace: &str) -> String {
     }
 }
 
+/// Whether an object of namespace `owner` with `export_to` (else the mesh's `default`;
+/// both empty: everyone) is visible in namespace `client`: `*`, `.` (its own namespace)
+/// or the namespace by name.
+pub fn exported_to(export_to: &[String], default: &[String], owner: &str, client: &str) -> bool {
+    let list = if export_to.is_empty() {
+        default
+    } else {
+        export_to
+    };
+    list.is_empty()
+        || list
+            .iter()
+            .any(|e| e == "*" || e == client || (e == "." && owner == client))
+}
+
 /// Whether every name `host` stands for is one `pattern` stands for (Istio's
 /// `host.Name.SubsetOf`, the other way round): equal, `*`, or a `*.suffix` pattern whose
 /// suffix ends `host` (a wildcard `host` included).

@@ -84,8 +84,12 @@ fn rebuilt_if<T: Clone>(changed: bool, old: &T, build: impl FnOnce() -> T) -> T 
 }
 
 /// The root VirtualServices with their delegates merged in, and the delegates' names.
-fn virtual_services(store: &Store) -> (Arc<Vec<Arc<ConfigObject>>>, Arc<Delegated>) {
-    let merged = super::delegate::merge(&oldest_first(store, Kind::VirtualService));
+fn virtual_services(
+    store: &Store,
+    mesh: &MeshConfig,
+) -> (Arc<Vec<Arc<ConfigObject>>>, Arc<Delegated>) {
+    let default = &mesh.default_virtual_service_export_to;
+    let merged = super::delegate::merge(&oldest_first(store, Kind::VirtualService), default);
     (Arc::new(merged.roots), Arc::new(merged.delegated))
 }
 
@@ -217,7 +221,7 @@ impl PushContext {
 
     pub fn build(store: &Store, version: String) -> PushContext {
         let mesh = MeshConfig::from_store(store);
-        let (virtual_services, delegated) = virtual_services(store);
+        let (virtual_services, delegated) = virtual_services(store, &mesh);
         let mut ctx = PushContext {
             version: version.into(),
             id: ContextId::next(),
@@ -288,9 +292,9 @@ impl PushContext {
             MeshConfig::from_store(store)
         });
         let (virtual_services, delegated) = rebuilt_if(
-            any(Kind::VirtualService),
+            any(Kind::VirtualService) || mesh != self.mesh,
             &(self.virtual_services.clone(), self.delegated.clone()),
-            || virtual_services(store),
+            || virtual_services(store, &mesh),
         );
         // Each part: rebuilt when an object of its kind changed, else shared.
         let mut ctx = PushContext {
@@ -367,9 +371,13 @@ impl PushContext {
                 let ns = target.namespace.as_deref().unwrap_or(&vs.key.namespace);
                 let key = ObjectKey::new(Kind::VirtualService, ns, &target.name);
                 let found = self.store.get(&key);
-                if let Some(message) =
-                    super::delegate::unusable(&vs.key.namespace, target, found.map(|f| &**f))
-                {
+                let default = &self.mesh.default_virtual_service_export_to;
+                if let Some(message) = super::delegate::unusable(
+                    &vs.key.namespace,
+                    target,
+                    found.map(|f| &**f),
+                    default,
+                ) {
                     issues.push(ModelIssue {
                         object: vs.key.to_string(),
                         field: format!("spec.http[{i}].delegate"),
@@ -608,7 +616,7 @@ impl PushContext {
         let scope = self.sidecar_for(proxy).map(|(_, s)| s);
         self.services
             .values()
-            .filter(|s| s.visible_from(&proxy.namespace))
+            .filter(|s| s.visible_from(&proxy.namespace, &self.mesh.default_service_export_to))
             .filter(|s| Self::in_scope(scope, &proxy.namespace, &s.namespace, &s.hostname))
             .collect()
     }
@@ -635,12 +643,12 @@ impl PushContext {
                             || (!g.contains('/') && format!("{}/{g}", vs.key.namespace) == gateway)
                     })
                 };
-                let visible = spec.export_to.is_empty()
-                    || spec.export_to.iter().any(|e| {
-                        e == "*"
-                            || e == &proxy.namespace
-                            || (e == "." && vs.key.namespace == proxy.namespace)
-                    });
+                let visible = super::exported_to(
+                    &spec.export_to,
+                    &self.mesh.default_virtual_service_export_to,
+                    &vs.key.namespace,
+                    &proxy.namespace,
+                );
                 bound
                     && visible
                     && spec.hosts.iter().any(|h| {
@@ -803,6 +811,52 @@ mod tests {
             keys.insert(k.clone());
         }
         keys
+    }
+
+    #[test]
+    fn mesh_default_export_to_keeps_services_and_virtual_services_without_one_at_home() {
+        let yaml = |defaults: &str| {
+            format!(
+                "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: istio, namespace: istio-system}}\ndata:\n  mesh: |\n{defaults}---\napiVersion: v1\nkind: Service\nmetadata: {{name: reviews, namespace: shop}}\nspec:\n  clusterIP: 10.96.0.10\n  ports: [{{name: http, port: 9080}}]\n---\napiVersion: v1\nkind: Service\nmetadata: {{name: ratings, namespace: shop, annotations: {{networking.istio.io/exportTo: '*'}}}}\nspec:\n  clusterIP: 10.96.0.11\n  ports: [{{name: http, port: 9080}}]\n---\napiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: reviews, namespace: shop}}\nspec:\n  hosts: [reviews]\n  http: [{{route: [{{destination: {{host: reviews}}}}]}}]\n"
+            )
+        };
+        let proxy = |ns: &str| {
+            let meta = json!({"NAMESPACE": ns});
+            Proxy::from_node(
+                &format!("sidecar~10.1.1.1~a.{ns}~{ns}.svc.cluster.local"),
+                meta.as_object().unwrap(),
+            )
+            .unwrap()
+        };
+        let seen = |ctx: &PushContext, ns: &str| {
+            let p = proxy(ns);
+            let mut hosts: Vec<String> = ctx
+                .services_for(&p)
+                .iter()
+                .map(|s| s.hostname.clone())
+                .collect();
+            hosts.sort();
+            let vss = ctx.virtual_services_for(&p, "mesh").len();
+            (hosts, vss)
+        };
+        let (reviews, ratings) = (
+            "reviews.shop.svc.cluster.local",
+            "ratings.shop.svc.cluster.local",
+        );
+        let open = PushContext::from_yaml(&yaml("    trustDomain: cluster.local\n"));
+        assert_eq!(
+            seen(&open, "billing"),
+            (vec![ratings.to_string(), reviews.to_string()], 1)
+        );
+        let private = PushContext::from_yaml(&yaml(
+            "    defaultServiceExportTo: ['.']\n    defaultVirtualServiceExportTo: ['.']\n",
+        ));
+        // Elsewhere only what says otherwise is seen; at home, everything.
+        assert_eq!(seen(&private, "billing"), (vec![ratings.to_string()], 0));
+        assert_eq!(
+            seen(&private, "shop"),
+            (vec![ratings.to_string(), reviews.to_string()], 1)
+        );
     }
 
     #[test]

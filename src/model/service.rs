@@ -162,13 +162,10 @@ impl Service {
         self.ports.iter().find(|p| p.port == number)
     }
 
-    /// Whether a proxy in `namespace` may see this service (`exportTo`).
-    pub fn visible_from(&self, namespace: &str) -> bool {
-        self.export_to.is_empty()
-            || self
-                .export_to
-                .iter()
-                .any(|e| e == "*" || (e == "." && namespace == self.namespace) || e == namespace)
+    /// Whether a proxy in `namespace` may see this service (`exportTo`, else the mesh's
+    /// `defaultServiceExportTo`).
+    pub fn visible_from(&self, namespace: &str, default: &[String]) -> bool {
+        super::exported_to(&self.export_to, default, &self.namespace, namespace)
     }
 }
 

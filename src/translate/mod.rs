@@ -67,7 +67,7 @@ pub fn plan<'a>(ctx: &'a PushContext, proxy: &Proxy) -> Plan<'a> {
         ProxyKind::Router => ctx
             .services
             .values()
-            .filter(|s| s.visible_from(&proxy.namespace))
+            .filter(|s| s.visible_from(&proxy.namespace, &ctx.mesh.default_service_export_to))
             .collect(),
     };
     let mut clusters = cluster::fallback(proxy.kind);

@@ -100,3 +100,55 @@ fn a_proxy_whose_config_an_edit_does_not_touch_receives_no_push() {
 fn thread_settle() {
     std::thread::sleep(Duration::from_millis(400));
 }
+
+/// MeshConfig's `defaultServiceExportTo: ["."]` keeps a Service without its own
+/// `exportTo` in its namespace: a sidecar in shop routes to reviews, one in billing has no
+/// cluster for it (its request falls to the passthrough catch-all and fails), and the
+/// Service's own `networking.istio.io/exportTo: "*"` annotation exports it again.
+#[test]
+fn a_mesh_default_export_to_keeps_a_service_in_its_namespace() {
+    let up = Upstream::start("reviews");
+    let (dir, port) = reviews_config("scope-default-export", &[(&up, &[])], "");
+    std::fs::write(
+        dir.join("mesh.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: istio, namespace: istio-system}\ndata:\n  mesh: |\n    defaultServiceExportTo: ['.']\n",
+    )
+    .unwrap();
+    let meshd = Meshd::start(&dir);
+    let shop = Envoy::sidecar(&meshd, Ads::Delta, "shop", "productpage");
+    let billing = Envoy::sidecar(&meshd, Ads::Delta, "billing", "web");
+    let host = "reviews.shop.svc.cluster.local";
+    let get = |e: &Envoy| http_get(&format!("{}:{port}", e.ip), host, "/", &[]);
+    wait_until("shop's sidecar to route", Duration::from_secs(10), || {
+        get(&shop).is_ok_and(|r| r.status == 200)
+    });
+    let cluster = format!("outbound|{port}||{host}");
+    wait_until(
+        "billing's sidecar to be configured",
+        Duration::from_secs(10),
+        || {
+            billing
+                .admin("/clusters")
+                .unwrap()
+                .body
+                .contains("PassthroughCluster")
+        },
+    );
+    assert!(!billing.admin("/clusters").unwrap().body.contains(&cluster));
+    // Exported by its own annotation: billing gets it.
+    let service = std::fs::read_to_string(dir.join("reviews.yaml")).unwrap();
+    std::fs::write(
+        dir.join("reviews.yaml"),
+        service.replacen(
+            "metadata: {name: reviews, namespace: shop}",
+            "metadata: {name: reviews, namespace: shop, annotations: {networking.istio.io/exportTo: '*'}}",
+            1,
+        ),
+    )
+    .unwrap();
+    wait_until(
+        "billing's sidecar to route",
+        Duration::from_secs(10),
+        || get(&billing).is_ok_and(|r| r.status == 200),
+    );
+}
