@@ -44,6 +44,9 @@ pub struct Proxy {
     pub identity: Option<String>,
     /// Envoy's `node.locality` (empty when it sent none).
     pub locality: Locality,
+    /// Metadata `IDLE_TIMEOUT` (a Go duration): the idle timeout of the proxy's
+    /// connection managers and of its tcp_proxies a DestinationRule sets none for.
+    pub idle_timeout: Option<std::time::Duration>,
 }
 
 impl Proxy {
@@ -113,6 +116,8 @@ impl Proxy {
             service_account: text("SERVICE_ACCOUNT"),
             identity: None,
             locality: Locality::default(),
+            // Unparsable: ignored, as istiod's `parseDuration` does.
+            idle_timeout: text("IDLE_TIMEOUT").and_then(|t| crate::duration::parse(&t).ok()),
         })
     }
 
@@ -141,6 +146,21 @@ mod tests {
         assert_eq!(p.labels.len(), 1);
         assert_eq!(p.interception, Interception::None);
         assert_eq!(p.cluster_id, "Kubernetes");
+    }
+
+    #[test]
+    fn idle_timeout_metadata_is_a_go_duration_or_nothing() {
+        let parse = |v: &str| {
+            let meta = json!({"NAMESPACE": "shop", "IDLE_TIMEOUT": v});
+            Proxy::from_node(
+                "sidecar~10.1.2.3~a.shop~shop.svc.cluster.local",
+                meta.as_object().unwrap(),
+            )
+            .unwrap()
+            .idle_timeout
+        };
+        assert_eq!(parse("1m30s"), Some(std::time::Duration::from_secs(90)));
+        assert_eq!(parse("soon"), None);
     }
 
     #[test]

@@ -52,6 +52,49 @@ use crate::model::{
 /// Ports a sidecar's wildcard listeners never take (its own capture and admin ports).
 const RESERVED_PORTS: [u32; 4] = [15001, 15006, 15021, 15090];
 
+/// istiod's `IDLE_TIMEOUT` node metadata: every connection manager's idle timeout, and
+/// that of every tcp_proxy no DestinationRule gave one (inbound, outbound, passthrough and
+/// blackhole alike).
+pub(super) fn apply_idle_timeout(
+    listeners: &mut [Listener],
+    timeout: envoy_types::pb::google::protobuf::Duration,
+) {
+    use envoy_types::pb::envoy::config::core::v3::HttpProtocolOptions as CommonHttpOptions;
+    use envoy_types::pb::envoy::config::listener::v3::filter::ConfigType as FilterConfig;
+    use prost::Message;
+    for listener in listeners {
+        let chains =
+            (listener.filter_chains.iter_mut()).chain(listener.default_filter_chain.iter_mut());
+        for filter in chains.flat_map(|c| c.filters.iter_mut()) {
+            let Some(FilterConfig::TypedConfig(any)) = &mut filter.config_type else {
+                continue;
+            };
+            match filter.name.as_str() {
+                "envoy.filters.network.tcp_proxy" => {
+                    let Ok(mut tp) = TcpProxy::decode(any.value.as_slice()) else {
+                        continue;
+                    };
+                    if tp.idle_timeout.is_none() {
+                        tp.idle_timeout = Some(timeout);
+                        *any = pack_any(tp);
+                    }
+                }
+                "envoy.filters.network.http_connection_manager" => {
+                    let Ok(mut hcm) = HttpConnectionManager::decode(any.value.as_slice()) else {
+                        continue;
+                    };
+                    let common = hcm
+                        .common_http_protocol_options
+                        .get_or_insert_with(CommonHttpOptions::default);
+                    common.idle_timeout = Some(timeout);
+                    *any = pack_any(hcm);
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
 fn http_connection_manager(stat_prefix: String, route_name: String, gateway: bool) -> Filter {
     let hcm = HttpConnectionManager {
         stat_prefix,

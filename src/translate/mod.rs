@@ -116,6 +116,9 @@ pub fn plan<'a>(ctx: &'a PushContext, proxy: &Proxy) -> Plan<'a> {
         plan.listeners.extend(inbound_listeners);
         clusters.extend(inbound_clusters);
     }
+    if let Some(timeout) = proxy.idle_timeout {
+        listener::apply_idle_timeout(&mut plan.listeners, duration(timeout));
+    }
     plan.services = services;
     plan.clusters = clusters;
     plan

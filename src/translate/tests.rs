@@ -1154,6 +1154,57 @@ fn a_tcp_proxy_takes_its_destination_rules_idle_timeout_duration_and_source_ip_h
 }
 
 #[test]
+fn idle_timeout_metadata_sets_connection_managers_and_tcp_proxies_without_a_rules() {
+    use envoy_types::pb::envoy::config::listener::v3::filter::ConfigType;
+    use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpConnectionManager;
+    use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::TcpProxy;
+    use prost::Message;
+    let ctx = context(
+        "apiVersion: v1\nkind: Service\nmetadata: {name: db, namespace: shop}\nspec:\n  clusterIP: 10.96.0.50\n  ports: [{name: tcp, port: 5432}]\n---\napiVersion: v1\nkind: Service\nmetadata: {name: cache, namespace: shop}\nspec:\n  clusterIP: 10.96.0.51\n  ports: [{name: tcp, port: 6379}]\n---\napiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: db, namespace: shop}\nspec:\n  host: db\n  trafficPolicy: {connectionPool: {tcp: {idleTimeout: 30s}}}\n",
+    );
+    let meta = json!({"NAMESPACE": "shop", "IDLE_TIMEOUT": "5s"});
+    let proxy = Proxy::from_node(
+        "sidecar~10.9.9.9~p.shop~shop.svc.cluster.local",
+        meta.as_object().unwrap(),
+    )
+    .unwrap();
+    let cfg = proxy_config(&ctx, &proxy);
+    let filter = |name: &str| {
+        let l = cfg.listeners.iter().find(|l| l.name == name).unwrap();
+        let Some(ConfigType::TypedConfig(any)) = &l.filter_chains[0].filters[0].config_type else {
+            panic!("{l:?}")
+        };
+        any.value.clone()
+    };
+    let idle = |name: &str| {
+        TcpProxy::decode(filter(name).as_slice())
+            .unwrap()
+            .idle_timeout
+            .map(|d| d.seconds)
+    };
+    // The rule's own timeout wins; the other service takes the proxy's.
+    assert_eq!(idle("10.96.0.50_5432"), Some(30));
+    assert_eq!(idle("10.96.0.51_6379"), Some(5));
+    let hcm = HttpConnectionManager::decode(filter("0.0.0.0_9080").as_slice()).unwrap();
+    let common = hcm.common_http_protocol_options.unwrap();
+    assert_eq!(common.idle_timeout.map(|d| d.seconds), Some(5));
+    // Without the metadata, neither.
+    let plain = proxy_config(&ctx, &sidecar("shop", json!({})));
+    let l = plain
+        .listeners
+        .iter()
+        .find(|l| l.name == "10.96.0.51_6379")
+        .unwrap();
+    let Some(ConfigType::TypedConfig(any)) = &l.filter_chains[0].filters[0].config_type else {
+        panic!()
+    };
+    assert_eq!(
+        TcpProxy::decode(any.value.as_slice()).unwrap().idle_timeout,
+        None
+    );
+}
+
+#[test]
 fn a_wildcard_host_destination_rule_applies_where_no_more_specific_rule_does() {
     let ctx = context(concat!(
         "apiVersion: v1\nkind: Service\nmetadata: {name: details, namespace: shop}\nspec:\n  clusterIP: 10.96.1.4\n  ports: [{name: http, port: 9080}]\n---\n",

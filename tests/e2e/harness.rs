@@ -722,6 +722,22 @@ impl Envoy {
         Envoy::start(meshd, ads, id, meta, ip)
     }
 
+    /// A sidecar like [`Envoy::sidecar`] with more node `metadata` (`KEY: value, ...`).
+    pub fn sidecar_with(
+        meshd: &Meshd,
+        ads: Ads,
+        namespace: &str,
+        app: &str,
+        metadata: &str,
+    ) -> Envoy {
+        let ip = loopback_ip();
+        let id = format!("sidecar~{ip}~{app}-0.{namespace}~{namespace}.svc.cluster.local");
+        let meta = format!(
+            r#"{{NAMESPACE: {namespace}, LABELS: {{app: {app}}}, INTERCEPTION_MODE: NONE, ISTIO_VERSION: "1.28.0", {metadata}}}"#
+        );
+        Envoy::start(meshd, ads, id, meta, ip)
+    }
+
     /// A sidecar like [`Envoy::sidecar`] with more `labels` (`k: v, ...`) whose node names
     /// its `locality` (`region/zone`, as istio-agent's bootstrap does; none when empty).
     pub fn sidecar_in(

@@ -431,43 +431,50 @@ fn a_virtual_service_tcp_route_chooses_where_connections_go() {
     );
 }
 
+/// Whether a connection to `addr` (a sidecar's listener for the `db` upstream), left
+/// `idle` after one request on it, was closed (a read finds its end) rather than kept.
+fn closed_after_idle(addr: &str, idle: Duration) -> bool {
+    use std::io::{Read, Write};
+    let mut conn = std::net::TcpStream::connect(addr).unwrap();
+    conn.write_all(b"GET / HTTP/1.1\r\nHost: db\r\n\r\n")
+        .unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !answer.ends_with(b"\r\n\r\ndb") {
+        let n = conn.read(&mut buf).unwrap();
+        assert!(n > 0, "closed before answering: {answer:?}");
+        answer.extend_from_slice(&buf[..n]);
+    }
+    std::thread::sleep(idle);
+    conn.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    matches!(conn.read(&mut buf), Ok(0))
+}
+
+/// meshd serving a TCP service `db` in shop (its port named `tcp`), its config dir and
+/// the service's port.
+fn tcp_db(name: &str, db: &Upstream) -> (Meshd, std::path::PathBuf, u16) {
+    let dir = temp_dir(name).join("config");
+    std::fs::create_dir_all(&dir).unwrap();
+    let port = free_port();
+    let service =
+        service_yaml("shop", "db", port, &[(db, &[])]).replace("{name: http,", "{name: tcp,");
+    std::fs::write(dir.join("db.yaml"), service).unwrap();
+    (Meshd::start(&dir), dir, port)
+}
+
 /// A DestinationRule's `connectionPool.tcp.idleTimeout` reaches the sidecar's tcp_proxy:
 /// a connection left idle is closed by Envoy after it, and stays open without it.
 #[test]
 fn a_tcp_connection_left_idle_is_closed_after_the_destination_rules_idle_timeout() {
-    use std::io::{Read, Write};
     let db = Upstream::start("db");
-    let dir = temp_dir("sc-tcp-idle").join("config");
-    std::fs::create_dir_all(&dir).unwrap();
-    let port = free_port();
-    let service =
-        service_yaml("shop", "db", port, &[(&db, &[])]).replace("{name: http,", "{name: tcp,");
-    std::fs::write(dir.join("db.yaml"), service).unwrap();
-    let meshd = Meshd::start(&dir);
+    let (meshd, dir, port) = tcp_db("sc-tcp-idle", &db);
     let envoy = Envoy::sidecar(&meshd, Ads::Delta, "shop", "productpage");
     let addr = format!("{}:{port}", envoy.ip);
     wait_until("connections to reach db", Duration::from_secs(10), || {
         http_get(&addr, "db", "/", &[]).is_ok_and(|r| r.body == "db")
     });
-    // One request on a kept-alive connection, then `idle` without a byte: whether the
-    // connection was closed (a read finds its end) rather than still open.
-    let closed_after = |idle: Duration| {
-        let mut conn = std::net::TcpStream::connect(&addr).unwrap();
-        conn.write_all(b"GET / HTTP/1.1\r\nHost: db\r\n\r\n")
-            .unwrap();
-        conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        let mut answer = Vec::new();
-        let mut buf = [0u8; 1024];
-        while !answer.ends_with(b"\r\n\r\ndb") {
-            let n = conn.read(&mut buf).unwrap();
-            assert!(n > 0, "closed before answering: {answer:?}");
-            answer.extend_from_slice(&buf[..n]);
-        }
-        std::thread::sleep(idle);
-        conn.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
-        matches!(conn.read(&mut buf), Ok(0))
-    };
-    assert!(!closed_after(Duration::from_millis(2500)));
+    assert!(!closed_after_idle(&addr, Duration::from_millis(2500)));
     std::fs::write(
         dir.join("dr.yaml"),
         "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: db, namespace: shop}\nspec:\n  host: db\n  trafficPolicy:\n    connectionPool: {tcp: {idleTimeout: 1s}}\n",
@@ -482,5 +489,33 @@ fn a_tcp_connection_left_idle_is_closed_after_the_destination_rules_idle_timeout
                 .contains("\"idle_timeout\": \"1s\"")
         },
     );
-    assert!(closed_after(Duration::from_millis(2500)));
+    assert!(closed_after_idle(&addr, Duration::from_millis(2500)));
+}
+
+/// The proxy's `IDLE_TIMEOUT` node metadata (istiod's `ISTIO_META_IDLE_TIMEOUT`) closes a
+/// TCP connection left idle when no DestinationRule sets a timeout; a proxy without it
+/// keeps the connection.
+#[test]
+fn a_proxys_idle_timeout_metadata_closes_idle_tcp_connections() {
+    let db = Upstream::start("db");
+    let (meshd, _dir, port) = tcp_db("sc-idle-meta", &db);
+    let timed = Envoy::sidecar_with(&meshd, Ads::Delta, "shop", "web", "IDLE_TIMEOUT: 1s");
+    let plain = Envoy::sidecar(&meshd, Ads::Delta, "shop", "productpage");
+    for envoy in [&timed, &plain] {
+        let addr = format!("{}:{port}", envoy.ip);
+        wait_until("connections to reach db", Duration::from_secs(10), || {
+            http_get(&addr, "db", "/", &[]).is_ok_and(|r| r.body == "db")
+        });
+    }
+    let addr = |e: &Envoy| format!("{}:{port}", e.ip);
+    assert!(closed_after_idle(
+        &addr(&timed),
+        Duration::from_millis(2500)
+    ));
+    assert!(!closed_after_idle(
+        &addr(&plain),
+        Duration::from_millis(2500)
+    ));
+    let dump = timed.config_dump("dynamic_listeners");
+    assert!(dump.contains("\"idle_timeout\": \"1s\""), "{dump}");
 }
