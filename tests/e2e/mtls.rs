@@ -15,6 +15,32 @@ struct Mesh {
 
 const TOKENS: &str = "pp-token shop productpage\nrv-token shop reviews\nrt-token shop ratings\ndt-token shop details\ngw-token shop gateway\n";
 
+/// A mesh workload `NAME` in shop, as Kubernetes shows it: a Service (`app: NAME`)
+/// whose `port` leads to `target` on the pod, the pod `NAME-0` (service account NAME,
+/// labelled `security.istio.io/tlsMode: istio`, so clients use mutual TLS) and its
+/// endpoint at `ip`.
+fn mesh_workload(name: &str, cluster_ip: &str, port: u16, target: u16, ip: &str) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Service
+metadata: {{name: {name}, namespace: shop}}
+spec: {{clusterIP: {cluster_ip}, selector: {{app: {name}}}, ports: [{{name: http, port: {port}, targetPort: {target}}}]}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: {name}-0, namespace: shop, labels: {{app: {name}, security.istio.io/tlsMode: istio}}}}
+spec: {{serviceAccountName: {name}, containers: []}}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {{name: {name}-0, namespace: shop, labels: {{kubernetes.io/service-name: {name}}}}}
+addressType: IPv4
+ports: [{{name: http, port: {target}}}]
+endpoints: [{{addresses: [{ip}], conditions: {{ready: true}}, targetRef: {{kind: Pod, name: {name}-0}}}}]
+"#
+    )
+}
+
 /// meshd (local mode, bootstrap tokens) holding a `reviews` workload in `shop` whose
 /// Sidecar ingress on 9080 leads to a real HTTP server.
 fn mesh(name: &str) -> Mesh {
@@ -30,23 +56,7 @@ fn mesh(name: &str) -> Mesh {
 kind: Namespace
 metadata: {{name: shop}}
 ---
-apiVersion: v1
-kind: Service
-metadata: {{name: reviews, namespace: shop}}
-spec: {{clusterIP: 10.96.50.1, ports: [{{name: http, port: 9080}}]}}
----
-apiVersion: v1
-kind: Pod
-metadata: {{name: reviews-0, namespace: shop, labels: {{app: reviews, security.istio.io/tlsMode: istio}}}}
-spec: {{serviceAccountName: reviews, containers: []}}
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata: {{name: reviews-0, namespace: shop, labels: {{kubernetes.io/service-name: reviews}}}}
-addressType: IPv4
-ports: [{{name: http, port: 9080}}]
-endpoints: [{{addresses: [{server_ip}], conditions: {{ready: true}}, targetRef: {{kind: Pod, name: reviews-0}}}}]
----
+{reviews}---
 apiVersion: networking.istio.io/v1
 kind: Sidecar
 metadata: {{name: reviews, namespace: shop}}
@@ -56,7 +66,8 @@ spec:
   - port: {{number: 9080, protocol: HTTP, name: http}}
     defaultEndpoint: "127.0.0.1:{port}"
 "#,
-        port = upstream.port
+        port = upstream.port,
+        reviews = mesh_workload("reviews", "10.96.50.1", 9080, 9080, &server_ip),
     );
     std::fs::write(config.join("mesh.yaml"), yaml).unwrap();
     let meshd = Meshd::start_with(&config, &["--ca-token-file", tokens.to_str().unwrap()]);
@@ -378,24 +389,9 @@ spec:
   gateways: [east-west]
   http: [{{route: [{{destination: {{host: backend.shop.svc.cluster.local}}}}]}}]
 ---
-apiVersion: v1
-kind: Service
-metadata: {{name: gateway, namespace: shop}}
-spec: {{clusterIP: 10.96.50.9, selector: {{app: gateway}}, ports: [{{name: http, port: 8443, targetPort: {listen}}}]}}
----
-apiVersion: v1
-kind: Pod
-metadata: {{name: gateway-0, namespace: shop, labels: {{app: gateway, security.istio.io/tlsMode: istio}}}}
-spec: {{serviceAccountName: gateway, containers: []}}
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata: {{name: gateway-0, namespace: shop, labels: {{kubernetes.io/service-name: gateway}}}}
-addressType: IPv4
-ports: [{{name: http, port: {listen}}}]
-endpoints: [{{addresses: [{gw_ip}], conditions: {{ready: true}}, targetRef: {{kind: Pod, name: gateway-0}}}}]
----
+{gateway}---
 {backend}"#,
+            gateway = mesh_workload("gateway", "10.96.50.9", 8443, listen, &gw_ip),
             backend = service_yaml("shop", "backend", 9090, &[(&backend, &[])]),
         )
     };
