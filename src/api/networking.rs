@@ -526,11 +526,25 @@ pub struct LoadBalancerSettings {
     pub consistent_hash: Option<ConsistentHashLb>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub locality_lb_setting: Option<LocalityLoadBalancerSetting>,
+    /// Deprecated: `warmup.duration` alone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub warmup_duration_secs: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "any_object")]
-    pub warmup: Option<AnyObject>,
+    pub warmup: Option<WarmupConfiguration>,
+}
+
+/// `WarmupConfiguration`: new endpoints get a share of requests that grows over
+/// `duration` (Envoy's slow start), from `minimumPercent` (10 by default), the faster
+/// the larger `aggression` (1 by default, linear).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WarmupConfiguration {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub minimum_percent: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aggression: Option<f64>,
 }
 
 /// `LocalityLoadBalancerSetting`: how traffic is spread over localities (`distribute`),

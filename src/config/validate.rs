@@ -545,13 +545,24 @@ fn policy_components(
                 outlier.is_some(),
             );
         }
-        r.not_applied(
-            &format!("{field}.loadBalancer"),
-            [
-                ("warmup", lb.warmup.is_some()),
-                ("warmupDurationSecs", lb.warmup_duration_secs.is_some()),
-            ],
-        );
+        let f = format!("{field}.loadBalancer");
+        r.duration(format!("{f}.warmupDurationSecs"), &lb.warmup_duration_secs);
+        if let Some(w) = &lb.warmup {
+            let f = format!("{f}.warmup");
+            match &w.duration {
+                None => r.error(format!("{f}.duration"), "is required"),
+                Some(_) => r.duration(format!("{f}.duration"), &w.duration),
+            }
+            if let Some(m) = w.minimum_percent.filter(|m| !(0.0..=100.0).contains(m)) {
+                r.error(
+                    format!("{f}.minimumPercent"),
+                    format!("{m} is not within 0-100"),
+                );
+            }
+            if let Some(a) = w.aggression.filter(|a| *a < 1.0) {
+                r.error(format!("{f}.aggression"), format!("{a} is below 1"));
+            }
+        }
     }
 }
 
@@ -1557,16 +1568,36 @@ mod tests {
     {
         let parsed = parse_file(
             "dr.yaml",
-            "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: r, namespace: shop}\nspec:\n  host: api.example.com\n  trafficPolicy:\n    tls: {mode: SIMPLE, credentialName: api-cert}\n    loadBalancer: {simple: ROUND_ROBIN, warmupDurationSecs: 10s}\n    portLevelSettings:\n    - port: {number: 443}\n      tls: {mode: MUTUAL, clientCertificate: /c.pem, privateKey: /k.pem}\n",
+            "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: r, namespace: shop}\nspec:\n  host: api.example.com\n  trafficPolicy:\n    tls: {mode: SIMPLE, credentialName: api-cert}\n    loadBalancer: {simple: ROUND_ROBIN, warmupDurationSecs: 10s}\n    proxyProtocol: {version: V1}\n    portLevelSettings:\n    - port: {number: 443}\n      tls: {mode: MUTUAL, clientCertificate: /c.pem, privateKey: /k.pem}\n",
         );
         assert_eq!(parsed.objects.len(), 1, "accepted: {:?}", parsed.issues);
         let warned: Vec<&str> = (parsed.issues.iter())
             .filter(|i| i.level == super::super::Level::Warning)
             .map(|i| i.field.as_str())
             .collect();
+        assert_eq!(warned, ["spec.trafficPolicy.proxyProtocol"]);
+        // Warm-up is applied, so checked.
+        let warmup = |lb: &str| {
+            let parsed = parse_file(
+                "dr.yaml",
+                &format!(
+                    "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {{name: r, namespace: shop}}\nspec:\n  host: api.example.com\n  trafficPolicy:\n    loadBalancer: {lb}\n"
+                ),
+            );
+            (parsed.issues.iter())
+                .map(|i| i.field.clone())
+                .collect::<Vec<_>>()
+        };
+        assert!(warmup("{warmup: {duration: 30s, minimumPercent: 20, aggression: 2}}").is_empty());
+        let f = "spec.trafficPolicy.loadBalancer";
         assert_eq!(
-            warned,
-            ["spec.trafficPolicy.loadBalancer.warmupDurationSecs"]
+            warmup("{warmupDurationSecs: soon, warmup: {minimumPercent: 120, aggression: 0.5}}"),
+            [
+                format!("{f}.warmupDurationSecs"),
+                format!("{f}.warmup.duration"),
+                format!("{f}.warmup.minimumPercent"),
+                format!("{f}.warmup.aggression"),
+            ]
         );
     }
 

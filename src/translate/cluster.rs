@@ -289,6 +289,11 @@ fn build(
     {
         ring(&mut c, hash);
     }
+    if let Some(lb) = policy.and_then(|p| p.load_balancer.as_ref())
+        && lb.consistent_hash.is_none()
+    {
+        warm_up(&mut c, lb);
+    }
     let mut http = port.protocol.is_http2().then(|| HttpProtocolOptions {
         upstream_protocol_options: Some(pool::explicit(ProtocolConfig::Http2ProtocolOptions(
             Http2ProtocolOptions::default(),
@@ -306,6 +311,47 @@ fn build(
     }
     pool::attach_http(&mut c, http);
     c
+}
+
+/// A round-robin or least-request cluster's slow start from the rule's `warmup` (else the
+/// deprecated `warmupDurationSecs`), as istiod's `setWarmup`: the window, the minimum
+/// weight (10% unless set) and the aggression (1, linear, unless set).
+fn warm_up(c: &mut Cluster, lb: &crate::api::networking::LoadBalancerSettings) {
+    use envoy_types::pb::envoy::config::cluster::v3::cluster::{
+        LeastRequestLbConfig, RoundRobinLbConfig, SlowStartConfig,
+    };
+    use envoy_types::pb::envoy::config::core::v3::RuntimeDouble;
+    let slow_start = match (&lb.warmup, &lb.warmup_duration_secs) {
+        (Some(w), _) => SlowStartConfig {
+            slow_start_window: super::optional_duration(w.duration.as_deref()),
+            aggression: Some(RuntimeDouble {
+                default_value: w.aggression.unwrap_or(1.0),
+                // No runtime key is meant: istiod writes one Envoy cannot look up.
+                runtime_key: "(".into(),
+            }),
+            min_weight_percent: Some(envoy_types::pb::envoy::r#type::v3::Percent {
+                value: w.minimum_percent.unwrap_or(10.0),
+            }),
+        },
+        (None, Some(window)) => SlowStartConfig {
+            slow_start_window: super::optional_duration(Some(window)),
+            ..Default::default()
+        },
+        (None, None) => return,
+    };
+    let slow_start_config = Some(slow_start);
+    c.lb_config = if c.lb_policy == LbPolicy::RoundRobin as i32 {
+        Some(LbConfig::RoundRobinLbConfig(RoundRobinLbConfig {
+            slow_start_config,
+        }))
+    } else if c.lb_policy == LbPolicy::LeastRequest as i32 {
+        Some(LbConfig::LeastRequestLbConfig(LeastRequestLbConfig {
+            slow_start_config,
+            ..Default::default()
+        }))
+    } else {
+        return;
+    };
 }
 
 /// A consistent hash's ring, as istiod's `ApplyRingHashLoadBalancer` builds it: Maglev,

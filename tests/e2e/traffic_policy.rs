@@ -569,3 +569,43 @@ fn each_proxy_gets_the_destination_rule_of_its_namespace_and_workload() {
         );
     }
 }
+
+/// A rule's `loadBalancer.warmup` becomes Envoy's slow start on the round-robin cluster
+/// (window, minimum weight, aggression), which the real Envoy accepts and holds; the
+/// deprecated `warmupDurationSecs` gives the window alone on a least-request cluster.
+#[test]
+fn a_warmup_becomes_envoys_slow_start() {
+    let up = Upstream::start("reviews");
+    let (dir, port) = reviews_config(
+        "tp-warmup",
+        &[(&up, &[])],
+        "  trafficPolicy:\n    loadBalancer: {simple: ROUND_ROBIN, warmup: {duration: 30s, minimumPercent: 20, aggression: 2}}\n",
+    );
+    let meshd = Meshd::start(&dir);
+    let envoy = Envoy::sidecar(&meshd, Ads::Delta, "shop", "productpage");
+    let get = || http_get(&format!("{}:{port}", envoy.ip), "reviews", "/", &[]);
+    wait_until("the sidecar to route", Duration::from_secs(10), || {
+        get().is_ok_and(|r| r.status == 200)
+    });
+    let cluster = format!("outbound|{port}||reviews.shop.svc.cluster.local");
+    let dumped = || {
+        let dump = envoy_dump(&envoy, "dynamic_active_clusters", &["cluster"], "name");
+        dump[&cluster].clone()
+    };
+    let c = dumped();
+    // ROUND_ROBIN is Envoy's default policy, so the dump leaves `lb_policy` out.
+    assert_eq!(c["lb_policy"], serde_json::Value::Null, "{c}");
+    let slow = &c["round_robin_lb_config"]["slow_start_config"];
+    assert_eq!(slow["slow_start_window"], "30s", "{c}");
+    assert_eq!(slow["min_weight_percent"]["value"], 20.0, "{c}");
+    assert_eq!(slow["aggression"]["default_value"], 2.0, "{c}");
+    std::fs::write(
+        dir.join("dr.yaml"),
+        "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: reviews, namespace: shop}\nspec:\n  host: reviews\n  trafficPolicy:\n    loadBalancer: {warmupDurationSecs: 15s}\n",
+    )
+    .unwrap();
+    wait_until("the deprecated window", Duration::from_secs(10), || {
+        dumped()["least_request_lb_config"]["slow_start_config"]["slow_start_window"] == "15s"
+    });
+    assert_eq!(get().unwrap().status, 200);
+}
