@@ -460,8 +460,15 @@ pub struct TrafficPolicy {
     #[schemars(schema_with = "any_object")]
     pub tunnel: Option<AnyObject>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "any_object")]
-    pub proxy_protocol: Option<AnyObject>,
+    pub proxy_protocol: Option<ProxyProtocol>,
+}
+
+/// `TrafficPolicy.ProxyProtocol`: connections to the upstream start with a PROXY protocol
+/// header of `version` (`V1`, the default, or `V2`).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+pub struct ProxyProtocol {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
 }
 
 /// `TrafficPolicy.PortTrafficPolicy`: one port's connection pool, load balancer, outlier

@@ -382,13 +382,15 @@ fn traffic_policy(r: &mut Report, field: &str, p: &TrafficPolicy) {
         p.load_balancer.as_ref(),
     );
     tls_origination(r, field, p.tls.as_ref());
-    r.not_applied(
-        field,
-        [
-            ("tunnel", p.tunnel.is_some()),
-            ("proxyProtocol", p.proxy_protocol.is_some()),
-        ],
-    );
+    r.not_applied(field, [("tunnel", p.tunnel.is_some())]);
+    if let Some(pp) = &p.proxy_protocol
+        && let Some(v) = pp.version.as_deref().filter(|v| !matches!(*v, "V1" | "V2"))
+    {
+        r.error(
+            format!("{field}.proxyProtocol.version"),
+            format!("{v:?} is not V1 or V2"),
+        );
+    }
     for (i, entry) in p.port_level_settings.iter().enumerate() {
         let f = format!("{field}.portLevelSettings[{i}]");
         match &entry.port {
@@ -1568,14 +1570,14 @@ mod tests {
     {
         let parsed = parse_file(
             "dr.yaml",
-            "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: r, namespace: shop}\nspec:\n  host: api.example.com\n  trafficPolicy:\n    tls: {mode: SIMPLE, credentialName: api-cert}\n    loadBalancer: {simple: ROUND_ROBIN, warmupDurationSecs: 10s}\n    proxyProtocol: {version: V1}\n    portLevelSettings:\n    - port: {number: 443}\n      tls: {mode: MUTUAL, clientCertificate: /c.pem, privateKey: /k.pem}\n",
+            "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: r, namespace: shop}\nspec:\n  host: api.example.com\n  trafficPolicy:\n    tls: {mode: SIMPLE, credentialName: api-cert}\n    loadBalancer: {simple: ROUND_ROBIN, warmupDurationSecs: 10s}\n    tunnel: {protocol: CONNECT, targetHost: proxy.example.com, targetPort: 8080}\n    portLevelSettings:\n    - port: {number: 443}\n      tls: {mode: MUTUAL, clientCertificate: /c.pem, privateKey: /k.pem}\n",
         );
         assert_eq!(parsed.objects.len(), 1, "accepted: {:?}", parsed.issues);
         let warned: Vec<&str> = (parsed.issues.iter())
             .filter(|i| i.level == super::super::Level::Warning)
             .map(|i| i.field.as_str())
             .collect();
-        assert_eq!(warned, ["spec.trafficPolicy.proxyProtocol"]);
+        assert_eq!(warned, ["spec.trafficPolicy.tunnel"]);
         // Warm-up is applied, so checked.
         let warmup = |lb: &str| {
             let parsed = parse_file(

@@ -105,6 +105,7 @@ pub fn service(
         if secure {
             mutual_tls(&mut c, ctx, svc, port, "", base_policy);
         }
+        proxy_protocol(&mut c, base_policy);
         let lb = locality::lb(&ctx.mesh, base_policy, svc.traffic_distribution).map(|lb| (lb, at));
         balance(&mut c, lb, svc, port.port, |_| true);
         if is_eds(&c) {
@@ -124,6 +125,7 @@ pub fn service(
             if secure {
                 mutual_tls(&mut c, ctx, svc, port, &subset.name, policy);
             }
+            proxy_protocol(&mut c, policy);
             let in_subset = |e: &crate::model::Endpoint| labels_match(&subset.labels, &e.labels);
             let lb = locality::lb(&ctx.mesh, policy, svc.traffic_distribution).map(|lb| (lb, at));
             balance(&mut c, lb, svc, port.port, in_subset);
@@ -311,6 +313,49 @@ fn build(
     }
     pool::attach_http(&mut c, http);
     c
+}
+
+/// The policy's `proxyProtocol`: the cluster's transport socket (plaintext when it has
+/// none) and each of its auto-mTLS matches' wrapped in Envoy's upstream PROXY protocol
+/// transport, as istiod's `applyUpstreamProxyProtocol`.
+fn proxy_protocol(c: &mut Cluster, policy: Option<&TrafficPolicy>) {
+    use envoy_types::pb::envoy::config::core::v3::{
+        ProxyProtocolConfig, TransportSocket, proxy_protocol_config::Version,
+        transport_socket::ConfigType,
+    };
+    use envoy_types::pb::envoy::extensions::transport_sockets::proxy_protocol::v3::ProxyProtocolUpstreamTransport;
+    let Some(pp) = policy.and_then(|p| p.proxy_protocol.as_ref()) else {
+        return;
+    };
+    let version = match pp.version.as_deref() {
+        Some("V2") => Version::V2,
+        _ => Version::V1,
+    };
+    let wrap = |inner: TransportSocket| TransportSocket {
+        name: "envoy.transport_sockets.upstream_proxy_protocol".into(),
+        config_type: Some(ConfigType::TypedConfig(envoy_types::util::pack_any(
+            ProxyProtocolUpstreamTransport {
+                config: Some(ProxyProtocolConfig {
+                    version: version as i32,
+                    ..Default::default()
+                }),
+                transport_socket: Some(inner),
+                ..Default::default()
+            },
+        ))),
+    };
+    if c.transport_socket.is_none() && c.transport_socket_matches.is_empty() {
+        c.transport_socket = Some(wrap(super::tls::raw_buffer()));
+        return;
+    }
+    if let Some(inner) = c.transport_socket.take() {
+        c.transport_socket = Some(wrap(inner));
+    }
+    for m in &mut c.transport_socket_matches {
+        if let Some(inner) = m.transport_socket.take() {
+            m.transport_socket = Some(wrap(inner));
+        }
+    }
 }
 
 /// A round-robin or least-request cluster's slow start from the rule's `warmup` (else the

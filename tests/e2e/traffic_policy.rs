@@ -609,3 +609,88 @@ fn a_warmup_becomes_envoys_slow_start() {
     });
     assert_eq!(get().unwrap().status, 200);
 }
+
+/// A TCP server that answers each connection's HTTP request with the PROXY protocol line
+/// the connection began with (`none` without one), then closes.
+fn proxy_protocol_echo() -> u16 {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for conn in listener.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(conn.try_clone().unwrap());
+                let mut first = String::new();
+                if reader.read_line(&mut first).is_err() {
+                    return;
+                }
+                let proxy_line = first
+                    .starts_with("PROXY ")
+                    .then(|| first.trim_end().to_string());
+                // The request's head (after the PROXY line, if there was one).
+                let mut line = if proxy_line.is_some() {
+                    String::new()
+                } else {
+                    first
+                };
+                loop {
+                    if line == "\r\n" {
+                        break;
+                    }
+                    line.clear();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                        return;
+                    }
+                }
+                let body = proxy_line.unwrap_or_else(|| "none".into());
+                let mut conn = conn;
+                let _ = write!(
+                    conn,
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            });
+        }
+    });
+    port
+}
+
+/// A rule's `proxyProtocol` makes the sidecar open each upstream connection with a PROXY
+/// protocol header (istiod's upstream_proxy_protocol transport around the plaintext one):
+/// the upstream reads a `PROXY TCP4` line before the request, and none without the rule.
+#[test]
+fn a_proxy_protocol_rule_sends_a_proxy_header_to_the_upstream() {
+    let echo = proxy_protocol_echo();
+    let dir = temp_dir("tp-proxy-protocol").join("config");
+    std::fs::create_dir_all(&dir).unwrap();
+    let port = free_port();
+    std::fs::write(
+        dir.join("legacy.yaml"),
+        format!(
+            "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {{name: legacy, namespace: shop}}\nspec:\n  hosts: [legacy.example.com]\n  location: MESH_EXTERNAL\n  resolution: STATIC\n  ports: [{{number: {port}, name: http, protocol: HTTP}}]\n  endpoints: [{{address: 127.0.0.1, ports: {{http: {echo}}}}}]\n"
+        ),
+    )
+    .unwrap();
+    let meshd = Meshd::start(&dir);
+    let envoy = Envoy::sidecar(&meshd, Ads::Delta, "shop", "productpage");
+    let get = || {
+        http_get(
+            &format!("{}:{port}", envoy.ip),
+            "legacy.example.com",
+            "/",
+            &[],
+        )
+    };
+    wait_until("the sidecar to route", Duration::from_secs(10), || {
+        get().is_ok_and(|r| r.status == 200)
+    });
+    assert_eq!(get().unwrap().body, "none");
+    std::fs::write(
+        dir.join("dr.yaml"),
+        "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: legacy, namespace: shop}\nspec:\n  host: legacy.example.com\n  trafficPolicy: {proxyProtocol: {version: V1}}\n",
+    )
+    .unwrap();
+    wait_until("a PROXY header upstream", Duration::from_secs(10), || {
+        get().is_ok_and(|r| r.body.starts_with("PROXY TCP4 "))
+    });
+}
