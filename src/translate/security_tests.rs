@@ -68,6 +68,42 @@ fn reviews_proxy() -> Proxy {
 }
 
 #[test]
+fn proxy_protocol_wraps_each_auto_mtls_match_and_keeps_what_it_wraps() {
+    use envoy_types::pb::envoy::extensions::transport_sockets::proxy_protocol::v3::ProxyProtocolUpstreamTransport;
+    let rule = "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: reviews, namespace: shop}\nspec:\n  host: reviews\n  trafficPolicy: {proxyProtocol: {version: V2}}\n";
+    let cluster = |extra: &str| {
+        let cfg = proxy_config(&context(extra), &reviews_proxy());
+        (cfg.clusters.into_iter())
+            .find(|c| c.name == "outbound|9080||reviews.shop.svc.cluster.local")
+            .unwrap()
+    };
+    let (plain, wrapped) = (cluster(""), cluster(rule));
+    assert_eq!(plain.transport_socket_matches.len(), 2);
+    for (before, after) in plain
+        .transport_socket_matches
+        .iter()
+        .zip(&wrapped.transport_socket_matches)
+    {
+        let socket = after.transport_socket.as_ref().unwrap();
+        assert_eq!(
+            socket.name,
+            "envoy.transport_sockets.upstream_proxy_protocol"
+        );
+        let Some(transport_socket::ConfigType::TypedConfig(any)) = &socket.config_type else {
+            panic!()
+        };
+        let pp = ProxyProtocolUpstreamTransport::decode(any.value.as_slice()).unwrap();
+        assert_eq!(pp.config.unwrap().version, 1, "V2");
+        // The mTLS (or plaintext) socket of the match, unchanged, inside.
+        assert_eq!(
+            pp.transport_socket.as_ref(),
+            before.transport_socket.as_ref()
+        );
+    }
+    assert!(wrapped.transport_socket.is_none());
+}
+
+#[test]
 fn mesh_endpoints_get_istio_mutual_with_the_services_identities_and_others_plaintext() {
     let cfg = proxy_config(&context(""), &reviews_proxy());
     let c = cfg

@@ -96,6 +96,18 @@ impl Mesh {
     }
 }
 
+impl Mesh {
+    /// A plaintext request straight to reviews' inbound listener (no client sidecar).
+    fn direct(&self) -> std::io::Result<HttpResponse> {
+        http_get(
+            &format!("{}:9080", self.server_ip),
+            "reviews.shop.svc.cluster.local",
+            "/",
+            &[],
+        )
+    }
+}
+
 /// A request to reviews through `client`'s outbound listener.
 fn via(client: &Workload, path: &str) -> std::io::Result<HttpResponse> {
     http_get(
@@ -138,14 +150,7 @@ fn two_workloads_talk_mutual_tls_and_peer_authentication_decides_about_plaintext
     );
 
     // PERMISSIVE (no policy): a plaintext client is served too, with no identity.
-    let direct = || {
-        http_get(
-            &format!("{}:9080", m.server_ip),
-            "reviews.shop.svc.cluster.local",
-            "/",
-            &[],
-        )
-    };
+    let direct = || m.direct();
     let plain = direct().unwrap();
     assert_eq!(plain.status, 200);
     assert_eq!(plain.headers["x-echo-xfcc"], "");
@@ -459,14 +464,7 @@ fn a_sidecars_inbound_connection_pool_sets_its_inbound_clusters_limits() {
         &format!("{selector}  inboundConnectionPool: {{tcp: {{maxConnections: 5}}, http: {{idleTimeout: 30s}}}}\n"),
     );
     let limit = |n: u32| format!("inbound|9080||::default_priority::max_connections::{n}");
-    let direct = || {
-        http_get(
-            &format!("{}:9080", m.server_ip),
-            "reviews.shop.svc.cluster.local",
-            "/",
-            &[],
-        )
-    };
+    let direct = || m.direct();
     wait_until("the workload to serve", Duration::from_secs(10), || {
         direct().is_ok_and(|r| r.status == 200)
     });
