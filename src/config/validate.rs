@@ -233,8 +233,8 @@ fn server_tls(r: &mut Report, field: &str, server: &crate::api::networking::Serv
     let Some(tls) = &server.tls else {
         return;
     };
-    let credential =
-        (tls.get("credentialName").and_then(|v| v.as_str())).is_some_and(|v| !v.is_empty());
+    let set = |key: &str| crate::translate::credentials::server_tls_field(tls, key).is_some();
+    let credential = set("credentialName");
     let f = format!("{field}.tls");
     match crate::translate::credentials::server_tls_mode(tls).as_str() {
         "PASSTHROUGH" => {}
@@ -245,11 +245,7 @@ fn server_tls(r: &mut Report, field: &str, server: &crate::api::networking::Serv
                 "caCertificates",
                 "credentialName",
             ] {
-                if tls
-                    .get(key)
-                    .and_then(|v| v.as_str())
-                    .is_some_and(|v| !v.is_empty())
-                {
+                if set(key) {
                     r.error(
                         format!("{f}.{key}"),
                         "ISTIO_MUTUAL uses the gateway's workload certificate: set no other",
@@ -260,8 +256,6 @@ fn server_tls(r: &mut Report, field: &str, server: &crate::api::networking::Serv
         "SIMPLE" | "MUTUAL" | "OPTIONAL_MUTUAL" if credential => {}
         // Files in the gateway's container, served by its agent.
         mode @ ("SIMPLE" | "MUTUAL" | "OPTIONAL_MUTUAL") => {
-            let set =
-                |key: &str| (tls.get(key).and_then(|v| v.as_str())).is_some_and(|v| !v.is_empty());
             for key in ["serverCertificate", "privateKey"] {
                 if !set(key) {
                     r.error(format!("{f}.{key}"), "is required without a credentialName");

@@ -38,6 +38,15 @@ fn spec(vs: &ConfigObject) -> Option<&VirtualServiceSpec> {
     }
 }
 
+/// The namespace of the delegate a root in `root_namespace` names: its own unless the
+/// reference says another.
+pub fn namespace_of<'a>(
+    target: &'a crate::api::networking::Delegate,
+    root_namespace: &'a str,
+) -> &'a str {
+    target.namespace.as_deref().unwrap_or(root_namespace)
+}
+
 /// Why a root route's delegate was not merged, if it was not.
 pub fn unusable(
     root_namespace: &str,
@@ -45,7 +54,7 @@ pub fn unusable(
     found: Option<&ConfigObject>,
     default_export_to: &[String],
 ) -> Option<String> {
-    let ns = target.namespace.as_deref().unwrap_or(root_namespace);
+    let ns = namespace_of(target, root_namespace);
     let Some(delegate) = found.and_then(|d| Some((d, spec(d)?))) else {
         return Some(format!(
             "delegate VirtualService {ns}/{} not found; the route is left out",
@@ -96,7 +105,7 @@ pub fn merge(virtual_services: &[Arc<ConfigObject>], default_export_to: &[String
                 http.push(route.clone());
                 continue;
             };
-            let ns = target.namespace.as_deref().unwrap_or(&vs.key.namespace);
+            let ns = namespace_of(target, &vs.key.namespace);
             merged
                 .delegated
                 .insert((ns.to_string(), target.name.clone()));

@@ -243,6 +243,16 @@ impl DestinationRules {
         index
     }
 
+    /// The rules a proxy of `namespace` looks at first: its namespace's own, or the root
+    /// namespace's private ones for a proxy in the root namespace.
+    fn own(&self, namespace: &str) -> Option<&HostIndex> {
+        if namespace == self.root_namespace {
+            Some(&self.root_local)
+        } else {
+            self.namespace_local.get(namespace)
+        }
+    }
+
     /// The rule a proxy in `namespace` with `labels` (read only when a rule of the
     /// namespace has a workload selector) gets for `host`, whose service is in
     /// `service_namespace` (`None`: no service has that host).
@@ -257,12 +267,7 @@ impl DestinationRules {
         if self.by_pattern.is_empty() && !self.by_host.contains_key(host) {
             return None;
         }
-        let own = if namespace == self.root_namespace {
-            Some(&self.root_local)
-        } else {
-            self.namespace_local.get(namespace)
-        };
-        if let Some(rules) = own.and_then(|i| i.most_specific(host)) {
+        if let Some(rules) = self.own(namespace).and_then(|i| i.most_specific(host)) {
             return self.select(rules.iter(), namespace, labels);
         }
         let exported_to_proxy = |owner: &str| {
@@ -331,32 +336,26 @@ impl DestinationRules {
     /// Whether proxies of `namespace` may get a rule for some host that a proxy of a
     /// namespace no rule singles out does not ([`DestinationRules::exceptional_hosts`]).
     pub fn singles_out(&self, namespace: &str) -> bool {
-        let own = if namespace == self.root_namespace {
-            Some(&self.root_local)
-        } else {
-            self.namespace_local.get(namespace)
-        };
-        own.is_some_and(|i| !i.exact.is_empty() || !i.wildcard.is_empty())
+        self.own(namespace)
+            .is_some_and(|i| !i.exact.is_empty() || !i.wildcard.is_empty())
             || self.named.contains_key(namespace)
     }
 
     /// The host patterns whose rule may differ, for proxies of `namespace`, from what a
     /// proxy of a namespace no rule singles out gets. Empty for most namespaces.
     pub fn exceptional_hosts(&self, namespace: &str) -> HashSet<&str> {
-        let own = if namespace == self.root_namespace {
-            Some(&self.root_local)
-        } else {
-            self.namespace_local.get(namespace)
-        };
-        (own.into_iter().flat_map(HostIndex::patterns))
-            .chain(
-                self.named
-                    .get(namespace)
-                    .into_iter()
-                    .flatten()
-                    .map(String::as_str),
-            )
-            .collect()
+        (self
+            .own(namespace)
+            .into_iter()
+            .flat_map(HostIndex::patterns))
+        .chain(
+            self.named
+                .get(namespace)
+                .into_iter()
+                .flatten()
+                .map(String::as_str),
+        )
+        .collect()
     }
 
     /// Every rule as written, oldest first.

@@ -368,7 +368,7 @@ impl PushContext {
                 let Some(target) = &http.delegate else {
                     continue;
                 };
-                let ns = target.namespace.as_deref().unwrap_or(&vs.key.namespace);
+                let ns = super::delegate::namespace_of(target, &vs.key.namespace);
                 let key = ObjectKey::new(Kind::VirtualService, ns, &target.name);
                 let found = self.store.get(&key);
                 let default = &self.mesh.default_virtual_service_export_to;

@@ -21,13 +21,17 @@ use crate::api::networking::{ClientTlsMode, ClientTlsSettings};
 use crate::config::Spec;
 use crate::model::{Proxy, PushContext, Service};
 
+/// A Gateway server's `tls` string field `key`, unless unset or empty.
+pub fn server_tls_field<'a>(tls: &'a AnyObject, key: &str) -> Option<&'a str> {
+    tls.get(key)
+        .and_then(|v| v.as_str())
+        .filter(|v| !v.is_empty())
+}
+
 /// A Gateway server's `tls.mode`, upper-case: PASSTHROUGH when unset or empty, Istio's
 /// default (the enum's zero value).
 pub fn server_tls_mode(tls: &AnyObject) -> String {
-    tls.get("mode")
-        .and_then(|m| m.as_str())
-        .filter(|m| !m.is_empty())
-        .map_or_else(|| "PASSTHROUGH".to_string(), str::to_ascii_uppercase)
+    server_tls_field(tls, "mode").map_or_else(|| "PASSTHROUGH".to_string(), str::to_ascii_uppercase)
 }
 
 /// A Gateway server's `tls` block, as far as meshd serves it.
@@ -81,11 +85,7 @@ impl ServerTls {
             "OPTIONAL_MUTUAL" => (true, false),
             _ => return None,
         };
-        let text = |key: &str| {
-            (tls.get(key).and_then(|v| v.as_str()))
-                .filter(|v| !v.is_empty())
-                .map(str::to_string)
-        };
+        let text = |key: &str| server_tls_field(tls, key).map(str::to_string);
         let Some(name) = text("credentialName") else {
             let ca = text("caCertificates");
             if mutual && ca.is_none() {
@@ -118,11 +118,7 @@ impl ServerTls {
         match self {
             ServerTls::Credential {
                 credential, mutual, ..
-            } => Some(CredentialUse {
-                credential: credential.clone(),
-                cert: true,
-                ca: *mutual,
-            }),
+            } => Some(CredentialUse::server(credential, *mutual)),
             ServerTls::Files { .. } | ServerTls::Mesh { .. } => None,
         }
     }
@@ -155,6 +151,16 @@ impl CredentialUse {
             cert: mutual,
             ca: tls.insecure_skip_verify != Some(true),
         })
+    }
+
+    /// What a server terminating with the credential needs: its certificate, and its CA
+    /// when clients' certificates are verified (`mutual`).
+    pub fn server(credential: &str, mutual: bool) -> CredentialUse {
+        CredentialUse {
+            credential: credential.to_string(),
+            cert: true,
+            ca: mutual,
+        }
     }
 
     pub fn cert_resource(&self) -> String {
@@ -230,11 +236,7 @@ pub fn https_chain(
             mutual,
             required,
         } => {
-            let uses = CredentialUse {
-                credential: credential.clone(),
-                cert: true,
-                ca: *mutual,
-            };
+            let uses = CredentialUse::server(credential, *mutual);
             terminate(
                 ads_secret(uses.cert_resource()),
                 mutual.then(|| ads_secret(uses.ca_resource())),

@@ -69,6 +69,16 @@ struct HostEntry {
     routed: Vec<RoutedHost>,
 }
 
+impl HostEntry {
+    /// Whether it was built from `svc` and `ctx`'s trust domain and mesh-wide balancing
+    /// (what every entry of one service shares; each has its own rule).
+    fn built_from(&self, ctx: &PushContext, svc: &Arc<Service>) -> bool {
+        same(Some(&self.service), Some(svc))
+            && self.trust_domain == ctx.mesh.trust_domain
+            && self.mesh_locality.as_deref() == ctx.mesh.locality_lb_setting.as_ref()
+    }
+}
+
 /// One encoded routed virtual host and what it was built from besides the service.
 struct RoutedHost {
     port: u32,
@@ -237,15 +247,9 @@ impl ResourceCache {
         rule: Option<&Arc<ConfigObject>>,
         read: impl FnOnce(&mut HostEntry) -> Option<T>,
     ) -> Option<T> {
-        let trust_domain = &ctx.mesh.trust_domain;
         let mut hosts = self.hosts.lock().unwrap();
         let entries = hosts.get_mut(&svc.hostname)?;
-        let inputs_same = entries.first().is_some_and(|e| {
-            same(Some(&e.service), Some(svc))
-                && e.trust_domain == *trust_domain
-                && e.mesh_locality.as_deref() == ctx.mesh.locality_lb_setting.as_ref()
-        });
-        if !inputs_same {
+        if !entries.first().is_some_and(|e| e.built_from(ctx, svc)) {
             hosts.remove(&svc.hostname);
             return None;
         }
@@ -270,12 +274,7 @@ impl ResourceCache {
         let entries = hosts.entry(svc.hostname.clone()).or_default();
         // A concurrent builder (of another push) may have replaced the entries for other
         // inputs: keep theirs.
-        let ours = |e: &HostEntry| {
-            same(Some(&e.service), Some(svc))
-                && e.trust_domain == ctx.mesh.trust_domain
-                && e.mesh_locality.as_deref() == ctx.mesh.locality_lb_setting.as_ref()
-        };
-        if entries.first().is_some_and(|e| !ours(e)) {
+        if entries.first().is_some_and(|e| !e.built_from(ctx, svc)) {
             return;
         }
         let i = match entries.iter().position(|e| same(e.rule.as_ref(), rule)) {
