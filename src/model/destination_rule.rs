@@ -263,6 +263,30 @@ impl DestinationRules {
         host: &str,
         service_namespace: Option<&str>,
     ) -> Option<&'a Arc<ConfigObject>> {
+        self.find(namespace, Some(labels), host, service_namespace)
+    }
+
+    /// The rule istiod applies to a proxy's inbound cluster for its service `host`
+    /// (`SidecarScope.DestinationRule` for inbound traffic): found as [`Self::choose`]
+    /// finds it, but a rule with a workload selector never applies.
+    pub fn choose_inbound<'a>(
+        &'a self,
+        namespace: &str,
+        host: &str,
+        service_namespace: &str,
+    ) -> Option<&'a Arc<ConfigObject>> {
+        let no_labels: Option<fn() -> &'static BTreeMap<String, String>> = None;
+        self.find(namespace, no_labels, host, Some(service_namespace))
+    }
+
+    /// [`Self::choose`]; without `labels`, rules with a selector are passed over.
+    fn find<'a, 'l>(
+        &'a self,
+        namespace: &str,
+        labels: Option<impl FnOnce() -> &'l BTreeMap<String, String>>,
+        host: &str,
+        service_namespace: Option<&str>,
+    ) -> Option<&'a Arc<ConfigObject>> {
         // Most hosts have no rule at all: one lookup says so.
         if self.by_pattern.is_empty() && !self.by_host.contains_key(host) {
             return None;
@@ -288,21 +312,21 @@ impl DestinationRules {
         self.select(found, namespace, labels)
     }
 
-    /// `SidecarScope.DestinationRule`: the rule whose selector the proxy's labels match,
-    /// else the last one without a selector.
+    /// `SidecarScope.DestinationRule`: the rule whose selector the proxy's labels match
+    /// (when there are labels to match), else the last one without a selector.
     fn select<'a, 'l>(
         &'a self,
         rules: impl Iterator<Item = &'a Consolidated>,
         namespace: &str,
-        labels: impl FnOnce() -> &'l BTreeMap<String, String>,
+        mut labels: Option<impl FnOnce() -> &'l BTreeMap<String, String>>,
     ) -> Option<&'a Arc<ConfigObject>> {
-        let mut labels = Some(labels);
+        let selecting = labels.is_some();
         let mut read: Option<&'l BTreeMap<String, String>> = None;
         let mut catch_all = None;
         for c in rules {
             match &c.selector {
                 None => catch_all = Some(&c.rule),
-                Some(selector) if c.rule.key.namespace == namespace => {
+                Some(selector) if selecting && c.rule.key.namespace == namespace => {
                     let labels = *read.get_or_insert_with(|| (labels.take().unwrap())());
                     if labels_match(selector, labels) {
                         return Some(&c.rule);

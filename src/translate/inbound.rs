@@ -49,8 +49,10 @@ use super::listener::tcp_proxy;
 use super::{authz, duration, tls};
 use crate::api::networking::IstioIngressListener;
 use crate::api::networking::SidecarSpec;
+use crate::model::destination_rule;
 use crate::model::security::Mtls;
-use crate::model::{Interception, Protocol, Proxy, PushContext};
+use crate::model::{Interception, Protocol, Proxy, PushContext, Service, ServicePort};
+use std::collections::BTreeMap;
 
 /// Istio's inbound cluster name: `inbound|PORT||`.
 pub fn inbound_cluster_name(port: u32) -> String {
@@ -74,21 +76,89 @@ fn default_endpoint(ingress: &IstioIngressListener) -> Option<Address> {
     Some(socket_address(host, port))
 }
 
-/// An `inbound|PORT||` cluster gets the Sidecar's connection pool for its port
-/// (`ingress[].connectionPool`, else `inboundConnectionPool`, as istiod's
-/// `InboundConnectionPoolForPort`), else istiod's default circuit breakers;
-/// InboundPassthroughCluster gets neither.
-fn with_pool(mut c: Cluster, sidecar: Option<&SidecarSpec>, port: u32) -> Cluster {
-    let pool = sidecar.and_then(|s| {
+/// The service an inbound cluster serves, as istiod picks it: the first service (by host)
+/// selecting the proxy with that target port, and the service port the DestinationRule's
+/// `portLevelSettings` are looked up by.
+struct Served<'a> {
+    service: &'a Service,
+    port: u32,
+}
+
+/// An `inbound|PORT||` cluster's connection pool and circuit breakers, as istiod's
+/// `buildInboundCluster` sets them: the Sidecar's pool for the port
+/// (`ingress[].connectionPool`, else `inboundConnectionPool`, istiod's
+/// `InboundConnectionPoolForPort`) replaces the served service's DestinationRule pool
+/// (as it applies to the service port; a rule with a workload selector never applies
+/// inbound), else the rule's, else istiod's default circuit breakers. The rule, when its
+/// policy is used, is named in the cluster's `istio.config` metadata. An inbound cluster
+/// is never upgraded to HTTP/2 (`h2UpgradePolicy` is outbound only).
+/// InboundPassthroughCluster gets none of this.
+fn with_pool(
+    mut c: Cluster,
+    ctx: &PushContext,
+    proxy: &Proxy,
+    sidecar: Option<&SidecarSpec>,
+    port: u32,
+    served: Option<Served>,
+) -> Cluster {
+    let sidecar_pool = sidecar.and_then(|s| {
         (s.ingress.iter())
             .filter(|i| i.port.number == port)
             .find_map(|i| i.connection_pool.as_ref())
             .or(s.inbound_connection_pool.as_ref())
     });
+    let rule = served.and_then(|s| {
+        let svc = s.service;
+        let rule = (ctx.destination_rules).choose_inbound(
+            &proxy.namespace,
+            &svc.hostname,
+            &svc.namespace,
+        )?;
+        let policy = destination_rule::spec(rule)?.traffic_policy.as_ref()?;
+        Some((rule, super::policy::effective(Some(policy), None, s.port)?))
+    });
+    if let Some((rule, _)) = &rule {
+        c.metadata = Some(super::istio_metadata(vec![(
+            "config",
+            super::string_value(rule.istio_config_path()),
+        )]));
+    }
+    let rule_pool = rule.as_ref().and_then(|(_, p)| p.connection_pool.as_ref());
+    let pool = sidecar_pool.or(rule_pool).map(|p| {
+        let mut p = p.clone();
+        if let Some(http) = p.http.as_mut() {
+            http.h2_upgrade_policy = None;
+        }
+        p
+    });
     let mut http = None;
-    super::pool::connection_pool(&mut c, pool, &mut http);
+    super::pool::connection_pool(&mut c, pool.as_ref(), &mut http);
     super::pool::attach_http(&mut c, http);
     c
+}
+
+/// The services in the proxy's namespace that select it, by host.
+fn selecting<'a>(ctx: &'a PushContext, proxy: &'a Proxy) -> impl Iterator<Item = &'a Service> {
+    let labels = ctx.proxy_labels(proxy);
+    (ctx.services.values())
+        .filter(move |svc| {
+            svc.namespace == proxy.namespace
+                && !svc.selector.is_empty()
+                && crate::api::labels_match(&svc.selector, labels)
+        })
+        .map(|svc| &**svc)
+}
+
+/// The port a service port reaches on the workload: `targetPort`, else what the
+/// endpoints say, else the service port.
+fn target_port(svc: &Service, p: &ServicePort) -> u32 {
+    p.target_port
+        .or_else(|| {
+            svc.endpoints
+                .iter()
+                .find_map(|e| e.ports.get(&p.port).copied())
+        })
+        .unwrap_or(p.port)
 }
 
 fn inbound_cluster(name: &str, target: Address) -> Cluster {
@@ -323,7 +393,13 @@ pub fn sidecar(ctx: &PushContext, proxy: &Proxy) -> (Vec<Listener>, Vec<Cluster>
         });
         let name = format!("{bind}_{port}");
         let cluster = inbound_cluster_name(port);
-        clusters.push(with_pool(inbound_cluster(&cluster, target), sidecar, port));
+        // istiod's `findOrCreateService`: the service whose target port is the ingress
+        // port, with the ingress port as its service port.
+        let served = selecting(ctx, proxy)
+            .find(|svc| svc.ports.iter().any(|p| target_port(svc, p) == port))
+            .map(|service| Served { service, port });
+        let c = inbound_cluster(&cluster, target);
+        clusters.push(with_pool(c, ctx, proxy, sidecar, port, served));
         let chains = port_chains(
             ctx,
             proxy,
@@ -378,26 +454,20 @@ fn original_dst_cluster(name: &str) -> Cluster {
 /// other port, all under the PeerAuthentication mode of their port.
 fn virtual_inbound(ctx: &PushContext, proxy: &Proxy) -> (Vec<Listener>, Vec<Cluster>) {
     let sidecar = ctx.sidecar_for(proxy).map(|(_, s)| s);
-    let labels = ctx.proxy_labels(proxy);
     let policies = ctx.authorization_policies_for(proxy);
-    let mut ports: std::collections::BTreeMap<u32, bool> = std::collections::BTreeMap::new();
-    for svc in ctx.services.values() {
-        if svc.namespace != proxy.namespace
-            || svc.selector.is_empty()
-            || !crate::api::labels_match(&svc.selector, labels)
-        {
-            continue;
-        }
+    // Per target port: whether some service speaks HTTP there, and the first service.
+    let mut ports: BTreeMap<u32, (bool, Served)> = BTreeMap::new();
+    for svc in selecting(ctx, proxy) {
         for p in &svc.ports {
-            let target = p
-                .target_port
-                .or_else(|| {
-                    svc.endpoints
-                        .iter()
-                        .find_map(|e| e.ports.get(&p.port).copied())
-                })
-                .unwrap_or(p.port);
-            *ports.entry(target).or_default() |= p.protocol.is_http();
+            let target = target_port(svc, p);
+            let entry = ports.entry(target).or_insert_with(|| {
+                let served = Served {
+                    service: svc,
+                    port: p.port,
+                };
+                (false, served)
+            });
+            entry.0 |= p.protocol.is_http();
         }
     }
     let mut chains = vec![FilterChain {
@@ -412,22 +482,23 @@ fn virtual_inbound(ctx: &PushContext, proxy: &Proxy) -> (Vec<Listener>, Vec<Clus
         ..Default::default()
     }];
     let mut clusters = vec![original_dst_cluster(INBOUND_PASSTHROUGH_CLUSTER)];
-    for (port, http) in &ports {
-        if *port == VIRTUAL_INBOUND_PORT {
+    for (port, (http, served)) in ports {
+        if port == VIRTUAL_INBOUND_PORT {
             continue;
         }
-        let cluster = inbound_cluster_name(*port);
-        clusters.push(with_pool(original_dst_cluster(&cluster), sidecar, *port));
+        let cluster = inbound_cluster_name(port);
+        let c = original_dst_cluster(&cluster);
+        clusters.push(with_pool(c, ctx, proxy, sidecar, port, Some(served)));
         let stat = format!("0.0.0.0_{port}");
         chains.extend(port_chains(
             ctx,
             proxy,
             &policies,
-            *port,
-            *http,
+            port,
+            http,
             &cluster,
             &stat,
-            Some(*port),
+            Some(port),
         ));
     }
     // Any other port: passed through under the workload's own mode.

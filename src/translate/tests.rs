@@ -1392,3 +1392,83 @@ fn a_cors_policy_becomes_the_routes_cors_filter_config() {
         100
     );
 }
+
+const DETAILS_INBOUND: &str = r#"
+apiVersion: v1
+kind: Service
+metadata: {name: details, namespace: other}
+spec:
+  clusterIP: 10.96.1.4
+  selector: {app: details}
+  ports: [{name: http, port: 9080, targetPort: 8080}, {name: tcp-db, port: 5432}]
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: details, namespace: other}
+spec:
+  host: details
+  trafficPolicy:
+    connectionPool: {tcp: {maxConnections: 7}}
+    portLevelSettings:
+    - port: {number: 9080}
+      connectionPool:
+        tcp: {maxConnections: 8}
+        http: {h2UpgradePolicy: UPGRADE, idleTimeout: 9s}
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: details-canary, namespace: other}
+spec:
+  host: details
+  workloadSelector: {matchLabels: {app: details}}
+  trafficPolicy:
+    connectionPool: {tcp: {maxConnections: 3}}
+"#;
+
+#[test]
+fn a_services_destination_rule_sets_the_pool_of_its_workloads_inbound_clusters() {
+    let proxy = sidecar("other", json!({"app": "details"}));
+    let cfg = proxy_config(&context(DETAILS_INBOUND), &proxy);
+    // Target port 8080 is service port 9080: the rule's entry for 9080, never upgraded
+    // to HTTP/2 inbound, and the rule named in the cluster's metadata.
+    let http = cluster(&cfg, "inbound|8080||");
+    assert_eq!(thresholds(http)[0], 8);
+    let options = http_options(http).unwrap();
+    assert!(matches!(
+        options.upstream_protocol_options,
+        Some(UpstreamProtocolOptions::ExplicitHttpConfig(
+            ExplicitHttpConfig {
+                protocol_config: Some(ProtocolConfig::HttpProtocolOptions(_)),
+            }
+        ))
+    ));
+    let idle = options.common_http_protocol_options.unwrap().idle_timeout;
+    assert_eq!(idle.unwrap().seconds, 9);
+    let istio = &http.metadata.as_ref().unwrap().filter_metadata["istio"];
+    assert_eq!(
+        istio.fields["config"],
+        string_value("/apis/networking.istio.io/v1/namespaces/other/destination-rule/details")
+    );
+    assert_eq!(thresholds(cluster(&cfg, "inbound|5432||"))[0], 7);
+    // The selector rule is the proxy's rule outbound, never inbound.
+    let outbound = cluster(&cfg, "outbound|9080||details.other.svc.cluster.local");
+    assert_eq!(thresholds(outbound)[0], 3);
+
+    // A Sidecar's inbound pool replaces the rule's whole pool.
+    let sidecar_pool = "---\napiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {name: details, namespace: other}\nspec:\n  workloadSelector: {labels: {app: details}}\n  inboundConnectionPool: {tcp: {maxConnections: 5}}\n";
+    let cfg = proxy_config(
+        &context(&format!("{DETAILS_INBOUND}{sidecar_pool}")),
+        &proxy,
+    );
+    for name in ["inbound|8080||", "inbound|5432||"] {
+        let c = cluster(&cfg, name);
+        assert_eq!(thresholds(c)[0], 5, "{name}");
+        assert!(http_options(c).is_none(), "{name}");
+    }
+    // Without a rule: the default circuit breakers and no metadata.
+    let plain = DETAILS_INBOUND.split("---").next().unwrap();
+    let cfg = proxy_config(&context(plain), &proxy);
+    let c = cluster(&cfg, "inbound|8080||");
+    assert_eq!(thresholds(c)[0], u32::MAX);
+    assert!(c.metadata.is_none());
+}

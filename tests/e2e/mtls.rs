@@ -448,6 +448,63 @@ spec:
     );
 }
 
+/// The DestinationRule of the service a workload serves sets the limits of the
+/// workload's inbound cluster, as istiod's `buildInboundCluster` applies it (so the
+/// server has the capacity its clients are given): the rule's pool, the port's entry
+/// in place of it, never a rule with a workload selector, and a Sidecar's inbound pool
+/// over all of them.
+#[test]
+fn a_services_destination_rule_sets_its_workloads_inbound_limits() {
+    let m = mesh("mtls-inbound-rule");
+    let server = m.reviews(&[]);
+    let limit = |n: u32| format!("inbound|9080||::default_priority::max_connections::{n}");
+    let holds = |what: &str, n: u32| {
+        wait_until(what, Duration::from_secs(10), || {
+            (server.envoy.admin("/clusters").unwrap().body).contains(&limit(n))
+        });
+        assert_eq!(m.direct().unwrap().status, 200, "{what}");
+    };
+    wait_until("the workload to serve", Duration::from_secs(10), || {
+        m.direct().is_ok_and(|r| r.status == 200)
+    });
+    let rule = |policy: &str| {
+        format!(
+            "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {{name: reviews, namespace: shop}}\nspec:\n  host: reviews\n  trafficPolicy:\n{policy}"
+        )
+    };
+    m.meshd.write(
+        "rule.yaml",
+        &rule("    connectionPool: {tcp: {maxConnections: 7}}\n"),
+    );
+    holds("the rule's pool", 7);
+    let dump = server.envoy.config_dump("dynamic_active_clusters");
+    assert!(
+        dump.contains("/apis/networking.istio.io/v1/namespaces/shop/destination-rule/reviews"),
+        "{dump}"
+    );
+    // The port's entry replaces the rule's pool on 9080; a selector rule for the
+    // workload does not apply inbound.
+    let selector_rule = "---\napiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: reviews-canary, namespace: shop}\nspec:\n  host: reviews\n  workloadSelector: {matchLabels: {app: reviews}}\n  trafficPolicy: {connectionPool: {tcp: {maxConnections: 3}}}\n";
+    m.meshd.write(
+        "rule.yaml",
+        &format!(
+            "{}{selector_rule}",
+            rule("    connectionPool: {tcp: {maxConnections: 7}}\n    portLevelSettings:\n    - port: {number: 9080}\n      connectionPool: {tcp: {maxConnections: 8}}\n")
+        ),
+    );
+    holds("the port's entry", 8);
+    // The Sidecar's inbound pool wins over the rule.
+    let path = m.meshd.config_dir.join("mesh.yaml");
+    let yaml = std::fs::read_to_string(&path).unwrap();
+    let selector = "  workloadSelector: {labels: {app: reviews}}\n";
+    let pooled = yaml.replace(
+        selector,
+        &format!("{selector}  inboundConnectionPool: {{tcp: {{maxConnections: 5}}}}\n"),
+    );
+    std::fs::write(&path, pooled).unwrap();
+    holds("the Sidecar's pool", 5);
+}
+
 /// A Sidecar's `inboundConnectionPool` sets the limits and HTTP idle timeout of the
 /// workload's inbound cluster, and an ingress port's own `connectionPool` replaces it
 /// there, as istiod's `InboundConnectionPoolForPort`; requests still reach the workload.
