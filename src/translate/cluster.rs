@@ -34,7 +34,7 @@ use crate::api::networking::{
 use crate::config::ConfigObject;
 use crate::model::destination_rule;
 use crate::model::service::Discovery;
-use crate::model::{Proxy, ProxyKind, PushContext, Service, ServicePort};
+use crate::model::{Protocol, Proxy, ProxyKind, PushContext, Service, ServicePort};
 
 const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -302,6 +302,14 @@ fn build(
         ))),
         ..Default::default()
     });
+    // A sniffed port's HTTP goes upstream in the protocol it came in (a sidecar's only, as
+    // istiod's `buildCluster`: a gateway's clients negotiate h2 with it by ALPN).
+    if port.protocol == Protocol::Unknown && kind == ProxyKind::Sidecar {
+        http = Some(HttpProtocolOptions {
+            upstream_protocol_options: Some(pool::use_downstream()),
+            ..Default::default()
+        });
+    }
     pool::connection_pool(
         &mut c,
         policy.and_then(|p| p.connection_pool.as_ref()),

@@ -46,7 +46,7 @@ use envoy_types::util::pack_any;
 
 use super::endpoint::socket_address;
 use super::listener::tcp_proxy;
-use super::{authz, duration, tls};
+use super::{authz, duration, sniff, tls};
 use crate::api::networking::IstioIngressListener;
 use crate::api::networking::SidecarSpec;
 use crate::model::destination_rule;
@@ -254,9 +254,30 @@ fn refuse_all(cluster: &str) -> FilterChain {
     }
 }
 
+/// How an inbound port serves its traffic: by its declared protocol, or sniffed when none
+/// is declared. Ordered so that of several services on one port, HTTP wins over sniffing,
+/// and sniffing over TCP.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Serve {
+    Tcp,
+    Sniffed,
+    Http,
+}
+
+impl Serve {
+    fn of(protocol: Protocol) -> Serve {
+        match protocol {
+            Protocol::Unknown => Serve::Sniffed,
+            p if p.is_http() => Serve::Http,
+            _ => Serve::Tcp,
+        }
+    }
+}
+
 /// The chains serving one inbound port under its effective mTLS mode, each with the
-/// AuthorizationPolicies' RBAC, then an HCM (`http`) or tcp_proxy to `cluster`.
-/// `destination_port` narrows them to one port of a shared listener (virtualInbound).
+/// AuthorizationPolicies' RBAC, then an HCM (HTTP) or tcp_proxy to `cluster`; a sniffed
+/// port has both, told apart by [`sniffed_chains`]. `destination_port` narrows them to one
+/// port of a shared listener (virtualInbound).
 #[allow(clippy::too_many_arguments)]
 fn port_chains(
     ctx: &PushContext,
@@ -266,12 +287,12 @@ fn port_chains(
         &crate::api::security::AuthorizationPolicySpec,
     )],
     port: u32,
-    http: bool,
+    serve: Serve,
     cluster: &str,
     stat_name: &str,
     destination_port: Option<u32>,
 ) -> Vec<FilterChain> {
-    let filters = || -> Vec<Filter> {
+    let filters = |http: bool| -> Vec<Filter> {
         if http {
             vec![inbound_hcm(
                 stat_name,
@@ -285,38 +306,79 @@ fn port_chains(
             f
         }
     };
-    let matching = |transport: &str| {
+    let matching = |transport: &str, alpns: &[&str]| {
         Some(FilterChainMatch {
             transport_protocol: transport.into(),
+            application_protocols: sniff::alpns(alpns),
             destination_port: destination_port.map(|p| UInt32Value { value: p }),
             ..Default::default()
         })
     };
-    let mtls = FilterChain {
-        name: format!("{cluster}-mtls"),
-        filter_chain_match: matching("tls"),
-        transport_socket: Some(tls::downstream(http)),
-        filters: filters(),
+    let chain = |name: &str, transport: &str, alpns: &[&str], http: bool, tls: bool| FilterChain {
+        name: format!("{cluster}-{name}"),
+        filter_chain_match: matching(transport, alpns),
+        transport_socket: tls.then(|| tls::downstream(http)),
+        filters: filters(http),
         ..Default::default()
     };
-    let plaintext = FilterChain {
-        name: format!("{cluster}-plaintext"),
-        filter_chain_match: matching("raw_buffer"),
-        filters: filters(),
-        ..Default::default()
-    };
+    let mode = ctx.mtls_mode(proxy, port).mode;
     // A proxy without a proven identity has no certificate to serve TLS with: it gets
-    // the plaintext chain, and under STRICT one that refuses everything (never open).
+    // the plaintext chains, and under STRICT one that refuses everything (never open).
     let secure = proxy.identity.is_some();
-    match (ctx.mtls_mode(proxy, port).mode, secure) {
+    if serve == Serve::Sniffed && (secure || mode != Mtls::Strict) {
+        return sniffed_chains(mode, secure, chain);
+    }
+    let http = serve == Serve::Http;
+    let mtls = chain("mtls", "tls", &[], http, true);
+    let plaintext = chain("plaintext", "raw_buffer", &[], http, false);
+    match (mode, secure) {
         (Mtls::Strict, true) => vec![mtls],
         (Mtls::Strict, false) => {
             let mut refused = refuse_all(cluster);
-            refused.filter_chain_match = matching("");
+            refused.filter_chain_match = matching("", &[]);
             vec![refused]
         }
         (Mtls::Permissive, true) => vec![mtls, plaintext],
         (Mtls::Permissive, false) | (Mtls::Disable, _) => vec![plaintext],
+    }
+}
+
+/// A sniffed port's chains, as istiod's `inbound*FilterChainMatchOptions` for a port
+/// without a declared protocol: HTTP by what the HTTP inspector reports for plaintext, or
+/// by the mesh client's HTTP ALPN over mutual TLS; everything else as TCP. Under PERMISSIVE
+/// a TLS connection without the mesh's ALPN is forwarded still encrypted (a client with
+/// no sidecar speaking TLS to the application). `chain(name, transport, alpns, http,
+/// terminate_tls)` builds one.
+fn sniffed_chains(
+    mode: Mtls,
+    secure: bool,
+    chain: impl Fn(&str, &str, &[&str], bool, bool) -> FilterChain,
+) -> Vec<FilterChain> {
+    let mtls_http = || chain("mtls-http", "tls", &sniff::MTLS_HTTP_ALPNS, true, true);
+    let plaintext = || {
+        [
+            chain(
+                "plaintext-http",
+                "raw_buffer",
+                &sniff::PLAINTEXT_HTTP_ALPNS,
+                true,
+                false,
+            ),
+            chain("plaintext-tcp", "raw_buffer", &[], false, false),
+        ]
+    };
+    match (mode, secure) {
+        (Mtls::Strict, _) => vec![mtls_http(), chain("mtls-tcp", "tls", &[], false, true)],
+        (Mtls::Permissive, true) => {
+            let mut chains = vec![
+                mtls_http(),
+                chain("mtls-tcp", "tls", &sniff::MTLS_TCP_ALPNS, false, true),
+            ];
+            chains.extend(plaintext());
+            chains.push(chain("tls", "tls", &[], false, false));
+            chains
+        }
+        (Mtls::Permissive, false) | (Mtls::Disable, _) => plaintext().into(),
     }
 }
 
@@ -344,6 +406,14 @@ fn tls_inspected(
         ))),
         ..Default::default()
     });
+    // The HTTP inspector when a plaintext chain matches what it reports (a sniffed port).
+    let sniffing = chains
+        .iter()
+        .filter_map(|c| c.filter_chain_match.as_ref())
+        .any(|m| m.transport_protocol == "raw_buffer" && !m.application_protocols.is_empty());
+    if sniffing {
+        listener_filters.push(sniff::http_inspector());
+    }
     Listener {
         name,
         address: Some(address),
@@ -405,7 +475,7 @@ pub fn sidecar(ctx: &PushContext, proxy: &Proxy) -> (Vec<Listener>, Vec<Cluster>
             proxy,
             &policies,
             port,
-            protocol.is_http(),
+            Serve::of(protocol),
             &cluster,
             &name,
             None,
@@ -455,8 +525,8 @@ fn original_dst_cluster(name: &str) -> Cluster {
 fn virtual_inbound(ctx: &PushContext, proxy: &Proxy) -> (Vec<Listener>, Vec<Cluster>) {
     let sidecar = ctx.sidecar_for(proxy).map(|(_, s)| s);
     let policies = ctx.authorization_policies_for(proxy);
-    // Per target port: whether some service speaks HTTP there, and the first service.
-    let mut ports: BTreeMap<u32, (bool, Served)> = BTreeMap::new();
+    // Per target port: how it is served, and the first service.
+    let mut ports: BTreeMap<u32, (Serve, Served)> = BTreeMap::new();
     for svc in selecting(ctx, proxy) {
         for p in &svc.ports {
             let target = target_port(svc, p);
@@ -465,9 +535,9 @@ fn virtual_inbound(ctx: &PushContext, proxy: &Proxy) -> (Vec<Listener>, Vec<Clus
                     service: svc,
                     port: p.port,
                 };
-                (false, served)
+                (Serve::Tcp, served)
             });
-            entry.0 |= p.protocol.is_http();
+            entry.0 = entry.0.max(Serve::of(p.protocol));
         }
     }
     let mut chains = vec![FilterChain {
@@ -482,7 +552,7 @@ fn virtual_inbound(ctx: &PushContext, proxy: &Proxy) -> (Vec<Listener>, Vec<Clus
         ..Default::default()
     }];
     let mut clusters = vec![original_dst_cluster(INBOUND_PASSTHROUGH_CLUSTER)];
-    for (port, (http, served)) in ports {
+    for (port, (serve, served)) in ports {
         if port == VIRTUAL_INBOUND_PORT {
             continue;
         }
@@ -495,7 +565,7 @@ fn virtual_inbound(ctx: &PushContext, proxy: &Proxy) -> (Vec<Listener>, Vec<Clus
             proxy,
             &policies,
             port,
-            http,
+            serve,
             &cluster,
             &stat,
             Some(port),
@@ -507,7 +577,7 @@ fn virtual_inbound(ctx: &PushContext, proxy: &Proxy) -> (Vec<Listener>, Vec<Clus
         proxy,
         &policies,
         0,
-        false,
+        Serve::Tcp,
         INBOUND_PASSTHROUGH_CLUSTER,
         "virtualInbound",
         None,

@@ -1,6 +1,7 @@
 //! LDS: a sidecar's outbound listeners (one per HTTP port, `0.0.0.0_PORT` with RDS `"PORT"`;
 //! one per TCP or TLS service port, `VIP_PORT` with tcp_proxy, TLS chains told apart by
-//! SNI) and `virtualOutbound`; a gateway's listeners, one per Gateway server port
+//! SNI; one per port without a declared protocol, `VIP_PORT` sniffing HTTP to RDS
+//! `HOST:PORT` from the rest) and `virtualOutbound`; a gateway's listeners, one per Gateway server port
 //! (`0.0.0.0_PORT`: RDS `http.PORT` for HTTP, SNI chains for HTTPS and PASSTHROUGH, a
 //! tcp_proxy for TCP).
 
@@ -40,7 +41,7 @@ use super::credentials::{self, CredentialUse, ServerTls};
 use super::endpoint::socket_address;
 use super::{
     BLACKHOLE_CLUSTER, PASSTHROUGH_CLUSTER, ads_config_source, optional_duration,
-    outbound_cluster_name, route,
+    outbound_cluster_name, route, sniff,
 };
 use crate::api::labels_match;
 use crate::api::networking::{L4MatchAttributes, RouteDestination, VirtualServiceSpec};
@@ -95,7 +96,15 @@ pub(super) fn apply_idle_timeout(
     }
 }
 
-fn http_connection_manager(stat_prefix: String, route_name: String, gateway: bool) -> Filter {
+/// An HCM over RDS `route_name`. A sniffed listener's (`sniffed`) marks its requests'
+/// upstream mTLS as HTTP ([`sniff::mtls_http_alpn_filter`]).
+fn http_connection_manager(
+    stat_prefix: String,
+    route_name: String,
+    gateway: bool,
+    sniffed: bool,
+) -> Filter {
+    let alpn = sniffed.then(sniff::mtls_http_alpn_filter);
     let hcm = HttpConnectionManager {
         stat_prefix,
         codec_type: CodecType::Auto as i32,
@@ -120,14 +129,17 @@ fn http_connection_manager(stat_prefix: String, route_name: String, gateway: boo
                 )),
                 ..Default::default()
             },
-            HttpFilter {
-                name: "envoy.filters.http.router".into(),
-                config_type: Some(http_filter::ConfigType::TypedConfig(pack_any(
-                    Router::default(),
-                ))),
-                ..Default::default()
-            },
-        ],
+        ]
+        .into_iter()
+        .chain(alpn)
+        .chain(std::iter::once(HttpFilter {
+            name: "envoy.filters.http.router".into(),
+            config_type: Some(http_filter::ConfigType::TypedConfig(pack_any(
+                Router::default(),
+            ))),
+            ..Default::default()
+        }))
+        .collect(),
         use_remote_address: Some(BoolValue { value: gateway }),
         normalize_path: Some(BoolValue { value: true }),
         path_with_escaped_slashes_action: PathWithEscapedSlashesAction::KeepUnchanged as i32,
@@ -424,7 +436,14 @@ fn outbound_listener(
     l.filter_chains = (by_sni.into_iter())
         .map(|c| filter_chain(c.server_names, c.filter))
         .collect();
-    l.default_filter_chain = Some(match match_all.into_iter().next() {
+    l.default_filter_chain = Some(default_chain(match_all, fallthrough));
+    l
+}
+
+/// The default chain of a listener with chains that match: the first chain matching every
+/// connection, else `PassthroughFilterChain` to `fallthrough`.
+fn default_chain(match_all: Vec<Chain>, fallthrough: &str) -> FilterChain {
+    match match_all.into_iter().next() {
         Some(c) => filter_chain(Vec::new(), c.filter),
         None => FilterChain {
             name: "PassthroughFilterChain".into(),
@@ -432,8 +451,7 @@ fn outbound_listener(
             filters: vec![tcp_proxy(fallthrough)],
             ..Default::default()
         },
-    });
-    l
+    }
 }
 
 /// A filter chain of one network filter, matching the SNI names given (if any).
@@ -600,92 +618,160 @@ pub fn sidecar(
     proxy: &Proxy,
     services: &[&Arc<Service>],
 ) -> (Vec<Listener>, Vec<RouteConfiguration>) {
-    let (listeners, http_ports) = sidecar_listeners(ctx, proxy, services);
-    let routes = http_ports
+    let (listeners, http_routes) = sidecar_listeners(ctx, proxy, services);
+    let routes = http_routes
         .iter()
-        .map(|(port, svcs)| route::sidecar(ctx, proxy, svcs, *port))
+        .map(|r| route::sidecar(ctx, proxy, r))
         .collect();
     (listeners, routes)
 }
 
-/// The services of one HTTP port of a sidecar: its route configuration `"PORT"` holds them.
-pub type HttpPort<'a> = (u32, Vec<&'a Arc<Service>>);
+/// The services of one sidecar route configuration: `"PORT"`, every HTTP service of the
+/// port, or a sniffed listener's own `HOST:PORT` (`sniffed`: its one service).
+pub struct RouteServices<'a> {
+    pub port: u32,
+    pub sniffed: Option<&'a Arc<Service>>,
+    pub services: Vec<&'a Arc<Service>>,
+}
 
-/// A sidecar's outbound listeners, and the HTTP ports whose route configurations they name.
+impl RouteServices<'_> {
+    /// The route configuration's name, as the listener's RDS names it.
+    pub fn name(&self) -> String {
+        match self.sniffed {
+            Some(svc) => format!("{}:{}", svc.hostname, self.port),
+            None => self.port.to_string(),
+        }
+    }
+}
+
+/// One outbound listener of a sidecar before assembly.
+struct Outbound {
+    bind: String,
+    port: u32,
+    /// The route configuration its HTTP traffic takes; none: TCP only.
+    rds: Option<String>,
+    /// HTTP shares the listener with other traffic, told apart by the HTTP inspector.
+    sniffed: bool,
+    chains: Vec<Chain>,
+}
+
+impl Outbound {
+    fn at<'m>(map: &'m mut BTreeMap<String, Outbound>, bind: &str, port: u32) -> &'m mut Outbound {
+        map.entry(format!("{bind}_{port}"))
+            .or_insert_with(|| Outbound {
+                bind: bind.to_string(),
+                port,
+                rds: None,
+                sniffed: false,
+                chains: Vec::new(),
+            })
+    }
+
+    /// Services sharing a listener (no address of their own, or a real bind) share its
+    /// chains; of two that match the same, the first stays.
+    fn add(&mut self, chains: Vec<Chain>) {
+        for c in chains {
+            if !(self.chains.iter()).any(|h| h.server_names == c.server_names) {
+                self.chains.push(c);
+            }
+        }
+    }
+}
+
+/// A sidecar's outbound listeners, and the route configurations they name. Ports follow
+/// istiod's `buildSidecarOutboundListener`:
+/// - HTTP ports share `0.0.0.0_PORT` and its route configuration `"PORT"`;
+/// - TCP and TLS ports get the service's own `VIP_PORT` (`0.0.0.0_PORT` without an
+///   address);
+/// - an undeclared protocol is sniffed: the service's `VIP_PORT` takes HTTP, told apart by
+///   the HTTP inspector, to its own route configuration `HOST:PORT`, and everything else
+///   as TCP. Without an address (or without capture) the service's HTTP joins `"PORT"`
+///   and its listener sniffs;
+/// - a listener that HTTP and TCP services would both take sniffs too.
 pub fn sidecar_listeners<'a>(
     ctx: &PushContext,
     proxy: &Proxy,
     services: &[&'a Arc<Service>],
-) -> (Vec<Listener>, Vec<HttpPort<'a>>) {
+) -> (Vec<Listener>, Vec<RouteServices<'a>>) {
     // With no capture (INTERCEPTION_MODE=NONE) listeners bind for real, on the proxy's IP.
     let real_bind = proxy.interception == Interception::None;
-    let wildcard = if real_bind { proxy.ip() } else { "0.0.0.0" };
+    let proxy_ip = proxy.ip().to_string();
+    let wildcard = if real_bind { &proxy_ip } else { "0.0.0.0" };
     let mut http_ports: BTreeMap<u32, Vec<&'a Arc<Service>>> = BTreeMap::new();
-    let mut tcp: BTreeMap<String, (&str, u32, Vec<Chain>)> = BTreeMap::new();
+    let mut routes: Vec<RouteServices<'a>> = Vec::new();
+    let mut outbound: BTreeMap<String, Outbound> = BTreeMap::new();
     for svc in services {
         for p in &svc.ports {
             if RESERVED_PORTS.contains(&p.port) {
                 continue;
             }
-            if p.protocol.is_http() {
-                http_ports.entry(p.port).or_default().push(svc);
-            } else if matches!(p.protocol, Protocol::Tcp | Protocol::Tls | Protocol::Https) {
-                let bind = if real_bind {
-                    wildcard
-                } else {
-                    svc.vip.as_deref().unwrap_or("0.0.0.0")
-                };
-                let chains = if p.protocol == Protocol::Tcp {
-                    vec![Chain {
-                        server_names: Vec::new(),
-                        filter: sidecar_tcp_proxy(ctx, proxy, svc, p.port),
-                    }]
-                } else {
-                    sidecar_tls_chains(ctx, proxy, svc, p.port, svc.vip.is_none())
-                };
-                // Services sharing a listener (no address of their own, or a real bind)
-                // share its chains; of two that match the same, the first stays.
-                let (_, _, held) = tcp
-                    .entry(format!("{bind}_{}", p.port))
-                    .or_insert_with(|| (bind, p.port, Vec::new()));
-                for c in chains {
-                    if !held
-                        .iter()
-                        .any(|h: &Chain| h.server_names == c.server_names)
-                    {
-                        held.push(c);
+            let own_bind = if real_bind {
+                wildcard
+            } else {
+                svc.vip.as_deref().unwrap_or("0.0.0.0")
+            };
+            let tcp = || Chain {
+                server_names: Vec::new(),
+                filter: sidecar_tcp_proxy(ctx, proxy, svc, p.port),
+            };
+            match p.protocol {
+                Protocol::Unknown if !real_bind && svc.vip.is_some() => {
+                    let route = RouteServices {
+                        port: p.port,
+                        sniffed: Some(svc),
+                        services: vec![svc],
+                    };
+                    let o = Outbound::at(&mut outbound, own_bind, p.port);
+                    o.rds = Some(route.name());
+                    o.sniffed = true;
+                    o.add(vec![tcp()]);
+                    routes.push(route);
+                }
+                Protocol::Unknown => {
+                    http_ports.entry(p.port).or_default().push(svc);
+                    let o = Outbound::at(&mut outbound, wildcard, p.port);
+                    o.sniffed = true;
+                    if real_bind {
+                        o.add(vec![tcp()]);
                     }
                 }
+                protocol if protocol.is_http() => {
+                    http_ports.entry(p.port).or_default().push(svc);
+                }
+                Protocol::Tcp => Outbound::at(&mut outbound, own_bind, p.port).add(vec![tcp()]),
+                Protocol::Tls | Protocol::Https => {
+                    let chains = sidecar_tls_chains(ctx, proxy, svc, p.port, svc.vip.is_none());
+                    Outbound::at(&mut outbound, own_bind, p.port).add(chains);
+                }
+                _ => {}
             }
         }
     }
-    let mut listeners = Vec::new();
-    let mut routes = Vec::new();
     for (port, svcs) in http_ports {
-        let name = format!("{wildcard}_{port}");
-        if tcp.contains_key(&name) {
-            continue;
-        }
-        let hcm = http_connection_manager(format!("outbound_{name}"), port.to_string(), false);
-        listeners.push(listener(
-            wildcard,
+        Outbound::at(&mut outbound, wildcard, port).rds = Some(port.to_string());
+        routes.push(RouteServices {
             port,
-            real_bind,
-            TrafficDirection::Outbound,
-            vec![hcm],
-        ));
-        routes.push((port, svcs));
+            sniffed: None,
+            services: svcs,
+        });
     }
     let fallthrough = if ctx.registry_only(proxy) {
         BLACKHOLE_CLUSTER
     } else {
         PASSTHROUGH_CLUSTER
     };
-    listeners.extend(
-        (tcp.into_values()).map(|(bind, port, chains)| {
-            outbound_listener(bind, port, real_bind, chains, fallthrough)
-        }),
-    );
+    let mut listeners: Vec<Listener> = (outbound.into_values())
+        .map(|o| match o.rds {
+            None => outbound_listener(&o.bind, o.port, real_bind, o.chains, fallthrough),
+            Some(rds) if !o.sniffed && o.chains.is_empty() => {
+                let name = format!("{}_{}", o.bind, o.port);
+                let hcm = http_connection_manager(format!("outbound_{name}"), rds, false, false);
+                let direction = TrafficDirection::Outbound;
+                listener(&o.bind, o.port, real_bind, direction, vec![hcm])
+            }
+            Some(rds) => sniffed_listener(&o.bind, o.port, real_bind, rds, o.chains, fallthrough),
+        })
+        .collect();
     if !real_bind {
         let mut virtual_outbound = listener(
             "0.0.0.0",
@@ -700,6 +786,47 @@ pub fn sidecar_listeners<'a>(
         listeners.push(virtual_outbound);
     }
     (listeners, routes)
+}
+
+/// A sniffed outbound listener, as istiod's `buildListenerFromEntry` assembles one: the
+/// HTTP chain matches what the HTTP inspector reports for plaintext HTTP; chains matching
+/// on SNI (with the TLS inspector) stay; a chain matching every connection becomes the
+/// default chain, else `PassthroughFilterChain` to `fallthrough`. The inspectors wait for
+/// the client's first bytes without a time limit (MeshConfig `protocolDetectionTimeout`
+/// unset), so a protocol where the server speaks first does not work on a sniffed port,
+/// as with istiod.
+fn sniffed_listener(
+    bind: &str,
+    port: u32,
+    bind_to_port: bool,
+    rds: String,
+    chains: Vec<Chain>,
+    fallthrough: &str,
+) -> Listener {
+    let mut l = outbound_listener(bind, port, bind_to_port, Vec::new(), fallthrough);
+    let hcm = http_connection_manager(format!("outbound_{}", l.name), rds, false, true);
+    let (match_all, by_sni): (Vec<Chain>, Vec<Chain>) =
+        chains.into_iter().partition(|c| c.server_names.is_empty());
+    if !by_sni.is_empty() {
+        l.listener_filters.push(tls_inspector());
+    }
+    l.listener_filters.push(sniff::http_inspector());
+    l.listener_filters_timeout = Some(super::duration(std::time::Duration::ZERO));
+    l.continue_on_listener_filters_timeout = true;
+    l.filter_chains = (by_sni.into_iter())
+        .map(|c| filter_chain(c.server_names, c.filter))
+        .collect();
+    l.filter_chains.push(FilterChain {
+        filter_chain_match: Some(FilterChainMatch {
+            transport_protocol: "raw_buffer".into(),
+            application_protocols: sniff::alpns(&sniff::PLAINTEXT_HTTP_ALPNS),
+            ..Default::default()
+        }),
+        filters: vec![hcm],
+        ..Default::default()
+    });
+    l.default_filter_chain = Some(default_chain(match_all, fallthrough));
+    l
 }
 
 /// One HTTP server of a Gateway, as the route builder needs it.
@@ -783,7 +910,12 @@ pub fn gateway(
             continue; // one socket per port: the TLS servers take it
         }
         let name = format!("0.0.0.0_{port}");
-        let hcm = http_connection_manager(format!("outbound_{name}"), format!("http.{port}"), true);
+        let hcm = http_connection_manager(
+            format!("outbound_{name}"),
+            format!("http.{port}"),
+            true,
+            false,
+        );
         listeners.push(listener(
             "0.0.0.0",
             *port,
@@ -811,6 +943,7 @@ pub fn gateway(
                         format!("outbound_{name}"),
                         route_name.clone(),
                         true,
+                        false,
                     );
                     chains.push(credentials::https_chain(&server.hosts, &tls, vec![hcm]));
                     routes.push(route::gateway(

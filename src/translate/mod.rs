@@ -12,6 +12,7 @@ pub mod locality;
 pub mod policy;
 pub mod pool;
 pub mod route;
+pub mod sniff;
 pub mod tls;
 
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;
@@ -50,13 +51,24 @@ pub struct Plan<'a> {
     /// The other clusters: BlackHole/Passthrough and the inbound ones.
     pub clusters: Vec<Cluster>,
     pub listeners: Vec<Listener>,
-    /// A sidecar's route configurations `"PORT"`: these virtual hosts, then `catch_all`.
-    pub sidecar_routes: Vec<(u32, Vec<route::VirtualHostPlan<'a>>)>,
+    /// A sidecar's route configurations.
+    pub sidecar_routes: Vec<SidecarRoute<'a>>,
+    /// The last virtual host of a sidecar's `"PORT"` route configurations.
     pub catch_all: Option<VirtualHost>,
     /// A gateway's route configurations, built in full.
     pub routes: Vec<RouteConfiguration>,
     /// Gateway credentials, for proxies with a proven identity only.
     pub secrets: Vec<Secret>,
+}
+
+/// A sidecar route configuration before assembly: `"PORT"` (these virtual hosts, then the
+/// plan's `catch_all`), or a sniffed listener's `HOST:PORT` (`sniffed`: its one virtual
+/// host, for every domain).
+pub struct SidecarRoute<'a> {
+    pub name: String,
+    pub port: u32,
+    pub sniffed: bool,
+    pub vhosts: Vec<route::VirtualHostPlan<'a>>,
 }
 
 /// Plans the configuration of one proxy.
@@ -73,10 +85,18 @@ pub fn plan<'a>(ctx: &'a PushContext, proxy: &Proxy) -> Plan<'a> {
     let mut clusters = cluster::fallback(proxy.kind);
     let mut plan = match proxy.kind {
         ProxyKind::Sidecar => {
-            let (listeners, http_ports) = listener::sidecar_listeners(ctx, proxy, &services);
-            let sidecar_routes = http_ports
+            let (listeners, http_routes) = listener::sidecar_listeners(ctx, proxy, &services);
+            let sidecar_routes = http_routes
                 .into_iter()
-                .map(|(port, svcs)| (port, route::sidecar_plan(ctx, proxy, &svcs, port)))
+                .map(|r| {
+                    let sniffed = r.sniffed.is_some();
+                    SidecarRoute {
+                        name: r.name(),
+                        port: r.port,
+                        sniffed,
+                        vhosts: route::sidecar_plan(ctx, proxy, &r.services, r.port, sniffed),
+                    }
+                })
                 .collect();
             Plan {
                 services: Vec::new(),
@@ -139,13 +159,14 @@ pub fn proxy_config(ctx: &PushContext, proxy: &Proxy) -> ProxyConfig {
     }
     clusters.extend(plan.clusters);
     let mut routes = plan.routes;
-    for (port, vhosts) in plan.sidecar_routes {
-        let mut vhosts: Vec<VirtualHost> = vhosts
-            .into_iter()
-            .map(|v| v.build(ctx, proxy, port))
+    for r in plan.sidecar_routes {
+        let mut vhosts: Vec<VirtualHost> = (r.vhosts.into_iter())
+            .map(|v| v.build(ctx, proxy, r.port, r.sniffed))
             .collect();
-        vhosts.extend(plan.catch_all.clone());
-        routes.push(route::with_virtual_hosts(port.to_string(), vhosts));
+        if !r.sniffed {
+            vhosts.extend(plan.catch_all.clone());
+        }
+        routes.push(route::with_virtual_hosts(r.name, vhosts));
     }
     ProxyConfig {
         clusters,

@@ -52,11 +52,18 @@ pub fn connection_pool(
     let use_client_protocol = h.and_then(|h| h.use_client_protocol) == Some(true);
     // `h2UpgradePolicy: UPGRADE` makes the cluster HTTP/2 unless the port chose already or
     // the client's protocol is to be kept (istiod's `applyH2Upgrade`, before the pool).
+    // A sniffed port's protocol (the downstream one) is replaced too.
     if !use_client_protocol && h.and_then(|h| h.h2_upgrade_policy.as_deref()) == Some("UPGRADE") {
         let options = http.get_or_insert_with(HttpProtocolOptions::default);
-        options.upstream_protocol_options.get_or_insert_with(|| {
-            explicit(ProtocolConfig::Http2ProtocolOptions(Default::default()))
-        });
+        let chosen = &mut options.upstream_protocol_options;
+        if matches!(
+            chosen,
+            None | Some(UpstreamProtocolOptions::UseDownstreamProtocolConfig(_))
+        ) {
+            *chosen = Some(explicit(ProtocolConfig::Http2ProtocolOptions(
+                Default::default(),
+            )));
+        }
     }
     if let Some(k) = tcp.and_then(|t| t.tcp_keepalive.as_ref()) {
         c.upstream_connection_options = Some(UpstreamConnectionOptions {
@@ -120,14 +127,23 @@ pub fn connection_pool(
             })) => h1,
             _ => Default::default(),
         };
-        options.upstream_protocol_options = Some(
-            UpstreamProtocolOptions::UseDownstreamProtocolConfig(UseDownstreamHttpConfig {
-                http_protocol_options: Some(http1),
-                http2_protocol_options: Some(Default::default()),
-                ..Default::default()
-            }),
-        );
+        options.upstream_protocol_options = Some(use_downstream_with(http1));
     }
+}
+
+/// The downstream request's protocol upstream: HTTP/1.1 for HTTP/1.1, HTTP/2 for HTTP/2.
+pub fn use_downstream() -> UpstreamProtocolOptions {
+    use_downstream_with(Default::default())
+}
+
+fn use_downstream_with(
+    http1: envoy_types::pb::envoy::config::core::v3::Http1ProtocolOptions,
+) -> UpstreamProtocolOptions {
+    UpstreamProtocolOptions::UseDownstreamProtocolConfig(UseDownstreamHttpConfig {
+        http_protocol_options: Some(http1),
+        http2_protocol_options: Some(Default::default()),
+        ..Default::default()
+    })
 }
 
 /// Puts `http` (if any) on the cluster as its `HttpProtocolOptions`, with HTTP/1.1

@@ -32,7 +32,7 @@ use envoy_types::pb::envoy::r#type::matcher::v3::{
 use envoy_types::pb::google::protobuf::{BoolValue, UInt32Value};
 use envoy_types::util::pack_any;
 
-use super::listener::GatewayServer;
+use super::listener::{GatewayServer, RouteServices};
 use super::{
     PASSTHROUGH_CLUSTER, duration, istio_metadata, optional_duration, outbound_cluster_name,
     string_value,
@@ -70,11 +70,37 @@ pub fn empty(name: &str) -> RouteConfiguration {
     route_configuration(name.to_string(), Vec::new())
 }
 
-/// Every domain Istio gives a service's virtual host, seen from `proxy_ns`.
-pub fn domains(svc: &Service, proxy_ns: &str) -> Vec<String> {
+/// Who reads a service's virtual host, which decides its domains: a proxy in the
+/// service's namespace (the short name too), a proxy elsewhere, or a sniffed listener's
+/// own route configuration `HOST:PORT` (`*`: the listener serves that service alone, as
+/// istiod's `getVirtualHostsForSniffedServicePort` writes it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Audience {
+    Local,
+    Remote,
+    Sniffed,
+}
+
+impl Audience {
+    pub fn new(svc: &Service, proxy_ns: &str, sniffed: bool) -> Audience {
+        if sniffed {
+            Audience::Sniffed
+        } else if svc.namespace == proxy_ns {
+            Audience::Local
+        } else {
+            Audience::Remote
+        }
+    }
+}
+
+/// Every domain Istio gives a service's virtual host for `audience`.
+pub fn domains(svc: &Service, audience: Audience) -> Vec<String> {
+    if audience == Audience::Sniffed {
+        return vec!["*".into()];
+    }
     let mut out = vec![svc.hostname.clone(), format!("{}.", svc.hostname)];
     if svc.kubernetes {
-        if svc.namespace == proxy_ns {
+        if audience == Audience::Local {
             out.push(svc.name.clone());
         }
         out.push(format!("{}.{}.svc", svc.name, svc.namespace));
@@ -106,15 +132,18 @@ pub enum VirtualHostPlan<'a> {
 }
 
 impl VirtualHostPlan<'_> {
-    /// The virtual host, built.
-    pub fn build(self, ctx: &PushContext, proxy: &Proxy, port: u32) -> VirtualHost {
+    /// The virtual host, built (for a sniffed listener's own route configuration when
+    /// `sniffed`).
+    pub fn build(self, ctx: &PushContext, proxy: &Proxy, port: u32, sniffed: bool) -> VirtualHost {
         match self {
             VirtualHostPlan::Default(svc) => {
                 let rule = ctx.service_rule(proxy, svc);
-                default_virtual_host(svc, rule.map(|r| &**r), port, &proxy.namespace)
+                let audience = Audience::new(svc, &proxy.namespace, sniffed);
+                default_virtual_host(svc, rule.map(|r| &**r), port, audience)
             }
             VirtualHostPlan::Shared { vs, service } => {
-                routed_virtual_host(ctx, proxy, vs, service, port)
+                let audience = Audience::new(service, &proxy.namespace, sniffed);
+                routed_virtual_host(ctx, proxy, vs, service, port, audience)
             }
             VirtualHostPlan::Routed(vh) => *vh,
         }
@@ -131,12 +160,13 @@ impl VirtualHostPlan<'_> {
 }
 
 /// The virtual hosts of the route configuration `"PORT"`, in order, without the final
-/// catch-all ([`sidecar_catch_all`]).
+/// catch-all ([`sidecar_catch_all`]); with `sniffed`, of a sniffed listener's `HOST:PORT`.
 pub fn sidecar_plan<'a>(
     ctx: &'a PushContext,
     proxy: &Proxy,
     services: &[&'a Arc<Service>],
     port: u32,
+    sniffed: bool,
 ) -> Vec<VirtualHostPlan<'a>> {
     // VirtualService hosts are matched by name lookup, except wildcards on either side
     // (a `*.example.com` host, or a ServiceEntry for one): those are compared one by one.
@@ -189,10 +219,11 @@ pub fn sidecar_plan<'a>(
         for i in matched {
             covered[i] = true;
             let svc = services[i];
+            let audience = Audience::new(svc, &proxy.namespace, sniffed);
             plan.push(VirtualHostPlan::Routed(Box::new(with_routes(
                 svc,
                 port,
-                &proxy.namespace,
+                audience,
                 routes.clone(),
             ))));
         }
@@ -224,10 +255,10 @@ fn depends_on_proxy(vs: &VirtualServiceSpec) -> bool {
 }
 
 /// A service's virtual host with `routes`.
-fn with_routes(svc: &Service, port: u32, proxy_ns: &str, routes: Vec<Route>) -> VirtualHost {
+fn with_routes(svc: &Service, port: u32, audience: Audience, routes: Vec<Route>) -> VirtualHost {
     VirtualHost {
         name: format!("{}:{port}", svc.hostname),
-        domains: domains(svc, proxy_ns),
+        domains: domains(svc, audience),
         routes,
         include_request_attempt_count: true,
         ..Default::default()
@@ -242,12 +273,13 @@ pub fn routed_virtual_host(
     vs_obj: &ConfigObject,
     svc: &Service,
     port: u32,
+    audience: Audience,
 ) -> VirtualHost {
     let routes = match &vs_obj.spec {
         Spec::VirtualService(vs) => http_routes(ctx, proxy, vs_obj, vs, port, "mesh"),
         _ => Vec::new(),
     };
-    with_routes(svc, port, &proxy.namespace, routes)
+    with_routes(svc, port, audience, routes)
 }
 
 /// The hosts a VirtualService's HTTP routes lead to, whose ports its routes may read.
@@ -270,7 +302,7 @@ pub fn default_virtual_host(
     svc: &Service,
     rule: Option<&ConfigObject>,
     port: u32,
-    proxy_ns: &str,
+    audience: Audience,
 ) -> VirtualHost {
     let mut route = default_route(&svc.hostname, port);
     let rule = rule.and_then(destination_rule::spec);
@@ -281,7 +313,7 @@ pub fn default_virtual_host(
     }
     VirtualHost {
         name: format!("{}:{port}", svc.hostname),
-        domains: domains(svc, proxy_ns),
+        domains: domains(svc, audience),
         routes: vec![route],
         include_request_attempt_count: true,
         ..Default::default()
@@ -298,19 +330,19 @@ pub fn with_virtual_hosts(name: String, virtual_hosts: Vec<VirtualHost>) -> Rout
     route_configuration(name, virtual_hosts)
 }
 
-/// The route configuration `"PORT"` of a sidecar's outbound HTTP listener.
-pub fn sidecar(
-    ctx: &PushContext,
-    proxy: &Proxy,
-    services: &[&Arc<Service>],
-    port: u32,
-) -> RouteConfiguration {
-    let mut vhosts: Vec<VirtualHost> = sidecar_plan(ctx, proxy, services, port)
+/// A sidecar's route configuration: `"PORT"` (the port's services' virtual hosts, then
+/// the catch-all), or a sniffed listener's `HOST:PORT` (its service's virtual host alone,
+/// for every domain).
+pub fn sidecar(ctx: &PushContext, proxy: &Proxy, r: &RouteServices) -> RouteConfiguration {
+    let sniffed = r.sniffed.is_some();
+    let mut vhosts: Vec<VirtualHost> = sidecar_plan(ctx, proxy, &r.services, r.port, sniffed)
         .into_iter()
-        .map(|p| p.build(ctx, proxy, port))
+        .map(|p| p.build(ctx, proxy, r.port, sniffed))
         .collect();
-    vhosts.push(sidecar_catch_all(ctx, proxy));
-    route_configuration(port.to_string(), vhosts)
+    if !sniffed {
+        vhosts.push(sidecar_catch_all(ctx, proxy));
+    }
+    route_configuration(r.name(), vhosts)
 }
 
 /// The last virtual host: `allow_any` to PassthroughCluster (ALLOW_ANY), or `block_all`

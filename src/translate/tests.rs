@@ -1472,3 +1472,100 @@ fn a_services_destination_rule_sets_the_pool_of_its_workloads_inbound_clusters()
     assert_eq!(thresholds(c)[0], u32::MAX);
     assert!(c.metadata.is_none());
 }
+
+#[test]
+fn a_port_without_a_protocol_is_sniffed_on_its_own_listener_and_route() {
+    use envoy_types::pb::envoy::config::listener::v3::filter::ConfigType;
+    use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+        HttpConnectionManager, http_connection_manager::RouteSpecifier,
+    };
+    use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{
+        TcpProxy, tcp_proxy::ClusterSpecifier as TcpCluster,
+    };
+    use prost::Message;
+    let web = "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: shop}\nspec: {clusterIP: 10.96.1.8, ports: [{name: web, port: 7070}]}\n";
+    let cfg = proxy_config(&context(web), &sidecar("shop", json!({})));
+    let host = "web.shop.svc.cluster.local";
+    let l = cfg
+        .listeners
+        .iter()
+        .find(|l| l.name == "10.96.1.8_7070")
+        .unwrap();
+    let names: Vec<&str> = l.listener_filters.iter().map(|f| f.name.as_str()).collect();
+    assert_eq!(names, ["envoy.filters.listener.http_inspector"]);
+    assert!(l.continue_on_listener_filters_timeout);
+    // HTTP: matched on what the inspector reports, to the service's own route.
+    let [http] = &l.filter_chains[..] else {
+        panic!("{l:?}")
+    };
+    let m = http.filter_chain_match.as_ref().unwrap();
+    assert_eq!(
+        (m.transport_protocol.as_str(), &m.application_protocols[..]),
+        (
+            "raw_buffer",
+            &["http/1.1".to_string(), "h2c".to_string()][..]
+        )
+    );
+    let Some(ConfigType::TypedConfig(any)) = &http.filters[0].config_type else {
+        panic!()
+    };
+    let hcm = HttpConnectionManager::decode(any.value.as_slice()).unwrap();
+    let Some(RouteSpecifier::Rds(rds)) = &hcm.route_specifier else {
+        panic!()
+    };
+    assert_eq!(rds.route_config_name, format!("{host}:7070"));
+    let filters: Vec<&str> = hcm.http_filters.iter().map(|f| f.name.as_str()).collect();
+    assert!(
+        filters.contains(&"envoy.filters.http.set_filter_state"),
+        "{filters:?}"
+    );
+    // Everything else: the service's tcp_proxy.
+    let tcp = l.default_filter_chain.as_ref().unwrap();
+    let Some(ConfigType::TypedConfig(any)) = &tcp.filters[0].config_type else {
+        panic!()
+    };
+    let tp = TcpProxy::decode(any.value.as_slice()).unwrap();
+    assert_eq!(
+        tp.cluster_specifier,
+        Some(TcpCluster::Cluster(format!("outbound|7070||{host}")))
+    );
+    // Its route configuration: the one virtual host, for every domain, no catch-all.
+    let route = cfg
+        .routes
+        .iter()
+        .find(|r| r.name == format!("{host}:7070"))
+        .unwrap();
+    let [vh] = &route.virtual_hosts[..] else {
+        panic!("{route:?}")
+    };
+    assert_eq!(vh.domains, ["*"]);
+    assert!(!cfg.routes.iter().any(|r| r.name == "7070"));
+    // HTTP goes upstream in the protocol it came in.
+    let c = cluster(&cfg, &format!("outbound|7070||{host}"));
+    assert!(matches!(
+        http_options(c).unwrap().upstream_protocol_options,
+        Some(UpstreamProtocolOptions::UseDownstreamProtocolConfig(_))
+    ));
+    // ... unless a rule upgrades it; and never at a gateway.
+    let upgrade = "---\napiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: web, namespace: shop}\nspec: {host: web, trafficPolicy: {connectionPool: {http: {h2UpgradePolicy: UPGRADE}}}}\n";
+    let cfg = proxy_config(
+        &context(&format!("{web}{upgrade}")),
+        &sidecar("shop", json!({})),
+    );
+    let c = cluster(&cfg, &format!("outbound|7070||{host}"));
+    assert!(matches!(
+        http_options(c).unwrap().upstream_protocol_options,
+        Some(UpstreamProtocolOptions::ExplicitHttpConfig(
+            ExplicitHttpConfig {
+                protocol_config: Some(ProtocolConfig::Http2ProtocolOptions(_)),
+            }
+        ))
+    ));
+    let gateway = Proxy::from_node(
+        "router~10.9.9.8~gw.istio-system~istio-system.svc.cluster.local",
+        json!({"NAMESPACE": "istio-system"}).as_object().unwrap(),
+    )
+    .unwrap();
+    let cfg = proxy_config(&context(web), &gateway);
+    assert!(http_options(cluster(&cfg, &format!("outbound|7070||{host}"))).is_none());
+}

@@ -32,7 +32,8 @@ use crate::config::{ConfigObject, Spec};
 use crate::metrics::{Metrics, type_label};
 use crate::model::{Proxy, ProxyKind, PushContext, Service};
 use crate::translate::locality::{self, Place};
-use crate::translate::{self, route::VirtualHostPlan};
+use crate::translate::route::{Audience, VirtualHostPlan};
+use crate::translate::{self};
 
 /// Field number of `RouteConfiguration.virtual_hosts`.
 const VIRTUAL_HOSTS: u32 = 2;
@@ -63,8 +64,8 @@ struct HostEntry {
     clusters: [Option<Arc<ServiceResources>>; 4],
     /// With a dependence, by slot and (restricted) place instead.
     placed: Vec<(usize, Place, Arc<ServiceResources>)>,
-    /// `(port, proxy in the service's namespace)` → the encoded `virtual_hosts` field.
-    vhosts: Vec<(u32, bool, Arc<[u8]>)>,
+    /// `(port, who reads it)` → the encoded `virtual_hosts` field.
+    vhosts: Vec<(u32, Audience, Arc<[u8]>)>,
     /// The service's virtual hosts routed by a VirtualService, encoded.
     routed: Vec<RoutedHost>,
 }
@@ -82,7 +83,7 @@ impl HostEntry {
 /// One encoded routed virtual host and what it was built from besides the service.
 struct RoutedHost {
     port: u32,
-    local: bool,
+    audience: Audience,
     /// The context it was built for: proxies whose destinations get other rules build
     /// their own, and only what earlier contexts built is replaced.
     ctx: u64,
@@ -475,13 +476,12 @@ impl ResourceCache {
         svc: &Arc<Service>,
         rule: Option<&Arc<ConfigObject>>,
         port: u32,
-        proxy_namespace: &str,
+        audience: Audience,
     ) -> Arc<[u8]> {
-        let local = svc.namespace == proxy_namespace;
         let found = self.with_entry(ctx, svc, rule, |e| {
             e.vhosts
                 .iter()
-                .find(|(p, l, _)| *p == port && *l == local)
+                .find(|(p, a, _)| *p == port && *a == audience)
                 .map(|(_, _, bytes)| bytes.clone())
         });
         if let Some(hit) = found {
@@ -489,11 +489,10 @@ impl ResourceCache {
             return hit;
         }
         self.misses.inc();
-        let vh =
-            translate::route::default_virtual_host(svc, rule.map(|r| &**r), port, proxy_namespace);
+        let vh = translate::route::default_virtual_host(svc, rule.map(|r| &**r), port, audience);
         let bytes: Arc<[u8]> = virtual_host_field(&vh).into();
         self.store(ctx, svc, rule, |e| {
-            e.vhosts.push((port, local, bytes.clone()))
+            e.vhosts.push((port, audience, bytes.clone()))
         });
         bytes
     }
@@ -507,8 +506,9 @@ impl ResourceCache {
         vs: &Arc<ConfigObject>,
         port: u32,
         proxy: &Proxy,
+        sniffed: bool,
     ) -> Arc<[u8]> {
-        let local = svc.namespace == proxy.namespace;
+        let audience = Audience::new(svc, &proxy.namespace, sniffed);
         // The routes do not depend on the service's own rule: the entry of whichever
         // rule the proxy gets holds them.
         let rule = ctx.service_rule(proxy, svc);
@@ -517,7 +517,7 @@ impl ResourceCache {
                 .iter()
                 .find(|r| {
                     r.port == port
-                        && r.local == local
+                        && r.audience == audience
                         && same(Some(&r.vs), Some(vs))
                         && r.destinations.iter().all(|d| d.unchanged(ctx, proxy))
                 })
@@ -528,7 +528,7 @@ impl ResourceCache {
             return hit;
         }
         self.misses.inc();
-        let vh = translate::route::routed_virtual_host(ctx, proxy, vs, svc, port);
+        let vh = translate::route::routed_virtual_host(ctx, proxy, vs, svc, port, audience);
         let bytes: Arc<[u8]> = virtual_host_field(&vh).into();
         let destinations = translate::route::destination_hosts(vs)
             .into_iter()
@@ -538,11 +538,14 @@ impl ResourceCache {
             // What this VirtualService built for earlier contexts, on this port and side,
             // is stale.
             e.routed.retain(|r| {
-                !(r.port == port && r.local == local && r.vs.key == vs.key && r.ctx != ctx.id())
+                !(r.port == port
+                    && r.audience == audience
+                    && r.vs.key == vs.key
+                    && r.ctx != ctx.id())
             });
             e.routed.push(RoutedHost {
                 port,
-                local,
+                audience,
                 ctx: ctx.id(),
                 vs: vs.clone(),
                 destinations,
@@ -589,8 +592,8 @@ pub fn view(ctx: &PushContext, proxy: &Proxy, cache: &ResourceCache) -> View {
     view.share(TypeKind::Cluster, clusters);
     view.share(TypeKind::Endpoint, endpoints);
     view.encode_all(&[], &[], &plan.listeners, &plan.routes, &plan.secrets);
-    for (port, vhosts) in &plan.sidecar_routes {
-        let name = port.to_string();
+    for r in &plan.sidecar_routes {
+        let (name, port) = (&r.name, &r.port);
         let head = RouteConfiguration {
             name: name.clone(),
             ..Default::default()
@@ -599,27 +602,28 @@ pub fn view(ctx: &PushContext, proxy: &Proxy, cache: &ResourceCache) -> View {
         let tail = translate::route::with_virtual_hosts(String::new(), Vec::new()).encode_to_vec();
         // The configuration is kept as its pieces: the shared virtual hosts are not
         // copied into every view's route configuration.
-        let mut pieces: Vec<Arc<[u8]>> = Vec::with_capacity(vhosts.len() + 3);
+        let mut pieces: Vec<Arc<[u8]>> = Vec::with_capacity(r.vhosts.len() + 3);
         pieces.push(head.into());
-        pieces.extend(vhosts.iter().map(|v| match v {
+        pieces.extend(r.vhosts.iter().map(|v| match v {
             VirtualHostPlan::Default(svc) => {
                 let rule = ctx.service_rule(proxy, svc);
-                cache.default_virtual_host(ctx, svc, rule, *port, &proxy.namespace)
+                let audience = Audience::new(svc, &proxy.namespace, r.sniffed);
+                cache.default_virtual_host(ctx, svc, rule, *port, audience)
             }
             VirtualHostPlan::Shared { vs, service } => {
-                cache.routed_virtual_host(ctx, service, vs, *port, proxy)
+                cache.routed_virtual_host(ctx, service, vs, *port, proxy, r.sniffed)
             }
             VirtualHostPlan::Routed(vh) => virtual_host_field(vh).into(),
         }));
         pieces.extend(
-            plan.catch_all
-                .as_ref()
+            (plan.catch_all.as_ref())
+                .filter(|_| !r.sniffed)
                 .map(|c| virtual_host_field(c).into()),
         );
         pieces.push(tail.into());
         view.insert(
             TypeKind::Route,
-            from_pieces::<RouteConfiguration>(&name, pieces),
+            from_pieces::<RouteConfiguration>(name, pieces),
         );
     }
     view
@@ -959,5 +963,45 @@ mod tests {
         };
         assert_eq!(priorities(&va), [("z1".to_string(), 0), ("z2".into(), 1)]);
         assert_eq!(priorities(&vc), [("z1".to_string(), 1), ("z2".into(), 0)]);
+    }
+
+    #[test]
+    fn a_sniffed_ports_own_route_configuration_is_cached_apart_from_the_ports() {
+        let mut store = Shape::new(20, 2, 2).store();
+        apply(
+            &mut store,
+            "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: ns-0}\nspec: {clusterIP: 10.100.9.8, ports: [{name: web, port: 7070}]}\n---\napiVersion: v1\nkind: Service\nmetadata: {name: routed, namespace: ns-1}\nspec: {clusterIP: 10.100.9.7, ports: [{port: 7070}]}\n---\napiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: routed, namespace: ns-1}\nspec:\n  hosts: [routed]\n  http: [{match: [{headers: {x-team: {exact: a}}}], route: [{destination: {host: web.ns-0.svc.cluster.local}}]}, {route: [{destination: {host: routed}}]}]\n",
+        );
+        let ctx = PushContext::build(&store, "v/1".into());
+        let cache = ResourceCache::default();
+        // Without capture the sniffed services join route `7070`: the same services and
+        // port, other domains.
+        let meta = json!({"NAMESPACE": "ns-0", "INTERCEPTION_MODE": "NONE"});
+        let no_capture = Proxy::from_node(
+            "sidecar~10.9.0.2~q-0.ns-0~ns-0.svc.cluster.local",
+            meta.as_object().unwrap(),
+        )
+        .unwrap();
+        let mut proxies = proxies();
+        proxies.push(no_capture.clone());
+        // Twice: the second round reads what the first cached.
+        assert_views_agree_for(&ctx, &cache, proxies.clone());
+        assert_views_agree_for(&ctx, &cache, proxies);
+        let names = |p: &Proxy| -> Vec<String> {
+            let v = view(&ctx, p, &cache);
+            (v.all(TypeKind::Route).keys())
+                .filter(|n| n.contains("7070"))
+                .map(|n| n.to_string())
+                .collect()
+        };
+        let captured = proxy("sidecar", "ns-0", json!({"app": "a"}), false);
+        assert_eq!(
+            names(&captured),
+            [
+                "routed.ns-1.svc.cluster.local:7070",
+                "web.ns-0.svc.cluster.local:7070"
+            ]
+        );
+        assert_eq!(names(&no_capture), ["7070"]);
     }
 }

@@ -292,13 +292,26 @@ impl Upstream {
 }
 
 /// Answers the HTTP/1.1 requests of one connection with `status`, the upstream's name and
-/// `extra` response headers (each ending in CRLF).
+/// `extra` response headers (each ending in CRLF). A connection whose first line is not
+/// an HTTP/1 request line is an echo: each line comes back as `NAME echo: LINE`.
 fn serve_connection(conn: impl Read + Write, name: &str, status: &str, extra: &str) {
     let mut reader = BufReader::new(conn);
     loop {
         let mut line = String::new();
         if reader.read_line(&mut line).unwrap_or(0) == 0 {
             return;
+        }
+        if !line.trim_end().ends_with("HTTP/1.1") && !line.trim_end().ends_with("HTTP/1.0") {
+            let writer = reader.get_mut();
+            let echo = format!("{name} echo: {line}");
+            if writer
+                .write_all(echo.as_bytes())
+                .and_then(|()| writer.flush())
+                .is_err()
+            {
+                return;
+            }
+            continue;
         }
         let path = line.split_whitespace().nth(1).unwrap_or("/").to_string();
         let mut content_length = 0usize;

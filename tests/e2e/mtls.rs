@@ -320,13 +320,17 @@ fn certificates_rotate_under_live_traffic_without_a_failed_request() {
     assert!(issued >= 3, "renewed at least twice in 10 s: {issued}");
 }
 
+/// With capture, Envoy accepts `virtualInbound` under STRICT and a sniffed port's
+/// listeners at both ends: details' own port 7070 has no declared protocol, so its
+/// outbound listener on the service address sniffs (with its own route configuration
+/// `HOST:PORT`) and virtualInbound has the sniffed mTLS chains for it.
 #[test]
 fn with_traffic_capture_envoy_accepts_virtual_inbound_under_strict_mtls() {
     let m = mesh("mtls-capture");
     m.meshd.write(
         "details.yaml",
         &format!(
-            "apiVersion: v1\nkind: Service\nmetadata: {{name: details, namespace: shop}}\nspec: {{clusterIP: 10.96.50.2, selector: {{app: details}}, ports: [{{name: http, port: 9080, targetPort: 8080}}]}}\n---\n{}",
+            "apiVersion: v1\nkind: Service\nmetadata: {{name: details, namespace: shop}}\nspec: {{clusterIP: 10.96.50.2, selector: {{app: details}}, ports: [{{name: http, port: 9080, targetPort: 8080}}, {{name: web, port: 7070}}]}}\n---\n{}",
             pa("STRICT")
         ),
     );
@@ -355,10 +359,36 @@ fn with_traffic_capture_envoy_accepts_virtual_inbound_under_strict_mtls() {
         !dump.contains("inbound|8080||-plaintext"),
         "STRICT: no plaintext chain"
     );
-    assert_eq!(
-        details.envoy.stat("listener_manager.lds.update_rejected"),
-        0,
-        "Envoy accepted every listener"
+    for sniffed in [
+        "inbound|7070||-mtls-http",
+        "inbound|7070||-mtls-tcp",
+        "\"10.96.50.2_7070\"",
+        "envoy.filters.listener.http_inspector",
+        "details.shop.svc.cluster.local:7070",
+    ] {
+        assert!(dump.contains(sniffed), "{sniffed}: {dump}");
+    }
+    wait_until(
+        "the sniffed route configuration",
+        Duration::from_secs(10),
+        || {
+            (details.envoy.config_dump("dynamic_route_configs"))
+                .contains("\"name\": \"details.shop.svc.cluster.local:7070\"")
+        },
+    );
+    // No update of any kind (listeners, clusters, route configurations) was rejected.
+    let stats = details.envoy.admin("/stats").unwrap().body;
+    let rejected: Vec<&str> = (stats.lines())
+        .filter(|l| l.contains("update_rejected") && !l.ends_with(": 0"))
+        .collect();
+    assert!(rejected.is_empty(), "{rejected:?}");
+    // (Envoy writes the name's `:` as `_` in stat names.)
+    let sniffed_rds = ".rds.details.shop.svc.cluster.local_7070.update_success";
+    assert!(
+        stats
+            .lines()
+            .any(|l| l.contains(sniffed_rds) && !l.ends_with(": 0")),
+        "{stats}"
     );
     assert!(details.envoy.stat("listener_manager.lds.update_success") > 0);
 }
@@ -446,6 +476,77 @@ spec:
         Duration::from_secs(15),
         || via_gateway().is_ok_and(|r| r.status == 503),
     );
+}
+
+/// One line through a TCP connection to `addr`, and the line that comes back.
+fn tcp_line(addr: &str, line: &str) -> std::io::Result<String> {
+    use std::io::{BufRead, BufReader, Write};
+    let mut conn = std::net::TcpStream::connect(addr)?;
+    conn.set_read_timeout(Some(Duration::from_secs(3)))?;
+    conn.write_all(format!("{line}\r\n").as_bytes())?;
+    let mut answer = String::new();
+    BufReader::new(conn).read_line(&mut answer)?;
+    Ok(answer.trim_end().to_string())
+}
+
+/// A port without a declared protocol is sniffed at both ends, as istiod sets it up:
+/// HTTP and a TCP protocol share it, over mutual TLS (the client marks HTTP by its ALPN,
+/// so the server serves it as HTTP and forwards the client's identity) and in plaintext
+/// from a client without a sidecar, under PERMISSIVE and STRICT.
+#[test]
+fn an_unnamed_port_carries_http_and_tcp_sniffed_at_both_ends() {
+    let m = mesh("mtls-sniffed");
+    let path = m.meshd.config_dir.join("mesh.yaml");
+    let yaml = std::fs::read_to_string(&path).unwrap();
+    let unnamed = yaml
+        .replace(
+            "{number: 9080, protocol: HTTP, name: http}",
+            "{number: 9080, name: web}",
+        )
+        .replace("name: http,", "name: web,");
+    assert_ne!(yaml, unnamed);
+    std::fs::write(&path, unnamed).unwrap();
+    let _server = m.reviews(&[]);
+    let client = m.client("productpage", "pp-token", &[]);
+    let through_client = format!("{}:9080", client.envoy.ip);
+    let direct = format!("{}:9080", m.server_ip);
+    let both_ways = |what: &str| {
+        wait_until(what, Duration::from_secs(10), || {
+            via(&client, "/").is_ok_and(|r| r.status == 200)
+        });
+        let r = via(&client, "/").unwrap();
+        assert_eq!(r.body, "reviews", "{what}");
+        let xfcc = &r.headers["x-echo-xfcc"];
+        assert!(
+            xfcc.contains("URI=spiffe://cluster.local/ns/shop/sa/productpage"),
+            "{what}: HTTP is served as HTTP by the server: {xfcc:?}"
+        );
+        assert_eq!(
+            tcp_line(&through_client, "PING sniffed").unwrap(),
+            "reviews echo: PING sniffed",
+            "{what}: TCP through the client"
+        );
+    };
+    both_ways("PERMISSIVE");
+    let cluster = "outbound|9080||reviews.shop.svc.cluster.local";
+    assert!(
+        client
+            .envoy
+            .stat(&format!("cluster.{cluster}.ssl.handshake"))
+            > 0
+    );
+    // Plaintext from a client without a sidecar: HTTP (no identity) and TCP.
+    assert_eq!(m.direct().unwrap().headers["x-echo-xfcc"], "");
+    assert_eq!(
+        tcp_line(&direct, "PING plain").unwrap(),
+        "reviews echo: PING plain"
+    );
+
+    m.meshd.write("pa.yaml", &pa("STRICT"));
+    wait_until("plaintext to be refused", Duration::from_secs(10), || {
+        tcp_line(&direct, "PING plain").is_err()
+    });
+    both_ways("STRICT");
 }
 
 /// The DestinationRule of the service a workload serves sets the limits of the
