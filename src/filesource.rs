@@ -322,11 +322,27 @@ mod tests {
         )
     }
 
-    fn tempdir(name: &str) -> PathBuf {
+    /// A fresh directory, removed when the test is done with it.
+    struct TempDir(PathBuf);
+
+    impl std::ops::Deref for TempDir {
+        type Target = PathBuf;
+        fn deref(&self) -> &PathBuf {
+            &self.0
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn tempdir(name: &str) -> TempDir {
         let d = std::env::temp_dir().join(format!("meshd-fs-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).unwrap();
-        d
+        TempDir(d)
     }
 
     #[test]

@@ -921,6 +921,8 @@ pub struct Workload {
     pub envoy: Envoy,
     agent: Child,
     agent_log: PathBuf,
+    /// The agent's SDS socket, outside the test directory: removed on drop.
+    socket: PathBuf,
 }
 
 impl Workload {
@@ -1021,6 +1023,7 @@ impl Workload {
             envoy,
             agent,
             agent_log,
+            socket,
         }
     }
 
@@ -1047,6 +1050,7 @@ impl Drop for Workload {
     fn drop(&mut self) {
         let _ = self.agent.kill();
         let _ = self.agent.wait();
+        let _ = std::fs::remove_file(&self.socket);
     }
 }
 
