@@ -73,9 +73,17 @@ pub struct AuthorizationPolicySpec {
     pub rules: Vec<Rule>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub action: Option<AuthorizationAction>,
+    /// The external authorizer of a CUSTOM policy (a MeshConfig `extensionProviders` name).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "any_object")]
-    pub provider: Option<AnyObject>,
+    pub provider: Option<ExtensionProviderRef>,
+}
+
+/// `AuthorizationPolicy.provider`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ExtensionProviderRef {
+    #[serde(default)]
+    pub name: String,
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]

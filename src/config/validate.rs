@@ -724,14 +724,21 @@ fn hosts(r: &mut Report, field: &str, hosts: &[String]) {
 /// AuthorizationPolicy: what meshd cannot enforce is refused, never applied in part.
 fn authorization_policy(r: &mut Report, ap: &crate::api::security::AuthorizationPolicySpec) {
     use crate::api::security::AuthorizationAction;
-    if ap.action == Some(AuthorizationAction::Custom) {
-        r.error(
-            "spec.action",
-            "CUSTOM (external authorization) is not supported by meshd",
-        );
-    }
-    if ap.provider.is_some() {
-        r.error("spec.provider", "not supported by meshd");
+    // As istiod's validation: CUSTOM names its provider, and only CUSTOM does.
+    let custom = ap.action == Some(AuthorizationAction::Custom);
+    match &ap.provider {
+        None if custom => r.error(
+            "spec.provider",
+            "must specify provider when using CUSTOM action",
+        ),
+        Some(p) if custom && p.name.is_empty() => {
+            r.error("spec.provider.name", "must not be empty")
+        }
+        Some(_) if !custom => r.error(
+            "spec.provider",
+            "provider must only be specified when using CUSTOM action",
+        ),
+        _ => {}
     }
     if ap.target_ref.is_some() || !ap.target_refs.is_empty() {
         r.error(
@@ -1126,10 +1133,22 @@ pub fn validate(object: &ConfigObject) -> Vec<Problem> {
         | Spec::Endpoints(_)
         | Spec::Secret(_)
         | Spec::Namespace
-        | Spec::Node
-        | Spec::MeshConfig(_) => {}
+        | Spec::Node => {}
+        Spec::MeshConfig(mesh) => extension_providers(&mut r, &mesh.extension_providers),
     }
     r.0
+}
+
+/// MeshConfig's external authorizers. istiod keeps the mesh config and refuses only what
+/// uses a broken provider, so these are warnings: a CUSTOM policy naming a provider with
+/// a problem denies the requests it matches (see `translate::ext_authz`).
+fn extension_providers(r: &mut Report, providers: &[crate::model::mesh::ExtensionProvider]) {
+    for (i, e) in providers.iter().enumerate() {
+        let f = format!("data.mesh.extensionProviders[{i}]");
+        if let Err(problem) = crate::translate::ext_authz::check(e, providers) {
+            r.warn(f, problem);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -1171,6 +1190,67 @@ mod tests {
                 "  hosts: [reviews]\n  http: [{{delegate: {{name: x}}, {route}}}]\n"
             )),
             ["spec.http[0]: a route with a delegate must not specify route or redirect"]
+        );
+    }
+
+    #[test]
+    fn custom_policies_name_a_provider_and_the_mesh_config_warns_about_bad_ones() {
+        let issues = |yaml: &str| {
+            (parse_file("x.yaml", yaml).issues.iter())
+                .map(|e| format!("{:?} {}: {}", e.level, e.field, e.message))
+                .collect::<Vec<_>>()
+        };
+        let policy = |spec: &str| {
+            issues(&format!(
+                "apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {{name: p, namespace: shop}}\nspec:\n{spec}"
+            ))
+        };
+        assert_eq!(
+            policy("  action: CUSTOM\n  provider: {name: opa}\n  rules: [{}]\n"),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            policy("  action: CUSTOM\n  rules: [{}]\n"),
+            ["Error spec.provider: must specify provider when using CUSTOM action"]
+        );
+        assert_eq!(
+            policy("  action: DENY\n  provider: {name: opa}\n  rules: [{}]\n"),
+            ["Error spec.provider: provider must only be specified when using CUSTOM action"]
+        );
+        let mesh = |providers: &str| {
+            issues(&format!(
+                "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: istio, namespace: istio-system}}\ndata:\n  mesh: |\n    extensionProviders:\n{providers}"
+            ))
+        };
+        let http = |name: &str, rest: &str| {
+            format!(
+                "    - name: {name}\n      envoyExtAuthzHttp: {{service: authz.shop.svc.cluster.local, port: 8000{rest}}}\n"
+            )
+        };
+        assert_eq!(
+            mesh(&format!(
+                "{}{}    - name: zipkin\n      zipkin: {{service: zipkin.istio-system.svc.cluster.local, port: 9411}}\n",
+                http("opa", ", statusOnError: '503', timeout: 2s"),
+                "    - name: grpc\n      envoyExtAuthzGrpc: {service: authz.shop.svc.cluster.local, port: 9000}\n"
+            )),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            mesh(&format!(
+                "{}{}{}{}{}",
+                http("Opa", ""),
+                http("a", ", pathPrefix: check"),
+                http("b", ", statusOnError: '999'"),
+                http("c", ", includeRequestHeadersInCheck: ['*']"),
+                "    - name: d\n      envoyExtAuthzGrpc: {service: authz.shop.svc.cluster.local, port: 0}\n"
+            )),
+            [
+                "Warning data.mesh.extensionProviders[0]: invalid provider name \"Opa\": lowercase letters, digits and hyphens, at most 63, not starting or ending with a hyphen",
+                "Warning data.mesh.extensionProviders[1]: pathPrefix must begin with `/`, found: \"check\"",
+                "Warning data.mesh.extensionProviders[2]: unsupported statusOnError 999",
+                "Warning data.mesh.extensionProviders[3]: a single wildcard (\"*\") is not supported, change it to either prefix or suffix match: includeRequestHeadersInCheck",
+                "Warning data.mesh.extensionProviders[4]: port must be in the range [1, 65535], found: 0",
+            ]
         );
     }
 

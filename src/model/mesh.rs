@@ -35,6 +35,86 @@ pub struct MeshConfig {
     /// The `exportTo` of VirtualServices that set none (everyone when empty).
     #[serde(default)]
     pub default_virtual_service_export_to: Vec<String>,
+    /// The external authorizers AuthorizationPolicies with `action: CUSTOM` name. Other
+    /// kinds of provider (tracing, logging) are kept by name and not used.
+    #[serde(default)]
+    pub extension_providers: Vec<ExtensionProvider>,
+}
+
+/// MeshConfig `extensionProviders[]`: the external authorization providers.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExtensionProvider {
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub envoy_ext_authz_http: Option<ExtAuthzHttp>,
+    #[serde(default)]
+    pub envoy_ext_authz_grpc: Option<ExtAuthzGrpc>,
+}
+
+/// `envoyExtAuthzHttp`: an HTTP authorization service, Istio's field names.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExtAuthzHttp {
+    /// `[namespace/]hostname` of the service.
+    #[serde(default)]
+    pub service: String,
+    #[serde(default)]
+    pub port: u32,
+    #[serde(default)]
+    pub timeout: Option<String>,
+    #[serde(default)]
+    pub path_prefix: String,
+    #[serde(default)]
+    pub fail_open: bool,
+    #[serde(default)]
+    pub status_on_error: String,
+    #[serde(default)]
+    pub include_request_headers_in_check: Vec<String>,
+    /// Deprecated name of `includeRequestHeadersInCheck`.
+    #[serde(default)]
+    pub include_headers_in_check: Vec<String>,
+    #[serde(default)]
+    pub include_additional_headers_in_check: BTreeMap<String, String>,
+    #[serde(default)]
+    pub headers_to_upstream_on_allow: Vec<String>,
+    #[serde(default)]
+    pub headers_to_downstream_on_deny: Vec<String>,
+    #[serde(default)]
+    pub headers_to_downstream_on_allow: Vec<String>,
+    #[serde(default)]
+    pub include_request_body_in_check: Option<ExtAuthzRequestBody>,
+}
+
+/// `envoyExtAuthzGrpc`: a gRPC authorization service (Envoy's `ext_authz` API).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExtAuthzGrpc {
+    #[serde(default)]
+    pub service: String,
+    #[serde(default)]
+    pub port: u32,
+    #[serde(default)]
+    pub timeout: Option<String>,
+    #[serde(default)]
+    pub fail_open: bool,
+    #[serde(default)]
+    pub status_on_error: String,
+    #[serde(default)]
+    pub include_request_body_in_check: Option<ExtAuthzRequestBody>,
+}
+
+/// `includeRequestBodyInCheck`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExtAuthzRequestBody {
+    #[serde(default)]
+    pub max_request_bytes: u32,
+    #[serde(default)]
+    pub allow_partial_message: bool,
+    #[serde(default)]
+    pub pack_as_bytes: bool,
 }
 
 /// A Kubernetes label selector (`matchLabels` and `matchExpressions`).

@@ -400,7 +400,7 @@ fn condition(c: &Condition, http: bool) -> Side {
 }
 
 /// One rule as an RBAC policy, or `None` if it can match nothing here.
-fn rule_policy(r: &Rule, http: bool, action: AuthorizationAction) -> Option<Policy> {
+pub(super) fn rule_policy(r: &Rule, http: bool, action: AuthorizationAction) -> Option<Policy> {
     let deny = action == AuthorizationAction::Deny;
     let mut principals = Vec::new();
     if !r.from.is_empty() {

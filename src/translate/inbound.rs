@@ -6,7 +6,8 @@
 //! - PERMISSIVE: a TLS chain and a plaintext chain, told apart by the TLS inspector;
 //! - DISABLE: plaintext only;
 //!
-//! each with the AuthorizationPolicies' RBAC filters, then (HTTP) an HCM that forwards the
+//! each with the AuthorizationPolicies' filters (CUSTOM's external authorization, then RBAC),
+//! then (HTTP) an HCM that forwards the
 //! peer's identity in `x-forwarded-client-cert` to the application and routes to the
 //! `inbound|PORT||` cluster of the ingress `defaultEndpoint`.
 
@@ -46,7 +47,7 @@ use envoy_types::util::pack_any;
 
 use super::endpoint::socket_address;
 use super::listener::tcp_proxy;
-use super::{authz, duration, sniff, tls};
+use super::{authz, duration, ext_authz, sniff, tls};
 use crate::api::networking::IstioIngressListener;
 use crate::api::networking::SidecarSpec;
 use crate::model::destination_rule;
@@ -292,16 +293,15 @@ fn port_chains(
     stat_name: &str,
     destination_port: Option<u32>,
 ) -> Vec<FilterChain> {
+    // Istio's order: CUSTOM (external authorization), then AUDIT, DENY, ALLOW.
     let filters = |http: bool| -> Vec<Filter> {
         if http {
-            vec![inbound_hcm(
-                stat_name,
-                port,
-                cluster,
-                authz::http_filters(policies),
-            )]
+            let mut authorization = ext_authz::http_filters(ctx, policies);
+            authorization.extend(authz::http_filters(policies));
+            vec![inbound_hcm(stat_name, port, cluster, authorization)]
         } else {
-            let mut f = authz::network_filters(policies);
+            let mut f = ext_authz::network_filters(ctx, policies);
+            f.extend(authz::network_filters(policies));
             f.push(tcp_proxy(cluster));
             f
         }

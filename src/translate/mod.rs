@@ -5,6 +5,7 @@ pub mod authz;
 pub mod cluster;
 pub mod credentials;
 pub mod endpoint;
+pub mod ext_authz;
 pub mod filters;
 pub mod inbound;
 pub mod listener;

@@ -702,3 +702,143 @@ fn with_traffic_capture_virtual_inbound_serves_the_ports_of_the_services_selecti
         ["15006:", "5432:tls", "8080:tls", "0:tls"]
     );
 }
+
+#[test]
+fn a_custom_policy_asks_its_provider_only_about_what_its_rules_match() {
+    use envoy_types::pb::envoy::extensions::filters::http::ext_authz::v3::{
+        ExtAuthz, ext_authz::Services,
+    };
+    use envoy_types::pb::envoy::extensions::filters::network::ext_authz::v3::ExtAuthz as TcpExtAuthz;
+    let authz = "apiVersion: v1\nkind: Service\nmetadata: {name: authz, namespace: shop}\nspec: {clusterIP: 10.96.7.7, ports: [{name: http, port: 8000}, {name: grpc, port: 9000}]}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: istio, namespace: istio-system}\ndata:\n  mesh: |\n    extensionProviders:\n    - name: opa\n      envoyExtAuthzHttp: {service: shop/authz.shop.svc.cluster.local, port: 8000, pathPrefix: /check, includeRequestHeadersInCheck: [x-user]}\n    - name: grpc\n      envoyExtAuthzGrpc: {service: authz.shop.svc.cluster.local, port: 9000, timeout: 2s}\n---\n";
+    let custom = |provider: &str| {
+        ap(
+            "ext",
+            &format!(
+                "{{action: CUSTOM, provider: {{name: {provider}}}, rules: [{{to: [{{operation: {{paths: ['/admin*']}}}}]}}]}}"
+            ),
+        )
+    };
+    let deny = ap(
+        "no-debug",
+        "{action: DENY, rules: [{to: [{operation: {paths: ['/debug']}}]}]}",
+    );
+    let hcm_filters = |extra: &str| -> Vec<(String, Vec<u8>)> {
+        let cfg = proxy_config(&context(&format!("{authz}{extra}")), &reviews_proxy());
+        let l = (cfg.listeners.iter())
+            .find(|l| l.name == "127.0.0.9_9080")
+            .unwrap();
+        let Some(ConfigType::TypedConfig(any)) = &l.filter_chains[0].filters[0].config_type else {
+            panic!()
+        };
+        let hcm = HttpConnectionManager::decode(any.value.as_slice()).unwrap();
+        (hcm.http_filters.into_iter())
+            .map(|f| {
+                let Some(http_filter::ConfigType::TypedConfig(any)) = f.config_type else {
+                    panic!()
+                };
+                (f.name, any.value)
+            })
+            .collect()
+    };
+    // CUSTOM first: its rules in shadow mode, then ext_authz; then DENY; then the router.
+    let filters = hcm_filters(&format!("{}---\n{deny}", custom("opa")));
+    let names: Vec<&str> = filters.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "envoy.filters.http.rbac",
+            "envoy.filters.http.ext_authz",
+            "envoy.filters.http.rbac",
+            "envoy.filters.http.router"
+        ]
+    );
+    use envoy_types::pb::envoy::extensions::filters::http::rbac::v3::Rbac as HttpRbac;
+    let shadow = HttpRbac::decode(filters[0].1.as_slice()).unwrap();
+    assert!(shadow.rules.is_none());
+    assert_eq!(shadow.shadow_rules_stat_prefix, "istio_ext_authz_");
+    let rules = shadow.shadow_rules.unwrap();
+    assert_eq!(
+        rules.policies.keys().collect::<Vec<_>>(),
+        ["istio-ext-authz-opa-ns[shop]-policy[ext]-rule[0]"]
+    );
+    let ext = ExtAuthz::decode(filters[1].1.as_slice()).unwrap();
+    let Some(Services::HttpService(service)) = &ext.services else {
+        panic!("{ext:?}")
+    };
+    assert_eq!(service.path_prefix, "/check");
+    let uri = service.server_uri.as_ref().unwrap();
+    assert_eq!(uri.uri, "http://authz.shop.svc.cluster.local");
+    assert!(
+        format!("{:?}", uri.http_upstream_type)
+            .contains("outbound|8000||authz.shop.svc.cluster.local")
+    );
+    assert_eq!(uri.timeout.unwrap().seconds, 600);
+    assert_eq!(ext.allowed_headers.unwrap().patterns.len(), 1);
+    let enabled = format!("{:?}", ext.filter_enabled_metadata.unwrap());
+    assert!(
+        enabled.contains("istio_ext_authz_shadow_effective_policy_id"),
+        "{enabled}"
+    );
+    assert!(enabled.contains("istio-ext-authz-opa"), "{enabled}");
+
+    // An undefined provider: the rules deny, enforced.
+    let filters = hcm_filters(&custom("missing"));
+    assert_eq!(filters.len(), 2, "one RBAC filter and the router");
+    let bad = HttpRbac::decode(filters[0].1.as_slice())
+        .unwrap()
+        .rules
+        .unwrap();
+    assert_eq!(bad.action, Action::Deny as i32);
+    assert_eq!(
+        bad.policies.keys().collect::<Vec<_>>(),
+        ["istio-ext-authz-missing-ns[shop]-policy[ext]-rule[0]-deny-due-to-bad-CUSTOM-action"]
+    );
+
+    // TCP: a gRPC provider guards the port, an HTTP one is skipped there.
+    let tcp_filters = |extra: &str| -> Vec<(String, Vec<u8>)> {
+        let cfg = proxy_config(&context(&format!("{authz}{extra}")), &reviews_proxy());
+        let l = (cfg.listeners.iter())
+            .find(|l| l.name == "127.0.0.9_5432")
+            .unwrap();
+        (l.filter_chains[0].filters.iter())
+            .map(|f| {
+                let Some(ConfigType::TypedConfig(any)) = &f.config_type else {
+                    panic!()
+                };
+                (f.name.clone(), any.value.clone())
+            })
+            .collect()
+    };
+    let names = |f: &[(String, Vec<u8>)]| f.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>();
+    assert_eq!(
+        names(&tcp_filters(&custom("opa"))),
+        ["envoy.filters.network.tcp_proxy"]
+    );
+    let grpc = tcp_filters(&custom("grpc"));
+    assert_eq!(
+        names(&grpc),
+        [
+            "envoy.filters.network.rbac",
+            "envoy.filters.network.ext_authz",
+            "envoy.filters.network.tcp_proxy"
+        ]
+    );
+    use envoy_types::pb::envoy::extensions::filters::network::rbac::v3::Rbac as TcpRbac;
+    let shadow = TcpRbac::decode(grpc[0].1.as_slice()).unwrap();
+    assert_eq!(
+        (
+            shadow.stat_prefix.as_str(),
+            shadow.shadow_rules_stat_prefix.as_str()
+        ),
+        ("tcp.", "istio_ext_authz_")
+    );
+    assert!(shadow.rules.is_none() && shadow.shadow_rules.is_some());
+    let tcp = TcpExtAuthz::decode(grpc[1].1.as_slice()).unwrap();
+    assert_eq!(tcp.stat_prefix, "tcp.");
+    let service = tcp.grpc_service.unwrap();
+    assert_eq!(service.timeout.unwrap().seconds, 2);
+    assert!(
+        format!("{:?}", service.target_specifier)
+            .contains("outbound|9000||authz.shop.svc.cluster.local")
+    );
+}

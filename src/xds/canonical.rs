@@ -104,18 +104,45 @@ pub fn encode_rbac_filter(
     rules: &envoy_types::pb::envoy::config::rbac::v3::Rbac,
     stat_prefix: Option<&str>,
 ) -> Vec<u8> {
+    let mut out = Vec::new();
+    length_delimited(1, &rbac_message(rules), &mut out);
+    if let Some(prefix) = stat_prefix {
+        string_field(3, prefix, &mut out);
+    }
+    out
+}
+
+/// An HTTP (`stat_prefix` None) or network RBAC filter config holding `rules` as shadow
+/// rules only (evaluated, never enforced; the result is written to the dynamic metadata
+/// under keys prefixed `shadow_prefix`).
+pub fn encode_shadow_rbac_filter(
+    rules: &envoy_types::pb::envoy::config::rbac::v3::Rbac,
+    shadow_prefix: &str,
+    stat_prefix: Option<&str>,
+) -> Vec<u8> {
+    let mut out = Vec::new();
+    length_delimited(2, &rbac_message(rules), &mut out);
+    match stat_prefix {
+        // HTTP: shadow_rules_stat_prefix is field 3.
+        None => string_field(3, shadow_prefix, &mut out),
+        // Network: stat_prefix is field 3, shadow_rules_stat_prefix field 5.
+        Some(prefix) => {
+            string_field(3, prefix, &mut out);
+            string_field(5, shadow_prefix, &mut out);
+        }
+    }
+    out
+}
+
+/// An `Rbac` message with its policy map in key order.
+fn rbac_message(rules: &envoy_types::pb::envoy::config::rbac::v3::Rbac) -> Vec<u8> {
     let without_policies = envoy_types::pb::envoy::config::rbac::v3::Rbac {
         policies: HashMap::new(),
         ..rules.clone()
     };
     let mut rbac = without_policies.encode_to_vec();
     sorted_map(2, &rules.policies, |p| p.encode_to_vec(), &mut rbac);
-    let mut out = Vec::new();
-    length_delimited(1, &rbac, &mut out);
-    if let Some(prefix) = stat_prefix {
-        string_field(3, prefix, &mut out);
-    }
-    out
+    rbac
 }
 
 #[cfg(test)]

@@ -235,13 +235,21 @@ impl Upstream {
     /// An upstream that answers every request with `status` (e.g. `"503 Service
     /// Unavailable"`), its name as the body.
     pub fn answering(name: &str, status: &'static str) -> Upstream {
+        Upstream::deciding(name, move |_| status)
+    }
+
+    /// An upstream answering each request with the status `decide` gives its path.
+    pub fn deciding(
+        name: &str,
+        decide: impl Fn(&str) -> &'static str + Clone + Send + 'static,
+    ) -> Upstream {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let n = name.to_string();
         thread::spawn(move || {
             for conn in listener.incoming().flatten() {
-                let n = n.clone();
-                thread::spawn(move || serve_connection(conn, &n, status, ""));
+                let (n, decide) = (n.clone(), decide.clone());
+                thread::spawn(move || serve_connection(conn, &n, decide, ""));
             }
         });
         Upstream {
@@ -280,7 +288,8 @@ impl Upstream {
                         _ => "absent",
                     };
                     let headers = format!("x-tls-sni: {sni}\r\nx-tls-client-cert: {cert}\r\n");
-                    serve_connection(rustls::StreamOwned::new(conn, tcp), &n, "200 OK", &headers);
+                    let ok = |_: &str| "200 OK";
+                    serve_connection(rustls::StreamOwned::new(conn, tcp), &n, ok, &headers);
                 });
             }
         });
@@ -291,10 +300,16 @@ impl Upstream {
     }
 }
 
-/// Answers the HTTP/1.1 requests of one connection with `status`, the upstream's name and
-/// `extra` response headers (each ending in CRLF). A connection whose first line is not
-/// an HTTP/1 request line is an echo: each line comes back as `NAME echo: LINE`.
-fn serve_connection(conn: impl Read + Write, name: &str, status: &str, extra: &str) {
+/// Answers the HTTP/1.1 requests of one connection with the status `decide` gives the
+/// path, the upstream's name and `extra` response headers (each ending in CRLF). A
+/// connection whose first line is not an HTTP/1 request line is an echo: each line comes
+/// back as `NAME echo: LINE`.
+fn serve_connection(
+    conn: impl Read + Write,
+    name: &str,
+    decide: impl Fn(&str) -> &'static str,
+    extra: &str,
+) {
     let mut reader = BufReader::new(conn);
     loop {
         let mut line = String::new();
@@ -340,6 +355,7 @@ fn serve_connection(conn: impl Read + Write, name: &str, status: &str, extra: &s
         if reader.read_exact(&mut body).is_err() {
             return;
         }
+        let status = decide(&path);
         let resp = format!(
             "HTTP/1.1 {status}\r\ncontent-type: text/plain\r\nx-upstream: {name}\r\nx-path: {path}\r\nx-echo-xfcc: {xfcc}\r\n{extra}content-length: {}\r\n\r\n{name}",
             name.len()
@@ -825,13 +841,20 @@ static_resources:
         Envoy::run(&config, &dir, id, admin_port, ip)
     }
 
-    /// Runs Envoy on a bootstrap file; its log goes next to it in `dir`.
+    /// Runs Envoy on a bootstrap file; its log goes next to it in `dir`. As istio-agent
+    /// runs it: a replaced listener's connections are told to close at once
+    /// (`--drain-strategy immediate`, 45 s to finish), so a new filter chain takes every
+    /// new request.
     fn run(config: &Path, dir: &Path, id: String, admin_port: u16, ip: String) -> Envoy {
         let log = dir.join("envoy.log");
         let child = Command::new(envoy_bin())
             .arg("-c")
             .arg(config)
             .args([
+                "--drain-time-s",
+                "45",
+                "--drain-strategy",
+                "immediate",
                 "--disable-hot-restart",
                 "--concurrency",
                 "1",

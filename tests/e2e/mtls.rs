@@ -549,6 +549,74 @@ fn an_unnamed_port_carries_http_and_tcp_sniffed_at_both_ends() {
     both_ways("STRICT");
 }
 
+/// The sum of an Envoy's connection-manager counters (`http.*`) whose names end in
+/// `suffix`.
+fn counter(envoy: &Envoy, suffix: &str) -> u64 {
+    let stats = envoy.admin("/stats").unwrap().body;
+    (stats.lines())
+        .filter_map(|l| l.split_once(": "))
+        .filter(|(name, _)| name.starts_with("http.") && name.ends_with(suffix))
+        .filter_map(|(_, v)| v.parse::<u64>().ok())
+        .sum()
+}
+
+/// AuthorizationPolicy `action: CUSTOM` asks the MeshConfig `extensionProviders` HTTP
+/// authorizer about the requests its rules match, and only those, as istiod builds it;
+/// the authorizer's answer decides. A provider meshd cannot use denies what the rules
+/// match (fail closed), and nothing else.
+#[test]
+fn a_custom_policy_asks_its_external_authorizer_about_the_requests_it_matches() {
+    let m = mesh("mtls-ext-authz");
+    let authz = Upstream::deciding("authz", |path| {
+        if path.contains("deny") {
+            "403 Forbidden"
+        } else {
+            "200 OK"
+        }
+    });
+    let server = m.reviews(&[]);
+    let client = m.client("productpage", "pp-token", &[]);
+    let policy = |provider: &str| {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: istio, namespace: istio-system}}\ndata:\n  mesh: |\n    extensionProviders:\n    - name: ext-authz\n      envoyExtAuthzHttp: {{service: authz.shop.svc.cluster.local, port: 8000, pathPrefix: /check}}\n---\n{}---\napiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {{name: admin, namespace: shop}}\nspec:\n  selector: {{matchLabels: {{app: reviews}}}}\n  action: CUSTOM\n  provider: {{name: {provider}}}\n  rules: [{{to: [{{operation: {{paths: [\"/admin*\"]}}}}]}}]\n",
+            service_yaml("shop", "authz", 8000, &[(&authz, &[])])
+        )
+    };
+    let status = |path: &str| via(&client, path).map(|r| r.status).unwrap_or(0);
+    wait_until("reviews to serve", Duration::from_secs(10), || {
+        status("/") == 200
+    });
+    m.meshd.write("authz.yaml", &policy("ext-authz"));
+    wait_until("the authorizer to refuse", Duration::from_secs(10), || {
+        status("/admin/deny") == 403
+    });
+    let asked =
+        || counter(&server.envoy, ".ext_authz.ok") + counter(&server.envoy, ".ext_authz.denied");
+    let before = asked();
+    // Requests no CUSTOM rule matches are not sent to the authorizer, whatever their path.
+    assert_eq!(status("/"), 200);
+    assert_eq!(status("/deny"), 200);
+    assert_eq!(
+        asked(),
+        before,
+        "the authorizer was asked about unmatched requests"
+    );
+    // A matched request it allows reaches the workload.
+    let allowed = via(&client, "/admin/ok").unwrap();
+    assert_eq!((allowed.status, allowed.body.as_str()), (200, "reviews"));
+    assert_eq!(counter(&server.envoy, ".ext_authz.ok"), 1);
+    assert!(counter(&server.envoy, ".ext_authz.denied") >= 1);
+
+    // A provider MeshConfig does not define: what the rules match is denied.
+    m.meshd.write("authz.yaml", &policy("missing"));
+    wait_until(
+        "the unusable provider to deny",
+        Duration::from_secs(10),
+        || status("/admin/ok") == 403,
+    );
+    assert_eq!(status("/"), 200);
+}
+
 /// The DestinationRule of the service a workload serves sets the limits of the
 /// workload's inbound cluster, as istiod's `buildInboundCluster` applies it (so the
 /// server has the capacity its clients are given): the rule's pool, the port's entry

@@ -1,0 +1,471 @@
+//! AuthorizationPolicy `action: CUSTOM`: external authorization by a MeshConfig
+//! `extensionProviders` entry, as istiod builds it (`authz/builder/extauthz.go`).
+//!
+//! The CUSTOM policies of a workload become an RBAC filter in shadow mode: it enforces
+//! nothing, but when one of their rules matches it records the rule's name,
+//! `istio-ext-authz-PROVIDER-ns[NS]-policy[NAME]-rule[I]`, in the dynamic metadata key
+//! `istio_ext_authz_shadow_effective_policy_id`. Envoy's `ext_authz` filter that follows
+//! asks the provider only when that name is there. So requests no CUSTOM rule matches
+//! never reach the authorizer. The pair comes before the DENY and ALLOW filters, Istio's
+//! order (CUSTOM, DENY, ALLOW).
+//!
+//! A provider that is missing, malformed or names a service meshd does not know fails
+//! closed: the CUSTOM rules become DENY rules (`...-deny-due-to-bad-CUSTOM-action`). So
+//! does naming a second provider for one workload (istiod's default). On TCP ports only
+//! a gRPC provider applies (Envoy's network `ext_authz`); an HTTP provider is skipped
+//! there, as istiod skips it.
+
+use std::collections::BTreeMap;
+
+use envoy_types::pb::envoy::config::core::v3::{
+    ApiVersion, GrpcService, HeaderValue, HttpUri, grpc_service, http_uri,
+};
+use envoy_types::pb::envoy::config::listener::v3::{Filter, filter::ConfigType};
+use envoy_types::pb::envoy::config::rbac::v3::{
+    Permission, Policy, Principal, Rbac, permission, principal, rbac::Action,
+};
+use envoy_types::pb::envoy::extensions::filters::http::ext_authz::v3::{
+    AuthorizationRequest, AuthorizationResponse, BufferSettings, ExtAuthz, HttpService,
+    ext_authz::Services,
+};
+use envoy_types::pb::envoy::extensions::filters::network::ext_authz::v3::ExtAuthz as TcpExtAuthz;
+use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+    HttpFilter, http_filter,
+};
+use envoy_types::pb::envoy::r#type::matcher::v3::{
+    ListStringMatcher, MetadataMatcher, StringMatcher, ValueMatcher, metadata_matcher,
+    string_matcher::MatchPattern, value_matcher,
+};
+use envoy_types::pb::envoy::r#type::v3::{HttpStatus, StatusCode};
+use envoy_types::pb::google::protobuf::Any;
+use envoy_types::util::pack_any;
+
+use super::{authz, outbound_cluster_name};
+use crate::api::security::{AuthorizationAction, AuthorizationPolicySpec};
+use crate::config::ConfigObject;
+use crate::model::PushContext;
+use crate::model::mesh::{ExtAuthzRequestBody, ExtensionProvider};
+use crate::xds::canonical;
+
+const MATCH_PREFIX: &str = "istio-ext-authz";
+/// The RBAC filter's shadow rules' stat prefix, and so its dynamic metadata keys' prefix.
+const SHADOW_PREFIX: &str = "istio_ext_authz_";
+const BAD_CUSTOM_SUFFIX: &str = "-deny-due-to-bad-CUSTOM-action";
+const HTTP_RBAC: &str = "type.googleapis.com/envoy.extensions.filters.http.rbac.v3.RBAC";
+const NETWORK_RBAC: &str = "type.googleapis.com/envoy.extensions.filters.network.rbac.v3.RBAC";
+
+/// What istiod finds wrong with a provider before looking up its service
+/// (`processExtensionProvider`): its name, its port, `statusOnError`, `pathPrefix`, and a
+/// lone `*` in a header list. `Ok` for providers that are not authorizers.
+pub fn check(p: &ExtensionProvider, all: &[ExtensionProvider]) -> Result<(), String> {
+    if p.name.is_empty() {
+        return Err("extension provider name must not be empty".into());
+    }
+    if all.iter().filter(|o| o.name == p.name).count() > 1 {
+        return Err(format!(
+            "extension provider name must be unique, found duplicate: {}",
+            p.name
+        ));
+    }
+    let name_ok = p.name.len() <= 63
+        && (p.name.bytes()).all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
+        && !p.name.starts_with('-')
+        && !p.name.ends_with('-');
+    if !name_ok {
+        return Err(format!(
+            "invalid provider name {:?}: lowercase letters, digits and hyphens, at most 63, not starting or ending with a hyphen",
+            p.name
+        ));
+    }
+    let (port, status, timeout) = match (&p.envoy_ext_authz_http, &p.envoy_ext_authz_grpc) {
+        (Some(h), _) => {
+            if !h.path_prefix.is_empty() && !h.path_prefix.starts_with('/') {
+                return Err(format!(
+                    "pathPrefix must begin with `/`, found: {:?}",
+                    h.path_prefix
+                ));
+            }
+            let lists = [
+                (
+                    "includeRequestHeadersInCheck",
+                    &h.include_request_headers_in_check,
+                ),
+                ("includeHeadersInCheck", &h.include_headers_in_check),
+                ("headersToUpstreamOnAllow", &h.headers_to_upstream_on_allow),
+                (
+                    "headersToDownstreamOnDeny",
+                    &h.headers_to_downstream_on_deny,
+                ),
+                (
+                    "headersToDownstreamOnAllow",
+                    &h.headers_to_downstream_on_allow,
+                ),
+            ];
+            if let Some((field, _)) = lists.iter().find(|(_, v)| v.iter().any(|h| h == "*")) {
+                return Err(format!(
+                    "a single wildcard (\"*\") is not supported, change it to either prefix or suffix match: {field}"
+                ));
+            }
+            (h.port, &h.status_on_error, &h.timeout)
+        }
+        (None, Some(g)) => (g.port, &g.status_on_error, &g.timeout),
+        (None, None) => return Ok(()),
+    };
+    if !(1..=65535).contains(&port) {
+        return Err(format!(
+            "port must be in the range [1, 65535], found: {port}"
+        ));
+    }
+    status_on_error(status)?;
+    if let Some(t) = timeout {
+        crate::duration::parse(t).map_err(|e| format!("invalid timeout {t:?}: {e}"))?;
+    }
+    Ok(())
+}
+
+fn status_on_error(status: &str) -> Result<Option<HttpStatus>, String> {
+    if status.is_empty() {
+        return Ok(None);
+    }
+    let code: i32 = status
+        .parse()
+        .map_err(|e| format!("invalid statusOnError {status:?}: {e}"))?;
+    if StatusCode::try_from(code).is_err() || code == 0 {
+        return Err(format!("unsupported statusOnError {status}"));
+    }
+    Ok(Some(HttpStatus { code }))
+}
+
+/// istiod's `LookupCluster`: `[namespace/]hostname` to its host and `outbound|PORT||HOST`.
+fn lookup_cluster(ctx: &PushContext, service: &str, port: u32) -> Result<(String, String), String> {
+    let (namespace, host) = match service.split_once('/') {
+        Some((ns, host)) => (Some(ns), host),
+        None => (None, service),
+    };
+    match ctx.services.get(host) {
+        Some(svc) if namespace.is_none_or(|ns| ns == svc.namespace) => {
+            Ok((host.to_string(), outbound_cluster_name(port, "", host)))
+        }
+        _ => Err(format!(
+            "could not find service {service} in Istio service registry"
+        )),
+    }
+}
+
+/// A provider's filters: the HTTP filter always, the network one for gRPC providers.
+struct Built {
+    http: ExtAuthz,
+    tcp: Option<TcpExtAuthz>,
+}
+
+fn build(ctx: &PushContext, name: &str) -> Result<Built, String> {
+    let all = &ctx.mesh.extension_providers;
+    let p = (all.iter()).find(|p| p.name == name).ok_or_else(|| {
+        let known: Vec<&str> = all.iter().map(|p| p.name.as_str()).collect();
+        format!("available providers are {known:?} but found {name:?}")
+    })?;
+    check(p, all)?;
+    let timeout = |t: &Option<String>| {
+        let t = t.as_deref().and_then(|t| crate::duration::parse(t).ok());
+        Some(super::duration(
+            t.unwrap_or(std::time::Duration::from_secs(600)),
+        ))
+    };
+    let enabled = |filter: &str| Some(filter_enabled(filter, name));
+    if let Some(h) = &p.envoy_ext_authz_http {
+        let (host, cluster) = lookup_cluster(ctx, &h.service, h.port)?;
+        let mut service = HttpService {
+            path_prefix: h.path_prefix.clone(),
+            server_uri: Some(HttpUri {
+                uri: format!("http://{host}"),
+                timeout: timeout(&h.timeout),
+                http_upstream_type: Some(http_uri::HttpUpstreamType::Cluster(cluster)),
+            }),
+            ..Default::default()
+        };
+        if !h.include_additional_headers_in_check.is_empty() {
+            // Sorted by name: a BTreeMap.
+            let headers_to_add = (h.include_additional_headers_in_check.iter())
+                .map(|(key, value)| HeaderValue {
+                    key: key.clone(),
+                    value: value.clone(),
+                    ..Default::default()
+                })
+                .collect();
+            service.authorization_request = Some(AuthorizationRequest {
+                headers_to_add,
+                ..Default::default()
+            });
+        }
+        let response_lists = [
+            &h.headers_to_upstream_on_allow,
+            &h.headers_to_downstream_on_deny,
+            &h.headers_to_downstream_on_allow,
+        ];
+        if response_lists.iter().any(|l| !l.is_empty()) {
+            service.authorization_response = Some(AuthorizationResponse {
+                allowed_upstream_headers: headers(&h.headers_to_upstream_on_allow),
+                allowed_client_headers: headers(&h.headers_to_downstream_on_deny),
+                allowed_client_headers_on_success: headers(&h.headers_to_downstream_on_allow),
+                ..Default::default()
+            });
+        }
+        let allowed = headers(&h.include_request_headers_in_check)
+            .or_else(|| headers(&h.include_headers_in_check));
+        let http = ExtAuthz {
+            status_on_error: status_on_error(&h.status_on_error)?,
+            failure_mode_allow: h.fail_open,
+            transport_api_version: ApiVersion::V3 as i32,
+            services: Some(Services::HttpService(service)),
+            filter_enabled_metadata: enabled("envoy.filters.http.rbac"),
+            with_request_body: body(h.include_request_body_in_check.as_ref()),
+            allowed_headers: allowed,
+            ..Default::default()
+        };
+        return Ok(Built { http, tcp: None });
+    }
+    let Some(g) = &p.envoy_ext_authz_grpc else {
+        return Err(format!(
+            "provider {name:?} is not an external authorizer (envoyExtAuthzHttp or envoyExtAuthzGrpc)"
+        ));
+    };
+    let (host, cluster) = lookup_cluster(ctx, &g.service, g.port)?;
+    let grpc = GrpcService {
+        target_specifier: Some(grpc_service::TargetSpecifier::EnvoyGrpc(
+            grpc_service::EnvoyGrpc {
+                cluster_name: cluster,
+                authority: host,
+                ..Default::default()
+            },
+        )),
+        timeout: timeout(&g.timeout),
+        ..Default::default()
+    };
+    let http = ExtAuthz {
+        status_on_error: status_on_error(&g.status_on_error)?,
+        failure_mode_allow: g.fail_open,
+        services: Some(Services::GrpcService(grpc.clone())),
+        filter_enabled_metadata: enabled("envoy.filters.http.rbac"),
+        transport_api_version: ApiVersion::V3 as i32,
+        with_request_body: body(g.include_request_body_in_check.as_ref()),
+        ..Default::default()
+    };
+    let tcp = TcpExtAuthz {
+        stat_prefix: "tcp.".into(),
+        failure_mode_allow: g.fail_open,
+        transport_api_version: ApiVersion::V3 as i32,
+        grpc_service: Some(grpc),
+        filter_enabled_metadata: enabled("envoy.filters.network.rbac"),
+        ..Default::default()
+    };
+    Ok(Built {
+        http,
+        tcp: Some(tcp),
+    })
+}
+
+/// Header names as istiod matches them: case-insensitive, `*x` a suffix, `x*` a prefix.
+fn headers(names: &[String]) -> Option<ListStringMatcher> {
+    if names.is_empty() {
+        return None;
+    }
+    let patterns = names
+        .iter()
+        .map(|h| {
+            let pattern = if let Some(suffix) = h.strip_prefix('*') {
+                MatchPattern::Suffix(suffix.into())
+            } else if let Some(prefix) = h.strip_suffix('*') {
+                MatchPattern::Prefix(prefix.into())
+            } else {
+                MatchPattern::Exact(h.clone())
+            };
+            StringMatcher {
+                match_pattern: Some(pattern),
+                ignore_case: true,
+            }
+        })
+        .collect();
+    Some(ListStringMatcher { patterns })
+}
+
+fn body(b: Option<&ExtAuthzRequestBody>) -> Option<BufferSettings> {
+    b.map(|b| BufferSettings {
+        max_request_bytes: b.max_request_bytes,
+        allow_partial_message: b.allow_partial_message,
+        pack_as_bytes: b.pack_as_bytes,
+    })
+}
+
+/// Calls the authorizer only when the shadow RBAC filter `filter` recorded a CUSTOM rule of
+/// `provider` as matched.
+fn filter_enabled(filter: &str, provider: &str) -> MetadataMatcher {
+    MetadataMatcher {
+        filter: filter.into(),
+        path: vec![metadata_matcher::PathSegment {
+            segment: Some(metadata_matcher::path_segment::Segment::Key(format!(
+                "{SHADOW_PREFIX}shadow_effective_policy_id"
+            ))),
+        }],
+        value: Some(ValueMatcher {
+            match_pattern: Some(value_matcher::MatchPattern::StringMatch(StringMatcher {
+                match_pattern: Some(MatchPattern::Prefix(format!("{MATCH_PREFIX}-{provider}"))),
+                ignore_case: false,
+            })),
+        }),
+        invert: false,
+    }
+}
+
+/// istiod's `rbacPolicyMatchNever`: for a CUSTOM policy without rules.
+fn match_never() -> Policy {
+    Policy {
+        permissions: vec![Permission {
+            rule: Some(permission::Rule::NotRule(Box::new(Permission {
+                rule: Some(permission::Rule::Any(true)),
+            }))),
+        }],
+        principals: vec![Principal {
+            identifier: Some(principal::Identifier::NotId(Box::new(Principal {
+                identifier: Some(principal::Identifier::Any(true)),
+            }))),
+        }],
+        ..Default::default()
+    }
+}
+
+/// The CUSTOM policies applying to a port, by provider: their rules as DENY-action RBAC
+/// policies (so a TCP rule with HTTP-only fields matches more, never less), named for
+/// the provider.
+fn rules_by_provider(
+    policies: &[(&ConfigObject, &AuthorizationPolicySpec)],
+    http: bool,
+) -> BTreeMap<String, Rbac> {
+    let mut out: BTreeMap<String, Rbac> = BTreeMap::new();
+    for (obj, spec) in policies {
+        if spec.action != Some(AuthorizationAction::Custom) {
+            continue;
+        }
+        let provider = spec.provider.as_ref().map_or("", |p| p.name.as_str());
+        let rbac = out.entry(provider.to_string()).or_insert_with(|| Rbac {
+            action: Action::Deny as i32,
+            ..Default::default()
+        });
+        let name = |i: usize| {
+            let (ns, policy) = (&obj.key.namespace, &obj.key.name);
+            format!("{MATCH_PREFIX}-{provider}-ns[{ns}]-policy[{policy}]-rule[{i}]")
+        };
+        if spec.rules.is_empty() {
+            rbac.policies.insert(name(0), match_never());
+        }
+        for (i, r) in spec.rules.iter().enumerate() {
+            if let Some(p) = authz::rule_policy(r, http, AuthorizationAction::Deny) {
+                rbac.policies.insert(name(i), p);
+            }
+        }
+    }
+    out
+}
+
+/// The CUSTOM rules as enforced DENY rules: what a provider that cannot be used gets.
+fn bad_custom_deny(rules: &Rbac) -> Rbac {
+    Rbac {
+        action: Action::Deny as i32,
+        policies: (rules.policies.iter())
+            .map(|(name, p)| (format!("{name}{BAD_CUSTOM_SUFFIX}"), p.clone()))
+            .collect(),
+        ..Default::default()
+    }
+}
+
+/// Why the providers of one port cannot be used, if they cannot: each must build, and
+/// istiod allows one provider per workload by default.
+fn usable(ctx: &PushContext, by_provider: &BTreeMap<String, Rbac>) -> Result<Vec<Built>, String> {
+    if by_provider.len() > 1 {
+        let names: Vec<&String> = by_provider.keys().collect();
+        return Err(format!(
+            "multiple CUSTOM authorization providers per workload are not supported, found {names:?}"
+        ));
+    }
+    by_provider.keys().map(|name| build(ctx, name)).collect()
+}
+
+/// The CUSTOM filters of an inbound HTTP connection manager, before the RBAC ones.
+pub fn http_filters(
+    ctx: &PushContext,
+    policies: &[(&ConfigObject, &AuthorizationPolicySpec)],
+) -> Vec<HttpFilter> {
+    let by_provider = rules_by_provider(policies, true);
+    let rbac = |config: Vec<u8>| HttpFilter {
+        name: "envoy.filters.http.rbac".into(),
+        config_type: Some(http_filter::ConfigType::TypedConfig(Any {
+            type_url: HTTP_RBAC.into(),
+            value: config,
+        })),
+        ..Default::default()
+    };
+    match usable(ctx, &by_provider) {
+        Ok(built) => (by_provider.values().zip(built))
+            .flat_map(|(rules, b)| {
+                [
+                    rbac(canonical::encode_shadow_rbac_filter(
+                        rules,
+                        SHADOW_PREFIX,
+                        None,
+                    )),
+                    HttpFilter {
+                        name: "envoy.filters.http.ext_authz".into(),
+                        config_type: Some(http_filter::ConfigType::TypedConfig(pack_any(b.http))),
+                        ..Default::default()
+                    },
+                ]
+            })
+            .collect(),
+        Err(problem) => {
+            tracing::warn!(%problem, "CUSTOM authorization denies what its rules match");
+            (by_provider.values())
+                .map(|r| rbac(canonical::encode_rbac_filter(&bad_custom_deny(r), None)))
+                .collect()
+        }
+    }
+}
+
+/// The CUSTOM filters of an inbound TCP chain, before the RBAC ones: gRPC providers only.
+pub fn network_filters(
+    ctx: &PushContext,
+    policies: &[(&ConfigObject, &AuthorizationPolicySpec)],
+) -> Vec<Filter> {
+    let by_provider = rules_by_provider(policies, false);
+    let rbac = |config: Vec<u8>| Filter {
+        name: "envoy.filters.network.rbac".into(),
+        config_type: Some(ConfigType::TypedConfig(Any {
+            type_url: NETWORK_RBAC.into(),
+            value: config,
+        })),
+    };
+    match usable(ctx, &by_provider) {
+        Ok(built) => (by_provider.values().zip(built))
+            .filter_map(|(rules, b)| Some((rules, b.tcp?)))
+            .flat_map(|(rules, tcp)| {
+                [
+                    rbac(canonical::encode_shadow_rbac_filter(
+                        rules,
+                        SHADOW_PREFIX,
+                        Some("tcp."),
+                    )),
+                    Filter {
+                        name: "envoy.filters.network.ext_authz".into(),
+                        config_type: Some(ConfigType::TypedConfig(pack_any(tcp))),
+                    },
+                ]
+            })
+            .collect(),
+        Err(_) => (by_provider.values())
+            .map(|r| {
+                rbac(canonical::encode_rbac_filter(
+                    &bad_custom_deny(r),
+                    Some("tcp."),
+                ))
+            })
+            .collect(),
+    }
+}
