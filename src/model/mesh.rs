@@ -53,6 +53,18 @@ pub struct ExtensionProvider {
     pub envoy_ext_authz_grpc: Option<ExtAuthzGrpc>,
 }
 
+impl ExtensionProvider {
+    /// The service (`[namespace/]hostname`) and port of an external authorizer; `None`
+    /// for other kinds of provider.
+    pub fn authorizer(&self) -> Option<(&str, u32)> {
+        match (&self.envoy_ext_authz_http, &self.envoy_ext_authz_grpc) {
+            (Some(h), _) => Some((&h.service, h.port)),
+            (None, Some(g)) => Some((&g.service, g.port)),
+            (None, None) => None,
+        }
+    }
+}
+
 /// `envoyExtAuthzHttp`: an HTTP authorization service, Istio's field names.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -336,6 +336,8 @@ impl PushContext {
             || any(Kind::VirtualService)
             || any(Kind::DestinationRule)
             || any(Kind::Gateway)
+            || any(Kind::AuthorizationPolicy)
+            || any(Kind::ConfigMap)
         {
             ctx.issues = Arc::new(ctx.cross_check());
         }
@@ -353,9 +355,53 @@ impl PushContext {
             .count()
     }
 
-    /// Cross-object checks: every route destination and subset must exist.
+    /// istiod's `LookupCluster`: the host of an extension provider's `service`
+    /// (`[namespace/]hostname`), if a service has it (in that namespace, if named).
+    pub fn provider_host<'a>(&self, service: &'a str) -> Option<&'a str> {
+        let (namespace, host) = match service.split_once('/') {
+            Some((ns, host)) => (Some(ns), host),
+            None => (None, service),
+        };
+        let svc = self.services.get(host)?;
+        namespace
+            .is_none_or(|ns| ns == svc.namespace)
+            .then_some(host)
+    }
+
+    /// Cross-object checks: every route destination and subset must exist, and every
+    /// CUSTOM AuthorizationPolicy's provider.
     fn cross_check(&self) -> Vec<ModelIssue> {
         let mut issues = Vec::new();
+        for ap in self.authorization_policies.iter() {
+            let Spec::AuthorizationPolicy(spec) = &ap.spec else {
+                continue;
+            };
+            let Some(name) = (spec.provider.as_ref()).map(|p| p.name.as_str()) else {
+                continue;
+            };
+            let providers = &self.mesh.extension_providers;
+            let problem = match providers
+                .iter()
+                .find(|p| p.name == name)
+                .map(|p| p.authorizer())
+            {
+                None => format!(
+                    "extension provider {name:?} is not defined in MeshConfig extensionProviders"
+                ),
+                Some(None) => format!(
+                    "extension provider {name:?} is not envoyExtAuthzHttp or envoyExtAuthzGrpc"
+                ),
+                Some(Some((service, _))) if self.provider_host(service).is_none() => {
+                    format!("extension provider {name:?}: no service {service:?}")
+                }
+                Some(Some(_)) => continue,
+            };
+            issues.push(ModelIssue {
+                object: ap.key.to_string(),
+                field: "spec.provider.name".into(),
+                message: format!("{problem}; requests its rules match are denied"),
+            });
+        }
         // Delegates that are missing, not delegates, or not exported to their root.
         for vs in self.store.of_kind(Kind::VirtualService) {
             let Spec::VirtualService(spec) = &vs.spec else {

@@ -138,18 +138,10 @@ fn status_on_error(status: &str) -> Result<Option<HttpStatus>, String> {
 
 /// istiod's `LookupCluster`: `[namespace/]hostname` to its host and `outbound|PORT||HOST`.
 fn lookup_cluster(ctx: &PushContext, service: &str, port: u32) -> Result<(String, String), String> {
-    let (namespace, host) = match service.split_once('/') {
-        Some((ns, host)) => (Some(ns), host),
-        None => (None, service),
-    };
-    match ctx.services.get(host) {
-        Some(svc) if namespace.is_none_or(|ns| ns == svc.namespace) => {
-            Ok((host.to_string(), outbound_cluster_name(port, "", host)))
-        }
-        _ => Err(format!(
-            "could not find service {service} in Istio service registry"
-        )),
-    }
+    let host = ctx
+        .provider_host(service)
+        .ok_or_else(|| format!("could not find service {service} in Istio service registry"))?;
+    Ok((host.to_string(), outbound_cluster_name(port, "", host)))
 }
 
 /// A provider's filters: the HTTP filter always, the network one for gRPC providers.
@@ -421,7 +413,8 @@ pub fn http_filters(
             })
             .collect(),
         Err(problem) => {
-            tracing::warn!(%problem, "CUSTOM authorization denies what its rules match");
+            // Reported by the push context's cross-checks and the mesh config's validation.
+            tracing::debug!(%problem, "CUSTOM authorization denies what its rules match");
             (by_provider.values())
                 .map(|r| rbac(canonical::encode_rbac_filter(&bad_custom_deny(r), None)))
                 .collect()

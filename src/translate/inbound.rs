@@ -6,10 +6,11 @@
 //! - PERMISSIVE: a TLS chain and a plaintext chain, told apart by the TLS inspector;
 //! - DISABLE: plaintext only;
 //!
-//! each with the AuthorizationPolicies' filters (CUSTOM's external authorization, then RBAC),
-//! then (HTTP) an HCM that forwards the
-//! peer's identity in `x-forwarded-client-cert` to the application and routes to the
-//! `inbound|PORT||` cluster of the ingress `defaultEndpoint`.
+//! (a port without a declared protocol has an HTTP and a TCP chain of each kind, see
+//! [`sniffed_chains`]), each with the AuthorizationPolicies' filters (CUSTOM's external
+//! authorization, then RBAC), then (HTTP) an HCM that forwards the peer's identity in
+//! `x-forwarded-client-cert` to the application and routes to the `inbound|PORT||`
+//! cluster of the ingress `defaultEndpoint`.
 
 use envoy_types::pb::envoy::config::cluster::v3::cluster::LbPolicy;
 use envoy_types::pb::envoy::config::cluster::v3::{
@@ -442,6 +443,7 @@ pub fn sidecar(ctx: &PushContext, proxy: &Proxy) -> (Vec<Listener>, Vec<Cluster>
         return virtual_inbound(ctx, proxy);
     }
     let policies = ctx.authorization_policies_for(proxy);
+    let selecting: Vec<&Service> = selecting(ctx, proxy).collect();
     let mut listeners = Vec::new();
     let mut clusters = Vec::new();
     for ingress in ingress {
@@ -465,7 +467,7 @@ pub fn sidecar(ctx: &PushContext, proxy: &Proxy) -> (Vec<Listener>, Vec<Cluster>
         let cluster = inbound_cluster_name(port);
         // istiod's `findOrCreateService`: the service whose target port is the ingress
         // port, with the ingress port as its service port.
-        let served = selecting(ctx, proxy)
+        let served = (selecting.iter().copied())
             .find(|svc| svc.ports.iter().any(|p| target_port(svc, p) == port))
             .map(|service| Served { service, port });
         let c = inbound_cluster(&cluster, target);

@@ -1,9 +1,9 @@
 //! LDS: a sidecar's outbound listeners (one per HTTP port, `0.0.0.0_PORT` with RDS `"PORT"`;
 //! one per TCP or TLS service port, `VIP_PORT` with tcp_proxy, TLS chains told apart by
 //! SNI; one per port without a declared protocol, `VIP_PORT` sniffing HTTP to RDS
-//! `HOST:PORT` from the rest) and `virtualOutbound`; a gateway's listeners, one per Gateway server port
-//! (`0.0.0.0_PORT`: RDS `http.PORT` for HTTP, SNI chains for HTTPS and PASSTHROUGH, a
-//! tcp_proxy for TCP).
+//! `HOST:PORT` from the rest) and `virtualOutbound`; a gateway's listeners, one per
+//! Gateway server port (`0.0.0.0_PORT`: RDS `http.PORT` for HTTP, SNI chains for HTTPS and
+//! PASSTHROUGH, a tcp_proxy for TCP).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

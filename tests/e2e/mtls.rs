@@ -615,6 +615,12 @@ fn a_custom_policy_asks_its_external_authorizer_about_the_requests_it_matches() 
         || status("/admin/ok") == 403,
     );
     assert_eq!(status("/"), 200);
+    let warnings = m.meshd.json("/debug/configz")["crossObjectWarnings"].clone();
+    let warning = (warnings.as_array().unwrap().iter())
+        .find(|w| w["field"] == "spec.provider.name")
+        .unwrap_or_else(|| panic!("{warnings}"));
+    let message = warning["message"].as_str().unwrap();
+    assert!(message.contains("\"missing\" is not defined"), "{message}");
 }
 
 /// The DestinationRule of the service a workload serves sets the limits of the
