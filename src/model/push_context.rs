@@ -738,8 +738,9 @@ impl PushContext {
         let mut sidecar: Option<Option<&SidecarSpec>> = None;
         keys.into_iter().any(|key| match key.kind {
             // Inbound policy: the proxy's namespace, or mesh-wide from the root namespace.
+            // Authorization guards gateways too; peer authentication only sidecars.
             Kind::PeerAuthentication | Kind::AuthorizationPolicy => {
-                proxy.kind == ProxyKind::Sidecar
+                (proxy.kind == ProxyKind::Sidecar || key.kind == Kind::AuthorizationPolicy)
                     && (key.namespace == proxy.namespace
                         || key.namespace == self.mesh.root_namespace())
             }

@@ -506,6 +506,27 @@ pub fn network_filters(policies: &[(&ConfigObject, &AuthorizationPolicySpec)]) -
         .collect()
 }
 
+/// The filters of the AuthorizationPolicies applying to a proxy's port, in Istio's order:
+/// CUSTOM (external authorization, [`super::ext_authz`]), then AUDIT, DENY, ALLOW; for an
+/// HTTP connection manager and for a TCP chain.
+pub struct Authorization {
+    pub http: Vec<HttpFilter>,
+    pub tcp: Vec<Filter>,
+}
+
+impl Authorization {
+    pub fn of(
+        ctx: &crate::model::PushContext,
+        policies: &[(&ConfigObject, &AuthorizationPolicySpec)],
+    ) -> Authorization {
+        let mut http = super::ext_authz::http_filters(ctx, policies);
+        http.extend(http_filters(policies));
+        let mut tcp = super::ext_authz::network_filters(ctx, policies);
+        tcp.extend(network_filters(policies));
+        Authorization { http, tcp }
+    }
+}
+
 /// A network RBAC filter that allows nothing.
 pub fn deny_all_network_filter() -> Filter {
     let rules = Rbac {

@@ -48,7 +48,7 @@ use envoy_types::util::pack_any;
 
 use super::endpoint::socket_address;
 use super::listener::tcp_proxy;
-use super::{authz, duration, ext_authz, sniff, tls};
+use super::{authz, duration, sniff, tls};
 use crate::api::networking::IstioIngressListener;
 use crate::api::networking::SidecarSpec;
 use crate::model::destination_rule;
@@ -294,15 +294,13 @@ fn port_chains(
     stat_name: &str,
     destination_port: Option<u32>,
 ) -> Vec<FilterChain> {
-    // Istio's order: CUSTOM (external authorization), then AUDIT, DENY, ALLOW.
+    let authorization = authz::Authorization::of(ctx, policies);
     let filters = |http: bool| -> Vec<Filter> {
         if http {
-            let mut authorization = ext_authz::http_filters(ctx, policies);
-            authorization.extend(authz::http_filters(policies));
-            vec![inbound_hcm(stat_name, port, cluster, authorization)]
+            let http_filters = authorization.http.clone();
+            vec![inbound_hcm(stat_name, port, cluster, http_filters)]
         } else {
-            let mut f = ext_authz::network_filters(ctx, policies);
-            f.extend(authz::network_filters(policies));
+            let mut f = authorization.tcp.clone();
             f.push(tcp_proxy(cluster));
             f
         }

@@ -96,15 +96,23 @@ pub(super) fn apply_idle_timeout(
     }
 }
 
-/// An HCM over RDS `route_name`. A sniffed listener's (`sniffed`) marks its requests'
-/// upstream mTLS as HTTP ([`sniff::mtls_http_alpn_filter`]).
-fn http_connection_manager(
-    stat_prefix: String,
-    route_name: String,
-    gateway: bool,
-    sniffed: bool,
-) -> Filter {
-    let alpn = sniffed.then(sniff::mtls_http_alpn_filter);
+/// Whose connection manager: a sidecar's outbound one, a sniffed listener's (which marks
+/// its requests' upstream mTLS as HTTP, [`sniff::mtls_http_alpn_filter`]), or a
+/// gateway's, with the AuthorizationPolicy filters that apply to the gateway first.
+enum Hcm {
+    Outbound,
+    Sniffed,
+    Gateway(Vec<HttpFilter>),
+}
+
+/// An HCM over RDS `route_name`.
+fn http_connection_manager(stat_prefix: String, route_name: String, kind: Hcm) -> Filter {
+    let gateway = matches!(kind, Hcm::Gateway(_));
+    let (authorization, alpn) = match kind {
+        Hcm::Outbound => (Vec::new(), None),
+        Hcm::Sniffed => (Vec::new(), Some(sniff::mtls_http_alpn_filter())),
+        Hcm::Gateway(filters) => (filters, None),
+    };
     let hcm = HttpConnectionManager {
         stat_prefix,
         codec_type: CodecType::Auto as i32,
@@ -112,34 +120,35 @@ fn http_connection_manager(
             config_source: Some(ads_config_source()),
             route_config_name: route_name,
         })),
-        http_filters: vec![
-            // Routes with a VirtualService `fault` or `corsPolicy` configure them
-            // (istiod's order: fault, CORS, then the router).
-            HttpFilter {
-                name: super::filters::FAULT_FILTER.into(),
-                config_type: Some(http_filter::ConfigType::TypedConfig(
-                    super::filters::filter_config(),
-                )),
+        // Authorization first; routes with a VirtualService `fault` or `corsPolicy`
+        // configure those filters (istiod's order: authorization, fault, CORS, router).
+        http_filters: authorization
+            .into_iter()
+            .chain([
+                HttpFilter {
+                    name: super::filters::FAULT_FILTER.into(),
+                    config_type: Some(http_filter::ConfigType::TypedConfig(
+                        super::filters::filter_config(),
+                    )),
+                    ..Default::default()
+                },
+                HttpFilter {
+                    name: super::filters::CORS_FILTER.into(),
+                    config_type: Some(http_filter::ConfigType::TypedConfig(
+                        super::filters::cors_filter_config(),
+                    )),
+                    ..Default::default()
+                },
+            ])
+            .chain(alpn)
+            .chain(std::iter::once(HttpFilter {
+                name: "envoy.filters.http.router".into(),
+                config_type: Some(http_filter::ConfigType::TypedConfig(pack_any(
+                    Router::default(),
+                ))),
                 ..Default::default()
-            },
-            HttpFilter {
-                name: super::filters::CORS_FILTER.into(),
-                config_type: Some(http_filter::ConfigType::TypedConfig(
-                    super::filters::cors_filter_config(),
-                )),
-                ..Default::default()
-            },
-        ]
-        .into_iter()
-        .chain(alpn)
-        .chain(std::iter::once(HttpFilter {
-            name: "envoy.filters.http.router".into(),
-            config_type: Some(http_filter::ConfigType::TypedConfig(pack_any(
-                Router::default(),
-            ))),
-            ..Default::default()
-        }))
-        .collect(),
+            }))
+            .collect(),
         use_remote_address: Some(BoolValue { value: gateway }),
         normalize_path: Some(BoolValue { value: true }),
         path_with_escaped_slashes_action: PathWithEscapedSlashesAction::KeepUnchanged as i32,
@@ -156,10 +165,12 @@ fn http_connection_manager(
         ..Default::default()
     };
     Filter {
-        name: "envoy.filters.network.http_connection_manager".into(),
+        name: HCM.into(),
         config_type: Some(ConfigType::TypedConfig(pack_any(hcm))),
     }
 }
+
+const HCM: &str = "envoy.filters.network.http_connection_manager";
 
 pub(super) fn tcp_proxy(cluster: &str) -> Filter {
     tcp_proxy_to(cluster, &[(cluster.to_string(), 100)], None)
@@ -765,7 +776,7 @@ pub fn sidecar_listeners<'a>(
             None => outbound_listener(&o.bind, o.port, real_bind, o.chains, fallthrough),
             Some(rds) if !o.sniffed && o.chains.is_empty() => {
                 let name = format!("{}_{}", o.bind, o.port);
-                let hcm = http_connection_manager(format!("outbound_{name}"), rds, false, false);
+                let hcm = http_connection_manager(format!("outbound_{name}"), rds, Hcm::Outbound);
                 let direction = TrafficDirection::Outbound;
                 listener(&o.bind, o.port, real_bind, direction, vec![hcm])
             }
@@ -804,7 +815,7 @@ fn sniffed_listener(
     fallthrough: &str,
 ) -> Listener {
     let mut l = outbound_listener(bind, port, bind_to_port, Vec::new(), fallthrough);
-    let hcm = http_connection_manager(format!("outbound_{}", l.name), rds, false, true);
+    let hcm = http_connection_manager(format!("outbound_{}", l.name), rds, Hcm::Sniffed);
     let (match_all, by_sni): (Vec<Chain>, Vec<Chain>) =
         chains.into_iter().partition(|c| c.server_names.is_empty());
     if !by_sni.is_empty() {
@@ -850,6 +861,10 @@ pub fn gateway(
     proxy: &Proxy,
     _services: &[&Arc<Service>],
 ) -> (Vec<Listener>, Vec<RouteConfiguration>, Vec<CredentialUse>) {
+    // The AuthorizationPolicies selecting the gateway guard its listeners, as istiod's do:
+    // every connection manager, and every chain without one.
+    let policies = ctx.authorization_policies_for(proxy);
+    let authorization = super::authz::Authorization::of(ctx, &policies);
     let mut http_servers: BTreeMap<u32, Vec<GatewayServer>> = BTreeMap::new();
     let mut tls_servers: BTreeMap<u32, Vec<TlsServer>> = BTreeMap::new();
     let mut tcp_servers: BTreeMap<u32, Vec<TcpServer>> = BTreeMap::new();
@@ -913,8 +928,7 @@ pub fn gateway(
         let hcm = http_connection_manager(
             format!("outbound_{name}"),
             format!("http.{port}"),
-            true,
-            false,
+            Hcm::Gateway(authorization.http.clone()),
         );
         listeners.push(listener(
             "0.0.0.0",
@@ -942,8 +956,7 @@ pub fn gateway(
                     let hcm = http_connection_manager(
                         format!("outbound_{name}"),
                         route_name.clone(),
-                        true,
-                        false,
+                        Hcm::Gateway(authorization.http.clone()),
                     );
                     chains.push(credentials::https_chain(&server.hosts, &tls, vec![hcm]));
                     routes.push(route::gateway(
@@ -1000,6 +1013,16 @@ pub fn gateway(
                 TrafficDirection::Outbound,
                 vec![filter],
             ));
+        }
+    }
+    if !authorization.tcp.is_empty() {
+        let chains = listeners
+            .iter_mut()
+            .flat_map(|l| l.filter_chains.iter_mut());
+        for chain in chains.filter(|c| !c.filters.iter().any(|f| f.name == HCM)) {
+            chain
+                .filters
+                .splice(0..0, authorization.tcp.iter().cloned());
         }
     }
     (listeners, routes, credentials)

@@ -1569,3 +1569,64 @@ fn a_port_without_a_protocol_is_sniffed_on_its_own_listener_and_route() {
     let cfg = proxy_config(&context(web), &gateway);
     assert!(http_options(cluster(&cfg, &format!("outbound|7070||{host}"))).is_none());
 }
+
+#[test]
+fn authorization_policies_selecting_a_gateway_guard_its_connection_managers_and_tcp_chains() {
+    use envoy_types::pb::envoy::config::listener::v3::filter::ConfigType;
+    use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpConnectionManager;
+    use prost::Message;
+    let gateway = concat!(
+        "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: edge, namespace: shop}\nspec:\n  selector: {istio: ingressgateway}\n  servers:\n",
+        "  - port: {number: 80, name: http, protocol: HTTP}\n    hosts: ['*']\n",
+        "  - port: {number: 5432, name: tcp, protocol: TCP}\n    hosts: ['*']\n---\n",
+        "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: edge, namespace: shop}\nspec:\n  hosts: ['*']\n  gateways: [edge]\n",
+        "  http: [{route: [{destination: {host: reviews}}]}]\n",
+        "  tcp: [{route: [{destination: {host: ratings.other.svc.cluster.local, port: {number: 5432}}}]}]\n---\n",
+    );
+    let policy = "apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {name: edge, namespace: shop}\nspec:\n  selector: {matchLabels: {istio: ingressgateway}}\n  action: DENY\n  rules: [{from: [{source: {ipBlocks: [10.0.0.0/8]}}]}]\n";
+    let meta = json!({"LABELS": {"istio": "ingressgateway"}});
+    let proxy = Proxy::from_node(
+        "router~10.1.1.1~gw-1.shop~shop.svc.cluster.local",
+        meta.as_object().unwrap(),
+    )
+    .unwrap();
+    let filters = |extra: &str| -> Vec<(String, Vec<String>)> {
+        let cfg = proxy_config(&context(&format!("{gateway}{extra}")), &proxy);
+        (cfg.listeners.iter())
+            .map(|l| {
+                let chain = &l.filter_chains[0];
+                let mut names: Vec<String> = chain.filters.iter().map(|f| f.name.clone()).collect();
+                if let Some(ConfigType::TypedConfig(any)) = &chain.filters[0].config_type
+                    && chain.filters[0].name.ends_with("http_connection_manager")
+                {
+                    let hcm = HttpConnectionManager::decode(any.value.as_slice()).unwrap();
+                    names.extend(hcm.http_filters.iter().map(|f| f.name.clone()));
+                }
+                (l.name.clone(), names)
+            })
+            .collect()
+    };
+    let without = filters("");
+    assert!(
+        without
+            .iter()
+            .all(|(_, f)| !f.iter().any(|n| n.contains("rbac"))),
+        "{without:?}"
+    );
+    let with = filters(policy);
+    let [(http, hcm), (tcp, chain)] = &with[..] else {
+        panic!("{with:?}")
+    };
+    assert_eq!(
+        (http.as_str(), tcp.as_str()),
+        ("0.0.0.0_80", "0.0.0.0_5432")
+    );
+    assert_eq!(hcm[1], "envoy.filters.http.rbac", "{hcm:?}");
+    assert_eq!(
+        chain,
+        &[
+            "envoy.filters.network.rbac",
+            "envoy.filters.network.tcp_proxy"
+        ]
+    );
+}

@@ -248,3 +248,45 @@ fn a_root_virtual_service_delegates_a_path_to_another_teams_virtual_service() {
     assert_eq!(get("/other").status, 404, "outside the root's match");
     assert_eq!(get("/productpage").body, "productpage");
 }
+
+/// AuthorizationPolicies selecting a gateway guard its listeners, as istiod's do: a DENY
+/// rule on a path refuses it, an ALLOW policy refuses what it does not list, and removing
+/// the policies opens the gateway again.
+#[test]
+fn authorization_policies_guard_the_gateway() {
+    let m = gateway_mesh(
+        "gw-authz",
+        Ads::Delta,
+        &[("/productpage", "productpage"), ("/reviews", "reviews")],
+    );
+    let status =
+        |path: &str| http_get(&m.addr, "shop.example.com", path, &[]).map_or(0, |r| r.status);
+    let policy = |action: &str, path: &str| {
+        format!(
+            "apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {{name: front, namespace: istio-system}}\nspec:\n  selector: {{matchLabels: {{istio: ingressgateway}}}}\n  action: {action}\n  rules: [{{to: [{{operation: {{paths: [\"{path}\"]}}}}]}}]\n"
+        )
+    };
+    m.meshd.write("authz.yaml", &policy("DENY", "/reviews*"));
+    wait_until(
+        "the gateway to deny /reviews",
+        Duration::from_secs(10),
+        || status("/reviews") == 403,
+    );
+    assert_eq!(status("/productpage"), 200);
+    m.meshd
+        .write("authz.yaml", &policy("ALLOW", "/productpage*"));
+    wait_until(
+        "the ALLOW policy to take over",
+        Duration::from_secs(10),
+        || status("/productpage") == 200 && status("/reviews") == 403,
+    );
+    assert_eq!(
+        status("/other"),
+        403,
+        "an ALLOW policy refuses what it does not list"
+    );
+    m.meshd.write("authz.yaml", "");
+    wait_until("the gateway to open", Duration::from_secs(10), || {
+        status("/reviews") == 200
+    });
+}
