@@ -1098,6 +1098,15 @@ pub fn validate(object: &ConfigObject) -> Vec<Problem> {
                 }
             }
             for (i, e) in sc.egress.iter().enumerate() {
+                // Only the hosts scope what the proxies receive (on every port).
+                r.not_applied(
+                    &format!("spec.egress[{i}]"),
+                    [
+                        ("port", e.port.is_some()),
+                        ("bind", e.bind.is_some()),
+                        ("captureMode", e.capture_mode.is_some()),
+                    ],
+                );
                 for (j, h) in e.hosts.iter().enumerate() {
                     if !h.contains('/') {
                         r.error(
@@ -1509,7 +1518,7 @@ mod tests {
         assert_eq!(errors, ["spec.servers[0].tls.credentialName"]);
         let sc = parse_file(
             "sc.yaml",
-            "apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {name: s, namespace: shop}\nspec:\n  inboundConnectionPool: {http: {http1MaxPendingRequests: 1}}\n  outboundTrafficPolicy: {mode: REGISTRY_ONLY, egressProxy: {host: proxy}}\n  ingress: [{port: {number: 80, protocol: HTTP, name: http}, defaultEndpoint: '127.0.0.1:8080', tls: {mode: SIMPLE}}]\n",
+            "apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {name: s, namespace: shop}\nspec:\n  inboundConnectionPool: {http: {http1MaxPendingRequests: 1}}\n  outboundTrafficPolicy: {mode: REGISTRY_ONLY, egressProxy: {host: proxy}}\n  ingress: [{port: {number: 80, protocol: HTTP, name: http}, defaultEndpoint: '127.0.0.1:8080', tls: {mode: SIMPLE}}]\n  egress: [{port: {number: 9080, protocol: HTTP, name: http}, hosts: [./reviews]}, {hosts: ['istio-system/*']}]\n",
         );
         assert_eq!(sc.objects.len(), 1, "{:?}", sc.issues);
         let warned: Vec<&str> = sc.issues.iter().map(|i| i.field.as_str()).collect();
@@ -1517,7 +1526,8 @@ mod tests {
             warned,
             [
                 "spec.outboundTrafficPolicy.egressProxy",
-                "spec.ingress[0].tls"
+                "spec.ingress[0].tls",
+                "spec.egress[0].port"
             ]
         );
         // The connection pools are applied, so checked as a DestinationRule's are.
