@@ -43,13 +43,10 @@ pub struct MeshConfig {
 
 /// MeshConfig `extensionProviders[]`: the external authorization providers.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(default, rename_all = "camelCase")]
 pub struct ExtensionProvider {
-    #[serde(default)]
     pub name: String,
-    #[serde(default)]
     pub envoy_ext_authz_http: Option<ExtAuthzHttp>,
-    #[serde(default)]
     pub envoy_ext_authz_grpc: Option<ExtAuthzGrpc>,
 }
 
@@ -67,75 +64,51 @@ impl ExtensionProvider {
 
 /// `envoyExtAuthzHttp`: an HTTP authorization service, Istio's field names.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(default, rename_all = "camelCase")]
 pub struct ExtAuthzHttp {
     /// `[namespace/]hostname` of the service.
-    #[serde(default)]
     pub service: String,
-    #[serde(default)]
     pub port: u32,
-    #[serde(default)]
     pub timeout: Option<String>,
-    #[serde(default)]
     pub path_prefix: String,
-    #[serde(default)]
     pub fail_open: bool,
-    #[serde(default)]
     pub status_on_error: String,
-    #[serde(default)]
     pub include_request_headers_in_check: Vec<String>,
     /// Deprecated name of `includeRequestHeadersInCheck`.
-    #[serde(default)]
     pub include_headers_in_check: Vec<String>,
-    #[serde(default)]
     pub include_additional_headers_in_check: BTreeMap<String, String>,
-    #[serde(default)]
     pub headers_to_upstream_on_allow: Vec<String>,
-    #[serde(default)]
     pub headers_to_downstream_on_deny: Vec<String>,
-    #[serde(default)]
     pub headers_to_downstream_on_allow: Vec<String>,
-    #[serde(default)]
     pub include_request_body_in_check: Option<ExtAuthzRequestBody>,
 }
 
 /// `envoyExtAuthzGrpc`: a gRPC authorization service (Envoy's `ext_authz` API).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(default, rename_all = "camelCase")]
 pub struct ExtAuthzGrpc {
-    #[serde(default)]
     pub service: String,
-    #[serde(default)]
     pub port: u32,
-    #[serde(default)]
     pub timeout: Option<String>,
-    #[serde(default)]
     pub fail_open: bool,
-    #[serde(default)]
     pub status_on_error: String,
-    #[serde(default)]
     pub include_request_body_in_check: Option<ExtAuthzRequestBody>,
 }
 
 /// `includeRequestBodyInCheck`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(default, rename_all = "camelCase")]
 pub struct ExtAuthzRequestBody {
-    #[serde(default)]
     pub max_request_bytes: u32,
-    #[serde(default)]
     pub allow_partial_message: bool,
-    #[serde(default)]
     pub pack_as_bytes: bool,
 }
 
 /// A Kubernetes label selector (`matchLabels` and `matchExpressions`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(default, rename_all = "camelCase")]
 pub struct LabelSelector {
-    #[serde(default)]
     pub match_labels: BTreeMap<String, String>,
-    #[serde(default)]
     pub match_expressions: Vec<LabelRequirement>,
 }
 
@@ -143,7 +116,6 @@ pub struct LabelSelector {
 pub struct LabelRequirement {
     pub key: String,
     pub operator: String,
-    #[serde(default)]
     pub values: Vec<String>,
 }
 

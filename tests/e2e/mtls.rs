@@ -108,6 +108,15 @@ impl Mesh {
     }
 }
 
+/// `client` made TLS handshakes on its cluster for reviews.
+fn assert_reached_reviews_over_mtls(client: &Workload) {
+    let cluster = "outbound|9080||reviews.shop.svc.cluster.local";
+    let handshakes = client
+        .envoy
+        .stat(&format!("cluster.{cluster}.ssl.handshake"));
+    assert!(handshakes > 0, "no TLS handshake on {cluster}");
+}
+
 /// A request to reviews through `client`'s outbound listener.
 fn via(client: &Workload, path: &str) -> std::io::Result<HttpResponse> {
     http_get(
@@ -141,13 +150,7 @@ fn two_workloads_talk_mutual_tls_and_peer_authentication_decides_about_plaintext
         xfcc.contains("URI=spiffe://cluster.local/ns/shop/sa/productpage"),
         "the server sees the client's identity: {xfcc:?}"
     );
-    let cluster = "outbound|9080||reviews.shop.svc.cluster.local";
-    assert!(
-        client
-            .envoy
-            .stat(&format!("cluster.{cluster}.ssl.handshake"))
-            > 0
-    );
+    assert_reached_reviews_over_mtls(&client);
 
     // PERMISSIVE (no policy): a plaintext client is served too, with no identity.
     let direct = || m.direct();
@@ -528,13 +531,7 @@ fn an_unnamed_port_carries_http_and_tcp_sniffed_at_both_ends() {
         );
     };
     both_ways("PERMISSIVE");
-    let cluster = "outbound|9080||reviews.shop.svc.cluster.local";
-    assert!(
-        client
-            .envoy
-            .stat(&format!("cluster.{cluster}.ssl.handshake"))
-            > 0
-    );
+    assert_reached_reviews_over_mtls(&client);
     // Plaintext from a client without a sidecar: HTTP (no identity) and TCP.
     assert_eq!(m.direct().unwrap().headers["x-echo-xfcc"], "");
     assert_eq!(
