@@ -259,7 +259,13 @@ impl PushContext {
     /// full.
     pub fn update(&self, store: &Store, changed: &BTreeSet<ObjectKey>, version: String) -> Self {
         let any = |kind: Kind| changed.iter().any(|k| k.kind == kind);
-        if any(Kind::Node) || any(Kind::ServiceEntry) || any(Kind::WorkloadEntry) {
+        // A Namespace's annotations decide its services' traffic distribution: rare
+        // enough to build in full, as Node changes are.
+        if any(Kind::Node)
+            || any(Kind::ServiceEntry)
+            || any(Kind::WorkloadEntry)
+            || any(Kind::Namespace)
+        {
             return PushContext::build(store, version);
         }
         let mut services = self.services.clone();
@@ -937,6 +943,7 @@ mod tests {
             ),
             ("a DestinationRule deleted", String::new(), vec![key(Kind::DestinationRule, "ns-0", "svc-0")]),
             ("a namespace labelled", "apiVersion: v1\nkind: Namespace\nmetadata: {name: ns-2, labels: {istio.io/rev: canary}}\n".into(), vec![]),
+            ("a namespace's traffic distribution", "apiVersion: v1\nkind: Namespace\nmetadata: {name: ns-2, annotations: {networking.istio.io/traffic-distribution: PreferClose}}\n".into(), vec![]),
             (
                 "a ServiceEntry",
                 "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: web, namespace: ns-1}\nspec:\n  hosts: [web.ns-1.svc.cluster.local]\n  ports: [{number: 80, name: http, protocol: HTTP}]\n  resolution: STATIC\n  endpoints: [{address: 10.3.0.1}]\n".into(),

@@ -135,9 +135,15 @@ pub enum TrafficDistribution {
 }
 
 impl TrafficDistribution {
-    /// From the Service's `spec.trafficDistribution`, else the annotation (case aside), as
-    /// istiod's `GetTrafficDistribution` reads them; anything else is `Any`.
-    pub fn of(spec: Option<&str>, annotations: &BTreeMap<String, String>) -> TrafficDistribution {
+    /// From the Service's `spec.trafficDistribution`, else its annotation, else its
+    /// namespace's annotation (annotations case aside), as istiod's
+    /// `GetTrafficDistribution` reads them. A value it does not know is `Any`, and an
+    /// annotation with one still decides (the namespace's is not read).
+    pub fn of(
+        spec: Option<&str>,
+        annotations: &BTreeMap<String, String>,
+        namespace_annotations: Option<&BTreeMap<String, String>>,
+    ) -> TrafficDistribution {
         let named = |v: &str| match v.to_ascii_lowercase().as_str() {
             "preferclose" | "prefersamezone" => Some(TrafficDistribution::PreferSameZone),
             "prefersamenode" => Some(TrafficDistribution::PreferSameNode),
@@ -149,8 +155,15 @@ impl TrafficDistribution {
             "PreferSameNode" => Some(TrafficDistribution::PreferSameNode),
             _ => None,
         });
+        let annotated = |a: &BTreeMap<String, String>| {
+            let value = a
+                .get(TRAFFIC_DISTRIBUTION_ANNOTATION)
+                .filter(|v| !v.is_empty())?;
+            Some(named(value).unwrap_or_default())
+        };
         from_spec
-            .or_else(|| named(annotations.get(TRAFFIC_DISTRIBUTION_ANNOTATION)?))
+            .or_else(|| annotated(annotations))
+            .or_else(|| namespace_annotations.and_then(annotated))
             .unwrap_or_default()
     }
 }
@@ -178,6 +191,8 @@ pub(super) trait Sources {
     /// A Pod's labels and service account.
     fn pod(&self, namespace: &str, name: &str) -> Option<PodInfo<'_>>;
     fn node(&self, name: &str) -> Option<&BTreeMap<String, String>>;
+    /// A Namespace's annotations.
+    fn namespace_annotations(&self, name: &str) -> Option<&BTreeMap<String, String>>;
 }
 
 type PodInfo<'a> = (&'a BTreeMap<String, String>, Option<&'a String>);
@@ -195,6 +210,7 @@ struct Indexed<'a> {
     slices: foldhash::HashMap<(&'a str, &'a str), Vec<&'a EndpointSliceDef>>,
     pods: foldhash::HashMap<(&'a str, &'a str), PodInfo<'a>>,
     nodes: foldhash::HashMap<&'a str, &'a BTreeMap<String, String>>,
+    namespaces: foldhash::HashMap<&'a str, &'a BTreeMap<String, String>>,
 }
 
 impl<'a> Indexed<'a> {
@@ -228,6 +244,10 @@ impl<'a> Indexed<'a> {
                 .of_kind(Kind::Node)
                 .map(|n| (n.key.name.as_str(), &n.meta.labels))
                 .collect(),
+            namespaces: store
+                .of_kind(Kind::Namespace)
+                .map(|n| (n.key.name.as_str(), &n.meta.annotations))
+                .collect(),
         }
     }
 }
@@ -246,6 +266,10 @@ impl Sources for Indexed<'_> {
 
     fn node(&self, name: &str) -> Option<&BTreeMap<String, String>> {
         self.nodes.get(name).copied()
+    }
+
+    fn namespace_annotations(&self, name: &str) -> Option<&BTreeMap<String, String>> {
+        self.namespaces.get(name).copied()
     }
 }
 
@@ -278,6 +302,11 @@ impl Sources for Store {
     fn node(&self, name: &str) -> Option<&BTreeMap<String, String>> {
         self.get(&ObjectKey::new(Kind::Node, "", name))
             .map(|n| &n.meta.labels)
+    }
+
+    fn namespace_annotations(&self, name: &str) -> Option<&BTreeMap<String, String>> {
+        self.get(&ObjectKey::new(Kind::Namespace, "", name))
+            .map(|n| &n.meta.annotations)
     }
 }
 
@@ -426,6 +455,7 @@ pub(super) fn kubernetes_service(obj: &ConfigObject, sources: &impl Sources) -> 
         traffic_distribution: TrafficDistribution::of(
             def.traffic_distribution.as_deref(),
             &obj.meta.annotations,
+            sources.namespace_annotations(&obj.key.namespace),
         ),
     })
 }
@@ -438,7 +468,8 @@ fn add_service_entries(store: &Store, out: &mut imbl::OrdMap<String, Arc<Service
         let Spec::ServiceEntry(se) = &obj.spec else {
             continue;
         };
-        for svc in service_entry_services(obj, se, &workload_entries) {
+        let namespace = store.namespace_annotations(&obj.key.namespace);
+        for svc in service_entry_services(obj, se, &workload_entries, namespace) {
             out.entry(svc.hostname.clone())
                 .or_insert_with(|| Arc::new(svc));
         }
@@ -504,6 +535,7 @@ fn service_entry_services(
     obj: &ConfigObject,
     se: &ServiceEntrySpec,
     workload_entries: &[&Arc<ConfigObject>],
+    namespace_annotations: Option<&BTreeMap<String, String>>,
 ) -> Vec<Service> {
     let ports: Vec<ServicePort> = se
         .ports
@@ -582,7 +614,11 @@ fn service_entry_services(
             creation: obj.meta.creation_timestamp.clone(),
             selector: BTreeMap::new(),
             labels: obj.meta.labels.clone(),
-            traffic_distribution: TrafficDistribution::of(None, &obj.meta.annotations),
+            traffic_distribution: TrafficDistribution::of(
+                None,
+                &obj.meta.annotations,
+                namespace_annotations,
+            ),
         })
         .collect()
 }
@@ -632,6 +668,35 @@ mod tests {
         );
         assert_eq!(of("noted"), TrafficDistribution::PreferSameZone);
         assert_eq!(of("any"), TrafficDistribution::Any);
+    }
+
+    #[test]
+    fn a_namespace_annotation_gives_its_services_a_traffic_distribution_they_do_not_set() {
+        let yaml = concat!(
+            "apiVersion: v1\nkind: Namespace\nmetadata: {name: shop, annotations: {networking.istio.io/traffic-distribution: PreferSameNode}}\n---\n",
+            "apiVersion: v1\nkind: Service\nmetadata: {name: plain, namespace: shop}\nspec: {clusterIP: 10.0.0.9, ports: [{name: http, port: 80}]}\n---\n",
+            "apiVersion: v1\nkind: Service\nmetadata: {name: spec, namespace: shop}\nspec: {clusterIP: 10.0.0.8, ports: [{name: http, port: 80}], trafficDistribution: PreferClose}\n---\n",
+            // An annotation istiod does not know still decides: Any, not the namespace's.
+            "apiVersion: v1\nkind: Service\nmetadata: {name: odd, namespace: shop, annotations: {networking.istio.io/traffic-distribution: Nearby}}\nspec: {clusterIP: 10.0.0.7, ports: [{name: http, port: 80}]}\n---\n",
+            "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: api, namespace: shop}\nspec: {hosts: [api.example.com], ports: [{number: 443, name: tls, protocol: TLS}], resolution: DNS}\n---\n",
+            "apiVersion: v1\nkind: Service\nmetadata: {name: elsewhere, namespace: other}\nspec: {clusterIP: 10.0.0.6, ports: [{name: http, port: 80}]}\n",
+        );
+        let all = services(yaml);
+        let of = |host: &str| all[host].traffic_distribution;
+        assert_eq!(
+            of("plain.shop.svc.cluster.local"),
+            TrafficDistribution::PreferSameNode
+        );
+        assert_eq!(
+            of("spec.shop.svc.cluster.local"),
+            TrafficDistribution::PreferSameZone
+        );
+        assert_eq!(of("odd.shop.svc.cluster.local"), TrafficDistribution::Any);
+        assert_eq!(of("api.example.com"), TrafficDistribution::PreferSameNode);
+        assert_eq!(
+            of("elsewhere.other.svc.cluster.local"),
+            TrafficDistribution::Any
+        );
     }
 
     #[test]

@@ -297,7 +297,8 @@ fn outlier_detection_keeps_traffic_in_the_proxys_zone_and_fails_over_within_its_
 /// A Service with `trafficDistribution: PreferClose` and no DestinationRule: as with
 /// istiod, each sidecar's traffic stays in its own zone, moves to another zone of its
 /// region when its zone has no ready endpoint (never to another region while one is
-/// left), and spreads again once the Service no longer prefers close endpoints.
+/// left), and spreads again once the Service no longer prefers close endpoints, until its
+/// namespace's annotation prefers them for it.
 #[test]
 fn a_service_preferring_close_endpoints_keeps_traffic_in_the_zone_without_a_rule() {
     let ups = [
@@ -365,6 +366,16 @@ fn a_service_preferring_close_endpoints_keeps_traffic_in_the_zone_without_a_rule
         "zone-a's traffic to spread",
         Duration::from_secs(10),
         || reached(&in_a) == only(&["reviews-b", "reviews-w"]),
+    );
+    // The namespace's annotation gives its Services the preference they do not set.
+    meshd.write(
+        "namespace.yaml",
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: shop, annotations: {networking.istio.io/traffic-distribution: PreferClose}}\n",
+    );
+    wait_until(
+        "the namespace's preference to keep zone-a's traffic in its region",
+        Duration::from_secs(10),
+        || reached(&in_a) == only(&["reviews-b"]),
     );
 }
 
