@@ -719,17 +719,27 @@ impl PushContext {
     /// the gateway's own Service (one in its namespace selecting it) when that Service
     /// exposes the port, as istiod's resolvePorts does; else the port as written.
     pub fn gateway_listen_port(&self, proxy: &Proxy, port: u32) -> u32 {
-        let labels = self.proxy_labels(proxy);
-        self.services
-            .values()
-            .filter(|s| s.kubernetes && s.namespace == proxy.namespace && !s.selector.is_empty())
+        self.services_selecting(proxy)
             .filter(|s| {
                 !s.labels
                     .contains_key("experimental.istio.io/disable-gateway-port-translation")
             })
-            .filter(|s| labels_match(&s.selector, labels))
             .find_map(|s| s.port(port))
             .map_or(port, |p| p.target_port.unwrap_or(port))
+    }
+
+    /// The Kubernetes services of the proxy's namespace whose selector selects it, by host.
+    pub fn services_selecting<'a>(
+        &'a self,
+        proxy: &'a Proxy,
+    ) -> impl Iterator<Item = &'a Arc<Service>> {
+        let labels = self.proxy_labels(proxy);
+        self.services.values().filter(move |s| {
+            s.kubernetes
+                && s.namespace == proxy.namespace
+                && !s.selector.is_empty()
+                && labels_match(&s.selector, labels)
+        })
     }
 
     /// Whether a change to any of `keys` can alter what `proxy` receives, judged on this

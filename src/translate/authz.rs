@@ -477,32 +477,40 @@ pub fn rbac_rules(policies: &[(&ConfigObject, &AuthorizationPolicySpec)], http: 
 const HTTP_RBAC: &str = "type.googleapis.com/envoy.extensions.filters.http.rbac.v3.RBAC";
 const NETWORK_RBAC: &str = "type.googleapis.com/envoy.extensions.filters.network.rbac.v3.RBAC";
 
+/// The HTTP RBAC filter with an encoded config (see [`canonical::encode_rbac_filter`]).
+pub(super) fn http_rbac_filter(config: Vec<u8>) -> HttpFilter {
+    HttpFilter {
+        name: "envoy.filters.http.rbac".into(),
+        config_type: Some(http_filter::ConfigType::TypedConfig(Any {
+            type_url: HTTP_RBAC.into(),
+            value: config,
+        })),
+        ..Default::default()
+    }
+}
+
+/// The network RBAC filter with an encoded config (its stat prefix `tcp.`).
+pub(super) fn network_rbac_filter(config: Vec<u8>) -> Filter {
+    Filter {
+        name: "envoy.filters.network.rbac".into(),
+        config_type: Some(ConfigType::TypedConfig(Any {
+            type_url: NETWORK_RBAC.into(),
+            value: config,
+        })),
+    }
+}
+
 /// HTTP RBAC filters for the inbound HCM.
 pub fn http_filters(policies: &[(&ConfigObject, &AuthorizationPolicySpec)]) -> Vec<HttpFilter> {
-    rbac_rules(policies, true)
-        .into_iter()
-        .map(|rules| HttpFilter {
-            name: "envoy.filters.http.rbac".into(),
-            config_type: Some(http_filter::ConfigType::TypedConfig(Any {
-                type_url: HTTP_RBAC.into(),
-                value: canonical::encode_rbac_filter(&rules, None),
-            })),
-            ..Default::default()
-        })
+    (rbac_rules(policies, true).iter())
+        .map(|rules| http_rbac_filter(canonical::encode_rbac_filter(rules, None)))
         .collect()
 }
 
 /// Network RBAC filters for an inbound TCP chain.
 pub fn network_filters(policies: &[(&ConfigObject, &AuthorizationPolicySpec)]) -> Vec<Filter> {
-    rbac_rules(policies, false)
-        .into_iter()
-        .map(|rules| Filter {
-            name: "envoy.filters.network.rbac".into(),
-            config_type: Some(ConfigType::TypedConfig(Any {
-                type_url: NETWORK_RBAC.into(),
-                value: canonical::encode_rbac_filter(&rules, Some("tcp.")),
-            })),
-        })
+    (rbac_rules(policies, false).iter())
+        .map(|rules| network_rbac_filter(canonical::encode_rbac_filter(rules, Some("tcp."))))
         .collect()
 }
 
@@ -515,14 +523,17 @@ pub struct Authorization {
 }
 
 impl Authorization {
-    pub fn of(
+    /// The filters of every policy applying to `proxy`: the same on each of its ports (a
+    /// rule's `ports` are matched by the filters themselves), so built once per view.
+    pub fn for_proxy(
         ctx: &crate::model::PushContext,
-        policies: &[(&ConfigObject, &AuthorizationPolicySpec)],
+        proxy: &crate::model::Proxy,
     ) -> Authorization {
-        let mut http = super::ext_authz::http_filters(ctx, policies);
-        http.extend(http_filters(policies));
-        let mut tcp = super::ext_authz::network_filters(ctx, policies);
-        tcp.extend(network_filters(policies));
+        let policies = ctx.authorization_policies_for(proxy);
+        let mut http = super::ext_authz::http_filters(ctx, &policies);
+        http.extend(http_filters(&policies));
+        let mut tcp = super::ext_authz::network_filters(ctx, &policies);
+        tcp.extend(network_filters(&policies));
         Authorization { http, tcp }
     }
 }
@@ -533,11 +544,5 @@ pub fn deny_all_network_filter() -> Filter {
         action: Action::Allow as i32,
         ..Default::default()
     };
-    Filter {
-        name: "envoy.filters.network.rbac".into(),
-        config_type: Some(ConfigType::TypedConfig(Any {
-            type_url: NETWORK_RBAC.into(),
-            value: canonical::encode_rbac_filter(&rules, Some("tcp.")),
-        })),
-    }
+    network_rbac_filter(canonical::encode_rbac_filter(&rules, Some("tcp.")))
 }

@@ -37,7 +37,6 @@ use envoy_types::pb::envoy::r#type::matcher::v3::{
     string_matcher::MatchPattern, value_matcher,
 };
 use envoy_types::pb::envoy::r#type::v3::{HttpStatus, StatusCode};
-use envoy_types::pb::google::protobuf::Any;
 use envoy_types::util::pack_any;
 
 use super::{authz, outbound_cluster_name};
@@ -51,8 +50,6 @@ const MATCH_PREFIX: &str = "istio-ext-authz";
 /// The RBAC filter's shadow rules' stat prefix, and so its dynamic metadata keys' prefix.
 const SHADOW_PREFIX: &str = "istio_ext_authz_";
 const BAD_CUSTOM_SUFFIX: &str = "-deny-due-to-bad-CUSTOM-action";
-const HTTP_RBAC: &str = "type.googleapis.com/envoy.extensions.filters.http.rbac.v3.RBAC";
-const NETWORK_RBAC: &str = "type.googleapis.com/envoy.extensions.filters.network.rbac.v3.RBAC";
 
 /// What istiod finds wrong with a provider before looking up its service
 /// (`processExtensionProvider`): its name, its port, `statusOnError`, `pathPrefix`, and a
@@ -387,14 +384,7 @@ pub fn http_filters(
     policies: &[(&ConfigObject, &AuthorizationPolicySpec)],
 ) -> Vec<HttpFilter> {
     let by_provider = rules_by_provider(policies, true);
-    let rbac = |config: Vec<u8>| HttpFilter {
-        name: "envoy.filters.http.rbac".into(),
-        config_type: Some(http_filter::ConfigType::TypedConfig(Any {
-            type_url: HTTP_RBAC.into(),
-            value: config,
-        })),
-        ..Default::default()
-    };
+    let rbac = authz::http_rbac_filter;
     match usable(ctx, &by_provider) {
         Ok(built) => (by_provider.values().zip(built))
             .flat_map(|(rules, b)| {
@@ -428,13 +418,7 @@ pub fn network_filters(
     policies: &[(&ConfigObject, &AuthorizationPolicySpec)],
 ) -> Vec<Filter> {
     let by_provider = rules_by_provider(policies, false);
-    let rbac = |config: Vec<u8>| Filter {
-        name: "envoy.filters.network.rbac".into(),
-        config_type: Some(ConfigType::TypedConfig(Any {
-            type_url: NETWORK_RBAC.into(),
-            value: config,
-        })),
-    };
+    let rbac = authz::network_rbac_filter;
     match usable(ctx, &by_provider) {
         Ok(built) => (by_provider.values().zip(built))
             .filter_map(|(rules, b)| Some((rules, b.tcp?)))

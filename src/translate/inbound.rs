@@ -139,18 +139,6 @@ fn with_pool(
     c
 }
 
-/// The services in the proxy's namespace that select it, by host.
-fn selecting<'a>(ctx: &'a PushContext, proxy: &'a Proxy) -> impl Iterator<Item = &'a Service> {
-    let labels = ctx.proxy_labels(proxy);
-    (ctx.services.values())
-        .filter(move |svc| {
-            svc.namespace == proxy.namespace
-                && !svc.selector.is_empty()
-                && crate::api::labels_match(&svc.selector, labels)
-        })
-        .map(|svc| &**svc)
-}
-
 /// The port a service port reaches on the workload: `targetPort`, else what the
 /// endpoints say, else the service port.
 fn target_port(svc: &Service, p: &ServicePort) -> u32 {
@@ -277,24 +265,20 @@ impl Serve {
 }
 
 /// The chains serving one inbound port under its effective mTLS mode, each with the
-/// AuthorizationPolicies' RBAC, then an HCM (HTTP) or tcp_proxy to `cluster`; a sniffed
+/// proxy's `authorization` filters, then an HCM (HTTP) or tcp_proxy to `cluster`; a sniffed
 /// port has both, told apart by [`sniffed_chains`]. `destination_port` narrows them to one
 /// port of a shared listener (virtualInbound).
 #[allow(clippy::too_many_arguments)]
 fn port_chains(
     ctx: &PushContext,
     proxy: &Proxy,
-    policies: &[(
-        &crate::config::ConfigObject,
-        &crate::api::security::AuthorizationPolicySpec,
-    )],
+    authorization: &authz::Authorization,
     port: u32,
     serve: Serve,
     cluster: &str,
     stat_name: &str,
     destination_port: Option<u32>,
 ) -> Vec<FilterChain> {
-    let authorization = authz::Authorization::of(ctx, policies);
     let filters = |http: bool| -> Vec<Filter> {
         if http {
             let http_filters = authorization.http.clone();
@@ -440,8 +424,8 @@ pub fn sidecar(ctx: &PushContext, proxy: &Proxy) -> (Vec<Listener>, Vec<Cluster>
         }
         return virtual_inbound(ctx, proxy);
     }
-    let policies = ctx.authorization_policies_for(proxy);
-    let selecting: Vec<&Service> = selecting(ctx, proxy).collect();
+    let authorization = authz::Authorization::for_proxy(ctx, proxy);
+    let selecting: Vec<&Service> = ctx.services_selecting(proxy).map(|s| &**s).collect();
     let mut listeners = Vec::new();
     let mut clusters = Vec::new();
     for ingress in ingress {
@@ -473,7 +457,7 @@ pub fn sidecar(ctx: &PushContext, proxy: &Proxy) -> (Vec<Listener>, Vec<Cluster>
         let chains = port_chains(
             ctx,
             proxy,
-            &policies,
+            &authorization,
             port,
             Serve::of(protocol),
             &cluster,
@@ -524,10 +508,10 @@ fn original_dst_cluster(name: &str) -> Cluster {
 /// other port, all under the PeerAuthentication mode of their port.
 fn virtual_inbound(ctx: &PushContext, proxy: &Proxy) -> (Vec<Listener>, Vec<Cluster>) {
     let sidecar = ctx.sidecar_for(proxy).map(|(_, s)| s);
-    let policies = ctx.authorization_policies_for(proxy);
+    let authorization = authz::Authorization::for_proxy(ctx, proxy);
     // Per target port: how it is served, and the first service.
     let mut ports: BTreeMap<u32, (Serve, Served)> = BTreeMap::new();
-    for svc in selecting(ctx, proxy) {
+    for svc in ctx.services_selecting(proxy).map(|s| &**s) {
         for p in &svc.ports {
             let target = target_port(svc, p);
             let entry = ports.entry(target).or_insert_with(|| {
@@ -563,7 +547,7 @@ fn virtual_inbound(ctx: &PushContext, proxy: &Proxy) -> (Vec<Listener>, Vec<Clus
         chains.extend(port_chains(
             ctx,
             proxy,
-            &policies,
+            &authorization,
             port,
             serve,
             &cluster,
@@ -575,7 +559,7 @@ fn virtual_inbound(ctx: &PushContext, proxy: &Proxy) -> (Vec<Listener>, Vec<Clus
     chains.extend(port_chains(
         ctx,
         proxy,
-        &policies,
+        &authorization,
         0,
         Serve::Tcp,
         INBOUND_PASSTHROUGH_CLUSTER,

@@ -863,8 +863,7 @@ pub fn gateway(
 ) -> (Vec<Listener>, Vec<RouteConfiguration>, Vec<CredentialUse>) {
     // The AuthorizationPolicies selecting the gateway guard its listeners, as istiod's do:
     // every connection manager, and every chain without one.
-    let policies = ctx.authorization_policies_for(proxy);
-    let authorization = super::authz::Authorization::of(ctx, &policies);
+    let authorization = super::authz::Authorization::for_proxy(ctx, proxy);
     let mut http_servers: BTreeMap<u32, Vec<GatewayServer>> = BTreeMap::new();
     let mut tls_servers: BTreeMap<u32, Vec<TlsServer>> = BTreeMap::new();
     let mut tcp_servers: BTreeMap<u32, Vec<TcpServer>> = BTreeMap::new();
