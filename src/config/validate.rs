@@ -884,6 +884,109 @@ fn route_destinations(
     }
 }
 
+/// A Sidecar's egress listeners, as istiod's `ValidateSidecar` checks them: hosts as
+/// `namespace/host`, at least one; one catch-all (no `port`), and last; ports in range,
+/// of a known protocol, unique among IP-bound listeners; `bind` an IP address;
+/// `captureMode` one of Istio's. A Unix domain socket `bind` and the `HTTP_PROXY`
+/// protocol are accepted with a warning: meshd builds no listener for them.
+fn sidecar_egress(r: &mut Report, egress: &[crate::api::networking::IstioEgressListener]) {
+    use crate::model::egress::UNIX_PREFIX;
+    let mut ports = Vec::new();
+    for (i, e) in egress.iter().enumerate() {
+        let f = format!("spec.egress[{i}]");
+        if e.hosts.is_empty() {
+            r.error(
+                format!("{f}.hosts"),
+                "an egress listener needs at least one host",
+            );
+        }
+        for (j, h) in e.hosts.iter().enumerate() {
+            if !h.contains('/') {
+                r.error(
+                    format!("{f}.hosts[{j}]"),
+                    format!("must be namespace/host, got {h:?}"),
+                );
+            }
+        }
+        let bind = e.bind.as_deref().unwrap_or("");
+        let unix = bind.starts_with(UNIX_PREFIX);
+        match e.capture_mode.as_deref() {
+            None | Some("DEFAULT" | "IPTABLES" | "NONE") => {}
+            Some(other) => r.error(
+                format!("{f}.captureMode"),
+                format!("{other:?} is not DEFAULT, IPTABLES or NONE"),
+            ),
+        }
+        if unix {
+            r.warn(
+                format!("{f}.bind"),
+                format!("{NOT_APPLIED}: a Unix domain socket"),
+            );
+        } else if !bind.is_empty() && bind.parse::<std::net::IpAddr>().is_err() {
+            r.error(
+                format!("{f}.bind"),
+                format!("{bind:?} is not an IP address"),
+            );
+        }
+        let Some(port) = &e.port else {
+            if i + 1 != egress.len() {
+                r.error(
+                    format!("{f}.port"),
+                    "only the last egress listener may omit the port (the catch-all)",
+                );
+            }
+            continue;
+        };
+        let protocol = port.protocol.to_ascii_uppercase();
+        if protocol == "HTTP_PROXY" {
+            r.warn(
+                format!("{f}.port.protocol"),
+                format!("{NOT_APPLIED}: HTTP_PROXY"),
+            );
+        } else if !protocol.is_empty() && !ISTIO_PROTOCOLS.contains(&protocol.as_str()) {
+            r.error(
+                format!("{f}.port.protocol"),
+                format!("unsupported protocol {:?}", port.protocol),
+            );
+        }
+        if port.number == 0 && !unix {
+            r.error(
+                format!("{f}.port.number"),
+                "port 0 needs a Unix domain socket bind",
+            );
+        } else if !unix {
+            if port.number > 65535 {
+                r.error(
+                    format!("{f}.port.number"),
+                    format!("port {} out of range", port.number),
+                );
+            } else if ports.contains(&port.number) {
+                r.error(
+                    format!("{f}.port.number"),
+                    format!("port {} is taken by an earlier egress listener: ports on IP bound listeners must be unique", port.number),
+                );
+            }
+            ports.push(port.number);
+        }
+    }
+}
+
+/// The protocols Istio's `protocol.Parse` knows, as a port's `protocol` spells them.
+const ISTIO_PROTOCOLS: [&str; 12] = [
+    "HTTP",
+    "HTTP2",
+    "HTTPS",
+    "GRPC",
+    "GRPC-WEB",
+    "TCP",
+    "TLS",
+    "UDP",
+    "MONGO",
+    "MYSQL",
+    "REDIS",
+    "HTTP_PROXY",
+];
+
 /// A match's `destinationSubnets`: each must parse; meshd does not match on them yet.
 fn subnets(r: &mut Report, field: &str, subnets: &[String]) {
     for (j, subnet) in subnets.iter().enumerate() {
@@ -1097,25 +1200,7 @@ pub fn validate(object: &ConfigObject) -> Vec<Problem> {
                     }
                 }
             }
-            for (i, e) in sc.egress.iter().enumerate() {
-                // Only the hosts scope what the proxies receive (on every port).
-                r.not_applied(
-                    &format!("spec.egress[{i}]"),
-                    [
-                        ("port", e.port.is_some()),
-                        ("bind", e.bind.is_some()),
-                        ("captureMode", e.capture_mode.is_some()),
-                    ],
-                );
-                for (j, h) in e.hosts.iter().enumerate() {
-                    if !h.contains('/') {
-                        r.error(
-                            format!("spec.egress[{i}].hosts[{j}]"),
-                            format!("must be namespace/host, got {h:?}"),
-                        );
-                    }
-                }
-            }
+            sidecar_egress(&mut r, &sc.egress);
         }
         Spec::WorkloadEntry(we) => {
             if we.address.is_empty() {
@@ -1483,6 +1568,52 @@ mod tests {
     }
 
     #[test]
+    fn sidecar_egress_listeners_are_checked_as_istio_checks_them() {
+        let sc = |egress: &str| {
+            let yaml = format!(
+                "apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {{name: s, namespace: shop}}\nspec:\n  egress:\n{egress}"
+            );
+            let files = parse_file("sc.yaml", &yaml);
+            let levels = |level| {
+                (files.issues.iter())
+                    .filter(|i| i.level == level)
+                    .map(|i| i.field.clone())
+                    .collect::<Vec<_>>()
+            };
+            (
+                levels(super::super::Level::Error),
+                levels(super::super::Level::Warning),
+            )
+        };
+        let good = "  - {port: {number: 9080, protocol: HTTP, name: web}, bind: 127.0.0.2, captureMode: NONE, hosts: [./reviews]}\n  - {port: {number: 3306, protocol: MySQL}, hosts: [db/*]}\n  - {port: {number: 8081}, hosts: [./*]}\n  - {hosts: ['istio-system/*']}\n";
+        assert_eq!(sc(good), (vec![], vec![]));
+        let (errors, _) = sc(
+            "  - {hosts: ['*/*']}\n  - {port: {number: 9080, protocol: FTP}, bind: localhost, captureMode: SOMETIMES, hosts: [reviews]}\n  - {port: {number: 9080, protocol: HTTP}, hosts: []}\n  - {port: {number: 0, protocol: HTTP}, hosts: [./*]}\n",
+        );
+        assert_eq!(
+            errors,
+            [
+                "spec.egress[0].port",
+                "spec.egress[1].hosts[0]",
+                "spec.egress[1].captureMode",
+                "spec.egress[1].bind",
+                "spec.egress[1].port.protocol",
+                "spec.egress[2].hosts",
+                "spec.egress[2].port.number",
+                "spec.egress[3].port.number",
+            ]
+        );
+        let (errors, warnings) = sc(
+            "  - {port: {number: 0, protocol: HTTP}, bind: 'unix:///var/run/app.sock', hosts: [./*]}\n  - {port: {number: 8080, protocol: HTTP_PROXY}, hosts: [./*]}\n",
+        );
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!(
+            warnings,
+            ["spec.egress[0].bind", "spec.egress[1].port.protocol"]
+        );
+    }
+
+    #[test]
     fn gateway_tls_and_sidecar_fields_meshd_does_not_serve_warn() {
         let gw = parse_file(
             "gw.yaml",
@@ -1526,8 +1657,7 @@ mod tests {
             warned,
             [
                 "spec.outboundTrafficPolicy.egressProxy",
-                "spec.ingress[0].tls",
-                "spec.egress[0].port"
+                "spec.ingress[0].tls"
             ]
         );
         // The connection pools are applied, so checked as a DestinationRule's are.

@@ -4,6 +4,7 @@
 
 pub mod delegate;
 pub mod destination_rule;
+pub mod egress;
 pub mod mesh;
 pub mod proxy;
 pub mod push_context;

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use super::destination_rule::{self, DestinationRules};
+use super::egress::{self, Egress};
 use super::service::{build_services, endpoint_locality, kubernetes_hostname, kubernetes_service};
 use super::{
     Proxy, ProxyKind, REVISION_LABEL, Service, Store, host_covers, host_matches,
@@ -645,22 +646,17 @@ impl PushContext {
         fallback
     }
 
-    /// Whether a config object in `namespace` with host `host` is in the Sidecar scope.
+    /// Whether a config object in `namespace` with host `host` is in the Sidecar scope:
+    /// imported by any of its egress listeners.
     fn in_scope(scope: Option<&SidecarSpec>, proxy_ns: &str, namespace: &str, host: &str) -> bool {
         let Some(scope) = scope else { return true };
-        if scope.egress.is_empty() {
-            return true;
-        }
-        scope.egress.iter().flat_map(|e| &e.hosts).any(|h| {
-            let (ns, pattern) = h.split_once('/').unwrap_or(("*", h));
-            let ns_ok = match ns {
-                "*" => true,
-                "." => namespace == proxy_ns,
-                "~" => false,
-                other => other == namespace,
-            };
-            ns_ok && host_matches(pattern, host)
-        })
+        scope.egress.is_empty()
+            || (scope.egress.iter()).any(|e| egress::imports(&e.hosts, proxy_ns, namespace, host))
+    }
+
+    /// The proxy's egress listeners ([`Egress::of`] its Sidecar).
+    pub fn egress_listeners(&self, proxy: &Proxy) -> Vec<Egress<'_>> {
+        Egress::of(self.sidecar_for(proxy).map(|(_, s)| s))
     }
 
     /// Services a proxy may reach: exportTo, then its Sidecar's egress hosts.
@@ -680,6 +676,28 @@ impl PushContext {
         gateway: &str,
     ) -> Vec<(&'a Arc<ConfigObject>, &'a VirtualServiceSpec)> {
         let scope = self.sidecar_for(proxy).map(|(_, s)| s);
+        let imported = |ns: &str, host: &str| Self::in_scope(scope, &proxy.namespace, ns, host);
+        self.virtual_services_where(proxy, gateway, imported)
+    }
+
+    /// The `mesh`-bound VirtualServices one egress listener of the proxy imports.
+    pub fn virtual_services_of<'a>(
+        &'a self,
+        proxy: &Proxy,
+        egress: &Egress<'_>,
+    ) -> Vec<(&'a Arc<ConfigObject>, &'a VirtualServiceSpec)> {
+        let imported = |ns: &str, host: &str| egress.imports(&proxy.namespace, ns, host);
+        self.virtual_services_where(proxy, "mesh", imported)
+    }
+
+    /// VirtualServices bound to `gateway`, exported to the proxy, with a host `imported`
+    /// (namespace, host) allows.
+    fn virtual_services_where<'a>(
+        &'a self,
+        proxy: &Proxy,
+        gateway: &str,
+        imported: impl Fn(&str, &str) -> bool,
+    ) -> Vec<(&'a Arc<ConfigObject>, &'a VirtualServiceSpec)> {
         self.virtual_services
             .iter()
             .filter_map(|vs| match &vs.spec {
@@ -703,14 +721,8 @@ impl PushContext {
                 );
                 bound
                     && visible
-                    && spec.hosts.iter().any(|h| {
-                        Self::in_scope(
-                            scope,
-                            &proxy.namespace,
-                            &vs.key.namespace,
-                            &resolve_host(h, &vs.key.namespace),
-                        )
-                    })
+                    && (spec.hosts.iter())
+                        .any(|h| imported(&vs.key.namespace, &resolve_host(h, &vs.key.namespace)))
             })
             .collect()
     }

@@ -1,7 +1,8 @@
 //! LDS: a sidecar's outbound listeners (one per HTTP port, `0.0.0.0_PORT` with RDS `"PORT"`;
 //! one per TCP or TLS service port, `VIP_PORT` with tcp_proxy, TLS chains told apart by
 //! SNI; one per port without a declared protocol, `VIP_PORT` sniffing HTTP to RDS
-//! `HOST:PORT` from the rest) and `virtualOutbound`; a gateway's listeners, one per
+//! `HOST:PORT` from the rest) and `virtualOutbound`, each Sidecar egress listener in turn
+//! (one with a port first, on its own bind); a gateway's listeners, one per
 //! Gateway server port (`0.0.0.0_PORT`: RDS `http.PORT` for HTTP, SNI chains for HTTPS and
 //! PASSTHROUGH, a tcp_proxy for TCP).
 
@@ -46,6 +47,7 @@ use super::{
 use crate::api::labels_match;
 use crate::api::networking::{L4MatchAttributes, RouteDestination, VirtualServiceSpec};
 use crate::config::ConfigObject;
+use crate::model::egress::Egress;
 use crate::model::{
     Interception, Protocol, Proxy, PushContext, Service, host_matches, resolve_host,
 };
@@ -341,14 +343,15 @@ fn l4_fits(
         && (m.gateways.is_empty() || m.gateways.iter().any(|g| g == "mesh"))
 }
 
-/// The VirtualServices bound to `mesh` for `svc`'s host, as `proxy` sees them.
+/// The VirtualServices bound to `mesh` for `svc`'s host that `egress` imports.
 fn sidecar_routes<'a>(
     ctx: &'a PushContext,
     proxy: &Proxy,
+    egress: &Egress,
     svc: &Service,
 ) -> impl Iterator<Item = (&'a Arc<ConfigObject>, &'a VirtualServiceSpec)> {
     let host = svc.hostname.clone();
-    ctx.virtual_services_for(proxy, "mesh")
+    ctx.virtual_services_of(proxy, egress)
         .into_iter()
         .filter(move |(obj, vs)| {
             vs.hosts
@@ -361,10 +364,17 @@ fn sidecar_routes<'a>(
 /// route of the VirtualServices for the host whose match fits the proxy and port chooses
 /// the destinations (istiod's `buildOutboundNetworkFilters`); otherwise the service's own
 /// cluster.
-fn sidecar_tcp_proxy(ctx: &PushContext, proxy: &Proxy, svc: &Service, port: u32) -> Filter {
+fn sidecar_tcp_proxy(
+    ctx: &PushContext,
+    proxy: &Proxy,
+    egress: &Egress,
+    svc: &Service,
+    port: u32,
+) -> Filter {
     let labels = ctx.proxy_labels(proxy);
     let fits = |m: &L4MatchAttributes| l4_fits(m, port, labels, proxy);
-    tcp_route_proxy(ctx, proxy, sidecar_routes(ctx, proxy, svc), port, fits)
+    let routes = sidecar_routes(ctx, proxy, egress, svc);
+    tcp_route_proxy(ctx, proxy, routes, port, fits)
         .unwrap_or_else(|| service_tcp_proxy(ctx, proxy, &svc.hostname, port))
 }
 
@@ -384,13 +394,14 @@ struct Chain {
 fn sidecar_tls_chains(
     ctx: &PushContext,
     proxy: &Proxy,
+    egress: &Egress,
     svc: &Service,
     port: u32,
     wildcard: bool,
 ) -> Vec<Chain> {
     let labels = ctx.proxy_labels(proxy);
     let mut chains: Vec<Chain> = Vec::new();
-    for (obj, vs) in sidecar_routes(ctx, proxy, svc) {
+    for (obj, vs) in sidecar_routes(ctx, proxy, egress, svc) {
         for route in vs.tls.iter().filter(|r| !r.route.is_empty()) {
             for m in &route.r#match {
                 let fits = l4_fits(&m.to_l4(), port, labels, proxy);
@@ -638,11 +649,13 @@ pub fn sidecar(
 }
 
 /// The services of one sidecar route configuration: `"PORT"`, every HTTP service of the
-/// port, or a sniffed listener's own `HOST:PORT` (`sniffed`: its one service).
+/// port, or a sniffed listener's own `HOST:PORT` (`sniffed`: its one service); and the
+/// egress listener whose VirtualServices route them.
 pub struct RouteServices<'a> {
     pub port: u32,
     pub sniffed: Option<&'a Arc<Service>>,
     pub services: Vec<&'a Arc<Service>>,
+    pub egress: Egress<'a>,
 }
 
 impl RouteServices<'_> {
@@ -659,25 +672,18 @@ impl RouteServices<'_> {
 struct Outbound {
     bind: String,
     port: u32,
+    bind_to_port: bool,
     /// The route configuration its HTTP traffic takes; none: TCP only.
     rds: Option<String>,
     /// HTTP shares the listener with other traffic, told apart by the HTTP inspector.
     sniffed: bool,
     chains: Vec<Chain>,
+    /// Made by an egress listener with a port: the catch-all adds nothing to it, as
+    /// istiod's `outboundListenerEntry.locked`.
+    locked: bool,
 }
 
 impl Outbound {
-    fn at<'m>(map: &'m mut BTreeMap<String, Outbound>, bind: &str, port: u32) -> &'m mut Outbound {
-        map.entry(format!("{bind}_{port}"))
-            .or_insert_with(|| Outbound {
-                bind: bind.to_string(),
-                port,
-                rds: None,
-                sniffed: false,
-                chains: Vec::new(),
-            })
-    }
-
     /// Services sharing a listener (no address of their own, or a real bind) share its
     /// chains; of two that match the same, the first stays.
     fn add(&mut self, chains: Vec<Chain>) {
@@ -689,8 +695,210 @@ impl Outbound {
     }
 }
 
-/// A sidecar's outbound listeners, and the route configurations they name. Ports follow
-/// istiod's `buildSidecarOutboundListener`:
+/// Where one egress listener's listeners bind, as istiod's `listenerBinding`: its `bind`,
+/// else the proxy's IP without capture (meshd's choice, see README), else 127.0.0.1 with
+/// `captureMode: NONE`; none: the service's address or 0.0.0.0, not bound for real.
+struct Binding {
+    bind: Option<String>,
+    bind_to_port: bool,
+}
+
+impl Binding {
+    fn of(proxy: &Proxy, egress: &Egress) -> Binding {
+        let captured = proxy.interception != Interception::None;
+        let bind = (egress.bind().map(str::to_string))
+            .or_else(|| (!captured).then(|| proxy.ip().to_string()))
+            .or_else(|| egress.capture_none().then(|| "127.0.0.1".to_string()));
+        Binding {
+            bind,
+            bind_to_port: !captured || egress.capture_none(),
+        }
+    }
+
+    /// The address of listeners services share (HTTP ports, services without an address).
+    fn shared(&self) -> &str {
+        self.bind.as_deref().unwrap_or("0.0.0.0")
+    }
+
+    /// The address of `svc`'s own listener (TCP, TLS, sniffed).
+    fn own<'s>(&'s self, svc: &'s Service) -> &'s str {
+        (self.bind.as_deref())
+            .or(svc.vip.as_deref())
+            .unwrap_or("0.0.0.0")
+    }
+}
+
+/// A sidecar's outbound listeners by `BIND_PORT` and the route configurations they name,
+/// as they are assembled, egress listener by egress listener.
+struct SidecarOutbound<'a, 'p> {
+    ctx: &'a PushContext,
+    proxy: &'p Proxy,
+    listeners: BTreeMap<String, Outbound>,
+    routes: Vec<RouteServices<'a>>,
+}
+
+impl<'a> SidecarOutbound<'a, '_> {
+    /// The listener at `bind`:`port`, made if new; `None` when it is locked.
+    fn at(&mut self, bind: &str, port: u32, bind_to_port: bool) -> Option<&mut Outbound> {
+        let o = (self.listeners.entry(format!("{bind}_{port}"))).or_insert_with(|| Outbound {
+            bind: bind.to_string(),
+            port,
+            bind_to_port,
+            rds: None,
+            sniffed: false,
+            chains: Vec::new(),
+            locked: false,
+        });
+        (!o.locked).then_some(o)
+    }
+
+    /// The listeners of an egress listener with a port, as istiod builds one for each
+    /// service it imports: HTTP on the shared address with route configuration `"PORT"`
+    /// (the services that have the port; the first listener with the port names its
+    /// services), TCP and TLS on each service's own address to the service's only port
+    /// (or this one, if it has several), and a port without a protocol sniffed on the
+    /// shared address.
+    fn port_listener(
+        &mut self,
+        egress: Egress<'a>,
+        binding: &Binding,
+        (port, protocol): (u32, Protocol),
+        imported: &[&'a Arc<Service>],
+    ) {
+        let (ctx, proxy) = (self.ctx, self.proxy);
+        let bind_to_port = binding.bind_to_port;
+        for svc in imported {
+            let target = match svc.ports.as_slice() {
+                [only] => only.port,
+                _ => port,
+            };
+            match protocol {
+                Protocol::Tcp => {
+                    let filter = sidecar_tcp_proxy(ctx, proxy, &egress, svc, target);
+                    if let Some(o) = self.at(binding.own(svc), port, bind_to_port) {
+                        o.add(vec![Chain {
+                            server_names: Vec::new(),
+                            filter,
+                        }]);
+                    }
+                }
+                Protocol::Tls | Protocol::Https => {
+                    let by_host = svc.vip.is_none();
+                    let chains = sidecar_tls_chains(ctx, proxy, &egress, svc, target, by_host);
+                    if let Some(o) = self.at(binding.own(svc), port, bind_to_port) {
+                        o.add(chains);
+                    }
+                }
+                _ => {
+                    if let Some(o) = self.at(binding.shared(), port, bind_to_port) {
+                        o.sniffed |= protocol == Protocol::Unknown || !o.chains.is_empty();
+                        o.rds = Some(port.to_string());
+                    }
+                }
+            }
+        }
+        let http = protocol.is_http() && !imported.is_empty();
+        if http && !(self.routes.iter()).any(|r| r.sniffed.is_none() && r.port == port) {
+            self.routes.push(RouteServices {
+                port,
+                sniffed: None,
+                services: (imported.iter().copied())
+                    .filter(|s| s.port(port).is_some())
+                    .collect(),
+                egress,
+            });
+        }
+    }
+
+    /// The catch-all egress listener's listeners: every port of every service it imports,
+    /// but nothing on a listener one with a port made, and no HTTP service into a route
+    /// configuration `"PORT"` one with a port named.
+    fn catch_all(&mut self, egress: Egress<'a>, binding: &Binding, imported: &[&'a Arc<Service>]) {
+        for o in self.listeners.values_mut() {
+            o.locked = true;
+        }
+        let (ctx, proxy) = (self.ctx, self.proxy);
+        let bind_to_port = binding.bind_to_port;
+        // A listener of its own at the service's address (not a shared or real bind).
+        let own_address = |svc: &Service| binding.bind.is_none() && svc.vip.is_some();
+        let named: Vec<u32> = self.routes.iter().map(|r| r.port).collect();
+        let mut http_ports: BTreeMap<u32, Vec<&'a Arc<Service>>> = BTreeMap::new();
+        for svc in imported {
+            for p in &svc.ports {
+                if RESERVED_PORTS.contains(&p.port) {
+                    continue;
+                }
+                let tcp = || Chain {
+                    server_names: Vec::new(),
+                    filter: sidecar_tcp_proxy(ctx, proxy, &egress, svc, p.port),
+                };
+                match p.protocol {
+                    Protocol::Unknown if own_address(svc) => {
+                        let route = RouteServices {
+                            port: p.port,
+                            sniffed: Some(svc),
+                            services: vec![svc],
+                            egress,
+                        };
+                        let Some(o) = self.at(binding.own(svc), p.port, bind_to_port) else {
+                            continue;
+                        };
+                        o.rds = Some(route.name());
+                        o.sniffed = true;
+                        o.add(vec![tcp()]);
+                        self.routes.push(route);
+                    }
+                    Protocol::Unknown => {
+                        let Some(o) = self.at(binding.shared(), p.port, bind_to_port) else {
+                            continue;
+                        };
+                        o.sniffed = true;
+                        if binding.bind.is_some() {
+                            o.add(vec![tcp()]);
+                        }
+                        http_ports.entry(p.port).or_default().push(svc);
+                    }
+                    protocol if protocol.is_http() => {
+                        http_ports.entry(p.port).or_default().push(svc);
+                    }
+                    Protocol::Tcp => {
+                        if let Some(o) = self.at(binding.own(svc), p.port, bind_to_port) {
+                            o.add(vec![tcp()]);
+                        }
+                    }
+                    Protocol::Tls | Protocol::Https => {
+                        let by_host = svc.vip.is_none();
+                        let chains = sidecar_tls_chains(ctx, proxy, &egress, svc, p.port, by_host);
+                        if let Some(o) = self.at(binding.own(svc), p.port, bind_to_port) {
+                            o.add(chains);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        for (port, services) in http_ports {
+            let Some(o) = self.at(binding.shared(), port, bind_to_port) else {
+                continue;
+            };
+            o.rds = Some(port.to_string());
+            if !named.contains(&port) {
+                self.routes.push(RouteServices {
+                    port,
+                    sniffed: None,
+                    services,
+                    egress,
+                });
+            }
+        }
+    }
+}
+
+/// A sidecar's outbound listeners, and the route configurations they name. Each egress
+/// listener of its Sidecar ([`Egress`]) takes the services it imports: those with a port
+/// first ([`SidecarOutbound::port_listener`]), then the catch-all on every port of its
+/// services ([`SidecarOutbound::catch_all`]). Ports follow istiod's
+/// `buildSidecarOutboundListener`:
 /// - HTTP ports share `0.0.0.0_PORT` and its route configuration `"PORT"`;
 /// - TCP and TLS ports get the service's own `VIP_PORT` (`0.0.0.0_PORT` without an
 ///   address);
@@ -700,90 +908,49 @@ impl Outbound {
 ///   and its listener sniffs;
 /// - a listener that HTTP and TCP services would both take sniffs too.
 pub fn sidecar_listeners<'a>(
-    ctx: &PushContext,
+    ctx: &'a PushContext,
     proxy: &Proxy,
     services: &[&'a Arc<Service>],
 ) -> (Vec<Listener>, Vec<RouteServices<'a>>) {
-    // With no capture (INTERCEPTION_MODE=NONE) listeners bind for real, on the proxy's IP.
-    let real_bind = proxy.interception == Interception::None;
-    let proxy_ip = proxy.ip().to_string();
-    let wildcard = if real_bind { &proxy_ip } else { "0.0.0.0" };
-    let mut http_ports: BTreeMap<u32, Vec<&'a Arc<Service>>> = BTreeMap::new();
-    let mut routes: Vec<RouteServices<'a>> = Vec::new();
-    let mut outbound: BTreeMap<String, Outbound> = BTreeMap::new();
-    for svc in services {
-        for p in &svc.ports {
-            if RESERVED_PORTS.contains(&p.port) {
-                continue;
-            }
-            let own_bind = if real_bind {
-                wildcard
-            } else {
-                svc.vip.as_deref().unwrap_or("0.0.0.0")
-            };
-            let tcp = || Chain {
-                server_names: Vec::new(),
-                filter: sidecar_tcp_proxy(ctx, proxy, svc, p.port),
-            };
-            match p.protocol {
-                Protocol::Unknown if !real_bind && svc.vip.is_some() => {
-                    let route = RouteServices {
-                        port: p.port,
-                        sniffed: Some(svc),
-                        services: vec![svc],
-                    };
-                    let o = Outbound::at(&mut outbound, own_bind, p.port);
-                    o.rds = Some(route.name());
-                    o.sniffed = true;
-                    o.add(vec![tcp()]);
-                    routes.push(route);
-                }
-                Protocol::Unknown => {
-                    http_ports.entry(p.port).or_default().push(svc);
-                    let o = Outbound::at(&mut outbound, wildcard, p.port);
-                    o.sniffed = true;
-                    if real_bind {
-                        o.add(vec![tcp()]);
-                    }
-                }
-                protocol if protocol.is_http() => {
-                    http_ports.entry(p.port).or_default().push(svc);
-                }
-                Protocol::Tcp => Outbound::at(&mut outbound, own_bind, p.port).add(vec![tcp()]),
-                Protocol::Tls | Protocol::Https => {
-                    let chains = sidecar_tls_chains(ctx, proxy, svc, p.port, svc.vip.is_none());
-                    Outbound::at(&mut outbound, own_bind, p.port).add(chains);
-                }
-                _ => {}
-            }
+    let mut outbound = SidecarOutbound {
+        ctx,
+        proxy,
+        listeners: BTreeMap::new(),
+        routes: Vec::new(),
+    };
+    for egress in ctx.egress_listeners(proxy) {
+        if !egress.translated() {
+            continue;
         }
-    }
-    for (port, svcs) in http_ports {
-        Outbound::at(&mut outbound, wildcard, port).rds = Some(port.to_string());
-        routes.push(RouteServices {
-            port,
-            sniffed: None,
-            services: svcs,
-        });
+        let imported: Vec<&'a Arc<Service>> = (services.iter().copied())
+            .filter(|s| egress.imports(&proxy.namespace, &s.namespace, &s.hostname))
+            .collect();
+        let binding = Binding::of(proxy, &egress);
+        match egress.port() {
+            Some(port) => outbound.port_listener(egress, &binding, port, &imported),
+            None => outbound.catch_all(egress, &binding, &imported),
+        }
     }
     let fallthrough = if ctx.registry_only(proxy) {
         BLACKHOLE_CLUSTER
     } else {
         PASSTHROUGH_CLUSTER
     };
-    let mut listeners: Vec<Listener> = (outbound.into_values())
+    let mut listeners: Vec<Listener> = (outbound.listeners.into_values())
         .map(|o| match o.rds {
-            None => outbound_listener(&o.bind, o.port, real_bind, o.chains, fallthrough),
+            None => outbound_listener(&o.bind, o.port, o.bind_to_port, o.chains, fallthrough),
             Some(rds) if !o.sniffed && o.chains.is_empty() => {
                 let name = format!("{}_{}", o.bind, o.port);
                 let hcm = http_connection_manager(format!("outbound_{name}"), rds, Hcm::Outbound);
                 let direction = TrafficDirection::Outbound;
-                listener(&o.bind, o.port, real_bind, direction, vec![hcm])
+                listener(&o.bind, o.port, o.bind_to_port, direction, vec![hcm])
             }
-            Some(rds) => sniffed_listener(&o.bind, o.port, real_bind, rds, o.chains, fallthrough),
+            Some(rds) => {
+                sniffed_listener(&o.bind, o.port, o.bind_to_port, rds, o.chains, fallthrough)
+            }
         })
         .collect();
-    if !real_bind {
+    if proxy.interception != Interception::None {
         let mut virtual_outbound = listener(
             "0.0.0.0",
             15001,
@@ -796,7 +963,7 @@ pub fn sidecar_listeners<'a>(
         virtual_outbound.use_original_dst = Some(BoolValue { value: true });
         listeners.push(virtual_outbound);
     }
-    (listeners, routes)
+    (listeners, outbound.routes)
 }
 
 /// A sniffed outbound listener, as istiod's `buildListenerFromEntry` assembles one: the

@@ -89,14 +89,11 @@ pub fn plan<'a>(ctx: &'a PushContext, proxy: &Proxy) -> Plan<'a> {
             let (listeners, http_routes) = listener::sidecar_listeners(ctx, proxy, &services);
             let sidecar_routes = http_routes
                 .into_iter()
-                .map(|r| {
-                    let sniffed = r.sniffed.is_some();
-                    SidecarRoute {
-                        name: r.name(),
-                        port: r.port,
-                        sniffed,
-                        vhosts: route::sidecar_plan(ctx, proxy, &r.services, r.port, sniffed),
-                    }
+                .map(|r| SidecarRoute {
+                    name: r.name(),
+                    port: r.port,
+                    sniffed: r.sniffed.is_some(),
+                    vhosts: route::sidecar_plan(ctx, proxy, &r),
                 })
                 .collect();
             Plan {

@@ -164,10 +164,9 @@ impl VirtualHostPlan<'_> {
 pub fn sidecar_plan<'a>(
     ctx: &'a PushContext,
     proxy: &Proxy,
-    services: &[&'a Arc<Service>],
-    port: u32,
-    sniffed: bool,
+    r: &RouteServices<'a>,
 ) -> Vec<VirtualHostPlan<'a>> {
+    let (services, port, sniffed) = (&r.services, r.port, r.sniffed.is_some());
     // VirtualService hosts are matched by name lookup, except wildcards on either side
     // (a `*.example.com` host, or a ServiceEntry for one): those are compared one by one.
     let mut by_name: foldhash::HashMap<&str, usize> =
@@ -182,7 +181,7 @@ pub fn sidecar_plan<'a>(
     }
     let mut covered = vec![false; services.len()];
     let mut plan = Vec::new();
-    for (vs_obj, vs) in ctx.virtual_services_for(proxy, "mesh") {
+    for (vs_obj, vs) in ctx.virtual_services_of(proxy, &r.egress) {
         let mut matched: Vec<usize> = Vec::new();
         for h in &vs.hosts {
             let h = resolve_host(h, &vs_obj.key.namespace);
@@ -335,7 +334,7 @@ pub fn with_virtual_hosts(name: String, virtual_hosts: Vec<VirtualHost>) -> Rout
 /// for every domain).
 pub fn sidecar(ctx: &PushContext, proxy: &Proxy, r: &RouteServices) -> RouteConfiguration {
     let sniffed = r.sniffed.is_some();
-    let mut vhosts: Vec<VirtualHost> = sidecar_plan(ctx, proxy, &r.services, r.port, sniffed)
+    let mut vhosts: Vec<VirtualHost> = sidecar_plan(ctx, proxy, r)
         .into_iter()
         .map(|p| p.build(ctx, proxy, r.port, sniffed))
         .collect();

@@ -1630,3 +1630,143 @@ fn authorization_policies_selecting_a_gateway_guard_its_connection_managers_and_
         ]
     );
 }
+
+#[test]
+fn sidecar_egress_listeners_with_ports_take_their_own_hosts_binds_and_protocols() {
+    use envoy_types::pb::envoy::config::listener::v3::filter::ConfigType;
+    use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+        HttpConnectionManager, http_connection_manager::RouteSpecifier,
+    };
+    use prost::Message;
+    let scope = r#"
+apiVersion: v1
+kind: Service
+metadata: {name: db, namespace: other}
+spec:
+  clusterIP: 10.96.1.4
+  ports: [{name: tcp, port: 5432}]
+---
+apiVersion: networking.istio.io/v1
+kind: Sidecar
+metadata: {name: default, namespace: shop}
+spec:
+  egress:
+  - port: {number: 9080, protocol: HTTP, name: web}
+    bind: 127.0.0.2
+    captureMode: NONE
+    hosts: [other/ratings.other.svc.cluster.local]
+  - port: {number: 7000, protocol: TCP, name: db}
+    hosts: ["other/*"]
+  - hosts: ["./*", "routes/*"]
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: ratings-elsewhere, namespace: routes}
+spec:
+  hosts: [ratings.other.svc.cluster.local]
+  http:
+  - route: [{destination: {host: reviews.shop.svc.cluster.local}}]
+"#;
+    let ctx = context(scope);
+    let cfg = proxy_config(&ctx, &sidecar("shop", json!({})));
+    let names: Vec<&str> = cfg.listeners.iter().map(|l| l.name.as_str()).collect();
+    // The catch-all keeps reviews' HTTP port and the TCP and HTTP ports of nothing else:
+    // ratings and db are imported by the listeners with ports only.
+    assert_eq!(
+        names,
+        [
+            "0.0.0.0_9080",
+            "10.96.1.3_7000",
+            "10.96.1.4_7000",
+            "127.0.0.2_9080",
+            "virtualOutbound",
+            "virtualInbound"
+        ]
+    );
+    let find = |name: &str| cfg.listeners.iter().find(|l| l.name == name).unwrap();
+    let bound = |name: &str| find(name).bind_to_port.as_ref().unwrap().value;
+    // captureMode NONE binds for real; the rest wait for captured traffic.
+    assert!(bound("127.0.0.2_9080"));
+    assert!(!bound("0.0.0.0_9080") && !bound("10.96.1.4_7000"));
+    let rds = |name: &str| {
+        let Some(ConfigType::TypedConfig(any)) =
+            &find(name).filter_chains[0].filters[0].config_type
+        else {
+            panic!()
+        };
+        let hcm = HttpConnectionManager::decode(any.value.as_slice()).unwrap();
+        let Some(RouteSpecifier::Rds(rds)) = hcm.route_specifier else {
+            panic!()
+        };
+        rds.route_config_name
+    };
+    assert_eq!(rds("127.0.0.2_9080"), "9080");
+    // A TCP listener routes to the service's only port, or its own on a service with
+    // several (istiod's choice, though that cluster does not exist).
+    assert_eq!(
+        chains_to_clusters(find("10.96.1.4_7000")),
+        [(
+            vec![],
+            "outbound|5432||db.other.svc.cluster.local".to_string()
+        )]
+    );
+    assert_eq!(
+        chains_to_clusters(find("10.96.1.3_7000")),
+        [(
+            vec![],
+            "outbound|7000||ratings.other.svc.cluster.local".to_string()
+        )]
+    );
+    // Route "9080" is the first listener with the port's: ratings, not reviews, as
+    // istiod's GetEgressListenerForRDS picks it.
+    let rc = cfg.routes.iter().find(|r| r.name == "9080").unwrap();
+    let vhosts: Vec<&str> = rc.virtual_hosts.iter().map(|v| v.name.as_str()).collect();
+    assert_eq!(
+        vhosts,
+        ["ratings.other.svc.cluster.local:9080", "allow_any"]
+    );
+    // Its VirtualServices are those its own hosts import: the one in `routes` (imported
+    // by the catch-all only) does not route ratings here.
+    let to =
+        |vh: &envoy_types::pb::envoy::config::route::v3::VirtualHost| match &vh.routes[0].action {
+            Some(Action::Route(a)) => match &a.cluster_specifier {
+                Some(ClusterSpecifier::Cluster(c)) => c.clone(),
+                other => panic!("{other:?}"),
+            },
+            other => panic!("{other:?}"),
+        };
+    assert_eq!(
+        to(&rc.virtual_hosts[0]),
+        "outbound|9080||ratings.other.svc.cluster.local"
+    );
+    // Clusters cover every listener's services.
+    for c in [
+        "outbound|9080||reviews.shop.svc.cluster.local",
+        "outbound|5432||ratings.other.svc.cluster.local",
+        "outbound|5432||db.other.svc.cluster.local",
+    ] {
+        assert!(cfg.clusters.iter().any(|x| x.name == c), "{c}");
+    }
+
+    // Without capture, a listener with a port and no bind takes the proxy's IP, and the
+    // catch-all adds nothing to the listener it made.
+    let none = Proxy::from_node(
+        "sidecar~10.9.9.9~p.shop~shop.svc.cluster.local",
+        json!({"NAMESPACE": "shop", "INTERCEPTION_MODE": "NONE"})
+            .as_object()
+            .unwrap(),
+    )
+    .unwrap();
+    let ctx = context(
+        "apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {name: default, namespace: shop}\nspec:\n  egress:\n  - {port: {number: 9080, protocol: HTTP}, hosts: [other/*]}\n  - {hosts: [./*]}\n",
+    );
+    let cfg = proxy_config(&ctx, &none);
+    let names: Vec<&str> = cfg.listeners.iter().map(|l| l.name.as_str()).collect();
+    assert_eq!(names, ["10.9.9.9_9080"]);
+    let rc = cfg.routes.iter().find(|r| r.name == "9080").unwrap();
+    let vhosts: Vec<&str> = rc.virtual_hosts.iter().map(|v| v.name.as_str()).collect();
+    assert_eq!(
+        vhosts,
+        ["ratings.other.svc.cluster.local:9080", "allow_any"]
+    );
+}

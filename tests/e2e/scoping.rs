@@ -152,3 +152,75 @@ fn a_mesh_default_export_to_keeps_a_service_in_its_namespace() {
         || get(&billing).is_ok_and(|r| r.status == 200),
     );
 }
+
+/// A Sidecar's egress listener with a port listens where its `bind` says, for real with
+/// `captureMode: NONE`, and serves its own hosts only: HTTP by the route configuration of
+/// its port, TCP to the service's only port. The catch-all serves the rest of the
+/// namespace on the proxy's own address.
+#[test]
+fn a_sidecar_egress_port_listens_on_its_bind_for_its_own_hosts() {
+    use std::io::{Read, Write};
+    let (reviews, ratings, db) = (
+        Upstream::start("reviews"),
+        Upstream::start("ratings"),
+        Upstream::start("db"),
+    );
+    let dir = temp_dir("egress-port").join("config");
+    std::fs::create_dir_all(&dir).unwrap();
+    let (web_port, ratings_port, db_port, egress_tcp) =
+        (free_port(), free_port(), free_port(), free_port());
+    let write = |file: &str, text: String| std::fs::write(dir.join(file), text).unwrap();
+    write(
+        "reviews.yaml",
+        service_yaml("shop", "reviews", web_port, &[(&reviews, &[])]),
+    );
+    write(
+        "ratings.yaml",
+        service_yaml("shop", "ratings", ratings_port, &[(&ratings, &[])]),
+    );
+    write(
+        "db.yaml",
+        service_yaml("shop", "db", db_port, &[(&db, &[])]).replace("{name: http,", "{name: tcp,"),
+    );
+    let bind = loopback_ip();
+    write(
+        "sidecar.yaml",
+        format!(
+            "apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {{name: default, namespace: shop}}\nspec:\n  outboundTrafficPolicy: {{mode: REGISTRY_ONLY}}\n  egress:\n  - port: {{number: {web_port}, protocol: HTTP, name: web}}\n    bind: {bind}\n    captureMode: NONE\n    hosts: [shop/reviews.shop.svc.cluster.local]\n  - port: {{number: {egress_tcp}, protocol: TCP, name: db}}\n    bind: {bind}\n    captureMode: NONE\n    hosts: [./db.shop.svc.cluster.local]\n  - hosts: [./*]\n"
+        ),
+    );
+    let meshd = Meshd::start(&dir);
+    let envoy = Envoy::sidecar(&meshd, Ads::Delta, "shop", "web");
+    let via_bind = |host: &str| http_get(&format!("{bind}:{web_port}"), host, "/", &[]);
+    wait_until(
+        "the egress port's listener",
+        Duration::from_secs(10),
+        || via_bind("reviews").is_ok_and(|r| r.status == 200),
+    );
+    assert_eq!(via_bind("reviews").unwrap().body, "reviews");
+    // ratings is not among the port's hosts: its route's catch-all refuses it
+    // (REGISTRY_ONLY), while the catch-all listener serves it on the proxy's address.
+    let refused = via_bind("ratings.shop.svc.cluster.local").unwrap();
+    assert_eq!(refused.status, 502, "{refused:?}");
+    let own = http_get(&format!("{}:{ratings_port}", envoy.ip), "ratings", "/", &[]).unwrap();
+    assert_eq!((own.status, own.body.as_str()), (200, "ratings"));
+    // The TCP port forwards to db's one port.
+    let mut conn = std::net::TcpStream::connect(format!("{bind}:{egress_tcp}")).unwrap();
+    conn.write_all(b"GET / HTTP/1.1\r\nHost: db\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut answer = String::new();
+    conn.read_to_string(&mut answer).unwrap();
+    assert!(answer.ends_with("\r\n\r\ndb"), "{answer:?}");
+    // Envoy holds the two listeners on the bind, bound for real.
+    let listeners = envoy_dump(
+        &envoy,
+        "dynamic_listeners",
+        &["active_state", "listener"],
+        "name",
+    );
+    for port in [web_port, egress_tcp] {
+        let l = &listeners[&format!("{bind}_{port}")];
+        assert_eq!(l["address"]["socket_address"]["address"], bind.as_str());
+    }
+}
