@@ -19,4 +19,5 @@ pub mod secure;
 pub mod serve;
 pub mod tls;
 pub mod translate;
+pub mod webhook;
 pub mod xds;

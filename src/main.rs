@@ -253,13 +253,19 @@ fn main() -> ExitCode {
                 namespace: pod_namespace,
                 lease_duration: leader_lease_duration,
             };
-            let security = match security.options() {
+            let mut security = match security.options() {
                 Ok(s) => s,
                 Err(e) => {
                     eprintln!("meshd: {e}");
                     return ExitCode::from(2);
                 }
             };
+            // A revision's Service is `istiod-REV` (its webhook and `CA_ADDR` name it).
+            if revision != "default" {
+                security
+                    .dns_names
+                    .push(format!("istiod-{revision}.istio-system.svc"));
+            }
             let opts = ServeOptions {
                 source,
                 leader,
@@ -429,6 +435,10 @@ struct SecurityArgs {
     /// xDS over TLS and the CA's IstioCertificateService, Istio's port 15012.
     #[arg(long, default_value = "0.0.0.0:15012")]
     secure_xds_address: SocketAddr,
+    /// The validation webhook (`/validate` over HTTPS, with the secure port's certificate),
+    /// istiod's `--httpsAddr` port 15017; `none` turns it off.
+    #[arg(long, default_value = "0.0.0.0:15017")]
+    webhook_address: String,
     /// The SPIFFE trust domain of issued identities.
     #[arg(long, env = "TRUST_DOMAIN", default_value = "cluster.local")]
     trust_domain: String,
@@ -479,6 +489,12 @@ struct SecurityArgs {
 impl SecurityArgs {
     fn options(self) -> Result<SecurityOptions, String> {
         let mut opts = SecurityOptions::defaults(Some(self.secure_xds_address));
+        opts.webhook_address = match self.webhook_address.as_str() {
+            "none" => None,
+            address => {
+                Some((address.parse()).map_err(|e| format!("--webhook-address {address:?}: {e}"))?)
+            }
+        };
         let default_ttl = match self.workload_cert_ttl {
             Some(ttl) => ttl,
             None => match std::env::var("PILOT_WORKLOAD_CERT_TTL") {

@@ -48,6 +48,10 @@ pub struct Metrics {
     pub xds_cache_reads: Family<Labels, Counter>,
     pub xds_push_diffs: Family<Labels, Counter>,
     pub xds_send_buffer: Gauge,
+    /// The validation webhook's verdicts and HTTP errors (istiod's `galley_validation_*`).
+    pub validation_passed: Family<Labels, Counter>,
+    pub validation_failed: Family<Labels, Counter>,
+    pub validation_http_error: Family<Labels, Counter>,
 }
 
 impl Default for Metrics {
@@ -86,8 +90,26 @@ impl Metrics {
             pushcontext_init: Histogram::new(INIT_BUCKETS.iter().copied()),
             destroy_time: Histogram::new(DESTROY_BUCKETS.iter().copied()),
             endpoint_no_pod: Gauge::default(),
+            validation_passed: Family::default(),
+            validation_failed: Family::default(),
+            validation_http_error: Family::default(),
             registry: Registry::default(),
         };
+        registry.register(
+            "galley_validation_passed",
+            "Resource is valid",
+            m.validation_passed.clone(),
+        );
+        registry.register(
+            "galley_validation_failed",
+            "Resource validation failed",
+            m.validation_failed.clone(),
+        );
+        registry.register(
+            "galley_validation_http_error",
+            "Resource validation http serve errors",
+            m.validation_http_error.clone(),
+        );
         registry.register(
             "pilot_xds_pushes",
             "Pilot build and send errors for lds, rds, cds and eds",

@@ -1,5 +1,5 @@
 //! The secure port (15012): the CA's `IstioCertificateService` and ADS over TLS, on one
-//! gRPC server. meshd's serving certificate comes from its own CA and is renewed at half
+//! gRPC server; and the validation webhook's HTTPS port (15017, [`crate::webhook`]). meshd's serving certificate comes from its own CA and is renewed at half
 //! its life; a self-signed root is rotated when a fifth of its life is left. Both apply to
 //! new connections without a restart.
 
@@ -23,6 +23,9 @@ use crate::xds::{AdsService, XdsShared};
 pub struct SecurityOptions {
     /// `None` turns the secure port (and the CA) off.
     pub address: Option<SocketAddr>,
+    /// The validation webhook's HTTPS port (istiod's 15017, `--httpsAddr`); served with
+    /// the same certificate, only when the secure port is on.
+    pub webhook_address: Option<SocketAddr>,
     pub trust_domain: String,
     pub ttl: CertTtl,
     pub root: RootOptions,
@@ -44,6 +47,7 @@ impl SecurityOptions {
     pub fn defaults(address: Option<SocketAddr>) -> SecurityOptions {
         SecurityOptions {
             address,
+            webhook_address: None,
             trust_domain: "cluster.local".into(),
             ttl: CertTtl::default(),
             root: RootOptions {
@@ -117,6 +121,28 @@ impl Security {
             upstream: opts.external_ca.clone(),
             configs,
         })
+    }
+
+    /// Serves the validation webhook (HTTP/1.1 over TLS, with the secure port's
+    /// certificate) on `listener` until `shutdown` changes.
+    pub fn serve_webhook(
+        &self,
+        listener: tokio::net::TcpListener,
+        metrics: Arc<Metrics>,
+        mut shutdown: watch::Receiver<bool>,
+    ) -> anyhow::Result<tokio::task::JoinHandle<std::io::Result<()>>> {
+        let local = listener.local_addr()?;
+        let incoming =
+            crate::tls::incoming_with_alpn(listener, self.configs.clone(), Some(&[b"http/1.1"]));
+        let listener = crate::webhook::TlsListener { incoming, local };
+        let router = crate::webhook::router(metrics);
+        Ok(tokio::spawn(async move {
+            axum::serve(listener, router)
+                .with_graceful_shutdown(async move {
+                    let _ = shutdown.changed().await;
+                })
+                .await
+        }))
     }
 
     /// Serves the CA and secure ADS on `listener` until `shutdown` changes.

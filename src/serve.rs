@@ -241,9 +241,17 @@ pub async fn run(opts: ServeOptions) -> anyhow::Result<()> {
             .with_context(|| format!("binding the secure xDS port {address}"))?;
         servers.push(security.serve(listener, xds.clone(), metrics.clone(), shutdown_rx.clone()));
     }
+    let mut webhook = None;
+    if let (Some(security), Some(address)) = (&security, opts.security.webhook_address) {
+        let listener = tokio::net::TcpListener::bind(address)
+            .await
+            .with_context(|| format!("binding the webhook port {address}"))?;
+        webhook = Some(security.serve_webhook(listener, metrics.clone(), shutdown_rx.clone())?);
+    }
     tracing::info!(
         xds = ?opts.xds_address,
         secure_xds = ?opts.security.address,
+        webhook = ?opts.security.webhook_address,
         monitoring = %opts.monitoring_address,
         "meshd serving"
     );
@@ -255,6 +263,9 @@ pub async fn run(opts: ServeOptions) -> anyhow::Result<()> {
     let _ = tokio::time::timeout(Duration::from_secs(5), async {
         for server in servers {
             let _ = server.await;
+        }
+        if let Some(webhook) = webhook {
+            let _ = webhook.await;
         }
         let _ = debug_task.await;
     })

@@ -87,6 +87,15 @@ pub fn incoming(
     listener: TcpListener,
     configs: watch::Receiver<Arc<rustls::ServerConfig>>,
 ) -> ReceiverStream<std::io::Result<TlsStream<Corked<TcpStream>>>> {
+    incoming_with_alpn(listener, configs, None)
+}
+
+/// [`incoming`], offering the `alpn` protocols instead of the configs' own (h2).
+pub fn incoming_with_alpn(
+    listener: TcpListener,
+    configs: watch::Receiver<Arc<rustls::ServerConfig>>,
+    alpn: Option<&'static [&'static [u8]]>,
+) -> ReceiverStream<std::io::Result<TlsStream<Corked<TcpStream>>>> {
     let (tx, rx) = mpsc::channel(64);
     tokio::spawn(async move {
         loop {
@@ -98,7 +107,15 @@ pub fn incoming(
                     continue;
                 }
             };
-            let acceptor = TlsAcceptor::from(configs.borrow().clone());
+            let config = configs.borrow().clone();
+            let acceptor = TlsAcceptor::from(match alpn {
+                None => config,
+                Some(protocols) => {
+                    let mut config = (*config).clone();
+                    config.alpn_protocols = protocols.iter().map(|p| p.to_vec()).collect();
+                    Arc::new(config)
+                }
+            });
             if tx.is_closed() {
                 return;
             }

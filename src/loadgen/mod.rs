@@ -381,6 +381,7 @@ impl Spawned {
         let child = command
             .args(["--xds-address", &format!("127.0.0.1:{xds}")])
             .args(["--secure-xds-address", &format!("127.0.0.1:{secure}")])
+            .args(["--webhook-address", "none"])
             .args(["--monitoring-address", &format!("127.0.0.1:{monitoring}")])
             .arg("--ca-dir")
             .arg(config_dir.with_extension("ca"))

@@ -152,3 +152,79 @@ fn malformed_yaml_and_unknown_kinds_never_stop_meshd() {
         "productpage"
     );
 }
+
+/// The validation webhook (15017, `/validate`) answers the API server's AdmissionReviews
+/// over TLS with meshd's certificate for `istiod.istio-system.svc`: an invalid object is
+/// denied naming its field, a valid one allowed, each counted in istiod's metrics; a body
+/// that is not JSON, or not sent as JSON, is refused without harm to meshd.
+#[test]
+fn the_validation_webhook_denies_invalid_objects_as_istiods_does() {
+    let dir = temp_dir("webhook").join("config");
+    std::fs::create_dir_all(&dir).unwrap();
+    let meshd = Meshd::start(&dir);
+    let root = meshd.root_pem();
+    let address = format!("127.0.0.1:{}", meshd.webhook_port);
+    let post = |content_type: &str, body: &str| {
+        let headers = [("Content-Type", content_type)];
+        let sni = "istiod.istio-system.svc";
+        https_request(&address, sni, &root, "POST /validate", &headers, body).unwrap()
+    };
+    let review = |api_version: &str, uid: &str, regex: &str| {
+        serde_json::json!({
+            "apiVersion": api_version,
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": uid,
+                "operation": "CREATE",
+                "kind": {"group": "networking.istio.io", "version": "v1", "kind": "VirtualService"},
+                "resource": {"group": "networking.istio.io", "version": "v1", "resource": "virtualservices"},
+                "namespace": "shop",
+                "object": serde_saphyr::from_str::<serde_json::Value>(
+                    &vs_with_regex("reviews", "reviews", regex)
+                ).unwrap(),
+            }
+        })
+        .to_string()
+    };
+    let answer = |r: HttpResponse| -> serde_json::Value {
+        assert_eq!(r.status, 200, "{r:?}");
+        serde_json::from_str(&r.body).unwrap()
+    };
+
+    let denied = answer(post(
+        "application/json",
+        &review("admission.k8s.io/v1", "a-1", "(unclosed"),
+    ));
+    assert_eq!(denied["apiVersion"], "admission.k8s.io/v1");
+    assert_eq!(denied["response"]["uid"], "a-1");
+    assert_eq!(denied["response"]["allowed"], false);
+    let message = denied["response"]["status"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("configuration is invalid: spec.http[0].match[0].uri.regex: "),
+        "{message}"
+    );
+    let allowed = answer(post(
+        "application/json",
+        &review("admission.k8s.io/v1beta1", "a-2", "^/ok$"),
+    ));
+    assert_eq!(allowed["apiVersion"], "admission.k8s.io/v1beta1");
+    assert_eq!(
+        allowed["response"],
+        serde_json::json!({"uid": "a-2", "allowed": true})
+    );
+
+    // Garbage is denied, not fatal; a body not sent as JSON is refused with 415.
+    let garbage = answer(post("application/json", "\u{0}\u{1}not json"));
+    assert_eq!(garbage["response"]["allowed"], false);
+    assert_eq!(post("text/yaml", "kind: VirtualService").status, 415);
+
+    let metrics = meshd.get("/metrics").unwrap().body;
+    for line in [
+        r#"galley_validation_failed{group="networking.istio.io",version="v1",resource="virtualservices",reason="invalid_resource"} 1"#,
+        r#"galley_validation_passed{group="networking.istio.io",version="v1",resource="virtualservices"} 1"#,
+        r#"galley_validation_http_error{status="415"} 1"#,
+    ] {
+        assert!(metrics.contains(line), "{line} missing from /metrics");
+    }
+    assert!(meshd.get("/ready").unwrap().status == 200);
+}

@@ -139,6 +139,19 @@ pub fn https_get(
     root_pem: &str,
     path: &str,
 ) -> std::io::Result<HttpResponse> {
+    https_request(addr, sni, root_pem, &format!("GET {path}"), &[], "")
+}
+
+/// One HTTPS/1.1 request (`request` is the method and path) with `headers` and `body`,
+/// with SNI `sni`, trusting only `root_pem`.
+pub fn https_request(
+    addr: &str,
+    sni: &str,
+    root_pem: &str,
+    request: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> std::io::Result<HttpResponse> {
     let mut config = meshd::tls::client_config(root_pem, None).map_err(std::io::Error::other)?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     let name =
@@ -149,7 +162,11 @@ pub fn https_get(
         TcpStream::connect_timeout(&addr.parse::<SocketAddr>().unwrap(), Duration::from_secs(2))?;
     tcp.set_read_timeout(Some(Duration::from_secs(5)))?;
     let mut tls = rustls::StreamOwned::new(conn, tcp);
-    let req = format!("GET {path} HTTP/1.1\r\nHost: {sni}\r\nConnection: close\r\n\r\n");
+    let mut req = format!("{request} HTTP/1.1\r\nHost: {sni}\r\nConnection: close\r\n");
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str(&format!("Content-Length: {}\r\n\r\n{body}", body.len()));
     tls.write_all(req.as_bytes())?;
     let mut raw = Vec::new();
     match tls.read_to_end(&mut raw) {
@@ -423,6 +440,8 @@ pub struct Meshd {
     /// The secure port (xDS over TLS and the CA), Istio's 15012.
     pub secure_port: u16,
     pub monitoring_port: u16,
+    /// The validation webhook's HTTPS port, Istio's 15017.
+    pub webhook_port: u16,
     /// Where a local-mode CA keeps its root.
     pub ca_dir: PathBuf,
     log: PathBuf,
@@ -542,7 +561,8 @@ impl Meshd {
         kubeconfig: Option<&Path>,
         env: &[(&str, &str)],
     ) -> Meshd {
-        let (xds_port, secure_port, monitoring_port) = (free_port(), free_port(), free_port());
+        let (xds_port, secure_port, monitoring_port, webhook_port) =
+            (free_port(), free_port(), free_port(), free_port());
         let log = config_dir.with_extension("meshd.log");
         let ca_dir = config_dir.with_extension("ca");
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_meshd"));
@@ -555,6 +575,7 @@ impl Meshd {
             .args(args)
             .args(["--xds-address", &format!("127.0.0.1:{xds_port}")])
             .args(["--secure-xds-address", &format!("127.0.0.1:{secure_port}")])
+            .args(["--webhook-address", &format!("127.0.0.1:{webhook_port}")])
             .arg("--ca-dir")
             .arg(&ca_dir)
             .arg("--cacerts-dir")
@@ -574,6 +595,7 @@ impl Meshd {
             xds_port,
             secure_port,
             monitoring_port,
+            webhook_port,
             ca_dir,
             log,
         }
