@@ -52,6 +52,9 @@ pub struct Metrics {
     pub validation_passed: Family<Labels, Counter>,
     pub validation_failed: Family<Labels, Counter>,
     pub validation_http_error: Family<Labels, Counter>,
+    /// Writes of meshd's root into the webhook configurations' `caBundle`, and failures.
+    pub validation_config_updates: Counter,
+    pub validation_config_update_error: Family<Labels, Counter>,
 }
 
 impl Default for Metrics {
@@ -93,6 +96,8 @@ impl Metrics {
             validation_passed: Family::default(),
             validation_failed: Family::default(),
             validation_http_error: Family::default(),
+            validation_config_updates: Counter::default(),
+            validation_config_update_error: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -109,6 +114,16 @@ impl Metrics {
             "galley_validation_http_error",
             "Resource validation http serve errors",
             m.validation_http_error.clone(),
+        );
+        registry.register(
+            "galley_validation_config_updates",
+            "k8s webhook configuration updates",
+            m.validation_config_updates.clone(),
+        );
+        registry.register(
+            "galley_validation_config_update_error",
+            "k8s webhook configuration update error",
+            m.validation_config_update_error.clone(),
         );
         registry.register(
             "pilot_xds_pushes",

@@ -191,7 +191,19 @@ pub async fn run(opts: ServeOptions) -> anyhow::Result<()> {
         }
     };
     let security = match opts.security.address {
-        Some(_) => Some(Security::start(&opts.security, client, &opts.leader.namespace).await?),
+        Some(_) => {
+            let s = Security::start(&opts.security, client.clone(), &opts.leader.namespace).await?;
+            if let (Some(client), Some(_)) = (client, opts.security.webhook_address) {
+                let (revision, ca) = (opts.revision.clone(), s.ca.clone());
+                tokio::spawn(crate::k8s::webhook_ca::run(
+                    client,
+                    revision,
+                    ca,
+                    metrics.clone(),
+                ));
+            }
+            Some(s)
+        }
         None => None,
     };
 

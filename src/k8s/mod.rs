@@ -12,6 +12,7 @@
 
 pub mod lease;
 pub mod status;
+pub mod webhook_ca;
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, RwLock};

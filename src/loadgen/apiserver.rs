@@ -55,6 +55,9 @@ pub struct FakeApiServer {
 }
 
 fn known_plural(kind: &str) -> Option<&'static str> {
+    if kind == "ValidatingWebhookConfiguration" {
+        return Some("validatingwebhookconfigurations");
+    }
     crate::config::Kind::ALL
         .into_iter()
         .find(|k| k.as_str() == kind)
@@ -556,6 +559,23 @@ async fn handle(
                 "secrets",
                 ns,
                 name.first().copied(),
+                &body,
+            );
+        }
+        // Cluster-scoped webhook configurations: get and replace.
+        [
+            "apis",
+            "admissionregistration.k8s.io",
+            "v1",
+            "validatingwebhookconfigurations",
+            name,
+        ] => {
+            return crud(
+                &mut inner.lock().unwrap(),
+                &method,
+                "validatingwebhookconfigurations",
+                "",
+                Some(name),
                 &body,
             );
         }

@@ -681,3 +681,64 @@ fn a_nack_is_reported_on_the_object_that_produced_the_rejected_route() {
     assert_eq!(front["status"], "True", "{front}");
     assert_eq!(m.get("/productpage").body, "productpage");
 }
+
+/// The revision's ValidatingWebhookConfigurations get meshd's root as their `caBundle`, as
+/// istiod's webhook controller writes it: with it, the webhook port's certificate verifies
+/// as the API server checks it. Another revision's configuration is left alone.
+#[test]
+fn the_revisions_webhook_configurations_get_meshds_root_as_their_ca_bundle() {
+    use base64::Engine;
+    let api = FakeApiServer::start().unwrap();
+    let dir = temp_dir("k8s-webhook-ca");
+    let whc = |name: &str, rev: &str| {
+        format!(
+            "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingWebhookConfiguration\nmetadata: {{name: {name}, labels: {{app: istiod, istio.io/rev: {rev}}}}}\nwebhooks:\n- name: rev.validation.istio.io\n  clientConfig: {{service: {{name: istiod, namespace: istio-system, path: /validate}}}}\n  failurePolicy: Ignore\n  sideEffects: None\n  admissionReviewVersions: [v1]\n  rules: [{{operations: [CREATE, UPDATE], apiGroups: [networking.istio.io], apiVersions: ['*'], resources: ['*']}}]\n"
+        )
+    };
+    api.apply_yaml(&whc("istio-validator-istio-system", "default"))
+        .unwrap();
+    api.apply_yaml(&whc("istio-validator-canary-istio-system", "canary"))
+        .unwrap();
+    let meshd = Meshd::start_kubernetes(
+        &dir.join("meshd"),
+        &api.kubeconfig(&dir).unwrap(),
+        "default",
+    );
+    let bundle = |name: &str| {
+        let whc = api.object("ValidatingWebhookConfiguration", "", name);
+        whc["webhooks"][0]["clientConfig"]["caBundle"]
+            .as_str()
+            .map(str::to_string)
+    };
+    wait_until(
+        "the CA bundle to be written",
+        Duration::from_secs(10),
+        || bundle("istio-validator-istio-system").is_some(),
+    );
+    let encoded = bundle("istio-validator-istio-system").unwrap();
+    let root = base64::engine::general_purpose::STANDARD
+        .decode(encoded)
+        .unwrap();
+    let root = String::from_utf8(root).unwrap();
+    let review = serde_json::json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {"uid": "k-1", "operation": "DELETE", "resource": {}},
+    });
+    let answer = https_request(
+        &format!("127.0.0.1:{}", meshd.webhook_port),
+        "istiod.istio-system.svc",
+        &root,
+        "POST /validate",
+        &[("Content-Type", "application/json")],
+        &review.to_string(),
+    )
+    .unwrap();
+    assert_eq!(answer.status, 200, "{answer:?}");
+    assert_eq!(bundle("istio-validator-canary-istio-system"), None);
+    let metrics = meshd.get("/metrics").unwrap().body;
+    assert!(
+        metrics.contains("galley_validation_config_updates 1\n"),
+        "{metrics}"
+    );
+}
