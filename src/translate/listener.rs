@@ -790,9 +790,20 @@ impl<'a> SidecarOutbound<'a, '_> {
                     }
                 }
                 _ => {
+                    // Sniffed on a real bind, other traffic goes to the service (as the
+                    // catch-all's), not to an original destination that is the listener.
+                    let sniffed = protocol == Protocol::Unknown;
+                    let tcp = (sniffed && binding.bind.is_some())
+                        .then(|| sidecar_tcp_proxy(ctx, proxy, &egress, svc, target));
                     if let Some(o) = self.at(binding.shared(), port, bind_to_port) {
-                        o.sniffed |= protocol == Protocol::Unknown || !o.chains.is_empty();
+                        o.sniffed |= sniffed || !o.chains.is_empty();
                         o.rds = Some(port.to_string());
+                        if let Some(filter) = tcp {
+                            o.add(vec![Chain {
+                                server_names: Vec::new(),
+                                filter,
+                            }]);
+                        }
                     }
                 }
             }

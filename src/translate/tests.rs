@@ -1758,11 +1758,28 @@ spec:
     )
     .unwrap();
     let ctx = context(
-        "apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {name: default, namespace: shop}\nspec:\n  egress:\n  - {port: {number: 9080, protocol: HTTP}, hosts: [other/*]}\n  - {hosts: [./*]}\n",
+        "apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {name: default, namespace: shop}\nspec:\n  egress:\n  - {port: {number: 9080, protocol: HTTP}, hosts: [other/*]}\n  - {port: {number: 6000}, hosts: [other/ratings.other.svc.cluster.local]}\n  - {hosts: [./*]}\n",
     );
     let cfg = proxy_config(&ctx, &none);
     let names: Vec<&str> = cfg.listeners.iter().map(|l| l.name.as_str()).collect();
-    assert_eq!(names, ["10.9.9.9_9080"]);
+    assert_eq!(names, ["10.9.9.9_6000", "10.9.9.9_9080"]);
+    // A port without a protocol sniffs: HTTP to route "6000", the rest to the service
+    // (its port 6000 does not exist: istiod's choice for a service with several ports).
+    let sniffed = cfg
+        .listeners
+        .iter()
+        .find(|l| l.name == "10.9.9.9_6000")
+        .unwrap();
+    assert_eq!(
+        chains_to_clusters(&envoy_types::pb::envoy::config::listener::v3::Listener {
+            filter_chains: Vec::new(),
+            ..sniffed.clone()
+        }),
+        [(
+            vec![],
+            "outbound|6000||ratings.other.svc.cluster.local".to_string()
+        )]
+    );
     let rc = cfg.routes.iter().find(|r| r.name == "9080").unwrap();
     let vhosts: Vec<&str> = rc.virtual_hosts.iter().map(|v| v.name.as_str()).collect();
     assert_eq!(
