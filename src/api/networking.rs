@@ -947,9 +947,10 @@ pub struct IstioEgressListener {
 pub struct OutboundTrafficPolicy {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<OutboundMode>,
+    /// Where traffic to hosts outside the registry goes under ALLOW_ANY, instead of its
+    /// original destination.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "any_object")]
-    pub egress_proxy: Option<AnyObject>,
+    pub egress_proxy: Option<Destination>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]

@@ -884,6 +884,41 @@ fn route_destinations(
     }
 }
 
+/// A Sidecar's `outboundTrafficPolicy.egressProxy`, as istiod checks it: only with mode
+/// ALLOW_ANY (an unset mode is REGISTRY_ONLY in Istio's API), a DNS host, a port.
+fn egress_proxy(r: &mut Report, policy: &crate::api::networking::OutboundTrafficPolicy) {
+    use crate::api::networking::OutboundMode;
+    let Some(proxy) = &policy.egress_proxy else {
+        return;
+    };
+    let f = "spec.outboundTrafficPolicy.egressProxy";
+    if policy.mode != Some(OutboundMode::AllowAny) {
+        r.error(
+            f,
+            "egressProxy must be set only with ALLOW_ANY outboundTrafficPolicy mode",
+        );
+    }
+    let dns_label = |l: &str| {
+        (1..=63).contains(&l.len())
+            && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    if proxy.host.len() > 255 || !proxy.host.split('.').all(dns_label) {
+        r.error(
+            format!("{f}.host"),
+            format!("{:?} is not a DNS name", proxy.host),
+        );
+    }
+    if proxy
+        .port
+        .as_ref()
+        .is_none_or(|p| !(1..=65535).contains(&p.number))
+    {
+        r.error(format!("{f}.port"), "egressProxy needs a port (1-65535)");
+    }
+}
+
 /// A Sidecar's egress listeners, as istiod's `ValidateSidecar` checks them: hosts as
 /// `namespace/host`, at least one; one catch-all (no `port`), and last; ports in range,
 /// of a known protocol, unique among IP-bound listeners; `bind` an IP address;
@@ -1176,10 +1211,7 @@ pub fn validate(object: &ConfigObject) -> Vec<Problem> {
                 connection_pool(&mut r, "spec.inboundConnectionPool", pool);
             }
             if let Some(policy) = &sc.outbound_traffic_policy {
-                r.not_applied(
-                    "spec.outboundTrafficPolicy",
-                    [("egressProxy", policy.egress_proxy.is_some())],
-                );
+                egress_proxy(&mut r, policy);
             }
             for (i, ing) in sc.ingress.iter().enumerate() {
                 r.not_applied(&format!("spec.ingress[{i}]"), [("tls", ing.tls.is_some())]);
@@ -1649,15 +1681,23 @@ mod tests {
         assert_eq!(errors, ["spec.servers[0].tls.credentialName"]);
         let sc = parse_file(
             "sc.yaml",
-            "apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {name: s, namespace: shop}\nspec:\n  inboundConnectionPool: {http: {http1MaxPendingRequests: 1}}\n  outboundTrafficPolicy: {mode: REGISTRY_ONLY, egressProxy: {host: proxy}}\n  ingress: [{port: {number: 80, protocol: HTTP, name: http}, defaultEndpoint: '127.0.0.1:8080', tls: {mode: SIMPLE}}]\n  egress: [{port: {number: 9080, protocol: HTTP, name: http}, hosts: [./reviews]}, {hosts: ['istio-system/*']}]\n",
+            "apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {name: s, namespace: shop}\nspec:\n  inboundConnectionPool: {http: {http1MaxPendingRequests: 1}}\n  outboundTrafficPolicy: {mode: ALLOW_ANY, egressProxy: {host: egress.shop.svc.cluster.local, port: {number: 80}}}\n  ingress: [{port: {number: 80, protocol: HTTP, name: http}, defaultEndpoint: '127.0.0.1:8080', tls: {mode: SIMPLE}}]\n  egress: [{port: {number: 9080, protocol: HTTP, name: http}, hosts: [./reviews]}, {hosts: ['istio-system/*']}]\n",
         );
         assert_eq!(sc.objects.len(), 1, "{:?}", sc.issues);
         let warned: Vec<&str> = sc.issues.iter().map(|i| i.field.as_str()).collect();
+        assert_eq!(warned, ["spec.ingress[0].tls"]);
+        // An egress proxy needs ALLOW_ANY, a DNS host and a port.
+        let bad_proxy = parse_file(
+            "sc.yaml",
+            "apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {name: s, namespace: shop}\nspec:\n  outboundTrafficPolicy: {mode: REGISTRY_ONLY, egressProxy: {host: 'egress gw'}}\n",
+        );
+        let errors: Vec<&str> = bad_proxy.errors().map(|e| e.field.as_str()).collect();
         assert_eq!(
-            warned,
+            errors,
             [
                 "spec.outboundTrafficPolicy.egressProxy",
-                "spec.ingress[0].tls"
+                "spec.outboundTrafficPolicy.egressProxy.host",
+                "spec.outboundTrafficPolicy.egressProxy.port"
             ]
         );
         // The connection pools are applied, so checked as a DestinationRule's are.

@@ -15,7 +15,7 @@ use super::{
 };
 use crate::api::labels_match;
 use crate::api::networking::{
-    DestinationRuleSpec, GatewaySpec, OutboundMode, SidecarSpec, VirtualServiceSpec,
+    Destination, DestinationRuleSpec, GatewaySpec, OutboundMode, SidecarSpec, VirtualServiceSpec,
 };
 use crate::config::{ConfigObject, EndpointSliceDef, Kind, ObjectKey, Spec};
 use crate::model::Locality;
@@ -827,6 +827,20 @@ impl PushContext {
             Some(mode) => mode == OutboundMode::RegistryOnly,
             None => self.mesh.registry_only(),
         }
+    }
+
+    /// The Sidecar's `egressProxy`: where the proxy's traffic to hosts outside the registry
+    /// goes under ALLOW_ANY (validation allows it with ALLOW_ANY only).
+    pub fn egress_proxy(&self, proxy: &Proxy) -> Option<&Destination> {
+        if self.registry_only(proxy) {
+            return None;
+        }
+        let (_, sidecar) = self.sidecar_for(proxy)?;
+        sidecar
+            .outbound_traffic_policy
+            .as_ref()?
+            .egress_proxy
+            .as_ref()
     }
 
     /// The control-plane revision a proxy belongs to, as Istio's injector decides it: the

@@ -41,8 +41,7 @@ use envoy_types::util::pack_any;
 use super::credentials::{self, CredentialUse, ServerTls};
 use super::endpoint::socket_address;
 use super::{
-    BLACKHOLE_CLUSTER, PASSTHROUGH_CLUSTER, ads_config_source, optional_duration,
-    outbound_cluster_name, route, sniff,
+    BLACKHOLE_CLUSTER, ads_config_source, optional_duration, outbound_cluster_name, route, sniff,
 };
 use crate::api::labels_match;
 use crate::api::networking::{L4MatchAttributes, RouteDestination, VirtualServiceSpec};
@@ -942,11 +941,8 @@ pub fn sidecar_listeners<'a>(
             None => outbound.catch_all(egress, &binding, &imported),
         }
     }
-    let fallthrough = if ctx.registry_only(proxy) {
-        BLACKHOLE_CLUSTER
-    } else {
-        PASSTHROUGH_CLUSTER
-    };
+    let fallthrough = super::unknown_destination(ctx, proxy);
+    let fallthrough = fallthrough.as_deref().unwrap_or(BLACKHOLE_CLUSTER);
     let mut listeners: Vec<Listener> = (outbound.listeners.into_values())
         .map(|o| match o.rds {
             None => outbound_listener(&o.bind, o.port, o.bind_to_port, o.chains, fallthrough),

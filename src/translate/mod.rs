@@ -142,6 +142,24 @@ pub fn plan<'a>(ctx: &'a PushContext, proxy: &Proxy) -> Plan<'a> {
     plan
 }
 
+/// Where a sidecar sends traffic that matches no service: `None` under REGISTRY_ONLY
+/// (refused); else its Sidecar's `egressProxy` cluster (`outbound|PORT|SUBSET|HOST` of the
+/// destination as written, as istiod's `GetDestinationCluster` names it); else
+/// PassthroughCluster, to the original destination.
+pub fn unknown_destination(ctx: &PushContext, proxy: &Proxy) -> Option<String> {
+    if ctx.registry_only(proxy) {
+        return None;
+    }
+    Some(match ctx.egress_proxy(proxy) {
+        Some(d) => outbound_cluster_name(
+            d.port.as_ref().map_or(0, |p| p.number),
+            d.subset.as_deref().unwrap_or(""),
+            &d.host,
+        ),
+        None => PASSTHROUGH_CLUSTER.to_string(),
+    })
+}
+
 /// Translates the push context for one proxy, every part built.
 pub fn proxy_config(ctx: &PushContext, proxy: &Proxy) -> ProxyConfig {
     let plan = plan(ctx, proxy);

@@ -33,10 +33,7 @@ use envoy_types::pb::google::protobuf::{BoolValue, UInt32Value};
 use envoy_types::util::pack_any;
 
 use super::listener::{GatewayServer, RouteServices};
-use super::{
-    PASSTHROUGH_CLUSTER, duration, istio_metadata, optional_duration, outbound_cluster_name,
-    string_value,
-};
+use super::{duration, istio_metadata, optional_duration, outbound_cluster_name, string_value};
 use crate::api::labels_match;
 use crate::api::networking::{
     ConsistentHashLb, DestinationRuleSpec, HeaderOperations, HttpMatchRequest, HttpRoute,
@@ -321,7 +318,7 @@ pub fn default_virtual_host(
 
 /// The last virtual host of every sidecar route configuration.
 pub fn sidecar_catch_all(ctx: &PushContext, proxy: &Proxy) -> VirtualHost {
-    catch_all(ctx.registry_only(proxy))
+    catch_all(super::unknown_destination(ctx, proxy).as_deref())
 }
 
 /// A route configuration with the given virtual hosts (sidecar and gateway alike).
@@ -344,24 +341,26 @@ pub fn sidecar(ctx: &PushContext, proxy: &Proxy, r: &RouteServices) -> RouteConf
     route_configuration(r.name(), vhosts)
 }
 
-/// The last virtual host: `allow_any` to PassthroughCluster (ALLOW_ANY), or `block_all`
-/// answering 502 (REGISTRY_ONLY), as istiod writes them.
-fn catch_all(registry_only: bool) -> VirtualHost {
-    let (name, action) = if registry_only {
-        (
+/// The last virtual host: `allow_any` to PassthroughCluster or the Sidecar's `egressProxy`
+/// cluster (ALLOW_ANY), or `block_all` answering 502 (REGISTRY_ONLY), as istiod writes
+/// them.
+fn catch_all(unknown_destination: Option<&str>) -> VirtualHost {
+    let (name, action) = match unknown_destination {
+        None => (
             "block_all",
             Action::DirectResponse(DirectResponseAction {
                 status: 502,
                 ..Default::default()
             }),
-        )
-    } else {
-        let to_passthrough = RouteAction {
-            cluster_specifier: Some(ClusterSpecifier::Cluster(PASSTHROUGH_CLUSTER.into())),
-            timeout: Some(duration(std::time::Duration::ZERO)),
-            ..Default::default()
-        };
-        ("allow_any", Action::Route(to_passthrough))
+        ),
+        Some(cluster) => {
+            let onward = RouteAction {
+                cluster_specifier: Some(ClusterSpecifier::Cluster(cluster.into())),
+                timeout: Some(duration(std::time::Duration::ZERO)),
+                ..Default::default()
+            };
+            ("allow_any", Action::Route(onward))
+        }
     };
     VirtualHost {
         name: name.into(),

@@ -497,6 +497,14 @@ kind: Sidecar
 metadata: {name: open, namespace: other}
 spec:
   outboundTrafficPolicy: {mode: ALLOW_ANY}
+---
+apiVersion: networking.istio.io/v1
+kind: Sidecar
+metadata: {name: via-egress, namespace: lab}
+spec:
+  outboundTrafficPolicy:
+    mode: ALLOW_ANY
+    egressProxy: {host: ratings.other.svc.cluster.local, subset: gw, port: {number: 9080}}
 "#;
     let ctx = context(mesh);
     let catch_all = |ns: &str| {
@@ -529,14 +537,29 @@ spec:
         TcpProxy, tcp_proxy::ClusterSpecifier as TcpCluster,
     };
     use prost::Message;
-    let Some(ConfigType::TypedConfig(any)) = &outbound.filter_chains[0].filters[0].config_type
-    else {
-        panic!()
+    let to = |outbound: &envoy_types::pb::envoy::config::listener::v3::Listener| {
+        let Some(ConfigType::TypedConfig(any)) = &outbound.filter_chains[0].filters[0].config_type
+        else {
+            panic!()
+        };
+        TcpProxy::decode(any.value.as_slice())
+            .unwrap()
+            .cluster_specifier
     };
-    let tcp = TcpProxy::decode(any.value.as_slice()).unwrap();
     assert_eq!(
-        tcp.cluster_specifier,
+        to(&outbound),
         Some(TcpCluster::Cluster("BlackHoleCluster".into()))
+    );
+    // An egress proxy takes what PassthroughCluster would: HTTP and TCP alike.
+    let (vh, outbound) = catch_all("lab");
+    let via = "outbound|9080|gw|ratings.other.svc.cluster.local";
+    assert_eq!(to(&outbound), Some(TcpCluster::Cluster(via.into())));
+    let Some(Action::Route(r)) = &vh.routes[0].action else {
+        panic!("{vh:?}")
+    };
+    assert_eq!(
+        (vh.name.as_str(), &r.cluster_specifier),
+        ("allow_any", &Some(ClusterSpecifier::Cluster(via.into())))
     );
     assert_eq!(
         catch_all("other").0.name,
@@ -1719,12 +1742,15 @@ spec:
     );
     // Route "9080" is the first listener with the port's: ratings, not reviews, as
     // istiod's GetEgressListenerForRDS picks it.
-    let rc = cfg.routes.iter().find(|r| r.name == "9080").unwrap();
-    let vhosts: Vec<&str> = rc.virtual_hosts.iter().map(|v| v.name.as_str()).collect();
+    let vhosts = |cfg: &ProxyConfig| -> Vec<String> {
+        let rc = cfg.routes.iter().find(|r| r.name == "9080").unwrap();
+        rc.virtual_hosts.iter().map(|v| v.name.clone()).collect()
+    };
     assert_eq!(
-        vhosts,
+        vhosts(&cfg),
         ["ratings.other.svc.cluster.local:9080", "allow_any"]
     );
+    let rc = cfg.routes.iter().find(|r| r.name == "9080").unwrap();
     // Its VirtualServices are those its own hosts import: the one in `routes` (imported
     // by the catch-all only) does not route ratings here.
     let to =
@@ -1780,10 +1806,8 @@ spec:
             "outbound|6000||ratings.other.svc.cluster.local".to_string()
         )]
     );
-    let rc = cfg.routes.iter().find(|r| r.name == "9080").unwrap();
-    let vhosts: Vec<&str> = rc.virtual_hosts.iter().map(|v| v.name.as_str()).collect();
     assert_eq!(
-        vhosts,
+        vhosts(&cfg),
         ["ratings.other.svc.cluster.local:9080", "allow_any"]
     );
 }

@@ -224,3 +224,50 @@ fn a_sidecar_egress_port_listens_on_its_bind_for_its_own_hosts() {
         assert_eq!(l["address"]["socket_address"]["address"], bind.as_str());
     }
 }
+
+/// A Sidecar's `egressProxy` takes the traffic ALLOW_ANY would send to its original
+/// destination: a request for a host outside the registry reaches the egress proxy's
+/// service, and stops reaching it when the Sidecar drops the proxy.
+#[test]
+fn a_sidecar_egress_proxy_receives_requests_for_unknown_hosts() {
+    let (reviews, egress) = (Upstream::start("reviews"), Upstream::start("egress-gw"));
+    let dir = temp_dir("egress-proxy").join("config");
+    std::fs::create_dir_all(&dir).unwrap();
+    let (web_port, egress_port) = (free_port(), free_port());
+    let write = |file: &str, text: String| std::fs::write(dir.join(file), text).unwrap();
+    write(
+        "reviews.yaml",
+        service_yaml("shop", "reviews", web_port, &[(&reviews, &[])]),
+    );
+    write(
+        "egress.yaml",
+        service_yaml("shop", "egress", egress_port, &[(&egress, &[])]),
+    );
+    let sidecar = |policy: &str| {
+        format!(
+            "apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {{name: default, namespace: shop}}\nspec:\n  outboundTrafficPolicy: {policy}\n  egress: [{{hosts: [./*]}}]\n"
+        )
+    };
+    let via_proxy = format!(
+        "{{mode: ALLOW_ANY, egressProxy: {{host: egress.shop.svc.cluster.local, port: {{number: {egress_port}}}}}}}"
+    );
+    write("sidecar.yaml", sidecar(&via_proxy));
+    let meshd = Meshd::start(&dir);
+    let envoy = Envoy::sidecar(&meshd, Ads::Delta, "shop", "web");
+    let get = |host: &str| http_get(&format!("{}:{web_port}", envoy.ip), host, "/", &[]);
+    wait_until(
+        "reviews through the sidecar",
+        Duration::from_secs(10),
+        || get("reviews").is_ok_and(|r| r.body == "reviews"),
+    );
+    let unknown = get("api.example.com").unwrap();
+    assert_eq!((unknown.status, unknown.body.as_str()), (200, "egress-gw"));
+    // REGISTRY_ONLY instead: refused at the catch-all.
+    write("sidecar.yaml", sidecar("{mode: REGISTRY_ONLY}"));
+    wait_until(
+        "the egress proxy to be dropped",
+        Duration::from_secs(10),
+        || get("api.example.com").is_ok_and(|r| r.status == 502),
+    );
+    assert_eq!(get("reviews").unwrap().body, "reviews");
+}
