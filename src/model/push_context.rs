@@ -818,13 +818,14 @@ impl PushContext {
     }
 
     /// Whether traffic from this proxy to hosts outside the registry is refused: its
-    /// Sidecar's `outboundTrafficPolicy`, else the mesh's.
+    /// Sidecar's `outboundTrafficPolicy` if it has one (whose unset mode is REGISTRY_ONLY,
+    /// the zero value of Istio's enum, as istiod's SidecarScope reads it), else the mesh's.
     pub fn registry_only(&self, proxy: &Proxy) -> bool {
-        let sidecar_mode = self
+        let policy = self
             .sidecar_for(proxy)
-            .and_then(|(_, s)| s.outbound_traffic_policy.as_ref()?.mode);
-        match sidecar_mode {
-            Some(mode) => mode == OutboundMode::RegistryOnly,
+            .and_then(|(_, s)| s.outbound_traffic_policy.as_ref());
+        match policy {
+            Some(policy) => policy.mode != Some(OutboundMode::AllowAny),
             None => self.mesh.registry_only(),
         }
     }
