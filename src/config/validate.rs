@@ -227,8 +227,8 @@ fn http_route(r: &mut Report, field: &str, route: &HttpRoute) {
 /// A Gateway server's `tls`: meshd serves SIMPLE, MUTUAL and OPTIONAL_MUTUAL from a
 /// `credentialName` or from files (which must then all be named, as istiod requires),
 /// ISTIO_MUTUAL with the gateway's workload certificate (which takes no other
-/// certificate), and forwards PASSTHROUGH; AUTO_PASSTHROUGH is accepted with a warning,
-/// and such a server gets no listener.
+/// certificate), and forwards PASSTHROUGH and, on TLS ports, AUTO_PASSTHROUGH (elsewhere
+/// it is accepted with a warning and gets no listener).
 fn server_tls(r: &mut Report, field: &str, server: &crate::api::networking::Server) {
     let Some(tls) = &server.tls else {
         return;
@@ -238,6 +238,11 @@ fn server_tls(r: &mut Report, field: &str, server: &crate::api::networking::Serv
     let f = format!("{field}.tls");
     match crate::translate::credentials::server_tls_mode(tls).as_str() {
         "PASSTHROUGH" => {}
+        "AUTO_PASSTHROUGH" if !server.port.protocol.eq_ignore_ascii_case("TLS") => r.warn(
+            format!("{f}.mode"),
+            format!("{NOT_APPLIED}: AUTO_PASSTHROUGH on a port of protocol other than TLS"),
+        ),
+        "AUTO_PASSTHROUGH" => {}
         "ISTIO_MUTUAL" => {
             for key in [
                 "serverCertificate",
@@ -1656,11 +1661,12 @@ mod tests {
                 "  - {port: {number: 445, name: c, protocol: HTTPS}, hosts: ['*'], tls: {mode: SIMPLE, serverCertificate: /c.pem, privateKey: /k.pem}}\n",
                 "  - {port: {number: 446, name: d, protocol: TLS}, hosts: ['*'], tls: {mode: ISTIO_MUTUAL}}\n",
                 "  - {port: {number: 447, name: e, protocol: TLS}, hosts: ['*'], tls: {mode: AUTO_PASSTHROUGH}}\n",
+                "  - {port: {number: 448, name: f, protocol: HTTPS}, hosts: ['*'], tls: {mode: AUTO_PASSTHROUGH}}\n",
             ),
         );
         assert_eq!(gw.objects.len(), 1, "{:?}", gw.issues);
         let warned: Vec<&str> = gw.issues.iter().map(|i| i.field.as_str()).collect();
-        assert_eq!(warned, ["spec.servers[4].tls.mode"]);
+        assert_eq!(warned, ["spec.servers[5].tls.mode"]);
         let files = parse_file(
             "gw.yaml",
             "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: g, namespace: shop}\nspec:\n  servers:\n  - {port: {number: 443, name: a, protocol: HTTPS}, hosts: ['*'], tls: {mode: MUTUAL, serverCertificate: /c.pem}}\n",

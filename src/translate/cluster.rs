@@ -138,6 +138,78 @@ pub fn service(
     (clusters, assignments)
 }
 
+/// A gateway's SNI-DNAT clusters for `svc`, for its AUTO_PASSTHROUGH servers (istiod's
+/// `buildOutboundSniDnatClusters`): the service's gateway clusters (a port each, and one
+/// per subset of `rule`) named as their mTLS SNI, `outbound_.PORT_.SUBSET_.HOST`, with
+/// their load assignments (mTLS endpoints only), and no TLS of their own: the client's
+/// mTLS passes through to the endpoint. Mesh-external services get none.
+pub fn sni_dnat(
+    ctx: &PushContext,
+    svc: &Service,
+    rule: Option<&ConfigObject>,
+    at: &Place,
+) -> (Vec<Cluster>, Vec<ClusterLoadAssignment>) {
+    if svc.mesh_external {
+        return (Vec::new(), Vec::new());
+    }
+    let (mut clusters, mut assignments) = service(ctx, svc, rule, ProxyKind::Router, false, at);
+    let rename = |name: &mut String| {
+        let mut parts = name.splitn(4, '|');
+        let (Some(_), Some(port), Some(subset), Some(host)) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return;
+        };
+        *name = format!("outbound_.{port}_.{subset}_.{host}");
+    };
+    for c in &mut clusters {
+        rename(&mut c.name);
+        if let Some(eds) = &mut c.eds_cluster_config {
+            rename(&mut eds.service_name);
+        }
+        if let Some(la) = &mut c.load_assignment {
+            rename(&mut la.cluster_name);
+        }
+        c.transport_socket = None;
+        c.transport_socket_matches.clear();
+    }
+    for a in &mut assignments {
+        rename(&mut a.cluster_name);
+        mtls_endpoints_only(a);
+    }
+    (clusters, assignments)
+}
+
+/// Keeps the endpoints that speak Istio mTLS (`tlsMode: istio`), as istiod's
+/// `EndpointsWithMTLSFilter` does for SNI-DNAT clusters: the gateway cannot see whether a
+/// passed-through connection is mTLS, so only workloads that require it are reachable. A
+/// locality left empty goes; one weighted by its endpoints is weighted by those left.
+fn mtls_endpoints_only(a: &mut ClusterLoadAssignment) {
+    use envoy_types::pb::envoy::config::endpoint::v3::LbEndpoint;
+    let weight = |eps: &[LbEndpoint]| -> u32 {
+        (eps.iter())
+            .map(|e| e.load_balancing_weight.as_ref().map_or(1, |w| w.value))
+            .sum()
+    };
+    let mtls = |e: &LbEndpoint| {
+        (e.metadata.as_ref())
+            .and_then(|m| m.filter_metadata.get("envoy.transport_socket_match"))
+            .is_some_and(|s| s.fields.contains_key("tlsMode"))
+    };
+    for group in &mut a.endpoints {
+        let before = weight(&group.lb_endpoints);
+        group.lb_endpoints.retain(mtls);
+        if let Some(w) = group
+            .load_balancing_weight
+            .as_mut()
+            .filter(|w| w.value == before)
+        {
+            w.value = weight(&group.lb_endpoints);
+        }
+    }
+    a.endpoints.retain(|g| !g.lb_endpoints.is_empty());
+}
+
 /// Locality balancing on the cluster itself: Envoy weighs localities when asked to, and a
 /// DNS cluster's own load assignment is balanced as an EDS one is.
 fn balance(

@@ -504,6 +504,8 @@ enum TlsServer {
     Https(GatewayServer, ServerTls, String),
     Terminated(TcpServer, ServerTls),
     Passthrough(TcpServer),
+    /// AUTO_PASSTHROUGH: a chain per SNI-DNAT cluster the server's hosts cover.
+    AutoPassthrough(TcpServer),
 }
 
 /// A TCP or TLS server of a Gateway: `gateway` (`namespace/name`), its hosts and its
@@ -609,6 +611,74 @@ fn gateway_tls_chains(
         }
     }
     chains
+}
+
+/// The chains of an AUTO_PASSTHROUGH server, as istiod's
+/// `builtAutoPassthroughFilterChains`: for every port of every mesh service the server's
+/// hosts cover, and every subset of its DestinationRule, one chain matching the SNI
+/// `outbound_.PORT_.SUBSET_.HOST` and Istio's mTLS ALPNs, forwarding the still-encrypted
+/// connection to the SNI-DNAT cluster of that name ([`super::cluster::sni_dnat`]). Only
+/// Istio mTLS clients reach a workload this way.
+fn auto_passthrough_chains(
+    ctx: &PushContext,
+    proxy: &Proxy,
+    server: &TcpServer,
+    services: &[&Arc<Service>],
+    taken: &mut Vec<String>,
+) -> Vec<FilterChain> {
+    let hosts: Vec<&str> = (server.hosts.iter())
+        .map(|h| h.split_once('/').map_or(h.as_str(), |(_, host)| host))
+        .collect();
+    let alpns: Vec<String> = (sniff::MTLS_TCP_ALPNS.iter())
+        .chain(&sniff::MTLS_HTTP_ALPNS)
+        .map(|a| a.to_string())
+        .collect();
+    let mut chains = Vec::new();
+    let covered = |svc: &Service| hosts.iter().any(|h| host_matches(h, &svc.hostname));
+    for svc in services.iter().filter(|s| !s.mesh_external && covered(s)) {
+        let rule = ctx.service_rule(proxy, svc);
+        let subsets = (rule.and_then(|r| crate::model::destination_rule::spec(r)))
+            .map(|d| {
+                d.subsets
+                    .iter()
+                    .map(|s| s.name.as_str())
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default();
+        for port in &svc.ports {
+            for subset in std::iter::once("").chain(subsets.iter().copied()) {
+                let sni = super::cluster::mtls_sni(port.port, subset, &svc.hostname);
+                if taken.contains(&sni) {
+                    continue;
+                }
+                taken.push(sni.clone());
+                chains.push(FilterChain {
+                    filter_chain_match: Some(FilterChainMatch {
+                        server_names: vec![sni.clone()],
+                        application_protocols: alpns.clone(),
+                        ..Default::default()
+                    }),
+                    filters: vec![tcp_proxy(&sni)],
+                    ..Default::default()
+                });
+            }
+        }
+    }
+    chains
+}
+
+/// Whether a Gateway selecting `proxy` has an AUTO_PASSTHROUGH server: the gateway then
+/// gets the SNI-DNAT clusters its chains forward to.
+pub fn has_auto_passthrough(ctx: &PushContext, proxy: &Proxy) -> bool {
+    (ctx.gateways_for(proxy).into_iter())
+        .flat_map(|(_, gw)| &gw.servers)
+        .any(auto_passthrough)
+}
+
+fn auto_passthrough(server: &crate::api::networking::Server) -> bool {
+    server.port.protocol.eq_ignore_ascii_case("TLS")
+        && (server.tls.as_ref())
+            .is_some_and(|t| credentials::server_tls_mode(t) == "AUTO_PASSTHROUGH")
 }
 
 fn listener(
@@ -1033,7 +1103,7 @@ pub struct GatewayServer {
 pub fn gateway(
     ctx: &PushContext,
     proxy: &Proxy,
-    _services: &[&Arc<Service>],
+    services: &[&Arc<Service>],
 ) -> (Vec<Listener>, Vec<RouteConfiguration>, Vec<CredentialUse>) {
     // The AuthorizationPolicies selecting the gateway guard its listeners, as istiod's do:
     // every connection manager, and every chain without one.
@@ -1065,6 +1135,7 @@ pub fn gateway(
                     tcp_servers.entry(listen_port).or_default().push(gs.into());
                     continue;
                 }
+                "TLS" if auto_passthrough(server) => TlsServer::AutoPassthrough(gs.into()),
                 "TLS" | "HTTPS"
                     if tls_mode.as_deref().unwrap_or("PASSTHROUGH") == "PASSTHROUGH" =>
                 {
@@ -1151,6 +1222,10 @@ pub fn gateway(
                 }
                 TlsServer::Passthrough(server) => {
                     chains.extend(gateway_tls_chains(ctx, proxy, &server, &mut taken));
+                }
+                TlsServer::AutoPassthrough(server) => {
+                    let found = auto_passthrough_chains(ctx, proxy, &server, services, &mut taken);
+                    chains.extend(found);
                 }
             }
         }

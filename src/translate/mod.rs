@@ -49,8 +49,11 @@ pub struct ProxyConfig {
 pub struct Plan<'a> {
     /// The services whose clusters and load assignments the proxy gets.
     pub services: Vec<&'a Arc<Service>>,
-    /// The other clusters: BlackHole/Passthrough and the inbound ones.
+    /// The other clusters: BlackHole/Passthrough, the inbound ones, a gateway's SNI-DNAT
+    /// ones.
     pub clusters: Vec<Cluster>,
+    /// The load assignments of the other clusters (a gateway's SNI-DNAT ones).
+    pub endpoints: Vec<ClusterLoadAssignment>,
     pub listeners: Vec<Listener>,
     /// A sidecar's route configurations.
     pub sidecar_routes: Vec<SidecarRoute<'a>>,
@@ -99,6 +102,7 @@ pub fn plan<'a>(ctx: &'a PushContext, proxy: &Proxy) -> Plan<'a> {
             Plan {
                 services: Vec::new(),
                 clusters: Vec::new(),
+                endpoints: Vec::new(),
                 listeners,
                 sidecar_routes,
                 catch_all: Some(route::sidecar_catch_all(ctx, proxy)),
@@ -114,9 +118,22 @@ pub fn plan<'a>(ctx: &'a PushContext, proxy: &Proxy) -> Plan<'a> {
                 uses.extend(credentials::destination_rule_uses(ctx, proxy, &services));
             }
             let secrets = credentials::secrets(ctx, proxy, &uses);
+            // AUTO_PASSTHROUGH servers forward to SNI-DNAT clusters, built for this gateway
+            // (istiod does not cache them either).
+            let mut endpoints = Vec::new();
+            if listener::has_auto_passthrough(ctx, proxy) {
+                let at = locality::place(ctx, proxy);
+                for svc in &services {
+                    let rule = ctx.service_rule(proxy, svc).map(|r| &**r);
+                    let (c, a) = cluster::sni_dnat(ctx, svc, rule, &at);
+                    clusters.extend(c);
+                    endpoints.extend(a);
+                }
+            }
             Plan {
                 services: Vec::new(),
                 clusters: Vec::new(),
+                endpoints,
                 listeners,
                 sidecar_routes: Vec::new(),
                 catch_all: None,
@@ -174,6 +191,7 @@ pub fn proxy_config(ctx: &PushContext, proxy: &Proxy) -> ProxyConfig {
         endpoints.extend(e);
     }
     clusters.extend(plan.clusters);
+    endpoints.extend(plan.endpoints);
     let mut routes = plan.routes;
     for r in plan.sidecar_routes {
         let mut vhosts: Vec<VirtualHost> = (r.vhosts.into_iter())

@@ -1812,3 +1812,92 @@ spec:
         ["ratings.other.svc.cluster.local:9080", "allow_any"]
     );
 }
+
+#[test]
+fn an_auto_passthrough_server_forwards_each_mtls_sni_to_its_sni_dnat_cluster() {
+    let ctx = context(concat!(
+        "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: cross-network, namespace: istio-system}\nspec:\n  selector: {istio: eastwestgateway}\n  servers:\n",
+        "  - port: {number: 15443, name: tls, protocol: TLS}\n    hosts: ['*.shop.svc.cluster.local']\n    tls: {mode: AUTO_PASSTHROUGH}\n---\n",
+        // v2 runs a sidecar (the injector's label); v1 does not.
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: reviews-v2, namespace: shop, labels: {app: reviews, version: v2, security.istio.io/tlsMode: istio}}\n",
+    ));
+    let meta = json!({"LABELS": {"istio": "eastwestgateway"}, "NAMESPACE": "istio-system"});
+    let proxy = Proxy::from_node(
+        "router~10.1.1.1~ew-1.istio-system~istio-system.svc.cluster.local",
+        meta.as_object().unwrap(),
+    )
+    .unwrap();
+    let cfg = proxy_config(&ctx, &proxy);
+    let l = cfg
+        .listeners
+        .iter()
+        .find(|l| l.name == "0.0.0.0_15443")
+        .unwrap();
+    assert!(has_tls_inspector(l));
+    // reviews (in the server's hosts) and each subset of its rule; not ratings.
+    let expected: Vec<(Vec<String>, String)> = ["", "v1", "v2"]
+        .iter()
+        .map(|subset| {
+            let sni = format!("outbound_.9080_.{subset}_.reviews.shop.svc.cluster.local");
+            (vec![sni.clone()], sni)
+        })
+        .collect();
+    assert_eq!(chains_to_clusters(l), expected);
+    let alpns = &l.filter_chains[0]
+        .filter_chain_match
+        .as_ref()
+        .unwrap()
+        .application_protocols;
+    assert_eq!(
+        alpns,
+        &[
+            "istio-peer-exchange",
+            "istio",
+            "istio-http/1.0",
+            "istio-http/1.1",
+            "istio-h2"
+        ]
+    );
+    // The clusters: the gateway's own for every service, and the SNI-DNAT ones, over EDS
+    // under their own names, without TLS.
+    let dnat = cluster(&cfg, "outbound_.9080_.v2_.reviews.shop.svc.cluster.local");
+    assert_eq!(
+        dnat.eds_cluster_config.as_ref().unwrap().service_name,
+        "outbound_.9080_.v2_.reviews.shop.svc.cluster.local"
+    );
+    assert!(dnat.transport_socket.is_none() && dnat.transport_socket_matches.is_empty());
+    assert!(
+        cfg.clusters
+            .iter()
+            .any(|c| c.name == "outbound|9080|v2|reviews.shop.svc.cluster.local")
+    );
+    let cla = (cfg.endpoints.iter())
+        .find(|e| e.cluster_name == "outbound_.9080_.v2_.reviews.shop.svc.cluster.local")
+        .unwrap();
+    assert_eq!(
+        cla.endpoints.len(),
+        1,
+        "v2's one ready endpoint, in its zone"
+    );
+    // Only endpoints that speak Istio mTLS: v1's plaintext workload is left out.
+    let v1 = (cfg.endpoints.iter())
+        .find(|e| e.cluster_name == "outbound_.9080_.v1_.reviews.shop.svc.cluster.local")
+        .unwrap();
+    assert!(v1.endpoints.is_empty(), "{v1:?}");
+    let all = (cfg.endpoints.iter())
+        .find(|e| e.cluster_name == "outbound|9080||reviews.shop.svc.cluster.local")
+        .unwrap();
+    assert_eq!(
+        all.endpoints.len(),
+        3,
+        "the gateway's own cluster keeps them all"
+    );
+    // Without an AUTO_PASSTHROUGH server, no SNI-DNAT cluster.
+    let plain = proxy_config(&context(""), &proxy);
+    assert!(
+        !plain
+            .clusters
+            .iter()
+            .any(|c| c.name.starts_with("outbound_."))
+    );
+}

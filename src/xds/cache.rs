@@ -148,7 +148,8 @@ fn slot(kind: ProxyKind, secure: bool) -> usize {
 
 /// What a view's shared cluster and load-assignment sets are built from: one push
 /// context, the proxy kind and mTLS ([`slot`]), its services (by identity) and the
-/// view's own clusters (by content hash: the fallback and inbound clusters).
+/// view's own clusters and load assignments (by content hash: the fallback and inbound
+/// clusters, a gateway's SNI-DNAT ones).
 #[derive(Clone, PartialEq, Eq, Hash)]
 struct SetKey {
     ctx: u64,
@@ -429,14 +430,14 @@ impl ResourceCache {
         proxy: &Proxy,
         services: &[&Arc<Service>],
         at: &Place,
-        own: Vec<Arc<Resource>>,
+        (own, own_endpoints): (Vec<Arc<Resource>>, Vec<Arc<Resource>>),
     ) -> Sets {
         let (kind, secure) = (proxy.kind, proxy.identity.is_some());
         let key = SetKey {
             ctx: ctx.id(),
             slot: slot(kind, secure),
             services: services.iter().map(|s| Arc::as_ptr(*s) as usize).collect(),
-            own: own.iter().map(|r| r.hash).collect(),
+            own: (own.iter().chain(&own_endpoints)).map(|r| r.hash).collect(),
             place: self.locality_labels(ctx).map(|keys| at.restricted(&keys)),
             rules: self.rule_exceptions(ctx, proxy),
         };
@@ -451,6 +452,7 @@ impl ResourceCache {
             endpoints.extend(parts.endpoints.iter().cloned());
         }
         clusters.extend(own);
+        endpoints.extend(own_endpoints);
         let sets = (
             Arc::new(resource_map(clusters).into()),
             Arc::new(resource_map(endpoints).into()),
@@ -587,7 +589,9 @@ pub fn view(ctx: &PushContext, proxy: &Proxy, cache: &ResourceCache) -> View {
     let plan = translate::plan(ctx, proxy);
     let mut view = View::default();
     let own = plan.clusters.iter().map(encode_cluster).collect();
+    let own_endpoints = plan.endpoints.iter().map(encode_assignment).collect();
     let at = locality::place(ctx, proxy);
+    let own = (own, own_endpoints);
     let (clusters, endpoints) = cache.sets(ctx, proxy, &plan.services, &at, own);
     view.share(TypeKind::Cluster, clusters);
     view.share(TypeKind::Endpoint, endpoints);
@@ -699,6 +703,27 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_gateways_sni_dnat_clusters_and_assignments_are_in_its_cached_view() {
+        let mut store = Shape::new(40, 4, 2).store();
+        apply(
+            &mut store,
+            "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: ew, namespace: istio-system}\nspec:\n  selector: {istio: ingressgateway}\n  servers:\n  - {port: {number: 15443, name: tls, protocol: TLS}, hosts: ['*.local'], tls: {mode: AUTO_PASSTHROUGH}}\n",
+        );
+        let ctx = PushContext::build(&store, "v/1".into());
+        let cache = ResourceCache::default();
+        assert_views_agree(&ctx, &cache);
+        let gateway = proxies().pop().unwrap();
+        let v = view(&ctx, &gateway, &cache);
+        let dnat = |kind| {
+            (v.all(kind).keys())
+                .filter(|n| n.starts_with("outbound_."))
+                .count()
+        };
+        assert!(dnat(TypeKind::Cluster) >= 40, "{}", dnat(TypeKind::Cluster));
+        assert_eq!(dnat(TypeKind::Cluster), dnat(TypeKind::Endpoint));
     }
 
     #[test]

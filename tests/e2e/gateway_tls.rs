@@ -348,3 +348,141 @@ fn a_gateway_serves_https_from_certificate_files_and_follows_their_rotation() {
     );
     assert!(get(&root).is_err(), "the old certificate is gone");
 }
+
+/// A client that does not check the server's certificate: an Istio mTLS client's SNI
+/// (`outbound_.PORT_.SUBSET_.HOST`) is not a name in the test server's certificate.
+#[derive(Debug)]
+struct AcceptAnyCertificate(std::sync::Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for AcceptAnyCertificate {
+    fn verify_server_cert(
+        &self,
+        _: &rustls::pki_types::CertificateDer<'_>,
+        _: &[rustls::pki_types::CertificateDer<'_>],
+        _: &rustls::pki_types::ServerName<'_>,
+        _: &[u8],
+        _: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        let algorithms = &self.0.signature_verification_algorithms;
+        rustls::crypto::verify_tls12_signature(message, cert, dss, algorithms)
+    }
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        let algorithms = &self.0.signature_verification_algorithms;
+        rustls::crypto::verify_tls13_signature(message, cert, dss, algorithms)
+    }
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// One HTTP/1.1 request over TLS to `addr` with `sni` and `alpn`, the certificate not
+/// checked: the response, or why there was none.
+fn request_with_sni(addr: &str, sni: &str, alpn: &[&str]) -> Result<HttpResponse, String> {
+    use std::io::{Read, Write};
+    let provider = meshd::tls::provider();
+    let mut config = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .dangerous()
+        .with_custom_certificate_verifier(std::sync::Arc::new(AcceptAnyCertificate(provider)))
+        .with_no_client_auth();
+    config.alpn_protocols = alpn.iter().map(|a| a.as_bytes().to_vec()).collect();
+    let name =
+        rustls::pki_types::ServerName::try_from(sni.to_string()).map_err(|e| e.to_string())?;
+    let conn = rustls::ClientConnection::new(std::sync::Arc::new(config), name)
+        .map_err(|e| e.to_string())?;
+    let tcp = std::net::TcpStream::connect(addr).map_err(|e| e.to_string())?;
+    tcp.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut tls = rustls::StreamOwned::new(conn, tcp);
+    tls.write_all(b"GET / HTTP/1.1\r\nHost: reviews\r\nConnection: close\r\n\r\n")
+        .map_err(|e| e.to_string())?;
+    let mut raw = Vec::new();
+    match tls.read_to_end(&mut raw) {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !raw.is_empty() => {}
+        Err(e) => return Err(e.to_string()),
+    }
+    let text = String::from_utf8_lossy(&raw).to_string();
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .ok_or(format!("no response: {text:?}"))?;
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let headers = (head.lines().skip(1))
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    Ok(HttpResponse {
+        status,
+        headers,
+        body: body.to_string(),
+    })
+}
+
+/// An AUTO_PASSTHROUGH server (an east-west gateway's) forwards a connection by its Istio
+/// mTLS SNI, still encrypted, to the SNI-DNAT cluster of that name: the workload behind it
+/// answers, having seen the client's SNI. A workload without a sidecar (no `tlsMode`
+/// label) is not reachable this way, nor is any workload without Istio's mTLS ALPN.
+#[test]
+fn an_auto_passthrough_gateway_forwards_mtls_by_its_sni() {
+    let (_, chain, key) = site_certificate("reviews.shop.svc.cluster.local");
+    let (client_root, _, _) = site_certificate("client");
+    let meshed = Upstream::tls("reviews-meshed", &chain, &key, &client_root);
+    let plain = Upstream::tls("ratings-plain", &chain, &key, &client_root);
+    let dir = temp_dir("auto-passthrough").join("config");
+    std::fs::create_dir_all(&dir).unwrap();
+    let (gw_port, reviews_port, ratings_port) = (free_port(), free_port(), free_port());
+    let mesh_label = [("security.istio.io/tlsMode", "istio")];
+    let write = |file: &str, text: String| std::fs::write(dir.join(file), text).unwrap();
+    write(
+        "reviews.yaml",
+        service_yaml("shop", "reviews", reviews_port, &[(&meshed, &mesh_label)]),
+    );
+    write(
+        "ratings.yaml",
+        service_yaml("shop", "ratings", ratings_port, &[(&plain, &[])]),
+    );
+    write(
+        "gateway.yaml",
+        format!(
+            "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {{name: cross-network, namespace: istio-system}}\nspec:\n  selector: {{istio: ingressgateway}}\n  servers:\n  - port: {{number: {gw_port}, name: tls, protocol: TLS}}\n    hosts: ['*.local']\n    tls: {{mode: AUTO_PASSTHROUGH}}\n"
+        ),
+    );
+    let meshd = Meshd::start(&dir);
+    let _gateway = Envoy::gateway(&meshd, Ads::Delta, "east-west");
+    let addr = format!("127.0.0.1:{gw_port}");
+    let sni = format!("outbound_.{reviews_port}_._.reviews.shop.svc.cluster.local");
+    wait_until(
+        "the AUTO_PASSTHROUGH listener",
+        Duration::from_secs(10),
+        || request_with_sni(&addr, &sni, &["istio"]).is_ok(),
+    );
+    let answer = request_with_sni(&addr, &sni, &["istio"]).unwrap();
+    assert_eq!(
+        (answer.status, answer.body.as_str()),
+        (200, "reviews-meshed")
+    );
+    assert_eq!(answer.headers["x-tls-sni"], sni);
+    // No Istio mTLS ALPN: no chain matches.
+    assert!(request_with_sni(&addr, &sni, &["h2"]).is_err());
+    // A workload without a sidecar is filtered out of its SNI-DNAT cluster.
+    let plain_sni = format!("outbound_.{ratings_port}_._.ratings.shop.svc.cluster.local");
+    let refused = request_with_sni(&addr, &plain_sni, &["istio"]);
+    assert!(refused.is_err(), "{refused:?}");
+}
