@@ -6,7 +6,7 @@
 //! Gateway server port (`0.0.0.0_PORT`: RDS `http.PORT` for HTTP, SNI chains for HTTPS and
 //! PASSTHROUGH, a tcp_proxy for TCP).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use envoy_types::pb::envoy::config::core::v3::TrafficDirection;
@@ -593,7 +593,7 @@ fn gateway_tls_chains(
     ctx: &PushContext,
     proxy: &Proxy,
     server: &TcpServer,
-    taken: &mut Vec<String>,
+    taken: &mut HashSet<String>,
 ) -> Vec<FilterChain> {
     let mut chains = Vec::new();
     for (obj, vs) in gateway_routes(ctx, proxy, server) {
@@ -624,7 +624,7 @@ fn auto_passthrough_chains(
     proxy: &Proxy,
     server: &TcpServer,
     services: &[&Arc<Service>],
-    taken: &mut Vec<String>,
+    taken: &mut HashSet<String>,
 ) -> Vec<FilterChain> {
     let hosts: Vec<&str> = (server.hosts.iter())
         .map(|h| h.split_once('/').map_or(h.as_str(), |(_, host)| host))
@@ -648,10 +648,9 @@ fn auto_passthrough_chains(
         for port in &svc.ports {
             for subset in std::iter::once("").chain(subsets.iter().copied()) {
                 let sni = super::cluster::mtls_sni(port.port, subset, &svc.hostname);
-                if taken.contains(&sni) {
+                if !taken.insert(sni.clone()) {
                     continue;
                 }
-                taken.push(sni.clone());
                 chains.push(FilterChain {
                     filter_chain_match: Some(FilterChainMatch {
                         server_names: vec![sni.clone()],
@@ -1193,7 +1192,7 @@ pub fn gateway(
     for (port, servers) in tls_servers {
         let name = format!("0.0.0.0_{port}");
         let mut chains = Vec::new();
-        let mut taken = Vec::new();
+        let mut taken = HashSet::new();
         for server in servers {
             match server {
                 TlsServer::Https(server, tls, route_name) => {

@@ -390,8 +390,7 @@ impl rustls::client::danger::ServerCertVerifier for AcceptAnyCertificate {
 
 /// One HTTP/1.1 request over TLS to `addr` with `sni` and `alpn`, the certificate not
 /// checked: the response, or why there was none.
-fn request_with_sni(addr: &str, sni: &str, alpn: &[&str]) -> Result<HttpResponse, String> {
-    use std::io::{Read, Write};
+fn request_with_sni(addr: &str, sni: &str, alpn: &[&str]) -> std::io::Result<HttpResponse> {
     let provider = meshd::tls::provider();
     let mut config = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
@@ -400,39 +399,7 @@ fn request_with_sni(addr: &str, sni: &str, alpn: &[&str]) -> Result<HttpResponse
         .with_custom_certificate_verifier(std::sync::Arc::new(AcceptAnyCertificate(provider)))
         .with_no_client_auth();
     config.alpn_protocols = alpn.iter().map(|a| a.as_bytes().to_vec()).collect();
-    let name =
-        rustls::pki_types::ServerName::try_from(sni.to_string()).map_err(|e| e.to_string())?;
-    let conn = rustls::ClientConnection::new(std::sync::Arc::new(config), name)
-        .map_err(|e| e.to_string())?;
-    let tcp = std::net::TcpStream::connect(addr).map_err(|e| e.to_string())?;
-    tcp.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    let mut tls = rustls::StreamOwned::new(conn, tcp);
-    tls.write_all(b"GET / HTTP/1.1\r\nHost: reviews\r\nConnection: close\r\n\r\n")
-        .map_err(|e| e.to_string())?;
-    let mut raw = Vec::new();
-    match tls.read_to_end(&mut raw) {
-        Ok(_) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !raw.is_empty() => {}
-        Err(e) => return Err(e.to_string()),
-    }
-    let text = String::from_utf8_lossy(&raw).to_string();
-    let (head, body) = text
-        .split_once("\r\n\r\n")
-        .ok_or(format!("no response: {text:?}"))?;
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let headers = (head.lines().skip(1))
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
-        .collect();
-    Ok(HttpResponse {
-        status,
-        headers,
-        body: body.to_string(),
-    })
+    tls_request(addr, sni, config, "GET /", &[], "")
 }
 
 /// An AUTO_PASSTHROUGH server (an east-west gateway's) forwards a connection by its Istio

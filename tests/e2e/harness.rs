@@ -154,6 +154,19 @@ pub fn https_request(
 ) -> std::io::Result<HttpResponse> {
     let mut config = meshd::tls::client_config(root_pem, None).map_err(std::io::Error::other)?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    tls_request(addr, sni, config, request, headers, body)
+}
+
+/// One HTTP/1.1 request (`request` is the method and path) with `headers` and `body` over
+/// TLS with SNI `sni`, as `config` says.
+pub fn tls_request(
+    addr: &str,
+    sni: &str,
+    config: rustls::ClientConfig,
+    request: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> std::io::Result<HttpResponse> {
     let name =
         rustls::pki_types::ServerName::try_from(sni.to_string()).map_err(std::io::Error::other)?;
     let conn = rustls::ClientConnection::new(std::sync::Arc::new(config), name)
