@@ -1,7 +1,8 @@
 //! The secure port (15012): the CA's `IstioCertificateService` and ADS over TLS, on one
-//! gRPC server; and the validation webhook's HTTPS port (15017, [`crate::webhook`]). meshd's serving certificate comes from its own CA and is renewed at half
-//! its life; a self-signed root is rotated when a fifth of its life is left. Both apply to
-//! new connections without a restart.
+//! gRPC server; and the validation webhook's HTTPS port (15017, [`crate::webhook`]).
+//! meshd's serving certificate comes from its own CA and is renewed at half its life; a
+//! self-signed root is rotated when a fifth of its life is left. Both apply to new
+//! connections without a restart.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -153,14 +153,14 @@ pub fn sni_dnat(
         return (Vec::new(), Vec::new());
     }
     let (mut clusters, mut assignments) = service(ctx, svc, rule, ProxyKind::Router, false, at);
+    // `outbound|PORT|SUBSET|HOST`, as `service` names them, to its mTLS SNI.
     let rename = |name: &mut String| {
-        let mut parts = name.splitn(4, '|');
-        let (Some(_), Some(port), Some(subset), Some(host)) =
-            (parts.next(), parts.next(), parts.next(), parts.next())
-        else {
-            return;
-        };
-        *name = format!("outbound_.{port}_.{subset}_.{host}");
+        let mut parts = name.splitn(4, '|').skip(1);
+        if let (Some(port), Some(subset), Some(host)) = (parts.next(), parts.next(), parts.next())
+            && let Ok(port) = port.parse()
+        {
+            *name = mtls_sni(port, subset, host);
+        }
     };
     for c in &mut clusters {
         rename(&mut c.name);

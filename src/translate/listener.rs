@@ -384,6 +384,16 @@ struct Chain {
     filter: Filter,
 }
 
+impl Chain {
+    /// A chain matching every connection.
+    fn any(filter: Filter) -> Chain {
+        Chain {
+            server_names: Vec::new(),
+            filter,
+        }
+    }
+}
+
 /// The chains of a sidecar's outbound listener for `svc`'s TLS `port` (protocol TLS or
 /// HTTPS), as istiod's `buildSidecarOutboundTLSFilterChainOpts`: one per distinct SNI
 /// match of the `tls` routes (of the VirtualServices for the host) that fits the proxy
@@ -844,10 +854,7 @@ impl<'a> SidecarOutbound<'a, '_> {
                 Protocol::Tcp => {
                     let filter = sidecar_tcp_proxy(ctx, proxy, &egress, svc, target);
                     if let Some(o) = self.at(binding.own(svc), port, bind_to_port) {
-                        o.add(vec![Chain {
-                            server_names: Vec::new(),
-                            filter,
-                        }]);
+                        o.add(vec![Chain::any(filter)]);
                     }
                 }
                 Protocol::Tls | Protocol::Https => {
@@ -867,10 +874,7 @@ impl<'a> SidecarOutbound<'a, '_> {
                         o.sniffed |= sniffed || !o.chains.is_empty();
                         o.rds = Some(port.to_string());
                         if let Some(filter) = tcp {
-                            o.add(vec![Chain {
-                                server_names: Vec::new(),
-                                filter,
-                            }]);
+                            o.add(vec![Chain::any(filter)]);
                         }
                     }
                 }
@@ -907,10 +911,7 @@ impl<'a> SidecarOutbound<'a, '_> {
                 if RESERVED_PORTS.contains(&p.port) {
                     continue;
                 }
-                let tcp = || Chain {
-                    server_names: Vec::new(),
-                    filter: sidecar_tcp_proxy(ctx, proxy, &egress, svc, p.port),
-                };
+                let tcp = || Chain::any(sidecar_tcp_proxy(ctx, proxy, &egress, svc, p.port));
                 match p.protocol {
                     Protocol::Unknown if own_address(svc) => {
                         let route = RouteServices {
