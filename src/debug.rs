@@ -402,8 +402,14 @@ async fn endpoint_shardz(State(s): State<DebugState>) -> impl IntoResponse {
             .iter()
             .map(|p| {
                 let name = format!("outbound|{}||{}", p.port, svc.hostname);
-                let cla =
-                    crate::translate::endpoint::load_assignment(&name, svc, p.port, |_| true, None);
+                let cla = crate::translate::endpoint::load_assignment(
+                    &name,
+                    svc,
+                    p.port,
+                    |_| true,
+                    None,
+                    None,
+                );
                 let json = dump::any_to_json(&encode(&name, &cla).any())
                     .unwrap_or_else(|e| json!({"error": e}));
                 (name, json)
@@ -419,7 +425,7 @@ async fn endpoint_shardz(State(s): State<DebugState>) -> impl IntoResponse {
                     "labels": e.labels,
                     "serviceAccount": e.service_account,
                     "pod": e.pod,
-                    "network": "",
+                    "network": e.network,
                     "locality": e.locality,
                     "lbWeight": e.weight,
                     "healthy": e.healthy,

@@ -340,6 +340,9 @@ struct AgentArgs {
     /// `REDIRECT`, `TPROXY` or `NONE` (no traffic capture).
     #[arg(long, env = "ISTIO_META_INTERCEPTION_MODE", default_value = "REDIRECT")]
     interception_mode: String,
+    /// The network the workload is on (metadata `NETWORK`), for multi-network meshes.
+    #[arg(long, env = "ISTIO_META_NETWORK")]
+    network: Option<String>,
     #[arg(long, default_value = "./var/run/secrets/workload-spiffe-uds/socket")]
     sds_socket: String,
     /// Where to write Envoy's bootstrap.
@@ -389,7 +392,7 @@ impl AgentArgs {
             .into_iter()
             .map(|(k, v)| (k, serde_json::Value::String(v)))
             .collect();
-        let metadata = serde_json::json!({
+        let mut metadata = serde_json::json!({
             "NAMESPACE": ns,
             "SERVICE_ACCOUNT": self.service_account,
             "LABELS": labels,
@@ -398,6 +401,9 @@ impl AgentArgs {
             "ISTIO_VERSION": "1.28.0",
             "POD_NAME": self.pod_name,
         });
+        if let Some(network) = self.network.filter(|n| !n.is_empty()) {
+            metadata["NETWORK"] = network.into();
+        }
         Ok(meshd::agent::AgentOptions {
             ca: CaClientOptions {
                 address: self.ca_address.clone(),

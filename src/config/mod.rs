@@ -217,6 +217,9 @@ pub struct ServiceDef {
     pub traffic_distribution: Option<String>,
     pub selector: BTreeMap<String, String>,
     pub ports: Vec<ServicePortDef>,
+    /// The addresses it is reached at from outside the cluster: its load balancer's
+    /// ingress IPs, then `spec.externalIPs` (what a network gateway is known by).
+    pub external_addresses: Vec<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]

@@ -203,12 +203,17 @@ fn parse_document(file: &str, index: usize, value: Value, out: &mut Parsed) {
         namespace,
         name,
     };
-    // Only Istio's mesh ConfigMap: `istio` or `istio-REV` with a `mesh` key (not, say,
-    // the `istio-ca-root-cert` ConfigMap Istio publishes in every namespace).
+    // Only Istio's mesh ConfigMap: `istio` or `istio-REV` with a `mesh` or `meshNetworks`
+    // key (not, say, the `istio-ca-root-cert` ConfigMap Istio publishes in every namespace).
+    let data = map.get("data");
     let mesh_configmap = (key.name == "istio" || key.name.starts_with("istio-"))
-        && map.get("data").and_then(|d| d.get("mesh")).is_some();
+        && ["mesh", "meshNetworks"]
+            .iter()
+            .any(|k| data.and_then(|d| d.get(*k)).is_some());
     if kind == Kind::ConfigMap && !mesh_configmap {
-        let message = "ignored: meshd reads only the istio mesh ConfigMap (data.mesh)".to_string();
+        let message =
+            "ignored: meshd reads only the istio mesh ConfigMap (data.mesh, data.meshNetworks)"
+                .to_string();
         out.issues
             .push(warning(file, index, Some(&key), "", message));
         return;
@@ -345,13 +350,13 @@ fn decode_spec(
         }
         Kind::ConfigMap => {
             let cm: core::ConfigMap = typed(value, "", unknown)?;
-            let mesh = cm
-                .data
-                .unwrap_or_default()
-                .remove("mesh")
-                .unwrap_or_default();
-            let mesh = crate::model::mesh::MeshConfig::parse(&mesh)
+            let mut data = cm.data.unwrap_or_default();
+            let mesh = data.remove("mesh").unwrap_or_default();
+            let mut mesh = crate::model::mesh::MeshConfig::parse(&mesh)
                 .map_err(|e| ("data.mesh".to_string(), e))?;
+            let networks = data.remove("meshNetworks").unwrap_or_default();
+            mesh.mesh_networks = crate::model::network::MeshNetworks::parse(&networks)
+                .map_err(|e| ("data.meshNetworks".to_string(), e))?;
             Spec::MeshConfig(mesh)
         }
     })
@@ -360,7 +365,14 @@ fn decode_spec(
 fn service_def(s: core::Service) -> ServiceDef {
     let spec = s.spec.unwrap_or_default();
     let cluster_ip = spec.cluster_ip.filter(|ip| !ip.is_empty());
+    let ingress = (s.status.and_then(|s| s.load_balancer))
+        .and_then(|lb| lb.ingress)
+        .unwrap_or_default();
+    let mut external_addresses: Vec<String> = ingress.into_iter().filter_map(|i| i.ip).collect();
+    external_addresses.extend(spec.external_ips.unwrap_or_default());
+    external_addresses.dedup();
     ServiceDef {
+        external_addresses,
         headless: cluster_ip.as_deref() == Some("None"),
         cluster_ip: cluster_ip.filter(|ip| ip != "None"),
         traffic_distribution: spec.traffic_distribution,

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::Store;
+use super::network::MeshNetworks;
 use crate::api::networking::{LocalityLoadBalancerSetting, OutboundMode, OutboundTrafficPolicy};
 use crate::config::{ConfigObject, Kind, Spec};
 
@@ -39,6 +40,9 @@ pub struct MeshConfig {
     /// kinds of provider (tracing, logging) are kept by name and not used.
     #[serde(default)]
     pub extension_providers: Vec<ExtensionProvider>,
+    /// MeshNetworks, from the ConfigMap's `meshNetworks` key (not part of `mesh`).
+    #[serde(skip_deserializing, skip_serializing_if = "MeshNetworks::is_empty")]
+    pub mesh_networks: MeshNetworks,
 }
 
 /// MeshConfig `extensionProviders[]`: the external authorization providers.

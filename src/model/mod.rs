@@ -6,6 +6,7 @@ pub mod delegate;
 pub mod destination_rule;
 pub mod egress;
 pub mod mesh;
+pub mod network;
 pub mod proxy;
 pub mod push_context;
 pub mod security;

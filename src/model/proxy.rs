@@ -47,6 +47,8 @@ pub struct Proxy {
     /// Metadata `IDLE_TIMEOUT` (a Go duration): the idle timeout of the proxy's
     /// connection managers and of its tcp_proxies a DestinationRule sets none for.
     pub idle_timeout: Option<std::time::Duration>,
+    /// Metadata `NETWORK` (empty when unset): which of the mesh's networks it is on.
+    pub network: String,
 }
 
 impl Proxy {
@@ -118,6 +120,7 @@ impl Proxy {
             locality: Locality::default(),
             // Unparsable: ignored, as istiod's `parseDuration` does.
             idle_timeout: text("IDLE_TIMEOUT").and_then(|t| crate::duration::parse(&t).ok()),
+            network: text("NETWORK").unwrap_or_default(),
         })
     }
 

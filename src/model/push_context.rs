@@ -20,6 +20,7 @@ use crate::api::networking::{
 use crate::config::{ConfigObject, EndpointSliceDef, Kind, ObjectKey, Spec};
 use crate::model::Locality;
 use crate::model::mesh::MeshConfig;
+use crate::model::network::{EndpointNetworks, NETWORK_LABEL, NetworkGateways};
 
 /// A problem that only shows when objects are put together (a route to a missing host).
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -69,6 +70,8 @@ pub struct PushContext {
     pub namespace_labels: Arc<HashMap<String, BTreeMap<String, String>>>,
     /// Mesh-wide settings (the `istio` ConfigMap), defaults without one.
     pub mesh: MeshConfig,
+    /// The networks' gateways: with any, load assignments depend on the proxy's network.
+    pub networks: Arc<NetworkGateways>,
     pub issues: Arc<Vec<ModelIssue>>,
 }
 
@@ -223,11 +226,12 @@ impl PushContext {
     pub fn build(store: &Store, version: String) -> PushContext {
         let mesh = MeshConfig::from_store(store);
         let (virtual_services, delegated) = virtual_services(store, &mesh);
+        let networks = Arc::new(NetworkGateways::new(store, &mesh));
         let mut ctx = PushContext {
             version: version.into(),
             id: ContextId::next(),
             store: store.clone(),
-            services: build_services(store),
+            services: build_services(store, &mesh),
             virtual_services,
             delegated,
             destination_rules: destination_rules(store, &mesh),
@@ -247,6 +251,7 @@ impl PushContext {
                 .collect(),
             namespace_labels: namespace_labels(store),
             mesh,
+            networks,
             issues: Arc::default(),
         };
         ctx.issues = Arc::new(ctx.cross_check());
@@ -269,13 +274,21 @@ impl PushContext {
         {
             return PushContext::build(store, version);
         }
+        let mesh = rebuilt_if(any(Kind::ConfigMap), &self.mesh, || {
+            MeshConfig::from_store(store)
+        });
+        // MeshNetworks decide endpoints' networks, as a Namespace's labels do.
+        if mesh.mesh_networks != self.mesh.mesh_networks {
+            return PushContext::build(store, version);
+        }
         let mut services = self.services.clone();
         let mut hosts_changed = false;
+        let endpoint_networks = EndpointNetworks::new(store, &mesh);
         for (ns, name) in touched_services(&self.store, store, changed) {
             let host = kubernetes_hostname(&ns, &name);
             let built = store
                 .get(&ObjectKey::new(Kind::Service, &ns, &name))
-                .and_then(|o| kubernetes_service(o, store));
+                .and_then(|o| kubernetes_service(o, store, &endpoint_networks));
             match built {
                 // Rebuilt but equal: keep the old `Arc`, which caches compare first.
                 Some(svc) if self.services.get(&host).is_some_and(|old| **old == svc) => {}
@@ -295,8 +308,16 @@ impl PushContext {
                 None => pod_labels.remove(&id),
             };
         }
-        let mesh = rebuilt_if(any(Kind::ConfigMap), &self.mesh, || {
-            MeshConfig::from_store(store)
+        // A Service that is or was a gateway changes the networks' gateways.
+        let gateway_changed = changed.iter().any(|k| {
+            k.kind == Kind::Service
+                && (self.networks.names_service(&k.namespace, &k.name)
+                    || (store.get(k)).is_some_and(|o| o.meta.labels.contains_key(NETWORK_LABEL)))
+        });
+        let networks = rebuilt_if(gateway_changed, &self.networks, || {
+            let mut networks = NetworkGateways::new(store, &mesh);
+            networks.remember(&self.networks);
+            Arc::new(networks)
         });
         let (virtual_services, delegated) = rebuilt_if(
             any(Kind::VirtualService) || mesh != self.mesh,
@@ -336,6 +357,7 @@ impl PushContext {
                 namespace_labels(store)
             }),
             mesh,
+            networks,
             issues: self.issues.clone(),
         };
         // Route destinations are checked against hosts, subsets and gateways.
@@ -345,6 +367,7 @@ impl PushContext {
             || any(Kind::Gateway)
             || any(Kind::AuthorizationPolicy)
             || any(Kind::ConfigMap)
+            || gateway_changed
         {
             ctx.issues = Arc::new(ctx.cross_check());
         }
@@ -378,7 +401,7 @@ impl PushContext {
     /// Cross-object checks: every route destination and subset must exist, and every
     /// CUSTOM AuthorizationPolicy's provider.
     fn cross_check(&self) -> Vec<ModelIssue> {
-        let mut issues = Vec::new();
+        let mut issues = self.networks.issues.clone();
         for ap in self.authorization_policies.iter() {
             let Spec::AuthorizationPolicy(spec) = &ap.spec else {
                 continue;
@@ -780,6 +803,8 @@ impl PushContext {
             // Found by host from any namespace, or shaping endpoints everywhere: rare.
             Kind::DestinationRule | Kind::Namespace | Kind::Node | Kind::ConfigMap => true,
             Kind::Pod if key.namespace == proxy.namespace && key.name == proxy.pod_name => true,
+            // A network's gateway is in every proxy's load assignments, once multi-network.
+            Kind::Service if self.networks.names_service(&key.namespace, &key.name) => true,
             // A delegate shapes its roots, wherever they are.
             Kind::VirtualService
                 if self

@@ -6,6 +6,8 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
+use super::mesh::MeshConfig;
+use super::network::EndpointNetworks;
 use super::{DOMAIN_SUFFIX, Store};
 use crate::api::labels_match;
 use crate::api::networking::{Location, Resolution, ServiceEntrySpec, WorkloadEntrySpec};
@@ -85,6 +87,8 @@ pub struct Endpoint {
     pub ports: BTreeMap<u32, u32>,
     pub labels: BTreeMap<String, String>,
     pub locality: Locality,
+    /// Its network ([`super::network`]); empty when none is known.
+    pub network: String,
     pub weight: u32,
     pub healthy: bool,
     pub service_account: Option<String>,
@@ -315,18 +319,23 @@ impl Sources for Store {
 const PARALLEL_FROM: usize = 2_000;
 
 /// Builds every service from the store.
-pub fn build_services(store: &Store) -> imbl::OrdMap<String, Arc<Service>> {
+pub fn build_services(store: &Store, mesh: &MeshConfig) -> imbl::OrdMap<String, Arc<Service>> {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(4));
-    build_services_on(store, threads)
+    build_services_on(store, mesh, threads)
 }
 
 /// [`build_services`] on up to `threads` threads.
-fn build_services_on(store: &Store, threads: usize) -> imbl::OrdMap<String, Arc<Service>> {
+fn build_services_on(
+    store: &Store,
+    mesh: &MeshConfig,
+    threads: usize,
+) -> imbl::OrdMap<String, Arc<Service>> {
     let sources = Indexed::new(store);
+    let networks = EndpointNetworks::new(store, mesh);
     let objects: Vec<&Arc<ConfigObject>> = store.of_kind(Kind::Service).collect();
     let build = |part: &[&Arc<ConfigObject>]| -> Vec<Arc<Service>> {
         part.iter()
-            .filter_map(|obj| kubernetes_service(obj, &sources))
+            .filter_map(|obj| kubernetes_service(obj, &sources, &networks))
             .map(Arc::new)
             .collect()
     };
@@ -356,7 +365,7 @@ fn build_services_on(store: &Store, threads: usize) -> imbl::OrdMap<String, Arc<
     for svc in parts.into_iter().flatten() {
         out.insert(svc.hostname.clone(), svc);
     }
-    add_service_entries(store, &mut out);
+    add_service_entries(store, &networks, &mut out);
     out
 }
 
@@ -366,7 +375,11 @@ pub fn kubernetes_hostname(namespace: &str, name: &str) -> String {
 }
 
 /// One Kubernetes Service with its endpoints; `None` if `obj` is not a Service.
-pub(super) fn kubernetes_service(obj: &ConfigObject, sources: &impl Sources) -> Option<Service> {
+pub(super) fn kubernetes_service(
+    obj: &ConfigObject,
+    sources: &impl Sources,
+    networks: &EndpointNetworks,
+) -> Option<Service> {
     let Spec::Service(def) = &obj.spec else {
         return None;
     };
@@ -406,6 +419,7 @@ pub(super) fn kubernetes_service(obj: &ConfigObject, sources: &impl Sources) -> 
             let template = Endpoint {
                 address: String::new(),
                 ports: port_map.clone(),
+                network: String::new(),
                 labels,
                 locality,
                 weight: 1,
@@ -418,11 +432,13 @@ pub(super) fn kubernetes_service(obj: &ConfigObject, sources: &impl Sources) -> 
                 for address in rest {
                     endpoints.push(Endpoint {
                         address: address.clone(),
+                        network: networks.network(None, &template.labels, address),
                         ..template.clone()
                     });
                 }
                 endpoints.push(Endpoint {
                     address: last.clone(),
+                    network: networks.network(None, &template.labels, last),
                     ..template
                 });
             }
@@ -462,14 +478,18 @@ pub(super) fn kubernetes_service(obj: &ConfigObject, sources: &impl Sources) -> 
 
 /// Adds the services of every ServiceEntry; a Kubernetes service of the same hostname
 /// wins.
-fn add_service_entries(store: &Store, out: &mut imbl::OrdMap<String, Arc<Service>>) {
+fn add_service_entries(
+    store: &Store,
+    networks: &EndpointNetworks,
+    out: &mut imbl::OrdMap<String, Arc<Service>>,
+) {
     let workload_entries: Vec<&Arc<ConfigObject>> = store.of_kind(Kind::WorkloadEntry).collect();
     for obj in store.of_kind(Kind::ServiceEntry) {
         let Spec::ServiceEntry(se) = &obj.spec else {
             continue;
         };
         let namespace = store.namespace_annotations(&obj.key.namespace);
-        for svc in service_entry_services(obj, se, &workload_entries, namespace) {
+        for svc in service_entry_services(obj, se, &workload_entries, namespace, networks) {
             out.entry(svc.hostname.clone())
                 .or_insert_with(|| Arc::new(svc));
         }
@@ -504,6 +524,7 @@ fn workload_endpoint(
     we: &WorkloadEntrySpec,
     ports: &[ServicePort],
     se_ports: &[crate::api::networking::Port],
+    networks: &EndpointNetworks,
 ) -> Endpoint {
     let mut map = BTreeMap::new();
     for (p, sp) in ports.iter().zip(se_ports) {
@@ -519,6 +540,7 @@ fn workload_endpoint(
         address: we.address.clone(),
         ports: map,
         labels: we.labels.clone(),
+        network: networks.network(we.network.as_deref(), &we.labels, &we.address),
         locality: we
             .locality
             .as_deref()
@@ -536,6 +558,7 @@ fn service_entry_services(
     se: &ServiceEntrySpec,
     workload_entries: &[&Arc<ConfigObject>],
     namespace_annotations: Option<&BTreeMap<String, String>>,
+    networks: &EndpointNetworks,
 ) -> Vec<Service> {
     let ports: Vec<ServicePort> = se
         .ports
@@ -555,7 +578,7 @@ fn service_entry_services(
         .endpoints
         .iter()
         .filter(|e| !e.address.is_empty())
-        .map(|e| workload_endpoint(e, &ports, &se.ports))
+        .map(|e| workload_endpoint(e, &ports, &se.ports, networks))
         .collect();
     if let Some(sel) = &se.workload_selector {
         for we in workload_entries {
@@ -566,7 +589,7 @@ fn service_entry_services(
                 && labels_match(&sel.labels, &w.labels)
                 && !w.address.is_empty()
             {
-                endpoints.push(workload_endpoint(w, &ports, &se.ports));
+                endpoints.push(workload_endpoint(w, &ports, &se.ports, networks));
             }
         }
     }
@@ -583,6 +606,7 @@ fn service_entry_services(
                 ports: ports.iter().map(|p| (p.port, p.port)).collect(),
                 labels: BTreeMap::new(),
                 locality: Locality::default(),
+                network: String::new(),
                 weight: 1,
                 healthy: true,
                 service_account: None,
@@ -633,7 +657,7 @@ mod tests {
         for o in parse_file("t.yaml", yaml).objects {
             store.apply(o);
         }
-        build_services(&store)
+        build_services(&store, &MeshConfig::from_store(&store))
     }
 
     #[test]
@@ -733,9 +757,9 @@ mod tests {
     #[test]
     fn a_build_spread_over_threads_equals_one_on_a_single_thread() {
         let store = crate::model::testmesh::generate(PARALLEL_FROM + 501, 7, 2);
-        let one = build_services_on(&store, 1);
+        let one = build_services_on(&store, &MeshConfig::default(), 1);
         assert_eq!(one.len(), PARALLEL_FROM + 501);
-        assert_eq!(build_services_on(&store, 3), one);
+        assert_eq!(build_services_on(&store, &MeshConfig::default(), 3), one);
     }
 
     #[test]

@@ -96,6 +96,7 @@ pub fn service(
     let mut assignments = Vec::new();
     let dr = rule.and_then(|o| Some((o, destination_rule::spec(o)?)));
     let rule_policy = dr.and_then(|(_, d)| d.traffic_policy.as_ref());
+    let split = super::network::split(ctx, at);
     for port in &svc.ports {
         let base = policy::effective(rule_policy, None, port.port);
         let base_policy = base.as_deref();
@@ -109,7 +110,7 @@ pub fn service(
         let lb = locality::lb(&ctx.mesh, base_policy, svc.traffic_distribution).map(|lb| (lb, at));
         balance(&mut c, lb, svc, port.port, |_| true);
         if is_eds(&c) {
-            assignments.push(load_assignment(&name, svc, port.port, |_| true, lb));
+            assignments.push(load_assignment(&name, svc, port.port, |_| true, split, lb));
         }
         clusters.push(c);
         let Some((dr_obj, dr_spec)) = dr else {
@@ -130,7 +131,7 @@ pub fn service(
             let lb = locality::lb(&ctx.mesh, policy, svc.traffic_distribution).map(|lb| (lb, at));
             balance(&mut c, lb, svc, port.port, in_subset);
             if is_eds(&c) {
-                assignments.push(load_assignment(&name, svc, port.port, in_subset, lb));
+                assignments.push(load_assignment(&name, svc, port.port, in_subset, split, lb));
             }
             clusters.push(c);
         }
@@ -191,14 +192,9 @@ fn mtls_endpoints_only(a: &mut ClusterLoadAssignment) {
             .map(|e| e.load_balancing_weight.as_ref().map_or(1, |w| w.value))
             .sum()
     };
-    let mtls = |e: &LbEndpoint| {
-        (e.metadata.as_ref())
-            .and_then(|m| m.filter_metadata.get("envoy.transport_socket_match"))
-            .is_some_and(|s| s.fields.contains_key("tlsMode"))
-    };
     for group in &mut a.endpoints {
         let before = weight(&group.lb_endpoints);
-        group.lb_endpoints.retain(mtls);
+        group.lb_endpoints.retain(super::endpoint::is_mtls);
         if let Some(w) = group
             .load_balancing_weight
             .as_mut()
@@ -230,7 +226,7 @@ fn balance(
         ));
     }
     if let Some(inline) = &mut c.load_assignment {
-        *inline = load_assignment(&inline.cluster_name, svc, port, filter, lb);
+        *inline = load_assignment(&inline.cluster_name, svc, port, filter, None, lb);
     }
 }
 
@@ -328,7 +324,7 @@ fn build(
             };
             c.cluster_discovery_type = Some(ClusterDiscoveryType::Type(t as i32));
             c.dns_lookup_family = DnsLookupFamily::V4Only as i32;
-            c.load_assignment = Some(load_assignment(name, svc, port.port, |_| true, None));
+            c.load_assignment = Some(load_assignment(name, svc, port.port, |_| true, None, None));
         }
         Discovery::Passthrough => {
             c.cluster_discovery_type = Some(ClusterDiscoveryType::Type(

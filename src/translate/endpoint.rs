@@ -106,15 +106,20 @@ pub fn assignment(name: &str, groups: Vec<Group<'_>>) -> ClusterLoadAssignment {
 }
 
 /// The load assignment of cluster `name`: `svc`'s endpoints for `port` that pass `filter`,
-/// balanced over localities by `locality` for a proxy at that place.
+/// split by network by `split` and balanced over localities by `locality` for a proxy at
+/// that place, in istiod's order.
 pub fn load_assignment(
     name: &str,
     svc: &Service,
     port: u32,
     filter: impl Fn(&Endpoint) -> bool,
+    split: Option<super::network::Split<'_>>,
     locality: Option<(super::locality::Lb<'_>, &super::locality::Place)>,
 ) -> ClusterLoadAssignment {
     let mut groups = groups(svc, port, filter);
+    if let Some(split) = split {
+        split.apply(&mut groups);
+    }
     if let Some((lb, at)) = locality {
         lb.apply(&mut groups, at);
     }
@@ -124,19 +129,31 @@ pub fn load_assignment(
 /// `envoy.transport_socket_match: {tlsMode: istio}` for a mesh endpoint (its pod carries
 /// `security.istio.io/tlsMode: istio`), so the cluster's mTLS transport socket applies.
 fn tls_mode_metadata(e: &Endpoint) -> Option<Metadata> {
-    if e.labels
+    let istio = e
+        .labels
         .get(super::cluster::TLS_MODE_LABEL)
         .map(String::as_str)
-        != Some("istio")
-    {
-        return None;
-    }
+        == Some("istio");
+    istio.then(istio_mtls_metadata)
+}
+
+const TRANSPORT_SOCKET_MATCH: &str = "envoy.transport_socket_match";
+
+/// `envoy.transport_socket_match: {tlsMode: istio}`.
+pub fn istio_mtls_metadata() -> Metadata {
     let mut m = Metadata::default();
     m.filter_metadata.insert(
-        "envoy.transport_socket_match".into(),
+        TRANSPORT_SOCKET_MATCH.into(),
         super::make_struct(vec![("tlsMode", super::string_value("istio"))]),
     );
-    Some(m)
+    m
+}
+
+/// Whether the endpoint speaks Istio mTLS (carries [`istio_mtls_metadata`]).
+pub fn is_mtls(e: &LbEndpoint) -> bool {
+    (e.metadata.as_ref())
+        .and_then(|m| m.filter_metadata.get(TRANSPORT_SOCKET_MATCH))
+        .is_some_and(|s| s.fields.contains_key("tlsMode"))
 }
 
 /// A load assignment with no endpoints: istiod answers every requested EDS name.

@@ -35,7 +35,7 @@ pub const SUBZONE_LABEL: &str = "topology.istio.io/subzone";
 pub const TOPOLOGY_LABELS: [&str; 3] = [REGION_LABEL, ZONE_LABEL, SUBZONE_LABEL];
 
 /// The labels istiod's forced failover for a service's `trafficDistribution` compares.
-pub const NETWORK_LABEL: &str = "topology.istio.io/network";
+pub use crate::model::network::NETWORK_LABEL;
 pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
 
 /// What a service's `trafficDistribution` balances by when no DestinationRule sets a
@@ -82,19 +82,23 @@ static MESH_DEFAULT: LocalityLoadBalancerSetting = LocalityLoadBalancerSetting {
     enabled: Some(true),
 };
 
-/// What of a proxy a load assignment depends on: its locality and the labels failover
-/// priorities compare.
+/// What of a proxy a load assignment depends on: its locality, the labels failover
+/// priorities compare and, with multi-network, its network.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Place {
     pub locality: Locality,
     pub labels: BTreeMap<String, String>,
+    /// `Some` (empty when the proxy names none) only when some network has a gateway:
+    /// then every load assignment depends on it ([`crate::translate::network`]).
+    pub network: Option<String>,
 }
 
-/// Where `proxy` is, for its load assignments: its locality and labels.
+/// Where `proxy` is, for its load assignments: its locality, labels and network.
 pub fn place(ctx: &PushContext, proxy: &Proxy) -> Place {
     Place {
         locality: ctx.proxy_locality(proxy),
         labels: ctx.proxy_labels(proxy).clone(),
+        network: ctx.networks.enabled().then(|| proxy.network.clone()),
     }
 }
 
@@ -107,6 +111,22 @@ impl Place {
                 .iter()
                 .filter_map(|k| Some((k.clone(), self.labels.get(k)?.clone())))
                 .collect(),
+            network: self.network.clone(),
+        }
+    }
+
+    /// What proxies sharing a load assignment must share: with `keys` (the labels it is
+    /// balanced by locality on, see [`dependence`]) the place restricted to them; without,
+    /// only the network when multi-network is on; `None` when nothing about the proxy
+    /// matters.
+    pub fn keyed(&self, keys: Option<&[String]>) -> Option<Place> {
+        match (keys, &self.network) {
+            (Some(keys), _) => Some(self.restricted(keys)),
+            (None, Some(network)) => Some(Place {
+                network: Some(network.clone()),
+                ..Place::default()
+            }),
+            (None, None) => None,
         }
     }
 
@@ -114,6 +134,10 @@ impl Place {
     /// as istiod adds them to a proxy's labels.
     fn label(&self, key: &str) -> &str {
         topology(&self.locality, key)
+            .or((key == NETWORK_LABEL)
+                .then_some(self.network.as_deref())
+                .flatten()
+                .filter(|n| !n.is_empty()))
             .or(self.labels.get(key).map(String::as_str))
             .unwrap_or_default()
     }
@@ -132,6 +156,7 @@ fn topology<'a>(l: &'a Locality, key: &str) -> Option<&'a str> {
 /// An endpoint's label, the topology ones from its locality.
 fn endpoint_label<'a>(e: &'a Endpoint, key: &str) -> &'a str {
     topology(&e.locality, key)
+        .or((key == NETWORK_LABEL && !e.network.is_empty()).then_some(e.network.as_str()))
         .or(e.labels.get(key).map(String::as_str))
         .unwrap_or_default()
 }
@@ -451,6 +476,7 @@ mod tests {
                     healthy: true,
                     service_account: None,
                     pod: None,
+                    network: String::new(),
                 })
                 .collect(),
             kubernetes: true,
@@ -484,6 +510,7 @@ mod tests {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
+            network: None,
         }
     }
 

@@ -10,6 +10,7 @@ pub mod filters;
 pub mod inbound;
 pub mod listener;
 pub mod locality;
+pub mod network;
 pub mod policy;
 pub mod pool;
 pub mod route;

@@ -30,6 +30,7 @@ use super::resource::{
 use crate::api::networking::LocalityLoadBalancerSetting;
 use crate::config::{ConfigObject, Spec};
 use crate::metrics::{Metrics, type_label};
+use crate::model::network::NetworkGateways;
 use crate::model::{Proxy, ProxyKind, PushContext, Service};
 use crate::translate::locality::{self, Place};
 use crate::translate::route::{Audience, VirtualHostPlan};
@@ -57,6 +58,8 @@ struct HostEntry {
     trust_domain: Option<String>,
     /// MeshConfig's `localityLbSetting` (boxed: entries stay small, and it is rarely set).
     mesh_locality: Option<Box<LocalityLoadBalancerSetting>>,
+    /// The networks' gateways, which split load assignments by network.
+    networks: Arc<NetworkGateways>,
     /// `Some`: the load assignments are balanced by locality and depend on the proxy's
     /// [`Place`]: its locality and these labels.
     dependence: Option<Box<[String]>>,
@@ -77,6 +80,7 @@ impl HostEntry {
         same(Some(&self.service), Some(svc))
             && self.trust_domain == ctx.mesh.trust_domain
             && self.mesh_locality.as_deref() == ctx.mesh.locality_lb_setting.as_ref()
+            && (Arc::ptr_eq(&self.networks, &ctx.networks) || self.networks == ctx.networks)
     }
 }
 
@@ -293,6 +297,7 @@ impl ResourceCache {
                     used: ctx.id(),
                     trust_domain: ctx.mesh.trust_domain.clone(),
                     mesh_locality: ctx.mesh.locality_lb_setting.clone().map(Box::new),
+                    networks: ctx.networks.clone(),
                     dependence: dependence(ctx, svc, rule).map(Vec::into_boxed_slice),
                     clusters: Default::default(),
                     placed: Vec::new(),
@@ -318,10 +323,9 @@ impl ResourceCache {
     ) -> Arc<ServiceResources> {
         let i = slot(kind, secure);
         let found = self.with_entry(ctx, svc, rule, |e| {
-            Some(match &e.dependence {
+            Some(match at.keyed(e.dependence.as_deref()) {
                 None => (e.clusters[i].clone(), None),
-                Some(keys) => {
-                    let place = at.restricted(keys);
+                Some(place) => {
                     let hit = (e.placed.iter())
                         .find(|(s, p, _)| *s == i && *p == place)
                         .map(|(_, _, r)| r.clone());
@@ -335,7 +339,7 @@ impl ResourceCache {
                 return hit;
             }
             Some((None, place)) => place,
-            None => dependence(ctx, svc, rule).map(|keys| at.restricted(&keys)),
+            None => at.keyed(dependence(ctx, svc, rule).as_deref()),
         };
         self.misses.inc();
         // Built for the restricted place, so that it holds for every proxy sharing it.
@@ -438,7 +442,7 @@ impl ResourceCache {
             slot: slot(kind, secure),
             services: services.iter().map(|s| Arc::as_ptr(*s) as usize).collect(),
             own: (own.iter().chain(&own_endpoints)).map(|r| r.hash).collect(),
-            place: self.locality_labels(ctx).map(|keys| at.restricted(&keys)),
+            place: at.keyed(self.locality_labels(ctx).as_deref()),
             rules: self.rule_exceptions(ctx, proxy),
         };
         if let Some(sets) = self.sets.lock().unwrap().sets.get(&key) {
@@ -988,6 +992,68 @@ mod tests {
         };
         assert_eq!(priorities(&va), [("z1".to_string(), 0), ("z2".into(), 1)]);
         assert_eq!(priorities(&vc), [("z1".to_string(), 1), ("z2".into(), 0)]);
+    }
+
+    #[test]
+    fn with_network_gateways_load_assignments_are_shared_per_network_only() {
+        let entry = "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: api, namespace: shop}\nspec:\n  hosts: [api.example.com]\n  location: MESH_INTERNAL\n  resolution: STATIC\n  ports: [{number: 80, name: http, protocol: HTTP}]\n  endpoints:\n  - {address: 10.0.0.1, network: net-a, labels: {security.istio.io/tlsMode: istio}}\n  - {address: 10.0.0.2, network: net-b, labels: {security.istio.io/tlsMode: istio}}\n";
+        let gateway = |ip: &str| {
+            format!(
+                "apiVersion: v1\nkind: Service\nmetadata: {{name: eastwest, namespace: istio-system, labels: {{topology.istio.io/network: net-b}}}}\nspec:\n  externalIPs: [{ip}]\n  ports: [{{name: tls, port: 15443}}]\n"
+            )
+        };
+        let on = |network: &str, app: &str| {
+            let mut p = proxy("sidecar", "shop", json!({ "app": app }), false);
+            p.network = network.into();
+            p
+        };
+        let (a1, a2, b) = (on("net-a", "x"), on("net-a", "y"), on("net-b", "x"));
+        let cla = "outbound|80||api.example.com";
+        let bytes = |v: &View| v.all(TypeKind::Endpoint)[cla].value().into_owned();
+        let mut store = Store::default();
+        apply(&mut store, entry);
+        let cache = ResourceCache::default();
+
+        // No gateway: the network does not matter, one shared set.
+        let ctx = PushContext::build(&store, "v/1".into());
+        let [va, vb] = [&a1, &b].map(|p| view(&ctx, p, &cache));
+        assert!(va.shares(&vb, TypeKind::Endpoint));
+
+        // With one, each network's proxies get their own, equal to the translation from
+        // scratch, and share them.
+        apply(&mut store, &gateway("192.0.2.1"));
+        let ctx = PushContext::build(&store, "v/2".into());
+        assert_views_agree_for(&ctx, &cache, vec![a1.clone(), a2.clone(), b.clone()]);
+        let [va1, va2, vb] = [&a1, &a2, &b].map(|p| view(&ctx, p, &cache));
+        assert!(va1.shares(&va2, TypeKind::Endpoint));
+        assert!(!va1.shares(&vb, TypeKind::Endpoint));
+        let has = |v: &View, ip: &str| String::from_utf8_lossy(&bytes(v)).contains(ip);
+        assert!(has(&va1, "192.0.2.1") && !has(&va1, "10.0.0.2"));
+        assert!(!has(&vb, "192.0.2.1") && has(&vb, "10.0.0.2"));
+
+        // A new gateway address is a change to the Service alone: the update rebuilds the
+        // gateways, and the cache serves no load assignment of the old ones.
+        let before = ctx;
+        let changed = [crate::config::ObjectKey::new(
+            crate::config::Kind::Service,
+            "istio-system",
+            "eastwest",
+        )];
+        apply(&mut store, &gateway("192.0.2.9"));
+        let ctx = before.update(&store, &changed.iter().cloned().collect(), "v/3".into());
+        assert!(ctx.affects(&a1, changed.iter()));
+        assert_views_agree_for(&ctx, &cache, vec![a1.clone(), b.clone()]);
+        assert!(has(&view(&ctx, &a1, &cache), "192.0.2.9"));
+
+        // A Service that stops being a gateway still reaches every proxy in that update.
+        let plain = gateway("192.0.2.9")
+            .replace("labels: {topology.istio.io/network: net-b}", "labels: {}");
+        apply(&mut store, &plain);
+        let ctx = ctx.update(&store, &changed.iter().cloned().collect(), "v/4".into());
+        assert!(!ctx.networks.enabled());
+        assert!(ctx.networks.names_service("istio-system", "eastwest"));
+        assert_views_agree_for(&ctx, &cache, vec![a1.clone(), b.clone()]);
+        assert!(has(&view(&ctx, &a1, &cache), "10.0.0.2"));
     }
 
     #[test]

@@ -150,6 +150,8 @@ pub struct ViewKey {
     secure: bool,
     /// Only when some load assignment is balanced by locality.
     locality: Locality,
+    /// Only when multi-network is on (some network has a gateway).
+    network: Option<String>,
 }
 
 /// One push: the shared context, when its first triggering event happened, and the
@@ -260,6 +262,7 @@ impl Push {
             } else {
                 Locality::default()
             },
+            network: (self.context.networks.enabled()).then(|| proxy.network.clone()),
         };
         let cell = self.views.lock().unwrap().entry(key).or_default().clone();
         cell.get_or_init(|| Arc::new(cache::view(&self.context, proxy, &self.cache)))
@@ -490,6 +493,30 @@ fn trigger_type(kind: Kind) -> &'static str {
 mod tests {
     use super::*;
     use crate::config::Kind;
+
+    #[test]
+    fn proxies_on_two_networks_share_a_view_only_without_network_gateways() {
+        let entry = "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: api, namespace: shop}\nspec:\n  hosts: [api.example.com]\n  location: MESH_INTERNAL\n  resolution: STATIC\n  ports: [{number: 80, name: http, protocol: HTTP}]\n  endpoints: [{address: 10.0.0.2, network: net-b, labels: {security.istio.io/tlsMode: istio}}]\n";
+        let gateway = "---\napiVersion: v1\nkind: Service\nmetadata: {name: eastwest, namespace: istio-system, labels: {topology.istio.io/network: net-b}}\nspec: {externalIPs: [192.0.2.1], ports: [{name: tls, port: 15443}]}\n";
+        let on = |network: &str| {
+            let meta = serde_json::json!({"NAMESPACE": "shop", "NETWORK": network});
+            Proxy::from_node(
+                "sidecar~10.9.0.1~p-0.shop~shop.svc.cluster.local",
+                meta.as_object().unwrap(),
+            )
+            .unwrap()
+        };
+        let (a, b) = (on("net-a"), on("net-b"));
+        let push = |yaml: &str| {
+            let ctx = PushContext::from_yaml(yaml);
+            Push::new(ctx, 1, Instant::now(), None, Arc::default())
+        };
+        let single = push(entry);
+        assert!(Arc::ptr_eq(&single.view(&a), &single.view(&b)));
+        let multi = push(&format!("{entry}{gateway}"));
+        assert!(!Arc::ptr_eq(&multi.view(&a), &multi.view(&b)));
+        assert!(Arc::ptr_eq(&multi.view(&a), &multi.view(&on("net-a"))));
+    }
 
     #[test]
     fn rfc3339_dates_are_civil() {

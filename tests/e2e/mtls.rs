@@ -730,3 +730,105 @@ fn a_sidecars_inbound_connection_pool_sets_its_inbound_clusters_limits() {
     });
     assert_eq!(direct().unwrap().status, 200);
 }
+
+/// Split-horizon EDS across two networks: reviews is on net-b, reached from net-a only
+/// through net-b's east-west gateway (a Service labelled `topology.istio.io/network`,
+/// its external IP, an AUTO_PASSTHROUGH server). productpage on net-a is sent the
+/// gateway's address for reviews, and its mTLS connection passes through the gateway to
+/// reviews' sidecar, which sees productpage's identity; ratings, on net-b itself, is sent
+/// reviews' own address and goes straight there.
+#[test]
+fn a_proxy_on_another_network_reaches_a_workload_through_its_networks_gateway() {
+    let m = mesh("multi-network");
+    let (gw_ip, listen) = (loopback_ip(), free_port());
+    // reviews' Pod is on net-b.
+    let path = m.meshd.config_dir.join("mesh.yaml");
+    let yaml = std::fs::read_to_string(&path).unwrap().replace(
+        "labels: {app: reviews, security.istio.io/tlsMode: istio}",
+        "labels: {app: reviews, security.istio.io/tlsMode: istio, topology.istio.io/network: net-b}",
+    );
+    assert!(yaml.contains("network: net-b"));
+    m.meshd.write("mesh.yaml", &yaml);
+    m.meshd.write(
+        "eastwest.yaml",
+        &format!(
+            r#"apiVersion: v1
+kind: Service
+metadata:
+  name: eastwest
+  namespace: shop
+  labels: {{topology.istio.io/network: net-b, networking.istio.io/gatewayPort: "{listen}"}}
+spec:
+  selector: {{istio: eastwestgateway}}
+  externalIPs: [{gw_ip}]
+  ports: [{{name: tls, port: {listen}}}]
+---
+apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata: {{name: cross-network, namespace: shop}}
+spec:
+  selector: {{istio: eastwestgateway}}
+  servers:
+  - port: {{number: {listen}, name: tls, protocol: TLS}}
+    hosts: ['*.local']
+    tls: {{mode: AUTO_PASSTHROUGH}}
+"#
+        ),
+    );
+    let _server = m.reviews(&["--network", "net-b"]);
+    let gateway = Workload::start(
+        &m.meshd,
+        "shop",
+        "gateway",
+        "gateway",
+        "gw-token",
+        &gw_ip,
+        &[
+            "--proxy-type",
+            "router",
+            "--label",
+            "istio=eastwestgateway",
+            "--network",
+            "net-b",
+        ],
+    );
+    let client = m.client("productpage", "pp-token", &["--network", "net-a"]);
+    let local = m.client("ratings", "rt-token", &["--network", "net-b"]);
+    for w in [&client, &local] {
+        wait_until(
+            "reviews to answer from both networks",
+            Duration::from_secs(15),
+            || via(w, "/").is_ok_and(|r| r.status == 200),
+        );
+    }
+
+    // net-a: reviews' endpoint is the gateway, and the request went through it.
+    let cluster = "outbound|9080||reviews.shop.svc.cluster.local";
+    let hosts = |w: &Workload| -> Vec<String> {
+        let text = w.envoy.admin("/clusters").unwrap().body;
+        let mut hosts: Vec<String> = (text.lines())
+            .filter_map(|l| l.strip_prefix(&format!("{cluster}::")))
+            .filter_map(|l| l.split_once("::").map(|(h, _)| h.to_string()))
+            .filter(|h| h.parse::<std::net::SocketAddr>().is_ok())
+            .collect();
+        hosts.dedup();
+        hosts
+    };
+    assert_eq!(hosts(&client), [format!("{gw_ip}:{listen}")]);
+    let r = via(&client, "/").unwrap();
+    assert_eq!(r.body, "reviews");
+    let xfcc = &r.headers["x-echo-xfcc"];
+    assert!(
+        xfcc.contains("URI=spiffe://cluster.local/ns/shop/sa/productpage"),
+        "mTLS end to end, through the gateway: {xfcc:?}"
+    );
+    let dnat = "cluster.outbound_.9080_._.reviews.shop.svc.cluster.local.upstream_cx_total";
+    let through = gateway.envoy.stat(dnat);
+    assert!(through > 0, "the gateway forwarded nothing");
+
+    // net-b: reviews' own address, not through the gateway.
+    assert_eq!(hosts(&local), [format!("{}:9080", m.server_ip)]);
+    let r = via(&local, "/").unwrap();
+    assert!(r.headers["x-echo-xfcc"].contains("sa/ratings"));
+    assert_eq!(gateway.envoy.stat(dnat), through);
+}

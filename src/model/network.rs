@@ -1,0 +1,496 @@
+//! Networks, as istiod's multi-network support sees them: which network each endpoint is
+//! on, and the gateways through which a network is reached from the others
+//! (`pilot/pkg/model/network.go`, `pilot/pkg/serviceregistry/kube/controller/network.go`).
+//!
+//! - An endpoint's network is its Pod's (or WorkloadEntry's) `topology.istio.io/network`
+//!   label, a WorkloadEntry's `network` first; else the system namespace's label; else
+//!   MeshNetworks': the network whose `fromRegistry` names this cluster, else the one
+//!   whose `fromCidr` holds the address.
+//! - A network's gateways are the Services labelled `topology.istio.io/network` (on the
+//!   port their `networking.istio.io/gatewayPort` label names, 15443 by default, which
+//!   must be one of theirs), at their external addresses (load-balancer ingress IPs and
+//!   `externalIPs`), and MeshNetworks' gateways, by address or by `registryServiceName`.
+//! - Multi-network is on when some network has a gateway; only then does a proxy's
+//!   network change its load assignments ([`crate::translate::network`]).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+
+use serde::{Deserialize, Serialize};
+
+use super::Store;
+use super::mesh::MeshConfig;
+use super::push_context::ModelIssue;
+use crate::config::{Kind, ObjectKey, Spec};
+
+/// The label that puts a Pod, WorkloadEntry or the system namespace on a network, and
+/// marks a Service as its network's gateway.
+pub const NETWORK_LABEL: &str = "topology.istio.io/network";
+/// The label naming a gateway Service's port for cross-network mTLS.
+pub const GATEWAY_PORT_LABEL: &str = "networking.istio.io/gatewayPort";
+/// istiod's default cross-network port.
+pub const DEFAULT_GATEWAY_PORT: u32 = 15443;
+/// The namespace whose network label is the cluster's network.
+pub const SYSTEM_NAMESPACE: &str = "istio-system";
+/// The registry (cluster) name MeshNetworks' `fromRegistry` matches: istiod's default
+/// `CLUSTER_ID`.
+pub const CLUSTER_ID: &str = "Kubernetes";
+
+/// MeshNetworks: the `meshNetworks` key of the mesh ConfigMap.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct MeshNetworks {
+    #[serde(default)]
+    pub networks: BTreeMap<String, NetworkConfig>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct NetworkConfig {
+    pub endpoints: Vec<NetworkEndpoints>,
+    pub gateways: Vec<GatewayConfig>,
+}
+
+/// One way of telling which endpoints are on a network.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct NetworkEndpoints {
+    pub from_cidr: Option<String>,
+    pub from_registry: Option<String>,
+}
+
+/// A network's gateway: an address, or a Service of this cluster whose external
+/// addresses are the gateway's.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct GatewayConfig {
+    pub registry_service_name: Option<String>,
+    pub address: Option<String>,
+    pub port: u32,
+    pub locality: Option<String>,
+}
+
+impl MeshNetworks {
+    pub fn parse(yaml: &str) -> Result<MeshNetworks, String> {
+        if yaml.trim().is_empty() {
+            return Ok(MeshNetworks::default());
+        }
+        let parsed: MeshNetworks = serde_saphyr::from_str(yaml).map_err(|e| e.to_string())?;
+        for (name, network) in &parsed.networks {
+            for (i, e) in network.endpoints.iter().enumerate() {
+                if let Some(cidr) = &e.from_cidr
+                    && Cidr::parse(cidr).is_none()
+                {
+                    return Err(format!(
+                        "networks.{name}.endpoints[{i}].fromCidr: {cidr:?} is not a CIDR"
+                    ));
+                }
+            }
+            for (i, g) in network.gateways.iter().enumerate() {
+                match (&g.address, &g.registry_service_name) {
+                    (Some(_), Some(_)) | (None, None) => {
+                        return Err(format!(
+                            "networks.{name}.gateways[{i}]: exactly one of address and registryServiceName"
+                        ));
+                    }
+                    _ => {}
+                }
+                if g.port == 0 || g.port > 65535 {
+                    return Err(format!(
+                        "networks.{name}.gateways[{i}].port: {} is not a port",
+                        g.port
+                    ));
+                }
+            }
+        }
+        Ok(parsed)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.networks.is_empty()
+    }
+}
+
+/// An address block, `a.b.c.d/n` or IPv6.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Cidr {
+    ip: IpAddr,
+    len: u32,
+}
+
+impl Cidr {
+    fn parse(text: &str) -> Option<Cidr> {
+        let (ip, len) = text.split_once('/')?;
+        let ip: IpAddr = ip.parse().ok()?;
+        let len: u32 = len.parse().ok()?;
+        let max = if ip.is_ipv4() { 32 } else { 128 };
+        (len <= max).then_some(Cidr { ip, len })
+    }
+
+    fn contains(&self, address: &str) -> bool {
+        let Ok(ip) = address.parse::<IpAddr>() else {
+            return false;
+        };
+        let bits = |ip: IpAddr| -> (u128, u32) {
+            match ip {
+                IpAddr::V4(v) => (u128::from(u32::from(v)) << 96, 32),
+                IpAddr::V6(v) => (u128::from(v), 128),
+            }
+        };
+        let ((a, width), (b, other)) = (bits(self.ip), bits(ip));
+        if width != other {
+            return false;
+        }
+        let mask = if self.len == 0 {
+            0
+        } else {
+            u128::MAX << (128 - self.len)
+        };
+        a & mask == b & mask
+    }
+}
+
+/// What decides the network of an endpoint without a label of its own.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct EndpointNetworks {
+    /// The system namespace's network label.
+    system: Option<String>,
+    /// MeshNetworks' network whose `fromRegistry` names this cluster.
+    registry: Option<String>,
+    /// MeshNetworks' `fromCidr` blocks, in network name order.
+    cidrs: Vec<(Cidr, String)>,
+}
+
+impl EndpointNetworks {
+    pub fn new(store: &Store, mesh: &MeshConfig) -> EndpointNetworks {
+        let system = store
+            .get(&ObjectKey::new(Kind::Namespace, "", SYSTEM_NAMESPACE))
+            .and_then(|ns| ns.meta.labels.get(NETWORK_LABEL))
+            .filter(|n| !n.is_empty())
+            .cloned();
+        let mut registry = None;
+        let mut cidrs = Vec::new();
+        for (name, network) in &mesh.mesh_networks.networks {
+            for e in &network.endpoints {
+                if e.from_registry.as_deref() == Some(CLUSTER_ID) && registry.is_none() {
+                    registry = Some(name.clone());
+                }
+                if let Some(cidr) = e.from_cidr.as_deref().and_then(Cidr::parse) {
+                    cidrs.push((cidr, name.clone()));
+                }
+            }
+        }
+        EndpointNetworks {
+            system,
+            registry,
+            cidrs,
+        }
+    }
+
+    /// The network of an endpoint at `address` with these labels (its own `network` field
+    /// first, for a WorkloadEntry); empty when none is known.
+    pub fn network(
+        &self,
+        own: Option<&str>,
+        labels: &BTreeMap<String, String>,
+        address: &str,
+    ) -> String {
+        own.filter(|n| !n.is_empty())
+            .or(labels
+                .get(NETWORK_LABEL)
+                .map(String::as_str)
+                .filter(|n| !n.is_empty()))
+            .or(self.system.as_deref())
+            .or(self.registry.as_deref())
+            .or_else(|| {
+                (self.cidrs.iter())
+                    .find(|(c, _)| c.contains(address))
+                    .map(|(_, n)| n.as_str())
+            })
+            .unwrap_or_default()
+            .to_string()
+    }
+}
+
+/// One gateway into a network.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct NetworkGateway {
+    pub network: String,
+    pub address: String,
+    pub port: u32,
+}
+
+/// Every network's gateways.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct NetworkGateways {
+    /// Sorted, without duplicates.
+    by_network: BTreeMap<String, Vec<NetworkGateway>>,
+    /// The least common multiple of the networks' gateway counts: endpoint weights are
+    /// scaled by it so that they split evenly over a network's gateways.
+    scale: u32,
+    /// The Services that are gateways, and those that stopped being one in the update
+    /// that built this context: a change to them reaches every proxy.
+    #[serde(skip)]
+    services: BTreeSet<(String, String)>,
+    /// MeshNetworks' `registryServiceName`s of this cluster's networks.
+    #[serde(skip)]
+    registry_hosts: BTreeSet<String>,
+    /// Gateway Services and MeshNetworks entries that give no gateway, and why.
+    #[serde(skip)]
+    pub issues: Vec<ModelIssue>,
+    /// The model endpoint each network's gateways stand for in a load assignment (its
+    /// network label is what locality failover compares).
+    #[serde(skip)]
+    models: BTreeMap<String, super::Endpoint>,
+}
+
+/// Equal when they lead to the same gateways (what load assignments depend on).
+impl PartialEq for NetworkGateways {
+    fn eq(&self, other: &NetworkGateways) -> bool {
+        self.by_network == other.by_network
+    }
+}
+
+impl NetworkGateways {
+    pub fn new(store: &Store, mesh: &MeshConfig) -> NetworkGateways {
+        let mut set = BTreeSet::new();
+        let mut services = BTreeSet::new();
+        let mut issues = Vec::new();
+        // `registryServiceName` → (network, port), for the networks that are this cluster's.
+        let mut by_registry: BTreeMap<&str, Vec<(&str, u32)>> = BTreeMap::new();
+        for (name, network) in &mesh.mesh_networks.networks {
+            let ours =
+                (network.endpoints.iter()).any(|e| e.from_registry.as_deref() == Some(CLUSTER_ID));
+            for g in &network.gateways {
+                match (&g.address, &g.registry_service_name) {
+                    (Some(address), _) if address.parse::<IpAddr>().is_ok() => {
+                        set.insert(NetworkGateway {
+                            network: name.clone(),
+                            address: address.clone(),
+                            port: g.port,
+                        });
+                    }
+                    (Some(address), _) => issues.push(ModelIssue {
+                        object: "MeshNetworks".into(),
+                        field: format!("networks.{name}.gateways.address"),
+                        message: format!(
+                            "{address:?} is not an IP address; gateways by hostname are not resolved, so this one is not used"
+                        ),
+                    }),
+                    (None, Some(service)) if ours => {
+                        by_registry
+                            .entry(service.as_str())
+                            .or_default()
+                            .push((name.as_str(), g.port));
+                    }
+                    _ => {}
+                }
+            }
+        }
+        for o in store.of_kind(Kind::Service) {
+            let Spec::Service(def) = &o.spec else {
+                continue;
+            };
+            let host = super::service::kubernetes_hostname(&o.key.namespace, &o.key.name);
+            let mut gateways: Vec<(String, u32)> = by_registry
+                .get(host.as_str())
+                .map(|v| v.iter().map(|(n, p)| (n.to_string(), *p)).collect())
+                .unwrap_or_default();
+            if let Some(network) = o.meta.labels.get(NETWORK_LABEL).filter(|n| !n.is_empty()) {
+                services.insert((o.key.namespace.clone(), o.key.name.clone()));
+                let label = o.meta.labels.get(GATEWAY_PORT_LABEL);
+                let port = match label.map(|p| p.parse::<u32>()) {
+                    None => DEFAULT_GATEWAY_PORT,
+                    Some(Ok(p)) => p,
+                    Some(Err(_)) => {
+                        issues.push(ModelIssue {
+                            object: o.key.to_string(),
+                            field: format!("metadata.labels[{GATEWAY_PORT_LABEL}]"),
+                            message: format!(
+                                "{:?} is not a port; {DEFAULT_GATEWAY_PORT} is used",
+                                label.unwrap()
+                            ),
+                        });
+                        DEFAULT_GATEWAY_PORT
+                    }
+                };
+                if def.ports.iter().any(|p| p.port == port) {
+                    gateways.push((network.clone(), port));
+                } else {
+                    issues.push(ModelIssue {
+                        object: o.key.to_string(),
+                        field: "spec.ports".into(),
+                        message: format!(
+                            "labelled as network {network:?}'s gateway, but has no port {port}; it is not used as one"
+                        ),
+                    });
+                }
+            }
+            if gateways.is_empty() {
+                continue;
+            }
+            if def.external_addresses.is_empty() {
+                issues.push(ModelIssue {
+                    object: o.key.to_string(),
+                    field: "status.loadBalancer.ingress".into(),
+                    message: "a network gateway without an external IP address (load-balancer ingress or spec.externalIPs) is not used until it has one".into(),
+                });
+            }
+            for address in &def.external_addresses {
+                for (network, port) in &gateways {
+                    set.insert(NetworkGateway {
+                        network: network.clone(),
+                        address: address.clone(),
+                        port: *port,
+                    });
+                }
+            }
+        }
+        let mut by_network: BTreeMap<String, Vec<NetworkGateway>> = BTreeMap::new();
+        for g in set {
+            by_network.entry(g.network.clone()).or_default().push(g);
+        }
+        let scale = (by_network.values()).fold(1, |acc, g| lcm(acc, g.len() as u32));
+        let models = (by_network.keys())
+            .map(|network| {
+                let model = super::Endpoint {
+                    address: String::new(),
+                    ports: BTreeMap::new(),
+                    labels: BTreeMap::new(),
+                    locality: super::Locality::default(),
+                    network: network.clone(),
+                    weight: 1,
+                    healthy: true,
+                    service_account: None,
+                    pod: None,
+                };
+                (network.clone(), model)
+            })
+            .collect();
+        NetworkGateways {
+            by_network,
+            scale,
+            services,
+            registry_hosts: by_registry.keys().map(|h| h.to_string()).collect(),
+            issues,
+            models,
+        }
+    }
+
+    /// Multi-network is on: some network has a gateway.
+    pub fn enabled(&self) -> bool {
+        !self.by_network.is_empty()
+    }
+
+    /// The gateways into `network`, sorted.
+    pub fn of(&self, network: &str) -> &[NetworkGateway] {
+        self.by_network.get(network).map_or(&[], Vec::as_slice)
+    }
+
+    /// The model endpoint standing for the gateways of `network` (which has some).
+    pub fn model(&self, network: &str) -> Option<&super::Endpoint> {
+        self.models.get(network)
+    }
+
+    /// What endpoint weights are multiplied by (at least 1).
+    pub fn scale(&self) -> u32 {
+        self.scale.max(1)
+    }
+
+    /// Whether the Service `namespace/name` is (or, in the update that built this, was)
+    /// a network gateway.
+    pub fn names_service(&self, namespace: &str, name: &str) -> bool {
+        (self.services.iter()).any(|(ns, n)| ns == namespace && n == name)
+            || (!self.registry_hosts.is_empty()
+                && (self.registry_hosts)
+                    .contains(&super::service::kubernetes_hostname(namespace, name)))
+    }
+
+    /// Remembers gateway Services of `before` that are gateways no longer.
+    pub fn remember(&mut self, before: &NetworkGateways) {
+        self.services.extend(before.services.iter().cloned());
+    }
+}
+
+fn lcm(a: u32, b: u32) -> u32 {
+    let gcd = |mut x: u32, mut y: u32| {
+        while y != 0 {
+            (x, y) = (y, x % y);
+        }
+        x
+    };
+    if a == 0 || b == 0 {
+        return a.max(b);
+    }
+    a / gcd(a, b) * b
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::PushContext;
+
+    const GATEWAY: &str = "apiVersion: v1\nkind: Service\nmetadata: {name: eastwest, namespace: istio-system, labels: {topology.istio.io/network: net-b}}\nspec:\n  externalIPs: [192.0.2.7]\n  ports: [{name: tls, port: 15443}]\n";
+
+    #[test]
+    fn gateways_come_from_labelled_services_and_mesh_networks() {
+        let mesh = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: istio, namespace: istio-system}\ndata:\n  meshNetworks: |\n    networks:\n      net-c:\n        endpoints: [{fromCidr: 10.3.0.0/16}]\n        gateways: [{address: 198.51.100.1, port: 443}, {address: gw.example.com, port: 443}]\n      net-d:\n        endpoints: [{fromRegistry: Kubernetes}]\n        gateways: [{registryServiceName: other.istio-system.svc.cluster.local, port: 15443}]\n";
+        let other = "apiVersion: v1\nkind: Service\nmetadata: {name: other, namespace: istio-system}\nspec:\n  externalIPs: [192.0.2.8]\n  ports: [{name: tls, port: 15443}]\nstatus:\n  loadBalancer: {ingress: [{ip: 192.0.2.9}]}\n";
+        let no_port = "apiVersion: v1\nkind: Service\nmetadata: {name: wrong, namespace: istio-system, labels: {topology.istio.io/network: net-e}}\nspec:\n  externalIPs: [192.0.2.10]\n  ports: [{name: http, port: 80}]\n";
+        let ctx = PushContext::from_yaml(&[GATEWAY, mesh, other, no_port].join("---\n"));
+        let g = &ctx.networks;
+        assert!(g.enabled());
+        let addrs = |n: &str| -> Vec<String> {
+            g.of(n)
+                .iter()
+                .map(|g| format!("{}:{}", g.address, g.port))
+                .collect()
+        };
+        assert_eq!(addrs("net-b"), ["192.0.2.7:15443"]);
+        assert_eq!(addrs("net-c"), ["198.51.100.1:443"]);
+        // The registry's service, at its external IP and its load balancer's.
+        assert_eq!(addrs("net-d"), ["192.0.2.8:15443", "192.0.2.9:15443"]);
+        assert!(addrs("net-e").is_empty());
+        assert_eq!(g.scale(), 2);
+        assert!(g.names_service("istio-system", "eastwest"));
+        let fields: Vec<&str> = g.issues.iter().map(|i| i.field.as_str()).collect();
+        assert_eq!(fields, ["networks.net-c.gateways.address", "spec.ports"]);
+        assert!(
+            ctx.issues
+                .iter()
+                .any(|i| i.object == "Service istio-system/wrong")
+        );
+    }
+
+    #[test]
+    fn an_endpoints_network_is_its_own_then_the_systems_then_mesh_networks() {
+        let mut n = EndpointNetworks::default();
+        let labels = |v: &str| BTreeMap::from([(NETWORK_LABEL.to_string(), v.to_string())]);
+        assert_eq!(n.network(None, &BTreeMap::new(), "10.3.0.1"), "");
+        n.cidrs = vec![(Cidr::parse("10.3.0.0/16").unwrap(), "net-c".into())];
+        assert_eq!(n.network(None, &BTreeMap::new(), "10.3.9.1"), "net-c");
+        assert_eq!(n.network(None, &BTreeMap::new(), "10.4.0.1"), "");
+        n.registry = Some("net-d".into());
+        assert_eq!(n.network(None, &BTreeMap::new(), "10.3.9.1"), "net-d");
+        n.system = Some("net-s".into());
+        assert_eq!(n.network(None, &BTreeMap::new(), "10.3.9.1"), "net-s");
+        assert_eq!(n.network(None, &labels("net-p"), "10.3.9.1"), "net-p");
+        assert_eq!(n.network(Some("net-w"), &labels("net-p"), "x"), "net-w");
+        assert!(Cidr::parse("fd00::/8").unwrap().contains("fd12::1"));
+        assert!(!Cidr::parse("fd00::/8").unwrap().contains("10.0.0.1"));
+        assert!(Cidr::parse("0.0.0.0/0").unwrap().contains("10.0.0.1"));
+    }
+
+    #[test]
+    fn mesh_networks_name_the_field_they_get_wrong() {
+        let err = |yaml: &str| MeshNetworks::parse(yaml).unwrap_err();
+        assert!(
+            err("networks: {a: {endpoints: [{fromCidr: 10.0.0.0}]}}")
+                .contains("networks.a.endpoints[0].fromCidr")
+        );
+        assert!(err("networks: {a: {gateways: [{port: 1}]}}").contains("networks.a.gateways[0]"));
+        assert!(
+            err("networks: {a: {gateways: [{address: 1.2.3.4}]}}").contains("gateways[0].port")
+        );
+        assert!(MeshNetworks::parse("").unwrap().is_empty());
+    }
+}
