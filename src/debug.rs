@@ -189,17 +189,22 @@ async fn authenticationz(
             json!({"port": port, "mode": d.mode, "policy": d.policy})
         })
         .collect();
-    let policies: Vec<String> = ctx
-        .authorization_policies_for(&proxy)
-        .iter()
-        .map(|(o, _)| format!("{}/{}", o.key.namespace, o.key.name))
-        .collect();
+    let applying = ctx.authorization_policies_for(&proxy);
+    let names = |dry: bool| -> Vec<String> {
+        (applying.iter())
+            .filter(|(o, _)| {
+                (crate::api::security::dry_run(&o.meta.annotations) == Some(true)) == dry
+            })
+            .map(|(o, _)| format!("{}/{}", o.key.namespace, o.key.name))
+            .collect()
+    };
     (
         StatusCode::OK,
         Json(json!({
             "proxy": proxy.id,
             "ports": ports,
-            "authorizationPolicies": policies,
+            "authorizationPolicies": names(false),
+            "dryRunAuthorizationPolicies": names(true),
         })),
     )
 }

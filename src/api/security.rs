@@ -10,6 +10,27 @@ use serde::{Deserialize, Serialize};
 
 use super::{AnyObject, IstioStatus, WorkloadSelector, any_object, any_object_list};
 
+/// The annotation that makes an ALLOW or DENY AuthorizationPolicy a dry run: its rules
+/// are evaluated and counted, never enforced.
+pub const DRY_RUN_ANNOTATION: &str = "istio.io/dry-run";
+
+/// The `istio.io/dry-run` annotation's value, read as Go's `strconv.ParseBool` reads it
+/// (istiod's): `None` when absent, `Some(Err(value))` when not a boolean.
+pub fn dry_run_value(annotations: &BTreeMap<String, String>) -> Option<Result<bool, &str>> {
+    let value = annotations.get(DRY_RUN_ANNOTATION)?;
+    Some(match value.as_str() {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),
+        other => Err(other),
+    })
+}
+
+/// Whether the annotations make a policy a dry run (an invalid value is refused at
+/// validation; here it counts as absent, as istiod reads it).
+pub fn dry_run(annotations: &BTreeMap<String, String>) -> Option<bool> {
+    dry_run_value(annotations).and_then(Result::ok)
+}
+
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[kube(
     group = "security.istio.io",

@@ -1095,9 +1095,38 @@ fn export_to(r: &mut Report, namespace: &str, values: &[String], of: ExportOf) {
     }
 }
 
+/// istiod's `checkDryRunAnnotation`: only an ALLOW or DENY AuthorizationPolicy may be a
+/// dry run, and the value must be a boolean.
+fn dry_run_annotation(r: &mut Report, object: &ConfigObject) {
+    use crate::api::security::{AuthorizationAction, DRY_RUN_ANNOTATION, dry_run_value};
+    let Some(value) = dry_run_value(&object.meta.annotations) else {
+        return;
+    };
+    let field = format!("metadata.annotations[{DRY_RUN_ANNOTATION}]");
+    match &object.spec {
+        Spec::AuthorizationPolicy(ap) => match ap.action.unwrap_or(AuthorizationAction::Allow) {
+            AuthorizationAction::Allow | AuthorizationAction::Deny => {
+                if let Err(v) = value {
+                    r.error(field, format!("{v:?} is not a boolean"));
+                }
+            }
+            AuthorizationAction::Audit | AuthorizationAction::Custom => r.error(
+                field,
+                "only ALLOW and DENY policies can be a dry run (not AUDIT or CUSTOM)",
+            ),
+        },
+        _ if object.key.kind.is_istio() => r.error(
+            field,
+            "only an AuthorizationPolicy supports it; remove the annotation",
+        ),
+        _ => {}
+    }
+}
+
 /// Every problem found in `object`.
 pub fn validate(object: &ConfigObject) -> Vec<Problem> {
     let mut r = Report::default();
+    dry_run_annotation(&mut r, object);
     match &object.spec {
         Spec::VirtualService(vs) if vs.hosts.is_empty() => {
             // A delegate: its routes serve only the root routes that name it.
@@ -1321,6 +1350,41 @@ mod tests {
                 "  hosts: [reviews]\n  http: [{{delegate: {{name: x}}, {route}}}]\n"
             )),
             ["spec.http[0]: a route with a delegate must not specify route or redirect"]
+        );
+    }
+
+    #[test]
+    fn only_allow_and_deny_policies_may_be_a_dry_run() {
+        let issues = |kind: &str, dry: &str, spec: &str| {
+            let yaml = format!(
+                "apiVersion: {kind}\nmetadata: {{name: p, namespace: shop, annotations: {{istio.io/dry-run: '{dry}'}}}}\nspec:\n{spec}"
+            );
+            (parse_file("x.yaml", &yaml).issues.iter())
+                .map(|e| format!("{:?} {}: {}", e.level, e.field, e.message))
+                .collect::<Vec<_>>()
+        };
+        let ap = "security.istio.io/v1\nkind: AuthorizationPolicy";
+        assert!(issues(ap, "true", "  action: DENY\n  rules: [{}]\n").is_empty());
+        assert!(issues(ap, "False", "  rules: [{}]\n").is_empty());
+        assert_eq!(
+            issues(ap, "yes", "  action: DENY\n  rules: [{}]\n"),
+            ["Error metadata.annotations[istio.io/dry-run]: \"yes\" is not a boolean"]
+        );
+        assert_eq!(
+            issues(ap, "true", "  action: AUDIT\n  rules: [{}]\n"),
+            [
+                "Error metadata.annotations[istio.io/dry-run]: only ALLOW and DENY policies can be a dry run (not AUDIT or CUSTOM)"
+            ]
+        );
+        assert_eq!(
+            issues(
+                "networking.istio.io/v1\nkind: VirtualService",
+                "true",
+                "  hosts: [a]\n"
+            ),
+            [
+                "Error metadata.annotations[istio.io/dry-run]: only an AuthorizationPolicy supports it; remove the annotation"
+            ]
         );
     }
 

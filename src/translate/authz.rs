@@ -438,25 +438,54 @@ pub(super) fn rule_policy(r: &Rule, http: bool, action: AuthorizationAction) -> 
     })
 }
 
+/// One action's RBAC filter: what its policies enforce, and what its `istio.io/dry-run`
+/// policies only evaluate (shadow rules, whose results Envoy counts under `stat_prefix`).
+pub struct ActionRules {
+    pub enforced: Option<Rbac>,
+    pub shadow: Option<Rbac>,
+    pub shadow_prefix: &'static str,
+}
+
 /// The RBAC configs for one inbound port, in evaluation order (AUDIT, DENY, ALLOW); each
-/// is present only if some policy of that action applies.
-pub fn rbac_rules(policies: &[(&ConfigObject, &AuthorizationPolicySpec)], http: bool) -> Vec<Rbac> {
+/// is present only if some policy of that action applies. A dry-run policy's rules go to
+/// the shadow rules, as istiod's builder puts them: an action with only dry-run policies
+/// enforces nothing.
+pub fn rbac_rules(
+    policies: &[(&ConfigObject, &AuthorizationPolicySpec)],
+    http: bool,
+) -> Vec<ActionRules> {
     let mut out = Vec::new();
-    for (action, envoy_action) in [
-        (AuthorizationAction::Audit, Action::Log),
-        (AuthorizationAction::Deny, Action::Deny),
-        (AuthorizationAction::Allow, Action::Allow),
+    for (action, envoy_action, shadow_prefix) in [
+        (AuthorizationAction::Audit, Action::Log, ""),
+        (
+            AuthorizationAction::Deny,
+            Action::Deny,
+            "istio_dry_run_deny_",
+        ),
+        (
+            AuthorizationAction::Allow,
+            Action::Allow,
+            "istio_dry_run_allow_",
+        ),
     ] {
-        let mut rbac = Rbac {
-            action: envoy_action as i32,
-            ..Default::default()
+        let mut rules = ActionRules {
+            enforced: None,
+            shadow: None,
+            shadow_prefix,
         };
-        let mut present = false;
         for (obj, spec) in policies {
             if spec.action.unwrap_or(AuthorizationAction::Allow) != action {
                 continue;
             }
-            present = true;
+            let set = if crate::api::security::dry_run(&obj.meta.annotations) == Some(true) {
+                &mut rules.shadow
+            } else {
+                &mut rules.enforced
+            };
+            let rbac = set.get_or_insert_with(|| Rbac {
+                action: envoy_action as i32,
+                ..Default::default()
+            });
             for (i, r) in spec.rules.iter().enumerate() {
                 if let Some(p) = rule_policy(r, http, action) {
                     let name = format!(
@@ -467,11 +496,18 @@ pub fn rbac_rules(policies: &[(&ConfigObject, &AuthorizationPolicySpec)], http: 
                 }
             }
         }
-        if present {
-            out.push(rbac);
+        if rules.enforced.is_some() || rules.shadow.is_some() {
+            out.push(rules);
         }
     }
     out
+}
+
+impl ActionRules {
+    fn encode(&self, stat_prefix: Option<&str>) -> Vec<u8> {
+        let shadow = self.shadow.as_ref().map(|s| (s, self.shadow_prefix));
+        canonical::encode_rbac_filter(self.enforced.as_ref(), shadow, stat_prefix)
+    }
 }
 
 const HTTP_RBAC: &str = "type.googleapis.com/envoy.extensions.filters.http.rbac.v3.RBAC";
@@ -503,14 +539,14 @@ pub(super) fn network_rbac_filter(config: Vec<u8>) -> Filter {
 /// HTTP RBAC filters for the inbound HCM.
 pub fn http_filters(policies: &[(&ConfigObject, &AuthorizationPolicySpec)]) -> Vec<HttpFilter> {
     (rbac_rules(policies, true).iter())
-        .map(|rules| http_rbac_filter(canonical::encode_rbac_filter(rules, None)))
+        .map(|rules| http_rbac_filter(rules.encode(None)))
         .collect()
 }
 
 /// Network RBAC filters for an inbound TCP chain.
 pub fn network_filters(policies: &[(&ConfigObject, &AuthorizationPolicySpec)]) -> Vec<Filter> {
     (rbac_rules(policies, false).iter())
-        .map(|rules| network_rbac_filter(canonical::encode_rbac_filter(rules, Some("tcp."))))
+        .map(|rules| network_rbac_filter(rules.encode(Some("tcp."))))
         .collect()
 }
 
@@ -544,5 +580,58 @@ pub fn deny_all_network_filter() -> Filter {
         action: Action::Allow as i32,
         ..Default::default()
     };
-    network_rbac_filter(canonical::encode_rbac_filter(&rules, Some("tcp.")))
+    network_rbac_filter(canonical::encode_rbac_filter(
+        Some(&rules),
+        None,
+        Some("tcp."),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use envoy_types::pb::envoy::extensions::filters::http::rbac::v3::Rbac as HttpRbac;
+    use prost::Message;
+
+    use super::*;
+    use crate::config::Spec;
+    use crate::config::parse::parse_file;
+
+    #[test]
+    fn dry_run_policies_are_shadow_rules_and_enforce_nothing() {
+        let policy = |name: &str, action: &str, dry: &str| {
+            format!(
+                "apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {{name: {name}, namespace: shop, annotations: {{istio.io/dry-run: '{dry}'}}}}\nspec:\n  action: {action}\n  rules: [{{to: [{{operation: {{paths: [/x]}}}}]}}]\n---\n"
+            )
+        };
+        let yaml = [
+            policy("deny-dry", "DENY", "true"),
+            policy("deny", "DENY", "false"),
+            policy("allow-dry", "ALLOW", "1"),
+        ]
+        .concat();
+        let parsed = parse_file("p.yaml", &yaml);
+        let policies: Vec<_> = (parsed.objects.iter())
+            .filter_map(|o| match &o.spec {
+                Spec::AuthorizationPolicy(ap) => Some((o, ap)),
+                _ => None,
+            })
+            .collect();
+        let rules = rbac_rules(&policies, true);
+        let names = |r: &Option<Rbac>| -> Vec<String> {
+            r.as_ref()
+                .map_or(Vec::new(), |r| r.policies.keys().cloned().collect())
+        };
+        let [deny, allow] = &rules[..] else {
+            panic!("DENY and ALLOW: {}", rules.len())
+        };
+        assert_eq!(names(&deny.enforced), ["ns[shop]-policy[deny]-rule[0]"]);
+        assert_eq!(names(&deny.shadow), ["ns[shop]-policy[deny-dry]-rule[0]"]);
+        // Only dry runs: nothing is enforced, so nothing else is denied.
+        assert!(allow.enforced.is_none());
+        assert_eq!(names(&allow.shadow), ["ns[shop]-policy[allow-dry]-rule[0]"]);
+        let filter = HttpRbac::decode(&*allow.encode(None)).unwrap();
+        assert!(filter.rules.is_none());
+        assert_eq!(filter.shadow_rules_stat_prefix, "istio_dry_run_allow_");
+        assert_eq!(filter.shadow_rules.unwrap().policies.len(), 1);
+    }
 }

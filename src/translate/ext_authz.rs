@@ -389,9 +389,9 @@ pub fn http_filters(
         Ok(built) => (by_provider.values().zip(built))
             .flat_map(|(rules, b)| {
                 [
-                    rbac(canonical::encode_shadow_rbac_filter(
-                        rules,
-                        SHADOW_PREFIX,
+                    rbac(canonical::encode_rbac_filter(
+                        None,
+                        Some((rules, SHADOW_PREFIX)),
                         None,
                     )),
                     HttpFilter {
@@ -406,7 +406,13 @@ pub fn http_filters(
             // Reported by the push context's cross-checks and the mesh config's validation.
             tracing::debug!(%problem, "CUSTOM authorization denies what its rules match");
             (by_provider.values())
-                .map(|r| rbac(canonical::encode_rbac_filter(&bad_custom_deny(r), None)))
+                .map(|r| {
+                    rbac(canonical::encode_rbac_filter(
+                        Some(&bad_custom_deny(r)),
+                        None,
+                        None,
+                    ))
+                })
                 .collect()
         }
     }
@@ -424,9 +430,9 @@ pub fn network_filters(
             .filter_map(|(rules, b)| Some((rules, b.tcp?)))
             .flat_map(|(rules, tcp)| {
                 [
-                    rbac(canonical::encode_shadow_rbac_filter(
-                        rules,
-                        SHADOW_PREFIX,
+                    rbac(canonical::encode_rbac_filter(
+                        None,
+                        Some((rules, SHADOW_PREFIX)),
                         Some("tcp."),
                     )),
                     Filter {
@@ -439,7 +445,8 @@ pub fn network_filters(
         Err(_) => (by_provider.values())
             .map(|r| {
                 rbac(canonical::encode_rbac_filter(
-                    &bad_custom_deny(r),
+                    Some(&bad_custom_deny(r)),
+                    None,
                     Some("tcp."),
                 ))
             })

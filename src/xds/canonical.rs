@@ -98,37 +98,35 @@ pub fn encode_cluster(c: &Cluster) -> Vec<u8> {
     out
 }
 
-/// An HTTP (`stat_prefix` None) or network RBAC filter config holding `rules`, with the
-/// policy map in key order (several policies are common there).
+/// An HTTP (`stat_prefix` None) or network RBAC filter config, each policy map in key
+/// order (several policies are common there): `rules` are enforced; `shadow` rules are
+/// only evaluated (their result goes to the stats and dynamic metadata under its prefix).
 pub fn encode_rbac_filter(
-    rules: &envoy_types::pb::envoy::config::rbac::v3::Rbac,
+    rules: Option<&envoy_types::pb::envoy::config::rbac::v3::Rbac>,
+    shadow: Option<(&envoy_types::pb::envoy::config::rbac::v3::Rbac, &str)>,
     stat_prefix: Option<&str>,
 ) -> Vec<u8> {
     let mut out = Vec::new();
-    length_delimited(1, &rbac_message(rules), &mut out);
-    if let Some(prefix) = stat_prefix {
-        string_field(3, prefix, &mut out);
+    if let Some(rules) = rules {
+        length_delimited(1, &rbac_message(rules), &mut out);
     }
-    out
-}
-
-/// An HTTP (`stat_prefix` None) or network RBAC filter config holding `rules` as shadow
-/// rules only (evaluated, never enforced; the result is written to the dynamic metadata
-/// under keys prefixed `shadow_prefix`).
-pub fn encode_shadow_rbac_filter(
-    rules: &envoy_types::pb::envoy::config::rbac::v3::Rbac,
-    shadow_prefix: &str,
-    stat_prefix: Option<&str>,
-) -> Vec<u8> {
-    let mut out = Vec::new();
-    length_delimited(2, &rbac_message(rules), &mut out);
+    if let Some((shadow, _)) = shadow {
+        length_delimited(2, &rbac_message(shadow), &mut out);
+    }
+    let shadow_prefix = shadow.map(|(_, p)| p).filter(|p| !p.is_empty());
     match stat_prefix {
         // HTTP: shadow_rules_stat_prefix is field 3.
-        None => string_field(3, shadow_prefix, &mut out),
+        None => {
+            if let Some(p) = shadow_prefix {
+                string_field(3, p, &mut out);
+            }
+        }
         // Network: stat_prefix is field 3, shadow_rules_stat_prefix field 5.
         Some(prefix) => {
             string_field(3, prefix, &mut out);
-            string_field(5, shadow_prefix, &mut out);
+            if let Some(p) = shadow_prefix {
+                string_field(5, p, &mut out);
+            }
         }
     }
     out

@@ -832,3 +832,64 @@ spec:
     assert!(r.headers["x-echo-xfcc"].contains("sa/ratings"));
     assert_eq!(gateway.envoy.stat(dnat), through);
 }
+
+/// The sum of an Envoy's counters whose names end with `suffix`.
+fn counters_ending(envoy: &Envoy, suffix: &str) -> u64 {
+    let text = envoy.admin("/stats?filter=istio_dry_run").unwrap().body;
+    (text.lines())
+        .filter_map(|l| l.split_once(": "))
+        .filter(|(name, _)| name.ends_with(suffix))
+        .map(|(_, v)| v.trim().parse::<u64>().unwrap_or(0))
+        .sum()
+}
+
+/// An `istio.io/dry-run` AuthorizationPolicy is evaluated and counted by reviews' Envoy
+/// (Envoy's shadow rules, under istiod's `istio_dry_run_deny_` prefix) and never
+/// enforced: the caller it would deny is served. Without the annotation it is enforced.
+#[test]
+fn a_dry_run_policy_is_counted_and_not_enforced() {
+    let m = mesh("mtls-dry-run");
+    let server = m.reviews(&[]);
+    let productpage = m.client("productpage", "pp-token", &[]);
+    wait_until(
+        "productpage to reach reviews",
+        Duration::from_secs(10),
+        || via(&productpage, "/").is_ok_and(|r| r.status == 200),
+    );
+    let policy = |dry_run: &str| {
+        format!(
+            "apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata:\n  name: no-productpage\n  namespace: shop\n  annotations: {{istio.io/dry-run: \"{dry_run}\"}}\nspec:\n  selector: {{matchLabels: {{app: reviews}}}}\n  action: DENY\n  rules:\n  - from: [{{source: {{principals: [cluster.local/ns/shop/sa/productpage]}}}}]\n"
+        )
+    };
+    m.meshd.write("authz.yaml", &policy("true"));
+    wait_until(
+        "reviews' Envoy to count a dry-run denial",
+        Duration::from_secs(30),
+        || {
+            via(&productpage, "/").is_ok_and(|r| r.status == 200)
+                && counters_ending(&server.envoy, "istio_dry_run_deny_.shadow_denied") > 0
+        },
+    );
+    let authn = m.meshd.json(&format!(
+        "/debug/authenticationz?proxyID={}",
+        server.envoy.id
+    ));
+    assert_eq!(
+        authn["dryRunAuthorizationPolicies"][0],
+        "shop/no-productpage"
+    );
+    assert_eq!(authn["authorizationPolicies"].as_array().unwrap().len(), 0);
+    let before = counters_ending(&server.envoy, "istio_dry_run_deny_.shadow_denied");
+    for _ in 0..3 {
+        assert_eq!(via(&productpage, "/").unwrap().status, 200);
+    }
+    assert_eq!(
+        counters_ending(&server.envoy, "istio_dry_run_deny_.shadow_denied"),
+        before + 3
+    );
+    // The same policy, enforced.
+    m.meshd.write("authz.yaml", &policy("false"));
+    wait_until("productpage to be denied", Duration::from_secs(30), || {
+        via(&productpage, "/").is_ok_and(|r| r.status == 403)
+    });
+}
