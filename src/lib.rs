@@ -15,6 +15,7 @@ pub mod k8s;
 pub mod loadgen;
 pub mod metrics;
 pub mod model;
+pub mod resolve;
 pub mod secure;
 pub mod serve;
 pub mod tls;

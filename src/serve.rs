@@ -220,6 +220,12 @@ pub async fn run(opts: ServeOptions) -> anyhow::Result<()> {
         &metrics,
         cache,
     )));
+    tokio::spawn(crate::resolve::run(
+        xds.subscribe(),
+        store.clone(),
+        on_change.clone(),
+        shutdown_rx.clone(),
+    ));
     tokio::spawn(debounce_loop(
         event_rx,
         store.clone(),

@@ -220,6 +220,8 @@ pub struct ServiceDef {
     /// The addresses it is reached at from outside the cluster: its load balancer's
     /// ingress IPs, then `spec.externalIPs` (what a network gateway is known by).
     pub external_addresses: Vec<String>,
+    /// Its load balancer's ingress hostnames (cloud load balancers known by name).
+    pub external_hostnames: Vec<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]

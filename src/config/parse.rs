@@ -368,11 +368,17 @@ fn service_def(s: core::Service) -> ServiceDef {
     let ingress = (s.status.and_then(|s| s.load_balancer))
         .and_then(|lb| lb.ingress)
         .unwrap_or_default();
-    let mut external_addresses: Vec<String> = ingress.into_iter().filter_map(|i| i.ip).collect();
+    let mut external_addresses: Vec<String> =
+        (ingress.iter()).filter_map(|i| i.ip.clone()).collect();
     external_addresses.extend(spec.external_ips.unwrap_or_default());
     external_addresses.dedup();
+    let external_hostnames = (ingress.into_iter())
+        .filter(|i| i.ip.is_none())
+        .filter_map(|i| i.hostname)
+        .collect();
     ServiceDef {
         external_addresses,
+        external_hostnames,
         headless: cluster_ip.as_deref() == Some("None"),
         cluster_ip: cluster_ip.filter(|ip| ip != "None"),
         traffic_distribution: spec.traffic_distribution,

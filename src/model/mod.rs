@@ -31,9 +31,26 @@ pub struct Store {
     /// A persistent map: a snapshot (`clone`) shares every node with the live store, so a
     /// push takes one in constant time however large the mesh.
     objects: imbl::OrdMap<ObjectKey, Arc<ConfigObject>>,
+    /// Addresses meshd resolved for hostnames the configuration names where Envoy needs
+    /// IPs (network gateways behind a load balancer's hostname), by hostname.
+    resolved: Arc<BTreeMap<String, Vec<String>>>,
 }
 
 impl Store {
+    /// The addresses `host` was last resolved to.
+    pub fn resolved(&self, host: &str) -> Option<&[String]> {
+        self.resolved.get(host).map(Vec::as_slice)
+    }
+
+    /// Records what `host` resolves to; returns whether that changed.
+    pub fn set_resolved(&mut self, host: &str, addresses: Vec<String>) -> bool {
+        if self.resolved.get(host) == Some(&addresses) {
+            return false;
+        }
+        Arc::make_mut(&mut self.resolved).insert(host.to_string(), addresses);
+        true
+    }
+
     /// Adds or replaces an object. Returns false when the stored object was identical (an
     /// unchanged resync costs no push).
     pub fn apply(&mut self, object: ConfigObject) -> bool {

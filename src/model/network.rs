@@ -237,6 +237,11 @@ pub struct NetworkGateways {
     /// Gateway Services and MeshNetworks entries that give no gateway, and why.
     #[serde(skip)]
     pub issues: Vec<ModelIssue>,
+    /// The hostnames gateways are known by (a cloud load balancer's), with the object
+    /// naming each: meshd resolves them ([`crate::resolve`]), and a new answer is a
+    /// change to that object.
+    #[serde(skip)]
+    pub hostnames: BTreeMap<String, ObjectKey>,
     /// The model endpoint each network's gateways stand for in a load assignment (its
     /// network label is what locality failover compares).
     #[serde(skip)]
@@ -255,6 +260,27 @@ impl NetworkGateways {
         let mut set = BTreeSet::new();
         let mut services = BTreeSet::new();
         let mut issues = Vec::new();
+        let mut hostnames = BTreeMap::new();
+        // A gateway known by hostname is at the addresses meshd resolved it to.
+        let mut add = |network: &str, address: &str, port: u32, named_by: &ObjectKey| {
+            let addresses = if address.parse::<IpAddr>().is_ok() {
+                vec![address.to_string()]
+            } else {
+                hostnames.insert(address.to_string(), named_by.clone());
+                store
+                    .resolved(address)
+                    .map(<[String]>::to_vec)
+                    .unwrap_or_default()
+            };
+            for address in addresses {
+                set.insert(NetworkGateway {
+                    network: network.to_string(),
+                    address,
+                    port,
+                });
+            }
+        };
+        let mesh_key = ObjectKey::new(Kind::ConfigMap, mesh.root_namespace(), "istio");
         // `registryServiceName` → (network, port), for the networks that are this cluster's.
         let mut by_registry: BTreeMap<&str, Vec<(&str, u32)>> = BTreeMap::new();
         for (name, network) in &mesh.mesh_networks.networks {
@@ -262,20 +288,7 @@ impl NetworkGateways {
                 (network.endpoints.iter()).any(|e| e.from_registry.as_deref() == Some(CLUSTER_ID));
             for g in &network.gateways {
                 match (&g.address, &g.registry_service_name) {
-                    (Some(address), _) if address.parse::<IpAddr>().is_ok() => {
-                        set.insert(NetworkGateway {
-                            network: name.clone(),
-                            address: address.clone(),
-                            port: g.port,
-                        });
-                    }
-                    (Some(address), _) => issues.push(ModelIssue {
-                        object: "MeshNetworks".into(),
-                        field: format!("networks.{name}.gateways.address"),
-                        message: format!(
-                            "{address:?} is not an IP address; gateways by hostname are not resolved, so this one is not used"
-                        ),
-                    }),
+                    (Some(address), _) => add(name, address, g.port, &mesh_key),
                     (None, Some(service)) if ours => {
                         by_registry
                             .entry(service.as_str())
@@ -328,21 +341,28 @@ impl NetworkGateways {
             if gateways.is_empty() {
                 continue;
             }
-            if def.external_addresses.is_empty() {
+            if def.external_addresses.is_empty() && def.external_hostnames.is_empty() {
                 issues.push(ModelIssue {
                     object: o.key.to_string(),
                     field: "status.loadBalancer.ingress".into(),
-                    message: "a network gateway without an external IP address (load-balancer ingress or spec.externalIPs) is not used until it has one".into(),
+                    message: "a network gateway without an external address (load-balancer ingress or spec.externalIPs) is not used until it has one".into(),
                 });
             }
-            for address in &def.external_addresses {
+            for address in def.external_addresses.iter().chain(&def.external_hostnames) {
                 for (network, port) in &gateways {
-                    set.insert(NetworkGateway {
-                        network: network.clone(),
-                        address: address.clone(),
-                        port: *port,
-                    });
+                    add(network, address, *port, &o.key);
                 }
+            }
+        }
+        for host in hostnames.keys() {
+            if store.resolved(host).is_none_or(<[String]>::is_empty) {
+                issues.push(ModelIssue {
+                    object: hostnames[host].to_string(),
+                    field: "gateway address".into(),
+                    message: format!(
+                        "the gateway hostname {host:?} has not resolved (yet); until it does, that gateway is not used"
+                    ),
+                });
             }
         }
         let mut by_network: BTreeMap<String, Vec<NetworkGateway>> = BTreeMap::new();
@@ -372,6 +392,7 @@ impl NetworkGateways {
             services,
             registry_hosts: by_registry.keys().map(|h| h.to_string()).collect(),
             issues,
+            hostnames,
             models,
         }
     }
@@ -453,11 +474,46 @@ mod tests {
         assert_eq!(g.scale(), 2);
         assert!(g.names_service("istio-system", "eastwest"));
         let fields: Vec<&str> = g.issues.iter().map(|i| i.field.as_str()).collect();
-        assert_eq!(fields, ["networks.net-c.gateways.address", "spec.ports"]);
+        assert_eq!(fields, ["spec.ports", "gateway address"]);
         assert!(
             ctx.issues
                 .iter()
                 .any(|i| i.object == "Service istio-system/wrong")
+        );
+        assert!(
+            ctx.issues
+                .iter()
+                .any(|i| i.message.contains("\"gw.example.com\" has not resolved"))
+        );
+    }
+
+    #[test]
+    fn a_gateway_known_by_hostname_is_at_the_addresses_it_resolved_to() {
+        let elb = "apiVersion: v1\nkind: Service\nmetadata: {name: eastwest, namespace: istio-system, labels: {topology.istio.io/network: net-b}}\nspec:\n  ports: [{name: tls, port: 15443}]\nstatus:\n  loadBalancer: {ingress: [{hostname: gw.elb.example.com}]}\n";
+        let mut store = Store::default();
+        for o in crate::config::parse::parse_file("x.yaml", elb).objects {
+            store.apply(o);
+        }
+        let key = ObjectKey::new(Kind::Service, "istio-system", "eastwest");
+        let ctx = PushContext::build(&store, "v/1".into());
+        assert!(!ctx.networks.enabled());
+        assert_eq!(ctx.networks.hostnames["gw.elb.example.com"], key);
+        let answer = vec!["192.0.2.3".to_string(), "192.0.2.4".to_string()];
+        assert!(store.set_resolved("gw.elb.example.com", answer.clone()));
+        assert!(!store.set_resolved("gw.elb.example.com", answer));
+        // A new answer is a change to the Service that names the hostname.
+        let ctx = ctx.update(&store, &[key].into(), "v/2".into());
+        let addrs: Vec<&str> = ctx
+            .networks
+            .of("net-b")
+            .iter()
+            .map(|g| g.address.as_str())
+            .collect();
+        assert_eq!(addrs, ["192.0.2.3", "192.0.2.4"]);
+        assert!(ctx.issues.is_empty(), "{:?}", ctx.issues);
+        assert_eq!(
+            ctx.networks,
+            PushContext::build(&store, "v/3".into()).networks
         );
     }
 

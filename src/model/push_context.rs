@@ -309,11 +309,14 @@ impl PushContext {
             };
         }
         // A Service that is or was a gateway changes the networks' gateways.
-        let gateway_changed = changed.iter().any(|k| {
-            k.kind == Kind::Service
-                && (self.networks.names_service(&k.namespace, &k.name)
-                    || (store.get(k)).is_some_and(|o| o.meta.labels.contains_key(NETWORK_LABEL)))
-        });
+        // A ConfigMap change may be MeshNetworks' gateway hostname resolving anew.
+        let gateway_changed = any(Kind::ConfigMap)
+            || changed.iter().any(|k| {
+                k.kind == Kind::Service
+                    && (self.networks.names_service(&k.namespace, &k.name)
+                        || (store.get(k))
+                            .is_some_and(|o| o.meta.labels.contains_key(NETWORK_LABEL)))
+            });
         let networks = rebuilt_if(gateway_changed, &self.networks, || {
             let mut networks = NetworkGateways::new(store, &mesh);
             networks.remember(&self.networks);

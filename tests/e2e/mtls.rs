@@ -739,8 +739,36 @@ fn a_sidecars_inbound_connection_pool_sets_its_inbound_clusters_limits() {
 /// reviews' own address and goes straight there.
 #[test]
 fn a_proxy_on_another_network_reaches_a_workload_through_its_networks_gateway() {
-    let m = mesh("multi-network");
+    through_the_gateway(false);
+}
+
+/// The same with the gateway known by its load balancer's hostname (a cloud load
+/// balancer's): meshd resolves it (here `localhost`) and sends its address.
+#[test]
+fn a_network_gateway_known_by_hostname_is_resolved_by_meshd() {
+    through_the_gateway(true);
+}
+
+fn through_the_gateway(by_hostname: bool) {
+    let m = mesh(if by_hostname {
+        "multi-network-dns"
+    } else {
+        "multi-network"
+    });
     let (gw_ip, listen) = (loopback_ip(), free_port());
+    let (address, gateway_address) = if by_hostname {
+        (
+            "status: {loadBalancer: {ingress: [{hostname: localhost}]}}".to_string(),
+            "127.0.0.1".to_string(),
+        )
+    } else {
+        (String::new(), gw_ip.clone())
+    };
+    let external_ips = if by_hostname {
+        String::new()
+    } else {
+        format!("  externalIPs: [{gw_ip}]\n")
+    };
     // reviews' Pod is on net-b.
     let path = m.meshd.config_dir.join("mesh.yaml");
     let yaml = std::fs::read_to_string(&path).unwrap().replace(
@@ -760,8 +788,8 @@ metadata:
   labels: {{topology.istio.io/network: net-b, networking.istio.io/gatewayPort: "{listen}"}}
 spec:
   selector: {{istio: eastwestgateway}}
-  externalIPs: [{gw_ip}]
-  ports: [{{name: tls, port: {listen}}}]
+{external_ips}  ports: [{{name: tls, port: {listen}}}]
+{address}
 ---
 apiVersion: networking.istio.io/v1
 kind: Gateway
@@ -814,7 +842,7 @@ spec:
         hosts.dedup();
         hosts
     };
-    assert_eq!(hosts(&client), [format!("{gw_ip}:{listen}")]);
+    assert_eq!(hosts(&client), [format!("{gateway_address}:{listen}")]);
     let r = via(&client, "/").unwrap();
     assert_eq!(r.body, "reviews");
     let xfcc = &r.headers["x-echo-xfcc"];
