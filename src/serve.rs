@@ -198,6 +198,7 @@ pub async fn run(opts: ServeOptions) -> anyhow::Result<()> {
                 tokio::spawn(crate::k8s::webhook_ca::run(
                     client,
                     revision,
+                    opts.leader.namespace.clone(),
                     ca,
                     metrics.clone(),
                 ));

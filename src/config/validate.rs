@@ -1095,6 +1095,10 @@ fn export_to(r: &mut Report, namespace: &str, values: &[String], of: ExportOf) {
     }
 }
 
+/// The annotation that makes istiod's (and meshd's) validation refuse an object: its
+/// webhook controller's probe carries it.
+pub const ALWAYS_REJECT: &str = "istio.io/alwaysReject";
+
 /// istiod's `checkDryRunAnnotation`: only an ALLOW or DENY AuthorizationPolicy may be a
 /// dry run, and the value must be a boolean.
 fn dry_run_annotation(r: &mut Report, object: &ConfigObject) {
@@ -1127,6 +1131,12 @@ fn dry_run_annotation(r: &mut Report, object: &ConfigObject) {
 pub fn validate(object: &ConfigObject) -> Vec<Problem> {
     let mut r = Report::default();
     dry_run_annotation(&mut r, object);
+    if object.key.kind.is_istio() && object.meta.annotations.contains_key(ALWAYS_REJECT) {
+        r.error(
+            format!("metadata.annotations[{ALWAYS_REJECT}]"),
+            "the object asks to be refused",
+        );
+    }
     match &object.spec {
         Spec::VirtualService(vs) if vs.hosts.is_empty() => {
             // A delegate: its routes serve only the root routes that name it.
@@ -1385,6 +1395,14 @@ mod tests {
             [
                 "Error metadata.annotations[istio.io/dry-run]: only an AuthorizationPolicy supports it; remove the annotation"
             ]
+        );
+        let yaml = "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: invalid-gateway, namespace: istio-system, annotations: {istio.io/alwaysReject: 'true'}}\nspec: {}\n";
+        let refused: Vec<String> = (parse_file("x.yaml", yaml).issues.iter())
+            .map(|e| e.field.clone())
+            .collect();
+        assert!(
+            refused.contains(&"metadata.annotations[istio.io/alwaysReject]".to_string()),
+            "{refused:?}"
         );
     }
 

@@ -423,6 +423,129 @@ fn crud(
     }
 }
 
+/// The API server's validating admission of a create, as far as meshd's webhook needs it:
+/// every webhook of every ValidatingWebhookConfiguration whose rules name the object's
+/// group and resource for CREATE is called over HTTPS at its `clientConfig.url`, trusting
+/// its `caBundle` (a `service` reference is not reachable from the fake). A denial refuses
+/// the create with the webhook's message, as Kubernetes words it; an unreachable webhook
+/// refuses it only with `failurePolicy: Fail` (the default).
+async fn admit(
+    inner: &Arc<Mutex<Inner>>,
+    group: &str,
+    plural: &str,
+    obj: &Value,
+) -> Result<(), Response> {
+    let configs: Vec<Value> = (inner.lock().unwrap().objects)
+        .get("validatingwebhookconfigurations")
+        .map(|m| m.values().cloned().collect())
+        .unwrap_or_default();
+    let names =
+        |v: &Value, want: &str| (v.as_array().into_iter().flatten()).any(|x| x == "*" || x == want);
+    for webhook in configs
+        .iter()
+        .flat_map(|c| c["webhooks"].as_array().cloned().unwrap_or_default())
+    {
+        let applies = (webhook["rules"].as_array().into_iter().flatten()).any(|r| {
+            names(&r["operations"], "CREATE")
+                && names(&r["apiGroups"], group)
+                && names(&r["resources"], plural)
+        });
+        if !applies {
+            continue;
+        }
+        let name = webhook["name"].as_str().unwrap_or_default();
+        let review = json!({
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": format!("fake-{}", inner.lock().unwrap().rv),
+                "kind": {"group": group, "version": "v1", "kind": obj["kind"]},
+                "resource": {"group": group, "version": "v1", "resource": plural},
+                "namespace": obj["metadata"]["namespace"],
+                "name": obj["metadata"]["name"],
+                "operation": "CREATE",
+                "object": obj,
+                "dryRun": true,
+            },
+        });
+        let url = webhook["clientConfig"]["url"].as_str();
+        let bundle = webhook["clientConfig"]["caBundle"]
+            .as_str()
+            .unwrap_or_default();
+        let answer = match url {
+            Some(url) => call_webhook(url, bundle, &review.to_string()).await,
+            None => Err("the fake reaches webhooks by clientConfig.url only".to_string()),
+        };
+        match answer {
+            Ok(response) if response["response"]["allowed"] == true => {}
+            Ok(response) => {
+                let message = response["response"]["status"]["message"]
+                    .as_str()
+                    .unwrap_or_default();
+                let message = format!("admission webhook {name:?} denied the request: {message}");
+                return Err(status(400, "BadRequest", &message));
+            }
+            Err(e) if webhook["failurePolicy"] == "Ignore" => {
+                tracing::debug!(webhook = name, "ignored, unreachable: {e}");
+            }
+            Err(e) => {
+                let message =
+                    format!("Internal error occurred: failed calling webhook {name:?}: {e}");
+                return Err(status(500, "InternalError", &message));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// POSTs `body` to an `https://HOST:PORT/PATH` webhook trusting the base64 PEM `bundle`,
+/// over HTTP/1.1, and reads the JSON answer.
+async fn call_webhook(url: &str, bundle: &str, body: &str) -> Result<Value, String> {
+    use base64::Engine;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let rest = url.strip_prefix("https://").ok_or("not an https URL")?;
+    let (authority, path) = rest
+        .split_once('/')
+        .map_or((rest, "/".to_string()), |(a, p)| (a, format!("/{p}")));
+    let host = authority
+        .rsplit_once(':')
+        .map_or(authority, |(h, _)| h)
+        .to_string();
+    let pem = base64::engine::general_purpose::STANDARD
+        .decode(bundle)
+        .map_err(|e| format!("caBundle: {e}"))?;
+    let pem = String::from_utf8(pem).map_err(|e| format!("caBundle: {e}"))?;
+    let mut config = crate::tls::client_config(&pem, None).map_err(|e| format!("caBundle: {e}"))?;
+    config.alpn_protocols.clear();
+    let name = rustls::pki_types::ServerName::try_from(host.clone()).map_err(|e| e.to_string())?;
+    let tcp = tokio::net::TcpStream::connect(authority)
+        .await
+        .map_err(|e| e.to_string())?;
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let mut tls = connector
+        .connect(name, tcp)
+        .await
+        .map_err(|e| format!("TLS: {e}"))?;
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    tls.write_all(request.as_bytes())
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut answer = Vec::new();
+    let _ = tls.read_to_end(&mut answer).await;
+    let text = String::from_utf8_lossy(&answer);
+    let (head, body) = text.split_once("\r\n\r\n").ok_or("no HTTP answer")?;
+    if !head.starts_with("HTTP/1.1 200") {
+        return Err(format!(
+            "answered {}",
+            head.lines().next().unwrap_or_default()
+        ));
+    }
+    serde_json::from_str(body).map_err(|e| format!("answer: {e}"))
+}
+
 fn status(code: u16, reason: &str, message: &str) -> Response {
     let body = json!({"apiVersion": "v1", "kind": "Status", "metadata": {}, "status": "Failure", "message": message, "reason": reason, "code": code});
     (
@@ -581,6 +704,27 @@ async fn handle(
         }
         ["apis", _, _, "namespaces", ns, plural, name, "status"] if method == Method::PATCH => {
             return patch_status(&mut inner.lock().unwrap(), plural, ns, name, &body);
+        }
+        // Creating an Istio object (or a dry run of it): admission first.
+        ["apis", group, _, "namespaces", ns, plural]
+            if method == Method::POST && group.ends_with(".istio.io") =>
+        {
+            let Ok(mut obj) = serde_json::from_slice::<Value>(&body) else {
+                return status(400, "BadRequest", "body is not JSON");
+            };
+            obj["metadata"]["namespace"] = json!(ns);
+            if let Err(refused) = admit(&inner, group, plural, &obj).await {
+                return refused;
+            }
+            if q.get("dryRun").is_some_and(|d| d == "All") {
+                return (
+                    StatusCode::CREATED,
+                    [("content-type", "application/json")],
+                    obj.to_string(),
+                )
+                    .into_response();
+            }
+            return json_response(&apply_locked(&mut inner.lock().unwrap(), obj));
         }
         _ => {}
     }

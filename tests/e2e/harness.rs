@@ -191,7 +191,7 @@ pub fn tls_request(
     parse_response(&raw)
 }
 
-fn parse_response(raw: &[u8]) -> std::io::Result<HttpResponse> {
+pub fn parse_response(raw: &[u8]) -> std::io::Result<HttpResponse> {
     let text = String::from_utf8_lossy(raw);
     let (head, body) = text
         .split_once("\r\n\r\n")

@@ -736,9 +736,118 @@ fn the_revisions_webhook_configurations_get_meshds_root_as_their_ca_bundle() {
     .unwrap();
     assert_eq!(answer.status, 200, "{answer:?}");
     assert_eq!(bundle("istio-validator-canary-istio-system"), None);
+    // The fake cannot reach a webhook by `service`: the probe's invalid config is let
+    // through (failurePolicy Ignore), so the webhook is not known to work and keeps
+    // failing open.
+    std::thread::sleep(Duration::from_secs(1));
+    let whc = api.object(
+        "ValidatingWebhookConfiguration",
+        "",
+        "istio-validator-istio-system",
+    );
+    assert_eq!(whc["webhooks"][0]["failurePolicy"], "Ignore");
     let metrics = meshd.get("/metrics").unwrap().body;
     assert!(
         metrics.contains("galley_validation_config_updates 1\n"),
         "{metrics}"
     );
+}
+
+/// A JSON POST to the fake API server, as a client (kubectl) sends one.
+fn post_json(api: &FakeApiServer, path: &str, body: &serde_json::Value) -> HttpResponse {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", api.port)).unwrap();
+    let body = body.to_string();
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nHost: kubernetes\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).unwrap();
+    parse_response(&raw).unwrap()
+}
+
+/// istiod's switch to failing closed: the revision's webhooks, installed with
+/// `failurePolicy: Ignore`, become `Fail` once a dry run of invalid config sent through
+/// the API server is refused by meshd's webhook (the fake API server calls webhooks over
+/// HTTPS at their `clientConfig.url`, trusting their `caBundle`, as Kubernetes does).
+/// After that, invalid config created through the API server is refused with meshd's
+/// message naming the field. Another revision's webhook stays as installed.
+#[test]
+fn the_revisions_webhooks_fail_closed_once_meshd_refuses_invalid_config() {
+    let api = FakeApiServer::start().unwrap();
+    let dir = temp_dir("k8s-webhook-fail-closed");
+    let meshd = Meshd::start_kubernetes(
+        &dir.join("meshd"),
+        &api.kubeconfig(&dir).unwrap(),
+        "default",
+    );
+    let whc = |name: &str, rev: &str| {
+        format!(
+            "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingWebhookConfiguration\nmetadata: {{name: {name}, labels: {{app: istiod, istio.io/rev: {rev}}}}}\nwebhooks:\n- name: rev.validation.istio.io\n  clientConfig: {{url: 'https://127.0.0.1:{port}/validate'}}\n  failurePolicy: Ignore\n  sideEffects: None\n  admissionReviewVersions: [v1]\n  rules: [{{operations: [CREATE, UPDATE], apiGroups: [networking.istio.io, security.istio.io], apiVersions: ['*'], resources: ['*']}}]\n",
+            port = meshd.webhook_port
+        )
+    };
+    api.apply_yaml(&whc("istio-validator-istio-system", "default"))
+        .unwrap();
+    let policy = |name: &str| {
+        api.object("ValidatingWebhookConfiguration", "", name)["webhooks"][0]["failurePolicy"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    wait_until(
+        "the webhook to fail closed",
+        Duration::from_secs(20),
+        || policy("istio-validator-istio-system") == "Fail",
+    );
+    let installed = api.object(
+        "ValidatingWebhookConfiguration",
+        "",
+        "istio-validator-istio-system",
+    );
+    assert!(installed["webhooks"][0]["clientConfig"]["caBundle"].is_string());
+    // Invalid config through the API server is refused by meshd, naming the field.
+    let invalid = serde_json::json!({
+        "apiVersion": "networking.istio.io/v1",
+        "kind": "VirtualService",
+        "metadata": {"name": "bad", "namespace": "shop"},
+        "spec": {"hosts": ["a"], "http": [{"match": [{"uri": {"regex": "("}}], "route": [{"destination": {"host": "a"}}]}]},
+    });
+    let refused = post_json(
+        &api,
+        "/apis/networking.istio.io/v1/namespaces/shop/virtualservices",
+        &invalid,
+    );
+    assert_eq!(refused.status, 400, "{refused:?}");
+    assert!(
+        refused.body.contains("denied the request"),
+        "{}",
+        refused.body
+    );
+    assert!(
+        refused.body.contains("spec.http[0].match[0].uri"),
+        "{}",
+        refused.body
+    );
+    // Valid config is created.
+    let valid = serde_json::json!({
+        "apiVersion": "networking.istio.io/v1",
+        "kind": "VirtualService",
+        "metadata": {"name": "good", "namespace": "shop"},
+        "spec": {"hosts": ["a"], "http": [{"route": [{"destination": {"host": "a"}}]}]},
+    });
+    let created = post_json(
+        &api,
+        "/apis/networking.istio.io/v1/namespaces/shop/virtualservices",
+        &valid,
+    );
+    assert_eq!(created.status, 200, "{created:?}");
+
+    // Another revision's webhook, added later, is left failing open.
+    api.apply_yaml(&whc("istio-validator-canary-istio-system", "canary"))
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(policy("istio-validator-canary-istio-system"), "Ignore");
 }
