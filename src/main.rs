@@ -404,6 +404,15 @@ impl AgentArgs {
         if let Some(network) = self.network.filter(|n| !n.is_empty()) {
             metadata["NETWORK"] = network.into();
         }
+        // As istio-agent: every `ISTIO_META_KEY` variable is metadata `KEY` (flags win).
+        for (key, value) in std::env::vars() {
+            if let Some(key) = key.strip_prefix("ISTIO_META_")
+                && !key.is_empty()
+                && metadata.get(key).is_none()
+            {
+                metadata[key] = value.into();
+            }
+        }
         Ok(meshd::agent::AgentOptions {
             ca: CaClientOptions {
                 address: self.ca_address.clone(),

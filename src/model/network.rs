@@ -303,11 +303,15 @@ impl NetworkGateways {
             let Spec::Service(def) = &o.spec else {
                 continue;
             };
-            let host = super::service::kubernetes_hostname(&o.key.namespace, &o.key.name);
-            let mut gateways: Vec<(String, u32)> = by_registry
-                .get(host.as_str())
-                .map(|v| v.iter().map(|(n, p)| (n.to_string(), *p)).collect())
-                .unwrap_or_default();
+            // Most meshes name no registry service: no hostname to build per Service.
+            let mut gateways: Vec<(String, u32)> = if by_registry.is_empty() {
+                Vec::new()
+            } else {
+                let host = super::service::kubernetes_hostname(&o.key.namespace, &o.key.name);
+                (by_registry.get(host.as_str()))
+                    .map(|v| v.iter().map(|(n, p)| (n.to_string(), *p)).collect())
+                    .unwrap_or_default()
+            };
             if let Some(network) = o.meta.labels.get(NETWORK_LABEL).filter(|n| !n.is_empty()) {
                 services.insert((o.key.namespace.clone(), o.key.name.clone()));
                 let label = o.meta.labels.get(GATEWAY_PORT_LABEL);

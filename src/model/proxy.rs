@@ -49,6 +49,9 @@ pub struct Proxy {
     pub idle_timeout: Option<std::time::Duration>,
     /// Metadata `NETWORK` (empty when unset): which of the mesh's networks it is on.
     pub network: String,
+    /// Metadata `REQUESTED_NETWORK_VIEW` (`net-a,net-b`): it is sent only endpoints on
+    /// these networks (and on none). Sorted; `None` when unset: every network.
+    pub network_view: Option<Box<[String]>>,
 }
 
 impl Proxy {
@@ -121,6 +124,18 @@ impl Proxy {
             // Unparsable: ignored, as istiod's `parseDuration` does.
             idle_timeout: text("IDLE_TIMEOUT").and_then(|t| crate::duration::parse(&t).ok()),
             network: text("NETWORK").unwrap_or_default(),
+            network_view: text("REQUESTED_NETWORK_VIEW")
+                .map(|v| {
+                    let mut names: Vec<String> = (v.split(','))
+                        .map(str::trim)
+                        .filter(|n| !n.is_empty())
+                        .map(str::to_string)
+                        .collect();
+                    names.sort();
+                    names.dedup();
+                    names.into_boxed_slice()
+                })
+                .filter(|v| !v.is_empty()),
         })
     }
 

@@ -91,6 +91,8 @@ pub struct Place {
     /// `Some` (empty when the proxy names none) only when some network has a gateway:
     /// then every load assignment depends on it ([`crate::translate::network`]).
     pub network: Option<String>,
+    /// The networks whose endpoints the proxy asked to see (`REQUESTED_NETWORK_VIEW`).
+    pub network_view: Option<Box<[String]>>,
 }
 
 /// Where `proxy` is, for its load assignments: its locality, labels and network.
@@ -99,6 +101,7 @@ pub fn place(ctx: &PushContext, proxy: &Proxy) -> Place {
         locality: ctx.proxy_locality(proxy),
         labels: ctx.proxy_labels(proxy).clone(),
         network: ctx.networks.enabled().then(|| proxy.network.clone()),
+        network_view: proxy.network_view.clone(),
     }
 }
 
@@ -112,21 +115,23 @@ impl Place {
                 .filter_map(|k| Some((k.clone(), self.labels.get(k)?.clone())))
                 .collect(),
             network: self.network.clone(),
+            network_view: self.network_view.clone(),
         }
     }
 
     /// What proxies sharing a load assignment must share: with `keys` (the labels it is
     /// balanced by locality on, see [`dependence`]) the place restricted to them; without,
-    /// only the network when multi-network is on; `None` when nothing about the proxy
-    /// matters.
+    /// only the network (when multi-network is on) and the network view; `None` when
+    /// nothing about the proxy matters.
     pub fn keyed(&self, keys: Option<&[String]>) -> Option<Place> {
-        match (keys, &self.network) {
-            (Some(keys), _) => Some(self.restricted(keys)),
-            (None, Some(network)) => Some(Place {
-                network: Some(network.clone()),
+        match keys {
+            Some(keys) => Some(self.restricted(keys)),
+            None if self.network.is_some() || self.network_view.is_some() => Some(Place {
+                network: self.network.clone(),
+                network_view: self.network_view.clone(),
                 ..Place::default()
             }),
-            (None, None) => None,
+            None => None,
         }
     }
 
@@ -511,6 +516,7 @@ mod tests {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
             network: None,
+            network_view: None,
         }
     }
 

@@ -12,6 +12,10 @@
 //!   routes by the mTLS SNI, so the others are dropped;
 //! - weights are first multiplied by the least common multiple of the networks'
 //!   gateway counts, so that they divide evenly.
+//!
+//! Before that, whether or not multi-network is on, a proxy that names a network view
+//! (`REQUESTED_NETWORK_VIEW`) keeps only the endpoints on those networks and on none, as
+//! istiod's `ProxyView` does.
 
 use std::collections::BTreeMap;
 
@@ -25,67 +29,84 @@ use super::locality::Place;
 use crate::model::PushContext;
 use crate::model::network::{NetworkGateway, NetworkGateways};
 
-/// The split for a proxy at `at`, when multi-network is on.
+/// What a proxy at some place sees of the networks: its view, and the split when
+/// multi-network is on.
 #[derive(Clone, Copy)]
 pub struct Split<'a> {
-    gateways: &'a NetworkGateways,
-    /// The proxy's network (empty when it names none).
-    network: &'a str,
+    /// The gateways and the proxy's network (empty when it names none).
+    gateways: Option<(&'a NetworkGateways, &'a str)>,
+    view: Option<&'a [String]>,
 }
 
-/// How `at`'s load assignments are split by network; `None` when multi-network is off.
+/// How `at`'s load assignments are filtered and split by network; `None` when neither
+/// applies.
 pub fn split<'a>(ctx: &'a PushContext, at: &'a Place) -> Option<Split<'a>> {
-    let network = at.network.as_deref()?;
-    ctx.networks.enabled().then_some(Split {
-        gateways: &ctx.networks,
-        network,
-    })
+    let gateways = (at.network.as_deref())
+        .filter(|_| ctx.networks.enabled())
+        .map(|network| (&*ctx.networks, network));
+    let view = at.network_view.as_deref();
+    (gateways.is_some() || view.is_some()).then_some(Split { gateways, view })
 }
 
 impl<'a> Split<'a> {
-    /// Replaces, in each locality, the endpoints the proxy reaches only through a gateway
-    /// by the gateways; a locality left empty goes.
+    /// Drops the endpoints outside the proxy's view, then replaces, in each locality, the
+    /// endpoints it reaches only through a gateway by the gateways; a locality left empty
+    /// goes.
     pub fn apply<'g>(&self, groups: &mut Vec<Group<'g>>)
     where
         'a: 'g,
     {
-        let scale = self.gateways.scale();
-        for group in groups.iter_mut() {
-            let mut through: BTreeMap<&NetworkGateway, u32> = BTreeMap::new();
-            for (e, mut lb) in std::mem::take(&mut group.endpoints) {
-                let gateways = self.gateways.of(&e.network);
-                let weight = match lb.load_balancing_weight.as_ref().map(|w| w.value) {
-                    None | Some(0) => scale,
-                    Some(w) => w.saturating_mul(scale),
-                };
-                let same =
-                    e.network.is_empty() || self.network.is_empty() || e.network == self.network;
-                let forced =
-                    self.network.is_empty() && !e.network.is_empty() && !gateways.is_empty();
-                if !forced && (same || gateways.is_empty()) {
-                    lb.load_balancing_weight = Some(UInt32Value { value: weight });
-                    group.endpoints.push((e, lb));
-                    continue;
-                }
-                if !is_mtls(&lb) {
-                    continue;
-                }
-                let each = weight / gateways.len() as u32;
-                for g in gateways {
-                    let w = through.entry(g).or_default();
-                    *w = w.saturating_add(each);
-                }
-            }
-            for (g, weight) in through {
-                let Some(model) = self.gateways.model(&g.network) else {
-                    continue;
-                };
-                group
-                    .endpoints
-                    .push((model, gateway_endpoint(g, weight.max(1))));
+        if let Some(view) = self.view {
+            let visible = |network: &str| network.is_empty() || view.iter().any(|v| v == network);
+            for group in groups.iter_mut() {
+                group.endpoints.retain(|(e, _)| visible(&e.network));
             }
         }
+        if let Some((gateways, network)) = self.gateways {
+            split_by_network(groups, gateways, network);
+        }
         groups.retain(|g| !g.endpoints.is_empty());
+    }
+}
+
+/// The split proper, for a proxy on `network` (empty: none).
+fn split_by_network<'a, 'g>(groups: &mut [Group<'g>], all: &'a NetworkGateways, network: &str)
+where
+    'a: 'g,
+{
+    let scale = all.scale();
+    for group in groups.iter_mut() {
+        let mut through: BTreeMap<&NetworkGateway, u32> = BTreeMap::new();
+        for (e, mut lb) in std::mem::take(&mut group.endpoints) {
+            let gateways = all.of(&e.network);
+            let weight = match lb.load_balancing_weight.as_ref().map(|w| w.value) {
+                None | Some(0) => scale,
+                Some(w) => w.saturating_mul(scale),
+            };
+            let same = e.network.is_empty() || network.is_empty() || e.network == network;
+            let forced = network.is_empty() && !e.network.is_empty() && !gateways.is_empty();
+            if !forced && (same || gateways.is_empty()) {
+                lb.load_balancing_weight = Some(UInt32Value { value: weight });
+                group.endpoints.push((e, lb));
+                continue;
+            }
+            if !is_mtls(&lb) {
+                continue;
+            }
+            let each = weight / gateways.len() as u32;
+            for g in gateways {
+                let w = through.entry(g).or_default();
+                *w = w.saturating_add(each);
+            }
+        }
+        for (g, weight) in through {
+            let Some(model) = all.model(&g.network) else {
+                continue;
+            };
+            group
+                .endpoints
+                .push((model, gateway_endpoint(g, weight.max(1))));
+        }
     }
 }
 
@@ -207,6 +228,39 @@ mod tests {
         // A proxy on no network is sent to net-b's gateways all the same (istiod's
         // forced gateway), and reaches the rest directly.
         assert_eq!(endpoints(&ctx, &proxy(None)), from_a);
+    }
+
+    #[test]
+    fn a_network_view_keeps_the_endpoints_on_its_networks_and_on_none() {
+        let view = |network: Option<&str>, names: &str| {
+            let mut p = proxy(network);
+            let meta = json!({"NAMESPACE": "shop", "REQUESTED_NETWORK_VIEW": names});
+            p.network_view = Proxy::from_node(&p.id, meta.as_object().unwrap())
+                .unwrap()
+                .network_view;
+            p
+        };
+        // Without gateways: only the view filters.
+        let ctx = PushContext::from_yaml(MESH);
+        let seen = endpoints(&ctx, &view(Some("net-a"), " net-c ,net-a,"));
+        assert_eq!(
+            seen,
+            pairs(&[("10.1.0.1:80", 1), ("10.3.0.1:80", 1), ("10.4.0.1:80", 1)])
+        );
+        // With them: net-b is out of view, so its gateways are not sent either.
+        let ctx = PushContext::from_yaml(&format!("{MESH}{GATEWAYS}"));
+        let seen = endpoints(&ctx, &view(Some("net-a"), "net-a"));
+        assert_eq!(seen, pairs(&[("10.1.0.1:80", 2), ("10.4.0.1:80", 2)]));
+        let seen = endpoints(&ctx, &view(Some("net-a"), "net-a,net-b"));
+        assert_eq!(
+            seen,
+            pairs(&[
+                ("10.1.0.1:80", 2),
+                ("10.4.0.1:80", 2),
+                ("192.0.2.1:15443", 4),
+                ("192.0.2.2:15443", 4)
+            ])
+        );
     }
 
     #[test]

@@ -152,6 +152,8 @@ pub struct ViewKey {
     locality: Locality,
     /// Only when multi-network is on (some network has a gateway).
     network: Option<String>,
+    /// The networks it asked to see endpoints of (`REQUESTED_NETWORK_VIEW`).
+    network_view: Option<Box<[String]>>,
 }
 
 /// One push: the shared context, when its first triggering event happened, and the
@@ -263,6 +265,7 @@ impl Push {
                 Locality::default()
             },
             network: (self.context.networks.enabled()).then(|| proxy.network.clone()),
+            network_view: proxy.network_view.clone(),
         };
         let cell = self.views.lock().unwrap().entry(key).or_default().clone();
         cell.get_or_init(|| Arc::new(cache::view(&self.context, proxy, &self.cache)))
@@ -516,6 +519,10 @@ mod tests {
         let multi = push(&format!("{entry}{gateway}"));
         assert!(!Arc::ptr_eq(&multi.view(&a), &multi.view(&b)));
         assert!(Arc::ptr_eq(&multi.view(&a), &multi.view(&on("net-a"))));
+        // A network view sets a proxy apart, with or without gateways.
+        let mut viewing = on("net-a");
+        viewing.network_view = Some(["net-a".to_string()].into());
+        assert!(!Arc::ptr_eq(&single.view(&a), &single.view(&viewing)));
     }
 
     #[test]

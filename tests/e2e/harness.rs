@@ -1053,7 +1053,9 @@ impl Workload {
             .arg("--bootstrap")
             .arg(&bootstrap)
             .args(["--admin-port", &admin_port.to_string()])
-            .args(extra)
+            // `env:KEY=VALUE` entries are the agent's environment, the rest its flags.
+            .args(extra.iter().filter(|a| !a.starts_with("env:")))
+            .envs((extra.iter()).filter_map(|a| a.strip_prefix("env:")?.split_once('=')))
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&agent_log).unwrap())

@@ -859,6 +859,27 @@ spec:
     let r = via(&local, "/").unwrap();
     assert!(r.headers["x-echo-xfcc"].contains("sa/ratings"));
     assert_eq!(gateway.envoy.stat(dnat), through);
+    if by_hostname {
+        return;
+    }
+    // A proxy on net-a that asks to see net-a only (REQUESTED_NETWORK_VIEW, from the
+    // agent's ISTIO_META_ environment) is sent no endpoint of reviews at all.
+    let narrow = m.client(
+        "details",
+        "dt-token",
+        &[
+            "--network",
+            "net-a",
+            "env:ISTIO_META_REQUESTED_NETWORK_VIEW=net-a",
+        ],
+    );
+    wait_until(
+        "details' outbound listener",
+        Duration::from_secs(15),
+        || via(&narrow, "/").is_ok_and(|r| r.status == 503),
+    );
+    assert!(hosts(&narrow).is_empty(), "{:?}", hosts(&narrow));
+    assert_eq!(gateway.envoy.stat(dnat), through);
 }
 
 /// The sum of an Envoy's counters whose names end with `suffix`.
