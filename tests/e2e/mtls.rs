@@ -94,6 +94,35 @@ impl Mesh {
     fn client(&self, sa: &str, token: &str, extra: &[&str]) -> Workload {
         Workload::start(&self.meshd, "shop", sa, sa, token, &loopback_ip(), extra)
     }
+
+    /// A gateway (`router`) in shop, as the service account `gateway`, at `ip`.
+    fn gateway(&self, ip: &str, extra: &[&str]) -> Workload {
+        let args: Vec<&str> = ["--proxy-type", "router"]
+            .iter()
+            .chain(extra)
+            .copied()
+            .collect();
+        Workload::start(
+            &self.meshd,
+            "shop",
+            "gateway",
+            "gateway",
+            "gw-token",
+            ip,
+            &args,
+        )
+    }
+
+    /// A client whose requests to reviews are answered (200).
+    fn client_reaching_reviews(&self, sa: &str, token: &str, extra: &[&str]) -> Workload {
+        let client = self.client(sa, token, extra);
+        wait_until(
+            &format!("{sa} to reach reviews"),
+            Duration::from_secs(15),
+            || via(&client, "/").is_ok_and(|r| r.status == 200),
+        );
+        client
+    }
 }
 
 impl Mesh {
@@ -137,12 +166,7 @@ fn pa(mode: &str) -> String {
 fn two_workloads_talk_mutual_tls_and_peer_authentication_decides_about_plaintext() {
     let m = mesh("mtls-basic");
     let _server = m.reviews(&[]);
-    let client = m.client("productpage", "pp-token", &[]);
-    wait_until(
-        "productpage to reach reviews over mTLS",
-        Duration::from_secs(10),
-        || via(&client, "/").is_ok_and(|r| r.status == 200),
-    );
+    let client = m.client_reaching_reviews("productpage", "pp-token", &[]);
     let r = via(&client, "/").unwrap();
     assert_eq!(r.body, "reviews");
     let xfcc = &r.headers["x-echo-xfcc"];
@@ -190,15 +214,8 @@ fn two_workloads_talk_mutual_tls_and_peer_authentication_decides_about_plaintext
 fn an_authorization_policy_allows_one_caller_and_denies_another() {
     let m = mesh("mtls-authz");
     let _server = m.reviews(&[]);
-    let productpage = m.client("productpage", "pp-token", &[]);
-    let ratings = m.client("ratings", "rt-token", &[]);
-    for c in [&productpage, &ratings] {
-        wait_until(
-            "both callers to reach reviews",
-            Duration::from_secs(10),
-            || via(c, "/").is_ok_and(|r| r.status == 200),
-        );
-    }
+    let productpage = m.client_reaching_reviews("productpage", "pp-token", &[]);
+    let ratings = m.client_reaching_reviews("ratings", "rt-token", &[]);
     m.meshd.write(
         "authz.yaml",
         r#"apiVersion: security.istio.io/v1
@@ -434,15 +451,7 @@ spec:
         )
     };
     m.meshd.write("gateway.yaml", &gateway(""));
-    let _gw = Workload::start(
-        &m.meshd,
-        "shop",
-        "gateway",
-        "gateway",
-        "gw-token",
-        &gw_ip,
-        &["--proxy-type", "router"],
-    );
+    let _gw = m.gateway(&gw_ip, &[]);
     let client = m.client("productpage", "pp-token", &[]);
     let via_gateway = || {
         http_get(
@@ -804,31 +813,12 @@ spec:
         ),
     );
     let _server = m.reviews(&["--network", "net-b"]);
-    let gateway = Workload::start(
-        &m.meshd,
-        "shop",
-        "gateway",
-        "gateway",
-        "gw-token",
+    let gateway = m.gateway(
         &gw_ip,
-        &[
-            "--proxy-type",
-            "router",
-            "--label",
-            "istio=eastwestgateway",
-            "--network",
-            "net-b",
-        ],
+        &["--label", "istio=eastwestgateway", "--network", "net-b"],
     );
-    let client = m.client("productpage", "pp-token", &["--network", "net-a"]);
-    let local = m.client("ratings", "rt-token", &["--network", "net-b"]);
-    for w in [&client, &local] {
-        wait_until(
-            "reviews to answer from both networks",
-            Duration::from_secs(15),
-            || via(w, "/").is_ok_and(|r| r.status == 200),
-        );
-    }
+    let client = m.client_reaching_reviews("productpage", "pp-token", &["--network", "net-a"]);
+    let local = m.client_reaching_reviews("ratings", "rt-token", &["--network", "net-b"]);
 
     // net-a: reviews' endpoint is the gateway, and the request went through it.
     let cluster = "outbound|9080||reviews.shop.svc.cluster.local";
@@ -899,12 +889,7 @@ fn counters_ending(envoy: &Envoy, suffix: &str) -> u64 {
 fn a_dry_run_policy_is_counted_and_not_enforced() {
     let m = mesh("mtls-dry-run");
     let server = m.reviews(&[]);
-    let productpage = m.client("productpage", "pp-token", &[]);
-    wait_until(
-        "productpage to reach reviews",
-        Duration::from_secs(10),
-        || via(&productpage, "/").is_ok_and(|r| r.status == 200),
-    );
+    let productpage = m.client_reaching_reviews("productpage", "pp-token", &[]);
     let policy = |dry_run: &str| {
         format!(
             "apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata:\n  name: no-productpage\n  namespace: shop\n  annotations: {{istio.io/dry-run: \"{dry_run}\"}}\nspec:\n  selector: {{matchLabels: {{app: reviews}}}}\n  action: DENY\n  rules:\n  - from: [{{source: {{principals: [cluster.local/ns/shop/sa/productpage]}}}}]\n"
