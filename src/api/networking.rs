@@ -457,10 +457,23 @@ pub struct TrafficPolicy {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub port_level_settings: Vec<PortTrafficPolicy>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "any_object")]
-    pub tunnel: Option<AnyObject>,
+    pub tunnel: Option<TunnelSettings>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proxy_protocol: Option<ProxyProtocol>,
+}
+
+/// `TrafficPolicy.TunnelSettings`: TCP to the destination is carried in an HTTP `CONNECT`
+/// (or `POST`) request for `targetHost:targetPort` to the destination (a proxy).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TunnelSettings {
+    /// `CONNECT` (the default) or `POST`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocol: Option<String>,
+    #[serde(default)]
+    pub target_host: String,
+    #[serde(default)]
+    pub target_port: u32,
 }
 
 /// `TrafficPolicy.ProxyProtocol`: connections to the upstream start with a PROXY protocol

@@ -381,7 +381,12 @@ fn traffic_policy(r: &mut Report, field: &str, p: &TrafficPolicy) {
         p.load_balancer.as_ref(),
     );
     tls_origination(r, field, p.tls.as_ref());
-    r.not_applied(field, [("tunnel", p.tunnel.is_some())]);
+    if let Some(t) = &p.tunnel {
+        tunnel(r, &format!("{field}.tunnel"), t);
+        if p.proxy_protocol.is_some() {
+            r.error(field, "tunnel and proxyProtocol must not be set together");
+        }
+    }
     if let Some(pp) = &p.proxy_protocol
         && let Some(v) = pp.version.as_deref().filter(|v| !matches!(*v, "V1" | "V2"))
     {
@@ -903,13 +908,7 @@ fn egress_proxy(r: &mut Report, policy: &crate::api::networking::OutboundTraffic
             "egressProxy must be set only with ALLOW_ANY outboundTrafficPolicy mode",
         );
     }
-    let dns_label = |l: &str| {
-        (1..=63).contains(&l.len())
-            && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
-            && !l.starts_with('-')
-            && !l.ends_with('-')
-    };
-    if proxy.host.len() > 255 || !proxy.host.split('.').all(dns_label) {
+    if !dns_name(&proxy.host) {
         r.error(
             format!("{f}.host"),
             format!("{:?} is not a DNS name", proxy.host),
@@ -921,6 +920,43 @@ fn egress_proxy(r: &mut Report, policy: &crate::api::networking::OutboundTraffic
         .is_none_or(|p| !(1..=65535).contains(&p.number))
     {
         r.error(format!("{f}.port"), "egressProxy needs a port (1-65535)");
+    }
+}
+
+/// A DNS name: dot-separated labels of letters, digits and inner hyphens.
+fn dns_name(host: &str) -> bool {
+    let label = |l: &str| {
+        (1..=63).contains(&l.len())
+            && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    host.len() <= 255 && host.split('.').all(label)
+}
+
+/// istiod's `validateTunnelSettings`.
+fn tunnel(r: &mut Report, field: &str, t: &crate::api::networking::TunnelSettings) {
+    if let Some(p) = t
+        .protocol
+        .as_deref()
+        .filter(|p| !matches!(*p, "" | "CONNECT" | "POST"))
+    {
+        r.error(
+            format!("{field}.protocol"),
+            format!("{p:?}: tunnel protocol must be \"CONNECT\" or \"POST\""),
+        );
+    }
+    if !dns_name(&t.target_host) && t.target_host.parse::<std::net::IpAddr>().is_err() {
+        r.error(
+            format!("{field}.targetHost"),
+            format!("{:?} must be a valid FQDN or IP address", t.target_host),
+        );
+    }
+    if !(1..=65535).contains(&t.target_port) {
+        r.error(
+            format!("{field}.targetPort"),
+            format!("{} is not a port (1-65535)", t.target_port),
+        );
     }
 }
 
@@ -1908,8 +1944,7 @@ mod tests {
     }
 
     #[test]
-    fn what_meshd_does_not_translate_is_accepted_with_a_warning_naming_the_field_and_nothing_else()
-    {
+    fn a_tunnel_is_checked_as_istiod_checks_it_and_a_translated_rule_warns_about_nothing() {
         let parsed = parse_file(
             "dr.yaml",
             "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: r, namespace: shop}\nspec:\n  host: api.example.com\n  trafficPolicy:\n    tls: {mode: SIMPLE, credentialName: api-cert}\n    loadBalancer: {simple: ROUND_ROBIN, warmupDurationSecs: 10s}\n    tunnel: {protocol: CONNECT, targetHost: proxy.example.com, targetPort: 8080}\n    portLevelSettings:\n    - port: {number: 443}\n      tls: {mode: MUTUAL, clientCertificate: /c.pem, privateKey: /k.pem}\n",
@@ -1919,7 +1954,37 @@ mod tests {
             .filter(|i| i.level == super::super::Level::Warning)
             .map(|i| i.field.as_str())
             .collect();
-        assert_eq!(warned, ["spec.trafficPolicy.tunnel"]);
+        assert!(warned.is_empty(), "{warned:?}");
+        let errors = |tunnel: &str, extra: &str| -> Vec<String> {
+            let yaml = format!(
+                "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {{name: r, namespace: shop}}\nspec:\n  host: api.example.com\n  trafficPolicy:\n    tunnel: {tunnel}\n{extra}"
+            );
+            (parse_file("dr.yaml", &yaml).issues.iter())
+                .map(|i| format!("{} {}", i.field, i.message))
+                .collect()
+        };
+        assert!(
+            errors(
+                "{targetHost: 10.0.0.1, targetPort: 3128, protocol: POST}",
+                ""
+            )
+            .is_empty()
+        );
+        assert_eq!(
+            errors("{protocol: GET, targetHost: 'bad host', targetPort: 0}", ""),
+            [
+                "spec.trafficPolicy.tunnel.protocol \"GET\": tunnel protocol must be \"CONNECT\" or \"POST\"",
+                "spec.trafficPolicy.tunnel.targetHost \"bad host\" must be a valid FQDN or IP address",
+                "spec.trafficPolicy.tunnel.targetPort 0 is not a port (1-65535)",
+            ]
+        );
+        assert_eq!(
+            errors(
+                "{targetHost: a.example.com, targetPort: 443}",
+                "    proxyProtocol: {}\n"
+            ),
+            ["spec.trafficPolicy tunnel and proxyProtocol must not be set together"]
+        );
         // Warm-up is applied, so checked.
         let warmup = |lb: &str| {
             let parsed = parse_file(

@@ -28,7 +28,7 @@ use envoy_types::pb::envoy::extensions::filters::network::http_connection_manage
 use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{
     TcpProxy,
     tcp_proxy::{
-        ClusterSpecifier, WeightedCluster as TcpWeightedCluster,
+        ClusterSpecifier, TunnelingConfig, WeightedCluster as TcpWeightedCluster,
         weighted_cluster::ClusterWeight as TcpClusterWeight,
     },
 };
@@ -207,6 +207,7 @@ fn tcp_proxy_to(stat_prefix: &str, targets: &[(String, u32)], policy: Option<Tcp
         } else {
             Vec::new()
         },
+        tunneling_config: policy.tunnel,
         ..Default::default()
     };
     Filter {
@@ -215,16 +216,28 @@ fn tcp_proxy_to(stat_prefix: &str, targets: &[(String, u32)], policy: Option<Tcp
     }
 }
 
+/// `host:port`, an IPv6 host in brackets (Go's `net.JoinHostPort`).
+fn join_host_port(host: &str, port: u32) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
 /// What a DestinationRule sets on a tcp_proxy, as istiod's
 /// `buildOutboundNetworkFiltersWithSingleDestination` takes it: the rule's own
 /// `connectionPool.tcp` `idleTimeout` and `maxConnectionDuration`, and a hash on the
 /// source IP when its consistent hash uses it (a subset's load balancer, if it has one,
-/// decides for the subset).
+/// decides for the subset); and, as istiod's `tunnelingconfig.Apply`, the `tunnel` of the
+/// subset's own traffic policy for a subset, else the rule's: TCP goes in an HTTP
+/// `CONNECT` (or `POST`) request for `targetHost:targetPort`.
 #[derive(Default)]
 struct TcpPolicy {
     idle_timeout: Option<envoy_types::pb::google::protobuf::Duration>,
     max_connection_duration: Option<envoy_types::pb::google::protobuf::Duration>,
     hash_source_ip: bool,
+    tunnel: Option<TunnelingConfig>,
 }
 
 impl TcpPolicy {
@@ -233,14 +246,18 @@ impl TcpPolicy {
         let top = rule.traffic_policy.as_ref();
         let tcp = top.and_then(|p| p.connection_pool.as_ref()?.tcp.as_ref());
         let mut lb = top.and_then(|p| p.load_balancer.as_ref());
-        if let Some(sub) = (rule.subsets.iter()).find(|s| s.name == subset && !subset.is_empty())
-            && let Some(sub_lb) = sub
-                .traffic_policy
-                .as_ref()
-                .and_then(|p| p.load_balancer.as_ref())
+        let named = (rule.subsets.iter()).find(|s| s.name == subset && !subset.is_empty());
+        if let Some(sub_lb) = named
+            .and_then(|s| s.traffic_policy.as_ref())
+            .and_then(|p| p.load_balancer.as_ref())
         {
             lb = Some(sub_lb);
         }
+        let tunnel = if subset.is_empty() {
+            top.and_then(|p| p.tunnel.as_ref())
+        } else {
+            named.and_then(|s| s.traffic_policy.as_ref()?.tunnel.as_ref())
+        };
         Some(TcpPolicy {
             idle_timeout: optional_duration(tcp.and_then(|t| t.idle_timeout.as_deref())),
             max_connection_duration: optional_duration(
@@ -249,6 +266,11 @@ impl TcpPolicy {
             hash_source_ip: lb
                 .and_then(|lb| lb.consistent_hash.as_ref())
                 .is_some_and(|h| h.use_source_ip == Some(true)),
+            tunnel: tunnel.map(|t| TunnelingConfig {
+                hostname: join_host_port(&t.target_host, t.target_port),
+                use_post: t.protocol.as_deref() == Some("POST"),
+                ..Default::default()
+            }),
         })
     }
 }

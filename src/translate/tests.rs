@@ -1012,6 +1012,33 @@ fn tcp_routes_pick_the_first_fitting_route_and_name_stats_as_istiod() {
     );
 }
 
+#[test]
+fn a_tunnel_is_the_subsets_own_for_a_subset_and_the_rules_otherwise() {
+    use envoy_types::pb::envoy::config::listener::v3::filter::ConfigType;
+    use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::TcpProxy;
+    use prost::Message;
+    let ctx = context(
+        "apiVersion: v1\nkind: Service\nmetadata: {name: db, namespace: shop}\nspec:\n  clusterIP: 10.96.0.50\n  ports: [{name: tcp, port: 5432}]\n---\napiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: db, namespace: shop}\nspec:\n  host: db\n  trafficPolicy:\n    tunnel: {targetHost: 'fd00::1', targetPort: 5432}\n  subsets:\n  - {name: v1, labels: {v: '1'}, trafficPolicy: {tunnel: {protocol: POST, targetHost: db.example.com, targetPort: 15432}}}\n  - {name: v2, labels: {v: '2'}}\n---\napiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: db, namespace: shop}\nspec:\n  hosts: [db]\n  tcp:\n  - match: [{sourceLabels: {app: one}}]\n    route: [{destination: {host: db, subset: v1}}]\n  - match: [{sourceLabels: {app: two}}]\n    route: [{destination: {host: db, subset: v2}}]\n  - route: [{destination: {host: db}}]\n",
+    );
+    let tunnel = |app: &str| {
+        let cfg = proxy_config(&ctx, &sidecar("shop", json!({ "app": app })));
+        let l = (cfg.listeners.iter())
+            .find(|l| l.name == "10.96.0.50_5432")
+            .unwrap();
+        let Some(ConfigType::TypedConfig(any)) = &l.filter_chains[0].filters[0].config_type else {
+            panic!("{l:?}")
+        };
+        let t = TcpProxy::decode(any.value.as_slice())
+            .unwrap()
+            .tunneling_config;
+        t.map(|t| (t.hostname, t.use_post))
+    };
+    assert_eq!(tunnel("one"), Some(("db.example.com:15432".into(), true)));
+    // A subset without a tunnel of its own has none, as istiod's Apply reads it.
+    assert_eq!(tunnel("two"), None);
+    assert_eq!(tunnel("other"), Some(("[fd00::1]:5432".into(), false)));
+}
+
 /// The cluster each chain of a listener forwards to (one tcp_proxy each): its SNI names,
 /// then the cluster; the default chain last, with no names.
 fn chains_to_clusters(

@@ -519,3 +519,115 @@ fn a_proxys_idle_timeout_metadata_closes_idle_tcp_connections() {
     let dump = timed.config_dump("dynamic_listeners");
     assert!(dump.contains("\"idle_timeout\": \"1s\""), "{dump}");
 }
+
+/// An HTTP/1.1 `CONNECT` proxy on loopback (a corporate egress proxy): it records each
+/// request line, answers `200`, and pipes the connection to the requested address. Any
+/// other request is answered `405`.
+struct ConnectProxy {
+    port: u16,
+    requests: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl ConnectProxy {
+    fn start() -> ConnectProxy {
+        use std::io::{Read, Write};
+        use std::net::{TcpListener, TcpStream};
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let requests = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = requests.clone();
+        std::thread::spawn(move || {
+            for conn in listener.incoming().flatten() {
+                let seen = seen.clone();
+                std::thread::spawn(move || {
+                    let mut conn = conn;
+                    let mut head = Vec::new();
+                    let mut byte = [0u8; 1];
+                    while !head.ends_with(b"\r\n\r\n") {
+                        if conn.read(&mut byte).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        head.push(byte[0]);
+                    }
+                    let head = String::from_utf8_lossy(&head).to_string();
+                    let line = head.lines().next().unwrap_or_default().to_string();
+                    seen.lock().unwrap().push(line.clone());
+                    let target = match line.split(' ').collect::<Vec<_>>()[..] {
+                        ["CONNECT", target, _] => target.to_string(),
+                        _ => {
+                            let _ = conn.write_all(b"HTTP/1.1 405 Method Not Allowed\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+                            return;
+                        }
+                    };
+                    let Ok(upstream) = TcpStream::connect(&target) else {
+                        let _ = conn.write_all(b"HTTP/1.1 502 Bad Gateway\r\n\r\n");
+                        return;
+                    };
+                    let _ = conn.write_all(b"HTTP/1.1 200 OK\r\n\r\n");
+                    let (mut up_r, mut down_w) =
+                        (upstream.try_clone().unwrap(), conn.try_clone().unwrap());
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut up_r, &mut down_w);
+                        let _ = down_w.shutdown(std::net::Shutdown::Write);
+                    });
+                    let (mut down_r, mut up_w) = (conn, upstream);
+                    let _ = std::io::copy(&mut down_r, &mut up_w);
+                    let _ = up_w.shutdown(std::net::Shutdown::Write);
+                });
+            }
+        });
+        ConnectProxy { port, requests }
+    }
+
+    fn requests(&self) -> Vec<String> {
+        self.requests.lock().unwrap().clone()
+    }
+}
+
+/// A DestinationRule's `tunnel` carries a TCP service's connections in an HTTP `CONNECT`
+/// to its endpoint (an egress proxy) for `targetHost:targetPort`, as istiod sets the
+/// sidecar's tcp_proxy `tunneling_config`: the proxy is asked for the database's address
+/// and the client's bytes reach the database through it. Without the rule, the proxy
+/// gets the client's own request, which it refuses.
+#[test]
+fn a_destination_rules_tunnel_carries_tcp_through_an_http_connect_proxy() {
+    let proxy = ConnectProxy::start();
+    let db = Upstream::start("db");
+    // `egress` is a TCP service whose only endpoint is the CONNECT proxy.
+    let at_proxy = Upstream {
+        name: "egress-0".into(),
+        port: proxy.port,
+    };
+    let (meshd, dir, port) = tcp_db("sc-tunnel", &at_proxy);
+    let envoy = Envoy::sidecar(&meshd, Ads::Delta, "shop", "productpage");
+    let addr = format!("{}:{port}", envoy.ip);
+    wait_until(
+        "the proxy to refuse a plain request",
+        Duration::from_secs(10),
+        || http_get(&addr, "db", "/", &[]).is_ok_and(|r| r.status == 405),
+    );
+    let before = proxy.requests();
+    assert!(
+        !before.is_empty() && before.iter().all(|r| r == "GET / HTTP/1.1"),
+        "{before:?}"
+    );
+    std::fs::write(
+        dir.join("dr.yaml"),
+        format!(
+            "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {{name: db, namespace: shop}}\nspec:\n  host: db\n  trafficPolicy:\n    tunnel: {{protocol: CONNECT, targetHost: 127.0.0.1, targetPort: {}}}\n",
+            db.port
+        ),
+    )
+    .unwrap();
+    wait_until(
+        "db to answer through the tunnel",
+        Duration::from_secs(10),
+        || http_get(&addr, "db", "/", &[]).is_ok_and(|r| r.body == "db"),
+    );
+    let connect = format!("CONNECT 127.0.0.1:{} HTTP/1.1", db.port);
+    assert!(
+        proxy.requests().contains(&connect),
+        "{:?}",
+        proxy.requests()
+    );
+}
