@@ -52,6 +52,8 @@ pub struct Proxy {
     /// Metadata `REQUESTED_NETWORK_VIEW` (`net-a,net-b`): it is sent only endpoints on
     /// these networks (and on none). Sorted; `None` when unset: every network.
     pub network_view: Option<Box<[String]>>,
+    /// Metadata `NODE_NAME`: the node it runs on.
+    pub node_name: Option<String>,
 }
 
 impl Proxy {
@@ -136,6 +138,7 @@ impl Proxy {
                     names.into_boxed_slice()
                 })
                 .filter(|v| !v.is_empty()),
+            node_name: text("NODE_NAME").filter(|n| !n.is_empty()),
         })
     }
 

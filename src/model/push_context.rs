@@ -647,6 +647,23 @@ impl PushContext {
         endpoint_locality(&pod.meta.labels, node.map(|n| &n.meta.labels), None)
     }
 
+    /// The node a proxy runs on: its metadata `NODE_NAME` (istio-agent's, from the
+    /// downward API), else its Pod's `spec.nodeName`.
+    pub fn proxy_node(&self, proxy: &Proxy) -> Option<String> {
+        if let Some(node) = &proxy.node_name {
+            return Some(node.clone());
+        }
+        let pod = self.store.get(&ObjectKey::new(
+            Kind::Pod,
+            &proxy.namespace,
+            &proxy.pod_name,
+        ))?;
+        match &pod.spec {
+            Spec::Pod(def) => def.node_name.clone(),
+            _ => None,
+        }
+    }
+
     /// The Sidecar resource that applies to a proxy: one whose workloadSelector matches,
     /// else the namespace's selector-less one.
     pub fn sidecar_for(&self, proxy: &Proxy) -> Option<(&ConfigObject, &SidecarSpec)> {

@@ -174,6 +174,10 @@ impl TrafficDistribution {
 
 pub const TRAFFIC_DISTRIBUTION_ANNOTATION: &str = "networking.istio.io/traffic-distribution";
 
+/// The label naming the node a workload runs on (istiod adds it to endpoints' and
+/// proxies' labels).
+pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
+
 impl Service {
     pub fn port(&self, number: u32) -> Option<&ServicePort> {
         self.ports.iter().find(|p| p.port == number)
@@ -412,7 +416,13 @@ pub(super) fn kubernetes_service(
                 .pod
                 .as_ref()
                 .and_then(|name| Some((name, sources.pod(&obj.key.namespace, name)?)));
-            let labels = pod.map(|(_, (l, _))| l.clone()).unwrap_or_default();
+            let mut labels = pod.map(|(_, (l, _))| l.clone()).unwrap_or_default();
+            // As istiod augments them: the node an endpoint runs on is a label of it.
+            if let Some(node) = e.node_name.as_ref() {
+                labels
+                    .entry(HOSTNAME_LABEL.to_string())
+                    .or_insert_with(|| node.clone());
+            }
             let service_account = pod.and_then(|(_, (_, sa))| sa.cloned());
             let node = e.node_name.as_deref().and_then(|n| sources.node(n));
             let locality = endpoint_locality(&labels, node, e.zone.as_deref());

@@ -36,7 +36,7 @@ pub const TOPOLOGY_LABELS: [&str; 3] = [REGION_LABEL, ZONE_LABEL, SUBZONE_LABEL]
 
 /// The labels istiod's forced failover for a service's `trafficDistribution` compares.
 pub use crate::model::network::NETWORK_LABEL;
-pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
+pub use crate::model::service::HOSTNAME_LABEL;
 
 /// What a service's `trafficDistribution` balances by when no DestinationRule sets a
 /// locality setting (istiod's `GetEffectiveLbSetting`): failover priorities on the
@@ -95,11 +95,16 @@ pub struct Place {
     pub network_view: Option<Box<[String]>>,
 }
 
-/// Where `proxy` is, for its load assignments: its locality, labels and network.
+/// Where `proxy` is, for its load assignments: its locality, labels (with the node it
+/// runs on, as istiod adds it) and network.
 pub fn place(ctx: &PushContext, proxy: &Proxy) -> Place {
+    let mut labels = ctx.proxy_labels(proxy).clone();
+    if let Some(node) = ctx.proxy_node(proxy) {
+        labels.entry(HOSTNAME_LABEL.to_string()).or_insert(node);
+    }
     Place {
         locality: ctx.proxy_locality(proxy),
-        labels: ctx.proxy_labels(proxy).clone(),
+        labels,
         network: ctx.networks.enabled().then(|| proxy.network.clone()),
         network_view: proxy.network_view.clone(),
     }

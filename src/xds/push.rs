@@ -154,6 +154,8 @@ pub struct ViewKey {
     network: Option<String>,
     /// The networks it asked to see endpoints of (`REQUESTED_NETWORK_VIEW`).
     network_view: Option<Box<[String]>>,
+    /// Only when some failover compares the node a proxy runs on.
+    node: Option<String>,
 }
 
 /// One push: the shared context, when its first triggering event happened, and the
@@ -179,6 +181,8 @@ pub struct Push {
     pub cache: Arc<ResourceCache>,
     /// Whether views tell proxies apart by locality ([`ResourceCache::locality_aware`]).
     locality_aware: bool,
+    /// Whether they tell them apart by node ([`ResourceCache::node_aware`]).
+    node_aware: bool,
 }
 
 impl Push {
@@ -191,8 +195,10 @@ impl Push {
     ) -> Push {
         cache.retain_services_of(&context);
         let locality_aware = cache.locality_aware(&context);
+        let node_aware = cache.node_aware(&context);
         Push {
             locality_aware,
+            node_aware,
             context: Arc::new(context),
             number,
             triggered_at,
@@ -266,6 +272,11 @@ impl Push {
             },
             network: (self.context.networks.enabled()).then(|| proxy.network.clone()),
             network_view: proxy.network_view.clone(),
+            node: if self.node_aware {
+                self.context.proxy_node(proxy)
+            } else {
+                None
+            },
         };
         let cell = self.views.lock().unwrap().entry(key).or_default().clone();
         cell.get_or_init(|| Arc::new(cache::view(&self.context, proxy, &self.cache)))
@@ -523,6 +534,45 @@ mod tests {
         let mut viewing = on("net-a");
         viewing.network_view = Some(["net-a".to_string()].into());
         assert!(!Arc::ptr_eq(&single.view(&a), &single.view(&viewing)));
+    }
+
+    #[test]
+    fn a_service_preferring_the_same_node_sends_each_node_its_own_endpoint_first() {
+        use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
+        use envoy_types::pb::envoy::config::endpoint::v3::lb_endpoint::HostIdentifier;
+        use prost::Message;
+        let yaml = "apiVersion: v1\nkind: Service\nmetadata: {name: api, namespace: shop}\nspec:\n  clusterIP: 10.96.0.9\n  trafficDistribution: PreferSameNode\n  ports: [{name: http, port: 80}]\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: api-1, namespace: shop, labels: {kubernetes.io/service-name: api}}\naddressType: IPv4\nports: [{name: http, port: 80}]\nendpoints:\n- {addresses: [10.0.0.1], nodeName: n1}\n- {addresses: [10.0.0.2], nodeName: n2}\n";
+        let on = |node: &str| {
+            let meta = serde_json::json!({"NAMESPACE": "shop", "NODE_NAME": node});
+            Proxy::from_node(
+                "sidecar~10.9.0.1~p-0.shop~shop.svc.cluster.local",
+                meta.as_object().unwrap(),
+            )
+            .unwrap()
+        };
+        let push = Push::new(
+            PushContext::from_yaml(yaml),
+            1,
+            Instant::now(),
+            None,
+            Arc::default(),
+        );
+        let first = |node: &str| -> Vec<String> {
+            let view = push.view(&on(node));
+            let cla = &view.all(TypeKind::Endpoint)["outbound|80||api.shop.svc.cluster.local"];
+            let cla = ClusterLoadAssignment::decode(&*cla.value()).unwrap();
+            (cla.endpoints.iter())
+                .filter(|g| g.priority == 0)
+                .flat_map(|g| &g.lb_endpoints)
+                .filter_map(|e| match &e.host_identifier {
+                    Some(HostIdentifier::Endpoint(ep)) => Some(format!("{:?}", ep.address)),
+                    _ => None,
+                })
+                .collect()
+        };
+        let (n1, n2) = (first("n1"), first("n2"));
+        assert!(n1.len() == 1 && n1[0].contains("10.0.0.1"), "{n1:?}");
+        assert!(n2.len() == 1 && n2[0].contains("10.0.0.2"), "{n2:?}");
     }
 
     #[test]

@@ -705,3 +705,80 @@ fn a_proxy_protocol_rule_sends_a_proxy_header_to_the_upstream() {
         get().is_ok_and(|r| r.body.starts_with("PROXY TCP4 "))
     });
 }
+
+/// A Service with `trafficDistribution: PreferSameNode`: each sidecar's traffic stays on
+/// the endpoint of its own node (the EndpointSlice's `nodeName`, the proxy's `NODE_NAME`),
+/// as istiod compares `kubernetes.io/hostname`; with its node's endpoint not ready it
+/// goes to the other node.
+#[test]
+fn a_service_preferring_the_same_node_keeps_traffic_on_the_node() {
+    let ups = [Upstream::start("reviews-n1"), Upstream::start("reviews-n2")];
+    // Neither the endpoints nor the sidecars have a locality: only the node tells them
+    // apart.
+    let upstreams: Vec<_> = ups.iter().map(|u| (u, &[][..])).collect();
+    let (dir, port) = reviews_config("tp-same-node", &upstreams, "");
+    std::fs::remove_file(dir.join("dr.yaml")).unwrap();
+    let mut yaml = std::fs::read_to_string(dir.join("reviews.yaml"))
+        .unwrap()
+        .replacen(
+            "  selector: {app: reviews}\n",
+            "  selector: {app: reviews}\n  trafficDistribution: PreferSameNode\n",
+            1,
+        );
+    for (up, node) in ups.iter().zip(["n1", "n2"]) {
+        let slice = yaml
+            .find(&format!(
+                "{{name: {}, namespace: shop, labels: {{kubernetes.io/service-name",
+                up.name
+            ))
+            .unwrap();
+        let (head, tail) = yaml.split_at(slice);
+        yaml = format!(
+            "{head}{}",
+            tail.replacen(
+                "  conditions:",
+                &format!("  nodeName: {node}\n  conditions:"),
+                1
+            )
+        );
+    }
+    std::fs::write(dir.join("reviews.yaml"), &yaml).unwrap();
+    let meshd = Meshd::start(&dir);
+    let on = |app: &str, node: &str| {
+        Envoy::sidecar_with(
+            &meshd,
+            Ads::Delta,
+            "shop",
+            app,
+            &format!("NODE_NAME: {node}"),
+        )
+    };
+    let (c1, c2) = (on("client-1", "n1"), on("client-2", "n2"));
+    let reached = |envoy: &Envoy| {
+        (0..20)
+            .map(|_| {
+                http_get(&format!("{}:{port}", envoy.ip), "reviews", "/", &[])
+                    .map(|r| r.body)
+                    .unwrap_or_default()
+            })
+            .collect::<std::collections::BTreeSet<_>>()
+    };
+    let only = |name: &str| std::collections::BTreeSet::from([name.to_string()]);
+    for (envoy, up) in [(&c1, "reviews-n1"), (&c2, "reviews-n2")] {
+        wait_until(
+            "the sidecar to keep to its node",
+            Duration::from_secs(10),
+            || reached(envoy) == only(up),
+        );
+    }
+    // n1's endpoint is no longer ready: n2's, in the same zone, takes over.
+    let slice = yaml
+        .find("{name: reviews-n1, namespace: shop, labels: {kubernetes.io/service-name")
+        .unwrap();
+    let (head, tail) = yaml.split_at(slice);
+    let not_ready = format!("{head}{}", tail.replacen("ready: true", "ready: false", 1));
+    std::fs::write(dir.join("reviews.yaml"), &not_ready).unwrap();
+    wait_until("n1's traffic to fail over", Duration::from_secs(10), || {
+        reached(&c1) == only("reviews-n2")
+    });
+}
