@@ -325,15 +325,7 @@ fn a_service_preferring_close_endpoints_keeps_traffic_in_the_zone_without_a_rule
     let meshd = Meshd::start(&dir);
     let in_a = Envoy::sidecar_in(&meshd, Ads::Delta, "shop", "client-a", "us-east/zone-a", "");
     let in_w = Envoy::sidecar_in(&meshd, Ads::Delta, "shop", "client-w", "us-west/zone-w", "");
-    let reached = |envoy: &Envoy| {
-        (0..20)
-            .map(|_| {
-                http_get(&format!("{}:{port}", envoy.ip), "reviews", "/", &[])
-                    .map(|r| r.body)
-                    .unwrap_or_default()
-            })
-            .collect::<std::collections::BTreeSet<_>>()
-    };
+    let reached = |envoy: &Envoy| reached(envoy, port);
     let only = |names: &[&str]| -> std::collections::BTreeSet<String> {
         names.iter().map(|n| n.to_string()).collect()
     };
@@ -345,11 +337,7 @@ fn a_service_preferring_close_endpoints_keeps_traffic_in_the_zone_without_a_rule
         );
     }
     // zone-a's endpoint is no longer ready: zone-b, in the same region, takes over.
-    let slice_a = close
-        .find("{name: reviews-a, namespace: shop, labels: {kubernetes.io/service-name")
-        .unwrap();
-    let (head, tail) = close.split_at(slice_a);
-    let not_ready = format!("{head}{}", tail.replacen("ready: true", "ready: false", 1));
+    let not_ready = edit_slice(&close, "reviews-a", "ready: true", "ready: false");
     std::fs::write(dir.join("reviews.yaml"), &not_ready).unwrap();
     wait_until(
         "zone-a's traffic to fail over within its region",
@@ -726,21 +714,8 @@ fn a_service_preferring_the_same_node_keeps_traffic_on_the_node() {
             1,
         );
     for (up, node) in ups.iter().zip(["n1", "n2"]) {
-        let slice = yaml
-            .find(&format!(
-                "{{name: {}, namespace: shop, labels: {{kubernetes.io/service-name",
-                up.name
-            ))
-            .unwrap();
-        let (head, tail) = yaml.split_at(slice);
-        yaml = format!(
-            "{head}{}",
-            tail.replacen(
-                "  conditions:",
-                &format!("  nodeName: {node}\n  conditions:"),
-                1
-            )
-        );
+        let with_node = format!("  nodeName: {node}\n  conditions:");
+        yaml = edit_slice(&yaml, &up.name, "  conditions:", &with_node);
     }
     std::fs::write(dir.join("reviews.yaml"), &yaml).unwrap();
     let meshd = Meshd::start(&dir);
@@ -754,15 +729,7 @@ fn a_service_preferring_the_same_node_keeps_traffic_on_the_node() {
         )
     };
     let (c1, c2) = (on("client-1", "n1"), on("client-2", "n2"));
-    let reached = |envoy: &Envoy| {
-        (0..20)
-            .map(|_| {
-                http_get(&format!("{}:{port}", envoy.ip), "reviews", "/", &[])
-                    .map(|r| r.body)
-                    .unwrap_or_default()
-            })
-            .collect::<std::collections::BTreeSet<_>>()
-    };
+    let reached = |envoy: &Envoy| reached(envoy, port);
     let only = |name: &str| std::collections::BTreeSet::from([name.to_string()]);
     for (envoy, up) in [(&c1, "reviews-n1"), (&c2, "reviews-n2")] {
         wait_until(
@@ -772,13 +739,32 @@ fn a_service_preferring_the_same_node_keeps_traffic_on_the_node() {
         );
     }
     // n1's endpoint is no longer ready: n2's, in the same zone, takes over.
-    let slice = yaml
-        .find("{name: reviews-n1, namespace: shop, labels: {kubernetes.io/service-name")
-        .unwrap();
-    let (head, tail) = yaml.split_at(slice);
-    let not_ready = format!("{head}{}", tail.replacen("ready: true", "ready: false", 1));
+    let not_ready = edit_slice(&yaml, "reviews-n1", "ready: true", "ready: false");
     std::fs::write(dir.join("reviews.yaml"), &not_ready).unwrap();
     wait_until("n1's traffic to fail over", Duration::from_secs(10), || {
         reached(&c1) == only("reviews-n2")
     });
+}
+
+/// The bodies twenty requests to reviews through `envoy` come back with.
+fn reached(envoy: &Envoy, port: u16) -> std::collections::BTreeSet<String> {
+    (0..20)
+        .map(|_| {
+            http_get(&format!("{}:{port}", envoy.ip), "reviews", "/", &[])
+                .map(|r| r.body)
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+/// `service` (YAML from [`service_yaml`]) with the endpoint of `upstream`'s slice `edit`ed
+/// (its first occurrence of `from` replaced by `to`).
+fn edit_slice(service: &str, upstream: &str, from: &str, to: &str) -> String {
+    let at = service
+        .find(&format!(
+            "{{name: {upstream}, namespace: shop, labels: {{kubernetes.io/service-name"
+        ))
+        .unwrap();
+    let (head, tail) = service.split_at(at);
+    format!("{head}{}", tail.replacen(from, to, 1))
 }
