@@ -12,7 +12,8 @@
 //! invalid Gateway (`invalid-gateway`, labelled with the revision, annotated
 //! `istio.io/alwaysReject`) in meshd's namespace must be refused with `denied the
 //! request` (or the API server must lack the Gateway kind, or refuse dry runs). Until
-//! then the policy is left alone and the probe is tried again every few seconds.
+//! then the policy is left alone and the probe is tried again, after 3 s, then twice as
+//! long each time up to a minute.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,7 +30,8 @@ use crate::metrics::{Labels, Metrics};
 
 /// How often the root is compared with what the configurations hold.
 const RESYNC: Duration = Duration::from_secs(60);
-/// How soon a webhook not yet known to work is probed again.
+/// How soon a webhook not yet known to work is probed again at first; each failed
+/// probe doubles it, up to [`RESYNC`].
 const RETRY: Duration = Duration::from_secs(3);
 
 /// What the controller has learned.
@@ -67,8 +69,9 @@ pub async fn run(
     let mut resync = tokio::time::interval_at(tokio::time::Instant::now() + RESYNC, RESYNC);
     // Set while some configuration still fails open because the webhook is not ready.
     let mut retry = false;
+    let mut retry_delay = RETRY;
     loop {
-        let retry_after = tokio::time::sleep(if retry { RETRY } else { RESYNC * 2 });
+        let retry_after = tokio::time::sleep(if retry { retry_delay } else { RESYNC * 2 });
         tokio::select! {
             event = events.next() => match event {
                 Some(Ok(watcher::Event::Apply(whc) | watcher::Event::InitApply(whc))) => {
@@ -86,6 +89,7 @@ pub async fn run(
             }
             _ = retry_after, if retry => {
                 retry = !controller.reconcile_all(&selector, &ca, &metrics).await;
+                retry_delay = if retry { (retry_delay * 2).min(RESYNC) } else { RETRY };
             }
         }
     }
