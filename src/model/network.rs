@@ -2,10 +2,11 @@
 //! on, and the gateways through which a network is reached from the others
 //! (`pilot/pkg/model/network.go`, `pilot/pkg/serviceregistry/kube/controller/network.go`).
 //!
-//! - An endpoint's network is its Pod's (or WorkloadEntry's) `topology.istio.io/network`
-//!   label, a WorkloadEntry's `network` first; else the system namespace's label; else
-//!   MeshNetworks': the network whose `fromRegistry` names this cluster, else the one
-//!   whose `fromCidr` holds the address.
+//! - A Kubernetes endpoint's network is its Pod's `topology.istio.io/network` label; else
+//!   the system namespace's label; else MeshNetworks': the network whose `fromRegistry`
+//!   names this cluster, else the one whose `fromCidr` holds the address. A WorkloadEntry's
+//!   or ServiceEntry endpoint's is its own `network` field only, as istiod's endpoint has
+//!   it: without one it is on no network, reachable from all.
 //! - A network's gateways are the Services labelled `topology.istio.io/network` (on the
 //!   port their `networking.istio.io/gatewayPort` label names, 15443 by default, which
 //!   must be one of theirs), at their external addresses (load-balancer ingress IPs and
@@ -186,19 +187,12 @@ impl EndpointNetworks {
         }
     }
 
-    /// The network of an endpoint at `address` with these labels (its own `network` field
-    /// first, for a WorkloadEntry); empty when none is known.
-    pub fn network(
-        &self,
-        own: Option<&str>,
-        labels: &BTreeMap<String, String>,
-        address: &str,
-    ) -> String {
-        own.filter(|n| !n.is_empty())
-            .or(labels
-                .get(NETWORK_LABEL)
-                .map(String::as_str)
-                .filter(|n| !n.is_empty()))
+    /// The network of a Kubernetes endpoint at `address` whose Pod has these labels;
+    /// empty when none is known.
+    pub fn network(&self, labels: &BTreeMap<String, String>, address: &str) -> String {
+        (labels.get(NETWORK_LABEL))
+            .map(String::as_str)
+            .filter(|n| !n.is_empty())
             .or(self.system.as_deref())
             .or(self.registry.as_deref())
             .or_else(|| {
@@ -522,22 +516,36 @@ mod tests {
     }
 
     #[test]
-    fn an_endpoints_network_is_its_own_then_the_systems_then_mesh_networks() {
+    fn a_pods_network_is_its_label_then_the_systems_then_mesh_networks() {
         let mut n = EndpointNetworks::default();
         let labels = |v: &str| BTreeMap::from([(NETWORK_LABEL.to_string(), v.to_string())]);
-        assert_eq!(n.network(None, &BTreeMap::new(), "10.3.0.1"), "");
+        assert_eq!(n.network(&BTreeMap::new(), "10.3.0.1"), "");
         n.cidrs = vec![(Cidr::parse("10.3.0.0/16").unwrap(), "net-c".into())];
-        assert_eq!(n.network(None, &BTreeMap::new(), "10.3.9.1"), "net-c");
-        assert_eq!(n.network(None, &BTreeMap::new(), "10.4.0.1"), "");
+        assert_eq!(n.network(&BTreeMap::new(), "10.3.9.1"), "net-c");
+        assert_eq!(n.network(&BTreeMap::new(), "10.4.0.1"), "");
         n.registry = Some("net-d".into());
-        assert_eq!(n.network(None, &BTreeMap::new(), "10.3.9.1"), "net-d");
+        assert_eq!(n.network(&BTreeMap::new(), "10.3.9.1"), "net-d");
         n.system = Some("net-s".into());
-        assert_eq!(n.network(None, &BTreeMap::new(), "10.3.9.1"), "net-s");
-        assert_eq!(n.network(None, &labels("net-p"), "10.3.9.1"), "net-p");
-        assert_eq!(n.network(Some("net-w"), &labels("net-p"), "x"), "net-w");
+        assert_eq!(n.network(&BTreeMap::new(), "10.3.9.1"), "net-s");
+        assert_eq!(n.network(&labels("net-p"), "10.3.9.1"), "net-p");
         assert!(Cidr::parse("fd00::/8").unwrap().contains("fd12::1"));
         assert!(!Cidr::parse("fd00::/8").unwrap().contains("10.0.0.1"));
         assert!(Cidr::parse("0.0.0.0/0").unwrap().contains("10.0.0.1"));
+    }
+
+    #[test]
+    fn a_pod_falls_back_to_the_clusters_network_and_a_service_entry_does_not() {
+        let yaml = "apiVersion: v1\nkind: Namespace\nmetadata: {name: istio-system, labels: {topology.istio.io/network: net-a}}\n---\napiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: shop}\nspec: {clusterIP: 10.96.0.3, ports: [{name: http, port: 80}]}\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: web-1, namespace: shop, labels: {kubernetes.io/service-name: web}}\naddressType: IPv4\nports: [{name: http, port: 80}]\nendpoints: [{addresses: [10.0.0.1]}]\n---\napiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: vm, namespace: shop}\nspec:\n  hosts: [vm.example.com]\n  location: MESH_INTERNAL\n  resolution: STATIC\n  ports: [{number: 80, name: http}]\n  endpoints: [{address: 10.1.0.1}, {address: 10.1.0.2, network: net-b}]\n";
+        let ctx = PushContext::from_yaml(yaml);
+        let networks = |host: &str| -> Vec<String> {
+            ctx.services[host]
+                .endpoints
+                .iter()
+                .map(|e| e.network.clone())
+                .collect()
+        };
+        assert_eq!(networks("web.shop.svc.cluster.local"), ["net-a"]);
+        assert_eq!(networks("vm.example.com"), ["", "net-b"]);
     }
 
     #[test]

@@ -369,7 +369,7 @@ fn build_services_on(
     for svc in parts.into_iter().flatten() {
         out.insert(svc.hostname.clone(), svc);
     }
-    add_service_entries(store, &networks, &mut out);
+    add_service_entries(store, &mut out);
     out
 }
 
@@ -442,13 +442,13 @@ pub(super) fn kubernetes_service(
                 for address in rest {
                     endpoints.push(Endpoint {
                         address: address.clone(),
-                        network: networks.network(None, &template.labels, address),
+                        network: networks.network(&template.labels, address),
                         ..template.clone()
                     });
                 }
                 endpoints.push(Endpoint {
                     address: last.clone(),
-                    network: networks.network(None, &template.labels, last),
+                    network: networks.network(&template.labels, last),
                     ..template
                 });
             }
@@ -488,18 +488,14 @@ pub(super) fn kubernetes_service(
 
 /// Adds the services of every ServiceEntry; a Kubernetes service of the same hostname
 /// wins.
-fn add_service_entries(
-    store: &Store,
-    networks: &EndpointNetworks,
-    out: &mut imbl::OrdMap<String, Arc<Service>>,
-) {
+fn add_service_entries(store: &Store, out: &mut imbl::OrdMap<String, Arc<Service>>) {
     let workload_entries: Vec<&Arc<ConfigObject>> = store.of_kind(Kind::WorkloadEntry).collect();
     for obj in store.of_kind(Kind::ServiceEntry) {
         let Spec::ServiceEntry(se) = &obj.spec else {
             continue;
         };
         let namespace = store.namespace_annotations(&obj.key.namespace);
-        for svc in service_entry_services(obj, se, &workload_entries, namespace, networks) {
+        for svc in service_entry_services(obj, se, &workload_entries, namespace) {
             out.entry(svc.hostname.clone())
                 .or_insert_with(|| Arc::new(svc));
         }
@@ -534,7 +530,6 @@ fn workload_endpoint(
     we: &WorkloadEntrySpec,
     ports: &[ServicePort],
     se_ports: &[crate::api::networking::Port],
-    networks: &EndpointNetworks,
 ) -> Endpoint {
     let mut map = BTreeMap::new();
     for (p, sp) in ports.iter().zip(se_ports) {
@@ -550,7 +545,9 @@ fn workload_endpoint(
         address: we.address.clone(),
         ports: map,
         labels: we.labels.clone(),
-        network: networks.network(we.network.as_deref(), &we.labels, &we.address),
+        // Its own `network` only, as istiod's endpoint has it (no fallback: an entry
+        // without one is reachable from every network).
+        network: we.network.clone().unwrap_or_default(),
         locality: we
             .locality
             .as_deref()
@@ -568,7 +565,6 @@ fn service_entry_services(
     se: &ServiceEntrySpec,
     workload_entries: &[&Arc<ConfigObject>],
     namespace_annotations: Option<&BTreeMap<String, String>>,
-    networks: &EndpointNetworks,
 ) -> Vec<Service> {
     let ports: Vec<ServicePort> = se
         .ports
@@ -588,7 +584,7 @@ fn service_entry_services(
         .endpoints
         .iter()
         .filter(|e| !e.address.is_empty())
-        .map(|e| workload_endpoint(e, &ports, &se.ports, networks))
+        .map(|e| workload_endpoint(e, &ports, &se.ports))
         .collect();
     if let Some(sel) = &se.workload_selector {
         for we in workload_entries {
@@ -599,7 +595,7 @@ fn service_entry_services(
                 && labels_match(&sel.labels, &w.labels)
                 && !w.address.is_empty()
             {
-                endpoints.push(workload_endpoint(w, &ports, &se.ports, networks));
+                endpoints.push(workload_endpoint(w, &ports, &se.ports));
             }
         }
     }
