@@ -635,15 +635,10 @@ impl PushContext {
         if let Some(l) = self.proxy_labels(proxy).get("istio-locality") {
             return Locality::parse(&l.replace('.', "/"));
         }
-        let pod = ObjectKey::new(Kind::Pod, &proxy.namespace, &proxy.pod_name);
-        let Some(pod) = self.store.get(&pod) else {
+        let Some((pod, node_name)) = self.proxy_pod(proxy) else {
             return Locality::default();
         };
-        let node = match &pod.spec {
-            Spec::Pod(def) => (def.node_name.as_ref())
-                .and_then(|n| self.store.get(&ObjectKey::new(Kind::Node, "", n))),
-            _ => None,
-        };
+        let node = node_name.and_then(|n| self.store.get(&ObjectKey::new(Kind::Node, "", n)));
         endpoint_locality(&pod.meta.labels, node.map(|n| &n.meta.labels), None)
     }
 
@@ -653,15 +648,21 @@ impl PushContext {
         if let Some(node) = &proxy.node_name {
             return Some(node.clone());
         }
+        self.proxy_pod(proxy)?.1.cloned()
+    }
+
+    /// The proxy's Pod, if meshd knows it, and the node it is scheduled on.
+    fn proxy_pod(&self, proxy: &Proxy) -> Option<(&ConfigObject, Option<&String>)> {
         let pod = self.store.get(&ObjectKey::new(
             Kind::Pod,
             &proxy.namespace,
             &proxy.pod_name,
         ))?;
-        match &pod.spec {
-            Spec::Pod(def) => def.node_name.clone(),
+        let node = match &pod.spec {
+            Spec::Pod(def) => def.node_name.as_ref(),
             _ => None,
-        }
+        };
+        Some((pod, node))
     }
 
     /// The Sidecar resource that applies to a proxy: one whose workloadSelector matches,
