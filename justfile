@@ -56,6 +56,11 @@ bench-convergence proxies="5000":
     just loadgen --services 1000 --namespaces 50 --proxies {{proxies}} --change vs --changes 5 --json target/loadgen/convergence-vs.json
     just loadgen --services 1000 --namespaces 50 --proxies {{proxies}} --change endpoint --changes 5 --json target/loadgen/convergence-endpoint.json
 
+# The VirtualService change again with VHDS (MESHD_ENABLE_VHDS): its virtual host alone
+# is sent instead of the route configuration holding it.
+bench-convergence-vhds proxies="5000":
+    MESHD_ENABLE_VHDS=true just loadgen --services 1000 --namespaces 50 --proxies {{proxies}} --change vs --changes 5 --json target/loadgen/convergence-vs-vhds.json
+
 # Wire efficiency: 3 of 400 services' endpoints change, delta then state of the world.
 bench-wire proxies="200":
     just loadgen --services 400 --namespaces 20 --proxies {{proxies}} --change endpoint --services-per-change 3 --changes 3 --json target/loadgen/wire-delta.json

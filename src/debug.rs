@@ -256,6 +256,7 @@ async fn adsz(
                 TypeKind::Endpoint,
                 TypeKind::Listener,
                 TypeKind::Route,
+                TypeKind::VirtualHost,
                 TypeKind::Secret,
             ]
             .into_iter()

@@ -1,8 +1,10 @@
 //! One simulated proxy: an ADS stream (delta or state of the world) that subscribes and
 //! ACKs as Envoy does — CDS and LDS by wildcard, then EDS for the clusters it was sent and
-//! RDS for the route names its listeners' HTTP connection managers name — and notes when
-//! a resource carrying the current change's marker arrives.
+//! RDS for the route names its listeners' HTTP connection managers name, and VHDS (by no
+//! name, as Envoy asks) once a route configuration asks for it — and notes when a resource
+//! carrying the current change's marker arrives.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, Weak};
@@ -23,7 +25,9 @@ use tonic::Status;
 use tonic::codegen::{Context, Pin, Poll, Service, http};
 
 use super::response::{Body, DeltaResponse, SotwResponse};
-use crate::xds::resource::{CLUSTER_TYPE, ENDPOINT_TYPE, LISTENER_TYPE, ROUTE_TYPE};
+use crate::xds::resource::{
+    CLUSTER_TYPE, ENDPOINT_TYPE, LISTENER_TYPE, ROUTE_TYPE, VIRTUAL_HOST_TYPE,
+};
 use crate::xds::wire::{self, Messages};
 
 /// The change being measured: a marker string that only resources reflecting it contain,
@@ -333,20 +337,39 @@ struct Names {
     /// It was sent a cluster with endpoints to ask for.
     endpoints_wanted: bool,
     routes: BTreeSet<String>,
+    /// A route configuration asked for VHDS (meshd's `MESHD_ENABLE_VHDS`).
+    vhds: bool,
     seen_types: BTreeSet<String>,
 }
 
+/// Whether an encoded route configuration has its virtual hosts sent over VHDS: a small
+/// one (an empty shell; a whole one is hundreds of KB) with `vhds` set.
+fn asks_for_vhds(body: &Body) -> bool {
+    use envoy_types::pb::envoy::config::route::v3::RouteConfiguration;
+    const SHELL_AT_MOST: usize = 1024;
+    let body = match body {
+        Body::Whole(b) if b.len() <= SHELL_AT_MOST => Cow::Borrowed(*b),
+        Body::Pieces(p) if p.iter().map(|p| p.len()).sum::<usize>() <= SHELL_AT_MOST => {
+            body.joined()
+        }
+        _ => return false,
+    };
+    RouteConfiguration::decode(&*body).is_ok_and(|rc| rc.vhds.is_some())
+}
+
 impl Names {
-    /// Learns from one response (names and bodies); returns the EDS / RDS names to add.
+    /// Learns from one response (names and bodies); returns the EDS / RDS names to add,
+    /// and whether to ask for VHDS now.
     fn learn<'a>(
         &mut self,
         type_url: &str,
         resources: impl IntoIterator<Item = (&'a [u8], Body<'a>)>,
         asking: Asking,
-    ) -> (Vec<Bytes>, Vec<String>) {
+    ) -> (Vec<Bytes>, Vec<String>, bool) {
         self.seen_types.insert(type_url.to_string());
         let mut eds = Vec::new();
         let mut rds = Vec::new();
+        let mut vhds = false;
         if type_url == CLUSTER_TYPE {
             for (name, _) in resources {
                 if !wants_endpoints(name) {
@@ -371,8 +394,13 @@ impl Names {
                     }
                 }
             }
+        } else if type_url == ROUTE_TYPE && !self.vhds {
+            self.vhds = resources.into_iter().any(|(_, body)| asks_for_vhds(&body));
+            if self.vhds {
+                vhds = true;
+            }
         }
-        (eds, rds)
+        (eds, rds, vhds)
     }
 
     /// CDS and LDS answered, and EDS and RDS too if there was anything to ask them for.
@@ -382,6 +410,7 @@ impl Names {
             && seen(LISTENER_TYPE)
             && (!self.endpoints_wanted || seen(ENDPOINT_TYPE))
             && (self.routes.is_empty() || seen(ROUTE_TYPE))
+            && (!self.vhds || seen(VIRTUAL_HOST_TYPE))
     }
 }
 
@@ -445,10 +474,11 @@ async fn run_delta(
     tx.send(Box::new(held.request(LISTENER_TYPE)))
         .await
         .map_err(|e| e.to_string())?;
-    // A reconnect re-subscribes to the names it knows.
-    for type_url in [ENDPOINT_TYPE, ROUTE_TYPE] {
+    // A reconnect re-subscribes to the names it knows, and to VHDS if it held it.
+    for type_url in [ENDPOINT_TYPE, ROUTE_TYPE, VIRTUAL_HOST_TYPE] {
         let sub = held.request(type_url);
-        if !sub.resource_names_subscribe.is_empty() {
+        let vhds = type_url == VIRTUAL_HOST_TYPE && held.names.vhds;
+        if !sub.resource_names_subscribe.is_empty() || vhds {
             tx.send(Box::new(sub)).await.map_err(|e| e.to_string())?;
         }
     }
@@ -464,7 +494,7 @@ async fn run_delta(
             resp.encoded_len(),
         );
         let asking = Asking::Held(versions.get(CLUSTER_TYPE));
-        let (eds, rds) = names.learn(&resp.type_url, resources(), asking);
+        let (eds, rds, vhds) = names.learn(&resp.type_url, resources(), asking);
         let nack = spec.nack_routes && resp.type_url == ROUTE_TYPE;
         if !nack {
             Held::learn(versions, &resp); // a rejected response is not held, as in Envoy
@@ -492,6 +522,11 @@ async fn run_delta(
             let mut sub = request(ROUTE_TYPE);
             sub.resource_names_subscribe = rds.into_iter().map(Bytes::from).collect();
             tx.send(Box::new(sub)).await.map_err(|e| e.to_string())?;
+        }
+        if vhds {
+            tx.send(Box::new(request(VIRTUAL_HOST_TYPE)))
+                .await
+                .map_err(|e| e.to_string())?;
         }
         mark_initialised(&stats, names, started, &mut counted);
     }
@@ -550,7 +585,7 @@ async fn run_sotw(
         // Cluster, which is cheap to read for its first field only.
         let named: Vec<(String, &[u8])> = bodies().map(|b| (resource_name(b), b)).collect();
         let resources = named.iter().map(|(n, b)| (n.as_bytes(), Body::Whole(b)));
-        let (eds, rds) = names.learn(&resp.type_url, resources, Asking::Listed);
+        let (eds, rds, _) = names.learn(&resp.type_url, resources, Asking::Listed);
         let nack = spec.nack_routes && resp.type_url == ROUTE_TYPE;
         let subscribed = match resp.type_url.as_str() {
             t if t == ENDPOINT_TYPE => names.clusters.clone(),
@@ -704,7 +739,7 @@ mod tests {
         let wanted = ["outbound|80||a.asking-test", "outbound|80||b.asking-test"];
         // Delta, first CDS answer: nothing held yet, nothing listed.
         let mut delta = Names::default();
-        let (eds, _) = delta.learn(CLUSTER_TYPE, cds, Asking::Held(None));
+        let (eds, _, _) = delta.learn(CLUSTER_TYPE, cds, Asking::Held(None));
         assert_eq!(eds, wanted);
         assert!(
             delta.clusters.is_empty(),
@@ -720,7 +755,7 @@ mod tests {
             ..Default::default()
         });
         let later: [(&[u8], Body); 2] = [(cds[0].0, empty), (b"outbound|80||c.asking-test", empty)];
-        let (eds, _) = delta.learn(CLUSTER_TYPE, later, Asking::Held(Some(&held)));
+        let (eds, _, _) = delta.learn(CLUSTER_TYPE, later, Asking::Held(Some(&held)));
         assert_eq!(eds, ["outbound|80||c.asking-test"]);
         assert!(delta.clusters.is_empty());
         // State of the world lists what it asks for, and asks once.

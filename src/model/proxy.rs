@@ -54,6 +54,10 @@ pub struct Proxy {
     pub network_view: Option<Box<[String]>>,
     /// Metadata `NODE_NAME`: the node it runs on.
     pub node_name: Option<String>,
+    /// Its sidecar route configurations' virtual hosts are sent over VHDS, one resource
+    /// each, instead of inside the route configurations: set for delta streams when
+    /// `MESHD_ENABLE_VHDS` is on (VHDS needs delta ADS).
+    pub vhds: bool,
 }
 
 impl Proxy {
@@ -139,6 +143,7 @@ impl Proxy {
                 })
                 .filter(|v| !v.is_empty()),
             node_name: text("NODE_NAME").filter(|n| !n.is_empty()),
+            vhds: false,
         })
     }
 

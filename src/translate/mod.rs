@@ -41,6 +41,9 @@ pub struct ProxyConfig {
     pub routes: Vec<RouteConfiguration>,
     /// Gateway credentials, for proxies with a proven identity only.
     pub secrets: Vec<Secret>,
+    /// The sidecar route configurations' virtual hosts, when they go over VHDS
+    /// ([`Proxy::vhds`]; named [`route::vhds_name`]).
+    pub virtual_hosts: Vec<VirtualHost>,
 }
 
 /// A proxy's configuration with the per-service parts named rather than built: each
@@ -194,6 +197,7 @@ pub fn proxy_config(ctx: &PushContext, proxy: &Proxy) -> ProxyConfig {
     clusters.extend(plan.clusters);
     endpoints.extend(plan.endpoints);
     let mut routes = plan.routes;
+    let mut virtual_hosts = Vec::new();
     for r in plan.sidecar_routes {
         let mut vhosts: Vec<VirtualHost> = (r.vhosts.into_iter())
             .map(|v| v.build(ctx, proxy, r.port, r.sniffed))
@@ -201,7 +205,13 @@ pub fn proxy_config(ctx: &PushContext, proxy: &Proxy) -> ProxyConfig {
         if !r.sniffed {
             vhosts.extend(plan.catch_all.clone());
         }
-        routes.push(route::with_virtual_hosts(r.name, vhosts));
+        if proxy.vhds {
+            virtual_hosts
+                .extend((vhosts.into_iter()).map(|vh| route::vhds_virtual_host(&r.name, vh)));
+            routes.push(route::vhds_shell(r.name));
+        } else {
+            routes.push(route::with_virtual_hosts(r.name, vhosts));
+        }
     }
     ProxyConfig {
         clusters,
@@ -209,6 +219,7 @@ pub fn proxy_config(ctx: &PushContext, proxy: &Proxy) -> ProxyConfig {
         listeners: plan.listeners,
         routes,
         secrets: plan.secrets,
+        virtual_hosts,
     }
 }
 

@@ -11,7 +11,8 @@ use envoy_types::pb::envoy::config::core::v3::{
 };
 use envoy_types::pb::envoy::config::route::v3::{
     Decorator, DirectResponseAction, HeaderMatcher, QueryParameterMatcher, RedirectAction,
-    RetryPolicy, Route, RouteAction, RouteConfiguration, RouteMatch, VirtualHost, WeightedCluster,
+    RetryPolicy, Route, RouteAction, RouteConfiguration, RouteMatch, Vhds, VirtualHost,
+    WeightedCluster,
     header_matcher::HeaderMatchSpecifier,
     query_parameter_matcher::QueryParameterMatchSpecifier,
     redirect_action,
@@ -60,6 +61,33 @@ fn route_configuration(name: String, virtual_hosts: Vec<VirtualHost>) -> RouteCo
         max_direct_response_body_size_bytes: Some(UInt32Value { value: 1_048_576 }),
         ..Default::default()
     }
+}
+
+/// A sidecar route configuration whose virtual hosts are sent over VHDS
+/// ([`vhds_virtual_host`]): no virtual hosts of its own, and VHDS over ADS. It stays the
+/// same while its virtual hosts change, so Envoy keeps them (a changed route configuration
+/// would drop them).
+pub fn vhds_shell(name: String) -> RouteConfiguration {
+    RouteConfiguration {
+        vhds: Some(Vhds {
+            config_source: Some(super::ads_config_source()),
+        }),
+        ..route_configuration(name, Vec::new())
+    }
+}
+
+/// A VHDS resource's name: `ROUTE_CONFIGURATION/VIRTUAL_HOST`, as Envoy's VHDS names them.
+/// Envoy subscribes to a route configuration's name and takes every resource under it
+/// (namespace matching), and removes a virtual host by the resource's name, so the virtual
+/// host carries this name too ([`vhds_virtual_host`]).
+pub fn vhds_name(route_config: &str, virtual_host: &str) -> String {
+    format!("{route_config}/{virtual_host}")
+}
+
+/// A virtual host of `route_config` as sent over VHDS: named [`vhds_name`].
+pub fn vhds_virtual_host(route_config: &str, mut vh: VirtualHost) -> VirtualHost {
+    vh.name = vhds_name(route_config, &vh.name);
+    vh
 }
 
 /// An empty route configuration, for a name no listener defines (so listeners finish warming).

@@ -25,7 +25,8 @@ use prometheus_client::metrics::counter::Counter;
 use prost::Message;
 
 use super::resource::{
-    Resource, ResourceSet, TypeKind, View, encode, encode_cluster, from_pieces, resource_map,
+    Resource, ResourceSet, TypeKind, View, encode, encode_cluster, from_bytes, from_pieces,
+    resource_map,
 };
 use crate::api::networking::LocalityLoadBalancerSetting;
 use crate::config::{ConfigObject, Spec};
@@ -201,9 +202,24 @@ pub struct ResourceCache {
     locality_memo: Mutex<Option<LocalityMemo>>,
     /// Of the latest context asked about.
     exception_memo: Mutex<Option<ExceptionMemo>>,
+    vhds: Mutex<VhdsMemo>,
     hits: Counter,
     misses: Counter,
 }
+
+/// VHDS resources by the encoded virtual host they were made from (its allocation, which
+/// the memo holds so that the address stays its own) and their route configuration: the
+/// views of a push, and of the next, share them as they share the virtual hosts.
+#[derive(Default)]
+struct VhdsMemo {
+    /// The newest context asked about.
+    ctx: u64,
+    /// Used for it, and for the one before (kept until the next context).
+    current: VhdsEntries,
+    previous: VhdsEntries,
+}
+
+type VhdsEntries = foldhash::HashMap<(usize, Arc<str>), (Arc<[u8]>, Arc<Resource>)>;
 
 impl ResourceCache {
     /// A cache counting its reads in `pilot_xds_cache_reads{type="hit"|"miss"}`.
@@ -480,6 +496,35 @@ impl ResourceCache {
         memo.sets.entry(key).or_insert(sets).clone()
     }
 
+    /// The encoded virtual host `field` of `route_config` as a VHDS resource
+    /// ([`vhds_resource`]), shared with the other views of this context and the last.
+    pub fn vhds_virtual_host(
+        &self,
+        ctx: &PushContext,
+        route_config: &str,
+        field: &Arc<[u8]>,
+    ) -> Arc<Resource> {
+        let key = (
+            Arc::as_ptr(field) as *const u8 as usize,
+            Arc::<str>::from(route_config),
+        );
+        let mut memo = self.vhds.lock().unwrap();
+        if ctx.id() > memo.ctx {
+            memo.ctx = ctx.id();
+            memo.previous = std::mem::take(&mut memo.current);
+        }
+        if let Some((_, r)) = memo.current.get(&key) {
+            return r.clone();
+        }
+        let entry = match memo.previous.remove(&key) {
+            Some(entry) => entry,
+            None => (field.clone(), vhds_resource(route_config, field)),
+        };
+        let r = entry.1.clone();
+        memo.current.insert(key, entry);
+        r
+    }
+
     /// The service's default virtual host on `port` under `rule` (its DestinationRule for
     /// the proxy), as an encoded `virtual_hosts` field.
     pub fn default_virtual_host(
@@ -608,6 +653,10 @@ pub fn view(ctx: &PushContext, proxy: &Proxy, cache: &ResourceCache) -> View {
     view.encode_all(&[], &[], &plan.listeners, &plan.routes, &plan.secrets);
     for r in &plan.sidecar_routes {
         let (name, port) = (&r.name, &r.port);
+        if proxy.vhds {
+            let shell = translate::route::vhds_shell(name.clone());
+            view.insert(TypeKind::Route, encode(name, &shell));
+        }
         let head = RouteConfiguration {
             name: name.clone(),
             ..Default::default()
@@ -634,6 +683,13 @@ pub fn view(ctx: &PushContext, proxy: &Proxy, cache: &ResourceCache) -> View {
                 .filter(|_| !r.sniffed)
                 .map(|c| virtual_host_field(c).into()),
         );
+        if proxy.vhds {
+            for piece in &pieces[1..] {
+                let vh = cache.vhds_virtual_host(ctx, name, piece);
+                view.insert(TypeKind::VirtualHost, vh);
+            }
+            continue;
+        }
         pieces.push(tail.into());
         view.insert(
             TypeKind::Route,
@@ -641,6 +697,35 @@ pub fn view(ctx: &PushContext, proxy: &Proxy, cache: &ResourceCache) -> View {
         );
     }
     view
+}
+
+/// A virtual host of `route_config` as a VHDS resource, from its encoded `virtual_hosts`
+/// field: the message renamed [`translate::route::vhds_name`], byte for byte what
+/// encoding the renamed virtual host gives (the name is its first field).
+fn vhds_resource(route_config: &str, field: &[u8]) -> Arc<Resource> {
+    use prost::encoding::{decode_varint, encode_varint};
+    let mut rest = field;
+    let key = decode_varint(&mut rest).expect("BUG: a virtual_hosts field");
+    let len = decode_varint(&mut rest).expect("BUG: a virtual_hosts field");
+    debug_assert_eq!(
+        (key, len as usize),
+        (u64::from(VIRTUAL_HOSTS << 3 | 2), rest.len())
+    );
+    let mut body = rest;
+    let mut old_name = "";
+    if body.first() == Some(&0x0a) {
+        body = &body[1..];
+        let n = decode_varint(&mut body).expect("BUG: a virtual host's name") as usize;
+        old_name = std::str::from_utf8(&body[..n]).expect("BUG: a name is UTF-8");
+        body = &body[n..];
+    }
+    let name = translate::route::vhds_name(route_config, old_name);
+    let mut out = Vec::with_capacity(name.len() + 4 + body.len());
+    out.push(0x0a);
+    encode_varint(name.len() as u64, &mut out);
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(body);
+    from_bytes::<VirtualHost>(&name, out)
 }
 
 #[cfg(test)]
@@ -674,11 +759,18 @@ mod tests {
         p
     }
 
+    fn vhds(mut p: Proxy) -> Proxy {
+        p.vhds = true;
+        p
+    }
+
     fn proxies() -> Vec<Proxy> {
         vec![
             proxy("sidecar", "ns-0", json!({"app": "a"}), false),
             proxy("sidecar", "ns-1", json!({"app": "b"}), false),
             proxy("sidecar", "ns-1", json!({"app": "c"}), true),
+            vhds(proxy("sidecar", "ns-0", json!({"app": "a"}), false)),
+            vhds(proxy("sidecar", "ns-1", json!({"app": "c"}), true)),
             proxy(
                 "router",
                 "istio-system",
@@ -897,7 +989,20 @@ mod tests {
         assert_views_agree_for(&ctx, &cache, all.clone());
 
         let views: Vec<View> = all.iter().map(|p| view(&ctx, p, &cache)).collect();
-        let [a0, _b1, _c1, _router, a3, d3, a2, d0, c1] = &views[..] else {
+        let [
+            a0,
+            _b1,
+            _c1,
+            _a0_vhds,
+            _c1_vhds,
+            _router,
+            a3,
+            d3,
+            a2,
+            d0,
+            c1,
+        ] = &views[..]
+        else {
             panic!("{} views", views.len())
         };
         use TypeKind::{Cluster, Route};

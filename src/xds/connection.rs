@@ -531,6 +531,24 @@ impl Connection {
         eds.always_respond = true;
     }
 
+    /// After route configurations were sent to a VHDS proxy: their virtual hosts are sent
+    /// again (once VHDS is subscribed). Envoy takes a virtual host only for a route
+    /// configuration it holds, so those of a new route configuration, pushed before Envoy
+    /// had it, were dropped; and a changed route configuration clears its virtual hosts.
+    /// Envoy asks for none by name (VHDS watches are namespaces), so meshd sends them.
+    pub fn force_virtual_hosts_after_routes(&mut self, view: &View, routes: &[Arc<Resource>]) {
+        let vhds = TypeKind::VirtualHost;
+        if !self.proxy.vhds || routes.is_empty() || !self.watches[vhds as usize].subscribed {
+            return;
+        }
+        let route_configs: BTreeSet<&str> = routes.iter().map(|r| &*r.name).collect();
+        let forced: Vec<Arc<str>> = (view.all(vhds).keys())
+            .filter(|n| vhds_subscribed(&route_configs, n))
+            .cloned()
+            .collect();
+        self.watches[vhds as usize].force.extend(forced);
+    }
+
     /// Types in push order that this stream has subscribed to.
     pub fn subscribed_types(&self) -> Vec<TypeKind> {
         PUSH_ORDER
@@ -538,6 +556,12 @@ impl Connection {
             .filter(|k| self.watches[*k as usize].subscribed)
             .collect()
     }
+}
+
+/// Whether the VHDS resource `name` belongs to one of `route_configs` (as Envoy's watch
+/// for a route configuration takes every resource named under it).
+pub fn vhds_subscribed(route_configs: &BTreeSet<&str>, name: &str) -> bool {
+    super::resource::vhds_route_config(name).is_some_and(|rc| route_configs.contains(rc))
 }
 
 impl Drop for Connection {

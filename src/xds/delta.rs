@@ -42,11 +42,41 @@ impl Framing for Delta {
 }
 
 async fn handle(conn: &mut Connection, req: DeltaDiscoveryRequest, tx: &Tx) -> Result<(), Closed> {
+    let kind = TypeKind::from_url(&req.type_url);
+    handle_request(conn, req, tx).await?;
+    if kind == Some(TypeKind::Route) {
+        // Route configurations sent in answer: their virtual hosts follow, as nothing
+        // else would send them (a push sends them after its route configurations).
+        let vhds = TypeKind::VirtualHost;
+        if !conn.watches[vhds as usize].force.is_empty() {
+            let view = conn.view();
+            let (changed, removed) = conn.diff(&view, vhds);
+            let answer = Answer::Request { always: false };
+            respond(conn, vhds, changed.into(), removed, answer, tx).await?;
+            conn.settle_basis(&view, vhds, false);
+        }
+    }
+    Ok(())
+}
+
+async fn handle_request(
+    conn: &mut Connection,
+    req: DeltaDiscoveryRequest,
+    tx: &Tx,
+) -> Result<(), Closed> {
     let Some(kind) = TypeKind::from_url(&req.type_url) else {
         tracing::debug!(proxy = %conn.proxy.id, type_url = %req.type_url, "ignoring request for an unserved type");
         return Ok(());
     };
     let idx = kind as usize;
+    tracing::trace!(
+        proxy = %conn.proxy.id,
+        r#type = kind.short(),
+        subscribe = ?req.resource_names_subscribe,
+        unsubscribe = ?req.resource_names_unsubscribe,
+        nonce = %req.response_nonce,
+        "delta request"
+    );
     if let Some(err) = &req.error_detail {
         conn.record_nack(kind, &req.response_nonce, &err.message);
     } else if !req.response_nonce.is_empty() {
@@ -245,6 +275,10 @@ async fn respond(
     if kind == TypeKind::Cluster && !changed.is_empty() {
         conn.force_endpoints_after_clusters(&changed);
     }
+    if kind == TypeKind::Route && conn.proxy.vhds {
+        let view = conn.view();
+        conn.force_virtual_hosts_after_routes(&view, &changed);
+    }
     let response = DeltaResponse::new(
         conn.push.version().to_string(),
         kind.url(),
@@ -319,6 +353,7 @@ async fn push_to(conn: &mut Connection, tx: &Tx) -> Result<(), Closed> {
 #[cfg(test)]
 mod tests {
     use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
+    use prost::Message;
 
     use super::*;
     use crate::xds::resource::encode;
@@ -329,6 +364,113 @@ mod tests {
             resource_names_unsubscribe: unsubscribe.iter().map(|n| n.to_string()).collect(),
             ..Default::default()
         }
+    }
+
+    /// VHDS is asked for by no name: a VHDS proxy is sent every virtual host of its route
+    /// configurations, then only those a change touched, and all of a route
+    /// configuration's again whenever that is sent (Envoy drops virtual hosts of a route
+    /// configuration it does not hold yet).
+    #[tokio::test]
+    async fn vhds_sends_every_virtual_host_then_only_the_changed_ones() {
+        use std::sync::Arc;
+
+        use crate::model::testmesh::Shape;
+        use crate::xds::XdsShared;
+        use crate::xds::push::{Push, PushSettings};
+        use crate::xds::resource::vhds_route_config;
+
+        let shape = Shape::new(30, 3, 2);
+        let mut store = shape.store();
+        let cache = Arc::new(crate::xds::cache::ResourceCache::default());
+        let push = |store: &crate::model::Store, n: u64| {
+            let ctx = crate::model::PushContext::build(store, format!("v/{n}"));
+            Arc::new(Push::new(ctx, n, Instant::now(), None, cache.clone()))
+        };
+        let (pushes, rx) = tokio::sync::watch::channel(push(&store, 1));
+        let shared = XdsShared::new(
+            Arc::new(crate::metrics::Metrics::new()),
+            rx,
+            &PushSettings::default(),
+            "default".into(),
+        );
+        let meta = serde_json::json!({"NAMESPACE": "ns-1", "LABELS": {"app": "a"}});
+        let mut proxy = crate::model::Proxy::from_node(
+            "sidecar~10.9.0.1~a-0.ns-1~ns-1.svc.cluster.local",
+            meta.as_object().unwrap(),
+        )
+        .unwrap();
+        proxy.vhds = true;
+        let mut conn = Connection::new(shared.clone(), proxy, true);
+        type Rx = tokio::sync::mpsc::Receiver<Result<Box<DeltaResponse>, tonic::Status>>;
+        let (tx, mut rx) = tokio::sync::mpsc::channel(16);
+        let answer = |rx: &mut Rx| {
+            let r = rx.try_recv().expect("a response").unwrap();
+            let names: Vec<String> = r.resources.iter().map(|r| r.name.to_string()).collect();
+            (r.type_url, names)
+        };
+        let ask = |kind: TypeKind, names: &[&str]| DeltaDiscoveryRequest {
+            type_url: kind.url().into(),
+            resource_names_subscribe: names.iter().map(|n| n.to_string()).collect(),
+            ..Default::default()
+        };
+
+        let view = conn.view();
+        let shell = &view.all(TypeKind::Route)["8080"];
+        let rc =
+            envoy_types::pb::envoy::config::route::v3::RouteConfiguration::decode(&*shell.value())
+                .unwrap();
+        assert!(rc.virtual_hosts.is_empty() && rc.vhds.is_some(), "{rc:?}");
+        let all: Vec<String> = (view.all(TypeKind::VirtualHost).keys())
+            .map(|n| n.to_string())
+            .collect();
+        assert!(all.len() > 30, "{all:?}");
+        assert!(all.iter().all(|n| vhds_route_config(n) == Some("8080")));
+        assert!(all.contains(&"8080/allow_any".to_string()));
+
+        // Envoy asks for its route configuration, then (with no name) for VHDS.
+        handle(&mut conn, ask(TypeKind::Route, &["8080"]), &tx)
+            .await
+            .unwrap();
+        assert_eq!(
+            answer(&mut rx),
+            (TypeKind::Route.url(), vec!["8080".into()])
+        );
+        assert!(rx.try_recv().is_err(), "VHDS is not subscribed yet");
+        handle(&mut conn, ask(TypeKind::VirtualHost, &[]), &tx)
+            .await
+            .unwrap();
+        assert_eq!(answer(&mut rx), (TypeKind::VirtualHost.url(), all.clone()));
+        assert!(conn.watches[TypeKind::VirtualHost as usize].compact);
+
+        // A VirtualService of svc-0 changes: its virtual host alone is pushed.
+        let parsed = crate::config::parse::parse_file("vs.yaml", &shape.routing_yaml(0, "bob"));
+        for o in parsed.objects {
+            store.apply(o);
+        }
+        let next = push(&store, 2);
+        pushes.send_replace(next.clone());
+        conn.push = next;
+        push_to(&mut conn, &tx).await.unwrap();
+        let (type_url, changed) = answer(&mut rx);
+        assert_eq!(type_url, TypeKind::VirtualHost.url());
+        assert_eq!(
+            changed,
+            vec!["8080/svc-0.ns-0.svc.cluster.local:8080".to_string()]
+        );
+        assert!(rx.try_recv().is_err(), "nothing else");
+
+        // The route configuration asked for again: all its virtual hosts follow.
+        let mut again = ask(TypeKind::Route, &[]);
+        again.resource_names_unsubscribe = vec!["8080".into()];
+        handle(&mut conn, again, &tx).await.unwrap();
+        handle(&mut conn, ask(TypeKind::Route, &["8080"]), &tx)
+            .await
+            .unwrap();
+        assert_eq!(
+            answer(&mut rx),
+            (TypeKind::Route.url(), vec!["8080".into()])
+        );
+        assert_eq!(answer(&mut rx), (TypeKind::VirtualHost.url(), all));
     }
 
     #[test]

@@ -86,7 +86,11 @@ pub fn config_dump(view: &View, version: &str, sent_at: &str) -> Value {
         })
         .collect();
     let routes: Vec<Value> = all(TypeKind::Route)
-        .map(|r| json!({"version_info": version, "route_config": resource_json(r), "last_updated": sent_at}))
+        .map(|r| {
+            let mut config = resource_json(r);
+            with_vhds_virtual_hosts(&mut config, &r.name, view);
+            json!({"version_info": version, "route_config": config, "last_updated": sent_at})
+        })
         .collect();
     let secrets: Vec<Value> = all(TypeKind::Secret)
         .map(|r| json!({"name": &*r.name, "version_info": version, "last_updated": sent_at, "secret": resource_json(r)}))
@@ -98,6 +102,31 @@ pub fn config_dump(view: &View, version: &str, sent_at: &str) -> Value {
         {"@type": "type.googleapis.com/envoy.admin.v3.RoutesConfigDump", "dynamic_route_configs": routes},
         {"@type": "type.googleapis.com/envoy.admin.v3.SecretsConfigDump", "dynamic_active_secrets": secrets},
     ]})
+}
+
+/// A route configuration's virtual hosts sent over VHDS, added to its own as Envoy's
+/// `/config_dump` shows them (after its own, in name order).
+fn with_vhds_virtual_hosts(config: &mut Value, route_config: &str, view: &View) {
+    let names = std::collections::BTreeSet::from([route_config]);
+    let vhosts = (view.all(TypeKind::VirtualHost).values())
+        .filter(|vh| super::connection::vhds_subscribed(&names, &vh.name))
+        .map(|vh| {
+            let mut json = resource_json(vh);
+            if let Some(fields) = json.as_object_mut() {
+                fields.remove("@type"); // a field of the route configuration, not an `Any`
+            }
+            json
+        });
+    let Some(config) = config.as_object_mut() else {
+        return;
+    };
+    let list = config.entry("virtual_hosts").or_insert_with(|| json!([]));
+    if let Some(list) = list.as_array_mut() {
+        list.extend(vhosts);
+    }
+    if list.as_array().is_some_and(Vec::is_empty) {
+        config.remove("virtual_hosts");
+    }
 }
 
 /// One type's resources as JSON objects (for `/debug/cdsz` and `/debug/edsz`).

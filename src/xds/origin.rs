@@ -5,7 +5,7 @@
 
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;
 use envoy_types::pb::envoy::config::core::v3::Metadata;
-use envoy_types::pb::envoy::config::route::v3::RouteConfiguration;
+use envoy_types::pb::envoy::config::route::v3::{RouteConfiguration, VirtualHost};
 use envoy_types::pb::google::protobuf::value::Kind as ValueKind;
 use prost::Message;
 
@@ -59,6 +59,15 @@ pub fn origins(kind: TypeKind, resources: &[std::sync::Arc<Resource>]) -> Vec<Ob
                 if let Ok(rc) = RouteConfiguration::decode(&*r.value()) {
                     let routes = rc.virtual_hosts.iter().flat_map(|v| &v.routes);
                     out.extend(routes.filter_map(|route| config_of(route.metadata.as_ref())));
+                }
+            }
+            TypeKind::VirtualHost => {
+                if let Ok(vh) = VirtualHost::decode(&*r.value()) {
+                    out.extend(
+                        vh.routes
+                            .iter()
+                            .filter_map(|route| config_of(route.metadata.as_ref())),
+                    );
                 }
             }
             TypeKind::Endpoint | TypeKind::Listener | TypeKind::Secret => {}

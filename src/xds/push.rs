@@ -41,6 +41,11 @@ pub struct PushSettings {
     /// slowly-reading proxies waits for it instead of holding every initial
     /// configuration in memory at once.
     pub send_buffer: Option<usize>,
+    /// Sidecars on delta ADS get their outbound route configurations' virtual hosts over
+    /// VHDS (`MESHD_ENABLE_VHDS`, default false; meshd's own, istiod has no VHDS): a
+    /// VirtualService change then sends the virtual hosts it changed, not every route
+    /// configuration that holds them.
+    pub vhds: bool,
 }
 
 impl Default for PushSettings {
@@ -54,6 +59,7 @@ impl Default for PushSettings {
             keepalive_interval: Duration::from_secs(30),
             keepalive_timeout: Duration::from_secs(10),
             send_buffer: Some(256 << 20),
+            vhds: false,
         }
     }
 }
@@ -95,6 +101,10 @@ impl PushSettings {
                 .map_err(|_| anyhow::anyhow!("PILOT_PUSH_THROTTLE: {v:?} is not a number"))?;
             let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
             s.push_throttle = if n == 0 { (15 + 5 * cores).min(100) } else { n };
+        }
+        if let Some(v) = var("MESHD_ENABLE_VHDS") {
+            s.vhds = go_bool(&v)
+                .ok_or_else(|| anyhow::anyhow!("MESHD_ENABLE_VHDS: {v:?} is not true or false"))?;
         }
         if let Some(v) = var("MESHD_XDS_SEND_BUFFER_MB") {
             let mb: usize = v.parse().map_err(|_| {
@@ -156,6 +166,8 @@ pub struct ViewKey {
     network_view: Option<Box<[String]>>,
     /// Only when some failover compares the node a proxy runs on.
     node: Option<String>,
+    /// Gets its sidecar virtual hosts over VHDS.
+    vhds: bool,
 }
 
 /// One push: the shared context, when its first triggering event happened, and the
@@ -277,6 +289,7 @@ impl Push {
             } else {
                 None
             },
+            vhds: proxy.vhds,
         };
         let cell = self.views.lock().unwrap().entry(key).or_default().clone();
         cell.get_or_init(|| Arc::new(cache::view(&self.context, proxy, &self.cache)))

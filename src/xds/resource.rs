@@ -28,16 +28,21 @@ pub enum TypeKind {
     Route = 3,
     /// SDS over ADS: gateway credentials (`kubernetes://NAME`), secure port only.
     Secret = 4,
+    /// VHDS: the virtual hosts of a sidecar's outbound route configurations, one resource
+    /// each, for delta proxies when `MESHD_ENABLE_VHDS` is on (see [`vhds_route_config`]).
+    VirtualHost = 5,
 }
 
 /// Number of xDS types.
-pub const TYPES: usize = 5;
+pub const TYPES: usize = 6;
 
+/// Virtual hosts follow the route configurations that ask for them.
 pub const PUSH_ORDER: [TypeKind; TYPES] = [
     TypeKind::Cluster,
     TypeKind::Endpoint,
     TypeKind::Listener,
     TypeKind::Route,
+    TypeKind::VirtualHost,
     TypeKind::Secret,
 ];
 
@@ -48,6 +53,14 @@ pub const LISTENER_TYPE: &str = "type.googleapis.com/envoy.config.listener.v3.Li
 pub const ROUTE_TYPE: &str = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration";
 pub const SECRET_TYPE: &str =
     "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret";
+pub const VIRTUAL_HOST_TYPE: &str = "type.googleapis.com/envoy.config.route.v3.VirtualHost";
+
+/// The route configuration a VHDS resource belongs to: its name up to the last `/` (as
+/// Envoy's watch map reads it; a host name has no `/`, a route configuration's may). See
+/// [`translate::route::vhds_name`].
+pub fn vhds_route_config(name: &str) -> Option<&str> {
+    name.rfind('/').map(|i| &name[..i])
+}
 
 impl TypeKind {
     pub fn url(self) -> &'static str {
@@ -57,6 +70,7 @@ impl TypeKind {
             TypeKind::Listener => LISTENER_TYPE,
             TypeKind::Route => ROUTE_TYPE,
             TypeKind::Secret => SECRET_TYPE,
+            TypeKind::VirtualHost => VIRTUAL_HOST_TYPE,
         }
     }
 
@@ -72,12 +86,19 @@ impl TypeKind {
             TypeKind::Listener => "lds",
             TypeKind::Route => "rds",
             TypeKind::Secret => "sds",
+            TypeKind::VirtualHost => "vhds",
         }
     }
 
-    /// LDS and CDS are wildcard types; EDS and RDS are requested by name.
+    /// LDS and CDS are wildcard types; EDS and RDS are requested by name. VHDS too is
+    /// wildcard: Envoy's VHDS watches are namespaces (a route configuration's name), which
+    /// it does not send, so meshd sends every virtual host of the proxy's route
+    /// configurations and Envoy keeps those of the ones it holds.
     pub fn wildcard(self) -> bool {
-        matches!(self, TypeKind::Cluster | TypeKind::Listener)
+        matches!(
+            self,
+            TypeKind::Cluster | TypeKind::Listener | TypeKind::VirtualHost
+        )
     }
 }
 
@@ -241,6 +262,9 @@ impl View {
             &config.routes,
             &config.secrets,
         );
+        for vh in &config.virtual_hosts {
+            view.insert(TypeKind::VirtualHost, encode(&vh.name, vh));
+        }
         view
     }
 

@@ -84,7 +84,10 @@ async fn start<F: Framing>(
         Ok(Ok(None)) => return None,
     };
     let proxy = match proxy_from_node(shared, F::node(&first), caller.as_ref()) {
-        Ok(p) => p,
+        Ok(mut p) => {
+            p.vhds = shared.settings.vhds && F::NAME == "delta";
+            p
+        }
         Err(status) => {
             let _ = tx.send(Err(status)).await;
             return None;

@@ -1170,6 +1170,21 @@ pub fn service_yaml(
     out
 }
 
+/// meshd's dump of one type, in the same form.
+pub fn meshd_dump(
+    dump: &serde_json::Value,
+    section: &str,
+    field: &[&str],
+    name: &str,
+) -> BTreeMap<String, serde_json::Value> {
+    let configs = dump["configs"].as_array().unwrap();
+    let part = configs
+        .iter()
+        .find_map(|c| c.get(section))
+        .unwrap_or_else(|| panic!("no {section} in {dump}"));
+    by_name(part, field, name)
+}
+
 /// Envoy's own dump of one resource type: name → the resource.
 pub fn envoy_dump(
     envoy: &Envoy,

@@ -2,7 +2,6 @@
 //! what Envoy itself reports), `meshd proxy-status` / `proxy-config`, and the freeing of
 //! proxies that vanish, stall, or come and go by the thousand.
 
-use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::Command;
@@ -41,16 +40,6 @@ fn vs(header: &str) -> String {
 
 /// A Service whose EndpointSlice names a Pod that does not exist.
 const GHOST: &str = "apiVersion: v1\nkind: Service\nmetadata: {name: ghost, namespace: shop}\nspec: {clusterIP: 10.96.9.9, ports: [{name: http, port: 7000}]}\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: ghost-1, namespace: shop, labels: {kubernetes.io/service-name: ghost}}\naddressType: IPv4\nports: [{name: http, port: 7000}]\nendpoints: [{addresses: [10.1.2.3], conditions: {ready: true}, targetRef: {kind: Pod, name: ghost-gone}}]\n";
-
-/// meshd's dump of one type, in the same form.
-fn meshd_dump(dump: &Value, section: &str, field: &[&str], name: &str) -> BTreeMap<String, Value> {
-    let configs = dump["configs"].as_array().unwrap();
-    let part = configs
-        .iter()
-        .find_map(|c| c.get(section))
-        .unwrap_or_else(|| panic!("no {section} in {dump}"));
-    by_name(part, field, name)
-}
 
 #[test]
 fn config_dump_matches_envoys_own_and_the_clis_and_debug_views_show_the_mesh() {

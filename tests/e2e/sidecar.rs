@@ -631,3 +631,105 @@ fn a_destination_rules_tunnel_carries_tcp_through_an_http_connect_proxy() {
         proxy.requests()
     );
 }
+
+/// With `MESHD_ENABLE_VHDS`, a delta sidecar's outbound route configuration arrives empty
+/// and its virtual hosts over VHDS, one resource each: Envoy routes by them, a
+/// VirtualService change sends its virtual host and no route configuration, and a
+/// removed service's virtual host leaves Envoy's table. A state-of-the-world sidecar of
+/// the same meshd still gets whole route configurations.
+#[test]
+fn with_vhds_a_virtual_service_change_sends_only_its_virtual_host() {
+    let v1 = Upstream::start("reviews-v1");
+    let v2 = Upstream::start("reviews-v2");
+    let (dir, port) = reviews_config(
+        "sc-vhds",
+        &[(&v1, &[("version", "v1")]), (&v2, &[("version", "v2")])],
+        "  subsets:\n  - {name: v1, labels: {version: v1}}\n  - {name: v2, labels: {version: v2}}\n",
+    );
+    let vs = |jason: &str, others: &str| {
+        format!(
+            "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: reviews, namespace: shop}}\nspec:\n  hosts: [reviews]\n  http:\n  - match: [{{headers: {{end-user: {{exact: jason}}}}}}]\n    route: [{{destination: {{host: reviews, subset: {jason}}}}}]\n  - route: [{{destination: {{host: reviews, subset: {others}}}}}]\n"
+        )
+    };
+    std::fs::write(dir.join("vs.yaml"), vs("v2", "v1")).unwrap();
+    let ratings = Upstream::start("ratings");
+    // On the same port as reviews, so with a ClusterIP of its own.
+    let ratings_yaml = service_yaml("shop", "ratings", port, &[(&ratings, &[])]).replacen(
+        "clusterIP: 10.96.",
+        "clusterIP: 10.97.",
+        1,
+    );
+    std::fs::write(dir.join("ratings.yaml"), &ratings_yaml).unwrap();
+    let meshd = Meshd::start_with_env(&dir, &[], &[("MESHD_ENABLE_VHDS", "true")]);
+    let delta = Envoy::sidecar(&meshd, Ads::Delta, "shop", "productpage");
+    let sotw = Envoy::sidecar(&meshd, Ads::Sotw, "shop", "details");
+    let get = |envoy: &Envoy, host: &str, user: &str| {
+        http_get(
+            &format!("{}:{port}", envoy.ip),
+            host,
+            "/",
+            &[("end-user", user)],
+        )
+        .map(|r| r.body)
+        .unwrap_or_default()
+    };
+    for envoy in [&delta, &sotw] {
+        wait_until("the sidecar to route", Duration::from_secs(10), || {
+            get(envoy, "reviews", "jason") == "reviews-v2"
+                && get(envoy, "reviews", "alice") == "reviews-v1"
+                && get(envoy, "ratings", "alice") == "ratings"
+        });
+    }
+    // Envoy holds the route configuration with VHDS, and the virtual hosts it was sent.
+    let routes = delta.config_dump("dynamic_route_configs");
+    let reviews_vh = format!("\"{port}/reviews.shop.svc.cluster.local:{port}\"");
+    let ratings_vh = format!("\"{port}/ratings.shop.svc.cluster.local:{port}\"");
+    assert!(routes.contains("\"vhds\""), "{routes}");
+    assert!(
+        routes.contains(&reviews_vh) && routes.contains(&ratings_vh),
+        "{routes}"
+    );
+    assert!(
+        !sotw
+            .config_dump("dynamic_route_configs")
+            .contains("\"vhds\"")
+    );
+    // meshd's config_dump shows them as Envoy does: in the route configuration.
+    let field = &["route_config"][..];
+    let ours = meshd.json(&format!("/debug/config_dump?proxyID={}", delta.id));
+    assert_eq!(
+        envoy_dump(&delta, "dynamic_route_configs", field, "name"),
+        meshd_dump(&ours, "dynamic_route_configs", field, "name")
+    );
+    let pushes = |t: &str| meshd.metric(&format!("pilot_xds_pushes{{type=\"{t}\"}}"));
+    let (rds, vhds) = (pushes("rds"), pushes("vhds"));
+    assert!(vhds >= 1.0, "{vhds}");
+
+    // The VirtualService flips: the delta sidecar gets it as one virtual host.
+    std::fs::write(dir.join("vs.yaml"), vs("v1", "v2")).unwrap();
+    for envoy in [&delta, &sotw] {
+        wait_until("the new routes", Duration::from_secs(10), || {
+            get(envoy, "reviews", "jason") == "reviews-v1"
+                && get(envoy, "reviews", "alice") == "reviews-v2"
+        });
+    }
+    assert_eq!(pushes("vhds"), vhds + 1.0, "one VHDS push");
+    assert_eq!(pushes("rds"), rds + 1.0, "one RDS push: the SotW sidecar's");
+    let synced = meshd.syncz(&delta.id);
+    assert_eq!(synced["types"]["vhds"]["rejects"], 0, "{synced}");
+
+    // ratings goes: Envoy drops its virtual host by name, and keeps the others.
+    std::fs::remove_file(dir.join("ratings.yaml")).unwrap();
+    wait_until(
+        "ratings' virtual host to go",
+        Duration::from_secs(10),
+        || {
+            !delta
+                .config_dump("dynamic_route_configs")
+                .contains(&ratings_vh)
+        },
+    );
+    let routes = delta.config_dump("dynamic_route_configs");
+    assert!(routes.contains(&reviews_vh), "{routes}");
+    assert_eq!(get(&delta, "reviews", "jason"), "reviews-v1");
+}
