@@ -653,21 +653,12 @@ mod tests {
     #[test]
     fn a_proxy_holding_an_earlier_view_gets_the_views_difference_computed_once() {
         use crate::model::testmesh::Shape;
-        use crate::xds::push::{Push, PushSettings};
+        use crate::xds::testing;
         let shape = Shape::new(30, 3, 2);
         let mut store = shape.store();
-        let cache = Arc::new(crate::xds::cache::ResourceCache::default());
-        let push = |store: &crate::model::Store, n: u64| {
-            let ctx = crate::model::PushContext::build(store, format!("v/{n}"));
-            Arc::new(Push::new(ctx, n, Instant::now(), None, cache.clone()))
-        };
-        let (tx, rx) = tokio::sync::watch::channel(push(&store, 1));
-        let shared = XdsShared::new(
-            Arc::new(crate::metrics::Metrics::new()),
-            rx,
-            &PushSettings::default(),
-            "default".into(),
-        );
+        let pushes = testing::Pushes::default();
+        let (tx, rx) = tokio::sync::watch::channel(pushes.build(&store, 1));
+        let shared = testing::shared(rx);
         let (mut a, mut b) = (synced(&shared), synced(&shared));
 
         // One endpoint added to svc-4.
@@ -676,7 +667,7 @@ mod tests {
         for o in parsed.objects {
             store.apply(o);
         }
-        let next = push(&store, 2);
+        let next = pushes.build(&store, 2);
         tx.send_replace(next.clone());
         a.push = next.clone();
         b.push = next.clone();
@@ -744,7 +735,7 @@ mod tests {
     #[test]
     fn a_connection_that_skipped_a_push_blames_the_skipped_pushs_change() {
         use crate::model::testmesh::Shape;
-        use crate::xds::push::{Push, PushSettings};
+        use crate::xds::push::Push;
         let store = Shape::new(3, 1, 1).store();
         let cache = Arc::new(crate::xds::cache::ResourceCache::default());
         let push = |n: u64, changed: Option<ObjectKey>, previous: Option<&Push>| {
@@ -763,12 +754,7 @@ mod tests {
         };
         let first = push(1, None, None);
         let (_tx, rx) = tokio::sync::watch::channel(first.clone());
-        let shared = XdsShared::new(
-            Arc::new(crate::metrics::Metrics::new()),
-            rx,
-            &PushSettings::default(),
-            "default".into(),
-        );
+        let shared = crate::xds::testing::shared(rx);
         let mut conn = synced(&shared);
         conn.record_ack(TypeKind::Endpoint, "any");
         // Push 2 changes `big`; the connection is busy and next sees push 3 (`other`).

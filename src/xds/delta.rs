@@ -372,27 +372,15 @@ mod tests {
     /// configuration it does not hold yet).
     #[tokio::test]
     async fn vhds_sends_every_virtual_host_then_only_the_changed_ones() {
-        use std::sync::Arc;
-
         use crate::model::testmesh::Shape;
-        use crate::xds::XdsShared;
-        use crate::xds::push::{Push, PushSettings};
         use crate::xds::resource::vhds_route_config;
+        use crate::xds::testing;
 
         let shape = Shape::new(30, 3, 2);
         let mut store = shape.store();
-        let cache = Arc::new(crate::xds::cache::ResourceCache::default());
-        let push = |store: &crate::model::Store, n: u64| {
-            let ctx = crate::model::PushContext::build(store, format!("v/{n}"));
-            Arc::new(Push::new(ctx, n, Instant::now(), None, cache.clone()))
-        };
-        let (pushes, rx) = tokio::sync::watch::channel(push(&store, 1));
-        let shared = XdsShared::new(
-            Arc::new(crate::metrics::Metrics::new()),
-            rx,
-            &PushSettings::default(),
-            "default".into(),
-        );
+        let pushes = testing::Pushes::default();
+        let (pushed, rx) = tokio::sync::watch::channel(pushes.build(&store, 1));
+        let shared = testing::shared(rx);
         let meta = serde_json::json!({"NAMESPACE": "ns-1", "LABELS": {"app": "a"}});
         let mut proxy = crate::model::Proxy::from_node(
             "sidecar~10.9.0.1~a-0.ns-1~ns-1.svc.cluster.local",
@@ -447,8 +435,8 @@ mod tests {
         for o in parsed.objects {
             store.apply(o);
         }
-        let next = push(&store, 2);
-        pushes.send_replace(next.clone());
+        let next = pushes.build(&store, 2);
+        pushed.send_replace(next.clone());
         conn.push = next;
         push_to(&mut conn, &tx).await.unwrap();
         let (type_url, changed) = answer(&mut rx);

@@ -352,6 +352,42 @@ impl wire::Ads for AdsService {
 }
 
 #[cfg(test)]
+pub(crate) mod testing {
+    //! Test fixtures shared by the xDS modules' unit tests.
+    use std::sync::Arc;
+    use std::time::Instant;
+
+    use super::XdsShared;
+    use super::cache::ResourceCache;
+    use super::push::{Push, PushSettings};
+    use crate::model::{PushContext, Store};
+
+    /// Pushes of a test store sharing one resource cache, as the push pipeline's do.
+    #[derive(Default)]
+    pub(crate) struct Pushes {
+        cache: Arc<ResourceCache>,
+    }
+
+    impl Pushes {
+        /// Push `n` of `store`, built from scratch.
+        pub(crate) fn build(&self, store: &Store, n: u64) -> Arc<Push> {
+            let ctx = PushContext::build(store, format!("v/{n}"));
+            Arc::new(Push::new(ctx, n, Instant::now(), None, self.cache.clone()))
+        }
+    }
+
+    /// The connections' shared state with default settings, following `pushes`.
+    pub(crate) fn shared(pushes: tokio::sync::watch::Receiver<Arc<Push>>) -> Arc<XdsShared> {
+        XdsShared::new(
+            Arc::new(crate::metrics::Metrics::new()),
+            pushes,
+            &PushSettings::default(),
+            "default".into(),
+        )
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use tokio_stream::StreamExt;
 
