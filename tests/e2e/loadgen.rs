@@ -9,14 +9,16 @@ use serde_json::Value;
 use crate::harness::temp_dir;
 
 fn loadgen(name: &str, args: &[&str]) -> Value {
-    loadgen_in(&temp_dir(name).join("config"), args)
+    loadgen_in(&temp_dir(name).join("config"), args, &[])
 }
 
 /// Every run ends with a change storm (100 writes over 2 s) and a restart of meshd.
 const STORM_THEN_RESTART: [&str; 5] = ["--storm-rate", "50", "--storm-duration", "2s", "--restart"];
 
-fn loadgen_in(dir: &std::path::Path, args: &[&str]) -> Value {
+/// `env` reaches the meshd the simulator starts.
+fn loadgen_in(dir: &std::path::Path, args: &[&str], env: &[(&str, &str)]) -> Value {
     let out = Command::new(env!("CARGO_BIN_EXE_meshd"))
+        .envs(env.iter().copied())
         .arg("loadgen")
         .arg("--config-dir")
         .arg(dir)
@@ -137,6 +139,40 @@ fn a_sotw_fleet_with_gateways_converges_on_virtual_service_changes() {
     assert!((1.0..50.0).contains(&pushes), "{storm:#}");
 }
 
+/// With `MESHD_ENABLE_VHDS` a VirtualService change reaches the fleet as the one virtual
+/// host it changed, through the storm and a restart (each reconnecting proxy asks for
+/// VHDS again).
+#[test]
+fn a_vhds_fleet_converges_on_virtual_service_changes_with_one_virtual_host_each() {
+    let s = loadgen_in(
+        &temp_dir("loadgen-vhds").join("config"),
+        &[
+            "--proxies",
+            "20",
+            "--services",
+            "30",
+            "--change",
+            "vs",
+            "--changes",
+            "2",
+        ],
+        &[("MESHD_ENABLE_VHDS", "true")],
+    );
+    assert_converged(&s, 2);
+    // The route configuration holding the changed virtual host has 30 of them (16 KB
+    // without VHDS); one virtual host is ~1.3 KB.
+    for r in s["changes"].as_array().unwrap() {
+        assert_eq!(r["affected"], 20, "{r:#}");
+        assert_eq!(r["responses_per_affected_proxy"], 1.0, "{r:#}");
+        let bytes = r["bytes_per_affected_proxy"].as_f64().unwrap();
+        assert!(bytes < 4000.0, "{r:#}");
+    }
+    let storm = &s["storm"];
+    assert_eq!(storm["holding_final_config"], 20, "{storm:#}");
+    assert_eq!(storm["connections_not_acked"], 0, "{storm:#}");
+    assert_eq!(s["restart"]["reconnected"], 20, "{:#}", s["restart"]);
+}
+
 #[test]
 fn a_fleet_served_from_kubernetes_converges_on_changes_applied_through_the_api() {
     let dir = temp_dir("loadgen-kubernetes").join("config");
@@ -156,6 +192,7 @@ fn a_fleet_served_from_kubernetes_converges_on_changes_applied_through_the_api()
             "--changes",
             "2",
         ],
+        &[],
     );
     // meshd watched the API: no mesh file was written for it to read.
     let files: Vec<String> = std::fs::read_dir(&dir)
