@@ -54,8 +54,9 @@ pub struct Proxy {
     pub network_view: Option<Box<[String]>>,
     /// Metadata `NODE_NAME`: the node it runs on.
     pub node_name: Option<String>,
-    /// Its sidecar route configurations' virtual hosts are sent over VHDS, one resource
-    /// each, instead of inside the route configurations: set for delta streams when
+    /// Its route configurations' virtual hosts (a sidecar's outbound ones, a gateway's)
+    /// are sent over VHDS, one resource each, instead of inside the route
+    /// configurations: set for delta streams when
     /// `MESHD_ENABLE_VHDS` is on (VHDS needs delta ADS).
     pub vhds: bool,
 }

@@ -41,7 +41,7 @@ pub struct ProxyConfig {
     pub routes: Vec<RouteConfiguration>,
     /// Gateway credentials, for proxies with a proven identity only.
     pub secrets: Vec<Secret>,
-    /// The sidecar route configurations' virtual hosts, when they go over VHDS
+    /// The route configurations' virtual hosts, when they go over VHDS
     /// ([`Proxy::vhds`]; named [`route::vhds_name`]).
     pub virtual_hosts: Vec<VirtualHost>,
 }
@@ -196,8 +196,7 @@ pub fn proxy_config(ctx: &PushContext, proxy: &Proxy) -> ProxyConfig {
     }
     clusters.extend(plan.clusters);
     endpoints.extend(plan.endpoints);
-    let mut routes = plan.routes;
-    let mut virtual_hosts = Vec::new();
+    let (mut routes, mut virtual_hosts) = vhds_split(proxy, plan.routes);
     for r in plan.sidecar_routes {
         let mut vhosts: Vec<VirtualHost> = (r.vhosts.into_iter())
             .map(|v| v.build(ctx, proxy, r.port, r.sniffed))
@@ -221,6 +220,27 @@ pub fn proxy_config(ctx: &PushContext, proxy: &Proxy) -> ProxyConfig {
         secrets: plan.secrets,
         virtual_hosts,
     }
+}
+
+/// A gateway's route configurations as they are sent: whole, or for a proxy on VHDS
+/// ([`Proxy::vhds`]) as shells and their virtual hosts ([`route::into_vhds`]). (A
+/// sidecar's outbound route configurations are split as they are built.)
+pub fn vhds_split(
+    proxy: &Proxy,
+    routes: Vec<RouteConfiguration>,
+) -> (Vec<RouteConfiguration>, Vec<VirtualHost>) {
+    if !proxy.vhds {
+        return (routes, Vec::new());
+    }
+    let mut virtual_hosts = Vec::new();
+    let shells = (routes.into_iter())
+        .map(|rc| {
+            let (shell, vhosts) = route::into_vhds(rc);
+            virtual_hosts.extend(vhosts);
+            shell
+        })
+        .collect();
+    (shells, virtual_hosts)
 }
 
 /// `{ads: {}, initial_fetch_timeout: 0s, resource_api_version: V3}`, as istiod writes it.

@@ -63,7 +63,7 @@ fn route_configuration(name: String, virtual_hosts: Vec<VirtualHost>) -> RouteCo
     }
 }
 
-/// A sidecar route configuration whose virtual hosts are sent over VHDS
+/// A route configuration whose virtual hosts are sent over VHDS
 /// ([`vhds_virtual_host`]): no virtual hosts of its own, and VHDS over ADS. It stays the
 /// same while its virtual hosts change, so Envoy keeps them (a changed route configuration
 /// would drop them).
@@ -74,6 +74,17 @@ pub fn vhds_shell(name: String) -> RouteConfiguration {
         }),
         ..route_configuration(name, Vec::new())
     }
+}
+
+/// A route configuration split for VHDS: its shell ([`vhds_shell`]'s shape: every field
+/// but the virtual hosts, and VHDS over ADS) and its virtual hosts as VHDS resources.
+pub fn into_vhds(mut rc: RouteConfiguration) -> (RouteConfiguration, Vec<VirtualHost>) {
+    let vhosts = std::mem::take(&mut rc.virtual_hosts);
+    let vhosts = (vhosts.into_iter())
+        .map(|vh| vhds_virtual_host(&rc.name, vh))
+        .collect();
+    rc.vhds = vhds_shell(String::new()).vhds;
+    (rc, vhosts)
 }
 
 /// A VHDS resource's name: `ROUTE_CONFIGURATION/VIRTUAL_HOST`, as Envoy's VHDS names them.

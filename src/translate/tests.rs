@@ -1,6 +1,8 @@
 //! Table tests of the translation: names, domains, defaults and scoping as istiod emits them.
 
-use envoy_types::pb::envoy::config::route::v3::{route::Action, route_action::ClusterSpecifier};
+use envoy_types::pb::envoy::config::route::v3::{
+    RouteConfiguration, route::Action, route_action::ClusterSpecifier,
+};
 use envoy_types::pb::envoy::extensions::upstreams::http::v3::{
     HttpProtocolOptions,
     http_protocol_options::{
@@ -296,6 +298,33 @@ spec:
     );
     // The sidecar-bound VirtualService does not leak onto the gateway.
     assert_eq!(rc.virtual_hosts.len(), 1);
+
+    // On VHDS the same route configuration goes as a shell, its virtual host apart.
+    let vhds = proxy_config(
+        &ctx,
+        &Proxy {
+            vhds: true,
+            ..proxy
+        },
+    );
+    let shell = &vhds.routes[0];
+    assert!(
+        shell.virtual_hosts.is_empty() && shell.vhds.is_some(),
+        "{shell:?}"
+    );
+    let whole = RouteConfiguration {
+        vhds: None,
+        virtual_hosts: rc.virtual_hosts.clone(),
+        ..shell.clone()
+    };
+    assert_eq!(
+        &whole, rc,
+        "the shell is the rest of the route configuration"
+    );
+    let mut vh = rc.virtual_hosts[0].clone();
+    vh.name = "http.8080/shop.example.com:80".into();
+    assert_eq!(vhds.virtual_hosts, [vh]);
+    assert!(cfg.virtual_hosts.is_empty());
 }
 
 #[test]

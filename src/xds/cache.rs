@@ -650,7 +650,11 @@ pub fn view(ctx: &PushContext, proxy: &Proxy, cache: &ResourceCache) -> View {
     let (clusters, endpoints) = cache.sets(ctx, proxy, &plan.services, &at, own);
     view.share(TypeKind::Cluster, clusters);
     view.share(TypeKind::Endpoint, endpoints);
-    view.encode_all(&[], &[], &plan.listeners, &plan.routes, &plan.secrets);
+    let (routes, virtual_hosts) = translate::vhds_split(proxy, plan.routes);
+    view.encode_all(&[], &[], &plan.listeners, &routes, &plan.secrets);
+    for vh in &virtual_hosts {
+        view.insert(TypeKind::VirtualHost, encode(&vh.name, vh));
+    }
     for r in &plan.sidecar_routes {
         let (name, port) = (&r.name, &r.port);
         if proxy.vhds {
@@ -777,6 +781,12 @@ mod tests {
                 json!({"istio": "ingressgateway"}),
                 true,
             ),
+            vhds(proxy(
+                "router",
+                "istio-system",
+                json!({"istio": "ingressgateway"}),
+                true,
+            )),
         ]
     }
 
@@ -996,6 +1006,7 @@ mod tests {
             _a0_vhds,
             _c1_vhds,
             _router,
+            _router_vhds,
             a3,
             d3,
             a2,

@@ -34,6 +34,16 @@ pub struct GatewayMesh {
 }
 
 pub fn gateway_mesh(name: &str, ads: Ads, routes: &[(&str, &str)]) -> GatewayMesh {
+    gateway_mesh_with_env(name, ads, routes, &[])
+}
+
+/// [`gateway_mesh`] with meshd started with `env`.
+pub fn gateway_mesh_with_env(
+    name: &str,
+    ads: Ads,
+    routes: &[(&str, &str)],
+    env: &[(&str, &str)],
+) -> GatewayMesh {
     let dir = temp_dir(name).join("config");
     std::fs::create_dir_all(&dir).unwrap();
     let product = Upstream::start("productpage");
@@ -50,7 +60,7 @@ pub fn gateway_mesh(name: &str, ads: Ads, routes: &[(&str, &str)]) -> GatewayMes
     .unwrap();
     std::fs::write(dir.join("gateway.yaml"), gateway_yaml(port)).unwrap();
     std::fs::write(dir.join("front.yaml"), front_vs(routes)).unwrap();
-    let meshd = Meshd::start(&dir);
+    let meshd = Meshd::start_with_env(&dir, &[], env);
     let envoy = Envoy::gateway(&meshd, ads, name);
     let addr = format!("127.0.0.1:{port}");
     wait_until("the gateway to route", Duration::from_secs(10), || {
@@ -152,6 +162,64 @@ fn a_live_edit_of_a_virtual_service_changes_routing_within_two_seconds_without_f
         "failed requests during the change: {:?}",
         failures.lock().unwrap()
     );
+}
+
+/// With `MESHD_ENABLE_VHDS` a delta gateway gets its route configuration `http.PORT` as a
+/// shell and each of its virtual hosts over VHDS: an edit of a VirtualService, or a new
+/// host, reaches it as virtual hosts alone, with no RDS push.
+#[test]
+fn with_vhds_a_gateway_gets_virtual_service_edits_as_virtual_hosts() {
+    let m = gateway_mesh_with_env(
+        "gw-vhds",
+        Ads::Delta,
+        &[("/api", "productpage")],
+        &[("MESHD_ENABLE_VHDS", "true")],
+    );
+    let get = |host: &str| {
+        http_get(&m.addr, host, "/api/items", &[])
+            .map(|r| r.body)
+            .unwrap_or_default()
+    };
+    assert_eq!(get("shop.example.com"), "productpage");
+    let port = m.addr.rsplit(':').next().unwrap();
+    let routes = m.envoy.config_dump("dynamic_route_configs");
+    assert!(routes.contains("\"vhds\""), "{routes}");
+    assert!(
+        routes.contains(&format!("\"http.{port}/*:80\"")),
+        "{routes}"
+    );
+    let pushes = |t: &str| m.meshd.metric(&format!("pilot_xds_pushes{{type=\"{t}\"}}"));
+    let (rds, vhds) = (pushes("rds"), pushes("vhds"));
+
+    // The VirtualService is edited: one virtual host goes, no route configuration.
+    m.meshd
+        .write("front.yaml", &front_vs(&[("/api", "reviews")]));
+    wait_until("the edit", Duration::from_secs(10), || {
+        get("shop.example.com") == "reviews"
+    });
+    assert_eq!((pushes("rds"), pushes("vhds")), (rds, vhds + 1.0));
+
+    // A VirtualService for a host of its own: a virtual host added beside the other.
+    m.meshd.write(
+        "api.yaml",
+        "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: api, namespace: shop}\nspec:\n  hosts: [api.example.com]\n  gateways: [web]\n  http:\n  - route: [{destination: {host: productpage}}]\n",
+    );
+    wait_until("the new host", Duration::from_secs(10), || {
+        get("api.example.com") == "productpage"
+    });
+    assert_eq!(get("shop.example.com"), "reviews");
+    assert_eq!(pushes("rds"), rds, "the route configuration was not resent");
+    // meshd's config_dump shows the gateway's route configuration as Envoy holds it.
+    let field = &["route_config"][..];
+    let ours = m
+        .meshd
+        .json(&format!("/debug/config_dump?proxyID={}", m.envoy.id));
+    assert_eq!(
+        envoy_dump(&m.envoy, "dynamic_route_configs", field, "name"),
+        meshd_dump(&ours, "dynamic_route_configs", field, "name")
+    );
+    let synced = m.meshd.syncz(&m.envoy.id);
+    assert_eq!(synced["types"]["vhds"]["rejects"], 0, "{synced}");
 }
 
 /// A Gateway TCP server and a VirtualService `tcp` route bound to it: the gateway listens
