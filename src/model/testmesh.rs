@@ -92,6 +92,16 @@ impl Shape {
         )
     }
 
+    /// A VirtualService binding host `svc-i.example.com` on the ingress Gateway
+    /// ([`Shape::namespaces_yaml`]) to service `i`: one virtual host of the gateway's
+    /// `http.80` each.
+    pub fn gateway_routing_yaml(&self, i: usize) -> String {
+        let ns = self.namespace_of(i);
+        format!(
+            "---\napiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: gw-svc-{i}, namespace: {ns}}}\nspec:\n  hosts: [svc-{i}.example.com]\n  gateways: [istio-system/ingress]\n  http:\n  - match: [{{uri: {{prefix: /api}}}}]\n    route: [{{destination: {{host: svc-{i}}}}}]\n  - route: [{{destination: {{host: svc-{i}, subset: v1}}}}]\n"
+        )
+    }
+
     /// The namespace-wide objects (Sidecars when scoped), and an ingress Gateway.
     pub fn namespaces_yaml(&self) -> String {
         let mut yaml = String::from(

@@ -83,12 +83,7 @@ pub struct SidecarRoute<'a> {
 pub fn plan<'a>(ctx: &'a PushContext, proxy: &Proxy) -> Plan<'a> {
     let services = match proxy.kind {
         ProxyKind::Sidecar => ctx.services_for(proxy),
-        // Gateways see every exported service, as istiod's do without a Sidecar.
-        ProxyKind::Router => ctx
-            .services
-            .values()
-            .filter(|s| s.visible_from(&proxy.namespace, &ctx.mesh.default_service_export_to))
-            .collect(),
+        ProxyKind::Router => gateway_services(ctx, proxy),
     };
     let mut clusters = cluster::fallback(proxy.kind);
     let mut plan = match proxy.kind {
@@ -122,18 +117,7 @@ pub fn plan<'a>(ctx: &'a PushContext, proxy: &Proxy) -> Plan<'a> {
                 uses.extend(credentials::destination_rule_uses(ctx, proxy, &services));
             }
             let secrets = credentials::secrets(ctx, proxy, &uses);
-            // AUTO_PASSTHROUGH servers forward to SNI-DNAT clusters, built for this gateway
-            // (istiod does not cache them either).
-            let mut endpoints = Vec::new();
-            if listener::has_auto_passthrough(ctx, proxy) {
-                let at = locality::place(ctx, proxy);
-                for svc in &services {
-                    let rule = ctx.service_rule(proxy, svc).map(|r| &**r);
-                    let (c, a) = cluster::sni_dnat(ctx, svc, rule, &at);
-                    clusters.extend(c);
-                    endpoints.extend(a);
-                }
-            }
+            let endpoints = sni_dnat(ctx, proxy, &services, &mut clusters);
             Plan {
                 services: Vec::new(),
                 clusters: Vec::new(),
@@ -161,6 +145,55 @@ pub fn plan<'a>(ctx: &'a PushContext, proxy: &Proxy) -> Plan<'a> {
     plan.services = services;
     plan.clusters = clusters;
     plan
+}
+
+/// Gateways see every exported service, as istiod's do without a Sidecar.
+fn gateway_services<'a>(ctx: &'a PushContext, proxy: &Proxy) -> Vec<&'a Arc<Service>> {
+    (ctx.services.values())
+        .filter(|s| s.visible_from(&proxy.namespace, &ctx.mesh.default_service_export_to))
+        .collect()
+}
+
+/// AUTO_PASSTHROUGH servers forward to SNI-DNAT clusters, built for this gateway (istiod
+/// does not cache them either): added to `clusters`, their load assignments returned.
+fn sni_dnat(
+    ctx: &PushContext,
+    proxy: &Proxy,
+    services: &[&Arc<Service>],
+    clusters: &mut Vec<Cluster>,
+) -> Vec<ClusterLoadAssignment> {
+    let mut endpoints = Vec::new();
+    if listener::has_auto_passthrough(ctx, proxy) {
+        let at = locality::place(ctx, proxy);
+        for svc in services {
+            let rule = ctx.service_rule(proxy, svc).map(|r| &**r);
+            let (c, a) = cluster::sni_dnat(ctx, svc, rule, &at);
+            clusters.extend(c);
+            endpoints.extend(a);
+        }
+    }
+    endpoints
+}
+
+/// A gateway's plan without its listeners, routes and secrets: the part of it that an
+/// endpoint change can alter (its listeners, routes and credentials depend on Gateways,
+/// VirtualServices, DestinationRules, Services, policies and Secrets, never on
+/// endpoints).
+pub fn gateway_cluster_plan<'a>(ctx: &'a PushContext, proxy: &Proxy) -> Plan<'a> {
+    debug_assert_eq!(proxy.kind, ProxyKind::Router);
+    let services = gateway_services(ctx, proxy);
+    let mut clusters = cluster::fallback(proxy.kind);
+    let endpoints = sni_dnat(ctx, proxy, &services, &mut clusters);
+    Plan {
+        services,
+        clusters,
+        endpoints,
+        listeners: Vec::new(),
+        sidecar_routes: Vec::new(),
+        catch_all: None,
+        routes: Vec::new(),
+        secrets: Vec::new(),
+    }
 }
 
 /// Where a sidecar sends traffic that matches no service: `None` under REGISTRY_ONLY

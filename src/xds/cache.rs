@@ -642,14 +642,7 @@ fn virtual_host_field(vh: &VirtualHost) -> Vec<u8> {
 /// `cache`.
 pub fn view(ctx: &PushContext, proxy: &Proxy, cache: &ResourceCache) -> View {
     let plan = translate::plan(ctx, proxy);
-    let mut view = View::default();
-    let own = plan.clusters.iter().map(encode_cluster).collect();
-    let own_endpoints = plan.endpoints.iter().map(encode_assignment).collect();
-    let at = locality::place(ctx, proxy);
-    let own = (own, own_endpoints);
-    let (clusters, endpoints) = cache.sets(ctx, proxy, &plan.services, &at, own);
-    view.share(TypeKind::Cluster, clusters);
-    view.share(TypeKind::Endpoint, endpoints);
+    let mut view = clusters_and_endpoints(ctx, proxy, cache, &plan);
     let (routes, virtual_hosts) = translate::vhds_split(proxy, plan.routes);
     view.encode_all(&[], &[], &plan.listeners, &routes, &plan.secrets);
     for vh in &virtual_hosts {
@@ -699,6 +692,50 @@ pub fn view(ctx: &PushContext, proxy: &Proxy, cache: &ResourceCache) -> View {
             TypeKind::Route,
             from_pieces::<RouteConfiguration>(name, pieces),
         );
+    }
+    view
+}
+
+/// A view holding the plan's clusters and load assignments, the per-service ones from
+/// `cache`.
+fn clusters_and_endpoints(
+    ctx: &PushContext,
+    proxy: &Proxy,
+    cache: &ResourceCache,
+    plan: &translate::Plan,
+) -> View {
+    let mut view = View::default();
+    let own = plan.clusters.iter().map(encode_cluster).collect();
+    let own_endpoints = plan.endpoints.iter().map(encode_assignment).collect();
+    let at = locality::place(ctx, proxy);
+    let own = (own, own_endpoints);
+    let (clusters, endpoints) = cache.sets(ctx, proxy, &plan.services, &at, own);
+    view.share(TypeKind::Cluster, clusters);
+    view.share(TypeKind::Endpoint, endpoints);
+    view
+}
+
+/// A gateway's view after a push that changed endpoints only: [`view`] byte for byte,
+/// with the listeners, routes, virtual hosts and secrets of `previous` (the gateway's
+/// view of the push before) shared rather than translated again, as none of them depends
+/// on endpoints ([`translate::gateway_cluster_plan`]). A gateway bound to many
+/// VirtualServices is most of a push's translation otherwise (1,000 virtual hosts: see
+/// BENCHMARKS.md).
+pub fn gateway_view_after_endpoints(
+    ctx: &PushContext,
+    proxy: &Proxy,
+    cache: &ResourceCache,
+    previous: &View,
+) -> View {
+    let plan = translate::gateway_cluster_plan(ctx, proxy);
+    let mut view = clusters_and_endpoints(ctx, proxy, cache, &plan);
+    for kind in [
+        TypeKind::Listener,
+        TypeKind::Route,
+        TypeKind::VirtualHost,
+        TypeKind::Secret,
+    ] {
+        view.share(kind, previous.set(kind));
     }
     view
 }

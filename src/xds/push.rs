@@ -127,8 +127,11 @@ fn go_bool(v: &str) -> Option<bool> {
 
 /// Whether `keys` are endpoint changes only (what istiod pushes as incremental EDS).
 fn endpoints_only(keys: &[ObjectKey]) -> bool {
-    keys.iter()
-        .all(|k| matches!(k.kind, Kind::EndpointSlice | Kind::Endpoints))
+    keys.iter().all(|k| endpoint_kind(k.kind))
+}
+
+fn endpoint_kind(kind: Kind) -> bool {
+    matches!(kind, Kind::EndpointSlice | Kind::Endpoints)
 }
 
 /// The push in which each object last changed (objects unchanged since start-up have no
@@ -184,7 +187,11 @@ pub struct Push {
     /// The change sets of the pushes before this one, oldest first, up to
     /// [`RECENT_PUSHES`]: what a connection that skipped pushes has missed.
     earlier: VecDeque<(u64, Option<ChangeSet>)>,
-    views: Mutex<HashMap<ViewKey, Arc<OnceLock<Arc<View>>>>>,
+    views: Mutex<ViewCells>,
+    /// After a push that changed endpoints only: the gateways' views of the push before,
+    /// whose listeners, routes and secrets this push's gateway views share
+    /// ([`cache::gateway_view_after_endpoints`]).
+    gateway_views_before: ViewCells,
     /// Differences from earlier views to this push's, by (from, to, type), computed once
     /// for all the proxies that make the same step. The views are held so that their
     /// addresses stay theirs.
@@ -218,6 +225,7 @@ impl Push {
             changed: changed.map(Arc::new),
             earlier: VecDeque::new(),
             views: Mutex::default(),
+            gateway_views_before: ViewCells::default(),
             diffs: Mutex::default(),
             cache,
         }
@@ -230,6 +238,16 @@ impl Push {
             .push_back((previous.number, previous.changed.clone()));
         while self.earlier.len() > RECENT_PUSHES {
             self.earlier.pop_front();
+        }
+        if self
+            .changed
+            .as_ref()
+            .is_some_and(|keys| !keys.is_empty() && keys.iter().all(|k| endpoint_kind(k.kind)))
+        {
+            self.gateway_views_before = (previous.views.lock().unwrap().iter())
+                .filter(|(key, _)| key.kind == ProxyKind::Router)
+                .map(|(key, cell)| (key.clone(), cell.clone()))
+                .collect();
         }
         self
     }
@@ -291,11 +309,23 @@ impl Push {
             },
             vhds: proxy.vhds,
         };
+        let before = (self.gateway_views_before.get(&key))
+            .and_then(|cell| cell.get())
+            .cloned();
         let cell = self.views.lock().unwrap().entry(key).or_default().clone();
-        cell.get_or_init(|| Arc::new(cache::view(&self.context, proxy, &self.cache)))
-            .clone()
+        cell.get_or_init(|| {
+            Arc::new(match before {
+                Some(before) => {
+                    cache::gateway_view_after_endpoints(&self.context, proxy, &self.cache, &before)
+                }
+                None => cache::view(&self.context, proxy, &self.cache),
+            })
+        })
+        .clone()
     }
 }
+
+type ViewCells = HashMap<ViewKey, Arc<OnceLock<Arc<View>>>>;
 
 type DiffMap = HashMap<(usize, usize, TypeKind), (Arc<View>, Arc<View>, Arc<ViewDiff>)>;
 
@@ -355,7 +385,11 @@ impl Push {
         if let Some((_, _, d)) = self.diffs.lock().unwrap().get(&key) {
             return d.clone();
         }
-        let d = Arc::new(ViewDiff::between(from.all(kind), to.all(kind)));
+        let d = Arc::new(if from.shares(to, kind) {
+            ViewDiff::default()
+        } else {
+            ViewDiff::between(from.all(kind), to.all(kind))
+        });
         self.diffs
             .lock()
             .unwrap()
@@ -520,6 +554,95 @@ fn trigger_type(kind: Kind) -> &'static str {
 mod tests {
     use super::*;
     use crate::config::Kind;
+    use crate::xds::resource::PUSH_ORDER;
+
+    /// After a push that changed endpoints only, a gateway's view shares the listeners,
+    /// routes and secrets of its view of the push before, and is still exactly the view
+    /// translated from scratch; after any other change it is translated again.
+    #[test]
+    fn a_gateway_view_after_an_endpoint_change_keeps_its_routes() {
+        use crate::config::parse::parse_file;
+        use crate::model::testmesh::Shape;
+        let shape = Shape::new(20, 4, 2);
+        let mut store = shape.store();
+        let apply = |store: &mut Store, yaml: &str| -> BTreeSet<ObjectKey> {
+            let mut keys = BTreeSet::new();
+            for o in parse_file("change.yaml", yaml).objects {
+                let key = o.key.clone();
+                if store.apply(o) {
+                    keys.insert(key);
+                }
+            }
+            keys
+        };
+        let bound: String = (0..20).map(|i| shape.gateway_routing_yaml(i)).collect();
+        apply(&mut store, &bound);
+        let cache = Arc::new(ResourceCache::default());
+        let first = Push::new(
+            PushContext::build(&store, "v/1".into()),
+            1,
+            Instant::now(),
+            None,
+            cache.clone(),
+        );
+        let next = |store: &Store, before: &Push, keys: BTreeSet<ObjectKey>| {
+            let ctx = before
+                .context
+                .update(store, &keys, format!("v/{}", before.number + 1));
+            Push::new(
+                ctx,
+                before.number + 1,
+                Instant::now(),
+                Some(keys),
+                cache.clone(),
+            )
+            .after(before)
+        };
+        let meta =
+            serde_json::json!({"NAMESPACE": "istio-system", "LABELS": {"istio": "ingressgateway"}});
+        let gateway = Proxy::from_node(
+            "router~10.9.0.2~gw-0.istio-system~istio-system.svc.cluster.local",
+            meta.as_object().unwrap(),
+        )
+        .unwrap();
+        let before = first.view(&gateway);
+        assert_eq!(before.all(TypeKind::Route).len(), 1);
+
+        // One endpoint added to svc-3.
+        let keys = apply(&mut store, &shape.service_yaml(3, Some("10.200.0.1")));
+        assert!(
+            keys.iter().all(|k| k.kind == Kind::EndpointSlice),
+            "{keys:?}"
+        );
+        let second = next(&store, &first, keys);
+        let view = second.view(&gateway);
+        for kind in [TypeKind::Listener, TypeKind::Route, TypeKind::Secret] {
+            assert!(view.shares(&before, kind), "{kind:?}");
+        }
+        let fresh = cache::view(&second.context, &gateway, &second.cache);
+        for kind in PUSH_ORDER {
+            let bytes = |v: &View| {
+                (v.all(kind).iter())
+                    .map(|(n, r)| (n.to_string(), r.value().to_vec()))
+                    .collect::<Vec<_>>()
+            };
+            assert_eq!(bytes(&view), bytes(&fresh), "{kind:?}");
+        }
+        let eds = second.view_diff(&before, &view, TypeKind::Endpoint);
+        assert_eq!(eds.changed.len(), 1, "svc-3's load assignment");
+        assert!((second.view_diff(&before, &view, TypeKind::Route).changed).is_empty());
+
+        // A VirtualService change: the routes are translated again.
+        let keys = apply(
+            &mut store,
+            &shape.gateway_routing_yaml(3).replace("/api", "/v2"),
+        );
+        let third = next(&store, &second, keys);
+        let changed = third.view(&gateway);
+        assert!(!changed.shares(&view, TypeKind::Route));
+        let rds = third.view_diff(&view, &changed, TypeKind::Route);
+        assert_eq!(rds.changed.len(), 1, "http.80");
+    }
 
     #[test]
     fn proxies_on_two_networks_share_a_view_only_without_network_gateways() {

@@ -28,8 +28,8 @@ pub enum TypeKind {
     Route = 3,
     /// SDS over ADS: gateway credentials (`kubernetes://NAME`), secure port only.
     Secret = 4,
-    /// VHDS: the virtual hosts of a sidecar's outbound route configurations, one resource
-    /// each, for delta proxies when `MESHD_ENABLE_VHDS` is on (see [`vhds_route_config`]).
+    /// VHDS: the virtual hosts of route configurations (a sidecar's outbound ones, a
+    /// gateway's), one resource each, for delta proxies when `MESHD_ENABLE_VHDS` is on (see [`vhds_route_config`]).
     VirtualHost = 5,
 }
 
@@ -305,8 +305,12 @@ impl View {
         self.sets[kind as usize] = set;
     }
 
+    /// The set of `kind`, to share with another view.
+    pub(super) fn set(&self, kind: TypeKind) -> Arc<ResourceSet> {
+        self.sets[kind as usize].clone()
+    }
+
     /// Whether the two views hold the one same set of `kind`.
-    #[cfg(test)]
     pub(super) fn shares(&self, other: &View, kind: TypeKind) -> bool {
         Arc::ptr_eq(&self.sets[kind as usize], &other.sets[kind as usize])
     }

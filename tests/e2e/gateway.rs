@@ -96,6 +96,25 @@ fn gateway_routes_by_path_prefix_to_two_services() {
     }
     assert_eq!(m.meshd.metric("pilot_xds_clients"), 1.0);
     assert_eq!(m.meshd.metric("pilot_total_xds_rejects{type=\"rds\"}"), 0.0);
+
+    // A second EndpointSlice for reviews: an endpoint change alone, which reaches the
+    // gateway as endpoints, its listeners and routes kept (and not sent again).
+    let pushes = |t: &str| m.meshd.metric(&format!("pilot_xds_pushes{{type=\"{t}\"}}"));
+    let (lds, rds, eds) = (pushes("lds"), pushes("rds"), pushes("eds"));
+    let second = Upstream::start("reviews-2");
+    m.meshd.write(
+        "reviews-2.yaml",
+        &format!(
+            "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: reviews-2, namespace: shop, labels: {{kubernetes.io/service-name: reviews}}}}\naddressType: IPv4\nports: [{{name: http, port: {}}}]\nendpoints:\n- addresses: [127.0.0.1]\n  conditions: {{ready: true}}\n",
+            second.port
+        ),
+    );
+    wait_until("the new endpoint to serve", Duration::from_secs(10), || {
+        get("/reviews/1").body == "reviews-2"
+    });
+    assert_eq!(get("/productpage").body, "productpage");
+    assert_eq!((pushes("lds"), pushes("rds")), (lds, rds));
+    assert!(pushes("eds") > eds);
 }
 
 #[test]
