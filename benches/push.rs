@@ -131,6 +131,25 @@ fn sidecar_generation(c: &mut Criterion) {
             BatchSize::SmallInput,
         )
     });
+    // The same, as a push whose change was endpoints only builds it (since session 25):
+    // the listeners and routes of the view before kept, clusters and load assignments
+    // assembled again.
+    let before = cache::view(&previous, &proxy, &cache);
+    group.bench_function("1000_services_after_one_endpoint_change_kept", |b| {
+        b.iter_batched(
+            || {
+                turn += 1;
+                let next = previous.update(&stores[turn % 2], &keys, "bench/3".into());
+                previous = std::sync::Arc::new(next);
+                previous.clone()
+            },
+            |next| {
+                let view = cache::view_after_endpoints(&next, &proxy, &cache, &before);
+                (next, view)
+            },
+            BatchSize::SmallInput,
+        )
+    });
     group.finish();
 }
 
@@ -189,7 +208,7 @@ fn gateway_virtual_services(c: &mut Criterion) {
                 previous.clone()
             },
             |next| {
-                let view = cache::gateway_view_after_endpoints(&next, &gateway, &cache, &before);
+                let view = cache::view_after_endpoints(&next, &gateway, &cache, &before);
                 (next, view)
             },
             BatchSize::SmallInput,

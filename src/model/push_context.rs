@@ -127,6 +127,9 @@ fn namespace_labels(store: &Store) -> Arc<HashMap<String, BTreeMap<String, Strin
 /// The Kubernetes services (namespace, name) whose endpoints a change to these keys can
 /// alter: the Service itself, the service an EndpointSlice belongs to now or belonged to
 /// in `before`, and the services whose endpoints name a changed Pod.
+/// A service as one context held it and as a later one holds it (`None`: it had none).
+pub type ServiceChange<'a> = (Option<&'a Arc<Service>>, Option<&'a Arc<Service>>);
+
 fn touched_services(
     before: &Store,
     store: &Store,
@@ -375,6 +378,22 @@ impl PushContext {
             ctx.issues = Arc::new(ctx.cross_check());
         }
         ctx
+    }
+
+    /// The Kubernetes services `changed` touched (by their Service, Endpoints or
+    /// EndpointSlices, or a Pod behind them), as `previous` and this context hold them.
+    pub fn touched_services_since<'a>(
+        &'a self,
+        previous: &'a PushContext,
+        changed: &BTreeSet<ObjectKey>,
+    ) -> Vec<ServiceChange<'a>> {
+        touched_services(&previous.store, &self.store, changed)
+            .into_iter()
+            .map(|(ns, name)| {
+                let host = kubernetes_hostname(&ns, &name);
+                (previous.services.get(&host), self.services.get(&host))
+            })
+            .collect()
     }
 
     /// Endpoints of Kubernetes services with no known Pod behind them (Istio's

@@ -139,6 +139,12 @@ fn with_pool(
     c
 }
 
+/// The ports `svc`'s ports reach on its workloads ([`target_port`]): what a sidecar's
+/// inbound listeners and clusters take from the service's endpoints, and nothing else.
+pub fn workload_ports(svc: &Service) -> Vec<u32> {
+    svc.ports.iter().map(|p| target_port(svc, p)).collect()
+}
+
 /// The port a service port reaches on the workload: `targetPort`, else what the
 /// endpoints say, else the service port.
 fn target_port(svc: &Service, p: &ServicePort) -> u32 {

@@ -175,15 +175,24 @@ fn sni_dnat(
     endpoints
 }
 
-/// A gateway's plan without its listeners, routes and secrets: the part of it that an
-/// endpoint change can alter (its listeners, routes and credentials depend on Gateways,
-/// VirtualServices, DestinationRules, Services, policies and Secrets, never on
-/// endpoints).
-pub fn gateway_cluster_plan<'a>(ctx: &'a PushContext, proxy: &Proxy) -> Plan<'a> {
-    debug_assert_eq!(proxy.kind, ProxyKind::Router);
-    let services = gateway_services(ctx, proxy);
+/// A proxy's plan without its listeners, routes and secrets: the part of it that an
+/// endpoint change alters. Listeners, routes and credentials depend on Gateways,
+/// VirtualServices, DestinationRules, Sidecars, Services, policies and Secrets; on
+/// endpoints only through the ports a sidecar's own services reach on it
+/// ([`inbound::workload_ports`]), which the caller checks.
+pub fn cluster_plan<'a>(ctx: &'a PushContext, proxy: &Proxy) -> Plan<'a> {
     let mut clusters = cluster::fallback(proxy.kind);
-    let endpoints = sni_dnat(ctx, proxy, &services, &mut clusters);
+    let (services, endpoints) = match proxy.kind {
+        ProxyKind::Sidecar => {
+            clusters.extend(inbound::sidecar(ctx, proxy).1);
+            (ctx.services_for(proxy), Vec::new())
+        }
+        ProxyKind::Router => {
+            let services = gateway_services(ctx, proxy);
+            let endpoints = sni_dnat(ctx, proxy, &services, &mut clusters);
+            (services, endpoints)
+        }
+    };
     Plan {
         services,
         clusters,

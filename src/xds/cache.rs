@@ -715,19 +715,19 @@ fn clusters_and_endpoints(
     view
 }
 
-/// A gateway's view after a push that changed endpoints only: [`view`] byte for byte,
-/// with the listeners, routes, virtual hosts and secrets of `previous` (the gateway's
-/// view of the push before) shared rather than translated again, as none of them depends
-/// on endpoints ([`translate::gateway_cluster_plan`]). A gateway bound to many
-/// VirtualServices is most of a push's translation otherwise (1,000 virtual hosts: see
-/// BENCHMARKS.md).
-pub fn gateway_view_after_endpoints(
+/// A view after a push that changed endpoints only: [`view`] byte for byte, with the
+/// listeners, routes, virtual hosts and secrets of `previous` (the same view key's view
+/// of the push before) shared rather than translated again, as none of them depends on
+/// endpoints ([`translate::cluster_plan`]; the caller checks a sidecar's inbound ports).
+/// A gateway bound to many VirtualServices is most of a push's translation otherwise
+/// (1,000 virtual hosts: see BENCHMARKS.md), and a sidecar's plan most of its view.
+pub fn view_after_endpoints(
     ctx: &PushContext,
     proxy: &Proxy,
     cache: &ResourceCache,
     previous: &View,
 ) -> View {
-    let plan = translate::gateway_cluster_plan(ctx, proxy);
+    let plan = translate::cluster_plan(ctx, proxy);
     let mut view = clusters_and_endpoints(ctx, proxy, cache, &plan);
     for kind in [
         TypeKind::Listener,

@@ -134,6 +134,20 @@ fn endpoint_kind(kind: Kind) -> bool {
     matches!(kind, Kind::EndpointSlice | Kind::Endpoints)
 }
 
+/// Whether every service `changed` touched between the two contexts reaches its
+/// workloads on the same ports as before, so that no sidecar's inbound listeners moved.
+fn workload_ports_kept(before: &PushContext, after: &PushContext, changed: &ChangeSet) -> bool {
+    (after.touched_services_since(before, changed).into_iter()).all(|pair| match pair {
+        (Some(a), Some(b)) => {
+            Arc::ptr_eq(a, b)
+                || crate::translate::inbound::workload_ports(a)
+                    == crate::translate::inbound::workload_ports(b)
+        }
+        (None, None) => true,
+        _ => false,
+    })
+}
+
 /// The push in which each object last changed (objects unchanged since start-up have no
 /// entry: they came with the first push).
 pub type ChangeLog = Arc<Mutex<HashMap<ObjectKey, u64>>>;
@@ -188,10 +202,11 @@ pub struct Push {
     /// [`RECENT_PUSHES`]: what a connection that skipped pushes has missed.
     earlier: VecDeque<(u64, Option<ChangeSet>)>,
     views: Mutex<ViewCells>,
-    /// After a push that changed endpoints only: the gateways' views of the push before,
-    /// whose listeners, routes and secrets this push's gateway views share
-    /// ([`cache::gateway_view_after_endpoints`]).
-    gateway_views_before: ViewCells,
+    /// After a push that changed endpoints only: the views of the push before, whose
+    /// listeners, routes and secrets this push's views share
+    /// ([`cache::view_after_endpoints`]); gateways' only when a changed service's
+    /// workload ports moved (sidecars' inbound listeners follow them).
+    views_before: ViewCells,
     /// Differences from earlier views to this push's, by (from, to, type), computed once
     /// for all the proxies that make the same step. The views are held so that their
     /// addresses stay theirs.
@@ -225,7 +240,7 @@ impl Push {
             changed: changed.map(Arc::new),
             earlier: VecDeque::new(),
             views: Mutex::default(),
-            gateway_views_before: ViewCells::default(),
+            views_before: ViewCells::default(),
             diffs: Mutex::default(),
             cache,
         }
@@ -239,13 +254,13 @@ impl Push {
         while self.earlier.len() > RECENT_PUSHES {
             self.earlier.pop_front();
         }
-        if self
-            .changed
-            .as_ref()
-            .is_some_and(|keys| !keys.is_empty() && keys.iter().all(|k| endpoint_kind(k.kind)))
+        if let Some(keys) = &self.changed
+            && !keys.is_empty()
+            && keys.iter().all(|k| endpoint_kind(k.kind))
         {
-            self.gateway_views_before = (previous.views.lock().unwrap().iter())
-                .filter(|(key, _)| key.kind == ProxyKind::Router)
+            let sidecars_too = workload_ports_kept(&previous.context, &self.context, keys);
+            self.views_before = (previous.views.lock().unwrap().iter())
+                .filter(|(key, _)| sidecars_too || key.kind == ProxyKind::Router)
                 .map(|(key, cell)| (key.clone(), cell.clone()))
                 .collect();
         }
@@ -309,14 +324,14 @@ impl Push {
             },
             vhds: proxy.vhds,
         };
-        let before = (self.gateway_views_before.get(&key))
+        let before = (self.views_before.get(&key))
             .and_then(|cell| cell.get())
             .cloned();
         let cell = self.views.lock().unwrap().entry(key).or_default().clone();
         cell.get_or_init(|| {
             Arc::new(match before {
                 Some(before) => {
-                    cache::gateway_view_after_endpoints(&self.context, proxy, &self.cache, &before)
+                    cache::view_after_endpoints(&self.context, proxy, &self.cache, &before)
                 }
                 None => cache::view(&self.context, proxy, &self.cache),
             })
@@ -556,11 +571,12 @@ mod tests {
     use crate::config::Kind;
     use crate::xds::resource::PUSH_ORDER;
 
-    /// After a push that changed endpoints only, a gateway's view shares the listeners,
+    /// After a push that changed endpoints only, a proxy's view shares the listeners,
     /// routes and secrets of its view of the push before, and is still exactly the view
-    /// translated from scratch; after any other change it is translated again.
+    /// translated from scratch; a sidecar's not when a service's workload ports moved
+    /// (its inbound listeners follow them), and no view after any other change.
     #[test]
-    fn a_gateway_view_after_an_endpoint_change_keeps_its_routes() {
+    fn a_view_after_an_endpoint_change_keeps_its_listeners_and_routes() {
         use crate::config::parse::parse_file;
         use crate::model::testmesh::Shape;
         let shape = Shape::new(20, 4, 2);
@@ -577,6 +593,15 @@ mod tests {
         };
         let bound: String = (0..20).map(|i| shape.gateway_routing_yaml(i)).collect();
         apply(&mut store, &bound);
+        // svc-4 names its targetPort: its endpoints say where it reaches its workloads.
+        let named = |yaml: String| {
+            yaml.replacen(
+                "ports: [{name: http, port: 8080}]",
+                "ports: [{name: http, port: 8080, targetPort: web}]",
+                1,
+            )
+        };
+        apply(&mut store, &named(shape.service_yaml(4, None)));
         let cache = Arc::new(ResourceCache::default());
         let first = Push::new(
             PushContext::build(&store, "v/1".into()),
@@ -586,6 +611,7 @@ mod tests {
             cache.clone(),
         );
         let next = |store: &Store, before: &Push, keys: BTreeSet<ObjectKey>| {
+            assert!(!keys.is_empty());
             let ctx = before
                 .context
                 .update(store, &keys, format!("v/{}", before.number + 1));
@@ -598,15 +624,32 @@ mod tests {
             )
             .after(before)
         };
-        let meta =
-            serde_json::json!({"NAMESPACE": "istio-system", "LABELS": {"istio": "ingressgateway"}});
-        let gateway = Proxy::from_node(
+        let proxy = |id: &str, meta: serde_json::Value| {
+            Proxy::from_node(id, meta.as_object().unwrap()).unwrap()
+        };
+        let gateway = proxy(
             "router~10.9.0.2~gw-0.istio-system~istio-system.svc.cluster.local",
-            meta.as_object().unwrap(),
-        )
-        .unwrap();
-        let before = first.view(&gateway);
-        assert_eq!(before.all(TypeKind::Route).len(), 1);
+            serde_json::json!({"NAMESPACE": "istio-system", "LABELS": {"istio": "ingressgateway"}}),
+        );
+        let sidecar = proxy(
+            "sidecar~10.9.0.3~a-0.ns-1~ns-1.svc.cluster.local",
+            serde_json::json!({"NAMESPACE": "ns-1", "LABELS": {"app": "a"}}),
+        );
+        let proxies = [&gateway, &sidecar];
+        let before = proxies.map(|p| first.view(p));
+        assert_eq!(before[0].all(TypeKind::Route).len(), 1);
+        let as_fresh = |push: &Push, p: &Proxy, view: &View| {
+            let fresh = cache::view(&push.context, p, &push.cache);
+            for kind in PUSH_ORDER {
+                let bytes = |v: &View| {
+                    (v.all(kind).iter())
+                        .map(|(n, r)| (n.to_string(), r.value().to_vec()))
+                        .collect::<Vec<_>>()
+                };
+                assert_eq!(bytes(view), bytes(&fresh), "{kind:?} of {}", p.id);
+            }
+        };
+        let kept = [TypeKind::Listener, TypeKind::Route, TypeKind::Secret];
 
         // One endpoint added to svc-3.
         let keys = apply(&mut store, &shape.service_yaml(3, Some("10.200.0.1")));
@@ -615,32 +658,43 @@ mod tests {
             "{keys:?}"
         );
         let second = next(&store, &first, keys);
-        let view = second.view(&gateway);
-        for kind in [TypeKind::Listener, TypeKind::Route, TypeKind::Secret] {
-            assert!(view.shares(&before, kind), "{kind:?}");
+        let views = proxies.map(|p| second.view(p));
+        for (i, p) in proxies.iter().enumerate() {
+            for kind in kept {
+                assert!(views[i].shares(&before[i], kind), "{kind:?} of {}", p.id);
+            }
+            as_fresh(&second, p, &views[i]);
+            let eds = second.view_diff(&before[i], &views[i], TypeKind::Endpoint);
+            assert_eq!(eds.changed.len(), 1, "svc-3's load assignment");
+            let rds = second.view_diff(&before[i], &views[i], TypeKind::Route);
+            assert!(rds.changed.is_empty());
         }
-        let fresh = cache::view(&second.context, &gateway, &second.cache);
-        for kind in PUSH_ORDER {
-            let bytes = |v: &View| {
-                (v.all(kind).iter())
-                    .map(|(n, r)| (n.to_string(), r.value().to_vec()))
-                    .collect::<Vec<_>>()
-            };
-            assert_eq!(bytes(&view), bytes(&fresh), "{kind:?}");
+
+        // svc-4's endpoints move to another port: its workloads' port with them, so the
+        // sidecar's view is translated again; the gateway's is still kept.
+        let moved = named(shape.service_yaml(4, None)).replace(
+            "ports: [{name: http, port: 8080}]\nendpoints",
+            "ports: [{name: http, port: 9090}]\nendpoints",
+        );
+        let keys = apply(&mut store, &moved);
+        assert!(keys.iter().all(|k| k.kind == Kind::EndpointSlice) && !keys.is_empty());
+        let third = next(&store, &second, keys);
+        let moved_views = proxies.map(|p| third.view(p));
+        assert!(moved_views[0].shares(&views[0], TypeKind::Route));
+        assert!(!moved_views[1].shares(&views[1], TypeKind::Listener));
+        for (i, p) in proxies.iter().enumerate() {
+            as_fresh(&third, p, &moved_views[i]);
         }
-        let eds = second.view_diff(&before, &view, TypeKind::Endpoint);
-        assert_eq!(eds.changed.len(), 1, "svc-3's load assignment");
-        assert!((second.view_diff(&before, &view, TypeKind::Route).changed).is_empty());
 
         // A VirtualService change: the routes are translated again.
         let keys = apply(
             &mut store,
             &shape.gateway_routing_yaml(3).replace("/api", "/v2"),
         );
-        let third = next(&store, &second, keys);
-        let changed = third.view(&gateway);
-        assert!(!changed.shares(&view, TypeKind::Route));
-        let rds = third.view_diff(&view, &changed, TypeKind::Route);
+        let fourth = next(&store, &third, keys);
+        let changed = fourth.view(&gateway);
+        assert!(!changed.shares(&moved_views[0], TypeKind::Route));
+        let rds = fourth.view_diff(&moved_views[0], &changed, TypeKind::Route);
         assert_eq!(rds.changed.len(), 1, "http.80");
     }
 
