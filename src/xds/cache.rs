@@ -926,18 +926,34 @@ mod tests {
         let shape = Shape::new(40, 4, 2);
         let mut store = shape.store();
         let cache = ResourceCache::default();
-        assert_views_agree(&PushContext::build(&store, "v/1".into()), &cache);
+        let first = PushContext::build(&store, "v/1".into());
+        assert_views_agree(&first, &cache);
 
         // An endpoint-only change to svc-3 (in ns-3, no proxy's namespace): its clusters
         // for each (kind, secure) pair in use and its one default virtual host.
         apply(&mut store, &shape.service_yaml(3, Some("10.200.0.1")));
         let misses = cache.reads().1;
-        assert_views_agree(&PushContext::build(&store, "v/2".into()), &cache);
+        let second = PushContext::build(&store, "v/2".into());
+        assert_views_agree(&second, &cache);
         assert_eq!(
             cache.reads().1 - misses,
             4,
             "plaintext sidecar, secure sidecar and secure gateway clusters, one virtual host"
         );
+        // Every proxy's view after it, its listeners and routes kept from the view before,
+        // is the view built anew.
+        for p in proxies() {
+            let kept = view_after_endpoints(&second, &p, &cache, &view(&first, &p, &cache));
+            let fresh = view(&second, &p, &cache);
+            for kind in PUSH_ORDER {
+                let all = |v: &View| {
+                    (v.all(kind).values())
+                        .map(|r| (r.name.to_string(), r.value().to_vec()))
+                        .collect::<Vec<_>>()
+                };
+                assert_eq!(all(&kept), all(&fresh), "{kind:?} of {}", p.id);
+            }
+        }
 
         // A DestinationRule change (svc-10's subsets), a new DestinationRule (svc-7) and a
         // new trust domain: each entry they touch is rebuilt (the byte comparison proves
