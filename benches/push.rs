@@ -2,6 +2,7 @@
 //! encoding everything one unscoped sidecar receives. Figures live in BENCHMARKS.md.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use criterion::{BatchSize, BenchmarkId, Criterion, criterion_group};
 use serde_json::json;
@@ -31,6 +32,37 @@ fn one_endpoint_added(store: &Store, services: usize) -> (Store, BTreeSet<Object
     }
     assert_eq!(keys.len(), 1, "one EndpointSlice");
     (changed, keys)
+}
+
+/// Push contexts for a mesh alternating between `store` and `store` with one endpoint
+/// more ([`one_endpoint_added`]), each updated from the one before, as the pipeline does
+/// (unchanged services stay the same `Arc`s).
+struct Alternating {
+    stores: [Store; 2],
+    keys: BTreeSet<ObjectKey>,
+    previous: Arc<PushContext>,
+    turn: usize,
+}
+
+impl Alternating {
+    /// `store` holds the mesh of `testmesh::generate(services, 50, 3)` (and possibly more),
+    /// `first` is its context.
+    fn new(store: Store, services: usize, first: PushContext) -> Alternating {
+        let (changed, keys) = one_endpoint_added(&store, services);
+        Alternating {
+            stores: [store, changed],
+            keys,
+            previous: Arc::new(first),
+            turn: 0,
+        }
+    }
+
+    fn next(&mut self) -> Arc<PushContext> {
+        self.turn += 1;
+        let store = &self.stores[self.turn % 2];
+        self.previous = Arc::new(self.previous.update(store, &self.keys, "bench/3".into()));
+        self.previous.clone()
+    }
 }
 
 fn push_context_build(c: &mut Criterion) {
@@ -112,18 +144,10 @@ fn sidecar_generation(c: &mut Criterion) {
     // from the previous one as the pipeline does (unchanged services are the same
     // `Arc`s), the mesh alternating between two states that differ in one service's
     // endpoints, so each view re-encodes that service and finds the other 999 unchanged.
-    let (changed, keys) = one_endpoint_added(&store, 1_000);
-    let stores = [store, changed];
-    let mut previous = std::sync::Arc::new(ctx);
-    let mut turn = 0;
+    let mut contexts = Alternating::new(store, 1_000, ctx);
     group.bench_function("1000_services_after_one_service_change", |b| {
         b.iter_batched(
-            || {
-                turn += 1;
-                let next = previous.update(&stores[turn % 2], &keys, "bench/3".into());
-                previous = std::sync::Arc::new(next);
-                previous.clone()
-            },
+            || contexts.next(),
             |next| {
                 let view = cache::view(&next, &proxy, &cache);
                 (next, view)
@@ -134,15 +158,10 @@ fn sidecar_generation(c: &mut Criterion) {
     // The same, as a push whose change was endpoints only builds it (since session 25):
     // the listeners and routes of the view before kept, clusters and load assignments
     // assembled again.
-    let before = cache::view(&previous, &proxy, &cache);
+    let before = cache::view(&contexts.next(), &proxy, &cache);
     group.bench_function("1000_services_after_one_endpoint_change_kept", |b| {
         b.iter_batched(
-            || {
-                turn += 1;
-                let next = previous.update(&stores[turn % 2], &keys, "bench/3".into());
-                previous = std::sync::Arc::new(next);
-                previous.clone()
-            },
+            || contexts.next(),
             |next| {
                 let view = cache::view_after_endpoints(&next, &proxy, &cache, &before);
                 (next, view)
@@ -195,18 +214,10 @@ fn gateway_virtual_services(c: &mut Criterion) {
     // The push after one endpoint change (the context updated from the previous one, as
     // the pipeline does): the gateway's listeners, routes and secrets are the previous
     // view's, its clusters and load assignments assembled again.
-    let (changed, keys) = one_endpoint_added(&store, 1_000);
-    let stores = [store, changed];
-    let mut previous = std::sync::Arc::new(ctx);
-    let mut turn = 0;
+    let mut contexts = Alternating::new(store, 1_000, ctx);
     group.bench_function("1000_virtual_services_after_one_endpoint_change", |b| {
         b.iter_batched(
-            || {
-                turn += 1;
-                let next = previous.update(&stores[turn % 2], &keys, "bench/3".into());
-                previous = std::sync::Arc::new(next);
-                previous.clone()
-            },
+            || contexts.next(),
             |next| {
                 let view = cache::view_after_endpoints(&next, &gateway, &cache, &before);
                 (next, view)
