@@ -424,11 +424,23 @@ mod tests {
             (TypeKind::Route.url(), vec!["8080".into()])
         );
         assert!(rx.try_recv().is_err(), "VHDS is not subscribed yet");
+        assert!(!conn.watches.holds_vhds(), "nor allocated");
         handle(&mut conn, ask(TypeKind::VirtualHost, &[]), &tx)
             .await
             .unwrap();
         assert_eq!(answer(&mut rx), (TypeKind::VirtualHost.url(), all.clone()));
         assert!(conn.watches[TypeKind::VirtualHost as usize].compact);
+
+        assert!(conn.watches.holds_vhds());
+        // A proxy without VHDS asks for its routes (and is pushed to below).
+        let mut plain_proxy = (*conn.proxy).clone();
+        plain_proxy.vhds = false;
+        let mut plain = Connection::new(shared.clone(), plain_proxy, true);
+        let (plain_tx, mut plain_rx) = tokio::sync::mpsc::channel(16);
+        handle(&mut plain, ask(TypeKind::Route, &["8080"]), &plain_tx)
+            .await
+            .unwrap();
+        assert_eq!(answer(&mut plain_rx).0, TypeKind::Route.url());
 
         // A VirtualService of svc-0 changes: its virtual host alone is pushed.
         let parsed = crate::config::parse::parse_file("vs.yaml", &shape.routing_yaml(0, "bob"));
@@ -446,6 +458,10 @@ mod tests {
             vec!["8080/svc-0.ns-0.svc.cluster.local:8080".to_string()]
         );
         assert!(rx.try_recv().is_err(), "nothing else");
+        plain.push = pushes.build(&store, 3);
+        push_to(&mut plain, &plain_tx).await.unwrap();
+        assert_eq!(answer(&mut plain_rx).0, TypeKind::Route.url());
+        assert!(!plain.watches.holds_vhds(), "no VHDS watch without VHDS");
 
         // The route configuration asked for again: all its virtual hosts follow.
         let mut again = ask(TypeKind::Route, &[]);
