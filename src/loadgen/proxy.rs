@@ -396,9 +396,7 @@ impl Names {
             }
         } else if type_url == ROUTE_TYPE && !self.vhds {
             self.vhds = resources.into_iter().any(|(_, body)| asks_for_vhds(&body));
-            if self.vhds {
-                vhds = true;
-            }
+            vhds = self.vhds;
         }
         (eds, rds, vhds)
     }

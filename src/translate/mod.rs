@@ -238,7 +238,7 @@ pub fn proxy_config(ctx: &PushContext, proxy: &Proxy) -> ProxyConfig {
     }
     clusters.extend(plan.clusters);
     endpoints.extend(plan.endpoints);
-    let (mut routes, mut virtual_hosts) = vhds_split(proxy, plan.routes);
+    let mut routes = plan.routes;
     for r in plan.sidecar_routes {
         let mut vhosts: Vec<VirtualHost> = (r.vhosts.into_iter())
             .map(|v| v.build(ctx, proxy, r.port, r.sniffed))
@@ -246,14 +246,9 @@ pub fn proxy_config(ctx: &PushContext, proxy: &Proxy) -> ProxyConfig {
         if !r.sniffed {
             vhosts.extend(plan.catch_all.clone());
         }
-        if proxy.vhds {
-            virtual_hosts
-                .extend((vhosts.into_iter()).map(|vh| route::vhds_virtual_host(&r.name, vh)));
-            routes.push(route::vhds_shell(r.name));
-        } else {
-            routes.push(route::with_virtual_hosts(r.name, vhosts));
-        }
+        routes.push(route::with_virtual_hosts(r.name, vhosts));
     }
+    let (routes, virtual_hosts) = vhds_split(proxy, routes);
     ProxyConfig {
         clusters,
         endpoints,
@@ -264,9 +259,8 @@ pub fn proxy_config(ctx: &PushContext, proxy: &Proxy) -> ProxyConfig {
     }
 }
 
-/// A gateway's route configurations as they are sent: whole, or for a proxy on VHDS
-/// ([`Proxy::vhds`]) as shells and their virtual hosts ([`route::into_vhds`]). (A
-/// sidecar's outbound route configurations are split as they are built.)
+/// Route configurations as they are sent: whole, or for a proxy on VHDS ([`Proxy::vhds`])
+/// as shells and their virtual hosts ([`route::into_vhds`]).
 pub fn vhds_split(
     proxy: &Proxy,
     routes: Vec<RouteConfiguration>,

@@ -69,11 +69,15 @@ fn route_configuration(name: String, virtual_hosts: Vec<VirtualHost>) -> RouteCo
 /// would drop them).
 pub fn vhds_shell(name: String) -> RouteConfiguration {
     RouteConfiguration {
-        vhds: Some(Vhds {
-            config_source: Some(super::ads_config_source()),
-        }),
+        vhds: vhds_over_ads(),
         ..route_configuration(name, Vec::new())
     }
+}
+
+fn vhds_over_ads() -> Option<Vhds> {
+    Some(Vhds {
+        config_source: Some(super::ads_config_source()),
+    })
 }
 
 /// A route configuration split for VHDS: its shell ([`vhds_shell`]'s shape: every field
@@ -83,7 +87,7 @@ pub fn into_vhds(mut rc: RouteConfiguration) -> (RouteConfiguration, Vec<Virtual
     let vhosts = (vhosts.into_iter())
         .map(|vh| vhds_virtual_host(&rc.name, vh))
         .collect();
-    rc.vhds = vhds_shell(String::new()).vhds;
+    rc.vhds = vhds_over_ads();
     (rc, vhosts)
 }
 
@@ -96,7 +100,7 @@ pub fn vhds_name(route_config: &str, virtual_host: &str) -> String {
 }
 
 /// A virtual host of `route_config` as sent over VHDS: named [`vhds_name`].
-pub fn vhds_virtual_host(route_config: &str, mut vh: VirtualHost) -> VirtualHost {
+fn vhds_virtual_host(route_config: &str, mut vh: VirtualHost) -> VirtualHost {
     vh.name = vhds_name(route_config, &vh.name);
     vh
 }

@@ -650,9 +650,31 @@ pub fn view(ctx: &PushContext, proxy: &Proxy, cache: &ResourceCache) -> View {
     }
     for r in &plan.sidecar_routes {
         let (name, port) = (&r.name, &r.port);
+        // Each virtual host as an encoded `virtual_hosts` field, most of them cached.
+        let virtual_hosts = (r.vhosts.iter().map(|v| match v {
+            VirtualHostPlan::Default(svc) => {
+                let rule = ctx.service_rule(proxy, svc);
+                let audience = Audience::new(svc, &proxy.namespace, r.sniffed);
+                cache.default_virtual_host(ctx, svc, rule, *port, audience)
+            }
+            VirtualHostPlan::Shared { vs, service } => {
+                cache.routed_virtual_host(ctx, service, vs, *port, proxy, r.sniffed)
+            }
+            VirtualHostPlan::Routed(vh) => virtual_host_field(vh).into(),
+        }))
+        .chain(
+            (plan.catch_all.as_ref())
+                .filter(|_| !r.sniffed)
+                .map(|c| virtual_host_field(c).into()),
+        );
         if proxy.vhds {
             let shell = translate::route::vhds_shell(name.clone());
             view.insert(TypeKind::Route, encode(name, &shell));
+            for field in virtual_hosts {
+                let vh = cache.vhds_virtual_host(ctx, name, &field);
+                view.insert(TypeKind::VirtualHost, vh);
+            }
+            continue;
         }
         let head = RouteConfiguration {
             name: name.clone(),
@@ -664,29 +686,7 @@ pub fn view(ctx: &PushContext, proxy: &Proxy, cache: &ResourceCache) -> View {
         // copied into every view's route configuration.
         let mut pieces: Vec<Arc<[u8]>> = Vec::with_capacity(r.vhosts.len() + 3);
         pieces.push(head.into());
-        pieces.extend(r.vhosts.iter().map(|v| match v {
-            VirtualHostPlan::Default(svc) => {
-                let rule = ctx.service_rule(proxy, svc);
-                let audience = Audience::new(svc, &proxy.namespace, r.sniffed);
-                cache.default_virtual_host(ctx, svc, rule, *port, audience)
-            }
-            VirtualHostPlan::Shared { vs, service } => {
-                cache.routed_virtual_host(ctx, service, vs, *port, proxy, r.sniffed)
-            }
-            VirtualHostPlan::Routed(vh) => virtual_host_field(vh).into(),
-        }));
-        pieces.extend(
-            (plan.catch_all.as_ref())
-                .filter(|_| !r.sniffed)
-                .map(|c| virtual_host_field(c).into()),
-        );
-        if proxy.vhds {
-            for piece in &pieces[1..] {
-                let vh = cache.vhds_virtual_host(ctx, name, piece);
-                view.insert(TypeKind::VirtualHost, vh);
-            }
-            continue;
-        }
+        pieces.extend(virtual_hosts);
         pieces.push(tail.into());
         view.insert(
             TypeKind::Route,
@@ -777,7 +777,6 @@ mod tests {
     use crate::config::parse::parse_file;
     use crate::model::Store;
     use crate::model::testmesh::Shape;
-    use crate::xds::resource::PUSH_ORDER;
 
     fn apply(store: &mut Store, yaml: &str) {
         let parsed = parse_file("change.yaml", yaml);
@@ -837,20 +836,7 @@ mod tests {
         for p in proxies {
             let cached = view(ctx, &p, cache);
             let fresh = View::new(translate::proxy_config(ctx, &p));
-            for kind in PUSH_ORDER {
-                let names = |v: &View| v.all(kind).keys().cloned().collect::<Vec<_>>();
-                assert_eq!(names(&cached), names(&fresh), "{kind:?} of {}", p.id);
-                for (name, r) in fresh.all(kind) {
-                    assert_eq!(
-                        cached.all(kind)[name].value(),
-                        r.value(),
-                        "{kind:?} {name} of {}",
-                        p.id
-                    );
-                    // The same version whether kept whole or in pieces.
-                    assert_eq!(cached.all(kind)[name].hash, r.hash, "{kind:?} {name}");
-                }
-            }
+            crate::xds::testing::assert_same_views(&cached, &fresh, &p.id);
         }
     }
 
@@ -945,14 +931,7 @@ mod tests {
         for p in proxies() {
             let kept = view_after_endpoints(&second, &p, &cache, &view(&first, &p, &cache));
             let fresh = view(&second, &p, &cache);
-            for kind in PUSH_ORDER {
-                let all = |v: &View| {
-                    (v.all(kind).values())
-                        .map(|r| (r.name.to_string(), r.value().to_vec()))
-                        .collect::<Vec<_>>()
-                };
-                assert_eq!(all(&kept), all(&fresh), "{kind:?} of {}", p.id);
-            }
+            crate::xds::testing::assert_same_views(&kept, &fresh, &p.id);
         }
 
         // A DestinationRule change (svc-10's subsets), a new DestinationRule (svc-7) and a

@@ -617,7 +617,7 @@ impl Connection {
 
 /// Whether the VHDS resource `name` belongs to one of `route_configs` (as Envoy's watch
 /// for a route configuration takes every resource named under it).
-pub fn vhds_subscribed(route_configs: &BTreeSet<&str>, name: &str) -> bool {
+fn vhds_subscribed(route_configs: &BTreeSet<&str>, name: &str) -> bool {
     super::resource::vhds_route_config(name).is_some_and(|rc| route_configs.contains(rc))
 }
 

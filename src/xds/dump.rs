@@ -9,7 +9,7 @@ use envoy_types::pb::google::protobuf::Any;
 use prost_reflect::{DescriptorPool, DynamicMessage, SerializeOptions};
 use serde_json::{Value, json};
 
-use super::resource::{Resource, TypeKind, View};
+use super::resource::{Resource, TypeKind, View, vhds_route_config};
 
 /// Every Envoy message, from the descriptor set envoy-types ships (copied by build.rs).
 fn pool() -> &'static DescriptorPool {
@@ -107,9 +107,8 @@ pub fn config_dump(view: &View, version: &str, sent_at: &str) -> Value {
 /// A route configuration's virtual hosts sent over VHDS, added to its own as Envoy's
 /// `/config_dump` shows them (after its own, in name order).
 fn with_vhds_virtual_hosts(config: &mut Value, route_config: &str, view: &View) {
-    let names = std::collections::BTreeSet::from([route_config]);
     let vhosts = (view.all(TypeKind::VirtualHost).values())
-        .filter(|vh| super::connection::vhds_subscribed(&names, &vh.name))
+        .filter(|vh| vhds_route_config(&vh.name) == Some(route_config))
         .map(|vh| {
             let mut json = resource_json(vh);
             if let Some(fields) = json.as_object_mut() {

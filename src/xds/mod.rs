@@ -376,6 +376,25 @@ pub(crate) mod testing {
         }
     }
 
+    /// Asserts that two views hold the same resources of every type: the same names,
+    /// bytes and versions (`what` names the proxy in a failure).
+    pub(crate) fn assert_same_views(
+        a: &super::resource::View,
+        b: &super::resource::View,
+        what: &str,
+    ) {
+        for kind in super::resource::PUSH_ORDER {
+            let names = |v: &super::resource::View| v.all(kind).keys().cloned().collect::<Vec<_>>();
+            assert_eq!(names(a), names(b), "{kind:?} of {what}");
+            for (name, r) in b.all(kind) {
+                let other = &a.all(kind)[name];
+                assert_eq!(other.value(), r.value(), "{kind:?} {name} of {what}");
+                // The same version whether kept whole or in pieces.
+                assert_eq!(other.hash, r.hash, "{kind:?} {name} of {what}");
+            }
+        }
+    }
+
     /// The connections' shared state with default settings, following `pushes`.
     pub(crate) fn shared(pushes: tokio::sync::watch::Receiver<Arc<Push>>) -> Arc<XdsShared> {
         XdsShared::new(

@@ -41,8 +41,8 @@ pub struct PushSettings {
     /// slowly-reading proxies waits for it instead of holding every initial
     /// configuration in memory at once.
     pub send_buffer: Option<usize>,
-    /// Sidecars on delta ADS get their outbound route configurations' virtual hosts over
-    /// VHDS (`MESHD_ENABLE_VHDS`, default false; meshd's own, istiod has no VHDS): a
+    /// Sidecars and gateways on delta ADS get their route configurations' virtual hosts
+    /// over VHDS (`MESHD_ENABLE_VHDS`, default false; meshd's own, istiod has no VHDS): a
     /// VirtualService change then sends the virtual hosts it changed, not every route
     /// configuration that holds them.
     pub vhds: bool,
@@ -126,12 +126,8 @@ fn go_bool(v: &str) -> Option<bool> {
 }
 
 /// Whether `keys` are endpoint changes only (what istiod pushes as incremental EDS).
-fn endpoints_only(keys: &[ObjectKey]) -> bool {
-    keys.iter().all(|k| endpoint_kind(k.kind))
-}
-
-fn endpoint_kind(kind: Kind) -> bool {
-    matches!(kind, Kind::EndpointSlice | Kind::Endpoints)
+fn endpoints_only<'a>(keys: impl IntoIterator<Item = &'a ObjectKey>) -> bool {
+    (keys.into_iter()).all(|k| matches!(k.kind, Kind::EndpointSlice | Kind::Endpoints))
 }
 
 /// Whether every service `changed` touched between the two contexts reaches its
@@ -183,7 +179,7 @@ pub struct ViewKey {
     network_view: Option<Box<[String]>>,
     /// Only when some failover compares the node a proxy runs on.
     node: Option<String>,
-    /// Gets its sidecar virtual hosts over VHDS.
+    /// Gets its virtual hosts over VHDS.
     vhds: bool,
 }
 
@@ -204,7 +200,7 @@ pub struct Push {
     views: Mutex<ViewCells>,
     /// After a push that changed endpoints only: the views of the push before, whose
     /// listeners, routes and secrets this push's views share
-    /// ([`cache::view_after_endpoints`]); gateways' only when a changed service's
+    /// ([`cache::view_after_endpoints`]); only the gateways' when a changed service's
     /// workload ports moved (sidecars' inbound listeners follow them).
     views_before: ViewCells,
     /// Differences from earlier views to this push's, by (from, to, type), computed once
@@ -256,7 +252,7 @@ impl Push {
         }
         if let Some(keys) = &self.changed
             && !keys.is_empty()
-            && keys.iter().all(|k| endpoint_kind(k.kind))
+            && endpoints_only(keys.iter())
         {
             let sidecars_too = workload_ports_kept(&previous.context, &self.context, keys);
             self.views_before = (previous.views.lock().unwrap().iter())
@@ -569,7 +565,6 @@ fn trigger_type(kind: Kind) -> &'static str {
 mod tests {
     use super::*;
     use crate::config::Kind;
-    use crate::xds::resource::PUSH_ORDER;
 
     /// After a push that changed endpoints only, a proxy's view shares the listeners,
     /// routes and secrets of its view of the push before, and is still exactly the view
@@ -640,14 +635,7 @@ mod tests {
         assert_eq!(before[0].all(TypeKind::Route).len(), 1);
         let as_fresh = |push: &Push, p: &Proxy, view: &View| {
             let fresh = cache::view(&push.context, p, &push.cache);
-            for kind in PUSH_ORDER {
-                let bytes = |v: &View| {
-                    (v.all(kind).iter())
-                        .map(|(n, r)| (n.to_string(), r.value().to_vec()))
-                        .collect::<Vec<_>>()
-                };
-                assert_eq!(bytes(view), bytes(&fresh), "{kind:?} of {}", p.id);
-            }
+            crate::xds::testing::assert_same_views(view, &fresh, &p.id);
         };
         let kept = [TypeKind::Listener, TypeKind::Route, TypeKind::Secret];
 

@@ -99,7 +99,7 @@ fn gateway_routes_by_path_prefix_to_two_services() {
 
     // A second EndpointSlice for reviews: an endpoint change alone, which reaches the
     // gateway as endpoints, its listeners and routes kept (and not sent again).
-    let pushes = |t: &str| m.meshd.metric(&format!("pilot_xds_pushes{{type=\"{t}\"}}"));
+    let pushes = |t: &str| m.meshd.pushes(t);
     let (lds, rds, eds) = (pushes("lds"), pushes("rds"), pushes("eds"));
     let second = Upstream::start("reviews-2");
     m.meshd.write(
@@ -207,7 +207,7 @@ fn with_vhds_a_gateway_gets_virtual_service_edits_as_virtual_hosts() {
         routes.contains(&format!("\"http.{port}/*:80\"")),
         "{routes}"
     );
-    let pushes = |t: &str| m.meshd.metric(&format!("pilot_xds_pushes{{type=\"{t}\"}}"));
+    let pushes = |t: &str| m.meshd.pushes(t);
     let (rds, vhds) = (pushes("rds"), pushes("vhds"));
 
     // The VirtualService is edited: one virtual host goes, no route configuration.

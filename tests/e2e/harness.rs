@@ -638,6 +638,11 @@ impl Meshd {
             .map_or(0.0, |v| v.trim().parse().unwrap())
     }
 
+    /// `pilot_xds_pushes{type="TYPE"}`: responses of one type sent so far.
+    pub fn pushes(&self, xds_type: &str) -> f64 {
+        self.metric(&format!("pilot_xds_pushes{{type=\"{xds_type}\"}}"))
+    }
+
     pub fn write(&self, file: &str, yaml: &str) {
         // Write-then-rename, as editors and kubectl-style tools do.
         let tmp = self.config_dir.join(format!(".{file}.tmp"));

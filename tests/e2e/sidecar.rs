@@ -701,7 +701,7 @@ fn with_vhds_a_virtual_service_change_sends_only_its_virtual_host() {
         envoy_dump(&delta, "dynamic_route_configs", field, "name"),
         meshd_dump(&ours, "dynamic_route_configs", field, "name")
     );
-    let pushes = |t: &str| meshd.metric(&format!("pilot_xds_pushes{{type=\"{t}\"}}"));
+    let pushes = |t: &str| meshd.pushes(t);
     let (rds, vhds) = (pushes("rds"), pushes("vhds"));
     assert!(vhds >= 1.0, "{vhds}");
 
