@@ -22,21 +22,27 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// svc-1, and the keys that changed, as the sources report them (only what differs).
 fn one_endpoint_added(store: &Store, services: usize) -> (Store, BTreeSet<ObjectKey>) {
     let shape = testmesh::Shape::new(services, 50, 3);
+    let (changed, keys) = changed(store, &shape.service_yaml(1, Some("10.200.0.1")));
+    assert_eq!(keys.len(), 1, "one EndpointSlice");
+    (changed, keys)
+}
+
+/// `store` with the objects of `yaml` applied, and the keys that changed.
+fn changed(store: &Store, yaml: &str) -> (Store, BTreeSet<ObjectKey>) {
     let mut changed = store.clone();
     let mut keys = BTreeSet::new();
-    for o in parse_file("change.yaml", &shape.service_yaml(1, Some("10.200.0.1"))).objects {
+    for o in parse_file("change.yaml", yaml).objects {
         let key = o.key.clone();
         if changed.apply(o) {
             keys.insert(key);
         }
     }
-    assert_eq!(keys.len(), 1, "one EndpointSlice");
     (changed, keys)
 }
 
 /// Push contexts for a mesh alternating between `store` and `store` with one endpoint
-/// more ([`one_endpoint_added`]), each updated from the one before, as the pipeline does
-/// (unchanged services stay the same `Arc`s).
+/// more ([`one_endpoint_added`]) or another change, each updated from the one before, as
+/// the pipeline does (unchanged services stay the same `Arc`s).
 struct Alternating {
     stores: [Store; 2],
     keys: BTreeSet<ObjectKey>,
@@ -49,6 +55,16 @@ impl Alternating {
     /// `first` is its context.
     fn new(store: Store, services: usize, first: PushContext) -> Alternating {
         let (changed, keys) = one_endpoint_added(&store, services);
+        Alternating::between(store, changed, keys, first)
+    }
+
+    /// Alternating between `store` and `changed`, which differ in `keys`.
+    fn between(
+        store: Store,
+        changed: Store,
+        keys: BTreeSet<ObjectKey>,
+        first: PushContext,
+    ) -> Alternating {
         Alternating {
             stores: [store, changed],
             keys,
@@ -211,6 +227,28 @@ fn gateway_virtual_services(c: &mut Criterion) {
     group.bench_function("1000_virtual_services_cached", |b| {
         b.iter(|| cache::view(&ctx, &gateway, &cache))
     });
+    // The push after one VirtualService changed: its routes translated again, every other
+    // VirtualService's taken from the cache.
+    let edited = shape
+        .gateway_routing_yaml(1)
+        .replace("prefix: /api", "prefix: /v2");
+    let (edited, keys) = changed(&store, &edited);
+    assert_eq!(keys.len(), 1, "one VirtualService");
+    let first = PushContext::build(&store, "bench/1".into());
+    let mut contexts = Alternating::between(store.clone(), edited, keys, first);
+    group.bench_function(
+        "1000_virtual_services_after_one_virtual_service_change",
+        |b| {
+            b.iter_batched(
+                || contexts.next(),
+                |next| {
+                    let view = cache::view(&next, &gateway, &cache);
+                    (next, view)
+                },
+                BatchSize::SmallInput,
+            )
+        },
+    );
     // The push after one endpoint change (the context updated from the previous one, as
     // the pipeline does): the gateway's listeners, routes and secrets are the previous
     // view's, its clusters and load assignments assembled again.

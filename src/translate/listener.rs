@@ -1126,7 +1126,7 @@ pub fn gateway(
     ctx: &PushContext,
     proxy: &Proxy,
     services: &[&Arc<Service>],
-) -> (Vec<Listener>, Vec<RouteConfiguration>, Vec<CredentialUse>) {
+) -> (Vec<Listener>, Vec<route::GatewayRoute>, Vec<CredentialUse>) {
     // The AuthorizationPolicies selecting the gateway guard its listeners, as istiod's do:
     // every connection manager, and every chain without one.
     let authorization = super::authz::Authorization::for_proxy(ctx, proxy);
@@ -1186,7 +1186,7 @@ pub fn gateway(
     let mut listeners = Vec::new();
     let mut routes = Vec::new();
     let mut credentials = Vec::new();
-    for (port, servers) in &http_servers {
+    for (port, servers) in &mut http_servers {
         if tls_servers.contains_key(port) {
             continue; // one socket per port: the TLS servers take it
         }
@@ -1203,13 +1203,11 @@ pub fn gateway(
             TrafficDirection::Outbound,
             vec![hcm],
         ));
-        routes.push(route::gateway(
-            ctx,
-            proxy,
-            *port,
-            servers,
-            format!("http.{port}"),
-        ));
+        routes.push(route::GatewayRoute {
+            name: format!("http.{port}"),
+            listen_port: *port,
+            servers: std::mem::take(servers),
+        });
     }
     // The TLS servers of a port share its listener, their chains told apart by SNI.
     for (port, servers) in tls_servers {
@@ -1225,13 +1223,11 @@ pub fn gateway(
                         Hcm::Gateway(authorization.http.clone()),
                     );
                     chains.push(credentials::https_chain(&server.hosts, &tls, vec![hcm]));
-                    routes.push(route::gateway(
-                        ctx,
-                        proxy,
-                        port,
-                        std::slice::from_ref(&server),
-                        route_name,
-                    ));
+                    routes.push(route::GatewayRoute {
+                        name: route_name,
+                        listen_port: port,
+                        servers: vec![server],
+                    });
                     credentials.extend(tls.credential_use());
                 }
                 // TLS terminated here, then forwarded where the server's TCP route says

@@ -63,8 +63,8 @@ pub struct Plan<'a> {
     pub sidecar_routes: Vec<SidecarRoute<'a>>,
     /// The last virtual host of a sidecar's `"PORT"` route configurations.
     pub catch_all: Option<VirtualHost>,
-    /// A gateway's route configurations, built in full.
-    pub routes: Vec<RouteConfiguration>,
+    /// A gateway's route configurations.
+    pub gateway_routes: Vec<route::GatewayRoute>,
     /// Gateway credentials, for proxies with a proven identity only.
     pub secrets: Vec<Secret>,
 }
@@ -105,7 +105,7 @@ pub fn plan<'a>(ctx: &'a PushContext, proxy: &Proxy) -> Plan<'a> {
                 listeners,
                 sidecar_routes,
                 catch_all: Some(route::sidecar_catch_all(ctx, proxy)),
-                routes: Vec::new(),
+                gateway_routes: Vec::new(),
                 secrets: Vec::new(),
             }
         }
@@ -125,7 +125,7 @@ pub fn plan<'a>(ctx: &'a PushContext, proxy: &Proxy) -> Plan<'a> {
                 listeners,
                 sidecar_routes: Vec::new(),
                 catch_all: None,
-                routes,
+                gateway_routes: routes,
                 secrets,
             }
         }
@@ -200,7 +200,7 @@ pub fn cluster_plan<'a>(ctx: &'a PushContext, proxy: &Proxy) -> Plan<'a> {
         listeners: Vec::new(),
         sidecar_routes: Vec::new(),
         catch_all: None,
-        routes: Vec::new(),
+        gateway_routes: Vec::new(),
         secrets: Vec::new(),
     }
 }
@@ -238,7 +238,9 @@ pub fn proxy_config(ctx: &PushContext, proxy: &Proxy) -> ProxyConfig {
     }
     clusters.extend(plan.clusters);
     endpoints.extend(plan.endpoints);
-    let mut routes = plan.routes;
+    let mut routes: Vec<RouteConfiguration> = (plan.gateway_routes.iter())
+        .map(|r| route::gateway(ctx, proxy, r))
+        .collect();
     for r in plan.sidecar_routes {
         let mut vhosts: Vec<VirtualHost> = (r.vhosts.into_iter())
             .map(|v| v.build(ctx, proxy, r.port, r.sniffed))

@@ -321,17 +321,23 @@ pub fn routed_virtual_host(
     with_routes(svc, port, audience, routes)
 }
 
-/// The hosts a VirtualService's HTTP routes lead to, whose ports its routes may read.
+/// The hosts a VirtualService's HTTP routes lead to or mirror to, whose ports (and
+/// DestinationRules) its routes may read.
 pub fn destination_hosts(vs_obj: &ConfigObject) -> Vec<String> {
-    match &vs_obj.spec {
-        Spec::VirtualService(vs) => vs
-            .http
-            .iter()
-            .flat_map(|h| &h.route)
-            .map(|d| resolve_host(&d.destination.host, &vs_obj.key.namespace))
-            .collect(),
-        _ => Vec::new(),
-    }
+    let Spec::VirtualService(vs) = &vs_obj.spec else {
+        return Vec::new();
+    };
+    let mut hosts: Vec<String> = (vs.http.iter())
+        .flat_map(|h| {
+            let routes = h.route.iter().map(|d| &d.destination);
+            let mirrors = (h.mirror.iter()).chain(h.mirrors.iter().map(|m| &m.destination));
+            routes.chain(mirrors)
+        })
+        .map(|d| resolve_host(&d.host, &vs_obj.key.namespace))
+        .collect();
+    hosts.sort_unstable();
+    hosts.dedup();
+    hosts
 }
 
 /// The virtual host of a service no VirtualService routes: its default route, hashing
@@ -419,25 +425,101 @@ fn catch_all(unknown_destination: Option<&str>) -> VirtualHost {
     }
 }
 
-/// A gateway route configuration (`http.PORT`, or `https.PORT.NAME.GATEWAY.NS` for one
-/// HTTPS server): one virtual host per server host that a VirtualService bound to the
-/// gateway claims.
-pub fn gateway(
-    ctx: &PushContext,
+/// A gateway route configuration before assembly: `http.PORT` for the HTTP servers of a
+/// listener port, or `https.PORT.NAME.GATEWAY.NS` for one HTTPS server.
+pub struct GatewayRoute {
+    pub name: String,
+    /// The port the gateway listens on (the blackhole virtual host's name).
+    pub listen_port: u32,
+    pub servers: Vec<GatewayServer>,
+}
+
+/// One virtual host of a gateway route configuration before assembly: `HOST:PORT`, for
+/// `host`, with the routes of each bound VirtualService in turn.
+pub struct GatewayVirtualHost<'a> {
+    pub host: String,
+    pub port: u32,
+    pub sources: Vec<GatewayRoutes<'a>>,
+}
+
+/// The HTTP routes one VirtualService gives a gateway server ([`http_routes`]): a
+/// function of the VirtualService, the server's port and Gateway, and the services and
+/// DestinationRules of the hosts it routes to ([`destination_hosts`]) unless it matches
+/// on the source ([`GatewayRoutes::shared`]), so callers may cache them.
+#[derive(Clone, Copy)]
+pub struct GatewayRoutes<'a> {
+    pub vs: &'a Arc<ConfigObject>,
+    pub spec: &'a VirtualServiceSpec,
+    pub port: u32,
+    /// `namespace/name` of the Gateway.
+    pub gateway: &'a str,
+}
+
+impl GatewayRoutes<'_> {
+    pub fn build(&self, ctx: &PushContext, proxy: &Proxy) -> Vec<Route> {
+        http_routes(ctx, proxy, self.vs, self.spec, self.port, self.gateway)
+    }
+
+    /// Whether the routes are the same for every proxy.
+    pub fn shared(&self) -> bool {
+        !depends_on_proxy(self.spec)
+    }
+}
+
+impl GatewayVirtualHost<'_> {
+    /// The virtual host without its routes: they follow `domains` in prost's field order,
+    /// so a caller may encode this and place encoded routes after the domains.
+    pub fn head(&self) -> VirtualHost {
+        VirtualHost {
+            name: format!("{}:{}", self.host, self.port),
+            domains: vec![self.host.clone()],
+            ..Default::default()
+        }
+    }
+
+    /// What follows the routes ([`GatewayVirtualHost::head`]).
+    pub fn tail() -> VirtualHost {
+        VirtualHost {
+            include_request_attempt_count: true,
+            ..Default::default()
+        }
+    }
+}
+
+/// The virtual host of a gateway route configuration no VirtualService claims a host of.
+pub fn gateway_blackhole(listen_port: u32) -> VirtualHost {
+    VirtualHost {
+        name: format!("blackhole:{listen_port}"),
+        domains: vec!["*".into()],
+        ..Default::default()
+    }
+}
+
+/// The virtual hosts of a gateway route configuration, by host: one per server host that
+/// a VirtualService bound to the gateway claims; none when no VirtualService does (then
+/// the configuration holds [`gateway_blackhole`]).
+pub fn gateway_plan<'a>(
+    ctx: &'a PushContext,
     proxy: &Proxy,
-    listen_port: u32,
-    servers: &[GatewayServer],
-    name: String,
-) -> RouteConfiguration {
-    let mut vhosts: BTreeMap<String, VirtualHost> = BTreeMap::new();
+    servers: &'a [GatewayServer],
+) -> Vec<GatewayVirtualHost<'a>> {
+    let labels = ctx.proxy_labels(proxy);
+    let mut vhosts: BTreeMap<&str, GatewayVirtualHost> = BTreeMap::new();
     for server in servers {
         let (gateway, server_hosts, port) = (&server.gateway, &server.hosts, server.port);
         let gw_ns = gateway.split('/').next().unwrap_or_default();
         for (vs_obj, vs) in ctx.virtual_services_for(proxy, gateway) {
-            let routes = http_routes(ctx, proxy, vs_obj, vs, port, gateway);
-            if routes.is_empty() {
+            let has_routes = (vs.http.iter())
+                .any(|h| kept_matches(h, vs_obj, port, gateway, labels, proxy).is_some());
+            if !has_routes {
                 continue;
             }
+            let source = GatewayRoutes {
+                vs: vs_obj,
+                spec: vs,
+                port,
+                gateway,
+            };
             for vs_host in &vs.hosts {
                 for server_host in server_hosts {
                     let Some(pattern) = super::listener::server_host_pattern(
@@ -457,28 +539,34 @@ pub fn gateway(
                     } else {
                         continue;
                     };
-                    let vh = vhosts
-                        .entry(host.to_string())
-                        .or_insert_with(|| VirtualHost {
-                            name: format!("{host}:{port}"),
-                            domains: vec![host.to_string()],
-                            include_request_attempt_count: true,
-                            ..Default::default()
-                        });
-                    vh.routes.extend(routes.iter().cloned());
+                    let vh = vhosts.entry(host).or_insert_with(|| GatewayVirtualHost {
+                        host: host.to_string(),
+                        port,
+                        sources: Vec::new(),
+                    });
+                    vh.sources.push(source);
                 }
             }
         }
     }
-    let mut vhosts: Vec<VirtualHost> = vhosts.into_values().collect();
+    vhosts.into_values().collect()
+}
+
+/// A gateway route configuration ([`gateway_plan`]), built in full.
+pub fn gateway(ctx: &PushContext, proxy: &Proxy, r: &GatewayRoute) -> RouteConfiguration {
+    let mut vhosts: Vec<VirtualHost> = (gateway_plan(ctx, proxy, &r.servers).iter())
+        .map(|vh| VirtualHost {
+            routes: (vh.sources.iter())
+                .flat_map(|s| s.build(ctx, proxy))
+                .collect(),
+            include_request_attempt_count: true,
+            ..vh.head()
+        })
+        .collect();
     if vhosts.is_empty() {
-        vhosts.push(VirtualHost {
-            name: format!("blackhole:{listen_port}"),
-            domains: vec!["*".into()],
-            ..Default::default()
-        });
+        vhosts.push(gateway_blackhole(r.listen_port));
     }
-    route_configuration(name, vhosts)
+    route_configuration(r.name.clone(), vhosts)
 }
 
 fn prefix_match(prefix: &str) -> RouteMatch {
@@ -691,31 +779,8 @@ pub fn http_routes(
     let labels = ctx.proxy_labels(proxy);
     let mut out = Vec::new();
     for http in &vs.http {
-        let matches: Vec<Option<&HttpMatchRequest>> = if http.match_.is_empty() {
-            vec![None]
-        } else {
-            let kept: Vec<_> = http
-                .match_
-                .iter()
-                .filter(|m| m.port.is_none_or(|p| p == port))
-                .filter(|m| {
-                    m.gateways.is_empty()
-                        || m.gateways.iter().any(|g| {
-                            g == gateway || format!("{}/{g}", vs_obj.key.namespace) == gateway
-                        })
-                })
-                .filter(|m| labels_match(&m.source_labels, labels))
-                .filter(|m| {
-                    m.source_namespace
-                        .as_ref()
-                        .is_none_or(|ns| ns == &proxy.namespace)
-                })
-                .map(Some)
-                .collect();
-            if kept.is_empty() {
-                continue;
-            }
-            kept
+        let Some(matches) = kept_matches(http, vs_obj, port, gateway, labels, proxy) else {
+            continue;
         };
         for m in &matches {
             out.push(translate_route(ctx, proxy, vs_obj, http, *m, port));
@@ -725,6 +790,38 @@ pub fn http_routes(
         }
     }
     out
+}
+
+/// The matches of an `http` entry that apply to this port, gateway and proxy (`[None]`
+/// for an entry without matches); `None` when none does and the entry gives no route.
+fn kept_matches<'h>(
+    http: &'h HttpRoute,
+    vs_obj: &ConfigObject,
+    port: u32,
+    gateway: &str,
+    labels: &BTreeMap<String, String>,
+    proxy: &Proxy,
+) -> Option<Vec<Option<&'h HttpMatchRequest>>> {
+    if http.match_.is_empty() {
+        return Some(vec![None]);
+    }
+    let kept: Vec<_> = (http.match_.iter())
+        .filter(|m| m.port.is_none_or(|p| p == port))
+        .filter(|m| {
+            m.gateways.is_empty()
+                || m.gateways
+                    .iter()
+                    .any(|g| g == gateway || format!("{}/{g}", vs_obj.key.namespace) == gateway)
+        })
+        .filter(|m| labels_match(&m.source_labels, labels))
+        .filter(|m| {
+            m.source_namespace
+                .as_ref()
+                .is_none_or(|ns| ns == &proxy.namespace)
+        })
+        .map(Some)
+        .collect();
+    (!kept.is_empty()).then_some(kept)
 }
 
 pub(super) fn destination_port(

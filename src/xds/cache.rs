@@ -12,6 +12,10 @@
 //! shared by every view of the same push with the same service list (the unscoped
 //! sidecars of every namespace): only the first such view assembles them.
 //!
+//! A gateway's virtual hosts are assembled from the encoded routes of each VirtualService
+//! bound to it, cached per VirtualService and server like a sidecar's routed virtual
+//! hosts: a change to one VirtualService translates and encodes its routes only.
+//!
 //! Route configurations are assembled from encoded virtual hosts: protobuf concatenates
 //! the occurrences of a repeated field, and `virtual_hosts` (field 2) follows `name`
 //! (field 1) in prost's field order, so `name`, the virtual hosts, then the other fields
@@ -20,7 +24,7 @@
 use std::sync::{Arc, Mutex};
 
 use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
-use envoy_types::pb::envoy::config::route::v3::{RouteConfiguration, VirtualHost};
+use envoy_types::pb::envoy::config::route::v3::{Route, RouteConfiguration, VirtualHost};
 use prometheus_client::metrics::counter::Counter;
 use prost::Message;
 
@@ -29,16 +33,18 @@ use super::resource::{
     resource_map,
 };
 use crate::api::networking::LocalityLoadBalancerSetting;
-use crate::config::{ConfigObject, Spec};
+use crate::config::{ConfigObject, ObjectKey, Spec};
 use crate::metrics::{Metrics, type_label};
 use crate::model::network::NetworkGateways;
 use crate::model::{Proxy, ProxyKind, PushContext, Service};
 use crate::translate::locality::{self, Place};
-use crate::translate::route::{Audience, VirtualHostPlan};
+use crate::translate::route::{Audience, GatewayRoutes, GatewayVirtualHost, VirtualHostPlan};
 use crate::translate::{self};
 
 /// Field number of `RouteConfiguration.virtual_hosts`.
 const VIRTUAL_HOSTS: u32 = 2;
+/// Field number of `VirtualHost.routes`.
+const ROUTES: u32 = 3;
 
 /// One service's clusters and the load assignments of its EDS clusters, encoded.
 #[derive(Debug)]
@@ -128,9 +134,16 @@ impl Destination {
         }
     }
 
-    fn unchanged(&self, ctx: &PushContext, proxy: &Proxy) -> bool {
+    /// Whether the host's service and rule are the ones it was built from; if so, it
+    /// takes `ctx`'s, so that later readers compare pointers only.
+    fn unchanged(&mut self, ctx: &PushContext, proxy: &Proxy) -> bool {
         let (service, rule) = Destination::inputs(ctx, proxy, &self.host);
-        same(service, self.service.as_ref()) && same(rule, self.rule.as_ref())
+        if !(same(service, self.service.as_ref()) && same(rule, self.rule.as_ref())) {
+            return false;
+        }
+        self.service = service.cloned();
+        self.rule = rule.cloned();
+        true
     }
 }
 
@@ -203,8 +216,43 @@ pub struct ResourceCache {
     /// Of the latest context asked about.
     exception_memo: Mutex<Option<ExceptionMemo>>,
     vhds: Mutex<VhdsMemo>,
+    /// By [`gateway_routes_key`].
+    gateway_routes: Mutex<foldhash::HashMap<u64, Vec<GatewayRoutesEntry>>>,
+    gateway_hosts: Mutex<GatewayHostMemo>,
     hits: Counter,
     misses: Counter,
+}
+
+/// The routes one VirtualService gives a gateway server ([`GatewayRoutes`]), encoded as
+/// a run of `VirtualHost.routes` fields, and what they were built from.
+struct GatewayRoutesEntry {
+    port: u32,
+    gateway: Box<str>,
+    /// The context it was built for, as [`RoutedHost::ctx`].
+    ctx: u64,
+    vs: Arc<ConfigObject>,
+    destinations: Vec<Destination>,
+    bytes: Arc<[u8]>,
+}
+
+/// Encoded gateway virtual hosts (`virtual_hosts` fields) by their name and the route
+/// runs they hold (which the memo holds, so that their addresses stay theirs), for this
+/// context and the one before, as [`VhdsMemo`]: the gateway views of a push, and of the
+/// next, share them, and so do the VHDS resources made from them.
+#[derive(Default)]
+struct GatewayHostMemo {
+    ctx: u64,
+    current: GatewayHosts,
+    previous: GatewayHosts,
+}
+
+type GatewayHosts = foldhash::HashMap<u64, Vec<GatewayHostField>>;
+
+struct GatewayHostField {
+    /// The virtual host without routes, encoded: its name and domain.
+    head: Box<[u8]>,
+    runs: Vec<Arc<[u8]>>,
+    field: Arc<[u8]>,
 }
 
 /// VHDS resources by the encoded virtual host they were made from (its allocation, which
@@ -251,12 +299,22 @@ impl ResourceCache {
         self.len() == 0
     }
 
-    /// Drops the entries of services `ctx` no longer has.
+    /// Drops the entries of services and gateway routes of VirtualServices `ctx` no longer
+    /// has.
     pub fn retain_services_of(&self, ctx: &PushContext) {
         self.hosts
             .lock()
             .unwrap()
             .retain(|host, _| ctx.services.contains_key(host));
+        let mut gateway_routes = self.gateway_routes.lock().unwrap();
+        if !gateway_routes.is_empty() {
+            let present: std::collections::HashSet<&ObjectKey> =
+                ctx.virtual_services.iter().map(|vs| &vs.key).collect();
+            gateway_routes.retain(|_, entries| {
+                entries.retain(|e| present.contains(&e.vs.key));
+                !entries.is_empty()
+            });
+        }
     }
 
     /// Runs `read` on the service's entry for `rule`, first dropping the service's
@@ -570,15 +628,13 @@ impl ResourceCache {
         // rule the proxy gets holds them.
         let rule = ctx.service_rule(proxy, svc);
         let found = self.with_entry(ctx, svc, rule, |e| {
-            e.routed
-                .iter()
-                .find(|r| {
-                    r.port == port
-                        && r.audience == audience
-                        && same(Some(&r.vs), Some(vs))
-                        && r.destinations.iter().all(|d| d.unchanged(ctx, proxy))
+            (e.routed.iter_mut())
+                .filter(|r| r.port == port && r.audience == audience)
+                .filter(|r| same(Some(&r.vs), Some(vs)))
+                .find_map(|r| {
+                    (r.destinations.iter_mut().all(|d| d.unchanged(ctx, proxy)))
+                        .then(|| r.bytes.clone())
                 })
-                .map(|r| r.bytes.clone())
         });
         if let Some(hit) = found {
             self.hits.inc();
@@ -611,6 +667,123 @@ impl ResourceCache {
         });
         bytes
     }
+
+    /// The encoded routes `routes` gives a gateway: cached unless they depend on the
+    /// proxy, and valid while the VirtualService and the services and DestinationRules of
+    /// its destinations are the ones they were built from.
+    fn gateway_routes(
+        &self,
+        ctx: &PushContext,
+        proxy: &Proxy,
+        routes: &GatewayRoutes,
+    ) -> Arc<[u8]> {
+        if !routes.shared() {
+            return encode_routes(&routes.build(ctx, proxy)).into();
+        }
+        let key = gateway_routes_key(routes);
+        let is = |e: &GatewayRoutesEntry| {
+            e.port == routes.port && *e.gateway == *routes.gateway && e.vs.key == routes.vs.key
+        };
+        {
+            let mut cached = self.gateway_routes.lock().unwrap();
+            let found = (cached.get_mut(&key).into_iter().flatten())
+                .filter(|e| is(e) && same(Some(&e.vs), Some(routes.vs)))
+                .find_map(|e| {
+                    if !e.destinations.iter_mut().all(|d| d.unchanged(ctx, proxy)) {
+                        return None;
+                    }
+                    // Later readers of this push compare pointers only.
+                    e.vs = routes.vs.clone();
+                    Some(e.bytes.clone())
+                });
+            if let Some(bytes) = found {
+                self.hits.inc();
+                return bytes;
+            }
+        }
+        self.misses.inc();
+        let bytes: Arc<[u8]> = encode_routes(&routes.build(ctx, proxy)).into();
+        let destinations = translate::route::destination_hosts(routes.vs)
+            .into_iter()
+            .map(|host| Destination::now(ctx, proxy, host))
+            .collect();
+        let mut cached = self.gateway_routes.lock().unwrap();
+        let entries = cached.entry(key).or_default();
+        // What earlier contexts built for this VirtualService and server is stale.
+        entries.retain(|e| !(is(e) && e.ctx != ctx.id()));
+        entries.push(GatewayRoutesEntry {
+            port: routes.port,
+            gateway: routes.gateway.into(),
+            ctx: ctx.id(),
+            vs: routes.vs.clone(),
+            destinations,
+            bytes: bytes.clone(),
+        });
+        bytes
+    }
+
+    /// A gateway's virtual host as an encoded `virtual_hosts` field: its name and domain,
+    /// the cached routes of each VirtualService ([`ResourceCache::gateway_routes`]), then
+    /// the fields after the routes; shared with the views of this context and the last.
+    pub fn gateway_virtual_host(
+        &self,
+        ctx: &PushContext,
+        proxy: &Proxy,
+        vh: &GatewayVirtualHost,
+    ) -> Arc<[u8]> {
+        let runs: Vec<Arc<[u8]>> = (vh.sources.iter())
+            .map(|s| self.gateway_routes(ctx, proxy, s))
+            .collect();
+        let head = vh.head().encode_to_vec();
+        let key = {
+            use std::hash::{BuildHasher, Hash, Hasher};
+            let mut h = foldhash::fast::FixedState::default().build_hasher();
+            head.hash(&mut h);
+            for r in &runs {
+                (Arc::as_ptr(r) as *const u8 as usize).hash(&mut h);
+            }
+            h.finish()
+        };
+        let is = |f: &GatewayHostField| {
+            *f.head == *head
+                && f.runs.len() == runs.len()
+                && f.runs.iter().zip(&runs).all(|(a, b)| Arc::ptr_eq(a, b))
+        };
+        let mut memo = self.gateway_hosts.lock().unwrap();
+        if ctx.id() > memo.ctx {
+            memo.ctx = ctx.id();
+            memo.previous = std::mem::take(&mut memo.current);
+        }
+        if let Some(f) = (memo.current.get(&key).into_iter().flatten()).find(|f| is(f)) {
+            return f.field.clone();
+        }
+        let kept = (memo.previous.get_mut(&key))
+            .and_then(|fields| Some(fields.swap_remove(fields.iter().position(is)?)));
+        let entry = kept.unwrap_or_else(|| {
+            let tail = GatewayVirtualHost::tail().encode_to_vec();
+            let len = head.len() + runs.iter().map(|r| r.len()).sum::<usize>() + tail.len();
+            let mut out = Vec::with_capacity(len + 8);
+            prost::encoding::encode_key(
+                VIRTUAL_HOSTS,
+                prost::encoding::WireType::LengthDelimited,
+                &mut out,
+            );
+            prost::encoding::encode_varint(len as u64, &mut out);
+            out.extend_from_slice(&head);
+            for r in &runs {
+                out.extend_from_slice(r);
+            }
+            out.extend_from_slice(&tail);
+            GatewayHostField {
+                head: head.into(),
+                runs,
+                field: out.into(),
+            }
+        });
+        let field = entry.field.clone();
+        memo.current.entry(key).or_default().push(entry);
+        field
+    }
 }
 
 /// The labels the service's load assignments depend on, with the proxy's locality; `None`
@@ -625,6 +798,22 @@ fn dependence(
         translate::cluster::policies(svc, rule.map(|r| &**r)),
         svc.traffic_distribution,
     )
+}
+
+/// Where [`ResourceCache::gateway_routes`] files the routes of one VirtualService at one
+/// gateway server.
+fn gateway_routes_key(routes: &GatewayRoutes) -> u64 {
+    use std::hash::BuildHasher;
+    foldhash::fast::FixedState::default().hash_one((&routes.vs.key, routes.port, routes.gateway))
+}
+
+/// Routes as a run of `VirtualHost.routes` fields.
+fn encode_routes(routes: &[Route]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for r in routes {
+        prost::encoding::message::encode(ROUTES, r, &mut out);
+    }
+    out
 }
 
 fn encode_assignment(a: &ClusterLoadAssignment) -> Arc<Resource> {
@@ -643,22 +832,18 @@ fn virtual_host_field(vh: &VirtualHost) -> Vec<u8> {
 pub fn view(ctx: &PushContext, proxy: &Proxy, cache: &ResourceCache) -> View {
     let plan = translate::plan(ctx, proxy);
     let mut view = clusters_and_endpoints(ctx, proxy, cache, &plan);
-    let (routes, virtual_hosts) = translate::vhds_split(proxy, plan.routes);
-    view.encode_all(&[], &[], &plan.listeners, &routes, &plan.secrets);
-    for vh in &virtual_hosts {
-        view.insert(TypeKind::VirtualHost, encode(&vh.name, vh));
-    }
+    view.encode_all(&[], &[], &plan.listeners, &[], &plan.secrets);
     for r in &plan.sidecar_routes {
-        let (name, port) = (&r.name, &r.port);
+        let port = r.port;
         // Each virtual host as an encoded `virtual_hosts` field, most of them cached.
         let virtual_hosts = (r.vhosts.iter().map(|v| match v {
             VirtualHostPlan::Default(svc) => {
                 let rule = ctx.service_rule(proxy, svc);
                 let audience = Audience::new(svc, &proxy.namespace, r.sniffed);
-                cache.default_virtual_host(ctx, svc, rule, *port, audience)
+                cache.default_virtual_host(ctx, svc, rule, port, audience)
             }
             VirtualHostPlan::Shared { vs, service } => {
-                cache.routed_virtual_host(ctx, service, vs, *port, proxy, r.sniffed)
+                cache.routed_virtual_host(ctx, service, vs, port, proxy, r.sniffed)
             }
             VirtualHostPlan::Routed(vh) => virtual_host_field(vh).into(),
         }))
@@ -667,33 +852,56 @@ pub fn view(ctx: &PushContext, proxy: &Proxy, cache: &ResourceCache) -> View {
                 .filter(|_| !r.sniffed)
                 .map(|c| virtual_host_field(c).into()),
         );
-        if proxy.vhds {
-            let shell = translate::route::vhds_shell(name.clone());
-            view.insert(TypeKind::Route, encode(name, &shell));
-            for field in virtual_hosts {
-                let vh = cache.vhds_virtual_host(ctx, name, &field);
-                view.insert(TypeKind::VirtualHost, vh);
-            }
-            continue;
-        }
-        let head = RouteConfiguration {
-            name: name.clone(),
-            ..Default::default()
-        }
-        .encode_to_vec();
-        let tail = translate::route::with_virtual_hosts(String::new(), Vec::new()).encode_to_vec();
-        // The configuration is kept as its pieces: the shared virtual hosts are not
-        // copied into every view's route configuration.
-        let mut pieces: Vec<Arc<[u8]>> = Vec::with_capacity(r.vhosts.len() + 3);
-        pieces.push(head.into());
-        pieces.extend(virtual_hosts);
-        pieces.push(tail.into());
-        view.insert(
-            TypeKind::Route,
-            from_pieces::<RouteConfiguration>(name, pieces),
-        );
+        insert_route_configuration(&mut view, ctx, proxy, cache, &r.name, virtual_hosts);
+    }
+    for r in &plan.gateway_routes {
+        let vhosts = translate::route::gateway_plan(ctx, proxy, &r.servers);
+        let fields: Vec<Arc<[u8]>> = if vhosts.is_empty() {
+            let blackhole = translate::route::gateway_blackhole(r.listen_port);
+            vec![virtual_host_field(&blackhole).into()]
+        } else {
+            (vhosts.iter())
+                .map(|vh| cache.gateway_virtual_host(ctx, proxy, vh))
+                .collect()
+        };
+        insert_route_configuration(&mut view, ctx, proxy, cache, &r.name, fields);
     }
     view
+}
+
+/// Adds the route configuration `name` holding these encoded virtual hosts: kept as its
+/// pieces, so the shared virtual hosts are not copied into every view's route
+/// configuration; for a proxy on VHDS, its shell and each virtual host as a resource.
+fn insert_route_configuration(
+    view: &mut View,
+    ctx: &PushContext,
+    proxy: &Proxy,
+    cache: &ResourceCache,
+    name: &str,
+    virtual_hosts: impl IntoIterator<Item = Arc<[u8]>>,
+) {
+    if proxy.vhds {
+        let shell = translate::route::vhds_shell(name.to_string());
+        view.insert(TypeKind::Route, encode(name, &shell));
+        for field in virtual_hosts {
+            let vh = cache.vhds_virtual_host(ctx, name, &field);
+            view.insert(TypeKind::VirtualHost, vh);
+        }
+        return;
+    }
+    let head = RouteConfiguration {
+        name: name.to_string(),
+        ..Default::default()
+    }
+    .encode_to_vec();
+    let tail = translate::route::with_virtual_hosts(String::new(), Vec::new()).encode_to_vec();
+    let mut pieces: Vec<Arc<[u8]>> = vec![head.into()];
+    pieces.extend(virtual_hosts);
+    pieces.push(tail.into());
+    view.insert(
+        TypeKind::Route,
+        from_pieces::<RouteConfiguration>(name, pieces),
+    );
 }
 
 /// A view holding the plan's clusters and load assignments, the per-service ones from
@@ -777,6 +985,13 @@ mod tests {
     use crate::config::parse::parse_file;
     use crate::model::Store;
     use crate::model::testmesh::Shape;
+
+    /// The Service svc-6 of `Shape`'s mesh (in `ns`) with one port, `port`.
+    fn svc6_on_port(ns: &str, port: u32) -> String {
+        format!(
+            "---\napiVersion: v1\nkind: Service\nmetadata: {{name: svc-6, namespace: {ns}}}\nspec:\n  clusterIP: 10.100.0.6\n  ports: [{{name: http, port: {port}}}]\n"
+        )
+    }
 
     fn apply(store: &mut Store, yaml: &str) {
         let parsed = parse_file("change.yaml", yaml);
@@ -908,6 +1123,86 @@ mod tests {
     }
 
     #[test]
+    fn a_gateways_routes_are_cached_per_virtual_service_and_never_stale() {
+        let shape = Shape::new(40, 4, 2);
+        let mut store = shape.store();
+        let routing: String = (0..40).map(|i| shape.gateway_routing_yaml(i)).collect();
+        apply(&mut store, &routing);
+        // A second Gateway on another port admitting ns-1 only; a VirtualService bound to
+        // both with two hosts; one whose routes depend on the source (never shared); one
+        // for sidecars and the gateway mirroring to svc-6, whose cluster name follows
+        // svc-6's port.
+        let ns6 = shape.namespace_of(6);
+        let extra = format!(
+            "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {{name: second, namespace: istio-system}}\nspec:\n  selector: {{istio: ingressgateway}}\n  servers: [{{port: {{number: 8080, name: http-alt, protocol: HTTP}}, hosts: [\"ns-1/*\"]}}]\n---\napiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: both, namespace: ns-1}}\nspec:\n  hosts: [a.example.com, b.example.com]\n  gateways: [istio-system/ingress, istio-system/second]\n  http: [{{route: [{{destination: {{host: svc-1}}}}]}}]\n---\napiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: by-source, namespace: ns-2}}\nspec:\n  hosts: [c.example.com]\n  gateways: [istio-system/ingress]\n  http:\n  - match: [{{sourceNamespace: istio-system}}]\n    route: [{{destination: {{host: svc-2}}}}]\n  - route: [{{destination: {{host: svc-10}}}}]\n---\napiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: mirrored, namespace: ns-1}}\nspec:\n  hosts: [svc-5]\n  gateways: [istio-system/ingress, mesh]\n  http: [{{route: [{{destination: {{host: svc-5}}}}], mirror: {{host: svc-6.{ns6}.svc.cluster.local}}}}]\n"
+        );
+        apply(&mut store, &extra);
+        let cache = ResourceCache::default();
+        let gateways: Vec<Proxy> = (proxies().into_iter())
+            .filter(|p| p.kind == ProxyKind::Router)
+            .collect();
+        let first = PushContext::build(&store, "v/1".into());
+        assert_views_agree(&first, &cache);
+        let config = translate::proxy_config(&first, &gateways[0]);
+        let http80 = config.routes.iter().find(|r| r.name == "http.80").unwrap();
+        assert_eq!(http80.virtual_hosts.len(), 44, "40 + a, b, c and svc-5");
+
+        // One VirtualService edited: its routes are the one entry translated again, for
+        // both gateways (one on VHDS) and both views of each.
+        apply(
+            &mut store,
+            &shape
+                .gateway_routing_yaml(3)
+                .replace("prefix: /api", "prefix: /v2"),
+        );
+        let misses = cache.reads().1;
+        let second = PushContext::build(&store, "v/2".into());
+        assert_views_agree_for(&second, &cache, gateways.clone());
+        assert_views_agree_for(&second, &cache, gateways.clone());
+        assert_eq!(cache.reads().1 - misses, 1, "gw-svc-3's routes");
+        // Routes matching on the source are translated for each gateway, never shared: a
+        // gateway elsewhere gets c.example.com without the istio-system route.
+        let elsewhere = proxy("router", "ns-2", json!({"istio": "ingressgateway"}), true);
+        let c_routes = |p: &Proxy| {
+            let config = translate::proxy_config(&second, p);
+            let http80 = config.routes.iter().find(|r| r.name == "http.80").unwrap();
+            let c = http80.virtual_hosts.iter();
+            c.filter(|v| v.name == "c.example.com:80")
+                .map(|v| v.routes.len())
+                .sum::<usize>()
+        };
+        assert_eq!((c_routes(&gateways[0]), c_routes(&elsewhere)), (2, 1));
+        assert_views_agree_for(&second, &cache, vec![gateways[0].clone(), elsewhere]);
+
+        // What the routes lead to: svc-6's port (the mirror's cluster, for sidecars and
+        // gateways alike), a DestinationRule
+        // hashing svc-1 (the routes of `both`), then `both` deleted.
+        apply(&mut store, &svc6_on_port(&ns6, 9090));
+        assert_views_agree(&PushContext::build(&store, "v/3".into()), &cache);
+        apply(
+            &mut store,
+            "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: svc-1, namespace: ns-1}\nspec:\n  host: svc-1\n  trafficPolicy: {loadBalancer: {consistentHash: {httpHeaderName: x-user}}}\n",
+        );
+        let fourth = PushContext::build(&store, "v/4".into());
+        assert_views_agree_for(&fourth, &cache, gateways.clone());
+        let before = cache.gateway_routes.lock().unwrap().len();
+        let without_both = {
+            let mut smaller = Store::default();
+            for o in store.iter().filter(|o| o.key.name != "both") {
+                smaller.apply((**o).clone());
+            }
+            PushContext::build(&smaller, "v/5".into())
+        };
+        cache.retain_services_of(&without_both);
+        assert_eq!(
+            cache.gateway_routes.lock().unwrap().len(),
+            before - 2,
+            "both's routes at each Gateway"
+        );
+        assert_views_agree_for(&without_both, &cache, gateways);
+    }
+
+    #[test]
     fn a_change_re_encodes_only_what_it_touches_and_never_serves_a_stale_entry() {
         let shape = Shape::new(40, 4, 2);
         let mut store = shape.store();
@@ -952,11 +1247,6 @@ mod tests {
         // to another service without a port, whose cluster name follows that service's
         // port when it changes; a route that depends on the proxy's labels (not shared).
         let (ns5, ns6) = (shape.namespace_of(5), shape.namespace_of(6));
-        let svc6 = |port: u32| {
-            format!(
-                "---\napiVersion: v1\nkind: Service\nmetadata: {{name: svc-6, namespace: {ns6}}}\nspec:\n  clusterIP: 10.100.0.6\n  ports: [{{name: http, port: {port}}}]\n"
-            )
-        };
         let cross = format!(
             "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: cross, namespace: {ns5}}}\nspec:\n  hosts: [svc-5]\n  http: [{{route: [{{destination: {{host: svc-6.{ns6}.svc.cluster.local}}}}]}}]\n---\napiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: by-source, namespace: {ns6}}}\nspec:\n  hosts: [svc-6]\n  http:\n  - match: [{{sourceLabels: {{app: b}}}}]\n    route: [{{destination: {{host: svc-6, subset: v2}}}}]\n  - route: [{{destination: {{host: svc-6}}}}]\n"
         );
@@ -968,7 +1258,7 @@ mod tests {
         );
         assert_views_agree(&PushContext::build(&store, "v/6".into()), &cache);
         let misses = cache.reads().1;
-        apply(&mut store, &svc6(9090));
+        apply(&mut store, &svc6_on_port(&ns6, 9090));
         assert_views_agree(&PushContext::build(&store, "v/7".into()), &cache);
         assert!(cache.reads().1 > misses);
         // The routes to svc-6 hash as its DestinationRule says: a new rule there rebuilds
