@@ -11,19 +11,21 @@ use serde_json::Value;
 use crate::xds::origin::parse_config_path;
 
 /// Left-aligned columns separated by at least two spaces, as istioctl prints them.
-pub fn table<const N: usize>(rows: &[[String; N]]) -> String {
-    let mut widths = [0usize; N];
+pub fn table<R: AsRef<[String]>>(rows: &[R]) -> String {
+    let columns = rows.iter().map(|r| r.as_ref().len()).max().unwrap_or(0);
+    let mut widths = vec![0usize; columns];
     for row in rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
+        for (w, cell) in widths.iter_mut().zip(row.as_ref()) {
             *w = (*w).max(cell.chars().count());
         }
     }
     let mut out = String::new();
     for row in rows {
+        let row = row.as_ref();
         let mut line = String::new();
         for (i, cell) in row.iter().enumerate() {
             line.push_str(cell);
-            if i + 1 < N {
+            if i + 1 < row.len() {
                 let pad = widths[i] - cell.chars().count() + 2;
                 line.extend(std::iter::repeat_n(' ', pad));
             }
@@ -120,35 +122,36 @@ pub fn proxy_status(address: &str, json: bool) -> Result<String, String> {
     if json {
         return Ok(format!("{syncz:#}\n"));
     }
-    let revision = status["revision"].as_str().unwrap_or("default").to_string();
-    let mut rows = vec![[
-        "NAME".to_string(),
-        "CLUSTER".into(),
-        "CDS".into(),
-        "LDS".into(),
-        "EDS".into(),
-        "RDS".into(),
-        "SDS".into(),
-        "REVISION".into(),
-        "VERSION".into(),
-    ]];
+    let revision = status["revision"].as_str().unwrap_or("default");
+    Ok(status_table(&syncz, revision))
+}
+
+/// `/debug/syncz` as istioctl's proxy-status table, one row per proxy by name. A VHDS
+/// column follows RDS when some proxy gets its virtual hosts over VHDS
+/// (`MESHD_ENABLE_VHDS`); without, the columns are istioctl's.
+fn status_table(syncz: &Value, revision: &str) -> String {
     let mut proxies: Vec<&Value> = syncz.as_array().into_iter().flatten().collect();
     proxies.sort_by_key(|p| p["proxy"].as_str().unwrap_or("").to_string());
+    let vhds = proxies.iter().any(|p| !p["types"]["vhds"].is_null());
+    let types: Vec<&str> = ["cds", "lds", "eds", "rds", "vhds", "sds"]
+        .into_iter()
+        .filter(|t| vhds || *t != "vhds")
+        .collect();
+    let mut header = vec!["NAME".to_string(), "CLUSTER".into()];
+    header.extend(types.iter().map(|t| t.to_ascii_uppercase()));
+    header.extend(["REVISION".into(), "VERSION".into()]);
+    let mut rows = vec![header];
     for p in proxies {
-        let types = &p["types"];
-        rows.push([
+        let mut row = vec![
             short_name(p["proxy"].as_str().unwrap_or("")),
             p["cluster_id"].as_str().unwrap_or("").to_string(),
-            type_state(types, "cds"),
-            type_state(types, "lds"),
-            type_state(types, "eds"),
-            type_state(types, "rds"),
-            type_state(types, "sds"),
-            revision.clone(),
-            p["istio_version"].as_str().unwrap_or("").to_string(),
-        ]);
+        ];
+        row.extend(types.iter().map(|t| type_state(&p["types"], t)));
+        row.push(revision.to_string());
+        row.push(p["istio_version"].as_str().unwrap_or("").to_string());
+        rows.push(row);
     }
-    Ok(table(&rows))
+    table(&rows)
 }
 
 /// What `meshd proxy-config` shows.
@@ -473,7 +476,35 @@ fn secrets_table(items: &[Value]) -> String {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
+
+    #[test]
+    fn proxy_status_shows_a_vhds_column_only_when_a_proxy_uses_vhds() {
+        let synced = json!({"nonce_sent": "n1", "nonce_acked": "n1"});
+        let proxy = |name: &str, types: Value| {
+            json!({"proxy": format!("sidecar~10.0.0.1~{name}~shop.svc.cluster.local"),
+                   "cluster_id": "Kubernetes", "istio_version": "1.28.0", "types": types})
+        };
+        let plain = json!({"cds": synced, "lds": synced, "eds": synced,
+                           "rds": {"nonce_sent": "n2", "nonce_acked": "n1"}});
+        let without = json!([proxy("a-1.shop", plain.clone())]);
+        assert_eq!(
+            status_table(&without, "canary"),
+            "NAME      CLUSTER     CDS     LDS     EDS     RDS    SDS       REVISION  VERSION\n\
+             a-1.shop  Kubernetes  SYNCED  SYNCED  SYNCED  STALE  NOT SENT  canary    1.28.0\n"
+        );
+        let mut on_vhds = plain.clone();
+        on_vhds["vhds"] = synced.clone();
+        let with = json!([proxy("b-1.shop", on_vhds), proxy("a-1.shop", plain)]);
+        assert_eq!(
+            status_table(&with, "default"),
+            "NAME      CLUSTER     CDS     LDS     EDS     RDS    VHDS      SDS       REVISION  VERSION\n\
+             a-1.shop  Kubernetes  SYNCED  SYNCED  SYNCED  STALE  NOT SENT  NOT SENT  default   1.28.0\n\
+             b-1.shop  Kubernetes  SYNCED  SYNCED  SYNCED  STALE  SYNCED    NOT SENT  default   1.28.0\n"
+        );
+    }
 
     #[test]
     fn tables_align_their_columns() {

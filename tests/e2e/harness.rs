@@ -638,6 +638,21 @@ impl Meshd {
             .map_or(0.0, |v| v.trim().parse().unwrap())
     }
 
+    /// `meshd ARGS --meshd MONITORING`: a CLI command against this instance, its stdout.
+    pub fn cli(&self, args: &[&str]) -> String {
+        let out = Command::new(env!("CARGO_BIN_EXE_meshd"))
+            .args(args)
+            .args(["--meshd", &format!("127.0.0.1:{}", self.monitoring_port)])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "meshd {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
     /// `pilot_xds_pushes{type="TYPE"}`: responses of one type sent so far.
     pub fn pushes(&self, xds_type: &str) -> f64 {
         self.metric(&format!("pilot_xds_pushes{{type=\"{xds_type}\"}}"))

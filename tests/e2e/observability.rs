@@ -4,7 +4,6 @@
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -17,20 +16,6 @@ use tokio_stream::wrappers::ReceiverStream;
 use crate::harness::*;
 
 const CDS: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
-
-fn cli(meshd: &Meshd, args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_meshd"))
-        .args(args)
-        .args(["--meshd", &format!("127.0.0.1:{}", meshd.monitoring_port)])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "meshd {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
 
 fn vs(header: &str) -> String {
     format!(
@@ -156,7 +141,7 @@ fn config_dump_matches_envoys_own_and_the_clis_and_debug_views_show_the_mesh() {
     );
 
     // istioctl's habits.
-    let status = cli(&meshd, &["proxy-status"]);
+    let status = meshd.cli(&["proxy-status"]);
     let row = status
         .lines()
         .find(|l| l.starts_with("client-0.shop"))
@@ -180,7 +165,7 @@ fn config_dump_matches_envoys_own_and_the_clis_and_debug_views_show_the_mesh() {
         ],
         "{status}"
     );
-    let clusters = cli(&meshd, &["proxy-config", "cluster", "client-0.shop"]);
+    let clusters = meshd.cli(&["proxy-config", "cluster", "client-0.shop"]);
     assert!(
         clusters
             .lines()
@@ -189,24 +174,27 @@ fn config_dump_matches_envoys_own_and_the_clis_and_debug_views_show_the_mesh() {
                 && l.contains("EDS")),
         "{clusters}"
     );
-    let routes = cli(&meshd, &["proxy-config", "route", "client-0.shop"]);
+    let routes = meshd.cli(&["proxy-config", "route", "client-0.shop"]);
     assert!(
         routes.contains("reviews.shop") && routes.contains("reviews.shop.svc.cluster.local"),
         "{routes}"
     );
-    let endpoints = cli(&meshd, &["proxy-config", "endpoint", "client-0.shop"]);
+    let endpoints = meshd.cli(&["proxy-config", "endpoint", "client-0.shop"]);
     assert!(
         endpoints
             .lines()
             .any(|l| l.starts_with(&format!("127.0.0.1:{}", up.port)) && l.contains("HEALTHY")),
         "{endpoints}"
     );
-    let listeners = cli(&meshd, &["proxy-config", "listener", envoy.id.as_str()]);
+    let listeners = meshd.cli(&["proxy-config", "listener", envoy.id.as_str()]);
     assert!(listeners.contains(&format!("Route: {port}")), "{listeners}");
-    let json: Value = serde_json::from_str(&cli(
-        &meshd,
-        &["proxy-config", "cluster", "client-0.shop", "-o", "json"],
-    ))
+    let json: Value = serde_json::from_str(&meshd.cli(&[
+        "proxy-config",
+        "cluster",
+        "client-0.shop",
+        "-o",
+        "json",
+    ]))
     .unwrap();
     let theirs = envoy_dump(&envoy, "dynamic_active_clusters", &["cluster"], "name");
     let listed: Vec<&str> = json

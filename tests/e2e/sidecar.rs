@@ -717,6 +717,25 @@ fn with_vhds_a_virtual_service_change_sends_only_its_virtual_host() {
     assert_eq!(pushes("rds"), rds + 1.0, "one RDS push: the SotW sidecar's");
     let synced = meshd.syncz(&delta.id);
     assert_eq!(synced["types"]["vhds"]["rejects"], 0, "{synced}");
+    // `meshd proxy-status` gains a VHDS column: the delta sidecar is in sync on it, the
+    // SotW one is sent nothing over it.
+    let status = meshd.cli(&["proxy-status"]);
+    let cells = |line: &str| -> Vec<String> {
+        (line.split("  ").map(str::trim))
+            .filter(|c| !c.is_empty())
+            .map(String::from)
+            .collect()
+    };
+    let header = cells(status.lines().next().unwrap());
+    let column = header.iter().position(|c| c == "VHDS");
+    let column = column.unwrap_or_else(|| panic!("{status}"));
+    let vhds_state = |id: &str| {
+        let name = id.split('~').nth(2).unwrap();
+        let row = status.lines().find(|l| l.starts_with(name));
+        cells(row.unwrap_or_else(|| panic!("{name}: {status}")))[column].clone()
+    };
+    assert_eq!(vhds_state(&delta.id), "SYNCED", "{status}");
+    assert_eq!(vhds_state(&sotw.id), "NOT SENT", "{status}");
 
     // ratings goes: Envoy drops its virtual host by name, and keeps the others.
     std::fs::remove_file(dir.join("ratings.yaml")).unwrap();
