@@ -91,6 +91,12 @@ pub struct LoadgenArgs {
     /// A Sidecar per namespace scoping its proxies to that namespace.
     #[arg(long)]
     pub sidecar_scoped: bool,
+    /// Bind the routed services' VirtualServices to the ingress Gateway too (host
+    /// `svc-N.example.com`). The gateways are then measured like sidecars: a
+    /// VirtualService change reaches them, and they hold every service's endpoints.
+    /// Without it the gateways are connected but not measured.
+    #[arg(long)]
+    pub gateway_routes: bool,
     #[arg(long, value_enum, default_value = "vs")]
     pub change: Change,
     /// Changes to make, one at a time.
@@ -623,7 +629,7 @@ async fn storm(
     let affected: Vec<bool> = fleet
         .iter()
         .map(|p| match &p.namespace {
-            None => false,
+            None => shape.gateway_routed,
             Some(ns) => !shape.sidecar_scoped || *ns == last_namespace,
         })
         .collect();
@@ -679,6 +685,7 @@ pub fn run(mut args: LoadgenArgs) -> Result<Json, String> {
         endpoints: args.endpoints,
         routed_every: args.routed_every,
         sidecar_scoped: args.sidecar_scoped,
+        gateway_routed: args.gateway_routes,
     };
     let source = Source::new(&args)?;
     source.put_mesh(&shape)?;
@@ -888,7 +895,9 @@ async fn simulate(
         let affected: Vec<bool> = fleet
             .iter()
             .map(|p| match &p.namespace {
-                None => false, // gateways: not measured (see BENCHMARKS.md)
+                // Gateways see every service, and with --gateway-routes route every
+                // routed one; without it they are not measured.
+                None => shape.gateway_routed,
                 Some(ns) => !shape.sidecar_scoped || namespaces.contains(ns),
             })
             .collect();
@@ -993,6 +1002,7 @@ async fn simulate(
         "connect_rate": args.connect_rate, "proxies_per_connection": args.proxies_per_connection,
         "services": shape.services, "namespaces": shape.namespaces, "endpoints": shape.endpoints,
         "routed_every": shape.routed_every, "sidecar_scoped": shape.sidecar_scoped,
+        "gateway_routes": shape.gateway_routed,
         "change": args.change, "changes": args.changes, "services_per_change": args.services_per_change,
     }));
     summary.insert(

@@ -18,6 +18,10 @@ pub struct Shape {
     pub routed_every: usize,
     /// A `Sidecar` per namespace with egress `./*`: proxies see their namespace only.
     pub sidecar_scoped: bool,
+    /// The routed services' VirtualServices are bound to the ingress Gateway too
+    /// ([`Shape::namespaces_yaml`]), with the host `svc-i.example.com`, so that a change
+    /// to one reaches the gateways as well.
+    pub gateway_routed: bool,
 }
 
 impl Shape {
@@ -29,6 +33,7 @@ impl Shape {
             endpoints,
             routed_every: 10,
             sidecar_scoped: false,
+            gateway_routed: false,
         }
     }
 
@@ -87,8 +92,13 @@ impl Shape {
     pub fn routing_yaml(&self, i: usize, user: &str) -> String {
         let ns = self.namespace_of(i);
         let name = format!("svc-{i}");
+        let bound = if self.gateway_routed {
+            format!("hosts: [{name}, {name}.example.com]\n  gateways: [mesh, istio-system/ingress]")
+        } else {
+            format!("hosts: [{name}]")
+        };
         format!(
-            "---\napiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  host: {name}\n  subsets: [{{name: v1, labels: {{version: v1}}}}, {{name: v2, labels: {{version: v2}}}}]\n---\napiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  hosts: [{name}]\n  http:\n  - match: [{{headers: {{end-user: {{exact: {user}}}}}}}]\n    route: [{{destination: {{host: {name}, subset: v2}}}}]\n  - route:\n    - {{destination: {{host: {name}, subset: v1}}, weight: 90}}\n    - {{destination: {{host: {name}, subset: v2}}, weight: 10}}\n"
+            "---\napiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  host: {name}\n  subsets: [{{name: v1, labels: {{version: v1}}}}, {{name: v2, labels: {{version: v2}}}}]\n---\napiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  {bound}\n  http:\n  - match: [{{headers: {{end-user: {{exact: {user}}}}}}}]\n    route: [{{destination: {{host: {name}, subset: v2}}}}]\n  - route:\n    - {{destination: {{host: {name}, subset: v1}}, weight: 90}}\n    - {{destination: {{host: {name}, subset: v2}}, weight: 10}}\n"
         )
     }
 

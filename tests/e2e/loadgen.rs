@@ -139,9 +139,10 @@ fn a_sotw_fleet_with_gateways_converges_on_virtual_service_changes() {
     assert!((1.0..50.0).contains(&pushes), "{storm:#}");
 }
 
-/// With `MESHD_ENABLE_VHDS` a VirtualService change reaches the fleet as the one virtual
-/// host it changed, through the storm and a restart (each reconnecting proxy asks for
-/// VHDS again).
+/// With `MESHD_ENABLE_VHDS` a VirtualService change reaches the fleet, sidecars and
+/// gateways (the routed services are bound to the ingress Gateway too), as the one
+/// virtual host it changed, through the storm and a restart (each reconnecting proxy
+/// asks for VHDS again).
 #[test]
 fn a_vhds_fleet_converges_on_virtual_service_changes_with_one_virtual_host_each() {
     let s = loadgen_in(
@@ -149,6 +150,9 @@ fn a_vhds_fleet_converges_on_virtual_service_changes_with_one_virtual_host_each(
         &[
             "--proxies",
             "20",
+            "--gateways",
+            "2",
+            "--gateway-routes",
             "--services",
             "30",
             "--change",
@@ -160,17 +164,18 @@ fn a_vhds_fleet_converges_on_virtual_service_changes_with_one_virtual_host_each(
     );
     assert_converged(&s, 2);
     // The route configuration holding the changed virtual host has 30 of them (16 KB
-    // without VHDS); one virtual host is ~1.3 KB.
+    // without VHDS), the gateways' `http.80` one per routed service; one virtual host is
+    // ~1.3 KB.
     for r in s["changes"].as_array().unwrap() {
-        assert_eq!(r["affected"], 20, "{r:#}");
+        assert_eq!(r["affected"], 22, "20 sidecars and 2 gateways: {r:#}");
         assert_eq!(r["responses_per_affected_proxy"], 1.0, "{r:#}");
         let bytes = r["bytes_per_affected_proxy"].as_f64().unwrap();
         assert!(bytes < 4000.0, "{r:#}");
     }
     let storm = &s["storm"];
-    assert_eq!(storm["holding_final_config"], 20, "{storm:#}");
+    assert_eq!(storm["holding_final_config"], 22, "{storm:#}");
     assert_eq!(storm["connections_not_acked"], 0, "{storm:#}");
-    assert_eq!(s["restart"]["reconnected"], 20, "{:#}", s["restart"]);
+    assert_eq!(s["restart"]["reconnected"], 22, "{:#}", s["restart"]);
 }
 
 #[test]
