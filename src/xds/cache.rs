@@ -235,22 +235,54 @@ struct GatewayRoutesEntry {
     bytes: Arc<[u8]>,
 }
 
-/// Encoded gateway virtual hosts (`virtual_hosts` fields) by their name and the route
-/// runs they hold (which the memo holds, so that their addresses stay theirs), for this
-/// context and the one before, as [`VhdsMemo`]: the gateway views of a push, and of the
-/// next, share them, and so do the VHDS resources made from them.
-#[derive(Default)]
-struct GatewayHostMemo {
+/// Values kept for the newest push context asked about and the one before it: the views
+/// of a push, and of the next, share them, and whatever neither used goes when a newer
+/// context asks.
+struct Generations<K, V> {
+    /// The newest context asked about.
     ctx: u64,
-    current: GatewayHosts,
-    previous: GatewayHosts,
+    /// Used for it, and for the one before (kept until the next context).
+    current: foldhash::HashMap<K, V>,
+    previous: foldhash::HashMap<K, V>,
 }
 
-type GatewayHosts = foldhash::HashMap<u64, Vec<GatewayHostField>>;
+impl<K, V> Default for Generations<K, V> {
+    fn default() -> Self {
+        Generations {
+            ctx: 0,
+            current: Default::default(),
+            previous: Default::default(),
+        }
+    }
+}
+
+impl<K: std::hash::Hash + Eq, V> Generations<K, V> {
+    /// The value of `key` for context `ctx`: this generation's, else the last one's (kept
+    /// on), else `make`'s.
+    fn get(&mut self, ctx: u64, key: K, make: impl FnOnce() -> V) -> &mut V {
+        if ctx > self.ctx {
+            self.ctx = ctx;
+            self.previous = std::mem::take(&mut self.current);
+        }
+        match self.current.entry(key) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                let kept = self.previous.remove(e.key());
+                e.insert(kept.unwrap_or_else(make))
+            }
+        }
+    }
+}
+
+/// Encoded gateway virtual hosts (`virtual_hosts` fields), by a hash of their host, port
+/// and route runs (which the entries hold, so that their addresses stay theirs): the
+/// gateway views of a push, and of the next, share them, and so do the VHDS resources
+/// made from them.
+type GatewayHostMemo = Generations<u64, Vec<GatewayHostField>>;
 
 struct GatewayHostField {
-    /// The virtual host without routes, encoded: its name and domain.
-    head: Box<[u8]>,
+    host: String,
+    port: u32,
     runs: Vec<Arc<[u8]>>,
     field: Arc<[u8]>,
 }
@@ -258,16 +290,7 @@ struct GatewayHostField {
 /// VHDS resources by the encoded virtual host they were made from (its allocation, which
 /// the memo holds so that the address stays its own) and their route configuration: the
 /// views of a push, and of the next, share them as they share the virtual hosts.
-#[derive(Default)]
-struct VhdsMemo {
-    /// The newest context asked about.
-    ctx: u64,
-    /// Used for it, and for the one before (kept until the next context).
-    current: VhdsEntries,
-    previous: VhdsEntries,
-}
-
-type VhdsEntries = foldhash::HashMap<(usize, Arc<str>), (Arc<[u8]>, Arc<Resource>)>;
+type VhdsMemo = Generations<(usize, Arc<str>), (Arc<[u8]>, Arc<Resource>)>;
 
 impl ResourceCache {
     /// A cache counting its reads in `pilot_xds_cache_reads{type="hit"|"miss"}`.
@@ -567,20 +590,10 @@ impl ResourceCache {
             Arc::<str>::from(route_config),
         );
         let mut memo = self.vhds.lock().unwrap();
-        if ctx.id() > memo.ctx {
-            memo.ctx = ctx.id();
-            memo.previous = std::mem::take(&mut memo.current);
-        }
-        if let Some((_, r)) = memo.current.get(&key) {
-            return r.clone();
-        }
-        let entry = match memo.previous.remove(&key) {
-            Some(entry) => entry,
-            None => (field.clone(), vhds_resource(route_config, field)),
-        };
-        let r = entry.1.clone();
-        memo.current.insert(key, entry);
-        r
+        let (_, r) = memo.get(ctx.id(), key, || {
+            (field.clone(), vhds_resource(route_config, field))
+        });
+        r.clone()
     }
 
     /// The service's default virtual host on `port` under `rule` (its DestinationRule for
@@ -734,54 +747,48 @@ impl ResourceCache {
         let runs: Vec<Arc<[u8]>> = (vh.sources.iter())
             .map(|s| self.gateway_routes(ctx, proxy, s))
             .collect();
-        let head = vh.head().encode_to_vec();
         let key = {
             use std::hash::{BuildHasher, Hash, Hasher};
             let mut h = foldhash::fast::FixedState::default().build_hasher();
-            head.hash(&mut h);
+            (&vh.host, vh.port).hash(&mut h);
             for r in &runs {
                 (Arc::as_ptr(r) as *const u8 as usize).hash(&mut h);
             }
             h.finish()
         };
-        let is = |f: &GatewayHostField| {
-            *f.head == *head
+        let mut memo = self.gateway_hosts.lock().unwrap();
+        let fields = memo.get(ctx.id(), key, Vec::new);
+        let found = fields.iter().find(|f| {
+            f.host == vh.host
+                && f.port == vh.port
                 && f.runs.len() == runs.len()
                 && f.runs.iter().zip(&runs).all(|(a, b)| Arc::ptr_eq(a, b))
-        };
-        let mut memo = self.gateway_hosts.lock().unwrap();
-        if ctx.id() > memo.ctx {
-            memo.ctx = ctx.id();
-            memo.previous = std::mem::take(&mut memo.current);
-        }
-        if let Some(f) = (memo.current.get(&key).into_iter().flatten()).find(|f| is(f)) {
+        });
+        if let Some(f) = found {
             return f.field.clone();
         }
-        let kept = (memo.previous.get_mut(&key))
-            .and_then(|fields| Some(fields.swap_remove(fields.iter().position(is)?)));
-        let entry = kept.unwrap_or_else(|| {
-            let tail = GatewayVirtualHost::tail().encode_to_vec();
-            let len = head.len() + runs.iter().map(|r| r.len()).sum::<usize>() + tail.len();
-            let mut out = Vec::with_capacity(len + 8);
-            prost::encoding::encode_key(
-                VIRTUAL_HOSTS,
-                prost::encoding::WireType::LengthDelimited,
-                &mut out,
-            );
-            prost::encoding::encode_varint(len as u64, &mut out);
-            out.extend_from_slice(&head);
-            for r in &runs {
-                out.extend_from_slice(r);
-            }
-            out.extend_from_slice(&tail);
-            GatewayHostField {
-                head: head.into(),
-                runs,
-                field: out.into(),
-            }
+        let head = vh.head().encode_to_vec();
+        let tail = GatewayVirtualHost::tail().encode_to_vec();
+        let len = head.len() + runs.iter().map(|r| r.len()).sum::<usize>() + tail.len();
+        let mut out = Vec::with_capacity(len + 8);
+        prost::encoding::encode_key(
+            VIRTUAL_HOSTS,
+            prost::encoding::WireType::LengthDelimited,
+            &mut out,
+        );
+        prost::encoding::encode_varint(len as u64, &mut out);
+        out.extend_from_slice(&head);
+        for r in &runs {
+            out.extend_from_slice(r);
+        }
+        out.extend_from_slice(&tail);
+        let field: Arc<[u8]> = out.into();
+        fields.push(GatewayHostField {
+            host: vh.host.clone(),
+            port: vh.port,
+            runs,
+            field: field.clone(),
         });
-        let field = entry.field.clone();
-        memo.current.entry(key).or_default().push(entry);
         field
     }
 }
