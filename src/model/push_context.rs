@@ -124,12 +124,12 @@ fn namespace_labels(store: &Store) -> Arc<HashMap<String, BTreeMap<String, Strin
     )
 }
 
-/// The Kubernetes services (namespace, name) whose endpoints a change to these keys can
-/// alter: the Service itself, the service an EndpointSlice belongs to now or belonged to
-/// in `before`, and the services whose endpoints name a changed Pod.
 /// A service as one context held it and as a later one holds it (`None`: it had none).
 pub type ServiceChange<'a> = (Option<&'a Arc<Service>>, Option<&'a Arc<Service>>);
 
+/// The Kubernetes services (namespace, name) whose endpoints a change to these keys can
+/// alter: the Service itself, the service an EndpointSlice belongs to now or belonged to
+/// in `before`, and the services whose endpoints name a changed Pod.
 fn touched_services(
     before: &Store,
     store: &Store,

@@ -29,7 +29,8 @@ pub enum TypeKind {
     /// SDS over ADS: gateway credentials (`kubernetes://NAME`), secure port only.
     Secret = 4,
     /// VHDS: the virtual hosts of route configurations (a sidecar's outbound ones, a
-    /// gateway's), one resource each, for delta proxies when `MESHD_ENABLE_VHDS` is on (see [`vhds_route_config`]).
+    /// gateway's), one resource each, for delta proxies when `MESHD_ENABLE_VHDS` is on
+    /// (see [`vhds_route_config`]).
     VirtualHost = 5,
 }
 
