@@ -460,6 +460,22 @@ pub struct Meshd {
     log: PathBuf,
 }
 
+/// Runs the meshd binary to completion with `args` (and `env`), asserting it succeeded;
+/// its stdout.
+pub fn run_meshd(args: &[&str], env: &[(&str, &str)]) -> Vec<u8> {
+    let out = Command::new(env!("CARGO_BIN_EXE_meshd"))
+        .envs(env.iter().copied())
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "meshd {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
 impl Meshd {
     /// Starts meshd on fresh ports and waits until it is ready.
     pub fn start(config_dir: &Path) -> Meshd {
@@ -640,17 +656,9 @@ impl Meshd {
 
     /// `meshd ARGS --meshd MONITORING`: a CLI command against this instance, its stdout.
     pub fn cli(&self, args: &[&str]) -> String {
-        let out = Command::new(env!("CARGO_BIN_EXE_meshd"))
-            .args(args)
-            .args(["--meshd", &format!("127.0.0.1:{}", self.monitoring_port)])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "meshd {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
+        let monitoring = format!("127.0.0.1:{}", self.monitoring_port);
+        let all = [args, &["--meshd", &monitoring]].concat();
+        String::from_utf8(run_meshd(&all, &[])).unwrap()
     }
 
     /// `pilot_xds_pushes{type="TYPE"}`: responses of one type sent so far.

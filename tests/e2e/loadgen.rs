@@ -2,11 +2,9 @@
 //! affected proxy converges on each change, and with Sidecar scoping the proxies of other
 //! namespaces are sent nothing. The mesh is served from files, or from the Kubernetes fake.
 
-use std::process::Command;
-
 use serde_json::Value;
 
-use crate::harness::temp_dir;
+use crate::harness::{run_meshd, temp_dir};
 
 fn loadgen(name: &str, args: &[&str]) -> Value {
     loadgen_in(&temp_dir(name).join("config"), args, &[])
@@ -17,22 +15,14 @@ const STORM_THEN_RESTART: [&str; 5] = ["--storm-rate", "50", "--storm-duration",
 
 /// `env` reaches the meshd the simulator starts.
 fn loadgen_in(dir: &std::path::Path, args: &[&str], env: &[(&str, &str)]) -> Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_meshd"))
-        .envs(env.iter().copied())
-        .arg("loadgen")
-        .arg("--config-dir")
-        .arg(dir)
-        .arg("--spawn-meshd")
-        .args(args)
-        .args(STORM_THEN_RESTART)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "loadgen failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    let dir = dir.to_str().expect("a UTF-8 temporary path");
+    let all = [
+        &["loadgen", "--config-dir", dir, "--spawn-meshd"],
+        args,
+        &STORM_THEN_RESTART,
+    ]
+    .concat();
+    serde_json::from_slice(&run_meshd(&all, env)).unwrap()
 }
 
 fn assert_converged(summary: &Value, changes: usize) {
