@@ -21,6 +21,7 @@
 //! (field 1) in prost's field order, so `name`, the virtual hosts, then the other fields
 //! are exactly the bytes prost would write for the whole message.
 
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
 use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
@@ -33,7 +34,7 @@ use super::resource::{
     resource_map,
 };
 use crate::api::networking::LocalityLoadBalancerSetting;
-use crate::config::{ConfigObject, ObjectKey, Spec};
+use crate::config::{ConfigObject, Kind, ObjectKey, Spec};
 use crate::metrics::{Metrics, type_label};
 use crate::model::network::NetworkGateways;
 use crate::model::{Proxy, ProxyKind, PushContext, Service};
@@ -322,22 +323,46 @@ impl ResourceCache {
         self.len() == 0
     }
 
-    /// Drops the entries of services and gateway routes of VirtualServices `ctx` no longer
-    /// has.
-    pub fn retain_services_of(&self, ctx: &PushContext) {
+    /// Drops what `ctx` can no longer use: the entries of services it does not have, and,
+    /// when the push that brings it may have changed routing (`changed` names a
+    /// VirtualService or Gateway, or is `None` for a full push), the gateway routes of
+    /// VirtualServices it does not have in the form they were built from, or of Gateway
+    /// servers it does not have.
+    pub fn retain_services_of(&self, ctx: &PushContext, changed: Option<&BTreeSet<ObjectKey>>) {
         self.hosts
             .lock()
             .unwrap()
             .retain(|host, _| ctx.services.contains_key(host));
+        let routing_changed = changed.is_none_or(|keys| {
+            (keys.iter()).any(|k| matches!(k.kind, Kind::VirtualService | Kind::Gateway))
+        });
         let mut gateway_routes = self.gateway_routes.lock().unwrap();
-        if !gateway_routes.is_empty() {
-            let present: std::collections::HashSet<&ObjectKey> =
-                ctx.virtual_services.iter().map(|vs| &vs.key).collect();
-            gateway_routes.retain(|_, entries| {
-                entries.retain(|e| present.contains(&e.vs.key));
-                !entries.is_empty()
-            });
+        if !routing_changed || gateway_routes.is_empty() {
+            return;
         }
+        let virtual_services: HashMap<&ObjectKey, &Arc<ConfigObject>> =
+            (ctx.virtual_services.iter())
+                .map(|vs| (&vs.key, vs))
+                .collect();
+        // Each Gateway's server ports, by `namespace/name`.
+        let servers: HashMap<String, Vec<u32>> = (ctx.gateways.iter())
+            .filter_map(|g| match &g.spec {
+                Spec::Gateway(spec) => Some((
+                    format!("{}/{}", g.key.namespace, g.key.name),
+                    spec.servers.iter().map(|s| s.port.number).collect(),
+                )),
+                _ => None,
+            })
+            .collect();
+        gateway_routes.retain(|_, entries| {
+            entries.retain(|e| {
+                // A changed VirtualService's entries can never be read again.
+                let vs = virtual_services.get(&e.vs.key);
+                vs.is_some_and(|vs| same(Some(vs), Some(&e.vs)))
+                    && (servers.get(&*e.gateway)).is_some_and(|ports| ports.contains(&e.port))
+            });
+            !entries.is_empty()
+        });
     }
 
     /// Runs `read` on the service's entry for `rule`, first dropping the service's
@@ -1193,20 +1218,59 @@ mod tests {
         let fourth = PushContext::build(&store, "v/4".into());
         assert_views_agree_for(&fourth, &cache, gateways.clone());
         let before = cache.gateway_routes.lock().unwrap().len();
-        let without_both = {
+        let without = |store: &Store, gone: &ObjectKey| {
             let mut smaller = Store::default();
-            for o in store.iter().filter(|o| o.key.name != "both") {
+            for o in store.iter().filter(|o| o.key != *gone) {
                 smaller.apply((**o).clone());
             }
-            PushContext::build(&smaller, "v/5".into())
+            smaller
         };
-        cache.retain_services_of(&without_both);
+        let both = ObjectKey::new(Kind::VirtualService, "ns-1", "both");
+        let mut store = without(&store, &both);
+        let without_both = PushContext::build(&store, "v/5".into());
+        cache.retain_services_of(&without_both, None);
         assert_eq!(
             cache.gateway_routes.lock().unwrap().len(),
             before - 2,
             "both's routes at each Gateway"
         );
-        assert_views_agree_for(&without_both, &cache, gateways);
+        assert_views_agree_for(&without_both, &cache, gateways.clone());
+
+        // A VirtualService no longer bound to the Gateway, then the Gateway gone: their
+        // entries go with the first push that changes routing, not with one that changes
+        // endpoints only.
+        let count = || cache.gateway_routes.lock().unwrap().len();
+        let endpoints_only = BTreeSet::from([ObjectKey::new(Kind::EndpointSlice, "ns-1", "svc-1")]);
+        let mirrored = ObjectKey::new(Kind::VirtualService, "ns-1", "mirrored");
+        apply(
+            &mut store,
+            &format!(
+                "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: mirrored, namespace: ns-1}}\nspec:\n  hosts: [svc-5]\n  gateways: [mesh]\n  http: [{{route: [{{destination: {{host: svc-5}}}}], mirror: {{host: svc-6.{ns6}.svc.cluster.local}}}}]\n"
+            ),
+        );
+        let unbound = PushContext::build(&store, "v/6".into());
+        let before = count();
+        cache.retain_services_of(&unbound, Some(&endpoints_only));
+        assert_eq!(count(), before, "kept by an endpoint-only push");
+        cache.retain_services_of(&unbound, Some(&BTreeSet::from([mirrored])));
+        assert_eq!(
+            count(),
+            before - 1,
+            "mirrored's routes at the ingress Gateway"
+        );
+        assert_views_agree_for(&unbound, &cache, gateways.clone());
+
+        let ingress = ObjectKey::new(Kind::Gateway, "istio-system", "ingress");
+        let no_ingress = PushContext::build(&without(&store, &ingress), "v/7".into());
+        assert!(
+            count() >= 40,
+            "the routes of gw-svc-0 to gw-svc-39 at the ingress"
+        );
+        cache.retain_services_of(&no_ingress, Some(&endpoints_only));
+        assert!(count() >= 40, "kept by an endpoint-only push");
+        cache.retain_services_of(&no_ingress, Some(&BTreeSet::from([ingress])));
+        assert_eq!(count(), 0, "no Gateway server is left to route");
+        assert_views_agree_for(&no_ingress, &cache, gateways);
     }
 
     #[test]
@@ -1286,7 +1350,7 @@ mod tests {
             }
             PushContext::build(&smaller, "v/5".into())
         };
-        cache.retain_services_of(&ctx);
+        cache.retain_services_of(&ctx, None);
         assert_eq!(cache.len(), 39);
         assert_views_agree(&ctx, &cache);
     }

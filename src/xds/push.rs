@@ -223,7 +223,7 @@ impl Push {
         changed: Option<BTreeSet<ObjectKey>>,
         cache: Arc<ResourceCache>,
     ) -> Push {
-        cache.retain_services_of(&context);
+        cache.retain_services_of(&context, changed.as_ref());
         let locality_aware = cache.locality_aware(&context);
         let node_aware = cache.node_aware(&context);
         Push {
