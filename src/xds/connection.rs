@@ -385,7 +385,9 @@ impl Connection {
         if !w.force.is_empty() {
             return None;
         }
-        if Arc::ptr_eq(basis, view) {
+        // The same view, or one sharing this type's set (a push's views keep the sets a
+        // change cannot touch): nothing to send, without taking the push's diff table.
+        if Arc::ptr_eq(basis, view) || basis.shares(view, kind) {
             return Some((Batch::default(), Vec::new()));
         }
         let d = self.push.view_diff(basis, view, kind);
@@ -473,11 +475,7 @@ impl Connection {
             w.pending_since = trigger;
         }
         let resources = w.held_view(kind).map_or(w.sent.len(), |held| held.len());
-        self.shared
-            .metrics
-            .xds_pushes
-            .get_or_create(&type_label(kind.short()))
-            .inc();
+        self.shared.pushes_of(kind).inc();
         let mut status = self.status.lock().unwrap();
         let t = status.of(kind);
         t.nonce_sent = nonce.clone();

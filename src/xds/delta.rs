@@ -12,7 +12,6 @@ use super::connection::Connection;
 use super::resource::{TypeKind, View};
 use super::stream::Framing;
 use super::wire::{Batch, DeltaResponse};
-use crate::metrics::type_label;
 
 type Tx = super::stream::Tx<DeltaResponse>;
 
@@ -311,26 +310,15 @@ async fn push_to(conn: &mut Connection, tx: &Tx) -> Result<(), Closed> {
                 (changed.into(), removed)
             }
         };
-        let method = if from_basis[kind as usize] {
-            "view"
-        } else {
+        if !from_basis[kind as usize] {
             conn.materialize(kind); // what it holds changes other than by a view step
-            "full"
-        };
-        shared
-            .metrics
-            .xds_push_diffs
-            .get_or_create(&vec![("method", method.to_string())])
-            .inc();
+        }
+        shared.push_diffs(from_basis[kind as usize]).inc();
         if kind == TypeKind::Cluster {
             removed_clusters = std::mem::take(&mut removed);
         }
         if respond(conn, kind, changed, removed, push, tx).await? {
-            shared
-                .metrics
-                .xds_push_time
-                .get_or_create(&type_label(kind.short()))
-                .observe(started.elapsed().as_secs_f64());
+            (shared.push_time_of(kind)).observe(started.elapsed().as_secs_f64());
         }
     }
     if !removed_clusters.is_empty() {

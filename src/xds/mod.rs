@@ -20,21 +20,24 @@ pub mod wire;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
 use envoy_types::pb::google::protobuf::{Struct, Value as PbValue, value::Kind as PbKind};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::histogram::Histogram;
 use tokio::sync::{Semaphore, mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
 use self::connection::SyncStatus;
 use self::push::{Push, PushSettings};
+use self::resource::{TYPES, TypeKind};
 use crate::ca::Identity;
 use crate::ca::authn::Authenticator;
 use crate::config::ObjectKey;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, type_label};
 use crate::model::{Locality, Proxy};
 
 /// The response stream went away.
@@ -53,6 +56,18 @@ pub struct XdsShared {
     connections: Mutex<BTreeMap<u64, Arc<Mutex<SyncStatus>>>>,
     /// The latest NACK of a resource built from each object.
     rejections: Mutex<HashMap<ObjectKey, Rejection>>,
+    series: PushSeries,
+}
+
+/// The metric series a push touches for every proxy and type, each taken from its family
+/// once: a family lookup allocates and hashes its label set, and a push made several per
+/// proxy. Resolved at first use, so a series appears when it first counts, as before.
+#[derive(Default)]
+struct PushSeries {
+    pushes: [OnceLock<Counter>; TYPES],
+    push_time: [OnceLock<Histogram>; TYPES],
+    /// `meshd_xds_push_diffs` by method: `view`, `full`.
+    diffs: [OnceLock<Counter>; 2],
 }
 
 /// A proxy refused a resource built from an object.
@@ -81,6 +96,35 @@ impl XdsShared {
             next_id: AtomicU64::new(1),
             connections: Mutex::default(),
             rejections: Mutex::default(),
+            series: PushSeries::default(),
+        })
+    }
+
+    /// `pilot_xds_pushes{type}` of `kind`.
+    pub fn pushes_of(&self, kind: TypeKind) -> &Counter {
+        self.series.pushes[kind as usize].get_or_init(|| {
+            let family = &self.metrics.xds_pushes;
+            family.get_or_create(&type_label(kind.short())).clone()
+        })
+    }
+
+    /// `pilot_xds_push_time{type}` of `kind`.
+    pub fn push_time_of(&self, kind: TypeKind) -> &Histogram {
+        self.series.push_time[kind as usize].get_or_init(|| {
+            let family = &self.metrics.xds_push_time;
+            family.get_or_create(&type_label(kind.short())).clone()
+        })
+    }
+
+    /// `meshd_xds_push_diffs{method}`: `view` when a push was a step between two views,
+    /// else `full`.
+    pub fn push_diffs(&self, by_view: bool) -> &Counter {
+        let method = if by_view { "view" } else { "full" };
+        self.series.diffs[usize::from(by_view)].get_or_init(|| {
+            let family = &self.metrics.xds_push_diffs;
+            family
+                .get_or_create(&vec![("method", method.to_string())])
+                .clone()
         })
     }
 

@@ -336,9 +336,9 @@ impl Push {
     }
 }
 
-type ViewCells = HashMap<ViewKey, Arc<OnceLock<Arc<View>>>>;
+type ViewCells = foldhash::HashMap<ViewKey, Arc<OnceLock<Arc<View>>>>;
 
-type DiffMap = HashMap<(usize, usize, TypeKind), (Arc<View>, Arc<View>, Arc<ViewDiff>)>;
+type DiffMap = foldhash::HashMap<(usize, usize, TypeKind), (Arc<View>, Arc<View>, Arc<ViewDiff>)>;
 
 /// What changed for one type from one view to another.
 #[derive(Debug, Default)]

@@ -13,7 +13,6 @@ use super::connection::Connection;
 use super::resource::{Resource, TypeKind};
 use super::stream::Framing;
 use super::wire::{Batch, SotwResponse};
-use crate::metrics::type_label;
 
 type Tx = super::stream::Tx<SotwResponse>;
 
@@ -132,11 +131,7 @@ async fn push_to(conn: &mut Connection, tx: &Tx) -> Result<(), Closed> {
             continue;
         }
         respond(conn, kind, desired, &changed, trigger, tx).await?;
-        shared
-            .metrics
-            .xds_push_time
-            .get_or_create(&type_label(kind.short()))
-            .observe(started.elapsed().as_secs_f64());
+        (shared.push_time_of(kind)).observe(started.elapsed().as_secs_f64());
     }
     Ok(())
 }
