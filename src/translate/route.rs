@@ -1,6 +1,7 @@
 //! RDS: route configurations for sidecar outbound ports (`"9080"`) and gateway ports
-//! (`"http.8080"`), virtual hosts with every name Kubernetes users write, and routes from
-//! VirtualService `http` entries with Istio's defaults (timeout 0s, default retry policy).
+//! (`"http.8080"`, planned in [`gateway`](self::gateway)), virtual hosts with every name
+//! Kubernetes users write, and routes from VirtualService `http` entries with Istio's
+//! defaults (timeout 0s, default retry policy).
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -33,7 +34,7 @@ use envoy_types::pb::envoy::r#type::matcher::v3::{
 use envoy_types::pb::google::protobuf::{BoolValue, UInt32Value};
 use envoy_types::util::pack_any;
 
-use super::listener::{GatewayServer, RouteServices};
+use super::listener::RouteServices;
 use super::{duration, istio_metadata, optional_duration, outbound_cluster_name, string_value};
 use crate::api::labels_match;
 use crate::api::networking::{
@@ -43,6 +44,12 @@ use crate::api::networking::{
 use crate::config::{ConfigObject, Spec};
 use crate::model::destination_rule;
 use crate::model::{Proxy, PushContext, Service, host_matches, resolve_host};
+
+mod gateway;
+
+pub use self::gateway::{
+    GatewayRoute, GatewayRoutes, GatewayVirtualHost, gateway, gateway_blackhole, gateway_plan,
+};
 
 /// Istio's default retry policy, as the seeds specify it (older Istio: 3 host-selection
 /// attempts, retriable status 503).
@@ -423,150 +430,6 @@ fn catch_all(unknown_destination: Option<&str>) -> VirtualHost {
         include_request_attempt_count: true,
         ..Default::default()
     }
-}
-
-/// A gateway route configuration before assembly: `http.PORT` for the HTTP servers of a
-/// listener port, or `https.PORT.NAME.GATEWAY.NS` for one HTTPS server.
-pub struct GatewayRoute {
-    pub name: String,
-    /// The port the gateway listens on (the blackhole virtual host's name).
-    pub listen_port: u32,
-    pub servers: Vec<GatewayServer>,
-}
-
-/// One virtual host of a gateway route configuration before assembly: `HOST:PORT`, for
-/// `host`, with the routes of each bound VirtualService in turn.
-pub struct GatewayVirtualHost<'a> {
-    pub host: String,
-    pub port: u32,
-    pub sources: Vec<GatewayRoutes<'a>>,
-}
-
-/// The HTTP routes one VirtualService gives a gateway server ([`http_routes`]): a
-/// function of the VirtualService, the server's port and Gateway, and the services and
-/// DestinationRules of the hosts it routes to ([`destination_hosts`]) unless it matches
-/// on the source ([`GatewayRoutes::shared`]), so callers may cache them.
-#[derive(Clone, Copy)]
-pub struct GatewayRoutes<'a> {
-    pub vs: &'a Arc<ConfigObject>,
-    pub spec: &'a VirtualServiceSpec,
-    pub port: u32,
-    /// `namespace/name` of the Gateway.
-    pub gateway: &'a str,
-}
-
-impl GatewayRoutes<'_> {
-    pub fn build(&self, ctx: &PushContext, proxy: &Proxy) -> Vec<Route> {
-        http_routes(ctx, proxy, self.vs, self.spec, self.port, self.gateway)
-    }
-
-    /// Whether the routes are the same for every proxy.
-    pub fn shared(&self) -> bool {
-        !depends_on_proxy(self.spec)
-    }
-}
-
-impl GatewayVirtualHost<'_> {
-    /// The virtual host without its routes: they follow `domains` in prost's field order,
-    /// so a caller may encode this and place encoded routes after the domains.
-    pub fn head(&self) -> VirtualHost {
-        VirtualHost {
-            name: format!("{}:{}", self.host, self.port),
-            domains: vec![self.host.clone()],
-            ..Default::default()
-        }
-    }
-
-    /// What follows the routes ([`GatewayVirtualHost::head`]).
-    pub fn tail() -> VirtualHost {
-        VirtualHost {
-            include_request_attempt_count: true,
-            ..Default::default()
-        }
-    }
-}
-
-/// The virtual host of a gateway route configuration no VirtualService claims a host of.
-pub fn gateway_blackhole(listen_port: u32) -> VirtualHost {
-    VirtualHost {
-        name: format!("blackhole:{listen_port}"),
-        domains: vec!["*".into()],
-        ..Default::default()
-    }
-}
-
-/// The virtual hosts of a gateway route configuration, by host: one per server host that
-/// a VirtualService bound to the gateway claims; none when no VirtualService does (then
-/// the configuration holds [`gateway_blackhole`]).
-pub fn gateway_plan<'a>(
-    ctx: &'a PushContext,
-    proxy: &Proxy,
-    servers: &'a [GatewayServer],
-) -> Vec<GatewayVirtualHost<'a>> {
-    let labels = ctx.proxy_labels(proxy);
-    let mut vhosts: BTreeMap<&str, GatewayVirtualHost> = BTreeMap::new();
-    for server in servers {
-        let (gateway, server_hosts, port) = (&server.gateway, &server.hosts, server.port);
-        let gw_ns = gateway.split('/').next().unwrap_or_default();
-        for (vs_obj, vs) in ctx.virtual_services_for(proxy, gateway) {
-            let has_routes = (vs.http.iter())
-                .any(|h| kept_matches(h, vs_obj, port, gateway, labels, proxy).is_some());
-            if !has_routes {
-                continue;
-            }
-            let source = GatewayRoutes {
-                vs: vs_obj,
-                spec: vs,
-                port,
-                gateway,
-            };
-            for vs_host in &vs.hosts {
-                for server_host in server_hosts {
-                    let Some(pattern) = super::listener::server_host_pattern(
-                        server_host,
-                        &vs_obj.key.namespace,
-                        gw_ns,
-                    ) else {
-                        continue;
-                    };
-                    // The narrower of the two names is the virtual host's domain.
-                    let host = if host_matches(pattern, vs_host) {
-                        if pattern.starts_with('*') && !vs_host.starts_with('*') || pattern == "*" {
-                            vs_host
-                        } else {
-                            pattern
-                        }
-                    } else {
-                        continue;
-                    };
-                    let vh = vhosts.entry(host).or_insert_with(|| GatewayVirtualHost {
-                        host: host.to_string(),
-                        port,
-                        sources: Vec::new(),
-                    });
-                    vh.sources.push(source);
-                }
-            }
-        }
-    }
-    vhosts.into_values().collect()
-}
-
-/// A gateway route configuration ([`gateway_plan`]), built in full.
-pub fn gateway(ctx: &PushContext, proxy: &Proxy, r: &GatewayRoute) -> RouteConfiguration {
-    let mut vhosts: Vec<VirtualHost> = (gateway_plan(ctx, proxy, &r.servers).iter())
-        .map(|vh| VirtualHost {
-            routes: (vh.sources.iter())
-                .flat_map(|s| s.build(ctx, proxy))
-                .collect(),
-            include_request_attempt_count: true,
-            ..vh.head()
-        })
-        .collect();
-    if vhosts.is_empty() {
-        vhosts.push(gateway_blackhole(r.listen_port));
-    }
-    route_configuration(r.name.clone(), vhosts)
 }
 
 fn prefix_match(prefix: &str) -> RouteMatch {

@@ -1,0 +1,158 @@
+//! RDS for gateways: a route configuration per listener port (`http.PORT`) or HTTPS server
+//! (`https.PORT.NAME.GATEWAY.NS`), one virtual host per host that a server admits and a
+//! bound VirtualService claims, holding the routes of each such VirtualService in turn.
+//! The plan ([`gateway_plan`]) is what both the full translation and the cache build from.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use envoy_types::pb::envoy::config::route::v3::{Route, RouteConfiguration, VirtualHost};
+
+use super::{depends_on_proxy, http_routes, kept_matches, route_configuration};
+use crate::api::networking::VirtualServiceSpec;
+use crate::config::ConfigObject;
+use crate::model::{Proxy, PushContext, host_matches};
+use crate::translate::listener::{GatewayServer, server_host_pattern};
+
+/// A gateway route configuration before assembly: `http.PORT` for the HTTP servers of a
+/// listener port, or `https.PORT.NAME.GATEWAY.NS` for one HTTPS server.
+pub struct GatewayRoute {
+    pub name: String,
+    /// The port the gateway listens on (the blackhole virtual host's name).
+    pub listen_port: u32,
+    pub servers: Vec<GatewayServer>,
+}
+
+/// One virtual host of a gateway route configuration before assembly: `HOST:PORT`, for
+/// `host`, with the routes of each bound VirtualService in turn.
+pub struct GatewayVirtualHost<'a> {
+    pub host: String,
+    pub port: u32,
+    pub sources: Vec<GatewayRoutes<'a>>,
+}
+
+/// The HTTP routes one VirtualService gives a gateway server
+/// ([`http_routes`](super::http_routes)): a function of the VirtualService, the server's
+/// port and Gateway, and the services and DestinationRules of the hosts it routes to
+/// ([`destination_hosts`](super::destination_hosts)) unless it matches on the source
+/// ([`GatewayRoutes::shared`]), so callers may cache them.
+#[derive(Clone, Copy)]
+pub struct GatewayRoutes<'a> {
+    pub vs: &'a Arc<ConfigObject>,
+    pub spec: &'a VirtualServiceSpec,
+    pub port: u32,
+    /// `namespace/name` of the Gateway.
+    pub gateway: &'a str,
+}
+
+impl GatewayRoutes<'_> {
+    pub fn build(&self, ctx: &PushContext, proxy: &Proxy) -> Vec<Route> {
+        http_routes(ctx, proxy, self.vs, self.spec, self.port, self.gateway)
+    }
+
+    /// Whether the routes are the same for every proxy.
+    pub fn shared(&self) -> bool {
+        !depends_on_proxy(self.spec)
+    }
+}
+
+impl GatewayVirtualHost<'_> {
+    /// The virtual host without its routes: they follow `domains` in prost's field order,
+    /// so a caller may encode this and place encoded routes after the domains.
+    pub fn head(&self) -> VirtualHost {
+        VirtualHost {
+            name: format!("{}:{}", self.host, self.port),
+            domains: vec![self.host.clone()],
+            ..Default::default()
+        }
+    }
+
+    /// What follows the routes ([`GatewayVirtualHost::head`]).
+    pub fn tail() -> VirtualHost {
+        VirtualHost {
+            include_request_attempt_count: true,
+            ..Default::default()
+        }
+    }
+}
+
+/// The virtual host of a gateway route configuration no VirtualService claims a host of.
+pub fn gateway_blackhole(listen_port: u32) -> VirtualHost {
+    VirtualHost {
+        name: format!("blackhole:{listen_port}"),
+        domains: vec!["*".into()],
+        ..Default::default()
+    }
+}
+
+/// The virtual hosts of a gateway route configuration, by host: one per server host that
+/// a VirtualService bound to the gateway claims; none when no VirtualService does (then
+/// the configuration holds [`gateway_blackhole`]).
+pub fn gateway_plan<'a>(
+    ctx: &'a PushContext,
+    proxy: &Proxy,
+    servers: &'a [GatewayServer],
+) -> Vec<GatewayVirtualHost<'a>> {
+    let labels = ctx.proxy_labels(proxy);
+    let mut vhosts: BTreeMap<&str, GatewayVirtualHost> = BTreeMap::new();
+    for server in servers {
+        let (gateway, server_hosts, port) = (&server.gateway, &server.hosts, server.port);
+        let gw_ns = gateway.split('/').next().unwrap_or_default();
+        for (vs_obj, vs) in ctx.virtual_services_for(proxy, gateway) {
+            let has_routes = (vs.http.iter())
+                .any(|h| kept_matches(h, vs_obj, port, gateway, labels, proxy).is_some());
+            if !has_routes {
+                continue;
+            }
+            let source = GatewayRoutes {
+                vs: vs_obj,
+                spec: vs,
+                port,
+                gateway,
+            };
+            for vs_host in &vs.hosts {
+                for server_host in server_hosts {
+                    let Some(pattern) =
+                        server_host_pattern(server_host, &vs_obj.key.namespace, gw_ns)
+                    else {
+                        continue;
+                    };
+                    // The narrower of the two names is the virtual host's domain.
+                    let host = if host_matches(pattern, vs_host) {
+                        if pattern.starts_with('*') && !vs_host.starts_with('*') || pattern == "*" {
+                            vs_host
+                        } else {
+                            pattern
+                        }
+                    } else {
+                        continue;
+                    };
+                    let vh = vhosts.entry(host).or_insert_with(|| GatewayVirtualHost {
+                        host: host.to_string(),
+                        port,
+                        sources: Vec::new(),
+                    });
+                    vh.sources.push(source);
+                }
+            }
+        }
+    }
+    vhosts.into_values().collect()
+}
+
+/// A gateway route configuration ([`gateway_plan`]), built in full.
+pub fn gateway(ctx: &PushContext, proxy: &Proxy, r: &GatewayRoute) -> RouteConfiguration {
+    let mut vhosts: Vec<VirtualHost> = (gateway_plan(ctx, proxy, &r.servers).iter())
+        .map(|vh| VirtualHost {
+            routes: (vh.sources.iter())
+                .flat_map(|s| s.build(ctx, proxy))
+                .collect(),
+            include_request_attempt_count: true,
+            ..vh.head()
+        })
+        .collect();
+    if vhosts.is_empty() {
+        vhosts.push(gateway_blackhole(r.listen_port));
+    }
+    route_configuration(r.name.clone(), vhosts)
+}
