@@ -9,12 +9,12 @@
 //! applied to it as kubectl would.
 
 pub mod apiserver;
+mod meshd;
 pub mod proxy;
 mod read_ahead;
 mod response;
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -24,6 +24,7 @@ use serde_json::{Map, Value as Json};
 use tokio::sync::watch;
 
 use self::apiserver::FakeApiServer;
+use self::meshd::{Probe, Spawned, meshd_figures, metric, out_of_sync, spawn_meshd};
 use self::proxy::{Marker, ProxyStats, Spec};
 use crate::model::testmesh::Shape;
 
@@ -179,37 +180,6 @@ struct ChangeReport {
     unaffected_pushed: usize,
 }
 
-/// meshd's figures from its `/metrics`.
-#[derive(Clone, Copy, Debug, Default, Serialize)]
-struct MeshdFigures {
-    rss_bytes: f64,
-    cpu_seconds: f64,
-    /// Delta pushes found by view difference and by comparing every name.
-    view_diffs: f64,
-    full_diffs: f64,
-    /// Encoded runs meshd keeps to share between responses (`src/xds/joined.rs`).
-    shared_run_bytes: f64,
-}
-
-fn metric(text: &str, name: &str) -> f64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
-        .unwrap_or(0.0)
-}
-
-fn meshd_figures(monitoring: &str) -> MeshdFigures {
-    match crate::cli::http_get(monitoring, "/metrics") {
-        Ok(text) => MeshdFigures {
-            rss_bytes: metric(&text, "process_resident_memory_bytes"),
-            cpu_seconds: metric(&text, "process_cpu_seconds_total"),
-            view_diffs: metric(&text, "meshd_xds_push_diffs{method=\"view\"}"),
-            full_diffs: metric(&text, "meshd_xds_push_diffs{method=\"full\"}"),
-            shared_run_bytes: metric(&text, "meshd_xds_shared_run_bytes"),
-        },
-        Err(_) => MeshdFigures::default(),
-    }
-}
-
 /// Where the mesh and its changes are written, and so what meshd watches.
 enum Source {
     /// YAML files in the config directory.
@@ -281,53 +251,6 @@ impl Source {
     }
 }
 
-/// How meshd's RSS is sampled while a run waits: from `/proc` for a meshd this run
-/// started, so that frequent samples do not make meshd render its metrics (rendering them
-/// lists every open socket, 8% of meshd's CPU at 10,000 proxies sampled four times a
-/// second); else from its `/metrics`.
-#[derive(Clone)]
-struct Probe {
-    monitoring: String,
-    pid: Option<u32>,
-}
-
-impl Probe {
-    async fn rss(&self) -> f64 {
-        let proc = self.pid.map(|pid| pid.to_string());
-        if let Some(bytes) = proc.as_deref().and_then(crate::metrics::resident_bytes) {
-            return bytes as f64;
-        }
-        let m = self.monitoring.clone();
-        tokio::task::spawn_blocking(move || meshd_figures(&m).rss_bytes)
-            .await
-            .unwrap_or_default()
-    }
-}
-
-/// A meshd this run started, on fixed ports; killed on drop.
-struct Spawned {
-    child: Child,
-    /// xDS, secure xDS and monitoring ports.
-    ports: [u16; 3],
-    config_dir: PathBuf,
-    /// Set when meshd watches the Kubernetes fake rather than the config directory.
-    kubeconfig: Option<PathBuf>,
-}
-
-impl Drop for Spawned {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> Result<u16, String> {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .map_err(|e| e.to_string())
-}
-
 /// Opens a simulated proxy's connection to meshd's xDS address: TCP with `TCP_NODELAY`, as
 /// Envoy connects, read through [`read_ahead::ReadAhead`].
 #[derive(Clone)]
@@ -359,67 +282,6 @@ impl tonic::codegen::Service<tonic::codegen::http::Uri> for Connector {
     }
 }
 
-/// Starts meshd (this binary) on the source and free local ports, and points `args` at
-/// it.
-fn spawn_meshd(args: &mut LoadgenArgs, source: &Source) -> Result<Spawned, String> {
-    let ports = [free_port()?, free_port()?, free_port()?];
-    args.xds = format!("127.0.0.1:{}", ports[0]);
-    args.monitoring = format!("127.0.0.1:{}", ports[2]);
-    let kubeconfig = source.kubeconfig().map(PathBuf::from);
-    Spawned::start(args.config_dir.clone(), kubeconfig, ports)
-}
-
-impl Spawned {
-    fn start(
-        config_dir: PathBuf,
-        kubeconfig: Option<PathBuf>,
-        ports: [u16; 3],
-    ) -> Result<Spawned, String> {
-        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-        let log = config_dir.with_extension("meshd.log");
-        let [xds, secure, monitoring] = ports;
-        let mut command = Command::new(exe);
-        command.arg("serve");
-        match &kubeconfig {
-            Some(kubeconfig) => command.env("KUBECONFIG", kubeconfig),
-            None => command.arg("--config-dir").arg(&config_dir),
-        };
-        let child = command
-            .args(["--xds-address", &format!("127.0.0.1:{xds}")])
-            .args(["--secure-xds-address", &format!("127.0.0.1:{secure}")])
-            .args(["--webhook-address", "none"])
-            .args(["--monitoring-address", &format!("127.0.0.1:{monitoring}")])
-            .arg("--ca-dir")
-            .arg(config_dir.with_extension("ca"))
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).map_err(|e| e.to_string())?)
-            .spawn()
-            .map_err(|e| format!("starting meshd: {e}"))?;
-        let spawned = Spawned {
-            child,
-            ports,
-            config_dir,
-            kubeconfig,
-        };
-        let monitoring = format!("127.0.0.1:{monitoring}");
-        let deadline = Instant::now() + Duration::from_secs(120);
-        while crate::cli::http_get(&monitoring, "/ready").is_err() {
-            if Instant::now() > deadline {
-                return Err(format!("meshd not ready in 120s; see {}", log.display()));
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Ok(spawned)
-    }
-
-    /// Kills meshd and starts it again on the same ports; returns when it is ready.
-    fn restarted(mut self) -> Result<Spawned, String> {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        Spawned::start(self.config_dir.clone(), self.kubeconfig.take(), self.ports)
-    }
-}
-
 struct Simulated {
     namespace: Option<String>,
     stats: Arc<ProxyStats>,
@@ -441,20 +303,6 @@ fn progress(line: &str) {
         let _ = write!(err, "\r\x1b[2K{line}");
         let _ = err.flush();
     }
-}
-
-/// Connections whose last response of some type is not ACKed, from `/debug/syncz`.
-fn out_of_sync(monitoring: &str) -> Result<usize, String> {
-    let text = crate::cli::http_get(monitoring, "/debug/syncz")?;
-    let all: Vec<Json> = serde_json::from_str(&text).map_err(|e| e.to_string())?;
-    Ok(all
-        .iter()
-        .filter(|c| {
-            c["types"]
-                .as_object()
-                .is_some_and(|types| types.values().any(|t| t["nonce_sent"] != t["nonce_acked"]))
-        })
-        .count())
 }
 
 /// The affected proxies that hold marker `id`.

@@ -1,0 +1,165 @@
+//! The meshd a run measures: started by the run (`--spawn-meshd`) on free local ports
+//! and restarted on the same ones, and read through its monitoring port (`/metrics`,
+//! `/debug/syncz`) or, for its memory, `/proc`.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use serde_json::Value as Json;
+
+use super::{LoadgenArgs, Source};
+
+/// meshd's figures from its `/metrics`.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub(super) struct MeshdFigures {
+    pub(super) rss_bytes: f64,
+    pub(super) cpu_seconds: f64,
+    /// Delta pushes found by view difference and by comparing every name.
+    pub(super) view_diffs: f64,
+    pub(super) full_diffs: f64,
+    /// Encoded runs meshd keeps to share between responses (`src/xds/joined.rs`).
+    pub(super) shared_run_bytes: f64,
+}
+
+pub(super) fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+pub(super) fn meshd_figures(monitoring: &str) -> MeshdFigures {
+    match crate::cli::http_get(monitoring, "/metrics") {
+        Ok(text) => MeshdFigures {
+            rss_bytes: metric(&text, "process_resident_memory_bytes"),
+            cpu_seconds: metric(&text, "process_cpu_seconds_total"),
+            view_diffs: metric(&text, "meshd_xds_push_diffs{method=\"view\"}"),
+            full_diffs: metric(&text, "meshd_xds_push_diffs{method=\"full\"}"),
+            shared_run_bytes: metric(&text, "meshd_xds_shared_run_bytes"),
+        },
+        Err(_) => MeshdFigures::default(),
+    }
+}
+
+/// How meshd's RSS is sampled while a run waits: from `/proc` for a meshd this run
+/// started, so that frequent samples do not make meshd render its metrics (rendering them
+/// lists every open socket, 8% of meshd's CPU at 10,000 proxies sampled four times a
+/// second); else from its `/metrics`.
+#[derive(Clone)]
+pub(super) struct Probe {
+    pub(super) monitoring: String,
+    pub(super) pid: Option<u32>,
+}
+
+impl Probe {
+    pub(super) async fn rss(&self) -> f64 {
+        let proc = self.pid.map(|pid| pid.to_string());
+        if let Some(bytes) = proc.as_deref().and_then(crate::metrics::resident_bytes) {
+            return bytes as f64;
+        }
+        let m = self.monitoring.clone();
+        tokio::task::spawn_blocking(move || meshd_figures(&m).rss_bytes)
+            .await
+            .unwrap_or_default()
+    }
+}
+
+/// A meshd this run started, on fixed ports; killed on drop.
+pub(super) struct Spawned {
+    pub(super) child: Child,
+    /// xDS, secure xDS and monitoring ports.
+    ports: [u16; 3],
+    config_dir: PathBuf,
+    /// Set when meshd watches the Kubernetes fake rather than the config directory.
+    kubeconfig: Option<PathBuf>,
+}
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> Result<u16, String> {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| e.to_string())
+}
+
+/// Starts meshd (this binary) on the source and free local ports, and points `args` at
+/// it.
+pub(super) fn spawn_meshd(args: &mut LoadgenArgs, source: &Source) -> Result<Spawned, String> {
+    let ports = [free_port()?, free_port()?, free_port()?];
+    args.xds = format!("127.0.0.1:{}", ports[0]);
+    args.monitoring = format!("127.0.0.1:{}", ports[2]);
+    let kubeconfig = source.kubeconfig().map(PathBuf::from);
+    Spawned::start(args.config_dir.clone(), kubeconfig, ports)
+}
+
+impl Spawned {
+    fn start(
+        config_dir: PathBuf,
+        kubeconfig: Option<PathBuf>,
+        ports: [u16; 3],
+    ) -> Result<Spawned, String> {
+        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let log = config_dir.with_extension("meshd.log");
+        let [xds, secure, monitoring] = ports;
+        let mut command = Command::new(exe);
+        command.arg("serve");
+        match &kubeconfig {
+            Some(kubeconfig) => command.env("KUBECONFIG", kubeconfig),
+            None => command.arg("--config-dir").arg(&config_dir),
+        };
+        let child = command
+            .args(["--xds-address", &format!("127.0.0.1:{xds}")])
+            .args(["--secure-xds-address", &format!("127.0.0.1:{secure}")])
+            .args(["--webhook-address", "none"])
+            .args(["--monitoring-address", &format!("127.0.0.1:{monitoring}")])
+            .arg("--ca-dir")
+            .arg(config_dir.with_extension("ca"))
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).map_err(|e| e.to_string())?)
+            .spawn()
+            .map_err(|e| format!("starting meshd: {e}"))?;
+        let spawned = Spawned {
+            child,
+            ports,
+            config_dir,
+            kubeconfig,
+        };
+        let monitoring = format!("127.0.0.1:{monitoring}");
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while crate::cli::http_get(&monitoring, "/ready").is_err() {
+            if Instant::now() > deadline {
+                return Err(format!("meshd not ready in 120s; see {}", log.display()));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(spawned)
+    }
+
+    /// Kills meshd and starts it again on the same ports; returns when it is ready.
+    pub(super) fn restarted(mut self) -> Result<Spawned, String> {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        Spawned::start(self.config_dir.clone(), self.kubeconfig.take(), self.ports)
+    }
+}
+
+/// Connections whose last response of some type is not ACKed, from `/debug/syncz`.
+pub(super) fn out_of_sync(monitoring: &str) -> Result<usize, String> {
+    let text = crate::cli::http_get(monitoring, "/debug/syncz")?;
+    let all: Vec<Json> = serde_json::from_str(&text).map_err(|e| e.to_string())?;
+    Ok(all
+        .iter()
+        .filter(|c| {
+            c["types"]
+                .as_object()
+                .is_some_and(|types| types.values().any(|t| t["nonce_sent"] != t["nonce_acked"]))
+        })
+        .count())
+}
