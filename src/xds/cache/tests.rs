@@ -75,6 +75,15 @@ fn assert_views_agree_for(ctx: &PushContext, cache: &ResourceCache, proxies: Vec
     }
 }
 
+/// The first push of `store` and a fresh cache, its views checked against the translated
+/// ones.
+fn first_push(store: &Store) -> (PushContext, ResourceCache) {
+    let ctx = PushContext::build(store, "v/1".into());
+    let cache = ResourceCache::default();
+    assert_views_agree(&ctx, &cache);
+    (ctx, cache)
+}
+
 #[test]
 fn a_gateways_sni_dnat_clusters_and_assignments_are_in_its_cached_view() {
     let mut store = Shape::new(40, 4, 2).store();
@@ -82,9 +91,7 @@ fn a_gateways_sni_dnat_clusters_and_assignments_are_in_its_cached_view() {
         &mut store,
         "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: ew, namespace: istio-system}\nspec:\n  selector: {istio: ingressgateway}\n  servers:\n  - {port: {number: 15443, name: tls, protocol: TLS}, hosts: ['*.local'], tls: {mode: AUTO_PASSTHROUGH}}\n",
     );
-    let ctx = PushContext::build(&store, "v/1".into());
-    let cache = ResourceCache::default();
-    assert_views_agree(&ctx, &cache);
+    let (ctx, cache) = first_push(&store);
     let gateway = proxies().pop().unwrap();
     let v = view(&ctx, &gateway, &cache);
     let dnat = |kind| {
@@ -99,9 +106,7 @@ fn a_gateways_sni_dnat_clusters_and_assignments_are_in_its_cached_view() {
 #[test]
 fn cached_views_are_the_translated_views_byte_for_byte_and_are_shared() {
     let store = Shape::new(40, 4, 2).store();
-    let ctx = PushContext::build(&store, "v/1".into());
-    let cache = ResourceCache::default();
-    assert_views_agree(&ctx, &cache);
+    let (_, cache) = first_push(&store);
     let (hits, misses) = cache.reads();
     assert!(misses >= 40, "every service was encoded: {misses}");
     assert!(hits > 0, "proxies of one kind share a service's clusters");
@@ -121,9 +126,7 @@ fn views_of_one_push_with_the_same_services_share_their_cluster_and_endpoint_set
         &mut store,
         "apiVersion: v1\nkind: Service\nmetadata: {name: b, namespace: ns-1}\nspec:\n  clusterIP: 10.100.9.9\n  selector: {app: b}\n  ports: [{name: http, port: 8080}]\n",
     );
-    let ctx = PushContext::build(&store, "v/1".into());
-    let cache = ResourceCache::default();
-    assert_views_agree(&ctx, &cache);
+    let (ctx, cache) = first_push(&store);
     let a0 = proxy("sidecar", "ns-0", json!({"app": "a"}), false);
     let a1 = proxy("sidecar", "ns-1", json!({"app": "a"}), false);
     let b1 = proxy("sidecar", "ns-1", json!({"app": "b"}), false);
