@@ -96,6 +96,12 @@ flamegraph-fleet:
     scripts/fleet-flamegraph.sh vs "change 1/" 6 --services 1000 --namespaces 50 --proxies 5000 --change vs --changes 5
     scripts/fleet-flamegraph.sh endpoint "change 1/" 6 --services 1000 --namespaces 50 --proxies 10000 --change endpoint --changes 10 --init-timeout 600s
 
+# CPU per proxy per change of an endpoint push to 10,000 proxies, meshd and the simulator
+# apart (needs perf): the budget of target 4 in BENCHMARKS.md ("Session 27").
+cpu-fleet proxies="10000":
+    cargo build --release --locked
+    scripts/fleet-cpu.sh endpoint "change 1/" --services 1000 --namespaces 50 --proxies {{proxies}} --change endpoint --changes 10 --init-timeout 600s
+
 # Connect storm: new proxies per second, each receiving its full initial config.
 bench-connect proxies="5000" rate="2000":
     just loadgen --services 1000 --namespaces 50 --proxies {{proxies}} --connect-rate {{rate}} --change none --json target/loadgen/connect.json
