@@ -20,20 +20,9 @@ bin=target/release/meshd
 [ -x "$bin" ] || { echo "no $bin: cargo build --release --locked" >&2; exit 1; }
 command -v perf >/dev/null || { echo "perf is missing" >&2; exit 1; }
 
-config=$out/cpu-$name-config
-rm -rf "$config" "$config.ca"
+. scripts/fleet-run.sh
 progress=$out/cpu-$name.progress
-"$bin" loadgen --spawn-meshd --config-dir "$config" --json "$out/cpu-$name.json" --progress-lines "$@" \
-    >/dev/null 2>"$progress" &
-loadgen=$!
-trap 'kill $loadgen 2>/dev/null || true' EXIT
-
-until grep -aqF -- "$phase" "$progress"; do
-    kill -0 $loadgen 2>/dev/null || { echo "loadgen ended before \"$phase\"" >&2; exit 1; }
-    sleep 0.05
-done
-meshd=$(pgrep -P $loadgen | head -n1)
-[ -n "$meshd" ] || { echo "no meshd started by loadgen" >&2; exit 1; }
+fleet_start "$out/cpu-$name-config" "$out/cpu-$name.json" "$progress" "$phase" "$@"
 perf stat -e task-clock -p "$meshd" -o "$out/cpu-$name.meshd.stat" &
 meshd_stat=$!
 perf stat -e task-clock -p "$loadgen" -o "$out/cpu-$name.simulator.stat" &

@@ -21,20 +21,9 @@ for tool in perf inferno-collapse-perf inferno-flamegraph; do
     command -v "$tool" >/dev/null || { echo "$tool is missing" >&2; exit 1; }
 done
 
-config=target/loadgen/profile-$name
-rm -rf "$config" "$config.ca"
+. scripts/fleet-run.sh
 progress=$out/fleet-$name.progress
-"$bin" loadgen --spawn-meshd --config-dir "$config" --json "$out/fleet-$name.json" --progress-lines "$@" \
-    >/dev/null 2>"$progress" &
-loadgen=$!
-trap 'kill $loadgen 2>/dev/null || true' EXIT
-
-until grep -aqF -- "$phase" "$progress"; do
-    kill -0 $loadgen 2>/dev/null || { echo "loadgen ended before \"$phase\"" >&2; exit 1; }
-    sleep 0.1
-done
-meshd=$(pgrep -P $loadgen -f "meshd serve" | head -n1)
-[ -n "$meshd" ] || { echo "no meshd started by loadgen" >&2; exit 1; }
+fleet_start target/loadgen/profile-$name "$out/fleet-$name.json" "$progress" "$phase" "$@"
 perf record -F 199 --call-graph dwarf,16384 -p "$loadgen,$meshd" -o "$out/fleet-$name.perf" \
     -- sleep "$seconds" >/dev/null 2>&1
 wait $loadgen || true
