@@ -9,6 +9,7 @@
 //! applied to it as kubectl would.
 
 pub mod apiserver;
+mod h2c;
 mod meshd;
 pub mod proxy;
 mod read_ahead;
@@ -74,9 +75,14 @@ pub struct LoadgenArgs {
     /// New proxies per second.
     #[arg(long, default_value_t = 1000.0)]
     pub connect_rate: f64,
-    /// Proxies sharing one gRPC connection (1: one each, as real Envoys).
+    /// Proxies sharing one gRPC connection (1: one each, as real Envoys). Shared
+    /// connections go through hyper's HTTP/2 client.
     #[arg(long, default_value_t = 1)]
     pub proxies_per_connection: usize,
+    /// Each proxy's connection through hyper's HTTP/2 client instead of the simulator's
+    /// own (`src/loadgen/h2c.rs`), to compare what the simulator costs.
+    #[arg(long)]
+    pub hyper_client: bool,
     /// The first N sidecars NACK every route configuration.
     #[arg(long, default_value_t = 0)]
     pub nack_proxies: usize,
@@ -576,18 +582,20 @@ async fn simulate(
     let started = Instant::now();
     let total = args.proxies + args.gateways;
     let mut fleet: Vec<Simulated> = Vec::with_capacity(total);
-    let mut channel: Option<tonic::transport::Channel> = None;
+    let mut dial: Option<proxy::Dial> = None;
     let mut errors = 0usize;
     let (err_tx, mut err_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
     let interval = Duration::from_secs_f64(1.0 / args.connect_rate.max(0.001));
     let mut next = tokio::time::Instant::now();
     for i in 0..total {
-        if i % args.proxies_per_connection.max(1) == 0 {
-            channel = Some(
+        if args.proxies_per_connection <= 1 && !args.hyper_client {
+            dial.get_or_insert_with(|| proxy::Dial::Own(args.xds.as_str().into()));
+        } else if i % args.proxies_per_connection.max(1) == 0 {
+            dial = Some(proxy::Dial::Shared(
                 tonic::transport::Endpoint::from_shared(format!("http://{}", args.xds))
                     .map_err(|e| e.to_string())?
                     .connect_with_connector_lazy(Connector(args.xds.clone())),
-            );
+            ));
         }
         let (id, namespace, meta) = if i < args.proxies {
             let ns = format!("ns-{}", i % shape.namespaces);
@@ -618,7 +626,7 @@ async fn simulate(
             stats: stats.clone(),
         });
         let (ch, rx, err) = (
-            channel.clone().expect("BUG: a channel was made"),
+            dial.clone().expect("BUG: a connection was chosen"),
             marker_rx.clone(),
             err_tx.clone(),
         );
@@ -847,7 +855,7 @@ async fn simulate(
     summary.insert("settings".into(), serde_json::json!({
         "proxies": args.proxies, "gateways": args.gateways, "delta": !args.sotw,
         "source": if args.kubernetes { "kubernetes" } else { "files" },
-        "connect_rate": args.connect_rate, "proxies_per_connection": args.proxies_per_connection,
+        "connect_rate": args.connect_rate, "proxies_per_connection": args.proxies_per_connection, "hyper_client": args.hyper_client || args.proxies_per_connection > 1,
         "services": shape.services, "namespaces": shape.namespaces, "endpoints": shape.endpoints,
         "routed_every": shape.routed_every, "sidecar_scoped": shape.sidecar_scoped,
         "gateway_routes": shape.gateway_routed,

@@ -73,19 +73,38 @@ struct DeltaRequest {
     error_detail: Option<RpcStatus>,
 }
 
-/// Opens a bidirectional gRPC stream (`method`, the gRPC path) on `channel`: `requests`
-/// are sent as they come, and
-/// the responses are decoded by [`Messages`], which releases its buffer whenever it empties
-/// (tonic's `Streaming` kept each stream's 1.4 MB initial configuration allocated).
+/// How a simulated proxy reaches meshd.
+#[derive(Clone)]
+pub enum Dial {
+    /// A connection of its own per stream, through the simulator's HTTP/2 client
+    /// ([`super::h2c`]), as each Envoy has its own.
+    Own(Arc<str>),
+    /// A stream on a connection of hyper's client, possibly shared with other proxies.
+    Shared(tonic::transport::Channel),
+}
+
+/// Opens a bidirectional gRPC stream (`method`, the gRPC path): `requests` are sent as
+/// they come, and the responses are decoded by [`Messages`], which releases its buffer
+/// whenever it empties (tonic's `Streaming` kept each stream's 1.4 MB initial
+/// configuration allocated).
 async fn open<Req, Resp>(
-    mut channel: tonic::transport::Channel,
+    dial: Dial,
     method: &'static str,
     requests: mpsc::Receiver<Req>,
 ) -> Result<Messages<Resp>, String>
 where
-    Req: Message + Send + Sync + 'static,
+    Req: Message + Unpin + Send + Sync + 'static,
     Resp: Message + Default + Send + Sync + 'static,
 {
+    const LIMIT: usize = 256 << 20;
+    let mut channel = match dial {
+        Dial::Own(address) => {
+            return super::h2c::connect(&address, method, requests, LIMIT)
+                .await
+                .map_err(|e| e.to_string());
+        }
+        Dial::Shared(channel) => channel,
+    };
     std::future::poll_fn(|cx| channel.poll_ready(cx))
         .await
         .map_err(|e| e.to_string())?;
@@ -106,7 +125,7 @@ where
     if response.status() != http::StatusCode::OK {
         return Err(format!("HTTP status {}", response.status()));
     }
-    Ok(Messages::new(response.into_body(), 256 << 20))
+    Ok(Messages::new(response.into_body(), LIMIT))
 }
 
 /// The request side of a stream: each request as one gRPC frame, until the sender drops.
@@ -436,7 +455,7 @@ fn note<'a>(
 /// Runs one proxy until the stream ends; a delta proxy keeps what it holds in `held`
 /// for its next stream.
 pub async fn run(
-    channel: tonic::transport::Channel,
+    dial: Dial,
     spec: Spec,
     stats: Arc<ProxyStats>,
     marker: watch::Receiver<Option<Marker>>,
@@ -444,14 +463,14 @@ pub async fn run(
     held: &mut Held,
 ) -> Result<(), String> {
     if spec.delta {
-        run_delta(channel, spec, stats, marker, started, held).await
+        run_delta(dial, spec, stats, marker, started, held).await
     } else {
-        run_sotw(channel, spec, stats, marker, started).await
+        run_sotw(dial, spec, stats, marker, started).await
     }
 }
 
 async fn run_delta(
-    channel: tonic::transport::Channel,
+    dial: Dial,
     spec: Spec,
     stats: Arc<ProxyStats>,
     marker: watch::Receiver<Option<Marker>>,
@@ -481,7 +500,7 @@ async fn run_delta(
         }
     }
     let Held { versions, names } = held;
-    let mut stream = open::<_, DeltaResponse>(channel, DELTA_ADS, rx).await?;
+    let mut stream = open::<_, DeltaResponse>(dial, DELTA_ADS, rx).await?;
     let mut counted = false;
     while let Some(resp) = stream.message().await.map_err(|e| e.to_string())? {
         let resources = || resp.each().filter_map(|r| Some((r.name, r.body?)));
@@ -547,7 +566,7 @@ fn mark_initialised(stats: &ProxyStats, names: &Names, started: Instant, counted
 }
 
 async fn run_sotw(
-    channel: tonic::transport::Channel,
+    dial: Dial,
     spec: Spec,
     stats: Arc<ProxyStats>,
     marker: watch::Receiver<Option<Marker>>,
@@ -566,7 +585,7 @@ async fn run_sotw(
     tx.send(Box::new(request(LISTENER_TYPE, &none)))
         .await
         .map_err(|e| e.to_string())?;
-    let mut stream = open::<_, SotwResponse>(channel, SOTW_ADS, rx).await?;
+    let mut stream = open::<_, SotwResponse>(dial, SOTW_ADS, rx).await?;
     let mut names = Names::default();
     let mut counted = false;
     // SotW: the last accepted version per type, to ACK with.

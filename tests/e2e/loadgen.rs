@@ -186,9 +186,15 @@ fn a_fleet_served_from_kubernetes_converges_on_changes_applied_through_the_api()
             "vs",
             "--changes",
             "2",
+            // Two proxies per connection: the streams go through hyper's HTTP/2 client,
+            // which the other fleets (each proxy on a connection of its own, through the
+            // simulator's client) do not use.
+            "--proxies-per-connection",
+            "2",
         ],
         &[],
     );
+    assert_eq!(s["settings"]["hyper_client"], true);
     // meshd watched the API: no mesh file was written for it to read.
     let files: Vec<String> = std::fs::read_dir(&dir)
         .unwrap()
