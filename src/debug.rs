@@ -195,7 +195,7 @@ async fn authenticationz(
             .filter(|(o, _)| {
                 (crate::api::security::dry_run(&o.meta.annotations) == Some(true)) == dry
             })
-            .map(|(o, _)| format!("{}/{}", o.key.namespace, o.key.name))
+            .map(|(o, _)| o.key.namespaced_name())
             .collect()
     };
     (

@@ -185,6 +185,12 @@ impl ObjectKey {
             name: name.to_string(),
         }
     }
+
+    /// `namespace/name`, as Istio names an object in logs, debug output and Envoy
+    /// metadata (the form a gateway's listeners and meshd's gateway route cache key on).
+    pub fn namespaced_name(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
 }
 
 impl fmt::Display for ObjectKey {

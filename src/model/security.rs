@@ -83,7 +83,7 @@ impl PushContext {
     pub fn mtls_mode(&self, proxy: &Proxy, port: u32) -> MtlsDecision {
         for obj in self.peer_authentications_for(proxy) {
             let Some(spec) = pa(obj) else { continue };
-            let name = format!("{}/{}", obj.key.namespace, obj.key.name);
+            let name = obj.key.namespaced_name();
             // Port-level settings apply only on a workload-level policy (with a selector).
             if spec.selector.is_some()
                 && let Some(mode) = spec

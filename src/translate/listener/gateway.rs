@@ -235,7 +235,7 @@ pub fn gateway(
             let protocol = server.port.protocol.to_ascii_uppercase();
             let listen_port = ctx.gateway_listen_port(proxy, server.port.number);
             let gs = GatewayServer {
-                gateway: format!("{}/{}", gw_obj.key.namespace, gw_obj.key.name),
+                gateway: gw_obj.key.namespaced_name(),
                 hosts: server.hosts.clone(),
                 port: server.port.number,
             };

@@ -59,7 +59,7 @@ impl ResourceCache {
         let servers: HashMap<String, Vec<u32>> = (ctx.gateways.iter())
             .filter_map(|g| match &g.spec {
                 Spec::Gateway(spec) => Some((
-                    format!("{}/{}", g.key.namespace, g.key.name),
+                    g.key.namespaced_name(),
                     spec.servers.iter().map(|s| s.port.number).collect(),
                 )),
                 _ => None,
