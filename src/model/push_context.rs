@@ -35,6 +35,10 @@ pub type Delegated = BTreeSet<(String, String)>;
 
 static EMPTY_LABELS: BTreeMap<String, String> = BTreeMap::new();
 
+/// Pod labels by namespace, then Pod name: looked up per proxy per push, by the proxy's
+/// own strings, without building a key.
+pub type PodLabels = imbl::HashMap<String, imbl::HashMap<String, BTreeMap<String, String>>>;
+
 /// Built in full by [`PushContext::build`], or from the previous push's context and the
 /// keys that changed by [`PushContext::update`], which reuses everything the change does
 /// not touch: unchanged services keep their `Arc`, unchanged lists are shared.
@@ -66,7 +70,7 @@ pub struct PushContext {
     pub authorization_policies: Arc<Vec<Arc<ConfigObject>>>,
     /// TLS Secrets by (namespace, name), for gateway credentials.
     pub secrets: Arc<HashMap<(String, String), Arc<ConfigObject>>>,
-    pub pod_labels: imbl::HashMap<(String, String), BTreeMap<String, String>>,
+    pub pod_labels: PodLabels,
     pub namespace_labels: Arc<HashMap<String, BTreeMap<String, String>>>,
     /// Mesh-wide settings (the `istio` ConfigMap), defaults without one.
     pub mesh: MeshConfig,
@@ -243,15 +247,14 @@ impl PushContext {
             peer_authentications: oldest_first(store, Kind::PeerAuthentication),
             authorization_policies: oldest_first(store, Kind::AuthorizationPolicy),
             secrets: secrets(store),
-            pod_labels: store
-                .of_kind(Kind::Pod)
-                .map(|p| {
-                    (
-                        (p.key.namespace.clone(), p.key.name.clone()),
-                        p.meta.labels.clone(),
-                    )
-                })
-                .collect(),
+            pod_labels: {
+                let mut by_namespace = PodLabels::default();
+                for p in store.of_kind(Kind::Pod) {
+                    (by_namespace.entry(p.key.namespace.clone()).or_default())
+                        .insert(p.key.name.clone(), p.meta.labels.clone());
+                }
+                by_namespace
+            },
             namespace_labels: namespace_labels(store),
             mesh,
             networks,
@@ -305,11 +308,14 @@ impl PushContext {
         }
         let mut pod_labels = self.pod_labels.clone();
         for key in changed.iter().filter(|k| k.kind == Kind::Pod) {
-            let id = (key.namespace.clone(), key.name.clone());
+            let pods = pod_labels.entry(key.namespace.clone()).or_default();
             match store.get(key) {
-                Some(pod) => pod_labels.insert(id, pod.meta.labels.clone()),
-                None => pod_labels.remove(&id),
+                Some(pod) => pods.insert(key.name.clone(), pod.meta.labels.clone()),
+                None => pods.remove(&key.name),
             };
+            if pods.is_empty() {
+                pod_labels.remove(&key.namespace);
+            }
         }
         // A Service that is or was a gateway changes the networks' gateways.
         // A ConfigMap change may be MeshNetworks' gateway hostname resolving anew.
@@ -638,8 +644,8 @@ impl PushContext {
     }
     /// The labels istiod uses for a proxy: its Pod's, else metadata `LABELS`.
     pub fn proxy_labels<'a>(&'a self, proxy: &'a Proxy) -> &'a BTreeMap<String, String> {
-        self.pod_labels
-            .get(&(proxy.namespace.clone(), proxy.pod_name.clone()))
+        (self.pod_labels.get(proxy.namespace.as_str()))
+            .and_then(|pods| pods.get(proxy.pod_name.as_str()))
             .unwrap_or(&proxy.labels)
     }
 
@@ -1087,7 +1093,7 @@ mod tests {
     }
 
     #[test]
-    fn a_proxys_locality_comes_from_its_node_else_its_labels_else_its_pod_and_node() {
+    fn a_proxys_labels_and_locality_come_from_its_pod_its_node_or_its_metadata() {
         let yaml = "apiVersion: v1\nkind: Node\nmetadata: {name: n1, labels: {topology.kubernetes.io/region: eu, topology.kubernetes.io/zone: eu-1b}}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: web-1, namespace: shop, labels: {app: web}}\nspec: {nodeName: n1}\n";
         let mut store = Store::default();
         let parsed = parse_file("l.yaml", yaml);
@@ -1120,6 +1126,16 @@ mod tests {
             "ap/ap-1c/"
         );
         assert_eq!(at(&proxy("web-2", json!({}))), "//");
+        // Its labels are its Pod's when the Pod is known, else its metadata's.
+        let labels = |p: &Proxy| ctx.proxy_labels(p).get("app").cloned();
+        assert_eq!(
+            labels(&proxy("web-1", json!({"app": "stale"}))).unwrap(),
+            "web"
+        );
+        assert_eq!(
+            labels(&proxy("web-2", json!({"app": "own"}))).unwrap(),
+            "own"
+        );
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! through a `watch` channel, so a slow proxy only ever sees the newest push. Encoded views
 //! are cached per push and shared by all proxies with the same view key.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
@@ -161,12 +162,14 @@ pub struct ConfigEvent {
     pub keys: Vec<ObjectKey>,
 }
 
-/// What makes two proxies receive identical configuration.
+/// What makes two proxies receive identical configuration. A view is looked up by a key
+/// borrowing the proxy's own fields (per proxy per push, nothing cloned), and stored by an
+/// owned one (`'static`) once per view.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct ViewKey {
+pub struct ViewKey<'a> {
     kind: ProxyKind,
-    namespace: String,
-    labels: BTreeMap<String, String>,
+    namespace: Cow<'a, str>,
+    labels: Cow<'a, BTreeMap<String, String>>,
     /// Only with no traffic capture, where listeners bind on the proxy's own IP.
     bind_ip: Option<String>,
     /// Connected with a proven identity (the secure port): gets identity-bound config.
@@ -174,13 +177,30 @@ pub struct ViewKey {
     /// Only when some load assignment is balanced by locality.
     locality: Locality,
     /// Only when multi-network is on (some network has a gateway).
-    network: Option<String>,
+    network: Option<Cow<'a, str>>,
     /// The networks it asked to see endpoints of (`REQUESTED_NETWORK_VIEW`).
-    network_view: Option<Box<[String]>>,
+    network_view: Option<Cow<'a, [String]>>,
     /// Only when some failover compares the node a proxy runs on.
     node: Option<String>,
     /// Gets its virtual hosts over VHDS.
     vhds: bool,
+}
+
+impl ViewKey<'_> {
+    fn into_owned(self) -> ViewKey<'static> {
+        ViewKey {
+            namespace: Cow::Owned(self.namespace.into_owned()),
+            labels: Cow::Owned(self.labels.into_owned()),
+            network: self.network.map(|n| Cow::Owned(n.into_owned())),
+            network_view: self.network_view.map(|v| Cow::Owned(v.into_owned())),
+            kind: self.kind,
+            bind_ip: self.bind_ip,
+            secure: self.secure,
+            locality: self.locality,
+            node: self.node,
+            vhds: self.vhds,
+        }
+    }
 }
 
 /// One push: the shared context, when its first triggering event happened, and the
@@ -197,12 +217,12 @@ pub struct Push {
     /// The change sets of the pushes before this one, oldest first, up to
     /// [`RECENT_PUSHES`]: what a connection that skipped pushes has missed.
     earlier: VecDeque<(u64, Option<ChangeSet>)>,
-    views: Mutex<ViewCells>,
+    views: Mutex<ViewCells<'static>>,
     /// After a push that changed endpoints only: the views of the push before, whose
     /// listeners, routes and secrets this push's views share
     /// ([`cache::view_after_endpoints`]); only the gateways' when a changed service's
     /// workload ports moved (sidecars' inbound listeners follow them).
-    views_before: ViewCells,
+    views_before: ViewCells<'static>,
     /// Differences from earlier views to this push's, by (from, to, type), computed once
     /// for all the proxies that make the same step. The views are held so that their
     /// addresses stay theirs.
@@ -302,8 +322,8 @@ impl Push {
     pub fn view(&self, proxy: &Proxy) -> Arc<View> {
         let key = ViewKey {
             kind: proxy.kind,
-            namespace: proxy.namespace.clone(),
-            labels: self.context.proxy_labels(proxy).clone(),
+            namespace: Cow::Borrowed(&proxy.namespace),
+            labels: Cow::Borrowed(self.context.proxy_labels(proxy)),
             bind_ip: (proxy.interception == Interception::None).then(|| proxy.ip().to_string()),
             secure: proxy.identity.is_some(),
             locality: if self.locality_aware {
@@ -311,8 +331,8 @@ impl Push {
             } else {
                 Locality::default()
             },
-            network: (self.context.networks.enabled()).then(|| proxy.network.clone()),
-            network_view: proxy.network_view.clone(),
+            network: (self.context.networks.enabled()).then_some(Cow::Borrowed(&proxy.network)),
+            network_view: proxy.network_view.as_deref().map(Cow::Borrowed),
             node: if self.node_aware {
                 self.context.proxy_node(proxy)
             } else {
@@ -320,10 +340,25 @@ impl Push {
             },
             vhds: proxy.vhds,
         };
-        let before = (self.views_before.get(&key))
-            .and_then(|cell| cell.get())
-            .cloned();
-        let cell = self.views.lock().unwrap().entry(key).or_default().clone();
+        // The maps hold owned keys; read through a shared reference they are maps of
+        // borrowed ones (a map is covariant in its key).
+        let before = {
+            let views_before: &ViewCells<'_> = &self.views_before;
+            (views_before.get(&key))
+                .and_then(|cell| cell.get())
+                .cloned()
+        };
+        let cell = {
+            let mut views = self.views.lock().unwrap();
+            let found = {
+                let borrowed: &ViewCells<'_> = &views;
+                borrowed.get(&key).cloned()
+            };
+            match found {
+                Some(cell) => cell,
+                None => views.entry(key.into_owned()).or_default().clone(),
+            }
+        };
         cell.get_or_init(|| {
             Arc::new(match before {
                 Some(before) => {
@@ -336,7 +371,7 @@ impl Push {
     }
 }
 
-type ViewCells = foldhash::HashMap<ViewKey, Arc<OnceLock<Arc<View>>>>;
+type ViewCells<'a> = foldhash::HashMap<ViewKey<'a>, Arc<OnceLock<Arc<View>>>>;
 
 type DiffMap = foldhash::HashMap<(usize, usize, TypeKind), (Arc<View>, Arc<View>, Arc<ViewDiff>)>;
 
