@@ -63,6 +63,23 @@ impl Probe {
             .await
             .unwrap_or_default()
     }
+
+    /// Waits, at most `limit`, until meshd's RSS stops falling (two samples in a row,
+    /// 250 ms apart, within 1% of the one before), and returns how it went: the RSS
+    /// first and last sampled, and the seconds waited. Memory freed after a connect storm
+    /// leaves RSS only as the heap hands it back.
+    pub(super) async fn settle(&self, limit: Duration) -> (f64, f64, f64) {
+        let started = Instant::now();
+        let first = self.rss().await;
+        let (mut last, mut steady) = (first, 0);
+        while steady < 2 && started.elapsed() < limit {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            let now = self.rss().await;
+            steady = if now >= last * 0.99 { steady + 1 } else { 0 };
+            last = now;
+        }
+        (first, last, started.elapsed().as_secs_f64())
+    }
 }
 
 /// A meshd this run started, on fixed ports; killed on drop.

@@ -700,13 +700,21 @@ async fn simulate(
         .map(|p| p.stats.bytes.load(Ordering::Relaxed))
         .sum();
     // What the connections keep: once meshd has let go of the encoded runs it shared
-    // between the storm's responses (src/xds/joined.rs), and a second more for the heap
-    // to hand the freed memory back.
+    // between the storm's responses (src/xds/joined.rs), a second more, and then until
+    // its RSS stops falling as the heap hands the freed memory back. Now and then a run
+    // sampled RSS near its storm's peak (BENCHMARKS.md, sessions 17 and 28); the
+    // progress line tells whether RSS was still falling then.
     let drained = Instant::now() + Duration::from_secs(10);
     while meshd_figures(&args.monitoring).shared_run_bytes > 0.0 && Instant::now() < drained {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
+    let (from, to, waited) = probe.settle(Duration::from_secs(10)).await;
+    progress(&format!(
+        "meshd RSS settled: {:.1} -> {:.1} MB in {waited:.2} s",
+        from / 1e6,
+        to / 1e6
+    ));
     let connected = meshd_figures(&args.monitoring);
 
     let mut reports = Vec::new();
