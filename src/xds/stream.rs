@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use envoy_types::pb::envoy::config::core::v3::Node;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tonic::Status;
 
 use super::connection::Connection;
@@ -109,11 +109,15 @@ async fn start<F: Framing>(
 #[allow(clippy::manual_async_fn)] // the point: see above
 fn serve<F: Framing>(
     mut conn: Connection,
-    mut pushes: tokio::sync::watch::Receiver<Arc<Push>>,
+    pushes: watch::Receiver<Arc<Push>>,
     mut requests: super::wire::Messages<F::Request>,
     tx: Tx<F::Response>,
 ) -> impl Future<Output = ()> + Send {
     async move {
+        // The wait for the next push outlives the requests that come meanwhile: made anew
+        // for each one, it left and rejoined the push channel's waiters (a lock each way)
+        // at every ACK. It is remade in place, in the same allocation, after each push.
+        let mut next_push = Box::pin(next_push(pushes));
         loop {
             tokio::select! {
                 msg = requests.message() => match msg {
@@ -124,9 +128,10 @@ fn serve<F: Framing>(
                         break;
                     }
                 },
-                changed = pushes.changed() => {
+                (changed, mut pushes) = &mut next_push => {
                     if changed.is_err() { break }
                     let push = pushes.borrow_and_update().clone();
+                    next_push.set(self::next_push(pushes));
                     if Box::pin(deliver::<F>(&mut conn, push, &tx)).await.is_err() { break }
                 }
             }
@@ -142,6 +147,16 @@ fn serve<F: Framing>(
             .destroy_time
             .observe(ended.elapsed().as_secs_f64());
     }
+}
+
+/// The next push published after what `pushes` has seen, with the receiver handed back.
+async fn next_push(
+    mut pushes: watch::Receiver<Arc<Push>>,
+) -> (
+    Result<(), watch::error::RecvError>,
+    watch::Receiver<Arc<Push>>,
+) {
+    (pushes.changed().await, pushes)
 }
 
 /// Who a stream is before its first request names its proxy.
