@@ -1,0 +1,270 @@
+
+use serde_json::json;
+
+use super::*;
+use crate::config::parse::parse_file;
+
+fn key(kind: Kind, namespace: &str, name: &str) -> ObjectKey {
+    ObjectKey {
+        kind,
+        namespace: namespace.into(),
+        name: name.into(),
+    }
+}
+
+/// Applies `yaml` and deletes `deleted`, returning the keys that changed.
+fn change(store: &mut Store, yaml: &str, deleted: &[ObjectKey]) -> BTreeSet<ObjectKey> {
+    let parsed = parse_file("change.yaml", yaml);
+    assert!(parsed.errors().next().is_none(), "{:?}", parsed.issues);
+    let mut keys = BTreeSet::new();
+    for o in parsed.objects {
+        keys.insert(o.key.clone());
+        store.apply(o);
+    }
+    for k in deleted {
+        store.delete(k);
+        keys.insert(k.clone());
+    }
+    keys
+}
+
+#[test]
+fn mesh_default_export_to_keeps_services_and_virtual_services_without_one_at_home() {
+    let yaml = |defaults: &str| {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: istio, namespace: istio-system}}\ndata:\n  mesh: |\n{defaults}---\napiVersion: v1\nkind: Service\nmetadata: {{name: reviews, namespace: shop}}\nspec:\n  clusterIP: 10.96.0.10\n  ports: [{{name: http, port: 9080}}]\n---\napiVersion: v1\nkind: Service\nmetadata: {{name: ratings, namespace: shop, annotations: {{networking.istio.io/exportTo: '*'}}}}\nspec:\n  clusterIP: 10.96.0.11\n  ports: [{{name: http, port: 9080}}]\n---\napiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: reviews, namespace: shop}}\nspec:\n  hosts: [reviews]\n  http: [{{route: [{{destination: {{host: reviews}}}}]}}]\n"
+        )
+    };
+    let proxy = |ns: &str| {
+        let meta = json!({"NAMESPACE": ns});
+        Proxy::from_node(
+            &format!("sidecar~10.1.1.1~a.{ns}~{ns}.svc.cluster.local"),
+            meta.as_object().unwrap(),
+        )
+        .unwrap()
+    };
+    let seen = |ctx: &PushContext, ns: &str| {
+        let p = proxy(ns);
+        let mut hosts: Vec<String> = ctx
+            .services_for(&p)
+            .iter()
+            .map(|s| s.hostname.clone())
+            .collect();
+        hosts.sort();
+        let vss = ctx.virtual_services_for(&p, "mesh").len();
+        (hosts, vss)
+    };
+    let (reviews, ratings) = (
+        "reviews.shop.svc.cluster.local",
+        "ratings.shop.svc.cluster.local",
+    );
+    let open = PushContext::from_yaml(&yaml("    trustDomain: cluster.local\n"));
+    assert_eq!(
+        seen(&open, "billing"),
+        (vec![ratings.to_string(), reviews.to_string()], 1)
+    );
+    let private = PushContext::from_yaml(&yaml(
+        "    defaultServiceExportTo: ['.']\n    defaultVirtualServiceExportTo: ['.']\n",
+    ));
+    // Elsewhere only what says otherwise is seen; at home, everything.
+    assert_eq!(seen(&private, "billing"), (vec![ratings.to_string()], 0));
+    assert_eq!(
+        seen(&private, "shop"),
+        (vec![ratings.to_string(), reviews.to_string()], 1)
+    );
+}
+
+#[test]
+fn an_update_equals_a_full_build_and_shares_what_it_did_not_touch() {
+    let shape = crate::model::testmesh::Shape::new(40, 4, 2);
+    let mut store = shape.store();
+    let pod = "---\napiVersion: v1\nkind: Pod\nmetadata: {name: web-1, namespace: ns-1, labels: {app: web, version: v1}}\nspec: {serviceAccountName: web}\n";
+    let web_service = "---\napiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: ns-1}\nspec:\n  clusterIP: 10.96.9.9\n  ports: [{name: http, port: 80}]\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: web-a, namespace: ns-1, labels: {kubernetes.io/service-name: web}}\naddressType: IPv4\nports: [{name: http, port: 80}]\nendpoints:\n- {addresses: [10.1.0.1], targetRef: {kind: Pod, name: web-1}}\n";
+    change(&mut store, &format!("{pod}{web_service}"), &[]);
+    let mut ctx = PushContext::build(&store, "v".into());
+    let web = "web.ns-1.svc.cluster.local";
+    let slice = |service: &str| {
+        format!(
+            "---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: web-a, namespace: ns-1, labels: {{kubernetes.io/service-name: {service}}}}}\naddressType: IPv4\nports: [{{name: http, port: 80}}]\nendpoints:\n- {{addresses: [10.1.0.1], targetRef: {{kind: Pod, name: web-1}}}}\n"
+        )
+    };
+    let steps: Vec<(&str, String, Vec<ObjectKey>)> = vec![
+            ("an endpoint added", shape.service_yaml(4, Some("10.200.0.1")), vec![]),
+            ("a pod relabelled", pod.replace("version: v1", "version: v2"), vec![]),
+            // The slice moves from `web` to svc-1: both services change.
+            ("a slice moved to another service", slice("svc-1"), vec![]),
+            ("the slice back", slice("web"), vec![]),
+            ("a pod deleted", String::new(), vec![key(Kind::Pod, "ns-1", "web-1")]),
+            ("a slice deleted", String::new(), vec![key(Kind::EndpointSlice, "ns-1", "web-a")]),
+            ("a service deleted", String::new(), vec![key(Kind::Service, "ns-1", "svc-1")]),
+            ("a service added", shape.service_yaml(1, None), vec![]),
+            (
+                "a route to a missing host",
+                "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: bad, namespace: ns-1}\nspec:\n  hosts: [bad]\n  http: [{route: [{destination: {host: nowhere}}]}]\n".into(),
+                vec![],
+            ),
+            ("a DestinationRule deleted", String::new(), vec![key(Kind::DestinationRule, "ns-0", "svc-0")]),
+            ("a namespace labelled", "apiVersion: v1\nkind: Namespace\nmetadata: {name: ns-2, labels: {istio.io/rev: canary}}\n".into(), vec![]),
+            ("a namespace's traffic distribution", "apiVersion: v1\nkind: Namespace\nmetadata: {name: ns-2, annotations: {networking.istio.io/traffic-distribution: PreferClose}}\n".into(), vec![]),
+            (
+                "a ServiceEntry",
+                "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: web, namespace: ns-1}\nspec:\n  hosts: [web.ns-1.svc.cluster.local]\n  ports: [{number: 80, name: http, protocol: HTTP}]\n  resolution: STATIC\n  endpoints: [{address: 10.3.0.1}]\n".into(),
+                vec![],
+            ),
+            // The Kubernetes service gives its hostname up to the ServiceEntry.
+            ("a service shadowing a ServiceEntry deleted", String::new(), vec![key(Kind::Service, "ns-1", "web")]),
+        ];
+    for (what, yaml, deleted) in steps {
+        let changed = change(&mut store, &yaml, &deleted);
+        let updated = ctx.update(&store, &changed, "v".into());
+        let full = PushContext::build(&store, "v".into());
+        assert!(
+            updated == full,
+            "{what}: the update differs from a full build"
+        );
+        if what == "an endpoint added" {
+            let before = &ctx.services;
+            let shared = updated
+                .services
+                .iter()
+                .filter(|(h, s)| before.get(*h).is_some_and(|b| Arc::ptr_eq(b, s)))
+                .count();
+            assert_eq!(shared, updated.services.len() - 1, "only svc-4 rebuilt");
+            assert!(Arc::ptr_eq(
+                &updated.virtual_services,
+                &ctx.virtual_services
+            ));
+        }
+        if what == "a ServiceEntry" {
+            assert!(
+                updated.services[web].kubernetes,
+                "a Kubernetes service keeps its host"
+            );
+        }
+        ctx = updated;
+    }
+    assert!(!ctx.services[web].kubernetes, "the ServiceEntry's host now");
+}
+
+#[test]
+fn a_proxys_labels_and_locality_come_from_its_pod_its_node_or_its_metadata() {
+    let yaml = "apiVersion: v1\nkind: Node\nmetadata: {name: n1, labels: {topology.kubernetes.io/region: eu, topology.kubernetes.io/zone: eu-1b}}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: web-1, namespace: shop, labels: {app: web}}\nspec: {nodeName: n1}\n";
+    let mut store = Store::default();
+    let parsed = parse_file("l.yaml", yaml);
+    assert!(parsed.errors().next().is_none(), "{:?}", parsed.issues);
+    for o in parsed.objects {
+        store.apply(o);
+    }
+    let ctx = PushContext::build(&store, "v".into());
+    let proxy = |pod: &str, labels: serde_json::Value| {
+        let meta = json!({ "LABELS": labels });
+        Proxy::from_node(
+            &format!("sidecar~10.0.0.1~{pod}.shop~shop.svc.cluster.local"),
+            meta.as_object().unwrap(),
+        )
+        .unwrap()
+    };
+    let at = |p: &Proxy| {
+        let l = ctx.proxy_locality(p);
+        format!("{}/{}/{}", l.region, l.zone, l.subzone)
+    };
+    // The Pod on Node n1: the Node's topology labels.
+    let mut p = proxy("web-1", json!({}));
+    assert_eq!(at(&p), "eu/eu-1b/");
+    // Envoy's node locality wins.
+    p.locality = Locality::parse("us/us-1a/r1");
+    assert_eq!(at(&p), "us/us-1a/r1");
+    // No Pod known: the `istio-locality` label, else nowhere.
+    assert_eq!(
+        at(&proxy("web-2", json!({"istio-locality": "ap.ap-1c"}))),
+        "ap/ap-1c/"
+    );
+    assert_eq!(at(&proxy("web-2", json!({}))), "//");
+    // Its labels are its Pod's when the Pod is known, else its metadata's.
+    let labels = |p: &Proxy| ctx.proxy_labels(p).get("app").cloned();
+    assert_eq!(
+        labels(&proxy("web-1", json!({"app": "stale"}))).unwrap(),
+        "web"
+    );
+    assert_eq!(
+        labels(&proxy("web-2", json!({"app": "own"}))).unwrap(),
+        "own"
+    );
+}
+
+#[test]
+fn a_change_names_the_proxies_it_can_affect() {
+    let yaml = "apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {name: default, namespace: shop}\nspec:\n  egress: [{hosts: [\"./*\", \"istio-system/*\"]}]\n";
+    let mut store = Store::default();
+    for o in parse_file("s.yaml", yaml).objects {
+        store.apply(o);
+    }
+    let ctx = PushContext::build(&store, "v".into());
+    let meta = json!({"LABELS": {"app": "web"}});
+    let scoped = Proxy::from_node(
+        "sidecar~10.0.0.1~web-1.shop~shop.svc.cluster.local",
+        meta.as_object().unwrap(),
+    )
+    .unwrap();
+    let open = Proxy::from_node(
+        "sidecar~10.0.0.2~web-1.lab~lab.svc.cluster.local",
+        meta.as_object().unwrap(),
+    )
+    .unwrap();
+    let router = Proxy::from_node(
+        "router~10.0.0.3~gw-1.istio-system~istio-system.svc.cluster.local",
+        meta.as_object().unwrap(),
+    )
+    .unwrap();
+
+    let vs_elsewhere = key(Kind::VirtualService, "billing", "x");
+    assert!(
+        !ctx.affects(&scoped, [&vs_elsewhere]),
+        "outside the Sidecar's egress scope"
+    );
+    assert!(
+        ctx.affects(&open, [&vs_elsewhere]),
+        "no Sidecar: everything is in scope"
+    );
+    assert!(ctx.affects(&scoped, [&key(Kind::VirtualService, "shop", "x")]));
+    let unrelated = [
+        key(Kind::VirtualService, "billing", "a"),
+        key(Kind::Gateway, "shop", "gw"),
+    ];
+    assert!(
+        !ctx.affects(&scoped, &unrelated),
+        "no key of the set reaches it"
+    );
+    let shop = key(Kind::VirtualService, "shop", "x");
+    assert!(
+        ctx.affects(&scoped, unrelated.iter().chain([&shop])),
+        "one key of the set does"
+    );
+    assert!(ctx.affects(&scoped, [&key(Kind::EndpointSlice, "istio-system", "x")]));
+    assert!(!ctx.affects(&scoped, [&key(Kind::Sidecar, "lab", "default")]));
+    assert!(ctx.affects(&open, [&key(Kind::Sidecar, "lab", "default")]));
+    assert!(!ctx.affects(&scoped, [&key(Kind::Gateway, "shop", "gw")]));
+    assert!(ctx.affects(&router, [&key(Kind::Gateway, "shop", "gw")]));
+    assert!(
+        ctx.affects(&scoped, [&key(Kind::DestinationRule, "billing", "x")]),
+        "found by host from anywhere"
+    );
+    assert!(
+        ctx.affects(&scoped, [&key(Kind::Pod, "shop", "web-1")]),
+        "its own labels"
+    );
+    assert!(!ctx.affects(&scoped, [&key(Kind::Pod, "billing", "other")]));
+    assert!(
+        !ctx.affects(&open, [&key(Kind::AuthorizationPolicy, "billing", "x")]),
+        "another namespace's policy"
+    );
+    assert!(ctx.affects(&open, [&key(Kind::AuthorizationPolicy, "lab", "x")]));
+    assert!(
+        ctx.affects(&open, [&key(Kind::PeerAuthentication, "istio-system", "x")]),
+        "mesh-wide"
+    );
+    assert!(!ctx.affects(
+        &router,
+        [&key(Kind::PeerAuthentication, "istio-system", "x")]
+    ));
+}
