@@ -22,7 +22,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use http_body::Frame;
-use prost::bytes::{Buf, BufMut, Bytes, BytesMut};
+use prost::bytes::{Buf, Bytes, BytesMut};
 use tokio::io::AsyncWrite;
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
@@ -40,8 +40,6 @@ const DEFAULT_WINDOW: i64 = 65_535;
 const DEFAULT_MAX_FRAME: usize = 16_384;
 /// The largest frame it accepts: the default, as it announces no other.
 const MAX_FRAME: usize = 16_384;
-/// Bytes read from the socket at once, at most.
-const READ_AHEAD: usize = 256 << 10;
 const FRAME_HEADER: usize = 9;
 
 mod kind {
@@ -146,9 +144,8 @@ impl<Req: prost::Message> Stream<Req> {
             match self.requests.poll_recv(cx) {
                 Poll::Ready(Some(request)) => {
                     let len = request.encoded_len();
-                    self.unsent.reserve(5 + len);
-                    self.unsent.put_u8(0);
-                    self.unsent.put_u32(len as u32);
+                    self.unsent.reserve(wire::FRAME_HEADER + len);
+                    wire::put_frame_header(&mut self.unsent, len);
                     request.encode_raw(&mut self.unsent);
                 }
                 Poll::Ready(None) => self.requests_ended = true,
@@ -300,12 +297,13 @@ impl<Req: prost::Message> Stream<Req> {
         }
     }
 
-    /// Reads what the socket holds into `read`. A fresh buffer when the current one lacks
+    /// Reads what the socket holds into `read`, up to [`AHEAD`](super::read_ahead::AHEAD)
+    /// at once, as hyper's connections read ahead. A fresh buffer when the current one lacks
     /// room for a whole frame: the payloads handed on still share the old one, which goes
     /// when they do. An emptied buffer is dropped, so an idle stream holds none.
     fn poll_read_more(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
         if self.read.capacity() - self.read.len() < FRAME_HEADER + MAX_FRAME {
-            let mut fresh = BytesMut::with_capacity(READ_AHEAD);
+            let mut fresh = BytesMut::with_capacity(super::read_ahead::AHEAD);
             fresh.extend_from_slice(&self.read);
             self.read = fresh;
         }
@@ -407,23 +405,24 @@ fn request_headers(authority: &str, path: &str) -> Vec<u8> {
 /// A literal header field without indexing: the name by static table `index`, or given
 /// (`index` 0).
 fn literal(block: &mut Vec<u8>, index: usize, name: &[u8], value: &[u8]) {
-    integer(block, 0x00, 4, index);
+    integer(block, 4, index);
     if index == 0 {
-        integer(block, 0x00, 7, name.len());
+        integer(block, 7, name.len());
         block.extend_from_slice(name);
     }
-    integer(block, 0x00, 7, value.len());
+    integer(block, 7, value.len());
     block.extend_from_slice(value);
 }
 
-/// An HPACK integer with an `n`-bit prefix, after `first`'s high bits.
-fn integer(block: &mut Vec<u8>, first: u8, n: u32, mut value: usize) {
+/// An HPACK integer with an `n`-bit prefix, the prefix's high bits zero (as in every
+/// field [`literal`] writes).
+fn integer(block: &mut Vec<u8>, n: u32, mut value: usize) {
     let max = (1usize << n) - 1;
     if value < max {
-        block.push(first | value as u8);
+        block.push(value as u8);
         return;
     }
-    block.push(first | max as u8);
+    block.push(max as u8);
     value -= max;
     while value >= 128 {
         block.push((value % 128) as u8 | 0x80);
@@ -432,8 +431,8 @@ fn integer(block: &mut Vec<u8>, first: u8, n: u32, mut value: usize) {
     block.push(value as u8);
 }
 
-/// Connects to `address` as Envoy does (TCP with `TCP_NODELAY`) and opens the stream:
-/// its responses, decoded.
+/// Connects to `address` ([`connect_tcp`](super::connect_tcp)) and opens the stream: its
+/// responses, decoded.
 pub async fn connect<Req, Resp>(
     address: &str,
     path: &str,
@@ -444,8 +443,7 @@ where
     Req: prost::Message + Unpin + Send + 'static,
     Resp: prost::Message + Default + Send + 'static,
 {
-    let io = TcpStream::connect(address).await?;
-    io.set_nodelay(true)?;
+    let io = super::connect_tcp(address).await?;
     Ok(wire::Messages::new(
         Stream::open(io, address, path, requests),
         limit,

@@ -186,6 +186,14 @@ struct ChangeReport {
     unaffected_pushed: usize,
 }
 
+impl LoadgenArgs {
+    /// Whether the proxies' streams go through hyper's HTTP/2 client: asked for, or
+    /// needed for connections shared by several proxies.
+    fn through_hyper(&self) -> bool {
+        self.hyper_client || self.proxies_per_connection > 1
+    }
+}
+
 /// Where the mesh and its changes are written, and so what meshd watches.
 enum Source {
     /// YAML files in the config directory.
@@ -279,13 +287,19 @@ impl tonic::codegen::Service<tonic::codegen::http::Uri> for Connector {
     fn call(&mut self, _: tonic::codegen::http::Uri) -> Self::Future {
         let address = self.0.clone();
         Box::pin(async move {
-            let stream = tokio::net::TcpStream::connect(&address).await?;
-            stream.set_nodelay(true)?;
+            let stream = connect_tcp(&address).await?;
             Ok(hyper_util::rt::TokioIo::new(read_ahead::ReadAhead::new(
                 stream,
             )))
         })
     }
+}
+
+/// A simulated proxy's TCP connection to meshd: with `TCP_NODELAY`, as Envoy connects.
+async fn connect_tcp(address: &str) -> std::io::Result<tokio::net::TcpStream> {
+    let stream = tokio::net::TcpStream::connect(address).await?;
+    stream.set_nodelay(true)?;
+    Ok(stream)
 }
 
 struct Simulated {
@@ -588,7 +602,7 @@ async fn simulate(
     let interval = Duration::from_secs_f64(1.0 / args.connect_rate.max(0.001));
     let mut next = tokio::time::Instant::now();
     for i in 0..total {
-        if args.proxies_per_connection <= 1 && !args.hyper_client {
+        if !args.through_hyper() {
             dial.get_or_insert_with(|| proxy::Dial::Own(args.xds.as_str().into()));
         } else if i % args.proxies_per_connection.max(1) == 0 {
             dial = Some(proxy::Dial::Shared(
@@ -863,7 +877,7 @@ async fn simulate(
     summary.insert("settings".into(), serde_json::json!({
         "proxies": args.proxies, "gateways": args.gateways, "delta": !args.sotw,
         "source": if args.kubernetes { "kubernetes" } else { "files" },
-        "connect_rate": args.connect_rate, "proxies_per_connection": args.proxies_per_connection, "hyper_client": args.hyper_client || args.proxies_per_connection > 1,
+        "connect_rate": args.connect_rate, "proxies_per_connection": args.proxies_per_connection, "hyper_client": args.through_hyper(),
         "services": shape.services, "namespaces": shape.namespaces, "endpoints": shape.endpoints,
         "routed_every": shape.routed_every, "sidecar_scoped": shape.sidecar_scoped,
         "gateway_routes": shape.gateway_routed,

@@ -441,10 +441,10 @@ impl WireMessage for DeltaResponse {
 }
 
 /// A gRPC message's frame header: the compressed flag and the length (big-endian).
-const FRAME_HEADER: usize = 5;
+pub(crate) const FRAME_HEADER: usize = 5;
 
 /// The frame header of an uncompressed message of `len` bytes.
-fn put_frame_header(buf: &mut BytesMut, len: usize) {
+pub(crate) fn put_frame_header(buf: &mut BytesMut, len: usize) {
     buf.put_u8(0);
     buf.put_u32(u32::try_from(len).unwrap_or(u32::MAX));
 }
