@@ -342,12 +342,6 @@ impl Push {
         };
         // The maps hold owned keys; read through a shared reference they are maps of
         // borrowed ones (a map is covariant in its key).
-        let before = {
-            let views_before: &ViewCells<'_> = &self.views_before;
-            (views_before.get(&key))
-                .and_then(|cell| cell.get())
-                .cloned()
-        };
         let cell = {
             let mut views = self.views.lock().unwrap();
             let found = {
@@ -356,8 +350,19 @@ impl Push {
             };
             match found {
                 Some(cell) => cell,
-                None => views.entry(key.into_owned()).or_default().clone(),
+                None => views.entry(key.clone().into_owned()).or_default().clone(),
             }
+        };
+        // Every proxy but the first of a view finds it built: only the first needs the
+        // previous push's view to build from.
+        if let Some(view) = cell.get() {
+            return view.clone();
+        }
+        let before = {
+            let views_before: &ViewCells<'_> = &self.views_before;
+            (views_before.get(&key))
+                .and_then(|cell| cell.get())
+                .cloned()
         };
         cell.get_or_init(|| {
             Arc::new(match before {
