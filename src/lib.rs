@@ -11,6 +11,7 @@ pub mod debug;
 pub mod duration;
 pub mod filesource;
 pub mod heap;
+pub mod http2;
 pub mod k8s;
 pub mod loadgen;
 pub mod metrics;

@@ -242,17 +242,30 @@ pub async fn run(opts: ServeOptions) -> anyhow::Result<()> {
         let listener = tokio::net::TcpListener::bind(address)
             .await
             .with_context(|| format!("binding the xDS port {address}"))?;
-        let mut xds_shutdown = shutdown_rx.clone();
-        servers.push(tokio::spawn(
-            crate::xds::server_builder(&xds.settings)
-                .add_service(AdsService::new(xds.clone()).into_server())
-                .serve_with_incoming_shutdown(
-                    crate::xds::plaintext_incoming(listener),
-                    async move {
-                        let _ = xds_shutdown.changed().await;
-                    },
-                ),
-        ));
+        let ads = AdsService::new(xds.clone()).into_server();
+        if xds.settings.own_http2 {
+            let settings = crate::http2::Settings {
+                keepalive_interval: xds.settings.keepalive_interval,
+                keepalive_timeout: xds.settings.keepalive_timeout,
+            };
+            let shutdown = shutdown_rx.clone();
+            servers.push(tokio::spawn(async move {
+                crate::http2::serve(listener, ads, settings, shutdown).await;
+                Ok(())
+            }));
+        } else {
+            let mut xds_shutdown = shutdown_rx.clone();
+            servers.push(tokio::spawn(
+                crate::xds::server_builder(&xds.settings)
+                    .add_service(ads)
+                    .serve_with_incoming_shutdown(
+                        crate::xds::plaintext_incoming(listener),
+                        async move {
+                            let _ = xds_shutdown.changed().await;
+                        },
+                    ),
+            ));
+        }
     }
     if let (Some(security), Some(address)) = (&security, opts.security.address) {
         let listener = tokio::net::TcpListener::bind(address)
@@ -269,6 +282,7 @@ pub async fn run(opts: ServeOptions) -> anyhow::Result<()> {
     }
     tracing::info!(
         xds = ?opts.xds_address,
+        xds_http2 = if xds.settings.own_http2 { "meshd" } else { "hyper" },
         secure_xds = ?opts.security.address,
         webhook = ?opts.security.webhook_address,
         monitoring = %opts.monitoring_address,

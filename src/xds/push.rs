@@ -47,6 +47,9 @@ pub struct PushSettings {
     /// VirtualService change then sends the virtual hosts it changed, not every route
     /// configuration that holds them.
     pub vhds: bool,
+    /// The plaintext xDS port is served by meshd's own HTTP/2 server ([`crate::http2`])
+    /// rather than hyper's (`MESHD_XDS_HTTP2_SERVER`: `meshd`, the default, or `hyper`).
+    pub own_http2: bool,
 }
 
 impl Default for PushSettings {
@@ -61,6 +64,7 @@ impl Default for PushSettings {
             keepalive_timeout: Duration::from_secs(10),
             send_buffer: Some(256 << 20),
             vhds: false,
+            own_http2: true,
         }
     }
 }
@@ -106,6 +110,13 @@ impl PushSettings {
         if let Some(v) = var("MESHD_ENABLE_VHDS") {
             s.vhds = go_bool(&v)
                 .ok_or_else(|| anyhow::anyhow!("MESHD_ENABLE_VHDS: {v:?} is not true or false"))?;
+        }
+        if let Some(v) = var("MESHD_XDS_HTTP2_SERVER") {
+            s.own_http2 = match v.as_str() {
+                "meshd" => true,
+                "hyper" => false,
+                _ => anyhow::bail!("MESHD_XDS_HTTP2_SERVER: {v:?} is neither meshd nor hyper"),
+            };
         }
         if let Some(v) = var("MESHD_XDS_SEND_BUFFER_MB") {
             let mb: usize = v.parse().map_err(|_| {

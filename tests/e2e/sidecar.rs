@@ -13,6 +13,11 @@ pub struct ReviewsMesh {
 
 /// reviews v1 and v2 behind one Service, subsets from a DestinationRule, and `vs`.
 pub fn reviews_mesh(name: &str, ads: Ads, vs: &str) -> ReviewsMesh {
+    reviews_mesh_with_env(name, ads, vs, &[])
+}
+
+/// [`reviews_mesh`], meshd started with `env`.
+pub fn reviews_mesh_with_env(name: &str, ads: Ads, vs: &str, env: &[(&str, &str)]) -> ReviewsMesh {
     let v1 = Upstream::start("reviews-v1");
     let v2 = Upstream::start("reviews-v2");
     let (dir, port) = reviews_config(
@@ -21,7 +26,7 @@ pub fn reviews_mesh(name: &str, ads: Ads, vs: &str) -> ReviewsMesh {
         "  subsets:\n  - {name: v1, labels: {version: v1}}\n  - {name: v2, labels: {version: v2}}\n",
     );
     std::fs::write(dir.join("vs.yaml"), vs).unwrap();
-    let meshd = Meshd::start(&dir);
+    let meshd = Meshd::start_with_env(&dir, &[], env);
     let envoy = Envoy::sidecar(&meshd, ads, "shop", "productpage");
     let m = ReviewsMesh {
         meshd,
@@ -89,6 +94,38 @@ fn a_header_match_sends_jason_to_v2_and_everyone_else_to_v1() {
     ] {
         let r = http_get(&format!("{}:{}", m.envoy.ip, m.port), host, "/", &[]).unwrap();
         assert_eq!(r.body, "reviews-v1", "Host: {host}");
+    }
+}
+
+/// The plaintext port served by hyper's HTTP/2 server instead of meshd's own
+/// (`MESHD_XDS_HTTP2_SERVER=hyper`): Envoy, delta and state of the world, is configured
+/// and follows a change. Every other test on that port runs meshd's own server.
+#[test]
+fn hypers_http2_server_still_serves_the_plaintext_port_when_chosen() {
+    let route = |subset: &str| {
+        format!(
+            "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: reviews, namespace: shop}}\nspec:\n  hosts: [reviews]\n  http:\n  - route: [{{destination: {{host: reviews, subset: {subset}}}}}]\n"
+        )
+    };
+    for (ads, name) in [(Ads::Delta, "sc-hyper-delta"), (Ads::Sotw, "sc-hyper-sotw")] {
+        let m = reviews_mesh_with_env(
+            name,
+            ads,
+            &route("v1"),
+            &[("MESHD_XDS_HTTP2_SERVER", "hyper")],
+        );
+        assert_eq!(m.get(&[]).unwrap().body, "reviews-v1");
+        m.meshd.write("vs.yaml", &route("v2"));
+        wait_until(
+            "the sidecar to follow the change",
+            Duration::from_secs(10),
+            || m.get(&[]).is_ok_and(|r| r.body == "reviews-v2"),
+        );
+        let log = m.meshd.log(); // `xds_http2="hyper"`, coloured
+        assert!(
+            log.contains("xds_http2") && log.contains("\"hyper\""),
+            "{log}"
+        );
     }
 }
 

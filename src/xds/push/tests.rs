@@ -244,12 +244,16 @@ fn settings_come_from_istios_variables() {
         let s = only("PILOT_ENABLE_EDS_DEBOUNCE", value).unwrap();
         assert_eq!(s.eds_debounce, on, "{value}");
     }
+    assert!(d.own_http2, "meshd's own HTTP/2 server by default");
+    assert!(!only("MESHD_XDS_HTTP2_SERVER", "hyper").unwrap().own_http2);
+    assert!(only("MESHD_XDS_HTTP2_SERVER", "meshd").unwrap().own_http2);
     let auto = only("PILOT_PUSH_THROTTLE", "0").unwrap();
     assert!((20..=100).contains(&auto.push_throttle));
     for (name, bad) in [
         ("PILOT_DEBOUNCE_AFTER", "soon"),
         ("MESHD_XDS_SEND_BUFFER_MB", "256Mi"),
         ("PILOT_ENABLE_EDS_DEBOUNCE", "no"),
+        ("MESHD_XDS_HTTP2_SERVER", "h2"),
     ] {
         let err = only(name, bad).unwrap_err().to_string();
         assert!(err.contains(name), "{err}");

@@ -1,0 +1,114 @@
+//! HTTP/2 frames (RFC 9113 §4, §6): the nine-byte header, and the frames this server
+//! writes.
+
+use prost::bytes::{BufMut, BytesMut};
+
+/// A frame's header: payload length, type, flags, stream.
+pub const HEAD: usize = 9;
+
+/// What a client sends first (RFC 9113 §3.4).
+pub const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+pub const DATA: u8 = 0x0;
+pub const HEADERS: u8 = 0x1;
+pub const RST_STREAM: u8 = 0x3;
+pub const SETTINGS: u8 = 0x4;
+pub const PUSH_PROMISE: u8 = 0x5;
+pub const PING: u8 = 0x6;
+pub const GOAWAY: u8 = 0x7;
+pub const WINDOW_UPDATE: u8 = 0x8;
+pub const CONTINUATION: u8 = 0x9;
+
+pub const END_STREAM: u8 = 0x1;
+pub const ACK: u8 = 0x1;
+pub const END_HEADERS: u8 = 0x4;
+pub const PADDED: u8 = 0x8;
+pub const PRIORITY: u8 = 0x20;
+
+pub const SETTINGS_MAX_CONCURRENT_STREAMS: u16 = 0x3;
+pub const SETTINGS_INITIAL_WINDOW_SIZE: u16 = 0x4;
+pub const SETTINGS_MAX_FRAME_SIZE: u16 = 0x5;
+pub const SETTINGS_MAX_HEADER_LIST_SIZE: u16 = 0x6;
+
+/// Error codes (RFC 9113 §7).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reason {
+    NoError = 0x0,
+    ProtocolError = 0x1,
+    FlowControlError = 0x3,
+    StreamClosed = 0x5,
+    FrameSizeError = 0x6,
+    RefusedStream = 0x7,
+    CompressionError = 0x9,
+}
+
+/// The largest frame payload either side may send before SETTINGS say otherwise, and the
+/// largest this server accepts.
+pub const DEFAULT_MAX_FRAME: usize = 16_384;
+
+/// The window every stream and the connection start with (RFC 9113 §6.9.2).
+pub const DEFAULT_WINDOW: i64 = 65_535;
+
+/// The largest window a WINDOW_UPDATE may open (RFC 9113 §6.9.1).
+pub const MAX_WINDOW: i64 = (1 << 31) - 1;
+
+/// A parsed frame header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Head {
+    pub len: usize,
+    pub kind: u8,
+    pub flags: u8,
+    pub stream: u32,
+}
+
+impl Head {
+    pub fn parse(b: &[u8]) -> Head {
+        Head {
+            len: (usize::from(b[0]) << 16) | (usize::from(b[1]) << 8) | usize::from(b[2]),
+            kind: b[3],
+            flags: b[4],
+            stream: u32::from_be_bytes([b[5], b[6], b[7], b[8]]) & 0x7fff_ffff,
+        }
+    }
+
+    pub fn has(&self, flag: u8) -> bool {
+        self.flags & flag != 0
+    }
+}
+
+pub fn put_head(buf: &mut BytesMut, len: usize, kind: u8, flags: u8, stream: u32) {
+    let len = len as u32;
+    buf.put_slice(&len.to_be_bytes()[1..]);
+    buf.put_u8(kind);
+    buf.put_u8(flags);
+    buf.put_u32(stream);
+}
+
+pub fn put_settings(buf: &mut BytesMut, settings: &[(u16, u32)]) {
+    put_head(buf, settings.len() * 6, SETTINGS, 0, 0);
+    for &(id, value) in settings {
+        buf.put_u16(id);
+        buf.put_u32(value);
+    }
+}
+
+pub fn put_window_update(buf: &mut BytesMut, stream: u32, increment: u32) {
+    put_head(buf, 4, WINDOW_UPDATE, 0, stream);
+    buf.put_u32(increment);
+}
+
+pub fn put_rst_stream(buf: &mut BytesMut, stream: u32, reason: Reason) {
+    put_head(buf, 4, RST_STREAM, 0, stream);
+    buf.put_u32(reason as u32);
+}
+
+pub fn put_goaway(buf: &mut BytesMut, last_stream: u32, reason: Reason) {
+    put_head(buf, 8, GOAWAY, 0, 0);
+    buf.put_u32(last_stream);
+    buf.put_u32(reason as u32);
+}
+
+pub fn put_ping(buf: &mut BytesMut, flags: u8, payload: [u8; 8]) {
+    put_head(buf, 8, PING, flags, 0);
+    buf.put_slice(&payload);
+}

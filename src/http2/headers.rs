@@ -1,0 +1,226 @@
+//! Header blocks (RFC 7541). Requests are decoded with the peer's HPACK state; responses
+//! and trailers are written as literals that never enter the dynamic table, so the
+//! encoder keeps no state at all.
+
+use self::http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Uri};
+use prost::bytes::{BufMut, BytesMut};
+use tonic::codegen::http;
+
+/// A request's head decoded from its header block.
+pub struct RequestHead {
+    pub method: Option<Method>,
+    pub scheme: Option<String>,
+    pub authority: Option<String>,
+    pub path: Option<String>,
+    pub headers: HeaderMap,
+}
+
+/// Decodes a request's (or trailers') header block. Errors name what was wrong; an
+/// HPACK error breaks the whole connection (its table state is lost), a malformed field
+/// only the stream.
+pub fn decode(
+    decoder: &mut loona_hpack::Decoder<'static>,
+    block: &[u8],
+) -> Result<Result<RequestHead, String>, String> {
+    let mut head = RequestHead {
+        method: None,
+        scheme: None,
+        authority: None,
+        path: None,
+        headers: HeaderMap::new(),
+    };
+    let mut malformed = None;
+    decoder
+        .decode_with_cb(block, |name, value| {
+            if malformed.is_some() {
+                return;
+            }
+            if let Err(e) = head.add(&name, &value) {
+                malformed = Some(e);
+            }
+        })
+        .map_err(|e| format!("header block does not decode: {e}"))?;
+    Ok(match malformed {
+        Some(e) => Err(e),
+        None => Ok(head),
+    })
+}
+
+impl RequestHead {
+    fn add(&mut self, name: &[u8], value: &[u8]) -> Result<(), String> {
+        let text = || {
+            std::str::from_utf8(value)
+                .map(str::to_string)
+                .map_err(|_| format!("{} is not UTF-8", String::from_utf8_lossy(name)))
+        };
+        match name {
+            b":method" => {
+                self.method = Some(Method::from_bytes(value).map_err(|e| format!(":method: {e}"))?)
+            }
+            b":scheme" => self.scheme = Some(text()?),
+            b":authority" => self.authority = Some(text()?),
+            b":path" => self.path = Some(text()?),
+            _ if name.first() == Some(&b':') => {
+                return Err(format!(
+                    "unknown pseudo-header {}",
+                    String::from_utf8_lossy(name)
+                ));
+            }
+            _ => {
+                let n = HeaderName::from_bytes(name)
+                    .map_err(|e| format!("{}: {e}", String::from_utf8_lossy(name)))?;
+                let v = HeaderValue::from_bytes(value).map_err(|e| format!("{n}: {e}"))?;
+                self.headers.append(n, v);
+            }
+        }
+        Ok(())
+    }
+
+    /// The request, with `body`.
+    pub fn into_request<B>(self, body: B) -> Result<Request<B>, String> {
+        let (Some(method), Some(path)) = (self.method, self.path) else {
+            return Err("a request without :method or :path".to_string());
+        };
+        let mut uri = Uri::builder().path_and_query(path);
+        if let Some(authority) = self.authority {
+            uri = uri
+                .scheme(self.scheme.as_deref().unwrap_or("http"))
+                .authority(authority);
+        }
+        let uri = uri.build().map_err(|e| format!(":path: {e}"))?;
+        let mut request = Request::new(body);
+        *request.method_mut() = method;
+        *request.uri_mut() = uri;
+        *request.version_mut() = http::Version::HTTP_2;
+        *request.headers_mut() = self.headers;
+        Ok(request)
+    }
+}
+
+/// Fields HTTP/2 forbids (RFC 9113 §8.2.2).
+fn connection_specific(name: &HeaderName) -> bool {
+    matches!(
+        name.as_str(),
+        "connection" | "keep-alive" | "proxy-connection" | "transfer-encoding" | "upgrade"
+    )
+}
+
+/// A response's header block: `:status`, then each field as a literal never indexed
+/// into the dynamic table.
+pub fn encode_response(buf: &mut BytesMut, status: http::StatusCode, headers: &HeaderMap) {
+    if status == http::StatusCode::OK {
+        buf.put_u8(0x88); // static table entry 8, `:status: 200`
+    } else {
+        integer(buf, 0x00, 4, 8); // literal without indexing, name from static entry 8
+        string(buf, status.as_str().as_bytes());
+    }
+    encode_fields(buf, headers);
+}
+
+/// A trailers block: each field as a literal.
+pub fn encode_fields(buf: &mut BytesMut, headers: &HeaderMap) {
+    for (name, value) in headers {
+        if connection_specific(name) {
+            continue;
+        }
+        buf.put_u8(0x00); // literal without indexing, new name
+        string(buf, name.as_str().as_bytes());
+        string(buf, value.as_bytes());
+    }
+}
+
+/// An HPACK string literal, without Huffman coding.
+fn string(buf: &mut BytesMut, s: &[u8]) {
+    integer(buf, 0x00, 7, s.len());
+    buf.put_slice(s);
+}
+
+/// An HPACK integer with an `n`-bit prefix, the first octet's other bits `first`
+/// (RFC 7541 §5.1).
+fn integer(buf: &mut BytesMut, first: u8, n: u32, mut value: usize) {
+    let max = (1usize << n) - 1;
+    if value < max {
+        buf.put_u8(first | value as u8);
+        return;
+    }
+    buf.put_u8(first | max as u8);
+    value -= max;
+    while value >= 128 {
+        buf.put_u8((value % 128 + 128) as u8);
+        value /= 128;
+    }
+    buf.put_u8(value as u8);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_response_block_decodes_to_what_was_encoded() {
+        let mut headers = HeaderMap::new();
+        headers.insert("content-type", HeaderValue::from_static("application/grpc"));
+        headers.insert(
+            "grpc-message",
+            HeaderValue::from_str(&"x".repeat(300)).unwrap(),
+        );
+        headers.insert("connection", HeaderValue::from_static("close"));
+        for status in [http::StatusCode::OK, http::StatusCode::NOT_FOUND] {
+            let mut buf = BytesMut::new();
+            encode_response(&mut buf, status, &headers);
+            let fields = loona_hpack::Decoder::new().decode(&buf).unwrap();
+            let fields: Vec<(String, String)> = fields
+                .into_iter()
+                .map(|(n, v)| (String::from_utf8(n).unwrap(), String::from_utf8(v).unwrap()))
+                .collect();
+            assert_eq!(
+                fields,
+                [
+                    (":status".to_string(), status.as_str().to_string()),
+                    ("content-type".into(), "application/grpc".into()),
+                    ("grpc-message".into(), "x".repeat(300)),
+                ]
+            );
+        }
+    }
+
+    #[test]
+    fn a_request_block_becomes_a_request_and_bad_fields_are_named() {
+        let mut encoder = loona_hpack::Encoder::new();
+        let block = encoder.encode([
+            (&b":method"[..], &b"POST"[..]),
+            (b":scheme", b"http"),
+            (b":authority", b"meshd:15010"),
+            (
+                b":path",
+                b"/envoy.service.discovery.v3.AggregatedDiscoveryService/X",
+            ),
+            (b"te", b"trailers"),
+        ]);
+        let mut decoder = loona_hpack::Decoder::new();
+        let request = decode(&mut decoder, &block)
+            .unwrap()
+            .unwrap()
+            .into_request(())
+            .unwrap();
+        assert_eq!(request.method(), Method::POST);
+        assert_eq!(
+            request.uri().path(),
+            "/envoy.service.discovery.v3.AggregatedDiscoveryService/X"
+        );
+        assert_eq!(request.uri().authority().unwrap().as_str(), "meshd:15010");
+        assert_eq!(request.headers()["te"], "trailers");
+
+        let block = encoder.encode([(&b":protocol"[..], &b"x"[..])]);
+        let bad = decode(&mut decoder, &block).unwrap().err().unwrap();
+        assert!(bad.contains(":protocol"), "{bad}");
+        let missing = decode(&mut decoder, &encoder.encode([(&b"te"[..], &b"x"[..])]))
+            .unwrap()
+            .unwrap()
+            .into_request(())
+            .err()
+            .unwrap();
+        assert!(missing.contains(":path"), "{missing}");
+        assert!(decode(&mut decoder, &[0xff, 0xff, 0xff]).is_err());
+    }
+}

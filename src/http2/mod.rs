@@ -1,0 +1,86 @@
+//! meshd's own HTTP/2 server for its gRPC streams.
+//!
+//! hyper's server (through h2) keeps ~28 KB of codec buffers per connection, of which ~14
+//! KB stay resident, and moves every response through two tasks before the socket (the
+//! connection's and a per-stream body pipe). At 10,000 connected proxies that is most of
+//! meshd's memory per proxy and about half its CPU per push (see BENCHMARKS.md, sessions
+//! 15, 16 and 28). Here one task per connection reads the frames, calls the service for
+//! each new stream and writes each response's body straight from the shared bytes it is
+//! made of, many frames per `writev`; between frames a connection keeps only a partial
+//! frame's bytes, its HPACK table, its windows and a few words per stream.
+//!
+//! It implements what a gRPC server needs of RFC 9113: the prefaces and SETTINGS, HPACK
+//! request headers (`loona-hpack`; responses are literals that never touch the dynamic
+//! table), flow control both ways (a request window reopens only for bytes the service
+//! consumed), PING (answered, and sent as keepalive to connections nothing was read from),
+//! RST_STREAM, GOAWAY (sent on shutdown and on connection errors) and CONTINUATION. It
+//! does not implement server push, priorities, or HTTP/1.1 upgrades, which gRPC does not
+//! use.
+
+mod body;
+mod conn;
+mod frame;
+mod headers;
+
+use std::time::Duration;
+use tonic::codegen::http;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tonic::codegen::Service;
+
+pub use body::RecvBody;
+
+/// A connection's keepalive: a ping after `keepalive_interval` with nothing read, and the
+/// connection dropped if nothing is read within `keepalive_timeout` of it.
+#[derive(Clone, Copy, Debug)]
+pub struct Settings {
+    pub keepalive_interval: Duration,
+    pub keepalive_timeout: Duration,
+}
+
+/// Serves `service` on every connection `listener` accepts, until `shutdown` changes.
+/// Connections get `TCP_NODELAY` (as Go's, and so istiod's, do).
+pub async fn serve<S>(
+    listener: TcpListener,
+    service: S,
+    settings: Settings,
+    mut shutdown: watch::Receiver<bool>,
+) where
+    S: Service<
+            http::Request<RecvBody>,
+            Response = http::Response<tonic::body::Body>,
+            Error = std::convert::Infallible,
+        > + Clone
+        + Send
+        + 'static,
+    S::Future: Unpin + Send,
+{
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = shutdown.changed() => return,
+        };
+        let io = match accepted {
+            Ok((io, _)) => io,
+            Err(e) => {
+                // Out of descriptors, most likely: wait instead of spinning.
+                tracing::warn!("accepting an xDS connection failed: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        if let Err(e) = io.set_nodelay(true) {
+            tracing::debug!("TCP_NODELAY: {e}");
+        }
+        let mut closed = shutdown.clone();
+        let shutdown = Box::pin(async move {
+            let _ = closed.changed().await;
+        });
+        let conn = conn::Connection::new(io, service.clone(), settings, shutdown);
+        tokio::spawn(conn.run());
+    }
+}
+
+#[cfg(test)]
+mod tests;

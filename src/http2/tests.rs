@@ -1,0 +1,427 @@
+//! The server against h2's client, an HTTP/2 implementation independent of it, and
+//! against raw frames where a well-behaved client cannot misbehave on demand.
+
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use http_body::{Body as _, Frame};
+use prost::bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch};
+use tonic::Status;
+use tonic::codegen::{Service, http};
+
+use super::frame::{self, Head};
+use super::{RecvBody, Settings, serve};
+
+/// Echoes each request's DATA back, then `grpc-status: 0`, as the ADS service works: a
+/// task reads the request and hands what it read to the response body through a channel.
+/// Reports how each request ended. `/refused` answers trailers-only.
+#[derive(Clone)]
+struct Echo {
+    ended: mpsc::UnboundedSender<String>,
+}
+
+impl Service<http::Request<RecvBody>> for Echo {
+    type Response = http::Response<tonic::body::Body>;
+    type Error = Infallible;
+    type Future = futures::future::Ready<Result<Self::Response, Infallible>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<RecvBody>) -> Self::Future {
+        if request.uri().path() == "/refused" {
+            return futures::future::ready(Ok(Status::unimplemented("no such method").into_http()));
+        }
+        if request.uri().path() == "/unread" {
+            let body = Unread(request.into_body());
+            return futures::future::ready(Ok(http::Response::new(tonic::body::Body::new(body))));
+        }
+        let (tx, rx) = mpsc::channel(4);
+        let ended = self.ended.clone();
+        let mut request = request.into_body();
+        tokio::spawn(async move {
+            loop {
+                match std::future::poll_fn(|cx| Pin::new(&mut request).poll_frame(cx)).await {
+                    Some(Ok(frame)) => {
+                        if tx.send(frame.into_data().unwrap()).await.is_err() {
+                            let _ = ended.send("response dropped".to_string());
+                            return;
+                        }
+                    }
+                    Some(Err(status)) => {
+                        let _ = ended.send(format!("error: {}", status.message()));
+                        return;
+                    }
+                    None => {
+                        let _ = ended.send("end".to_string());
+                        return;
+                    }
+                }
+            }
+        });
+        let body = EchoBody { rx, done: false };
+        futures::future::ready(Ok(http::Response::new(tonic::body::Body::new(body))))
+    }
+}
+
+struct EchoBody {
+    rx: mpsc::Receiver<Bytes>,
+    done: bool,
+}
+
+impl http_body::Body for EchoBody {
+    type Data = Bytes;
+    type Error = Status;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
+        if self.done {
+            return Poll::Ready(None);
+        }
+        match self.rx.poll_recv(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Some(data)) => Poll::Ready(Some(Ok(Frame::data(data)))),
+            Poll::Ready(None) => {
+                self.done = true;
+                let mut trailers = http::HeaderMap::new();
+                trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+                Poll::Ready(Some(Ok(Frame::trailers(trailers))))
+            }
+        }
+    }
+}
+
+/// A response that never ends, to a request never read.
+struct Unread(#[allow(dead_code)] RecvBody);
+
+impl http_body::Body for Unread {
+    type Data = Bytes;
+    type Error = Status;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
+        Poll::Pending
+    }
+}
+
+struct Server {
+    address: std::net::SocketAddr,
+    ended: mpsc::UnboundedReceiver<String>,
+    shutdown: watch::Sender<bool>,
+}
+
+async fn server(settings: Settings) -> Server {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let (tx, ended) = mpsc::unbounded_channel();
+    let (shutdown, rx) = watch::channel(false);
+    tokio::spawn(serve(listener, Echo { ended: tx }, settings, rx));
+    Server {
+        address,
+        ended,
+        shutdown,
+    }
+}
+
+fn settings() -> Settings {
+    Settings {
+        keepalive_interval: Duration::from_secs(30),
+        keepalive_timeout: Duration::from_secs(10),
+    }
+}
+
+async fn client(address: std::net::SocketAddr, window: u32) -> h2::client::SendRequest<Bytes> {
+    let tcp = TcpStream::connect(address).await.unwrap();
+    let (client, connection) = h2::client::Builder::new()
+        .initial_window_size(window)
+        .initial_connection_window_size(window)
+        .handshake(tcp)
+        .await
+        .unwrap();
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    client
+}
+
+fn post(path: &str) -> http::Request<()> {
+    http::Request::post(format!("http://meshd{path}"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(())
+        .unwrap()
+}
+
+/// Sends `chunks` on one stream and returns what came back and the trailers' status.
+async fn echo(
+    client: &mut h2::client::SendRequest<Bytes>,
+    chunks: Vec<Bytes>,
+) -> (Vec<u8>, String) {
+    let mut client = client.clone().ready().await.unwrap();
+    let (response, mut send) = client.send_request(post("/echo"), false).unwrap();
+    let sender = tokio::spawn(async move {
+        let n = chunks.len();
+        for (i, chunk) in chunks.into_iter().enumerate() {
+            send.reserve_capacity(chunk.len());
+            send.send_data(chunk, i + 1 == n).unwrap();
+        }
+        send
+    });
+    let response = response.await.unwrap();
+    assert_eq!(response.status(), 200);
+    let mut body = response.into_body();
+    let mut received = Vec::new();
+    while let Some(data) = body.data().await {
+        let data = data.unwrap();
+        body.flow_control().release_capacity(data.len()).unwrap();
+        received.extend_from_slice(&data);
+    }
+    let trailers = body.trailers().await.unwrap().unwrap();
+    drop(sender.await.unwrap());
+    (
+        received,
+        trailers["grpc-status"].to_str().unwrap().to_string(),
+    )
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+const LIMIT: Duration = Duration::from_secs(20);
+
+#[tokio::test]
+async fn echoes_megabytes_both_ways_within_small_and_large_windows() {
+    let mut s = server(settings()).await;
+    // The client's window: 1 KiB (the server waits for each WINDOW_UPDATE), then wider
+    // than any response. 3 MiB of requests: more than the server's own 1 MiB stream
+    // window, which reopens only as the service consumes.
+    for window in [1024, 8 << 20] {
+        let mut client = client(s.address, window).await;
+        let sent = pattern(3 << 20, window as u8);
+        let chunks = sent.chunks(100_000).map(Bytes::copy_from_slice).collect();
+        let (received, status) = tokio::time::timeout(LIMIT, echo(&mut client, chunks))
+            .await
+            .expect("the echo finished");
+        assert_eq!(received.len(), sent.len());
+        assert!(received == sent, "the echo differs from what was sent");
+        assert_eq!(status, "0");
+        assert_eq!(s.ended.recv().await.unwrap(), "end");
+    }
+}
+
+#[tokio::test]
+async fn streams_on_one_connection_are_served_side_by_side() {
+    let mut s = server(settings()).await;
+    let client = client(s.address, 65_535).await;
+    let echoes = (0..8u8).map(|i| {
+        let mut client = client.clone();
+        tokio::spawn(async move {
+            let sent = pattern(200_000 + usize::from(i) * 1000, i);
+            let chunks = sent.chunks(7_000).map(Bytes::copy_from_slice).collect();
+            let (received, status) = echo(&mut client, chunks).await;
+            (received == sent, status)
+        })
+    });
+    for echo in futures::future::join_all(echoes).await {
+        assert_eq!(echo.unwrap(), (true, "0".to_string()));
+    }
+    for _ in 0..8 {
+        assert_eq!(s.ended.recv().await.unwrap(), "end");
+    }
+}
+
+#[tokio::test]
+async fn a_reset_ends_the_request_with_an_error_and_the_connection_serves_on() {
+    let mut s = server(settings()).await;
+    let mut client = client(s.address, 65_535).await;
+    let mut ready = client.clone().ready().await.unwrap();
+    let (response, mut send) = ready.send_request(post("/echo"), false).unwrap();
+    send.send_data(Bytes::from_static(b"hello"), false).unwrap();
+    let mut body = response.await.unwrap().into_body();
+    assert_eq!(body.data().await.unwrap().unwrap(), "hello");
+    send.send_reset(h2::Reason::CANCEL);
+    let ended = tokio::time::timeout(LIMIT, s.ended.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(ended.contains("reset"), "{ended}");
+    let (received, _) = echo(&mut client, vec![Bytes::from_static(b"again")]).await;
+    assert_eq!(received, b"again");
+}
+
+#[tokio::test]
+async fn what_reset_streams_left_unread_reopens_the_connection_window() {
+    let s = server(settings()).await;
+    let mut client = client(s.address, 65_535).await;
+    // 40 streams of 900 KB each that the service never reads, each reset by the client:
+    // 36 MB, more than twice the 16 MiB connection window. Unless what they left unread
+    // is given back to the connection, the last echo finds no window left.
+    for _ in 0..40 {
+        let mut ready = client.clone().ready().await.unwrap();
+        let (_response, mut send) = ready.send_request(post("/unread"), false).unwrap();
+        send.send_data(Bytes::from(vec![7; 900_000]), false)
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        send.send_reset(h2::Reason::CANCEL);
+    }
+    let sent = pattern(1 << 20, 9);
+    let chunks = sent.chunks(65_536).map(Bytes::copy_from_slice).collect();
+    let (received, _) = tokio::time::timeout(LIMIT, echo(&mut client, chunks))
+        .await
+        .expect("the echo found a window");
+    assert!(received == sent);
+}
+
+#[tokio::test]
+async fn a_trailers_only_answer_ends_the_stream_in_its_headers() {
+    let s = server(settings()).await;
+    let client = client(s.address, 65_535).await;
+    let mut ready = client.ready().await.unwrap();
+    let (response, _send) = ready.send_request(post("/refused"), true).unwrap();
+    let response = response.await.unwrap();
+    assert_eq!(response.headers()["grpc-status"], "12");
+    assert!(response.body().is_end_stream());
+}
+
+#[tokio::test]
+async fn pings_are_answered() {
+    let s = server(settings()).await;
+    let tcp = TcpStream::connect(s.address).await.unwrap();
+    let (_client, mut connection) = h2::client::handshake(tcp).await.unwrap();
+    let mut ping_pong = connection.ping_pong().unwrap();
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    tokio::time::timeout(LIMIT, ping_pong.ping(h2::Ping::opaque()))
+        .await
+        .expect("a pong")
+        .unwrap();
+}
+
+/// A raw client: the preface and empty SETTINGS written, nothing else.
+async fn raw(address: std::net::SocketAddr) -> TcpStream {
+    let mut tcp = TcpStream::connect(address).await.unwrap();
+    let mut hello = BytesMut::from(frame::PREFACE);
+    frame::put_settings(&mut hello, &[]);
+    tcp.write_all(&hello).await.unwrap();
+    tcp
+}
+
+/// Every frame the server sends until it closes the connection.
+async fn frames_until_closed(tcp: &mut TcpStream) -> Vec<(Head, Vec<u8>)> {
+    let mut all = Vec::new();
+    tokio::time::timeout(LIMIT, tcp.read_to_end(&mut all))
+        .await
+        .expect("the server closed the connection")
+        .unwrap();
+    let mut frames = Vec::new();
+    let mut rest = &all[..];
+    while rest.len() >= frame::HEAD {
+        let head = Head::parse(rest);
+        frames.push((head, rest[frame::HEAD..frame::HEAD + head.len].to_vec()));
+        rest = &rest[frame::HEAD + head.len..];
+    }
+    frames
+}
+
+fn goaway_code(frames: &[(Head, Vec<u8>)]) -> Option<u32> {
+    let (_, payload) = frames.iter().find(|(h, _)| h.kind == frame::GOAWAY)?;
+    Some(u32::from_be_bytes(payload[4..8].try_into().unwrap()))
+}
+
+#[tokio::test]
+async fn a_peer_that_answers_nothing_is_pinged_then_dropped() {
+    let s = server(Settings {
+        keepalive_interval: Duration::from_millis(200),
+        keepalive_timeout: Duration::from_millis(200),
+    })
+    .await;
+    let mut tcp = raw(s.address).await;
+    let frames = frames_until_closed(&mut tcp).await;
+    assert!(
+        frames
+            .iter()
+            .any(|(h, _)| h.kind == frame::PING && h.flags == 0),
+        "{frames:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_peer_that_answers_pings_is_kept() {
+    let s = server(Settings {
+        keepalive_interval: Duration::from_millis(100),
+        keepalive_timeout: Duration::from_millis(100),
+    })
+    .await;
+    let mut client = client(s.address, 65_535).await;
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let (received, _) = echo(&mut client, vec![Bytes::from_static(b"still here")]).await;
+    assert_eq!(received, b"still here");
+}
+
+#[tokio::test]
+async fn protocol_violations_close_the_connection_with_goaway() {
+    let s = server(settings()).await;
+    // Not HTTP/2 at all.
+    let mut tcp = TcpStream::connect(s.address).await.unwrap();
+    tcp.write_all(b"GET / HTTP/1.1\r\nHost: meshd\r\n\r\n")
+        .await
+        .unwrap();
+    let frames = frames_until_closed(&mut tcp).await;
+    assert_eq!(
+        goaway_code(&frames),
+        Some(frame::Reason::ProtocolError as u32)
+    );
+    // A frame over the 16 KiB this server allows.
+    let mut tcp = raw(s.address).await;
+    let mut big = BytesMut::new();
+    frame::put_head(&mut big, 20_000, frame::DATA, 0, 1);
+    big.extend_from_slice(&[0; 20_000]);
+    tcp.write_all(&big).await.unwrap();
+    let frames = frames_until_closed(&mut tcp).await;
+    assert_eq!(
+        goaway_code(&frames),
+        Some(frame::Reason::FrameSizeError as u32)
+    );
+    // A header block that is no HPACK.
+    let mut tcp = raw(s.address).await;
+    let mut bad = BytesMut::new();
+    frame::put_head(&mut bad, 3, frame::HEADERS, frame::END_HEADERS, 1);
+    bad.extend_from_slice(&[0xff, 0xff, 0xff]);
+    tcp.write_all(&bad).await.unwrap();
+    let frames = frames_until_closed(&mut tcp).await;
+    assert_eq!(
+        goaway_code(&frames),
+        Some(frame::Reason::CompressionError as u32)
+    );
+}
+
+#[tokio::test]
+async fn shutdown_says_goaway_and_closes() {
+    let s = server(settings()).await;
+    let mut tcp = raw(s.address).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    s.shutdown.send(true).unwrap();
+    let frames = frames_until_closed(&mut tcp).await;
+    assert_eq!(goaway_code(&frames), Some(frame::Reason::NoError as u32));
+    assert!(
+        TcpStream::connect(s.address).await.is_err() || {
+            // The listener may linger in the kernel's backlog for an instant.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            TcpStream::connect(s.address).await.is_err()
+        }
+    );
+}
