@@ -157,8 +157,21 @@ impl Security {
         let incoming = crate::tls::incoming(listener, self.configs.clone());
         let ca = CaService::new(self.ca.clone(), self.authn.clone(), metrics)
             .forwarding_to(self.upstream.clone());
-        let mut server = crate::xds::server_builder(&xds.settings);
+        let settings = xds.settings.clone();
         let ads = AdsService::secure(xds, self.authn.clone());
+        if settings.own_http2 {
+            let routes =
+                tonic::service::Routes::new(ca.into_server()).add_service(ads.into_server());
+            let http2 = crate::http2::Settings {
+                keepalive_interval: settings.keepalive_interval,
+                keepalive_timeout: settings.keepalive_timeout,
+            };
+            return tokio::spawn(async move {
+                crate::http2::serve_incoming(incoming, routes, http2, tls_peer, shutdown).await;
+                Ok(())
+            });
+        }
+        let mut server = crate::xds::server_builder(&settings);
         tokio::spawn(
             server
                 .add_service(ca.into_server())
@@ -168,6 +181,14 @@ impl Security {
                 }),
         )
     }
+}
+
+/// The certificates a TLS client presented on a secure-port connection.
+fn tls_peer<T>(tls: &tokio_rustls::server::TlsStream<T>) -> Option<crate::http2::PeerCertificates> {
+    let certs = tls.get_ref().1.peer_certificates()?;
+    Some(crate::http2::PeerCertificates(
+        certs.iter().map(|c| c.to_vec()).collect(),
+    ))
 }
 
 /// A fresh serving certificate from the CA, and when to renew it.

@@ -138,8 +138,12 @@ async fn forward(
         })
 }
 
-/// The DER certificates the TLS client presented, if any.
+/// The DER certificates the TLS client presented, if any: as meshd's own HTTP/2 server
+/// hands them over, or as tonic's does.
 pub fn peer_certs<T>(request: &Request<T>) -> Option<Vec<Vec<u8>>> {
+    if let Some(peer) = request.extensions().get::<crate::http2::PeerCertificates>() {
+        return Some(peer.0.to_vec());
+    }
     request
         .peer_certs()
         .map(|certs| certs.iter().map(|c| c.to_vec()).collect())

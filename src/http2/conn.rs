@@ -10,7 +10,6 @@ use std::mem::MaybeUninit;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use tonic::codegen::http;
 
 use futures::task::AtomicWaker;
 use http_body::Body as _;
@@ -18,12 +17,12 @@ use prost::bytes::{Buf, BufMut, Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 use tonic::Status;
-use tonic::codegen::Service;
+use tonic::codegen::{Service, http};
 
-use super::Settings;
 use super::body::{Inbox, RecvBody};
 use super::frame::{self, Head, Reason};
 use super::headers;
+use super::{PeerCertificates, Settings};
 
 /// The response body every service here answers with.
 type ResponseBody = tonic::body::Body;
@@ -76,6 +75,8 @@ pub struct Connection<T, S: Service<http::Request<RecvBody>>> {
     /// Connection-level bytes consumed whose window is not yet reopened.
     ungranted: i64,
     streams: Vec<Stream<S::Future>>,
+    /// The TLS client's certificates, put into each request.
+    peer: Option<PeerCertificates>,
     last_stream: u32,
     goaway_received: bool,
     queue: VecDeque<Bytes>,
@@ -101,7 +102,7 @@ struct Stream<F> {
 }
 
 enum Response<F> {
-    Calling(F),
+    Calling(Pin<Box<F>>),
     Streaming {
         body: ResponseBody,
         /// Body bytes taken and not yet framed (waiting for a window).
@@ -120,13 +121,13 @@ where
             Response = http::Response<ResponseBody>,
             Error = std::convert::Infallible,
         >,
-    S::Future: Unpin,
 {
     pub fn new(
         io: T,
         service: S,
         settings: Settings,
         shutdown: Pin<Box<dyn Future<Output = ()> + Send>>,
+        peer: Option<PeerCertificates>,
     ) -> Self {
         let now = Instant::now();
         let mut decoder = loona_hpack::Decoder::new();
@@ -148,6 +149,7 @@ where
             recv_window: CONNECTION_WINDOW,
             ungranted: 0,
             streams: Vec::new(),
+            peer,
             last_stream: 0,
             goaway_received: false,
             queue: VecDeque::new(),
@@ -547,7 +549,7 @@ where
         }
         let inbox = Inbox::new(self.waker.clone());
         let request = head.and_then(|h| h.into_request(RecvBody::new(inbox.clone())));
-        let request = match request {
+        let mut request = match request {
             Ok(r) => r,
             Err(why) => {
                 tracing::debug!("refusing HTTP/2 stream {id}: {why}");
@@ -557,6 +559,9 @@ where
         };
         if end_stream {
             inbox.end(Ok(()));
+        }
+        if let Some(peer) = &self.peer {
+            request.extensions_mut().insert(peer.clone());
         }
         // The services here are always ready (they spawn a task per stream).
         if let Poll::Ready(Err(never)) = self.service.poll_ready(cx) {
@@ -570,7 +575,7 @@ where
             recv_window: STREAM_WINDOW,
             ungranted: 0,
             send_window: self.peer_initial_window,
-            response: Response::Calling(call),
+            response: Response::Calling(Box::pin(call)),
         });
         Ok(())
     }
@@ -673,7 +678,7 @@ where
     fn drive(&mut self, cx: &mut Context<'_>, i: usize) -> bool {
         let s = &mut self.streams[i];
         if let Response::Calling(call) = &mut s.response {
-            let Poll::Ready(Ok(response)) = Pin::new(call).poll(cx) else {
+            let Poll::Ready(Ok(response)) = call.as_mut().poll(cx) else {
                 return false;
             };
             let (parts, body) = response.into_parts();

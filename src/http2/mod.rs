@@ -22,12 +22,13 @@ mod conn;
 mod frame;
 mod headers;
 
+use std::sync::Arc;
 use std::time::Duration;
-use tonic::codegen::http;
 
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tonic::codegen::Service;
+use tonic::codegen::{Service, http};
 
 pub use body::RecvBody;
 
@@ -39,23 +40,44 @@ pub struct Settings {
     pub keepalive_timeout: Duration,
 }
 
-/// Serves `service` on every connection `listener` accepts, until `shutdown` changes.
-/// Connections get `TCP_NODELAY` (as Go's, and so istiod's, do).
-pub async fn serve<S>(
-    listener: TcpListener,
-    service: S,
-    settings: Settings,
-    mut shutdown: watch::Receiver<bool>,
-) where
+/// The certificates a TLS client presented (DER, leaf first), put into every request of
+/// its connection as an extension, where tonic's server would have put its own.
+#[derive(Clone, Debug)]
+pub struct PeerCertificates(pub Arc<[Vec<u8>]>);
+
+/// What this server can host: a gRPC service answering with tonic's body.
+pub trait GrpcService:
+    Service<
+        http::Request<RecvBody>,
+        Response = http::Response<tonic::body::Body>,
+        Error = std::convert::Infallible,
+        Future: Send,
+    > + Clone
+    + Send
+    + 'static
+{
+}
+
+impl<S> GrpcService for S where
     S: Service<
             http::Request<RecvBody>,
             Response = http::Response<tonic::body::Body>,
             Error = std::convert::Infallible,
+            Future: Send,
         > + Clone
         + Send
-        + 'static,
-    S::Future: Unpin + Send,
+        + 'static
 {
+}
+
+/// Serves `service` on every connection `listener` accepts, until `shutdown` changes.
+/// Connections get `TCP_NODELAY` (as Go's, and so istiod's, do).
+pub async fn serve<S: GrpcService>(
+    listener: TcpListener,
+    service: S,
+    settings: Settings,
+    mut shutdown: watch::Receiver<bool>,
+) {
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
@@ -73,13 +95,56 @@ pub async fn serve<S>(
         if let Err(e) = io.set_nodelay(true) {
             tracing::debug!("TCP_NODELAY: {e}");
         }
-        let mut closed = shutdown.clone();
-        let shutdown = Box::pin(async move {
-            let _ = closed.changed().await;
-        });
-        let conn = conn::Connection::new(io, service.clone(), settings, shutdown);
-        tokio::spawn(conn.run());
+        spawn_connection(io, service.clone(), settings, &shutdown, None);
     }
+}
+
+/// Serves `service` on each connection `incoming` yields (TLS streams whose handshake is
+/// done, say), each request carrying its connection's `peer` certificates, until
+/// `shutdown` changes.
+pub async fn serve_incoming<S, T>(
+    mut incoming: impl futures::Stream<Item = std::io::Result<T>> + Unpin,
+    service: S,
+    settings: Settings,
+    peer: impl Fn(&T) -> Option<PeerCertificates>,
+    mut shutdown: watch::Receiver<bool>,
+) where
+    S: GrpcService,
+    T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    use futures::StreamExt;
+    loop {
+        let io = tokio::select! {
+            io = incoming.next() => match io {
+                Some(Ok(io)) => io,
+                Some(Err(e)) => {
+                    tracing::debug!("an incoming connection failed: {e}");
+                    continue;
+                }
+                None => return,
+            },
+            _ = shutdown.changed() => return,
+        };
+        let certs = peer(&io);
+        spawn_connection(io, service.clone(), settings, &shutdown, certs);
+    }
+}
+
+fn spawn_connection<S: GrpcService, T>(
+    io: T,
+    service: S,
+    settings: Settings,
+    shutdown: &watch::Receiver<bool>,
+    peer: Option<PeerCertificates>,
+) where
+    T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let mut closed = shutdown.clone();
+    let shutdown = Box::pin(async move {
+        let _ = closed.changed().await;
+    });
+    let conn = conn::Connection::new(io, service, settings, shutdown, peer);
+    tokio::spawn(conn.run());
 }
 
 #[cfg(test)]

@@ -47,8 +47,9 @@ pub struct PushSettings {
     /// VirtualService change then sends the virtual hosts it changed, not every route
     /// configuration that holds them.
     pub vhds: bool,
-    /// The plaintext xDS port is served by meshd's own HTTP/2 server ([`crate::http2`])
-    /// rather than hyper's (`MESHD_XDS_HTTP2_SERVER`: `meshd`, the default, or `hyper`).
+    /// The xDS ports are served by meshd's own HTTP/2 server ([`crate::http2`]) rather
+    /// than tonic's and hyper's (`MESHD_XDS_HTTP2_SERVER`: `meshd`, the default, or
+    /// `hyper`).
     pub own_http2: bool,
 }
 
