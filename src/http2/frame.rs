@@ -1,7 +1,7 @@
-//! HTTP/2 frames (RFC 9113 §4, §6): the nine-byte header, and the frames this server
-//! writes.
+//! HTTP/2 frames (RFC 9113 §4, §6): the nine-byte header, and the frames meshd's server
+//! and the fleet simulator's client write.
 
-use prost::bytes::{BufMut, BytesMut};
+use prost::bytes::BufMut;
 
 /// A frame's header: payload length, type, flags, stream.
 pub const HEAD: usize = 9;
@@ -25,6 +25,7 @@ pub const END_HEADERS: u8 = 0x4;
 pub const PADDED: u8 = 0x8;
 pub const PRIORITY: u8 = 0x20;
 
+pub const SETTINGS_ENABLE_PUSH: u16 = 0x2;
 pub const SETTINGS_MAX_CONCURRENT_STREAMS: u16 = 0x3;
 pub const SETTINGS_INITIAL_WINDOW_SIZE: u16 = 0x4;
 pub const SETTINGS_MAX_FRAME_SIZE: u16 = 0x5;
@@ -76,7 +77,7 @@ impl Head {
     }
 }
 
-pub fn put_head(buf: &mut BytesMut, len: usize, kind: u8, flags: u8, stream: u32) {
+pub fn put_head(buf: &mut impl BufMut, len: usize, kind: u8, flags: u8, stream: u32) {
     let len = len as u32;
     buf.put_slice(&len.to_be_bytes()[1..]);
     buf.put_u8(kind);
@@ -84,7 +85,7 @@ pub fn put_head(buf: &mut BytesMut, len: usize, kind: u8, flags: u8, stream: u32
     buf.put_u32(stream);
 }
 
-pub fn put_settings(buf: &mut BytesMut, settings: &[(u16, u32)]) {
+pub fn put_settings(buf: &mut impl BufMut, settings: &[(u16, u32)]) {
     put_head(buf, settings.len() * 6, SETTINGS, 0, 0);
     for &(id, value) in settings {
         buf.put_u16(id);
@@ -92,23 +93,23 @@ pub fn put_settings(buf: &mut BytesMut, settings: &[(u16, u32)]) {
     }
 }
 
-pub fn put_window_update(buf: &mut BytesMut, stream: u32, increment: u32) {
+pub fn put_window_update(buf: &mut impl BufMut, stream: u32, increment: u32) {
     put_head(buf, 4, WINDOW_UPDATE, 0, stream);
     buf.put_u32(increment);
 }
 
-pub fn put_rst_stream(buf: &mut BytesMut, stream: u32, reason: Reason) {
+pub fn put_rst_stream(buf: &mut impl BufMut, stream: u32, reason: Reason) {
     put_head(buf, 4, RST_STREAM, 0, stream);
     buf.put_u32(reason as u32);
 }
 
-pub fn put_goaway(buf: &mut BytesMut, last_stream: u32, reason: Reason) {
+pub fn put_goaway(buf: &mut impl BufMut, last_stream: u32, reason: Reason) {
     put_head(buf, 8, GOAWAY, 0, 0);
     buf.put_u32(last_stream);
     buf.put_u32(reason as u32);
 }
 
-pub fn put_ping(buf: &mut BytesMut, flags: u8, payload: [u8; 8]) {
+pub fn put_ping(buf: &mut impl BufMut, flags: u8, payload: [u8; 8]) {
     put_head(buf, 8, PING, flags, 0);
     buf.put_slice(&payload);
 }

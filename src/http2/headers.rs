@@ -2,9 +2,8 @@
 //! and trailers are written as literals that never enter the dynamic table, so the
 //! encoder keeps no state at all.
 
-use self::http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Uri};
 use prost::bytes::{BufMut, BytesMut};
-use tonic::codegen::http;
+use tonic::codegen::http::{self, HeaderMap, HeaderName, HeaderValue, Method, Request, Uri};
 
 /// A request's head decoded from its header block.
 pub struct RequestHead {
@@ -111,8 +110,7 @@ pub fn encode_response(buf: &mut BytesMut, status: http::StatusCode, headers: &H
     if status == http::StatusCode::OK {
         buf.put_u8(0x88); // static table entry 8, `:status: 200`
     } else {
-        integer(buf, 0x00, 4, 8); // literal without indexing, name from static entry 8
-        string(buf, status.as_str().as_bytes());
+        literal(buf, 8, b"", status.as_str().as_bytes());
     }
     encode_fields(buf, headers);
 }
@@ -120,33 +118,36 @@ pub fn encode_response(buf: &mut BytesMut, status: http::StatusCode, headers: &H
 /// A trailers block: each field as a literal.
 pub fn encode_fields(buf: &mut BytesMut, headers: &HeaderMap) {
     for (name, value) in headers {
-        if connection_specific(name) {
-            continue;
+        if !connection_specific(name) {
+            literal(buf, 0, name.as_str().as_bytes(), value.as_bytes());
         }
-        buf.put_u8(0x00); // literal without indexing, new name
-        string(buf, name.as_str().as_bytes());
-        string(buf, value.as_bytes());
     }
 }
 
-/// An HPACK string literal, without Huffman coding.
-fn string(buf: &mut BytesMut, s: &[u8]) {
-    integer(buf, 0x00, 7, s.len());
-    buf.put_slice(s);
+/// A literal header field without indexing (RFC 7541 §6.2.2), not Huffman-coded: the
+/// name by static table `index`, or given (`index` 0).
+pub(crate) fn literal(buf: &mut impl BufMut, index: usize, name: &[u8], value: &[u8]) {
+    integer(buf, 4, index);
+    if index == 0 {
+        integer(buf, 7, name.len());
+        buf.put_slice(name);
+    }
+    integer(buf, 7, value.len());
+    buf.put_slice(value);
 }
 
-/// An HPACK integer with an `n`-bit prefix, the first octet's other bits `first`
-/// (RFC 7541 §5.1).
-fn integer(buf: &mut BytesMut, first: u8, n: u32, mut value: usize) {
+/// An HPACK integer with an `n`-bit prefix, the prefix's high bits zero (as in every
+/// field [`literal`] writes; RFC 7541 §5.1).
+fn integer(buf: &mut impl BufMut, n: u32, mut value: usize) {
     let max = (1usize << n) - 1;
     if value < max {
-        buf.put_u8(first | value as u8);
+        buf.put_u8(value as u8);
         return;
     }
-    buf.put_u8(first | max as u8);
+    buf.put_u8(max as u8);
     value -= max;
     while value >= 128 {
-        buf.put_u8((value % 128 + 128) as u8);
+        buf.put_u8((value % 128) as u8 | 0x80);
         value /= 128;
     }
     buf.put_u8(value as u8);

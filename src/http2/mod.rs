@@ -19,8 +19,8 @@
 
 mod body;
 mod conn;
-mod frame;
-mod headers;
+pub(crate) mod frame;
+pub(crate) mod headers;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -27,6 +27,8 @@ use tokio::io::AsyncWrite;
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
+use crate::http2::frame::{self, Head};
+use crate::http2::headers::literal;
 use crate::xds::wire;
 
 /// Its one stream's id (the first a client opens).
@@ -35,33 +37,8 @@ const STREAM: u32 = 1;
 /// client before): 2 MiB per stream, 5 MiB for the connection.
 const STREAM_WINDOW: u32 = 2 << 20;
 const CONNECTION_WINDOW: u32 = 5 << 20;
-/// HTTP/2's default window and frame size, until the peer's SETTINGS say otherwise.
-const DEFAULT_WINDOW: i64 = 65_535;
-const DEFAULT_MAX_FRAME: usize = 16_384;
 /// The largest frame it accepts: the default, as it announces no other.
-const MAX_FRAME: usize = 16_384;
-const FRAME_HEADER: usize = 9;
-
-mod kind {
-    pub const DATA: u8 = 0;
-    pub const HEADERS: u8 = 1;
-    pub const RST_STREAM: u8 = 3;
-    pub const SETTINGS: u8 = 4;
-    pub const PING: u8 = 6;
-    pub const GOAWAY: u8 = 7;
-    pub const WINDOW_UPDATE: u8 = 8;
-}
-mod flag {
-    pub const END_STREAM: u8 = 0x1;
-    pub const ACK: u8 = 0x1;
-    pub const END_HEADERS: u8 = 0x4;
-    pub const PADDED: u8 = 0x8;
-}
-mod setting {
-    pub const ENABLE_PUSH: u16 = 0x2;
-    pub const INITIAL_WINDOW_SIZE: u16 = 0x4;
-    pub const MAX_FRAME_SIZE: u16 = 0x5;
-}
+const MAX_FRAME: usize = frame::DEFAULT_MAX_FRAME;
 
 /// One gRPC stream on a connection of its own. Its requests come from `requests` (the
 /// stream's request side ends when that closes); it is read as the response body.
@@ -98,23 +75,22 @@ impl<Req: prost::Message> Stream<Req> {
     /// on `authority`. Nothing is written until the stream is first polled.
     pub fn open(io: TcpStream, authority: &str, path: &str, requests: mpsc::Receiver<Req>) -> Self {
         let mut write = Vec::with_capacity(256);
-        write.extend_from_slice(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
-        let settings = [
-            (setting::ENABLE_PUSH, 0),
-            (setting::INITIAL_WINDOW_SIZE, STREAM_WINDOW),
-        ];
-        put_header(&mut write, 6 * settings.len(), kind::SETTINGS, 0, 0);
-        for (id, value) in settings {
-            write.extend_from_slice(&id.to_be_bytes());
-            write.extend_from_slice(&value.to_be_bytes());
-        }
-        put_window_update(&mut write, 0, CONNECTION_WINDOW - DEFAULT_WINDOW as u32);
+        write.extend_from_slice(frame::PREFACE);
+        frame::put_settings(
+            &mut write,
+            &[
+                (frame::SETTINGS_ENABLE_PUSH, 0),
+                (frame::SETTINGS_INITIAL_WINDOW_SIZE, STREAM_WINDOW),
+            ],
+        );
+        let opened = CONNECTION_WINDOW - frame::DEFAULT_WINDOW as u32;
+        frame::put_window_update(&mut write, 0, opened);
         let block = request_headers(authority, path);
-        put_header(
+        frame::put_head(
             &mut write,
             block.len(),
-            kind::HEADERS,
-            flag::END_HEADERS,
+            frame::HEADERS,
+            frame::END_HEADERS,
             STREAM,
         );
         write.extend_from_slice(&block);
@@ -127,10 +103,10 @@ impl<Req: prost::Message> Stream<Req> {
             write,
             written: 0,
             unsent: BytesMut::new(),
-            send_connection: DEFAULT_WINDOW,
-            send_stream: DEFAULT_WINDOW,
-            peer_initial_window: DEFAULT_WINDOW,
-            peer_max_frame: DEFAULT_MAX_FRAME,
+            send_connection: frame::DEFAULT_WINDOW,
+            send_stream: frame::DEFAULT_WINDOW,
+            peer_initial_window: frame::DEFAULT_WINDOW,
+            peer_max_frame: frame::DEFAULT_MAX_FRAME,
             unreleased: 0,
             ended: false,
         }
@@ -161,7 +137,7 @@ impl<Req: prost::Message> Stream<Req> {
                 return; // until a WINDOW_UPDATE
             }
             let n = n as usize;
-            put_header(&mut self.write, n, kind::DATA, 0, STREAM);
+            frame::put_head(&mut self.write, n, frame::DATA, 0, STREAM);
             self.write.extend_from_slice(&self.unsent[..n]);
             self.unsent.advance(n);
             self.send_connection -= n as i64;
@@ -171,7 +147,7 @@ impl<Req: prost::Message> Stream<Req> {
             self.unsent = BytesMut::new(); // a reconnect's large first requests are not kept
         }
         if self.requests_ended && self.unsent.is_empty() && !self.end_sent {
-            put_header(&mut self.write, 0, kind::DATA, flag::END_STREAM, STREAM);
+            frame::put_head(&mut self.write, 0, frame::DATA, frame::END_STREAM, STREAM);
             self.end_sent = true;
         }
     }
@@ -198,27 +174,29 @@ impl<Req: prost::Message> Stream<Req> {
     /// on, or nothing (a control frame, answered if it asks for an answer; or no whole
     /// frame yet).
     fn next_frame(&mut self) -> Result<Parsed, Error> {
-        if self.read.len() < FRAME_HEADER {
+        if self.read.len() < frame::HEAD {
             return Ok(Parsed::Incomplete);
         }
-        let h = &self.read[..FRAME_HEADER];
-        let len = u32::from_be_bytes([0, h[0], h[1], h[2]]) as usize;
-        let (kind, flags) = (h[3], h[4]);
-        let stream = u32::from_be_bytes([h[5], h[6], h[7], h[8]]) & 0x7fff_ffff;
+        let Head {
+            len,
+            kind,
+            flags,
+            stream,
+        } = Head::parse(&self.read);
         if len > MAX_FRAME {
             return Err(Error::Protocol(format!(
                 "a frame of {len} bytes, over the {MAX_FRAME} announced"
             )));
         }
-        if self.read.len() < FRAME_HEADER + len {
+        if self.read.len() < frame::HEAD + len {
             return Ok(Parsed::Incomplete);
         }
-        self.read.advance(FRAME_HEADER);
+        self.read.advance(frame::HEAD);
         let mut payload = self.read.split_to(len);
         match kind {
-            kind::DATA => {
+            frame::DATA => {
                 self.received(len as u32);
-                if flags & flag::PADDED != 0 {
+                if flags & frame::PADDED != 0 {
                     let pad = *payload.first().unwrap_or(&0) as usize;
                     if pad + 1 > payload.len() {
                         return Err(Error::Protocol("a DATA frame's padding".into()));
@@ -226,7 +204,7 @@ impl<Req: prost::Message> Stream<Req> {
                     payload.advance(1);
                     payload.truncate(payload.len() - pad);
                 }
-                if flags & flag::END_STREAM != 0 {
+                if flags & frame::END_STREAM != 0 {
                     self.ended = true;
                 }
                 if stream != STREAM {
@@ -234,34 +212,34 @@ impl<Req: prost::Message> Stream<Req> {
                 }
                 Ok(Parsed::Data(payload.freeze()))
             }
-            kind::HEADERS if stream == STREAM => {
+            frame::HEADERS if stream == STREAM => {
                 // The response's headers or its trailers: only whether they end it.
-                if flags & flag::END_STREAM != 0 {
+                if flags & frame::END_STREAM != 0 {
                     self.ended = true;
                 }
                 Ok(Parsed::Handled)
             }
-            kind::SETTINGS if flags & flag::ACK == 0 => {
+            frame::SETTINGS if flags & frame::ACK == 0 => {
                 for s in payload.chunks_exact(6) {
                     let value = u32::from_be_bytes([s[2], s[3], s[4], s[5]]);
                     match u16::from_be_bytes([s[0], s[1]]) {
-                        setting::INITIAL_WINDOW_SIZE => {
+                        frame::SETTINGS_INITIAL_WINDOW_SIZE => {
                             self.send_stream += value as i64 - self.peer_initial_window;
                             self.peer_initial_window = value as i64;
                         }
-                        setting::MAX_FRAME_SIZE => self.peer_max_frame = value as usize,
+                        frame::SETTINGS_MAX_FRAME_SIZE => self.peer_max_frame = value as usize,
                         _ => {}
                     }
                 }
-                put_header(&mut self.write, 0, kind::SETTINGS, flag::ACK, 0);
+                frame::put_head(&mut self.write, 0, frame::SETTINGS, frame::ACK, 0);
                 Ok(Parsed::Handled)
             }
-            kind::PING if flags & flag::ACK == 0 => {
-                put_header(&mut self.write, len, kind::PING, flag::ACK, 0);
+            frame::PING if flags & frame::ACK == 0 => {
+                frame::put_head(&mut self.write, len, frame::PING, frame::ACK, 0);
                 self.write.extend_from_slice(&payload);
                 Ok(Parsed::Handled)
             }
-            kind::WINDOW_UPDATE if len == 4 => {
+            frame::WINDOW_UPDATE if len == 4 => {
                 let increment =
                     (u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]])
                         & 0x7fff_ffff) as i64;
@@ -272,11 +250,11 @@ impl<Req: prost::Message> Stream<Req> {
                 }
                 Ok(Parsed::Handled)
             }
-            kind::RST_STREAM if stream == STREAM && len == 4 => Err(Error::Protocol(format!(
+            frame::RST_STREAM if stream == STREAM && len == 4 => Err(Error::Protocol(format!(
                 "meshd reset the stream (error code {})",
                 u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]])
             ))),
-            kind::GOAWAY if len >= 8 => Err(Error::Protocol(format!(
+            frame::GOAWAY if len >= 8 => Err(Error::Protocol(format!(
                 "meshd sent GOAWAY (error code {})",
                 u32::from_be_bytes([payload[4], payload[5], payload[6], payload[7]])
             ))),
@@ -291,8 +269,8 @@ impl<Req: prost::Message> Stream<Req> {
     fn received(&mut self, len: u32) {
         self.unreleased += len;
         if self.unreleased >= STREAM_WINDOW / 2 {
-            put_window_update(&mut self.write, 0, self.unreleased);
-            put_window_update(&mut self.write, STREAM, self.unreleased);
+            frame::put_window_update(&mut self.write, 0, self.unreleased);
+            frame::put_window_update(&mut self.write, STREAM, self.unreleased);
             self.unreleased = 0;
         }
     }
@@ -302,7 +280,7 @@ impl<Req: prost::Message> Stream<Req> {
     /// room for a whole frame: the payloads handed on still share the old one, which goes
     /// when they do. An emptied buffer is dropped, so an idle stream holds none.
     fn poll_read_more(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
-        if self.read.capacity() - self.read.len() < FRAME_HEADER + MAX_FRAME {
+        if self.read.capacity() - self.read.len() < frame::HEAD + MAX_FRAME {
             let mut fresh = BytesMut::with_capacity(super::read_ahead::AHEAD);
             fresh.extend_from_slice(&self.read);
             self.read = fresh;
@@ -377,18 +355,6 @@ impl<Req: prost::Message + Unpin> http_body::Body for Stream<Req> {
     }
 }
 
-fn put_header(buf: &mut Vec<u8>, len: usize, kind: u8, flags: u8, stream: u32) {
-    buf.extend_from_slice(&(len as u32).to_be_bytes()[1..]);
-    buf.push(kind);
-    buf.push(flags);
-    buf.extend_from_slice(&stream.to_be_bytes());
-}
-
-fn put_window_update(buf: &mut Vec<u8>, stream: u32, increment: u32) {
-    put_header(buf, 4, kind::WINDOW_UPDATE, 0, stream);
-    buf.extend_from_slice(&increment.to_be_bytes());
-}
-
 /// The request's header block (HPACK, RFC 7541): the static table's entries where it has
 /// them, the rest as literals without indexing, none Huffman-coded.
 fn request_headers(authority: &str, path: &str) -> Vec<u8> {
@@ -400,35 +366,6 @@ fn request_headers(authority: &str, path: &str) -> Vec<u8> {
     literal(&mut block, 31, b"", b"application/grpc"); // content-type
     literal(&mut block, 0, b"te", b"trailers");
     block
-}
-
-/// A literal header field without indexing: the name by static table `index`, or given
-/// (`index` 0).
-fn literal(block: &mut Vec<u8>, index: usize, name: &[u8], value: &[u8]) {
-    integer(block, 4, index);
-    if index == 0 {
-        integer(block, 7, name.len());
-        block.extend_from_slice(name);
-    }
-    integer(block, 7, value.len());
-    block.extend_from_slice(value);
-}
-
-/// An HPACK integer with an `n`-bit prefix, the prefix's high bits zero (as in every
-/// field [`literal`] writes).
-fn integer(block: &mut Vec<u8>, n: u32, mut value: usize) {
-    let max = (1usize << n) - 1;
-    if value < max {
-        block.push(value as u8);
-        return;
-    }
-    block.push(max as u8);
-    value -= max;
-    while value >= 128 {
-        block.push((value % 128) as u8 | 0x80);
-        value /= 128;
-    }
-    block.push(value as u8);
 }
 
 /// Connects to `address` ([`connect_tcp`](super::connect_tcp)) and opens the stream: its
