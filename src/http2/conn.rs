@@ -672,6 +672,11 @@ where
             }
             i += 1;
         }
+        if limited && self.streams.len() > 1 {
+            // The queue filled before every stream had its turn: the next pass starts
+            // with the next stream, so one busy stream cannot starve the others.
+            self.streams.rotate_left(1);
+        }
         limited
     }
 

@@ -38,6 +38,14 @@ impl Service<http::Request<RecvBody>> for Echo {
         if request.uri().path() == "/refused" {
             return futures::future::ready(Ok(Status::unimplemented("no such method").into_http()));
         }
+        if request.uri().path() == "/flood" {
+            let body = Flood(request.into_body());
+            return futures::future::ready(Ok(http::Response::new(tonic::body::Body::new(body))));
+        }
+        if request.uri().path() == "/hello" {
+            let body = Once(Some(Bytes::from_static(b"hello")));
+            return futures::future::ready(Ok(http::Response::new(tonic::body::Body::new(body))));
+        }
         if request.uri().path() == "/unread" {
             let body = Unread(request.into_body());
             return futures::future::ready(Ok(http::Response::new(tonic::body::Body::new(body))));
@@ -96,6 +104,36 @@ impl http_body::Body for EchoBody {
                 Poll::Ready(Some(Ok(Frame::trailers(trailers))))
             }
         }
+    }
+}
+
+/// A response of 64 KiB chunks without end, each ready at once.
+struct Flood(#[allow(dead_code)] RecvBody);
+
+impl http_body::Body for Flood {
+    type Data = Bytes;
+    type Error = Status;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
+        Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(&[1; 65_536])))))
+    }
+}
+
+/// A response of one chunk.
+struct Once(Option<Bytes>);
+
+impl http_body::Body for Once {
+    type Data = Bytes;
+    type Error = Status;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
+        Poll::Ready(self.0.take().map(|data| Ok(Frame::data(data))))
     }
 }
 
@@ -283,6 +321,59 @@ async fn what_reset_streams_left_unread_reopens_the_connection_window() {
         .await
         .expect("the echo found a window");
     assert!(received == sent);
+}
+
+#[tokio::test]
+async fn a_stream_with_endless_data_does_not_starve_the_others() {
+    let s = server(settings()).await;
+    // A raw client with windows as wide as HTTP/2 allows, so that only the server's
+    // turn-taking can share the connection: stream 1 asks for an endless response,
+    // stream 3 for five bytes. Those must come within the first 32 MiB read, not after
+    // the endless one.
+    let mut tcp = TcpStream::connect(s.address).await.unwrap();
+    let mut hello = BytesMut::from(frame::PREFACE);
+    let max = frame::MAX_WINDOW as u32;
+    frame::put_settings(&mut hello, &[(frame::SETTINGS_INITIAL_WINDOW_SIZE, max)]);
+    frame::put_window_update(&mut hello, 0, max - frame::DEFAULT_WINDOW as u32);
+    for (stream, path) in [(1, "/flood"), (3, "/hello")] {
+        let mut block = BytesMut::new();
+        super::headers::literal(&mut block, 2, b"", b"POST"); // :method
+        super::headers::literal(&mut block, 6, b"", b"http"); // :scheme
+        super::headers::literal(&mut block, 4, b"", path.as_bytes()); // :path
+        super::headers::literal(&mut block, 1, b"", b"meshd"); // :authority
+        frame::put_head(
+            &mut hello,
+            block.len(),
+            frame::HEADERS,
+            frame::END_HEADERS,
+            stream,
+        );
+        hello.extend_from_slice(&block);
+    }
+    tcp.write_all(&hello).await.unwrap();
+    let mut read = BytesMut::new();
+    let mut total = 0;
+    let found = tokio::time::timeout(LIMIT, async {
+        while total < 32 << 20 {
+            let n = tcp.read_buf(&mut read).await.unwrap();
+            assert!(n > 0, "the server closed the connection");
+            total += n;
+            while read.len() >= frame::HEAD {
+                let head = Head::parse(&read);
+                if read.len() < frame::HEAD + head.len {
+                    break;
+                }
+                let frame = read.split_to(frame::HEAD + head.len);
+                if head.kind == frame::DATA && head.stream == 3 {
+                    return Some(frame[frame::HEAD..].to_vec());
+                }
+            }
+        }
+        None
+    })
+    .await
+    .expect("32 MiB read");
+    assert_eq!(found.as_deref(), Some(&b"hello"[..]), "after {total} bytes");
 }
 
 #[tokio::test]
