@@ -568,6 +568,9 @@ where
             match never {}
         }
         let call = self.service.call(request);
+        // Most connections carry one stream for their whole life: room for exactly one,
+        // not the four a growing `Vec` would make (~0.6 KB per connection).
+        self.streams.reserve_exact(1);
         self.streams.push(Stream {
             id,
             inbox,
