@@ -377,8 +377,8 @@ mod tests {
         .unwrap();
         proxy.vhds = true;
         let mut conn = Connection::new(shared.clone(), proxy, true);
-        type Rx = tokio::sync::mpsc::Receiver<Result<Box<DeltaResponse>, tonic::Status>>;
-        let (tx, mut rx) = tokio::sync::mpsc::channel(16);
+        type Rx = crate::xds::outbox::Receiver<Result<Box<DeltaResponse>, tonic::Status>>;
+        let (tx, mut rx) = crate::xds::outbox::channel(16);
         let answer = |rx: &mut Rx| {
             let r = rx.try_recv().expect("a response").unwrap();
             let names: Vec<String> = r.resources.iter().map(|r| r.name.to_string()).collect();
@@ -411,7 +411,7 @@ mod tests {
             answer(&mut rx),
             (TypeKind::Route.url(), vec!["8080".into()])
         );
-        assert!(rx.try_recv().is_err(), "VHDS is not subscribed yet");
+        assert!(rx.try_recv().is_none(), "VHDS is not subscribed yet");
         assert!(!conn.watches.holds_vhds(), "nor allocated");
         handle(&mut conn, ask(TypeKind::VirtualHost, &[]), &tx)
             .await
@@ -424,7 +424,7 @@ mod tests {
         let mut plain_proxy = (*conn.proxy).clone();
         plain_proxy.vhds = false;
         let mut plain = Connection::new(shared.clone(), plain_proxy, true);
-        let (plain_tx, mut plain_rx) = tokio::sync::mpsc::channel(16);
+        let (plain_tx, mut plain_rx) = crate::xds::outbox::channel(16);
         handle(&mut plain, ask(TypeKind::Route, &["8080"]), &plain_tx)
             .await
             .unwrap();
@@ -445,7 +445,7 @@ mod tests {
             changed,
             vec!["8080/svc-0.ns-0.svc.cluster.local:8080".to_string()]
         );
-        assert!(rx.try_recv().is_err(), "nothing else");
+        assert!(rx.try_recv().is_none(), "nothing else");
         plain.push = pushes.build(&store, 3);
         push_to(&mut plain, &plain_tx).await.unwrap();
         assert_eq!(answer(&mut plain_rx).0, TypeKind::Route.url());

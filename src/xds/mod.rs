@@ -12,6 +12,7 @@ pub mod delta;
 pub mod dump;
 pub mod joined;
 pub mod origin;
+pub mod outbox;
 pub mod push;
 pub mod resource;
 pub mod sotw;
@@ -27,8 +28,7 @@ use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, Disc
 use envoy_types::pb::google::protobuf::{Struct, Value as PbValue, value::Kind as PbKind};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::histogram::Histogram;
-use tokio::sync::{Semaphore, mpsc, watch};
-use tokio_stream::wrappers::ReceiverStream;
+use tokio::sync::{Semaphore, watch};
 use tonic::{Request, Response, Status};
 
 use self::connection::SyncStatus;
@@ -361,22 +361,22 @@ pub fn plaintext_incoming(
 const STREAM_BUFFER: usize = 8;
 
 impl wire::Ads for AdsService {
-    type SotwStream = ReceiverStream<Result<Box<wire::SotwResponse>, Status>>;
-    type DeltaStream = ReceiverStream<Result<Box<wire::DeltaResponse>, Status>>;
+    type SotwStream = outbox::Receiver<Result<Box<wire::SotwResponse>, Status>>;
+    type DeltaStream = outbox::Receiver<Result<Box<wire::DeltaResponse>, Status>>;
 
     async fn sotw(
         &self,
         request: Request<wire::Messages<DiscoveryRequest>>,
     ) -> Result<Response<Self::SotwStream>, Status> {
         let (caller, requests) = self.caller(request).await?;
-        let (tx, rx) = mpsc::channel(STREAM_BUFFER);
+        let (tx, rx) = outbox::channel(STREAM_BUFFER);
         tokio::spawn(stream::run::<sotw::Sotw>(
             self.shared.clone(),
             requests,
             tx,
             caller,
         ));
-        Ok(Response::new(ReceiverStream::new(rx)))
+        Ok(Response::new(rx))
     }
 
     async fn delta(
@@ -384,14 +384,14 @@ impl wire::Ads for AdsService {
         request: Request<wire::Messages<DeltaDiscoveryRequest>>,
     ) -> Result<Response<Self::DeltaStream>, Status> {
         let (caller, requests) = self.caller(request).await?;
-        let (tx, rx) = mpsc::channel(STREAM_BUFFER);
+        let (tx, rx) = outbox::channel(STREAM_BUFFER);
         tokio::spawn(stream::run::<delta::Delta>(
             self.shared.clone(),
             requests,
             tx,
             caller,
         ));
-        Ok(Response::new(ReceiverStream::new(rx)))
+        Ok(Response::new(rx))
     }
 }
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use envoy_types::pb::envoy::config::core::v3::Node;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tonic::Status;
 
 use super::connection::Connection;
@@ -16,9 +16,8 @@ use super::resource::TypeKind;
 use super::{Closed, XdsShared, proxy_from_node};
 use crate::metrics::type_label;
 
-/// Responses are boxed in the channel: its slots are allocated 32 at a time per stream,
-/// and a boxed response keeps them at 16 bytes each.
-pub type Tx<R> = mpsc::Sender<Result<Box<R>, Status>>;
+/// Responses are boxed in the queue, so that its slots are 16 bytes each.
+pub type Tx<R> = super::outbox::Sender<Result<Box<R>, Status>>;
 
 /// The framing of one ADS variant.
 pub trait Framing: 'static {
@@ -187,7 +186,8 @@ pub async fn send<R>(
     let started = Instant::now();
     // Most sends find room: those need no timer.
     let sent = match tx.try_send(Ok(Box::new(response))) {
-        Err(mpsc::error::TrySendError::Full(response)) => match conn.shared.settings.send_timeout {
+        Err(super::outbox::TrySendError::Full(response)) => match conn.shared.settings.send_timeout
+        {
             Some(limit) => match tokio::time::timeout(limit, tx.send(response)).await {
                 Ok(r) => r.map_err(|_| Closed),
                 Err(_) => {
