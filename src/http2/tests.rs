@@ -38,17 +38,16 @@ impl Service<http::Request<RecvBody>> for Echo {
         if request.uri().path() == "/refused" {
             return futures::future::ready(Ok(Status::unimplemented("no such method").into_http()));
         }
-        if request.uri().path() == "/flood" {
-            let body = Flood(request.into_body());
-            return futures::future::ready(Ok(http::Response::new(tonic::body::Body::new(body))));
-        }
-        if request.uri().path() == "/hello" {
-            let body = Once(Some(Bytes::from_static(b"hello")));
-            return futures::future::ready(Ok(http::Response::new(tonic::body::Body::new(body))));
-        }
-        if request.uri().path() == "/unread" {
-            let body = Unread(request.into_body());
-            return futures::future::ready(Ok(http::Response::new(tonic::body::Body::new(body))));
+        let canned = match request.uri().path() {
+            "/flood" => Some(Canned::Flood),
+            "/hello" => Some(Canned::Once(Some(Bytes::from_static(b"hello")))),
+            "/unread" => Some(Canned::Never),
+            _ => None,
+        };
+        if let Some(body) = canned {
+            // The request's body is dropped unread: what arrives for it stays unconsumed.
+            let response = http::Response::new(tonic::body::Body::new(body));
+            return futures::future::ready(Ok(response));
         }
         let (tx, rx) = mpsc::channel(4);
         let ended = self.ended.clone();
@@ -107,25 +106,17 @@ impl http_body::Body for EchoBody {
     }
 }
 
-/// A response of 64 KiB chunks without end, each ready at once.
-struct Flood(#[allow(dead_code)] RecvBody);
-
-impl http_body::Body for Flood {
-    type Data = Bytes;
-    type Error = Status;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        _: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
-        Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(&[1; 65_536])))))
-    }
+/// The other answers the test service gives, none reading its request.
+enum Canned {
+    /// 64 KiB chunks without end, each ready at once.
+    Flood,
+    /// One chunk.
+    Once(Option<Bytes>),
+    /// Never a frame.
+    Never,
 }
 
-/// A response of one chunk.
-struct Once(Option<Bytes>);
-
-impl http_body::Body for Once {
+impl http_body::Body for Canned {
     type Data = Bytes;
     type Error = Status;
 
@@ -133,22 +124,11 @@ impl http_body::Body for Once {
         mut self: Pin<&mut Self>,
         _: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
-        Poll::Ready(self.0.take().map(|data| Ok(Frame::data(data))))
-    }
-}
-
-/// A response that never ends, to a request never read.
-struct Unread(#[allow(dead_code)] RecvBody);
-
-impl http_body::Body for Unread {
-    type Data = Bytes;
-    type Error = Status;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        _: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
-        Poll::Pending
+        match &mut *self {
+            Canned::Flood => Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(&[1; 65_536]))))),
+            Canned::Once(chunk) => Poll::Ready(chunk.take().map(|data| Ok(Frame::data(data)))),
+            Canned::Never => Poll::Pending,
+        }
     }
 }
 
