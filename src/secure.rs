@@ -162,10 +162,7 @@ impl Security {
         if settings.own_http2 {
             let routes =
                 tonic::service::Routes::new(ca.into_server()).add_service(ads.into_server());
-            let http2 = crate::http2::Settings {
-                keepalive_interval: settings.keepalive_interval,
-                keepalive_timeout: settings.keepalive_timeout,
-            };
+            let http2 = settings.http2();
             return tokio::spawn(async move {
                 crate::http2::serve_incoming(incoming, routes, http2, tls_peer, shutdown).await;
                 Ok(())

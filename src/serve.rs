@@ -244,10 +244,7 @@ pub async fn run(opts: ServeOptions) -> anyhow::Result<()> {
             .with_context(|| format!("binding the xDS port {address}"))?;
         let ads = AdsService::new(xds.clone()).into_server();
         if xds.settings.own_http2 {
-            let settings = crate::http2::Settings {
-                keepalive_interval: xds.settings.keepalive_interval,
-                keepalive_timeout: xds.settings.keepalive_timeout,
-            };
+            let settings = xds.settings.http2();
             let shutdown = shutdown_rx.clone();
             servers.push(tokio::spawn(async move {
                 crate::http2::serve(listener, ads, settings, shutdown).await;

@@ -365,16 +365,13 @@ where
                 Ok(())
             }
             frame::WINDOW_UPDATE => {
-                if payload.len() != 4 {
+                let Some(inc) = frame::window_increment(&payload) else {
                     return Err((
                         Reason::FrameSizeError,
                         "a WINDOW_UPDATE not of 4 bytes".into(),
                     ));
-                }
-                let inc = i64::from(
-                    u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]])
-                        & 0x7fff_ffff,
-                );
+                };
+                let inc = i64::from(inc);
                 if head.stream == 0 {
                     self.send_window += inc;
                     if self.send_window > frame::MAX_WINDOW {
@@ -398,7 +395,7 @@ where
         }
     }
 
-    fn data(&mut self, head: Head, mut payload: Bytes) -> Result<(), ConnectionError> {
+    fn data(&mut self, head: Head, payload: Bytes) -> Result<(), ConnectionError> {
         if head.stream == 0 {
             return Err((Reason::ProtocolError, "DATA on stream 0".into()));
         }
@@ -410,15 +407,11 @@ where
                 "DATA beyond the connection window".into(),
             ));
         }
-        let mut padding = 0;
-        if head.has(frame::PADDED) {
-            let pad = usize::from(*payload.first().unwrap_or(&0));
-            if payload.is_empty() || pad >= payload.len() {
-                return Err((Reason::ProtocolError, "DATA with too much padding".into()));
-            }
-            padding = pad as i64 + 1;
-            payload = payload.slice(1..payload.len() - pad);
-        }
+        let Some(data) = frame::unpadded(&head, &payload) else {
+            return Err((Reason::ProtocolError, "DATA with too much padding".into()));
+        };
+        let padding = len - data.len() as i64;
+        let payload = payload.slice(data);
         let Some(i) = self.find(head.stream) else {
             if head.stream > self.last_stream {
                 return Err((
@@ -462,16 +455,13 @@ where
         if head.stream == 0 {
             return Err((Reason::ProtocolError, "HEADERS on stream 0".into()));
         }
-        if head.has(frame::PADDED) {
-            let pad = usize::from(*payload.first().unwrap_or(&0));
-            if payload.is_empty() || pad >= payload.len() {
-                return Err((
-                    Reason::ProtocolError,
-                    "HEADERS with too much padding".into(),
-                ));
-            }
-            payload = payload.slice(1..payload.len() - pad);
-        }
+        let Some(fragment) = frame::unpadded(&head, &payload) else {
+            return Err((
+                Reason::ProtocolError,
+                "HEADERS with too much padding".into(),
+            ));
+        };
+        payload = payload.slice(fragment);
         if head.has(frame::PRIORITY) {
             if payload.len() < 5 {
                 return Err((Reason::ProtocolError, "a HEADERS priority cut short".into()));
@@ -596,9 +586,7 @@ where
                 "SETTINGS not a multiple of 6 bytes".into(),
             ));
         }
-        for setting in payload.chunks(6) {
-            let id = u16::from_be_bytes([setting[0], setting[1]]);
-            let value = u32::from_be_bytes([setting[2], setting[3], setting[4], setting[5]]);
+        for (id, value) in frame::settings(payload) {
             match id {
                 frame::SETTINGS_INITIAL_WINDOW_SIZE => {
                     let value = i64::from(value);

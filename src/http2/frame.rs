@@ -77,6 +77,33 @@ impl Head {
     }
 }
 
+/// The part of a DATA or HEADERS payload after its padding is taken off (RFC 9113
+/// §6.1, §6.2): all of it unless the frame is PADDED; `None` when the padding is longer
+/// than the frame.
+pub fn unpadded(head: &Head, payload: &[u8]) -> Option<std::ops::Range<usize>> {
+    if !head.has(PADDED) {
+        return Some(0..payload.len());
+    }
+    let pad = usize::from(*payload.first()?);
+    (pad < payload.len()).then(|| 1..payload.len() - pad)
+}
+
+/// A WINDOW_UPDATE's increment; `None` unless the payload is its 4 bytes.
+pub fn window_increment(payload: &[u8]) -> Option<u32> {
+    let bytes: [u8; 4] = payload.try_into().ok()?;
+    Some(u32::from_be_bytes(bytes) & 0x7fff_ffff)
+}
+
+/// A SETTINGS payload's (identifier, value) pairs.
+pub fn settings(payload: &[u8]) -> impl Iterator<Item = (u16, u32)> + '_ {
+    payload.chunks_exact(6).map(|s| {
+        (
+            u16::from_be_bytes([s[0], s[1]]),
+            u32::from_be_bytes([s[2], s[3], s[4], s[5]]),
+        )
+    })
+}
+
 pub fn put_head(buf: &mut impl BufMut, len: usize, kind: u8, flags: u8, stream: u32) {
     let len = len as u32;
     buf.put_slice(&len.to_be_bytes()[1..]);
@@ -112,4 +139,63 @@ pub fn put_goaway(buf: &mut impl BufMut, last_stream: u32, reason: Reason) {
 pub fn put_ping(buf: &mut impl BufMut, flags: u8, payload: [u8; 8]) {
     put_head(buf, 8, PING, flags, 0);
     buf.put_slice(&payload);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head(flags: u8, len: usize) -> Head {
+        Head {
+            len,
+            kind: DATA,
+            flags,
+            stream: 1,
+        }
+    }
+
+    #[test]
+    fn padding_is_taken_off_and_too_much_of_it_is_refused() {
+        // Pad length 2, data "ab", two bytes of padding.
+        let padded = [2, b'a', b'b', 0, 0];
+        assert_eq!(unpadded(&head(PADDED, 5), &padded), Some(1..3));
+        assert_eq!(unpadded(&head(0, 5), &padded), Some(0..5));
+        // All padding, no data.
+        assert_eq!(unpadded(&head(PADDED, 3), &[2, 0, 0]), Some(1..1));
+        // Padding as long as the frame, and a PADDED frame without its length octet.
+        assert_eq!(unpadded(&head(PADDED, 3), &[3, 0, 0]), None);
+        assert_eq!(unpadded(&head(PADDED, 0), &[]), None);
+    }
+
+    #[test]
+    fn window_increments_and_settings_are_read_as_written() {
+        let mut b = Vec::new();
+        put_window_update(&mut b, 3, 70_000);
+        let h = Head::parse(&b);
+        assert_eq!((h.kind, h.stream, h.len), (WINDOW_UPDATE, 3, 4));
+        assert_eq!(window_increment(&b[HEAD..]), Some(70_000));
+        // The reserved bit is not part of the increment; 3 or 5 bytes are no increment.
+        assert_eq!(window_increment(&[0x80, 0, 0, 1]), Some(1));
+        assert_eq!(window_increment(&[0, 0, 1]), None);
+        assert_eq!(window_increment(&[0, 0, 0, 0, 1]), None);
+
+        let mut b = Vec::new();
+        put_settings(
+            &mut b,
+            &[
+                (SETTINGS_INITIAL_WINDOW_SIZE, 1 << 20),
+                (SETTINGS_MAX_FRAME_SIZE, 16_384),
+            ],
+        );
+        let h = Head::parse(&b);
+        assert_eq!((h.kind, h.len), (SETTINGS, 12));
+        let read: Vec<_> = settings(&b[HEAD..]).collect();
+        assert_eq!(
+            read,
+            [
+                (SETTINGS_INITIAL_WINDOW_SIZE, 1 << 20),
+                (SETTINGS_MAX_FRAME_SIZE, 16_384)
+            ]
+        );
+    }
 }

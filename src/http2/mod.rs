@@ -76,27 +76,18 @@ pub async fn serve<S: GrpcService>(
     listener: TcpListener,
     service: S,
     settings: Settings,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
 ) {
-    loop {
-        let accepted = tokio::select! {
-            accepted = listener.accept() => accepted,
-            _ = shutdown.changed() => return,
-        };
-        let io = match accepted {
-            Ok((io, _)) => io,
-            Err(e) => {
-                // Out of descriptors, most likely: wait instead of spinning.
-                tracing::warn!("accepting an xDS connection failed: {e}");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
+    let accepted = futures::stream::unfold(listener, |listener| async move {
+        let accepted = listener.accept().await.map(|(io, _)| {
+            if let Err(e) = io.set_nodelay(true) {
+                tracing::debug!("TCP_NODELAY: {e}");
             }
-        };
-        if let Err(e) = io.set_nodelay(true) {
-            tracing::debug!("TCP_NODELAY: {e}");
-        }
-        spawn_connection(io, service.clone(), settings, &shutdown, None);
-    }
+            io
+        });
+        Some((accepted, listener))
+    });
+    serve_incoming(Box::pin(accepted), service, settings, |_| None, shutdown).await;
 }
 
 /// Serves `service` on each connection `incoming` yields (TLS streams whose handshake is
@@ -118,7 +109,9 @@ pub async fn serve_incoming<S, T>(
             io = incoming.next() => match io {
                 Some(Ok(io)) => io,
                 Some(Err(e)) => {
-                    tracing::debug!("an incoming connection failed: {e}");
+                    // Out of descriptors, most likely: wait instead of spinning.
+                    tracing::warn!("accepting an xDS connection failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }
                 None => return,

@@ -177,12 +177,13 @@ impl<Req: prost::Message> Stream<Req> {
         if self.read.len() < frame::HEAD {
             return Ok(Parsed::Incomplete);
         }
+        let head = Head::parse(&self.read);
         let Head {
             len,
             kind,
             flags,
             stream,
-        } = Head::parse(&self.read);
+        } = head;
         if len > MAX_FRAME {
             return Err(Error::Protocol(format!(
                 "a frame of {len} bytes, over the {MAX_FRAME} announced"
@@ -196,14 +197,11 @@ impl<Req: prost::Message> Stream<Req> {
         match kind {
             frame::DATA => {
                 self.received(len as u32);
-                if flags & frame::PADDED != 0 {
-                    let pad = *payload.first().unwrap_or(&0) as usize;
-                    if pad + 1 > payload.len() {
-                        return Err(Error::Protocol("a DATA frame's padding".into()));
-                    }
-                    payload.advance(1);
-                    payload.truncate(payload.len() - pad);
-                }
+                let Some(data) = frame::unpadded(&head, &payload) else {
+                    return Err(Error::Protocol("a DATA frame's padding".into()));
+                };
+                payload.truncate(data.end);
+                payload.advance(data.start);
                 if flags & frame::END_STREAM != 0 {
                     self.ended = true;
                 }
@@ -220,9 +218,8 @@ impl<Req: prost::Message> Stream<Req> {
                 Ok(Parsed::Handled)
             }
             frame::SETTINGS if flags & frame::ACK == 0 => {
-                for s in payload.chunks_exact(6) {
-                    let value = u32::from_be_bytes([s[2], s[3], s[4], s[5]]);
-                    match u16::from_be_bytes([s[0], s[1]]) {
+                for (id, value) in frame::settings(&payload) {
+                    match id {
                         frame::SETTINGS_INITIAL_WINDOW_SIZE => {
                             self.send_stream += value as i64 - self.peer_initial_window;
                             self.peer_initial_window = value as i64;
@@ -239,14 +236,13 @@ impl<Req: prost::Message> Stream<Req> {
                 self.write.extend_from_slice(&payload);
                 Ok(Parsed::Handled)
             }
-            frame::WINDOW_UPDATE if len == 4 => {
-                let increment =
-                    (u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]])
-                        & 0x7fff_ffff) as i64;
-                match stream {
-                    0 => self.send_connection += increment,
-                    STREAM => self.send_stream += increment,
-                    _ => {}
+            frame::WINDOW_UPDATE => {
+                if let Some(increment) = frame::window_increment(&payload) {
+                    match stream {
+                        0 => self.send_connection += i64::from(increment),
+                        STREAM => self.send_stream += i64::from(increment),
+                        _ => {}
+                    }
                 }
                 Ok(Parsed::Handled)
             }
