@@ -158,11 +158,11 @@ impl Security {
         let ca = CaService::new(self.ca.clone(), self.authn.clone(), metrics)
             .forwarding_to(self.upstream.clone());
         let settings = xds.settings.clone();
+        let http2 = xds.http2_settings();
         let ads = AdsService::secure(xds, self.authn.clone());
         if settings.own_http2 {
             let routes =
                 tonic::service::Routes::new(ca.into_server()).add_service(ads.into_server());
-            let http2 = settings.http2();
             return tokio::spawn(async move {
                 crate::http2::serve_incoming(incoming, routes, http2, tls_peer, shutdown).await;
                 Ok(())

@@ -244,7 +244,7 @@ pub async fn run(opts: ServeOptions) -> anyhow::Result<()> {
             .with_context(|| format!("binding the xDS port {address}"))?;
         let ads = AdsService::new(xds.clone()).into_server();
         if xds.settings.own_http2 {
-            let settings = xds.settings.http2();
+            let settings = xds.http2_settings();
             let shutdown = shutdown_rx.clone();
             servers.push(tokio::spawn(async move {
                 crate::http2::serve(listener, ads, settings, shutdown).await;

@@ -52,7 +52,19 @@ const READ_PER_POLL: usize = 256 * 1024;
 /// headers and control frames in one allocation.
 const SCRATCH: usize = 256;
 
-/// A connection error: GOAWAY with `Reason`, and why (logged).
+/// Streams a client may reset before any of their response was sent, per
+/// [`EARLY_RESET_WINDOW`]. Past it the connection is closed with ENHANCE_YOUR_CALM: a
+/// client that opens and cancels streams in a loop ("rapid reset", CVE-2023-44487) makes
+/// the server start work it never gets to deliver, unbounded by the stream limit. An
+/// Envoy resets an xDS stream only to open a new one after an error, and a stream that
+/// got an answer before it was reset is not counted at all.
+const MAX_EARLY_RESETS: u32 = 200;
+const EARLY_RESET_WINDOW: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The most of a connection error's text sent as GOAWAY debug data.
+const MAX_GOAWAY_DEBUG: usize = 256;
+
+/// A connection error: GOAWAY with `Reason`, and why (logged, and sent to the peer).
 type ConnectionError = (Reason, String);
 
 pub struct Connection<T, S: Service<http::Request<RecvBody>>> {
@@ -87,6 +99,8 @@ pub struct Connection<T, S: Service<http::Request<RecvBody>>> {
     last_read: Instant,
     keepalive: Pin<Box<Sleep>>,
     ping_sent: Option<Instant>,
+    /// Streams the client reset before their response began, since when.
+    early_resets: (u32, Instant),
 }
 
 struct Stream<F> {
@@ -98,6 +112,8 @@ struct Stream<F> {
     recv_window: i64,
     ungranted: i64,
     send_window: i64,
+    /// Some of the response's body was sent.
+    answered: bool,
     response: Response<F>,
 }
 
@@ -158,6 +174,7 @@ where
             waker: Arc::new(AtomicWaker::new()),
             last_read: now,
             ping_sent: None,
+            early_resets: (0, now),
         };
         // The server's preface: its SETTINGS, and the connection window opened wide.
         conn.control(|b| {
@@ -347,6 +364,9 @@ where
                     let s = self.forget(i);
                     s.inbox
                         .end(Err(Status::cancelled("the client reset the stream")));
+                    if !s.answered {
+                        self.early_reset()?;
+                    }
                 }
                 Ok(())
             }
@@ -568,6 +588,7 @@ where
             recv_window: STREAM_WINDOW,
             ungranted: 0,
             send_window: self.peer_initial_window,
+            answered: false,
             response: Response::Calling(Box::pin(call)),
         });
         Ok(())
@@ -717,6 +738,7 @@ where
                     return false; // waits for a WINDOW_UPDATE
                 }
                 s.send_window -= n;
+                s.answered = true;
                 self.send_window -= n;
                 let data = chunk.split_to(n as usize);
                 let id = s.id;
@@ -891,14 +913,40 @@ where
         self.control(|b| frame::put_rst_stream(b, s.id, reason));
     }
 
-    /// A connection error (or shutdown): GOAWAY, then the connection closes once the
-    /// queue is written.
+    /// Counts a stream the client reset before its response began; an error once there
+    /// were more than [`MAX_EARLY_RESETS`] within [`EARLY_RESET_WINDOW`].
+    fn early_reset(&mut self) -> Result<(), ConnectionError> {
+        let now = Instant::now();
+        let (count, since) = &mut self.early_resets;
+        if now.duration_since(*since) > EARLY_RESET_WINDOW {
+            (*count, *since) = (0, now);
+        }
+        *count += 1;
+        if *count > MAX_EARLY_RESETS {
+            return Err((
+                Reason::EnhanceYourCalm,
+                format!(
+                    "more than {MAX_EARLY_RESETS} streams reset before their response \
+                     within {EARLY_RESET_WINDOW:?} (rapid reset)"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// A connection error (or shutdown): GOAWAY, with why as its debug data, then the
+    /// connection closes once the queue is written. An error is logged and counted.
     fn go_away(&mut self, reason: Reason, why: String) {
         if reason != Reason::NoError {
-            tracing::debug!("HTTP/2 connection error {reason:?}: {why}");
+            tracing::warn!("closing an HTTP/2 connection, {reason:?}: {why}");
+            self.settings.on_error.call(reason.label());
+        }
+        let mut cut = why.len().min(MAX_GOAWAY_DEBUG);
+        while !why.is_char_boundary(cut) {
+            cut -= 1;
         }
         let last = self.last_stream;
-        self.control(|b| frame::put_goaway(b, last, reason));
+        self.control(|b| frame::put_goaway(b, last, reason, &why.as_bytes()[..cut]));
         self.closing = true;
         let deadline = Instant::now() + self.settings.keepalive_timeout;
         self.keepalive.as_mut().reset(deadline);

@@ -41,6 +41,23 @@ pub enum Reason {
     FrameSizeError = 0x6,
     RefusedStream = 0x7,
     CompressionError = 0x9,
+    EnhanceYourCalm = 0xb,
+}
+
+impl Reason {
+    /// The `reason` label a connection closed with this code is counted under.
+    pub fn label(self) -> &'static str {
+        match self {
+            Reason::NoError => "http2_no_error",
+            Reason::ProtocolError => "http2_protocol_error",
+            Reason::FlowControlError => "http2_flow_control_error",
+            Reason::StreamClosed => "http2_stream_closed",
+            Reason::FrameSizeError => "http2_frame_size_error",
+            Reason::RefusedStream => "http2_refused_stream",
+            Reason::CompressionError => "http2_compression_error",
+            Reason::EnhanceYourCalm => "http2_enhance_your_calm",
+        }
+    }
 }
 
 /// The largest frame payload either side may send before SETTINGS say otherwise, and the
@@ -130,10 +147,12 @@ pub fn put_rst_stream(buf: &mut impl BufMut, stream: u32, reason: Reason) {
     buf.put_u32(reason as u32);
 }
 
-pub fn put_goaway(buf: &mut impl BufMut, last_stream: u32, reason: Reason) {
-    put_head(buf, 8, GOAWAY, 0, 0);
+/// GOAWAY, with `debug` (why, for the peer's logs) as its additional debug data.
+pub fn put_goaway(buf: &mut impl BufMut, last_stream: u32, reason: Reason, debug: &[u8]) {
+    put_head(buf, 8 + debug.len(), GOAWAY, 0, 0);
     buf.put_u32(last_stream);
     buf.put_u32(reason as u32);
+    buf.put_slice(debug);
 }
 
 pub fn put_ping(buf: &mut impl BufMut, flags: u8, payload: [u8; 8]) {

@@ -13,9 +13,10 @@
 //! request headers (`loona-hpack`; responses are literals that never touch the dynamic
 //! table), flow control both ways (a request window reopens only for bytes the service
 //! consumed), PING (answered, and sent as keepalive to connections nothing was read from),
-//! RST_STREAM, GOAWAY (sent on shutdown and on connection errors) and CONTINUATION. It
-//! does not implement server push, priorities, or HTTP/1.1 upgrades, which gRPC does not
-//! use.
+//! RST_STREAM, GOAWAY (sent on shutdown and on connection errors, saying why in its debug
+//! data) and CONTINUATION, and cuts off a client that resets streams before their answer
+//! in a loop (rapid reset). It does not implement server push, priorities, or HTTP/1.1
+//! upgrades, which gRPC does not use.
 
 mod body;
 mod conn;
@@ -33,11 +34,41 @@ use tonic::codegen::{Service, http};
 pub use body::RecvBody;
 
 /// A connection's keepalive: a ping after `keepalive_interval` with nothing read, and the
-/// connection dropped if nothing is read within `keepalive_timeout` of it.
-#[derive(Clone, Copy, Debug)]
+/// connection dropped if nothing is read within `keepalive_timeout` of it; and who hears
+/// of the connections closed for the client's fault.
+#[derive(Clone, Debug)]
 pub struct Settings {
     pub keepalive_interval: Duration,
     pub keepalive_timeout: Duration,
+    pub on_error: ErrorHook,
+}
+
+/// Called with the reason of each connection closed because of what the client sent (a
+/// malformed frame, bad HPACK, a flow-control violation, too many early resets), as
+/// [`frame::Reason::label`] names it, for a metric.
+#[derive(Clone, Default)]
+pub struct ErrorHook(Option<Arc<dyn Fn(&'static str) + Send + Sync>>);
+
+impl ErrorHook {
+    pub fn new(f: impl Fn(&'static str) + Send + Sync + 'static) -> ErrorHook {
+        ErrorHook(Some(Arc::new(f)))
+    }
+
+    fn call(&self, reason: &'static str) {
+        if let Some(f) = &self.0 {
+            f(reason);
+        }
+    }
+}
+
+impl std::fmt::Debug for ErrorHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "ErrorHook(set)"
+        } else {
+            "ErrorHook(none)"
+        })
+    }
 }
 
 /// The certificates a TLS client presented (DER, leaf first), put into every request of
@@ -119,7 +150,7 @@ pub async fn serve_incoming<S, T>(
             _ = shutdown.changed() => return,
         };
         let certs = peer(&io);
-        spawn_connection(io, service.clone(), settings, &shutdown, certs);
+        spawn_connection(io, service.clone(), settings.clone(), &shutdown, certs);
     }
 }
 

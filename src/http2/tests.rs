@@ -3,6 +3,7 @@
 
 use std::convert::Infallible;
 use std::pin::Pin;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -138,6 +139,17 @@ struct Server {
     shutdown: watch::Sender<bool>,
 }
 
+/// A server whose connection errors are collected, by label.
+async fn counting_server() -> (Server, Arc<Mutex<Vec<&'static str>>>) {
+    let errors = Arc::new(Mutex::new(Vec::new()));
+    let seen = errors.clone();
+    let settings = Settings {
+        on_error: super::ErrorHook::new(move |reason| seen.lock().unwrap().push(reason)),
+        ..settings()
+    };
+    (server(settings).await, errors)
+}
+
 async fn server(settings: Settings) -> Server {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
@@ -155,6 +167,7 @@ fn settings() -> Settings {
     Settings {
         keepalive_interval: Duration::from_secs(30),
         keepalive_timeout: Duration::from_secs(10),
+        on_error: Default::default(),
     }
 }
 
@@ -316,19 +329,7 @@ async fn a_stream_with_endless_data_does_not_starve_the_others() {
     frame::put_settings(&mut hello, &[(frame::SETTINGS_INITIAL_WINDOW_SIZE, max)]);
     frame::put_window_update(&mut hello, 0, max - frame::DEFAULT_WINDOW as u32);
     for (stream, path) in [(1, "/flood"), (3, "/hello")] {
-        let mut block = BytesMut::new();
-        super::headers::literal(&mut block, 2, b"", b"POST"); // :method
-        super::headers::literal(&mut block, 6, b"", b"http"); // :scheme
-        super::headers::literal(&mut block, 4, b"", path.as_bytes()); // :path
-        super::headers::literal(&mut block, 1, b"", b"meshd"); // :authority
-        frame::put_head(
-            &mut hello,
-            block.len(),
-            frame::HEADERS,
-            frame::END_HEADERS,
-            stream,
-        );
-        hello.extend_from_slice(&block);
+        put_request(&mut hello, stream, path);
     }
     tcp.write_all(&hello).await.unwrap();
     let mut read = BytesMut::new();
@@ -354,6 +355,22 @@ async fn a_stream_with_endless_data_does_not_starve_the_others() {
     .await
     .expect("32 MiB read");
     assert_eq!(found.as_deref(), Some(&b"hello"[..]), "after {total} bytes");
+}
+
+/// A request's HEADERS (literals, no END_STREAM) opening `stream` for `path`.
+fn put_request(buf: &mut BytesMut, stream: u32, path: &str) {
+    let mut block = BytesMut::new();
+    super::headers::literal(&mut block, 2, b"", b"POST"); // :method
+    super::headers::literal(&mut block, 6, b"", b"http"); // :scheme
+    super::headers::literal(&mut block, 4, b"", path.as_bytes()); // :path
+    super::headers::literal(&mut block, 1, b"", b"meshd"); // :authority
+    frame::put_head(buf, block.len(), frame::HEADERS, frame::END_HEADERS, stream);
+    buf.extend_from_slice(&block);
+}
+
+fn put_cancel(buf: &mut BytesMut, stream: u32) {
+    frame::put_head(buf, 4, frame::RST_STREAM, 0, stream);
+    buf.extend_from_slice(&8u32.to_be_bytes()); // CANCEL
 }
 
 #[tokio::test]
@@ -385,6 +402,7 @@ async fn pings_are_answered() {
 /// A raw client: the preface and empty SETTINGS written, nothing else.
 async fn raw(address: std::net::SocketAddr) -> TcpStream {
     let mut tcp = TcpStream::connect(address).await.unwrap();
+    tcp.set_nodelay(true).unwrap();
     let mut hello = BytesMut::from(frame::PREFACE);
     frame::put_settings(&mut hello, &[]);
     tcp.write_all(&hello).await.unwrap();
@@ -413,11 +431,21 @@ fn goaway_code(frames: &[(Head, Vec<u8>)]) -> Option<u32> {
     Some(u32::from_be_bytes(payload[4..8].try_into().unwrap()))
 }
 
+/// The GOAWAY's debug data, as text.
+fn goaway_debug(frames: &[(Head, Vec<u8>)]) -> String {
+    let (_, payload) = frames
+        .iter()
+        .find(|(h, _)| h.kind == frame::GOAWAY)
+        .expect("a GOAWAY");
+    String::from_utf8(payload[8..].to_vec()).unwrap()
+}
+
 #[tokio::test]
 async fn a_peer_that_answers_nothing_is_pinged_then_dropped() {
     let s = server(Settings {
         keepalive_interval: Duration::from_millis(200),
         keepalive_timeout: Duration::from_millis(200),
+        ..settings()
     })
     .await;
     let mut tcp = raw(s.address).await;
@@ -435,6 +463,7 @@ async fn a_peer_that_answers_pings_is_kept() {
     let s = server(Settings {
         keepalive_interval: Duration::from_millis(100),
         keepalive_timeout: Duration::from_millis(100),
+        ..settings()
     })
     .await;
     let mut client = client(s.address, 65_535).await;
@@ -444,8 +473,8 @@ async fn a_peer_that_answers_pings_is_kept() {
 }
 
 #[tokio::test]
-async fn protocol_violations_close_the_connection_with_goaway() {
-    let s = server(settings()).await;
+async fn protocol_violations_close_the_connection_with_goaway_saying_why_and_are_counted() {
+    let (s, errors) = counting_server().await;
     // Not HTTP/2 at all.
     let mut tcp = TcpStream::connect(s.address).await.unwrap();
     tcp.write_all(b"GET / HTTP/1.1\r\nHost: meshd\r\n\r\n")
@@ -456,6 +485,7 @@ async fn protocol_violations_close_the_connection_with_goaway() {
         goaway_code(&frames),
         Some(frame::Reason::ProtocolError as u32)
     );
+    assert_eq!(goaway_debug(&frames), "not an HTTP/2 preface");
     // A frame over the 16 KiB this server allows.
     let mut tcp = raw(s.address).await;
     let mut big = BytesMut::new();
@@ -466,6 +496,11 @@ async fn protocol_violations_close_the_connection_with_goaway() {
     assert_eq!(
         goaway_code(&frames),
         Some(frame::Reason::FrameSizeError as u32)
+    );
+    assert!(
+        goaway_debug(&frames).contains("20000 bytes, over SETTINGS_MAX_FRAME_SIZE"),
+        "{}",
+        goaway_debug(&frames)
     );
     // A header block that is no HPACK.
     let mut tcp = raw(s.address).await;
@@ -478,6 +513,103 @@ async fn protocol_violations_close_the_connection_with_goaway() {
         goaway_code(&frames),
         Some(frame::Reason::CompressionError as u32)
     );
+    assert!(!goaway_debug(&frames).is_empty());
+    assert_eq!(
+        *errors.lock().unwrap(),
+        [
+            "http2_protocol_error",
+            "http2_frame_size_error",
+            "http2_compression_error"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_client_that_resets_streams_before_their_answer_in_a_loop_is_cut_off() {
+    let (s, errors) = counting_server().await;
+    let mut tcp = raw(s.address).await;
+    // Rapid reset (CVE-2023-44487): each stream asks for an answer that never comes
+    // and is cancelled at once, 300 times in a burst.
+    let mut burst = BytesMut::new();
+    for n in 0..300 {
+        put_request(&mut burst, 1 + 2 * n, "/unread");
+        put_cancel(&mut burst, 1 + 2 * n);
+    }
+    tcp.write_all(&burst).await.unwrap();
+    let frames = frames_until_closed(&mut tcp).await;
+    assert_eq!(
+        goaway_code(&frames),
+        Some(frame::Reason::EnhanceYourCalm as u32)
+    );
+    assert!(goaway_debug(&frames).contains("rapid reset"));
+    assert_eq!(*errors.lock().unwrap(), ["http2_enhance_your_calm"]);
+}
+
+#[tokio::test]
+async fn streams_reset_after_their_answer_are_not_limited() {
+    let (s, errors) = counting_server().await;
+    let mut tcp = raw(s.address).await;
+    let mut read = BytesMut::new();
+    // Each stream, still open both ways, is answered (its request echoed) before the
+    // client cancels it, as a client does that is done with a stream; more of them than
+    // the early-reset limit allows.
+    for n in 0..300u32 {
+        let stream = 1 + 2 * n;
+        let mut request = BytesMut::new();
+        put_request(&mut request, stream, "/echo");
+        frame::put_head(&mut request, 5, frame::DATA, 0, stream);
+        request.extend_from_slice(b"hello");
+        tcp.write_all(&request).await.unwrap();
+        tokio::time::timeout(LIMIT, async {
+            loop {
+                while read.len() >= frame::HEAD {
+                    let head = Head::parse(&read);
+                    if read.len() < frame::HEAD + head.len {
+                        break;
+                    }
+                    let _ = read.split_to(frame::HEAD + head.len);
+                    assert_ne!(head.kind, frame::GOAWAY, "closed after {n} streams");
+                    if head.kind == frame::DATA && head.stream == stream {
+                        return;
+                    }
+                }
+                let got = tcp.read_buf(&mut read).await.unwrap();
+                assert!(
+                    got > 0,
+                    "the server closed the connection after {n} streams"
+                );
+            }
+        })
+        .await
+        .expect("an answer");
+        let mut cancel = BytesMut::new();
+        put_cancel(&mut cancel, stream);
+        tcp.write_all(&cancel).await.unwrap();
+    }
+    // Still served: a ping is answered.
+    let mut ping = BytesMut::new();
+    frame::put_ping(&mut ping, 0, *b"still on");
+    tcp.write_all(&ping).await.unwrap();
+    tokio::time::timeout(LIMIT, async {
+        loop {
+            while read.len() >= frame::HEAD {
+                let head = Head::parse(&read);
+                if read.len() < frame::HEAD + head.len {
+                    break;
+                }
+                let f = read.split_to(frame::HEAD + head.len);
+                assert_ne!(head.kind, frame::GOAWAY);
+                if head.kind == frame::PING && head.flags == frame::ACK {
+                    assert_eq!(&f[frame::HEAD..], b"still on");
+                    return;
+                }
+            }
+            assert!(tcp.read_buf(&mut read).await.unwrap() > 0, "closed");
+        }
+    })
+    .await
+    .expect("a PING ACK");
+    assert!(errors.lock().unwrap().is_empty());
 }
 
 #[tokio::test]

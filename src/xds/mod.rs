@@ -81,6 +81,22 @@ pub struct Rejection {
 }
 
 impl XdsShared {
+    /// What meshd's own HTTP/2 server takes from the push settings (the keepalive), and
+    /// the connections it closes for a client's fault counted in
+    /// `meshd_xds_connection_errors` by their HTTP/2 error code.
+    pub fn http2_settings(&self) -> crate::http2::Settings {
+        let errors = self.metrics.xds_connection_errors.clone();
+        crate::http2::Settings {
+            keepalive_interval: self.settings.keepalive_interval,
+            keepalive_timeout: self.settings.keepalive_timeout,
+            on_error: crate::http2::ErrorHook::new(move |reason| {
+                errors
+                    .get_or_create(&vec![("reason", reason.to_string())])
+                    .inc();
+            }),
+        }
+    }
+
     pub fn new(
         metrics: Arc<Metrics>,
         pushes: watch::Receiver<Arc<Push>>,

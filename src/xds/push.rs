@@ -129,16 +129,6 @@ impl PushSettings {
     }
 }
 
-impl PushSettings {
-    /// What meshd's own HTTP/2 server takes from these: the keepalive.
-    pub fn http2(&self) -> crate::http2::Settings {
-        crate::http2::Settings {
-            keepalive_interval: self.keepalive_interval,
-            keepalive_timeout: self.keepalive_timeout,
-        }
-    }
-}
-
 /// A boolean as Go's `strconv.ParseBool` reads it (how istiod reads its variables).
 fn go_bool(v: &str) -> Option<bool> {
     match v {

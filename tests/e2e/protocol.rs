@@ -426,6 +426,12 @@ async fn garbage_on_the_xds_port_does_not_disturb_meshd() {
     let mut c = Delta::open(&m, cds_request(HashMap::new())).await;
     assert!(!c.recv().await.resources.is_empty());
     assert_eq!(m.get("/ready").unwrap().status, 200);
+    // The two connections that were not HTTP/2 are counted (the third broke off
+    // mid-frame, which is a client going away, not an error).
+    let series = r#"meshd_xds_connection_errors{reason="http2_protocol_error"}"#;
+    wait_until("both counted", Duration::from_secs(5), || {
+        m.metric(series) == 2.0
+    });
 }
 
 /// Request messages written as given: whatever bytes a broken client might frame.
