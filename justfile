@@ -47,9 +47,11 @@ loadgen *args:
     cargo run --release --locked -- loadgen --spawn-meshd --config-dir target/loadgen/config {{args}}
 
 # Memory per connected proxy: unscoped 1,000-service mesh, then scoped to 20 services.
+# One proxy per namespace connects first (--warm-proxies 50): `rss_per_added_proxy_bytes`
+# is what each further proxy costs, `rss_per_proxy_bytes` the average with everything.
 bench-memory proxies="1000":
-    just loadgen --services 1000 --namespaces 50 --proxies {{proxies}} --change none --json target/loadgen/memory-unscoped.json
-    just loadgen --services 1000 --namespaces 50 --proxies {{proxies}} --sidecar-scoped --change none --json target/loadgen/memory-scoped.json
+    just loadgen --services 1000 --namespaces 50 --proxies {{proxies}} --warm-proxies 50 --change none --json target/loadgen/memory-unscoped.json
+    just loadgen --services 1000 --namespaces 50 --proxies {{proxies}} --warm-proxies 50 --sidecar-scoped --change none --json target/loadgen/memory-scoped.json
 
 # Convergence: a VirtualService change to every delta proxy, then endpoint-only changes.
 bench-convergence proxies="5000":

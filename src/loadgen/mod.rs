@@ -122,6 +122,14 @@ pub struct LoadgenArgs {
     /// How long the change storm lasts.
     #[arg(long, default_value = "60s", value_parser = crate::duration::parse)]
     pub storm_duration: Duration,
+    /// Connect this many proxies first, wait until they hold their configuration and
+    /// meshd's RSS has settled, then connect the rest and report what each of those cost
+    /// (`meshd.rss_per_added_proxy_bytes`): memory per proxy without what the first proxy
+    /// of a namespace makes meshd build once for all of them (the view of its Sidecar
+    /// scope). With --namespaces N, N warm proxies are one per namespace. The connect rate
+    /// and initial-config times are then the other proxies'. 0: no warm-up.
+    #[arg(long, default_value_t = 0)]
+    pub warm_proxies: usize,
     /// How long the whole fleet may take to hold its initial configuration.
     #[arg(long, default_value = "300s", value_parser = crate::duration::parse)]
     pub init_timeout: Duration,
@@ -566,6 +574,59 @@ pub fn run(mut args: LoadgenArgs) -> Result<Json, String> {
     runtime.block_on(simulate(args, source, shape, meshd))
 }
 
+/// Waits until every proxy of `fleet` holds its initial configuration (CDS, EDS, LDS
+/// and RDS answered), reporting the first stream errors.
+async fn await_initialised(
+    fleet: &[Simulated],
+    err_rx: &mut tokio::sync::mpsc::UnboundedReceiver<String>,
+    errors: &mut usize,
+    deadline: Instant,
+) -> Result<(), String> {
+    let total = fleet.len();
+    loop {
+        while let Ok(e) = err_rx.try_recv() {
+            *errors += 1;
+            if *errors <= 5 {
+                eprintln!("\nproxy stream failed: {e}");
+            }
+        }
+        let ready = fleet
+            .iter()
+            .filter(|p| p.stats.initialised_after_us.load(Ordering::Relaxed) > 0)
+            .count();
+        progress(&format!("initialised {ready}/{total}"));
+        if ready == total {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "only {ready} of {total} proxies initialised in time"
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// meshd's figures once what a connect storm freed has gone: once meshd has let go of
+/// the encoded runs it shared between the storm's responses (src/xds/joined.rs), a
+/// second more, and then until its RSS stops falling as the heap hands the freed memory
+/// back. Now and then a run sampled RSS near its storm's peak (BENCHMARKS.md, sessions
+/// 17 and 28); the progress line tells whether RSS was still falling then.
+async fn settled(args: &LoadgenArgs, probe: &Probe) -> self::meshd::MeshdFigures {
+    let drained = Instant::now() + Duration::from_secs(10);
+    while meshd_figures(&args.monitoring).shared_run_bytes > 0.0 && Instant::now() < drained {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (from, to, waited) = probe.settle(Duration::from_secs(10)).await;
+    progress(&format!(
+        "meshd RSS settled: {:.1} -> {:.1} MB in {waited:.2} s",
+        from / 1e6,
+        to / 1e6
+    ));
+    meshd_figures(&args.monitoring)
+}
+
 async fn simulate(
     args: LoadgenArgs,
     source: Source,
@@ -601,7 +662,23 @@ async fn simulate(
     let (err_tx, mut err_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
     let interval = Duration::from_secs_f64(1.0 / args.connect_rate.max(0.001));
     let mut next = tokio::time::Instant::now();
+    let warm = args.warm_proxies;
+    if warm > 0 && warm >= total {
+        return Err(format!(
+            "--warm-proxies {warm} leaves none of the {total} proxies to measure"
+        ));
+    }
+    // meshd's figures once the warm proxies were connected, and when the others began.
+    let mut warmed = None;
+    let mut connect_from = started;
     for i in 0..total {
+        if i == warm && warm > 0 {
+            let deadline = Instant::now() + args.init_timeout;
+            await_initialised(&fleet, &mut err_rx, &mut errors, deadline).await?;
+            warmed = Some(settled(&args, &probe).await);
+            connect_from = Instant::now();
+            next = tokio::time::Instant::now();
+        }
         if !args.through_hyper() {
             dial.get_or_insert_with(|| proxy::Dial::Own(args.xds.as_str().into()));
         } else if i % args.proxies_per_connection.max(1) == 0 {
@@ -657,7 +734,7 @@ async fn simulate(
                     spec.clone(),
                     stats.clone(),
                     rx.clone(),
-                    started,
+                    connect_from,
                     &mut held,
                 );
                 // Ended either way, Envoy opens a new stream.
@@ -681,31 +758,9 @@ async fn simulate(
     }
     // Everyone initialised: CDS, EDS, LDS and RDS answered.
     let deadline = Instant::now() + args.init_timeout;
-    loop {
-        while let Ok(e) = err_rx.try_recv() {
-            errors += 1;
-            if errors <= 5 {
-                eprintln!("\nproxy stream failed: {e}");
-            }
-        }
-        let ready = fleet
-            .iter()
-            .filter(|p| p.stats.initialised_after_us.load(Ordering::Relaxed) > 0)
-            .count();
-        progress(&format!("initialised {ready}/{total}"));
-        if ready == total {
-            break;
-        }
-        if Instant::now() > deadline {
-            return Err(format!(
-                "only {ready} of {total} proxies initialised in {:?}",
-                args.init_timeout
-            ));
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let connect_seconds = started.elapsed().as_secs_f64();
-    let init_ms: Vec<f64> = fleet
+    await_initialised(&fleet, &mut err_rx, &mut errors, deadline).await?;
+    let connect_seconds = connect_from.elapsed().as_secs_f64();
+    let init_ms: Vec<f64> = fleet[warm..]
         .iter()
         .map(|p| p.stats.initialised_after_us.load(Ordering::Relaxed) as f64 / 1000.0)
         .collect();
@@ -713,23 +768,7 @@ async fn simulate(
         .iter()
         .map(|p| p.stats.bytes.load(Ordering::Relaxed))
         .sum();
-    // What the connections keep: once meshd has let go of the encoded runs it shared
-    // between the storm's responses (src/xds/joined.rs), a second more, and then until
-    // its RSS stops falling as the heap hands the freed memory back. Now and then a run
-    // sampled RSS near its storm's peak (BENCHMARKS.md, sessions 17 and 28); the
-    // progress line tells whether RSS was still falling then.
-    let drained = Instant::now() + Duration::from_secs(10);
-    while meshd_figures(&args.monitoring).shared_run_bytes > 0.0 && Instant::now() < drained {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let (from, to, waited) = probe.settle(Duration::from_secs(10)).await;
-    progress(&format!(
-        "meshd RSS settled: {:.1} -> {:.1} MB in {waited:.2} s",
-        from / 1e6,
-        to / 1e6
-    ));
-    let connected = meshd_figures(&args.monitoring);
+    let connected = settled(&args, &probe).await;
 
     let mut reports = Vec::new();
     let mut all_ms = Vec::new();
@@ -877,7 +916,7 @@ async fn simulate(
     summary.insert("settings".into(), serde_json::json!({
         "proxies": args.proxies, "gateways": args.gateways, "delta": !args.sotw,
         "source": if args.kubernetes { "kubernetes" } else { "files" },
-        "connect_rate": args.connect_rate, "proxies_per_connection": args.proxies_per_connection, "hyper_client": args.through_hyper(),
+        "connect_rate": args.connect_rate, "warm_proxies": warm, "proxies_per_connection": args.proxies_per_connection, "hyper_client": args.through_hyper(),
         "services": shape.services, "namespaces": shape.namespaces, "endpoints": shape.endpoints,
         "routed_every": shape.routed_every, "sidecar_scoped": shape.sidecar_scoped,
         "gateway_routes": shape.gateway_routed,
@@ -887,7 +926,7 @@ async fn simulate(
         "connect".into(),
         serde_json::json!({
             "seconds": connect_seconds,
-            "initialised_per_second": total as f64 / connect_seconds,
+            "initialised_per_second": (total - warm) as f64 / connect_seconds,
             "initial_config_ms": Percentiles::of(init_ms),
             "initial_bytes_per_proxy": initial_bytes as f64 / total.max(1) as f64,
             "stream_errors_reconnected": errors,
@@ -899,6 +938,11 @@ async fn simulate(
             "rss_before_bytes": base.rss_bytes,
             "rss_connected_bytes": connected.rss_bytes,
             "rss_per_proxy_bytes": (connected.rss_bytes - base.rss_bytes) / total.max(1) as f64,
+            "rss_warm_bytes": warmed.as_ref().map(|w| w.rss_bytes),
+            "rss_per_added_proxy_bytes": warmed
+                .as_ref()
+                .filter(|_| total > warm)
+                .map(|w| (connected.rss_bytes - w.rss_bytes) / (total - warm) as f64),
             "rss_peak_bytes": peak_rss,
             "cpu_seconds": end.cpu_seconds - base.cpu_seconds,
             "push_diffs_by_view": end.view_diffs - connected.view_diffs,

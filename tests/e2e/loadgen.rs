@@ -62,9 +62,25 @@ fn a_scoped_delta_fleet_converges_and_other_namespaces_receive_nothing() {
             "2",
             "--nack-proxies",
             "2",
+            "--warm-proxies",
+            "4",
         ],
     );
     assert_converged(&s, 2);
+    // One proxy per namespace connected first; memory and connect figures are then
+    // those of the 36 others.
+    assert_eq!(s["settings"]["warm_proxies"], 4);
+    assert_eq!(
+        s["connect"]["initial_config_ms"]["count"], 36,
+        "{:#}",
+        s["connect"]
+    );
+    let m = &s["meshd"];
+    assert!(m["rss_warm_bytes"].as_f64().unwrap() > 1e6, "{m:#}");
+    let added = m["rss_per_added_proxy_bytes"].as_f64().unwrap();
+    let expected =
+        (m["rss_connected_bytes"].as_f64().unwrap() - m["rss_warm_bytes"].as_f64().unwrap()) / 36.0;
+    assert!((added - expected).abs() < 1.0, "{m:#}");
     // Scoped to one namespace of four: a quarter of the fleet is affected.
     for r in s["changes"].as_array().unwrap() {
         assert_eq!(r["affected"], 10, "{r:#}");
