@@ -53,6 +53,11 @@ bench-memory proxies="1000":
     just loadgen --services 1000 --namespaces 50 --proxies {{proxies}} --warm-proxies 50 --change none --json target/loadgen/memory-unscoped.json
     just loadgen --services 1000 --namespaces 50 --proxies {{proxies}} --warm-proxies 50 --sidecar-scoped --change none --json target/loadgen/memory-scoped.json
 
+# The same scoped fleet on the secure port: mutual TLS with workload certificates, as
+# sidecars connect in Istio.
+bench-memory-secure proxies="1000":
+    just loadgen --services 1000 --namespaces 50 --proxies {{proxies}} --warm-proxies 50 --sidecar-scoped --secure --change none --json target/loadgen/memory-scoped-secure.json
+
 # Convergence: a VirtualService change to every delta proxy, then endpoint-only changes.
 bench-convergence proxies="5000":
     just loadgen --services 1000 --namespaces 50 --proxies {{proxies}} --change vs --changes 5 --json target/loadgen/convergence-vs.json

@@ -181,11 +181,11 @@ impl Security {
 }
 
 /// The certificates a TLS client presented on a secure-port connection.
+/// The client's leaf certificate, which names its identity. The rest of its chain was
+/// verified in the handshake and is not kept a second time for every connection.
 fn tls_peer<T>(tls: &tokio_rustls::server::TlsStream<T>) -> Option<crate::http2::PeerCertificates> {
-    let certs = tls.get_ref().1.peer_certificates()?;
-    Some(crate::http2::PeerCertificates(
-        certs.iter().map(|c| c.to_vec()).collect(),
-    ))
+    let leaf = tls.get_ref().1.peer_certificates()?.first()?;
+    Some(crate::http2::PeerCertificates(Arc::from([leaf.to_vec()])))
 }
 
 /// A fresh serving certificate from the CA, and when to renew it.

@@ -71,8 +71,9 @@ impl std::fmt::Debug for ErrorHook {
     }
 }
 
-/// The certificates a TLS client presented (DER, leaf first), put into every request of
-/// its connection as an extension, where tonic's server would have put its own.
+/// The certificates a TLS client presented (DER, leaf first; the secure port keeps only
+/// the leaf), put into every request of its connection as an extension, where tonic's
+/// server would have put its own.
 #[derive(Clone, Debug)]
 pub struct PeerCertificates(pub Arc<[Vec<u8>]>);
 

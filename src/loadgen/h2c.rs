@@ -43,7 +43,7 @@ const MAX_FRAME: usize = frame::DEFAULT_MAX_FRAME;
 /// One gRPC stream on a connection of its own. Its requests come from `requests` (the
 /// stream's request side ends when that closes); it is read as the response body.
 pub struct Stream<Req> {
-    io: TcpStream,
+    io: Io,
     requests: mpsc::Receiver<Req>,
     requests_ended: bool,
     /// The request side's END_STREAM is framed.
@@ -73,7 +73,7 @@ impl<Req: prost::Message> Stream<Req> {
     /// Opens the connection and the stream for gRPC method `path` (e.g.
     /// `/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources`)
     /// on `authority`. Nothing is written until the stream is first polled.
-    pub fn open(io: TcpStream, authority: &str, path: &str, requests: mpsc::Receiver<Req>) -> Self {
+    pub fn open(io: Io, authority: &str, path: &str, requests: mpsc::Receiver<Req>) -> Self {
         let mut write = Vec::with_capacity(256);
         write.extend_from_slice(frame::PREFACE);
         frame::put_settings(
@@ -167,7 +167,11 @@ impl<Req: prost::Message> Stream<Req> {
         if self.write.capacity() > 64 << 10 {
             self.write = Vec::new(); // nor their frames
         }
-        Ok(())
+        // TLS may hold records back until flushed; TCP holds nothing.
+        match Pin::new(&mut self.io).poll_flush(cx) {
+            Poll::Ready(Err(e)) => Err(e),
+            _ => Ok(()),
+        }
     }
 
     /// The next frame in what was read, handled: a DATA payload of its stream to hand
@@ -281,14 +285,59 @@ impl<Req: prost::Message> Stream<Req> {
             fresh.extend_from_slice(&self.read);
             self.read = fresh;
         }
-        loop {
-            std::task::ready!(self.io.poll_read_ready(cx))?;
-            match self.io.try_read_buf(&mut self.read) {
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                done => return Poll::Ready(done),
-            }
+        match &mut self.io {
+            Io::Plain(tcp) => loop {
+                std::task::ready!(tcp.poll_read_ready(cx))?;
+                match tcp.try_read_buf(&mut self.read) {
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                    done => return Poll::Ready(done),
+                }
+            },
+            Io::Tls(tls) => tokio_util::io::poll_read_buf(Pin::new(tls), cx, &mut self.read),
         }
     }
+}
+
+/// What a stream runs over: TCP (the plaintext xDS port), or TLS over TCP presenting a
+/// workload certificate (the secure port, as sidecars connect in Istio).
+pub enum Io {
+    Plain(TcpStream),
+    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+}
+
+impl AsyncWrite for Io {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Io::Plain(tcp) => Pin::new(tcp).poll_write(cx, buf),
+            Io::Tls(tls) => Pin::new(tls).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Io::Plain(tcp) => Pin::new(tcp).poll_flush(cx),
+            Io::Tls(tls) => Pin::new(tls).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Io::Plain(tcp) => Pin::new(tcp).poll_shutdown(cx),
+            Io::Tls(tls) => Pin::new(tls).poll_shutdown(cx),
+        }
+    }
+}
+
+/// How a stream's connection is secured: the connector holding a proxy's workload
+/// certificate and the name meshd's serving certificate is checked against.
+#[derive(Clone)]
+pub struct Tls {
+    pub connector: tokio_rustls::TlsConnector,
+    pub server_name: rustls::pki_types::ServerName<'static>,
 }
 
 enum Parsed {
@@ -364,10 +413,11 @@ fn request_headers(authority: &str, path: &str) -> Vec<u8> {
     block
 }
 
-/// Connects to `address` ([`connect_tcp`](super::connect_tcp)) and opens the stream: its
-/// responses, decoded.
+/// Connects to `address` ([`connect_tcp`](super::connect_tcp)), over TLS with `tls`, and
+/// opens the stream: its responses, decoded.
 pub async fn connect<Req, Resp>(
     address: &str,
+    tls: Option<&Tls>,
     path: &str,
     requests: mpsc::Receiver<Req>,
     limit: usize,
@@ -376,7 +426,13 @@ where
     Req: prost::Message + Unpin + Send + 'static,
     Resp: prost::Message + Default + Send + 'static,
 {
-    let io = super::connect_tcp(address).await?;
+    let tcp = super::connect_tcp(address).await?;
+    let io = match tls {
+        None => Io::Plain(tcp),
+        Some(tls) => Io::Tls(Box::new(
+            tls.connector.connect(tls.server_name.clone(), tcp).await?,
+        )),
+    };
     Ok(wire::Messages::new(
         Stream::open(io, address, path, requests),
         limit,
@@ -484,8 +540,10 @@ mod tests {
         tx.send(big_request()).await.unwrap();
         tx.send(small_request()).await.unwrap();
         let io = TcpStream::connect(&address).await.unwrap();
-        let mut stream: wire::Messages<DiscoveryResponse> =
-            wire::Messages::new(Stream::open(io, &address, &long_path, rx), 16 << 20);
+        let mut stream: wire::Messages<DiscoveryResponse> = wire::Messages::new(
+            Stream::open(Io::Plain(io), &address, &long_path, rx),
+            16 << 20,
+        );
         // A window, ping or setting not honoured stalls one side: bounded.
         let bounded = std::time::Duration::from_secs(30);
         let client = async {
@@ -544,7 +602,7 @@ mod tests {
         let (_tx, rx) = mpsc::channel::<DiscoveryRequest>(1);
         let io = TcpStream::connect(&address).await.unwrap();
         let mut stream: wire::Messages<DiscoveryResponse> =
-            wire::Messages::new(Stream::open(io, &address, "/t.S/M", rx), 1 << 20);
+            wire::Messages::new(Stream::open(Io::Plain(io), &address, "/t.S/M", rx), 1 << 20);
         let err = stream.message().await.unwrap_err();
         assert!(
             err.message().contains("reset the stream (error code 8)"),

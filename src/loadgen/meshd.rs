@@ -107,10 +107,10 @@ fn free_port() -> Result<u16, String> {
 }
 
 /// Starts meshd (this binary) on the source and free local ports, and points `args` at
-/// it.
+/// it (at its secure port with --secure).
 pub(super) fn spawn_meshd(args: &mut LoadgenArgs, source: &Source) -> Result<Spawned, String> {
     let ports = [free_port()?, free_port()?, free_port()?];
-    args.xds = format!("127.0.0.1:{}", ports[0]);
+    args.xds = format!("127.0.0.1:{}", ports[if args.secure { 1 } else { 0 }]);
     args.monitoring = format!("127.0.0.1:{}", ports[2]);
     let kubeconfig = source.kubeconfig().map(PathBuf::from);
     Spawned::start(args.config_dir.clone(), kubeconfig, ports)
@@ -159,6 +159,11 @@ impl Spawned {
         Ok(spawned)
     }
 
+    /// Where its CA keeps its root and key.
+    pub(super) fn ca_dir(&self) -> PathBuf {
+        self.config_dir.with_extension("ca")
+    }
+
     /// Kills meshd and starts it again on the same ports; returns when it is ready.
     pub(super) fn restarted(mut self) -> Result<Spawned, String> {
         let _ = self.child.kill();
@@ -179,4 +184,12 @@ pub(super) fn out_of_sync(monitoring: &str) -> Result<usize, String> {
                 .is_some_and(|types| types.values().any(|t| t["nonce_sent"] != t["nonce_acked"]))
         })
         .count())
+}
+
+/// Connected proxies meshd holds a proven identity for (their connection's client
+/// certificate, on the secure port), from `/debug/workloadz`.
+pub(super) fn with_identity(monitoring: &str) -> Result<usize, String> {
+    let text = crate::cli::http_get(monitoring, "/debug/workloadz")?;
+    let all: Vec<Json> = serde_json::from_str(&text).map_err(|e| e.to_string())?;
+    Ok(all.iter().filter(|w| w["identity"].is_string()).count())
 }

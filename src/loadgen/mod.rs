@@ -14,6 +14,7 @@ mod meshd;
 pub mod proxy;
 mod read_ahead;
 mod response;
+mod secure;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -25,7 +26,7 @@ use serde_json::{Map, Value as Json};
 use tokio::sync::watch;
 
 use self::apiserver::FakeApiServer;
-use self::meshd::{Probe, Spawned, meshd_figures, metric, out_of_sync, spawn_meshd};
+use self::meshd::{Probe, Spawned, meshd_figures, metric, out_of_sync, spawn_meshd, with_identity};
 use self::proxy::{Marker, ProxyStats, Spec};
 use crate::model::testmesh::Shape;
 
@@ -122,6 +123,16 @@ pub struct LoadgenArgs {
     /// How long the change storm lasts.
     #[arg(long, default_value = "60s", value_parser = crate::duration::parse)]
     pub storm_duration: Duration,
+    /// Connect to meshd's secure port (15012's counterpart) over TLS, each proxy
+    /// presenting a workload certificate of its namespace signed by meshd's CA, as
+    /// sidecars connect in Istio. The certificates are signed with the CA key of the
+    /// meshd it spawns, or of the running one whose --ca-dir is given (--xds is then its
+    /// secure port). Uses the simulator's own HTTP/2 client.
+    #[arg(long, conflicts_with_all = ["hyper_client", "proxies_per_connection"])]
+    pub secure: bool,
+    /// With --secure and a running meshd: that meshd's CA directory.
+    #[arg(long)]
+    pub ca_dir: Option<PathBuf>,
     /// Connect this many proxies first, wait until they hold their configuration and
     /// meshd's RSS has settled, then connect the rest and report what each of those cost
     /// (`meshd.rss_per_added_proxy_bytes`): memory per proxy without what the first proxy
@@ -663,6 +674,23 @@ async fn simulate(
     let interval = Duration::from_secs_f64(1.0 / args.connect_rate.max(0.001));
     let mut next = tokio::time::Instant::now();
     let warm = args.warm_proxies;
+    let xds_address: Arc<str> = args.xds.as_str().into();
+    // With --secure, each namespace's proxies present its workload certificate.
+    let identities = if args.secure {
+        let ca_dir = match (&meshd, &args.ca_dir) {
+            (Some(m), _) => m.ca_dir(),
+            (None, Some(dir)) => dir.clone(),
+            (None, None) => {
+                return Err("--secure needs --spawn-meshd or the running meshd's --ca-dir".into());
+            }
+        };
+        let mut namespaces: Vec<String> =
+            (0..shape.namespaces).map(|k| format!("ns-{k}")).collect();
+        namespaces.push("istio-system".into());
+        Some(secure::workload_tls(&ca_dir, &namespaces)?)
+    } else {
+        None
+    };
     if warm > 0 && warm >= total {
         return Err(format!(
             "--warm-proxies {warm} leaves none of the {total} proxies to measure"
@@ -680,7 +708,15 @@ async fn simulate(
             next = tokio::time::Instant::now();
         }
         if !args.through_hyper() {
-            dial.get_or_insert_with(|| proxy::Dial::Own(args.xds.as_str().into()));
+            let ns = if i < args.proxies {
+                format!("ns-{}", i % shape.namespaces)
+            } else {
+                "istio-system".to_string()
+            };
+            dial = Some(proxy::Dial::Own {
+                address: xds_address.clone(),
+                tls: identities.as_ref().map(|ids| ids[&ns].clone()),
+            });
         } else if i % args.proxies_per_connection.max(1) == 0 {
             dial = Some(proxy::Dial::Shared(
                 tonic::transport::Endpoint::from_shared(format!("http://{}", args.xds))
@@ -912,11 +948,14 @@ async fn simulate(
             None
         }
     };
+    // Asked of meshd last, not to disturb what was measured: how many proxies it holds
+    // a certificate-proven identity for (all of them with --secure).
+    let identified = with_identity(&args.monitoring).ok();
     let mut summary = Map::new();
     summary.insert("settings".into(), serde_json::json!({
         "proxies": args.proxies, "gateways": args.gateways, "delta": !args.sotw,
         "source": if args.kubernetes { "kubernetes" } else { "files" },
-        "connect_rate": args.connect_rate, "warm_proxies": warm, "proxies_per_connection": args.proxies_per_connection, "hyper_client": args.through_hyper(),
+        "connect_rate": args.connect_rate, "warm_proxies": warm, "secure": args.secure, "proxies_per_connection": args.proxies_per_connection, "hyper_client": args.through_hyper(),
         "services": shape.services, "namespaces": shape.namespaces, "endpoints": shape.endpoints,
         "routed_every": shape.routed_every, "sidecar_scoped": shape.sidecar_scoped,
         "gateway_routes": shape.gateway_routed,
@@ -947,6 +986,7 @@ async fn simulate(
             "cpu_seconds": end.cpu_seconds - base.cpu_seconds,
             "push_diffs_by_view": end.view_diffs - connected.view_diffs,
             "push_diffs_in_full": end.full_diffs - connected.full_diffs,
+            "proxies_with_identity": identified,
         }),
     );
     summary.insert(

@@ -77,8 +77,12 @@ struct DeltaRequest {
 #[derive(Clone)]
 pub enum Dial {
     /// A connection of its own per stream, through the simulator's HTTP/2 client
-    /// ([`super::h2c`]), as each Envoy has its own.
-    Own(Arc<str>),
+    /// ([`super::h2c`]), as each Envoy has its own; over TLS to the secure port with
+    /// the proxy's workload certificate when `tls` is set.
+    Own {
+        address: Arc<str>,
+        tls: Option<super::h2c::Tls>,
+    },
     /// A stream on a connection of hyper's client, possibly shared with other proxies.
     Shared(tonic::transport::Channel),
 }
@@ -98,8 +102,8 @@ where
 {
     const LIMIT: usize = 256 << 20;
     let mut channel = match dial {
-        Dial::Own(address) => {
-            return super::h2c::connect(&address, method, requests, LIMIT)
+        Dial::Own { address, tls } => {
+            return super::h2c::connect(&address, tls.as_ref(), method, requests, LIMIT)
                 .await
                 .map_err(|e| e.to_string());
         }

@@ -132,6 +132,10 @@ fn a_sotw_fleet_with_gateways_converges_on_virtual_service_changes() {
         ],
     );
     assert_converged(&s, 2);
+    assert_eq!(
+        s["meshd"]["proxies_with_identity"], 0,
+        "plaintext: no identity"
+    );
     assert_eq!(s["changes"][0]["affected"], 20, "every sidecar, no gateway");
     assert_eq!(s["restart"]["reconnected"], 22, "{:#}", s["restart"]);
     assert_eq!(s["connect"]["initial_config_ms"]["count"], 22);
@@ -148,7 +152,7 @@ fn a_sotw_fleet_with_gateways_converges_on_virtual_service_changes() {
 /// With `MESHD_ENABLE_VHDS` a VirtualService change reaches the fleet, sidecars and
 /// gateways (the routed services are bound to the ingress Gateway too), as the one
 /// virtual host it changed, through the storm and a restart (each reconnecting proxy
-/// asks for VHDS again).
+/// asks for VHDS again). The fleet connects to the secure port over mutual TLS.
 #[test]
 fn a_vhds_fleet_converges_on_virtual_service_changes_with_one_virtual_host_each() {
     let s = loadgen_in(
@@ -165,10 +169,14 @@ fn a_vhds_fleet_converges_on_virtual_service_changes_with_one_virtual_host_each(
             "vs",
             "--changes",
             "2",
+            "--secure",
         ],
         &[("MESHD_ENABLE_VHDS", "true")],
     );
     assert_converged(&s, 2);
+    // Over TLS to the secure port: meshd knows every proxy, sidecars and gateways, by
+    // the identity its certificate proved (after the restart too).
+    assert_eq!(s["meshd"]["proxies_with_identity"], 22, "{:#}", s["meshd"]);
     // The route configuration holding the changed virtual host has 30 of them (16 KB
     // without VHDS), the gateways' `http.80` one per routed service; one virtual host is
     // ~1.3 KB.
