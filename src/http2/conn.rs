@@ -114,6 +114,8 @@ struct Stream<F> {
     send_window: i64,
     /// Some of the response's body was sent.
     answered: bool,
+    /// When the request's `grpc-timeout` runs out, if it had one.
+    deadline: Option<Pin<Box<Sleep>>>,
     response: Response<F>,
 }
 
@@ -573,6 +575,8 @@ where
         if let Some(peer) = &self.peer {
             request.extensions_mut().insert(peer.clone());
         }
+        let deadline =
+            headers::grpc_timeout(request.headers()).map(|t| Box::pin(tokio::time::sleep(t)));
         // The services here are always ready (they spawn a task per stream).
         if let Poll::Ready(Err(never)) = self.service.poll_ready(cx) {
             match never {}
@@ -589,6 +593,7 @@ where
             ungranted: 0,
             send_window: self.peer_initial_window,
             answered: false,
+            deadline,
             response: Response::Calling(Box::pin(call)),
         });
         Ok(())
@@ -694,6 +699,13 @@ where
 
     fn drive(&mut self, cx: &mut Context<'_>, i: usize) -> bool {
         let s = &mut self.streams[i];
+        if let Some(deadline) = &mut s.deadline
+            && deadline.as_mut().poll(cx).is_ready()
+        {
+            self.deadline_exceeded(i);
+            return false;
+        }
+        let s = &mut self.streams[i];
         if let Response::Calling(call) = &mut s.response {
             let Poll::Ready(Ok(response)) = call.as_mut().poll(cx) else {
                 return false;
@@ -784,6 +796,29 @@ where
                 }
             }
         }
+    }
+
+    /// The request's `grpc-timeout` ran out before its response ended: the call or body
+    /// is dropped, the request ends with DEADLINE_EXCEEDED, and so does the response,
+    /// trailers-only if its headers were not sent yet (as gRPC's servers end it).
+    fn deadline_exceeded(&mut self, i: usize) {
+        let status = || Status::deadline_exceeded("the request's grpc-timeout ran out");
+        let s = &mut self.streams[i];
+        s.deadline = None;
+        s.inbox.end(Err(status()));
+        let headers_sent = !matches!(s.response, Response::Calling(_));
+        s.response = Response::Done;
+        let id = s.id;
+        let mut block = BytesMut::new();
+        if headers_sent {
+            let mut trailers = http::HeaderMap::new();
+            let _ = status().add_header(&mut trailers);
+            headers::encode_fields(&mut block, &trailers);
+        } else {
+            let response = status().into_http::<()>();
+            headers::encode_response(&mut block, response.status(), response.headers());
+        }
+        self.header_frames(id, block, true);
     }
 
     /// A header block as HEADERS and, past the peer's frame size, CONTINUATIONs.

@@ -106,6 +106,28 @@ fn connection_specific(name: &HeaderName) -> bool {
 
 /// A response's header block: `:status`, then each field as a literal never indexed
 /// into the dynamic table.
+/// A request's `grpc-timeout` (gRPC over HTTP/2: at most eight digits and a unit, `H`
+/// hours, `M` minutes, `S` seconds, `m`, `u`, `n` milli-, micro-, nanoseconds); `None`
+/// when absent or malformed (a malformed one is ignored, as gRPC's servers do).
+pub fn grpc_timeout(headers: &HeaderMap) -> Option<std::time::Duration> {
+    use std::time::Duration;
+    let value = headers.get("grpc-timeout")?.as_bytes();
+    let (&unit, digits) = value.split_last()?;
+    if digits.is_empty() || digits.len() > 8 || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let n: u64 = std::str::from_utf8(digits).ok()?.parse().ok()?;
+    Some(match unit {
+        b'H' => Duration::from_secs(n * 3600),
+        b'M' => Duration::from_secs(n * 60),
+        b'S' => Duration::from_secs(n),
+        b'm' => Duration::from_millis(n),
+        b'u' => Duration::from_micros(n),
+        b'n' => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
 pub fn encode_response(buf: &mut BytesMut, status: http::StatusCode, headers: &HeaderMap) {
     if status == http::StatusCode::OK {
         buf.put_u8(0x88); // static table entry 8, `:status: 200`
@@ -156,6 +178,29 @@ fn integer(buf: &mut impl BufMut, n: u32, mut value: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn grpc_timeouts_are_read_in_every_unit_and_malformed_ones_ignored() {
+        use std::time::Duration;
+        let timeout = |v: &str| {
+            let mut h = HeaderMap::new();
+            h.insert("grpc-timeout", v.parse().unwrap());
+            grpc_timeout(&h)
+        };
+        assert_eq!(timeout("2H"), Some(Duration::from_secs(7200)));
+        assert_eq!(timeout("3M"), Some(Duration::from_secs(180)));
+        assert_eq!(timeout("10S"), Some(Duration::from_secs(10)));
+        assert_eq!(timeout("250m"), Some(Duration::from_millis(250)));
+        assert_eq!(
+            timeout("99999999u"),
+            Some(Duration::from_micros(99_999_999))
+        );
+        assert_eq!(timeout("5n"), Some(Duration::from_nanos(5)));
+        for bad in ["", "S", "100", "123456789S", "1.5S", "-1S", "10s", "10 S"] {
+            assert_eq!(timeout(bad), None, "{bad:?}");
+        }
+        assert_eq!(grpc_timeout(&HeaderMap::new()), None);
+    }
 
     #[test]
     fn a_response_block_decodes_to_what_was_encoded() {

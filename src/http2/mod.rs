@@ -14,8 +14,8 @@
 //! table), flow control both ways (a request window reopens only for bytes the service
 //! consumed), PING (answered, and sent as keepalive to connections nothing was read from),
 //! RST_STREAM, GOAWAY (sent on shutdown and on connection errors, saying why in its debug
-//! data) and CONTINUATION, and cuts off a client that resets streams before their answer
-//! in a loop (rapid reset). It does not implement server push, priorities, or HTTP/1.1
+//! data) and CONTINUATION, enforces each request's `grpc-timeout`, and cuts off a client
+//! that resets streams before their answer in a loop (rapid reset). It does not implement server push, priorities, or HTTP/1.1
 //! upgrades, which gRPC does not use.
 
 mod body;

@@ -29,15 +29,21 @@ struct Echo {
 impl Service<http::Request<RecvBody>> for Echo {
     type Response = http::Response<tonic::body::Body>;
     type Error = Infallible;
-    type Future = futures::future::Ready<Result<Self::Response, Infallible>>;
+    type Future = futures::future::BoxFuture<'static, Result<Self::Response, Infallible>>;
 
     fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
         Poll::Ready(Ok(()))
     }
 
     fn call(&mut self, request: http::Request<RecvBody>) -> Self::Future {
-        if request.uri().path() == "/refused" {
-            return futures::future::ready(Ok(Status::unimplemented("no such method").into_http()));
+        use futures::FutureExt;
+        match request.uri().path() {
+            "/refused" => {
+                let refused = Status::unimplemented("no such method").into_http();
+                return futures::future::ready(Ok(refused)).boxed();
+            }
+            "/stall" => return futures::future::pending().boxed(), // never answers
+            _ => {}
         }
         let canned = match request.uri().path() {
             "/flood" => Some(Canned::Flood),
@@ -48,7 +54,7 @@ impl Service<http::Request<RecvBody>> for Echo {
         if let Some(body) = canned {
             // The request's body is dropped unread: what arrives for it stays unconsumed.
             let response = http::Response::new(tonic::body::Body::new(body));
-            return futures::future::ready(Ok(response));
+            return futures::future::ready(Ok(response)).boxed();
         }
         let (tx, rx) = mpsc::channel(4);
         let ended = self.ended.clone();
@@ -74,7 +80,7 @@ impl Service<http::Request<RecvBody>> for Echo {
             }
         });
         let body = EchoBody { rx, done: false };
-        futures::future::ready(Ok(http::Response::new(tonic::body::Body::new(body))))
+        futures::future::ready(Ok(http::Response::new(tonic::body::Body::new(body)))).boxed()
     }
 }
 
@@ -382,6 +388,60 @@ async fn a_trailers_only_answer_ends_the_stream_in_its_headers() {
     let response = response.await.unwrap();
     assert_eq!(response.headers()["grpc-status"], "12");
     assert!(response.body().is_end_stream());
+}
+
+/// A request for `path` with `grpc-timeout: 100m` (none when `timeout` is false).
+fn timed(path: &str, timeout: bool) -> http::Request<()> {
+    let mut request = post(path);
+    if timeout {
+        request
+            .headers_mut()
+            .insert("grpc-timeout", http::HeaderValue::from_static("100m"));
+    }
+    request
+}
+
+#[tokio::test]
+async fn a_grpc_timeout_ends_a_call_that_never_answered_with_deadline_exceeded() {
+    let s = server(settings()).await;
+    let client = client(s.address, 65_535).await;
+    let mut ready = client.ready().await.unwrap();
+    let (response, _send) = ready.send_request(timed("/stall", true), false).unwrap();
+    let response = tokio::time::timeout(LIMIT, response)
+        .await
+        .expect("an answer once the timeout ran out")
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["grpc-status"], "4"); // DEADLINE_EXCEEDED
+    assert!(response.body().is_end_stream(), "trailers-only");
+}
+
+#[tokio::test]
+async fn a_grpc_timeout_ends_an_open_response_with_deadline_exceeded_and_none_leaves_it_open() {
+    let s = server(settings()).await;
+    let client = client(s.address, 65_535).await;
+    for timeout in [true, false] {
+        let mut ready = client.clone().ready().await.unwrap();
+        let (response, _send) = ready
+            .send_request(timed("/unread", timeout), false)
+            .unwrap();
+        let response = response.await.unwrap();
+        assert_eq!(response.status(), 200);
+        assert!(!response.headers().contains_key("grpc-status"));
+        let mut body = response.into_body();
+        if timeout {
+            let data = tokio::time::timeout(LIMIT, body.data()).await.unwrap();
+            assert!(data.is_none(), "no data, then the end");
+            let trailers = body.trailers().await.unwrap().unwrap();
+            assert_eq!(trailers["grpc-status"], "4");
+        } else {
+            let wait = tokio::time::timeout(Duration::from_millis(400), body.data()).await;
+            assert!(
+                wait.is_err(),
+                "without grpc-timeout the response stays open"
+            );
+        }
+    }
 }
 
 #[tokio::test]
