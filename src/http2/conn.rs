@@ -187,7 +187,7 @@ where
                     (frame::SETTINGS_INITIAL_WINDOW_SIZE, STREAM_WINDOW as u32),
                     (
                         frame::SETTINGS_MAX_HEADER_LIST_SIZE,
-                        MAX_HEADER_BLOCK as u32,
+                        headers::MAX_HEADER_LIST as u32,
                     ),
                 ],
             );

@@ -5,6 +5,12 @@
 use prost::bytes::{BufMut, BytesMut};
 use tonic::codegen::http::{self, HeaderMap, HeaderName, HeaderValue, Method, Request, Uri};
 
+/// The largest header list a request may carry (SETTINGS_MAX_HEADER_LIST_SIZE): the
+/// decoded size, each field counted as its name, its value and 32 bytes (RFC 9113
+/// §6.5.2). A small header block can decode to far more, repeating an entry of the HPACK
+/// table ("HPACK bomb"), so it is counted as it decodes.
+pub const MAX_HEADER_LIST: usize = 64 * 1024;
+
 /// A request's head decoded from its header block.
 pub struct RequestHead {
     pub method: Option<Method>,
@@ -29,9 +35,16 @@ pub fn decode(
         headers: HeaderMap::new(),
     };
     let mut malformed = None;
+    let mut size = 0;
     decoder
         .decode_with_cb(block, |name, value| {
+            // Decoded to the end all the same: the HPACK table must follow every block.
             if malformed.is_some() {
+                return;
+            }
+            size += name.len() + value.len() + 32;
+            if size > MAX_HEADER_LIST {
+                malformed = Some(format!("a header list over {MAX_HEADER_LIST} bytes"));
                 return;
             }
             if let Err(e) = head.add(&name, &value) {

@@ -585,6 +585,63 @@ async fn protocol_violations_close_the_connection_with_goaway_saying_why_and_are
 }
 
 #[tokio::test]
+async fn a_header_block_that_decodes_to_megabytes_refuses_only_its_stream() {
+    let s = server(settings()).await;
+    let mut tcp = raw(s.address).await;
+    // An "HPACK bomb": a 4,000-byte field enters the HPACK table, then 40,000 one-byte
+    // references to it, 160 MB once decoded, in a 44 KB block.
+    let mut block = BytesMut::new();
+    super::headers::literal(&mut block, 2, b"", b"POST"); // :method
+    super::headers::literal(&mut block, 6, b"", b"http"); // :scheme
+    super::headers::literal(&mut block, 4, b"", b"/echo"); // :path
+    block.extend_from_slice(&[0x40, 5]); // literal, incremental indexing, new name
+    block.extend_from_slice(b"x-big");
+    block.extend_from_slice(&[0x7f, 0xa1, 0x1e]); // value length 4,000 (127 + 3,873)
+    block.extend_from_slice(&[b'a'; 4000]);
+    block.extend_from_slice(&[0xbe; 40_000]); // indexed field 62: the newest entry
+    let mut frames = BytesMut::new();
+    let mut chunks = block.chunks(frame::DEFAULT_MAX_FRAME).peekable();
+    let mut kind = frame::HEADERS;
+    while let Some(chunk) = chunks.next() {
+        let flags = if chunks.peek().is_none() {
+            frame::END_HEADERS
+        } else {
+            0
+        };
+        frame::put_head(&mut frames, chunk.len(), kind, flags, 1);
+        frames.extend_from_slice(chunk);
+        kind = frame::CONTINUATION;
+    }
+    frame::put_ping(&mut frames, 0, *b"after it");
+    tcp.write_all(&frames).await.unwrap();
+    // The stream is refused, and the connection still answers.
+    let mut read = BytesMut::new();
+    let mut reset = None;
+    tokio::time::timeout(LIMIT, async {
+        loop {
+            while read.len() >= frame::HEAD {
+                let head = Head::parse(&read);
+                if read.len() < frame::HEAD + head.len {
+                    break;
+                }
+                let f = read.split_to(frame::HEAD + head.len);
+                assert_ne!(head.kind, frame::GOAWAY, "the connection was closed");
+                if head.kind == frame::RST_STREAM && head.stream == 1 {
+                    reset = Some(u32::from_be_bytes(f[frame::HEAD..].try_into().unwrap()));
+                }
+                if head.kind == frame::PING && head.flags == frame::ACK {
+                    return;
+                }
+            }
+            assert!(tcp.read_buf(&mut read).await.unwrap() > 0, "closed");
+        }
+    })
+    .await
+    .expect("a PING ACK");
+    assert_eq!(reset, Some(frame::Reason::ProtocolError as u32));
+}
+
+#[tokio::test]
 async fn a_client_that_resets_streams_before_their_answer_in_a_loop_is_cut_off() {
     let (s, errors) = counting_server().await;
     let mut tcp = raw(s.address).await;
