@@ -61,6 +61,14 @@ const SCRATCH: usize = 256;
 const MAX_EARLY_RESETS: u32 = 200;
 const EARLY_RESET_WINDOW: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// Frames this server may queue in answer to the client (PING and SETTINGS
+/// acknowledgements, resets, window updates, response headers) while the client reads
+/// none of them: past it, a client flooding the connection with frames that each want an
+/// answer ("ping flood", "settings flood", CVE-2019-9512 and -9515) is cut off with
+/// ENHANCE_YOUR_CALM instead of growing the queue without end (Go's HTTP/2 server has
+/// the same limit).
+const MAX_UNWRITTEN_CONTROL: u32 = 10_000;
+
 /// The most of a connection error's text sent as GOAWAY debug data.
 const MAX_GOAWAY_DEBUG: usize = 256;
 
@@ -101,6 +109,8 @@ pub struct Connection<T, S: Service<http::Request<RecvBody>>> {
     ping_sent: Option<Instant>,
     /// Streams the client reset before their response began, since when.
     early_resets: (u32, Instant),
+    /// Control frames queued since the queue was last written out in full.
+    unwritten_control: u32,
 }
 
 struct Stream<F> {
@@ -177,6 +187,7 @@ where
             last_read: now,
             ping_sent: None,
             early_resets: (0, now),
+            unwritten_control: 0,
         };
         // The server's preface: its SETTINGS, and the connection window opened wide.
         conn.control(|b| {
@@ -333,6 +344,15 @@ where
             self.inbuf.advance(frame::HEAD);
             let payload = self.inbuf.split_to(head.len).freeze();
             self.frame(cx, head, payload)?;
+            if self.unwritten_control > MAX_UNWRITTEN_CONTROL {
+                return Err((
+                    Reason::EnhanceYourCalm,
+                    format!(
+                        "more than {MAX_UNWRITTEN_CONTROL} frames answered and none of the \
+                         answers read"
+                    ),
+                ));
+            }
         }
         if self.inbuf.is_empty() {
             // Nothing half-read: the buffer goes (the frames split off it may live on in
@@ -847,6 +867,7 @@ where
 
     /// A control frame written by `f`, queued.
     fn control(&mut self, f: impl FnOnce(&mut BytesMut)) {
+        self.unwritten_control = self.unwritten_control.saturating_add(1);
         self.make_room(64);
         f(&mut self.scratch);
         self.enqueue_scratch();
@@ -896,6 +917,7 @@ where
                 }
             }
         }
+        self.unwritten_control = 0;
         if self.queue.capacity() > 64 {
             self.queue = VecDeque::new();
         }

@@ -642,6 +642,41 @@ async fn a_header_block_that_decodes_to_megabytes_refuses_only_its_stream() {
 }
 
 #[tokio::test]
+async fn a_client_that_floods_pings_and_reads_no_answer_is_cut_off() {
+    let errors = Arc::new(Mutex::new(Vec::new()));
+    let seen = errors.clone();
+    let s = server(Settings {
+        keepalive_timeout: Duration::from_millis(300),
+        on_error: super::ErrorHook::new(move |reason| seen.lock().unwrap().push(reason)),
+        ..settings()
+    })
+    .await;
+    // A client that reads nothing, with a small receive buffer so that the answers pile
+    // up in the server rather than in the kernel.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut tcp = socket.connect(s.address).await.unwrap();
+    let mut hello = BytesMut::from(frame::PREFACE);
+    frame::put_settings(&mut hello, &[]);
+    tcp.write_all(&hello).await.unwrap();
+    let mut pings = BytesMut::new();
+    for _ in 0..10_000 {
+        frame::put_ping(&mut pings, 0, *b"flooding");
+    }
+    // Pings until the server closes the connection (it reads them as fast as they come
+    // while it is willing to).
+    let closed = tokio::time::timeout(LIMIT, async {
+        while tcp.write_all(&pings).await.is_ok() {}
+    })
+    .await;
+    assert!(
+        closed.is_ok(),
+        "the server still took pings after {LIMIT:?}"
+    );
+    assert_eq!(*errors.lock().unwrap(), ["http2_enhance_your_calm"]);
+}
+
+#[tokio::test]
 async fn a_client_that_resets_streams_before_their_answer_in_a_loop_is_cut_off() {
     let (s, errors) = counting_server().await;
     let mut tcp = raw(s.address).await;
