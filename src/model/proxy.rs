@@ -33,7 +33,10 @@ pub struct Proxy {
     pub pod_name: String,
     pub namespace: String,
     pub dns_domain: String,
-    pub labels: BTreeMap<String, String>,
+    /// Shared with the other connected proxies of the same labels
+    /// ([`crate::xds::label_sets`]).
+    #[serde(serialize_with = "shared_labels")]
+    pub labels: std::sync::Arc<BTreeMap<String, String>>,
     pub cluster_id: String,
     pub istio_version: Option<String>,
     pub revision: Option<String>,
@@ -59,6 +62,13 @@ pub struct Proxy {
     /// configurations: set for delta streams when
     /// `MESHD_ENABLE_VHDS` is on (VHDS needs delta ADS).
     pub vhds: bool,
+}
+
+fn shared_labels<S: serde::Serializer>(
+    labels: &std::sync::Arc<BTreeMap<String, String>>,
+    out: S,
+) -> Result<S::Ok, S::Error> {
+    serde::Serialize::serialize(labels.as_ref(), out)
 }
 
 impl Proxy {
@@ -121,7 +131,7 @@ impl Proxy {
             namespace,
             dns_domain: domain.to_string(),
             revision: text("ISTIO_REVISION").or_else(|| labels.get(super::REVISION_LABEL).cloned()),
-            labels,
+            labels: labels.into(),
             cluster_id: text("CLUSTER_ID").unwrap_or_else(|| "Kubernetes".into()),
             istio_version: text("ISTIO_VERSION"),
             interception,

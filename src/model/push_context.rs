@@ -646,7 +646,7 @@ impl PushContext {
     pub fn proxy_labels<'a>(&'a self, proxy: &'a Proxy) -> &'a BTreeMap<String, String> {
         (self.pod_labels.get(proxy.namespace.as_str()))
             .and_then(|pods| pods.get(proxy.pod_name.as_str()))
-            .unwrap_or(&proxy.labels)
+            .unwrap_or(proxy.labels.as_ref())
     }
 
     /// Where a proxy is: Envoy's `node.locality`; else its labels' `istio-locality` (as

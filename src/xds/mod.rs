@@ -11,6 +11,7 @@ pub mod cork;
 pub mod delta;
 pub mod dump;
 pub mod joined;
+pub mod label_sets;
 pub mod origin;
 pub mod outbox;
 pub mod push;
@@ -57,6 +58,8 @@ pub struct XdsShared {
     /// The latest NACK of a resource built from each object.
     rejections: Mutex<HashMap<ObjectKey, Rejection>>,
     series: PushSeries,
+    /// Connected proxies' labels, each set kept once.
+    label_sets: label_sets::LabelSets,
 }
 
 /// The metric series a push touches for every proxy and type, each taken from its family
@@ -113,6 +116,7 @@ impl XdsShared {
             connections: Mutex::default(),
             rejections: Mutex::default(),
             series: PushSeries::default(),
+            label_sets: Default::default(),
         })
     }
 
@@ -167,6 +171,7 @@ impl XdsShared {
 
     fn deregister(&self, id: u64, proxy: &Proxy) {
         self.connections.lock().unwrap().remove(&id);
+        self.label_sets.release(&proxy.labels);
         self.metrics.xds_clients.dec();
         self.metrics
             .xds_by_version
@@ -255,6 +260,7 @@ fn proxy_from_node(
         .unwrap_or_default();
     let mut proxy = Proxy::from_node(&node.id, &metadata)
         .map_err(|e| Status::invalid_argument(refuse("bad_node", e)))?;
+    proxy.labels = shared.label_sets.intern(std::mem::take(&mut proxy.labels));
     if let Some(l) = &node.locality {
         proxy.locality = Locality {
             region: l.region.clone(),
