@@ -379,6 +379,45 @@ fn put_cancel(buf: &mut BytesMut, stream: u32) {
     buf.extend_from_slice(&8u32.to_be_bytes()); // CANCEL
 }
 
+/// Reads frames (what is left unparsed stays in `read`) until `done` says so with a
+/// frame's head and payload; a GOAWAY or a closed connection fails the test.
+async fn read_until(
+    tcp: &mut TcpStream,
+    read: &mut BytesMut,
+    mut done: impl FnMut(Head, &[u8]) -> bool,
+) {
+    tokio::time::timeout(LIMIT, async {
+        loop {
+            while read.len() >= frame::HEAD {
+                let head = Head::parse(read);
+                if read.len() < frame::HEAD + head.len {
+                    break;
+                }
+                let f = read.split_to(frame::HEAD + head.len);
+                assert_ne!(head.kind, frame::GOAWAY, "the server closed the connection");
+                if done(head, &f[frame::HEAD..]) {
+                    return;
+                }
+            }
+            let got = tcp.read_buf(read).await.unwrap();
+            assert!(got > 0, "the server closed the connection");
+        }
+    })
+    .await
+    .expect("the awaited frame");
+}
+
+/// A PING with `payload`, and its answer.
+async fn ping_answered(tcp: &mut TcpStream, read: &mut BytesMut, payload: [u8; 8]) {
+    let mut ping = BytesMut::new();
+    frame::put_ping(&mut ping, 0, payload);
+    tcp.write_all(&ping).await.unwrap();
+    read_until(tcp, read, |head, f| {
+        head.kind == frame::PING && head.flags == frame::ACK && f == payload
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn a_trailers_only_answer_ends_the_stream_in_its_headers() {
     let s = server(settings()).await;
@@ -612,33 +651,19 @@ async fn a_header_block_that_decodes_to_megabytes_refuses_only_its_stream() {
         frames.extend_from_slice(chunk);
         kind = frame::CONTINUATION;
     }
-    frame::put_ping(&mut frames, 0, *b"after it");
     tcp.write_all(&frames).await.unwrap();
     // The stream is refused, and the connection still answers.
     let mut read = BytesMut::new();
     let mut reset = None;
-    tokio::time::timeout(LIMIT, async {
-        loop {
-            while read.len() >= frame::HEAD {
-                let head = Head::parse(&read);
-                if read.len() < frame::HEAD + head.len {
-                    break;
-                }
-                let f = read.split_to(frame::HEAD + head.len);
-                assert_ne!(head.kind, frame::GOAWAY, "the connection was closed");
-                if head.kind == frame::RST_STREAM && head.stream == 1 {
-                    reset = Some(u32::from_be_bytes(f[frame::HEAD..].try_into().unwrap()));
-                }
-                if head.kind == frame::PING && head.flags == frame::ACK {
-                    return;
-                }
-            }
-            assert!(tcp.read_buf(&mut read).await.unwrap() > 0, "closed");
+    read_until(&mut tcp, &mut read, |head, f| {
+        if head.kind == frame::RST_STREAM && head.stream == 1 {
+            reset = Some(u32::from_be_bytes(f.try_into().unwrap()));
         }
+        reset.is_some()
     })
-    .await
-    .expect("a PING ACK");
+    .await;
     assert_eq!(reset, Some(frame::Reason::ProtocolError as u32));
+    ping_answered(&mut tcp, &mut read, *b"after it").await;
 }
 
 #[tokio::test]
@@ -712,55 +737,16 @@ async fn streams_reset_after_their_answer_are_not_limited() {
         frame::put_head(&mut request, 5, frame::DATA, 0, stream);
         request.extend_from_slice(b"hello");
         tcp.write_all(&request).await.unwrap();
-        tokio::time::timeout(LIMIT, async {
-            loop {
-                while read.len() >= frame::HEAD {
-                    let head = Head::parse(&read);
-                    if read.len() < frame::HEAD + head.len {
-                        break;
-                    }
-                    let _ = read.split_to(frame::HEAD + head.len);
-                    assert_ne!(head.kind, frame::GOAWAY, "closed after {n} streams");
-                    if head.kind == frame::DATA && head.stream == stream {
-                        return;
-                    }
-                }
-                let got = tcp.read_buf(&mut read).await.unwrap();
-                assert!(
-                    got > 0,
-                    "the server closed the connection after {n} streams"
-                );
-            }
+        read_until(&mut tcp, &mut read, |head, _| {
+            head.kind == frame::DATA && head.stream == stream
         })
-        .await
-        .expect("an answer");
+        .await;
         let mut cancel = BytesMut::new();
         put_cancel(&mut cancel, stream);
         tcp.write_all(&cancel).await.unwrap();
     }
     // Still served: a ping is answered.
-    let mut ping = BytesMut::new();
-    frame::put_ping(&mut ping, 0, *b"still on");
-    tcp.write_all(&ping).await.unwrap();
-    tokio::time::timeout(LIMIT, async {
-        loop {
-            while read.len() >= frame::HEAD {
-                let head = Head::parse(&read);
-                if read.len() < frame::HEAD + head.len {
-                    break;
-                }
-                let f = read.split_to(frame::HEAD + head.len);
-                assert_ne!(head.kind, frame::GOAWAY);
-                if head.kind == frame::PING && head.flags == frame::ACK {
-                    assert_eq!(&f[frame::HEAD..], b"still on");
-                    return;
-                }
-            }
-            assert!(tcp.read_buf(&mut read).await.unwrap() > 0, "closed");
-        }
-    })
-    .await
-    .expect("a PING ACK");
+    ping_answered(&mut tcp, &mut read, *b"still on").await;
     assert!(errors.lock().unwrap().is_empty());
 }
 
