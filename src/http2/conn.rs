@@ -414,7 +414,19 @@ where
                     ));
                 };
                 let inc = i64::from(inc);
-                if head.stream == 0 {
+                // An increment of 0 is an error (RFC 9113 §6.9): of the connection on
+                // stream 0, else of its stream.
+                if inc == 0 && head.stream == 0 {
+                    return Err((
+                        Reason::ProtocolError,
+                        "a WINDOW_UPDATE of 0 for the connection".into(),
+                    ));
+                }
+                if inc == 0 {
+                    if let Some(i) = self.find(head.stream) {
+                        self.reset(i, Reason::ProtocolError);
+                    }
+                } else if head.stream == 0 {
                     self.send_window += inc;
                     if self.send_window > frame::MAX_WINDOW {
                         return Err((

@@ -613,12 +613,27 @@ async fn protocol_violations_close_the_connection_with_goaway_saying_why_and_are
         Some(frame::Reason::CompressionError as u32)
     );
     assert!(!goaway_debug(&frames).is_empty());
+    // A WINDOW_UPDATE of 0 for the connection.
+    let mut tcp = raw(s.address).await;
+    let mut zero = BytesMut::new();
+    frame::put_window_update(&mut zero, 0, 0);
+    tcp.write_all(&zero).await.unwrap();
+    let frames = frames_until_closed(&mut tcp).await;
+    assert_eq!(
+        goaway_code(&frames),
+        Some(frame::Reason::ProtocolError as u32)
+    );
+    assert_eq!(
+        goaway_debug(&frames),
+        "a WINDOW_UPDATE of 0 for the connection"
+    );
     assert_eq!(
         *errors.lock().unwrap(),
         [
             "http2_protocol_error",
             "http2_frame_size_error",
-            "http2_compression_error"
+            "http2_compression_error",
+            "http2_protocol_error"
         ]
     );
 }
@@ -664,6 +679,27 @@ async fn a_header_block_that_decodes_to_megabytes_refuses_only_its_stream() {
     .await;
     assert_eq!(reset, Some(frame::Reason::ProtocolError as u32));
     ping_answered(&mut tcp, &mut read, *b"after it").await;
+}
+
+#[tokio::test]
+async fn a_window_update_of_zero_for_a_stream_resets_only_that_stream() {
+    let s = server(settings()).await;
+    let mut tcp = raw(s.address).await;
+    let mut frames = BytesMut::new();
+    put_request(&mut frames, 1, "/unread");
+    frame::put_window_update(&mut frames, 1, 0);
+    tcp.write_all(&frames).await.unwrap();
+    let mut read = BytesMut::new();
+    let mut reset = None;
+    read_until(&mut tcp, &mut read, |head, f| {
+        if head.kind == frame::RST_STREAM && head.stream == 1 {
+            reset = Some(u32::from_be_bytes(f.try_into().unwrap()));
+        }
+        reset.is_some()
+    })
+    .await;
+    assert_eq!(reset, Some(frame::Reason::ProtocolError as u32));
+    ping_answered(&mut tcp, &mut read, *b"still on").await;
 }
 
 #[tokio::test]
