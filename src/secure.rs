@@ -180,7 +180,6 @@ impl Security {
     }
 }
 
-/// The certificates a TLS client presented on a secure-port connection.
 /// The client's leaf certificate, which names its identity. The rest of its chain was
 /// verified in the handshake and is not kept a second time for every connection.
 fn tls_peer<T>(tls: &tokio_rustls::server::TlsStream<T>) -> Option<crate::http2::PeerCertificates> {

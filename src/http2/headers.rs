@@ -117,8 +117,6 @@ fn connection_specific(name: &HeaderName) -> bool {
     )
 }
 
-/// A response's header block: `:status`, then each field as a literal never indexed
-/// into the dynamic table.
 /// A request's `grpc-timeout` (gRPC over HTTP/2: at most eight digits and a unit, `H`
 /// hours, `M` minutes, `S` seconds, `m`, `u`, `n` milli-, micro-, nanoseconds); `None`
 /// when absent or malformed (a malformed one is ignored, as gRPC's servers do).
@@ -141,6 +139,8 @@ pub fn grpc_timeout(headers: &HeaderMap) -> Option<std::time::Duration> {
     })
 }
 
+/// A response's header block: `:status`, then each field as a literal never indexed
+/// into the dynamic table.
 pub fn encode_response(buf: &mut BytesMut, status: http::StatusCode, headers: &HeaderMap) {
     if status == http::StatusCode::OK {
         buf.put_u8(0x88); // static table entry 8, `:status: 200`

@@ -14,9 +14,10 @@
 //! table), flow control both ways (a request window reopens only for bytes the service
 //! consumed), PING (answered, and sent as keepalive to connections nothing was read from),
 //! RST_STREAM, GOAWAY (sent on shutdown and on connection errors, saying why in its debug
-//! data) and CONTINUATION, enforces each request's `grpc-timeout`, and cuts off a client
-//! that resets streams before their answer in a loop (rapid reset). It does not implement server push, priorities, or HTTP/1.1
-//! upgrades, which gRPC does not use.
+//! data) and CONTINUATION. It enforces each request's `grpc-timeout`, refuses header
+//! lists that decode past 64 KiB, and cuts off a client that resets streams before their
+//! answer in a loop (rapid reset) or floods frames and reads none of the answers. It does
+//! not implement server push, priorities, or HTTP/1.1 upgrades, which gRPC does not use.
 
 mod body;
 mod conn;

@@ -586,13 +586,14 @@ pub fn run(mut args: LoadgenArgs) -> Result<Json, String> {
 }
 
 /// Waits until every proxy of `fleet` holds its initial configuration (CDS, EDS, LDS
-/// and RDS answered), reporting the first stream errors.
+/// and RDS answered), at most `timeout`, reporting the first stream errors.
 async fn await_initialised(
     fleet: &[Simulated],
     err_rx: &mut tokio::sync::mpsc::UnboundedReceiver<String>,
     errors: &mut usize,
-    deadline: Instant,
+    timeout: Duration,
 ) -> Result<(), String> {
+    let deadline = Instant::now() + timeout;
     let total = fleet.len();
     loop {
         while let Ok(e) = err_rx.try_recv() {
@@ -611,7 +612,7 @@ async fn await_initialised(
         }
         if Instant::now() > deadline {
             return Err(format!(
-                "only {ready} of {total} proxies initialised in time"
+                "only {ready} of {total} proxies initialised in {timeout:?}"
             ));
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -701,28 +702,10 @@ async fn simulate(
     let mut connect_from = started;
     for i in 0..total {
         if i == warm && warm > 0 {
-            let deadline = Instant::now() + args.init_timeout;
-            await_initialised(&fleet, &mut err_rx, &mut errors, deadline).await?;
+            await_initialised(&fleet, &mut err_rx, &mut errors, args.init_timeout).await?;
             warmed = Some(settled(&args, &probe).await);
             connect_from = Instant::now();
             next = tokio::time::Instant::now();
-        }
-        if !args.through_hyper() {
-            let ns = if i < args.proxies {
-                format!("ns-{}", i % shape.namespaces)
-            } else {
-                "istio-system".to_string()
-            };
-            dial = Some(proxy::Dial::Own {
-                address: xds_address.clone(),
-                tls: identities.as_ref().map(|ids| ids[&ns].clone()),
-            });
-        } else if i % args.proxies_per_connection.max(1) == 0 {
-            dial = Some(proxy::Dial::Shared(
-                tonic::transport::Endpoint::from_shared(format!("http://{}", args.xds))
-                    .map_err(|e| e.to_string())?
-                    .connect_with_connector_lazy(Connector(args.xds.clone())),
-            ));
         }
         let (id, namespace, meta) = if i < args.proxies {
             let ns = format!("ns-{}", i % shape.namespaces);
@@ -742,6 +725,19 @@ async fn simulate(
                 serde_json::json!({"NAMESPACE": "istio-system", "LABELS": {"istio": "ingressgateway"}, "ISTIO_VERSION": "1.28.0"}),
             )
         };
+        if !args.through_hyper() {
+            let ns = namespace.as_deref().unwrap_or("istio-system");
+            dial = Some(proxy::Dial::Own {
+                address: xds_address.clone(),
+                tls: identities.as_ref().map(|ids| ids[ns].clone()),
+            });
+        } else if i % args.proxies_per_connection.max(1) == 0 {
+            dial = Some(proxy::Dial::Shared(
+                tonic::transport::Endpoint::from_shared(format!("http://{}", args.xds))
+                    .map_err(|e| e.to_string())?
+                    .connect_with_connector_lazy(Connector(args.xds.clone())),
+            ));
+        }
         let spec = Spec {
             node: node(&id, &meta),
             delta: !args.sotw,
@@ -793,8 +789,7 @@ async fn simulate(
         }
     }
     // Everyone initialised: CDS, EDS, LDS and RDS answered.
-    let deadline = Instant::now() + args.init_timeout;
-    await_initialised(&fleet, &mut err_rx, &mut errors, deadline).await?;
+    await_initialised(&fleet, &mut err_rx, &mut errors, args.init_timeout).await?;
     let connect_seconds = connect_from.elapsed().as_secs_f64();
     let init_ms: Vec<f64> = fleet[warm..]
         .iter()

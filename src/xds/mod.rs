@@ -260,7 +260,7 @@ fn proxy_from_node(
         .unwrap_or_default();
     let mut proxy = Proxy::from_node(&node.id, &metadata)
         .map_err(|e| Status::invalid_argument(refuse("bad_node", e)))?;
-    proxy.labels = shared.label_sets.intern(std::mem::take(&mut proxy.labels));
+    proxy.labels = shared.label_sets.intern(proxy.labels.clone());
     if let Some(l) = &node.locality {
         proxy.locality = Locality {
             region: l.region.clone(),
