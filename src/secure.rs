@@ -154,20 +154,22 @@ impl Security {
         metrics: Arc<Metrics>,
         mut shutdown: watch::Receiver<bool>,
     ) -> tokio::task::JoinHandle<Result<(), tonic::transport::Error>> {
-        let incoming = crate::tls::incoming(listener, self.configs.clone());
         let ca = CaService::new(self.ca.clone(), self.authn.clone(), metrics)
             .forwarding_to(self.upstream.clone());
         let settings = xds.settings.clone();
         let http2 = xds.http2_settings();
         let ads = AdsService::secure(xds, self.authn.clone());
         if settings.own_http2 {
+            let incoming = crate::tls::incoming_records(listener, self.configs.clone());
             let routes =
                 tonic::service::Routes::new(ca.into_server()).add_service(ads.into_server());
             return tokio::spawn(async move {
-                crate::http2::serve_incoming(incoming, routes, http2, tls_peer, shutdown).await;
+                let peer = crate::tls::Secure::peer;
+                crate::http2::serve_incoming(incoming, routes, http2, peer, shutdown).await;
                 Ok(())
             });
         }
+        let incoming = crate::tls::incoming(listener, self.configs.clone());
         let mut server = crate::xds::server_builder(&settings);
         tokio::spawn(
             server
@@ -178,13 +180,6 @@ impl Security {
                 }),
         )
     }
-}
-
-/// The client's leaf certificate, which names its identity. The rest of its chain was
-/// verified in the handshake and is not kept a second time for every connection.
-fn tls_peer<T>(tls: &tokio_rustls::server::TlsStream<T>) -> Option<crate::http2::PeerCertificates> {
-    let leaf = tls.get_ref().1.peer_certificates()?.first()?;
-    Some(crate::http2::PeerCertificates(Arc::from([leaf.to_vec()])))
 }
 
 /// A fresh serving certificate from the CA, and when to renew it.

@@ -302,7 +302,7 @@ impl<Req: prost::Message> Stream<Req> {
 /// workload certificate (the secure port, as sidecars connect in Istio).
 pub enum Io {
     Plain(TcpStream),
-    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+    Tls(Box<crate::tls::records::Records<TcpStream>>),
 }
 
 impl AsyncWrite for Io {
@@ -430,7 +430,7 @@ where
     let io = match tls {
         None => Io::Plain(tcp),
         Some(tls) => Io::Tls(Box::new(
-            tls.connector.connect(tls.server_name.clone(), tcp).await?,
+            crate::tls::records::connect(tcp, &tls.connector, tls.server_name.clone()).await?,
         )),
     };
     Ok(wire::Messages::new(

@@ -44,8 +44,10 @@ pub(super) fn workload_tls(
                 .map_err(|e| e.to_string())?
                 .concat();
             let key = key_to_pem(&key).map_err(|e| e.to_string())?;
-            let config = crate::tls::client_config(&roots, Some((&chain, &key)))
+            let mut config = crate::tls::client_config(&roots, Some((&chain, &key)))
                 .map_err(|e| e.to_string())?;
+            // Once connected, a proxy keeps only its keys (`tls::records`), as meshd does.
+            config.enable_secret_extraction = true;
             let tls = Tls {
                 connector: tokio_rustls::TlsConnector::from(Arc::new(config)),
                 server_name: server_name.clone(),

@@ -200,6 +200,18 @@ fn two_workloads_talk_mutual_tls_and_peer_authentication_decides_about_plaintext
     );
     assert_eq!(via(&client, "/").unwrap().status, 200);
 
+    // Envoy's xDS connection to the secure port is TLS 1.3, so the policy changes above
+    // reached it through meshd's own record layer (`tls::records`), not rustls's.
+    assert!(
+        client.envoy.stat("cluster.xds-grpc.ssl.versions.TLSv1.3") >= 1,
+        "xDS over TLS 1.3: {}",
+        client
+            .envoy
+            .admin("/stats?filter=xds-grpc.ssl")
+            .unwrap()
+            .body
+    );
+
     // The effective mode per port is visible, as istioctl's authn view shows it.
     let authn = m.meshd.json(&format!(
         "/debug/authenticationz?proxyID={}",

@@ -2,6 +2,8 @@
 //! and an accept loop that handshakes each connection on its own task (a slow or silent
 //! client never holds up the others) with the config current at that moment, so a renewed
 //! serving certificate or a rotated root applies to new connections without a restart.
+//! With meshd's own HTTP/2 server a TLS 1.3 connection keeps only its keys once the
+//! handshake is done ([`records`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,6 +19,10 @@ use tokio_rustls::server::TlsStream;
 use tokio_stream::wrappers::ReceiverStream;
 
 use crate::xds::cork::Corked;
+
+pub mod records;
+
+pub use records::Secure;
 
 /// How long a client has to finish the TLS handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -54,6 +60,9 @@ pub fn server_config(
         .with_client_cert_verifier(verifier)
         .with_single_cert(certs(chain_pem)?, key)?;
     config.alpn_protocols = vec![b"h2".to_vec()];
+    // The secure xDS port takes each TLS 1.3 connection's keys from rustls once the
+    // handshake is done and keeps no more of it (see [`records`]).
+    config.enable_secret_extraction = true;
     Ok(Arc::new(config))
 }
 
@@ -96,6 +105,40 @@ pub fn incoming_with_alpn(
     configs: watch::Receiver<Arc<rustls::ServerConfig>>,
     alpn: Option<&'static [&'static [u8]]>,
 ) -> ReceiverStream<std::io::Result<TlsStream<Corked<TcpStream>>>> {
+    accept_each(listener, configs, move |tcp, config| {
+        let acceptor = TlsAcceptor::from(match alpn {
+            None => config,
+            Some(protocols) => {
+                let mut config = (*config).clone();
+                config.alpn_protocols = protocols.iter().map(|p| p.to_vec()).collect();
+                Arc::new(config)
+            }
+        });
+        acceptor.accept(tcp)
+    })
+}
+
+/// [`incoming`] for meshd's own HTTP/2 server: TLS 1.3 connections keep only their keys
+/// after the handshake ([`records`]).
+pub fn incoming_records(
+    listener: TcpListener,
+    configs: watch::Receiver<Arc<rustls::ServerConfig>>,
+) -> ReceiverStream<std::io::Result<Secure<Corked<TcpStream>>>> {
+    accept_each(listener, configs, records::accept)
+}
+
+/// Accepts TCP connections on `listener` and yields those whose `handshake` (with the
+/// config current when they connected) succeeds, each handshake on its own task.
+fn accept_each<T, F, H>(
+    listener: TcpListener,
+    configs: watch::Receiver<Arc<rustls::ServerConfig>>,
+    handshake: H,
+) -> ReceiverStream<std::io::Result<T>>
+where
+    T: Send + 'static,
+    F: Future<Output = std::io::Result<T>> + Send + 'static,
+    H: Fn(Corked<TcpStream>, Arc<rustls::ServerConfig>) -> F + Send + 'static,
+{
     let (tx, rx) = mpsc::channel(64);
     tokio::spawn(async move {
         loop {
@@ -107,15 +150,6 @@ pub fn incoming_with_alpn(
                     continue;
                 }
             };
-            let config = configs.borrow().clone();
-            let acceptor = TlsAcceptor::from(match alpn {
-                None => config,
-                Some(protocols) => {
-                    let mut config = (*config).clone();
-                    config.alpn_protocols = protocols.iter().map(|p| p.to_vec()).collect();
-                    Arc::new(config)
-                }
-            });
             if tx.is_closed() {
                 return;
             }
@@ -123,10 +157,10 @@ pub fn incoming_with_alpn(
             // Nagle's algorithm and the peer's delayed ACK (40 ms a response).
             // Large responses are still sent in full segments: see [`Corked`].
             let _ = tcp.set_nodelay(true);
+            let handshake = handshake(Corked::new(tcp), configs.borrow().clone());
             let tx = tx.clone();
             tokio::spawn(async move {
-                let tcp = Corked::new(tcp);
-                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await {
                     Ok(Ok(tls)) => {
                         let _ = tx.send(Ok(tls)).await;
                     }
