@@ -608,10 +608,17 @@ fn after_handshake<T, D>(
             Err(e) => return Err(e),
         }
     }
+    // The record buffer keeps the capacity of the largest handshake record; only a
+    // begun record is worth keeping.
+    let received = if bounded.record.is_empty() {
+        Vec::new()
+    } else {
+        bounded.record
+    };
     Ok(Handover {
         io: bounded.io,
         client,
-        received: bounded.record,
+        received,
         plain,
         read_closed,
     })
