@@ -48,6 +48,7 @@ pub(super) fn workload_tls(
                 .map_err(|e| e.to_string())?;
             // Once connected, a proxy keeps only its keys (`tls::records`), as meshd does.
             config.enable_secret_extraction = true;
+            config.key_log = Arc::new(crate::tls::records::TrafficSecrets);
             let tls = Tls {
                 connector: tokio_rustls::TlsConnector::from(Arc::new(config)),
                 server_name: server_name.clone(),

@@ -63,6 +63,7 @@ pub fn server_config(
     // The secure xDS port takes each TLS 1.3 connection's keys from rustls once the
     // handshake is done and keeps no more of it (see [`records`]).
     config.enable_secret_extraction = true;
+    config.key_log = Arc::new(records::TrafficSecrets);
     Ok(Arc::new(config))
 }
 

@@ -14,11 +14,11 @@
 //! taken from it, and the bytes of a record it has only begun are kept from the socket,
 //! so nothing the client sent right behind its Finished is lost.
 //!
-//! A TLS 1.2 client keeps rustls's connection. A KeyUpdate from the client, or this side
-//! reaching AES-GCM's limit of records under one key (2^24 here, RFC 8446 §5.5), closes the
-//! connection and the proxy reconnects with new keys: deriving the next keys needs the
-//! key schedule, which rustls does not hand over with the secrets. Envoy (BoringSSL), Go
-//! and rustls clients send no KeyUpdate before that many records of their own.
+//! A TLS 1.2 client keeps rustls's connection. KeyUpdates (RFC 8446 §4.6.3) are followed
+//! and answered: the next keys derive from each direction's traffic secret, which rustls
+//! logs during the handshake to [`TrafficSecrets`] (its `KeyLog`, writing nowhere) and
+//! which is kept only if it gives the keys rustls handed over. After 2^24 records under
+//! one key this side moves to the next with a KeyUpdate of its own.
 
 use std::cell::RefCell;
 use std::io::{self, IoSlice, Read};
@@ -28,6 +28,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
 use ring::aead::{self, Aad, LessSafeKey, Nonce, UnboundKey};
+use ring::hkdf;
 use rustls::{ConnectionTrafficSecrets, ProtocolVersion};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
@@ -49,9 +50,12 @@ const CLOSE_NOTIFY: u8 = 0;
 
 /// Plaintext sealed per write to the socket; what the socket does not take is kept.
 const SEAL_PER_WRITE: usize = 64 * 1024;
-/// Records sealed under one key before the connection is closed (AES-GCM's
+/// Records sealed under one key before the next comes with a KeyUpdate (AES-GCM's
 /// confidentiality limit is 2^24.5 records, RFC 8446 §5.5).
 const RECORD_LIMIT: u64 = 1 << 24;
+/// A KeyUpdate's request_update field.
+const UPDATE_NOT_REQUESTED: u8 = 0;
+const UPDATE_REQUESTED: u8 = 1;
 /// Bytes read from the socket per read.
 const READ_CHUNK: usize = 16 * 1024;
 
@@ -65,20 +69,95 @@ fn invalid(message: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, message)
 }
 
+/// A direction's traffic secret, from which its keys derive and the next secret after a
+/// KeyUpdate (RFC 8446 §7.2, §7.3).
+#[derive(Clone)]
+struct TrafficSecret {
+    aead: &'static aead::Algorithm,
+    hash: hkdf::Algorithm,
+    bytes: [u8; 48],
+    len: usize,
+}
+
+impl TrafficSecret {
+    fn new(
+        aead: &'static aead::Algorithm,
+        hash: hkdf::Algorithm,
+        secret: &[u8],
+    ) -> Option<TrafficSecret> {
+        let mut bytes = [0; 48];
+        (secret.len() == hkdf::KeyType::len(&hash)).then_some(())?;
+        bytes.get_mut(..secret.len())?.copy_from_slice(secret);
+        Some(TrafficSecret {
+            aead,
+            hash,
+            bytes,
+            len: secret.len(),
+        })
+    }
+
+    /// HKDF-Expand-Label(secret, label, "", out.len()) (RFC 8446 §7.1).
+    fn expand(&self, label: &[u8], out: &mut [u8]) {
+        struct Len(usize);
+        impl hkdf::KeyType for Len {
+            fn len(&self) -> usize {
+                self.0
+            }
+        }
+        let length = (out.len() as u16).to_be_bytes();
+        let label_length = [(b"tls13 ".len() + label.len()) as u8];
+        let info = [&length[..], &label_length, b"tls13 ", label, &[0]];
+        let prk = hkdf::Prk::new_less_safe(self.hash, &self.bytes[..self.len]);
+        // Infallible: the lengths asked for are the AEAD's key, its IV and the hash's.
+        (prk.expand(&info, Len(out.len()))
+            .and_then(|okm| okm.fill(out)))
+        .expect("HKDF-Expand-Label of a valid length");
+    }
+
+    /// The key and IV this secret gives.
+    fn key_and_iv(&self) -> (Vec<u8>, [u8; 12]) {
+        let mut key = vec![0; self.aead.key_len()];
+        self.expand(b"key", &mut key);
+        let mut iv = [0; 12];
+        self.expand(b"iv", &mut iv);
+        (key, iv)
+    }
+
+    /// The secret after a KeyUpdate.
+    fn next(&self) -> TrafficSecret {
+        let mut next = self.clone();
+        self.expand(b"traffic upd", &mut next.bytes[..self.len]);
+        next
+    }
+}
+
 /// One direction's key, IV and next sequence number.
 struct Keys {
     key: LessSafeKey,
     iv: [u8; 12],
     seq: u64,
+    /// The secret the key and IV derive from, for the next ones after a KeyUpdate; without
+    /// it a KeyUpdate closes the connection.
+    secret: Option<TrafficSecret>,
 }
 
 impl Keys {
-    fn new(secrets: &ConnectionTrafficSecrets, seq: u64) -> io::Result<Keys> {
-        let (algorithm, key, iv) = match secrets {
-            ConnectionTrafficSecrets::Aes128Gcm { key, iv } => (&aead::AES_128_GCM, key, iv),
-            ConnectionTrafficSecrets::Aes256Gcm { key, iv } => (&aead::AES_256_GCM, key, iv),
+    /// The keys rustls handed over, with the traffic secret they derive from if it was
+    /// captured in the handshake and agrees with them.
+    fn new(
+        secrets: &ConnectionTrafficSecrets,
+        seq: u64,
+        captured: Option<&[u8]>,
+    ) -> io::Result<Keys> {
+        let (algorithm, hash, key, iv) = match secrets {
+            ConnectionTrafficSecrets::Aes128Gcm { key, iv } => {
+                (&aead::AES_128_GCM, hkdf::HKDF_SHA256, key, iv)
+            }
+            ConnectionTrafficSecrets::Aes256Gcm { key, iv } => {
+                (&aead::AES_256_GCM, hkdf::HKDF_SHA384, key, iv)
+            }
             ConnectionTrafficSecrets::Chacha20Poly1305 { key, iv } => {
-                (&aead::CHACHA20_POLY1305, key, iv)
+                (&aead::CHACHA20_POLY1305, hkdf::HKDF_SHA256, key, iv)
             }
             #[allow(unreachable_patterns)]
             _ => {
@@ -87,17 +166,45 @@ impl Keys {
                 ));
             }
         };
-        let key = UnboundKey::new(algorithm, key.as_ref())
-            .map_err(|_| io::Error::other("a TLS traffic key of the wrong length"))?;
-        let iv = iv
+        let iv: [u8; 12] = iv
             .as_ref()
             .try_into()
             .map_err(|_| io::Error::other("a TLS IV of the wrong length"))?;
+        let secret = captured
+            .and_then(|secret| TrafficSecret::new(algorithm, hash, secret))
+            .filter(|secret| secret.key_and_iv() == (key.as_ref().to_vec(), iv));
+        Keys::with(algorithm, key.as_ref(), iv, seq, secret)
+    }
+
+    fn with(
+        algorithm: &'static aead::Algorithm,
+        key: &[u8],
+        iv: [u8; 12],
+        seq: u64,
+        secret: Option<TrafficSecret>,
+    ) -> io::Result<Keys> {
+        let key = UnboundKey::new(algorithm, key)
+            .map_err(|_| io::Error::other("a TLS traffic key of the wrong length"))?;
         Ok(Keys {
             key: LessSafeKey::new(key),
             iv,
             seq,
+            secret,
         })
+    }
+
+    /// The keys after a KeyUpdate.
+    fn next(&self) -> io::Result<Keys> {
+        let Some(secret) = &self.secret else {
+            return Err(invalid(
+                "a TLS KeyUpdate on a connection whose traffic secret was not kept; closing it \
+                 for the peer to reconnect with new keys"
+                    .into(),
+            ));
+        };
+        let next = secret.next();
+        let (key, iv) = next.key_and_iv();
+        Keys::with(next.aead, &key, iv, 0, Some(next))
     }
 
     /// The next record's nonce: the IV XOR the sequence number (RFC 8446 §5.3).
@@ -111,7 +218,8 @@ impl Keys {
     }
 
     /// Appends one record to `out`: the header, what `fill` appends, the content type,
-    /// encrypted in place, and the tag.
+    /// encrypted in place, and the tag. Once the key has sealed its limit of records, a
+    /// KeyUpdate goes first and the record is sealed with the next key.
     fn seal(
         &mut self,
         content_type: u8,
@@ -119,11 +227,28 @@ impl Keys {
         fill: impl FnOnce(&mut Vec<u8>),
     ) -> io::Result<()> {
         if self.seq >= RECORD_LIMIT {
-            return Err(io::Error::other(
-                "this TLS connection's key has sealed its limit of records; closing it for the \
-                 client to reconnect with new keys",
-            ));
+            self.update(out)?;
         }
+        self.seal_one(content_type, out, fill)
+    }
+
+    /// Appends a KeyUpdate (not asking the peer for one) sealed with this key, and moves to
+    /// the next key.
+    fn update(&mut self, out: &mut Vec<u8>) -> io::Result<()> {
+        let next = self.next()?;
+        self.seal_one(HANDSHAKE, out, |out| {
+            out.extend_from_slice(&[KEY_UPDATE, 0, 0, 1, UPDATE_NOT_REQUESTED]);
+        })?;
+        *self = next;
+        Ok(())
+    }
+
+    fn seal_one(
+        &mut self,
+        content_type: u8,
+        out: &mut Vec<u8>,
+        fill: impl FnOnce(&mut Vec<u8>),
+    ) -> io::Result<()> {
         let start = out.len();
         out.extend_from_slice(&[APPLICATION_DATA, 3, 3, 0, 0]);
         fill(out);
@@ -269,12 +394,17 @@ impl<T> Records<T> {
             }
             match *kind {
                 NEW_SESSION_TICKET if self.client => {}
-                KEY_UPDATE => {
-                    return Err(invalid(
-                        "the peer sent a TLS KeyUpdate; this port closes the connection for \
-                         the peer to reconnect with new keys"
-                            .into(),
-                    ));
+                KEY_UPDATE if length == 1 => {
+                    self.rx = self.rx.next()?;
+                    match rest[0] {
+                        UPDATE_NOT_REQUESTED => {}
+                        // Answered before any more data: the answer joins what is unsent,
+                        // which every write sends first.
+                        UPDATE_REQUESTED => self.tx.update(&mut self.unsent)?,
+                        other => {
+                            return Err(invalid(format!("a TLS KeyUpdate requesting {other}")));
+                        }
+                    }
                 }
                 kind => {
                     return Err(invalid(format!(
@@ -523,6 +653,73 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Bounded<T> {
     }
 }
 
+/// A connection's TLS 1.3 traffic secrets, as rustls logs them during its handshake.
+#[derive(Default)]
+struct Captured {
+    client: Option<Vec<u8>>,
+    server: Option<Vec<u8>>,
+}
+
+thread_local! {
+    /// The secrets of the handshake being polled on this thread ([`Capturing`]).
+    static CAPTURING: RefCell<Option<Captured>> = const { RefCell::new(None) };
+}
+
+/// A rustls `KeyLog` (a config's `key_log`) that hands each TLS 1.3 connection's traffic
+/// secrets to its own record layer, so that it can derive the keys after a KeyUpdate. It
+/// writes nothing anywhere: outside a handshake polled by [`accept`] or [`connect`] it
+/// drops what it is given.
+#[derive(Debug)]
+pub struct TrafficSecrets;
+
+const CLIENT_TRAFFIC_SECRET: &str = "CLIENT_TRAFFIC_SECRET_0";
+const SERVER_TRAFFIC_SECRET: &str = "SERVER_TRAFFIC_SECRET_0";
+
+impl rustls::KeyLog for TrafficSecrets {
+    fn log(&self, label: &str, _client_random: &[u8], secret: &[u8]) {
+        CAPTURING.with_borrow_mut(|captured| {
+            let Some(captured) = captured else { return };
+            match label {
+                CLIENT_TRAFFIC_SECRET => captured.client = Some(secret.to_vec()),
+                SERVER_TRAFFIC_SECRET => captured.server = Some(secret.to_vec()),
+                _ => {}
+            }
+        });
+    }
+
+    fn will_log(&self, label: &str) -> bool {
+        matches!(label, CLIENT_TRAFFIC_SECRET | SERVER_TRAFFIC_SECRET)
+    }
+}
+
+/// A handshake polled with this thread's [`CAPTURING`] holding its own secrets; rustls
+/// logs them synchronously within the poll.
+struct Capturing<F> {
+    handshake: F,
+    captured: Captured,
+}
+
+impl<F: Future + Unpin> Future for Capturing<F> {
+    type Output = (F::Output, Captured);
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = &mut *self;
+        let mine = std::mem::take(&mut this.captured);
+        let outer = CAPTURING.with_borrow_mut(|slot| slot.replace(mine));
+        let polled = Pin::new(&mut this.handshake).poll(cx);
+        let mine = CAPTURING.with_borrow_mut(|slot| std::mem::replace(slot, outer));
+        this.captured = mine.unwrap_or_default();
+        polled.map(|output| (output, std::mem::take(&mut this.captured)))
+    }
+}
+
+fn capturing<F: Future + Unpin>(handshake: F) -> Capturing<F> {
+    Capturing {
+        handshake,
+        captured: Captured::default(),
+    }
+}
+
 /// A connection of the secure port after its handshake: TLS 1.3 on [`Records`], an older
 /// version on rustls's own connection; with the client's leaf certificate.
 pub struct Secure<T> {
@@ -557,9 +754,9 @@ pub async fn accept<T: AsyncRead + AsyncWrite + Unpin>(
     io: T,
     config: Arc<rustls::ServerConfig>,
 ) -> io::Result<Secure<T>> {
-    let mut tls = tokio_rustls::TlsAcceptor::from(config)
-        .accept(Bounded::new(io))
-        .await?;
+    let accept = tokio_rustls::TlsAcceptor::from(config).accept(Bounded::new(io));
+    let (tls, captured) = capturing(accept).await;
+    let mut tls = tls?;
     let (_, conn) = tls.get_ref();
     let peer = (conn.peer_certificates())
         .and_then(|chain| chain.first())
@@ -570,9 +767,9 @@ pub async fn accept<T: AsyncRead + AsyncWrite + Unpin>(
         return Ok(Secure { inner, peer });
     }
     let (bounded, mut conn) = tls.into_inner();
-    let records = after_handshake(bounded, &mut conn, false)?;
+    let handover = after_handshake(bounded, &mut conn, false, captured)?;
     let secrets = conn.dangerous_extract_secrets().map_err(io::Error::other)?;
-    let records = records.with_keys(&secrets)?;
+    let records = handover.with_keys(&secrets)?;
     Ok(Secure {
         inner: Inner::Records(records),
         peer,
@@ -580,10 +777,12 @@ pub async fn accept<T: AsyncRead + AsyncWrite + Unpin>(
 }
 
 /// What a connection whose handshake just ended holds besides its keys: plaintext rustls
-/// already decrypted, and the start of a record it only began to read.
+/// already decrypted, the start of a record it only began to read, and the traffic
+/// secrets it logged.
 struct Handover<T> {
     io: T,
     client: bool,
+    captured: Captured,
     received: Vec<u8>,
     plain: Vec<u8>,
     read_closed: bool,
@@ -593,6 +792,7 @@ fn after_handshake<T, D>(
     bounded: Bounded<T>,
     conn: &mut rustls::ConnectionCommon<D>,
     client: bool,
+    captured: Captured,
 ) -> io::Result<Handover<T>> {
     let mut plain = Vec::new();
     let mut read_closed = false;
@@ -618,6 +818,7 @@ fn after_handshake<T, D>(
     Ok(Handover {
         io: bounded.io,
         client,
+        captured,
         received,
         plain,
         read_closed,
@@ -626,10 +827,16 @@ fn after_handshake<T, D>(
 
 impl<T> Handover<T> {
     fn with_keys(self, secrets: &rustls::ExtractedSecrets) -> io::Result<Records<T>> {
+        let Captured { client, server } = self.captured;
+        let (tx, rx) = if self.client {
+            (client, server)
+        } else {
+            (server, client)
+        };
         Ok(Records {
             io: self.io,
-            tx: Keys::new(&secrets.tx.1, secrets.tx.0)?,
-            rx: Keys::new(&secrets.rx.1, secrets.rx.0)?,
+            tx: Keys::new(&secrets.tx.1, secrets.tx.0, tx.as_deref())?,
+            rx: Keys::new(&secrets.rx.1, secrets.rx.0, rx.as_deref())?,
             client: self.client,
             received: self.received,
             plain: self.plain,
@@ -649,14 +856,14 @@ pub async fn connect<T: AsyncRead + AsyncWrite + Unpin>(
     connector: &tokio_rustls::TlsConnector,
     server: rustls::pki_types::ServerName<'static>,
 ) -> io::Result<Records<T>> {
-    let tls = connector.connect(server, Bounded::new(io)).await?;
-    let (bounded, mut conn) = tls.into_inner();
+    let (tls, captured) = capturing(connector.connect(server, Bounded::new(io))).await;
+    let (bounded, mut conn) = tls?.into_inner();
     if conn.protocol_version() != Some(ProtocolVersion::TLSv1_3) {
         return Err(io::Error::other(
             "the server chose a TLS version before 1.3, which records do not speak",
         ));
     }
-    let handover = after_handshake(bounded, &mut conn, true)?;
+    let handover = after_handshake(bounded, &mut conn, true, captured)?;
     let secrets = conn.dangerous_extract_secrets().map_err(io::Error::other)?;
     handover.with_keys(&secrets)
 }

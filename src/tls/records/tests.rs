@@ -252,7 +252,7 @@ async fn a_records_claimed_length_past_the_limit_ends_the_connection() {
 }
 
 #[tokio::test]
-async fn a_key_update_closes_the_connection() {
+async fn a_clients_key_updates_are_followed_and_answered() {
     within(async {
         let (server, client) = configs();
         let (address, accepted) = serve_one(server).await;
@@ -260,16 +260,23 @@ async fn a_key_update_closes_the_connection() {
         let connector = tokio_rustls::TlsConnector::from(Arc::new(client));
         let mut tls = connector.connect(server_name(), tcp).await.unwrap();
         let mut secure = accepted.await.unwrap().unwrap();
+        assert!(secure.is_records());
 
-        tls.write_all(b"before").await.unwrap();
-        let mut buf = [0; 6];
-        secure.read_exact(&mut buf).await.unwrap();
-        assert_eq!(&buf, b"before");
+        for round in 0..3 {
+            // rustls's client asks for an update of the server's keys too.
+            tls.get_mut().1.refresh_traffic_keys().unwrap();
+            let words = format!("after update {round}");
+            tls.write_all(words.as_bytes()).await.unwrap();
+            let mut buf = vec![0; words.len()];
+            secure.read_exact(&mut buf).await.unwrap();
+            assert_eq!(buf, words.as_bytes(), "read with the client's next key");
 
-        tls.get_mut().1.refresh_traffic_keys().unwrap();
-        tls.write_all(b"after").await.unwrap();
-        let e = secure.read(&mut [0; 100]).await.unwrap_err();
-        assert!(e.to_string().contains("KeyUpdate"), "{e}");
+            let reply = format!("reply {round}");
+            secure.write_all(reply.as_bytes()).await.unwrap();
+            let mut buf = vec![0; reply.len()];
+            tls.read_exact(&mut buf).await.unwrap();
+            assert_eq!(buf, reply.as_bytes(), "sealed with the server's next key");
+        }
     })
     .await
 }
@@ -367,13 +374,13 @@ async fn handshake_reads_stop_at_the_end_of_each_record() {
     .await
 }
 
-/// Keys both ends of a pair use for one direction.
+/// Keys both ends of a pair use for one direction, from a traffic secret made of `seed`
+/// (kept, so that they can update, unless `seed` is 0).
 fn keys(seed: u8) -> Keys {
-    let secrets = ConnectionTrafficSecrets::Aes256Gcm {
-        key: rustls::crypto::cipher::AeadKey::from([seed; 32]),
-        iv: rustls::crypto::cipher::Iv::from([seed; 12]),
-    };
-    Keys::new(&secrets, 0).unwrap()
+    let secret =
+        TrafficSecret::new(&aead::AES_256_GCM, hkdf::HKDF_SHA384, &[seed.max(1); 48]).unwrap();
+    let (key, iv) = secret.key_and_iv();
+    Keys::with(secret.aead, &key, iv, 0, (seed != 0).then_some(secret)).unwrap()
 }
 
 fn records(
@@ -382,31 +389,18 @@ fn records(
     rx: u8,
     client: bool,
 ) -> Records<tokio::io::DuplexStream> {
-    Handover {
+    Records {
         io,
+        tx: keys(tx),
+        rx: keys(rx),
         client,
         received: Vec::new(),
         plain: Vec::new(),
+        plain_at: 0,
+        unsent: Vec::new(),
+        unsent_at: 0,
         read_closed: false,
-    }
-    .with_keys_for_test(keys(tx), keys(rx))
-}
-
-impl<T> Handover<T> {
-    fn with_keys_for_test(self, tx: Keys, rx: Keys) -> Records<T> {
-        Records {
-            io: self.io,
-            tx,
-            rx,
-            client: self.client,
-            received: self.received,
-            plain: self.plain,
-            plain_at: 0,
-            unsent: Vec::new(),
-            unsent_at: 0,
-            read_closed: self.read_closed,
-            close_notify_sent: false,
-        }
+        close_notify_sent: false,
     }
 }
 
@@ -526,6 +520,68 @@ async fn records_opened_past_a_full_read_buffer_wait_for_the_next_read() {
             got.extend_from_slice(&buf[..n]);
         }
         assert_eq!(got, b"one two three");
+    })
+    .await
+}
+
+#[tokio::test]
+async fn past_the_record_limit_a_key_update_comes_first() {
+    within(async {
+        let (mut client, mut server) = pair();
+        (client.tx.seq, server.rx.seq) = (RECORD_LIMIT, RECORD_LIMIT);
+        let sent = payload(40_000);
+        client.write_all(&sent).await.unwrap();
+        assert!(client.tx.seq < 10, "the client's key was renewed");
+        let mut got = vec![0; sent.len()];
+        server.read_exact(&mut got).await.unwrap();
+        assert!(got == sent);
+        assert!(server.rx.seq < 10, "the server followed");
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_key_update_without_a_kept_secret_or_with_a_bad_request_ends_the_connection() {
+    within(async {
+        let (a, b) = tokio::io::duplex(1 << 16);
+        let (mut client, mut server) = (records(a, 1, 2, true), records(b, 0, 0, false));
+        client.tx = keys(0);
+        send_record(&mut client, HANDSHAKE, &[KEY_UPDATE, 0, 0, 1, 0]).await;
+        let e = server.read(&mut [0; 16]).await.unwrap_err();
+        assert!(e.to_string().contains("traffic secret was not kept"), "{e}");
+
+        let (mut client, mut server) = pair();
+        send_record(&mut client, HANDSHAKE, &[KEY_UPDATE, 0, 0, 1, 2]).await;
+        let e = server.read(&mut [0; 16]).await.unwrap_err();
+        assert!(e.to_string().contains("KeyUpdate requesting 2"), "{e}");
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_requested_key_update_is_answered_before_the_next_data() {
+    within(async {
+        let (mut client, mut server) = pair();
+        send_record(
+            &mut client,
+            HANDSHAKE,
+            &[KEY_UPDATE, 0, 0, 1, UPDATE_REQUESTED],
+        )
+        .await;
+        client.tx = client.tx.next().unwrap();
+        client.write_all(b"ping").await.unwrap();
+        let mut buf = [0; 4];
+        server.read_exact(&mut buf).await.unwrap();
+        assert_eq!(&buf, b"ping");
+        // The server's answer waits in front of its next data; the client reads it, moves
+        // to the server's next key and reads the data with it.
+        server.write_all(b"pong").await.unwrap();
+        client.read_exact(&mut buf).await.unwrap();
+        assert_eq!(&buf, b"pong");
+        let secret = |keys: &Keys| keys.secret.as_ref().unwrap().bytes;
+        assert_eq!(client.rx.seq, 1, "one record under the server's next key");
+        assert_ne!(secret(&client.rx), secret(&keys(2)), "the client moved on");
+        assert_eq!(secret(&client.rx), secret(&server.tx));
     })
     .await
 }
