@@ -7,6 +7,10 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
+use ring::{aead, hkdf};
+
+use super::handshake::Bounded;
+use super::keys::TrafficSecret;
 use super::*;
 use crate::ca::material::{Material, key_to_pem};
 use crate::ca::{CertTtl, CertificateAuthority, Identity, csr};
