@@ -70,15 +70,15 @@ impl Authenticator {
     }
 
     /// The caller's identity: from its (already chain-verified) client certificate if it
-    /// presented one, else from its bearer token.
+    /// presented one (`peer`: the certificate's SPIFFE identities), else from its bearer
+    /// token.
     pub async fn authenticate(
         &self,
-        peer_certs: Option<&[Vec<u8>]>,
+        peer: Option<&[Identity]>,
         metadata: &MetadataMap,
     ) -> Result<Identity, CaError> {
-        if let Some(leaf) = peer_certs.and_then(|c| c.first()) {
-            let ids = Identity::from_certificate_der(leaf);
-            return match ids.as_slice() {
+        if let Some(ids) = peer {
+            return match ids {
                 [id] if id.trust_domain == self.trust_domain => Ok(id.clone()),
                 [id] => Err(CaError::Unauthenticated(format!(
                     "the client certificate's identity {id} is not in trust domain {}",

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use tonic::{Request, Response, Status};
 
 use super::authn::Authenticator;
-use super::{CaError, CertificateAuthority};
+use super::{CaError, CertificateAuthority, Identity};
 use crate::metrics::Metrics;
 
 pub mod pb {
@@ -71,7 +71,7 @@ impl CaService {
         &self,
         request: Request<IstioCertificateRequest>,
     ) -> Result<Vec<String>, CaError> {
-        let peer = peer_certs(&request);
+        let peer = peer_identities(&request);
         let identity = self
             .authn
             .authenticate(peer.as_deref(), request.metadata())
@@ -138,15 +138,15 @@ async fn forward(
         })
 }
 
-/// The DER certificates the TLS client presented, if any: as meshd's own HTTP/2 server
-/// hands them over, or as tonic's does.
-pub fn peer_certs<T>(request: &Request<T>) -> Option<Vec<Vec<u8>>> {
-    if let Some(peer) = request.extensions().get::<crate::http2::PeerCertificates>() {
+/// The SPIFFE identities of the certificate the TLS client presented, if it presented
+/// one: as meshd's own HTTP/2 server hands them over, or read from the certificate tonic's
+/// server hands over.
+pub fn peer_identities<T>(request: &Request<T>) -> Option<Vec<Identity>> {
+    if let Some(peer) = request.extensions().get::<crate::http2::PeerIdentities>() {
         return Some(peer.0.to_vec());
     }
-    request
-        .peer_certs()
-        .map(|certs| certs.iter().map(|c| c.to_vec()).collect())
+    let certs = request.peer_certs()?;
+    Some(Identity::from_certificate_der(certs.first()?))
 }
 
 #[tonic::async_trait]

@@ -22,7 +22,7 @@ use tonic::codegen::{Service, http};
 use super::body::{Inbox, RecvBody};
 use super::frame::{self, Head, Reason};
 use super::headers;
-use super::{PeerCertificates, Settings};
+use super::{PeerIdentities, Settings};
 
 /// The response body every service here answers with.
 type ResponseBody = tonic::body::Body;
@@ -96,7 +96,7 @@ pub struct Connection<T, S: Service<http::Request<RecvBody>>> {
     ungranted: i64,
     streams: Vec<Stream<S::Future>>,
     /// The TLS client's certificates, put into each request.
-    peer: Option<PeerCertificates>,
+    peer: Option<PeerIdentities>,
     last_stream: u32,
     goaway_received: bool,
     queue: VecDeque<Bytes>,
@@ -155,7 +155,7 @@ where
         service: S,
         settings: Settings,
         shutdown: Pin<Box<dyn Future<Output = ()> + Send>>,
-        peer: Option<PeerCertificates>,
+        peer: Option<PeerIdentities>,
     ) -> Self {
         let now = Instant::now();
         let mut decoder = loona_hpack::Decoder::new();

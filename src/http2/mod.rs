@@ -72,11 +72,11 @@ impl std::fmt::Debug for ErrorHook {
     }
 }
 
-/// The certificates a TLS client presented (DER, leaf first; the secure port keeps only
-/// the leaf), put into every request of its connection as an extension, where tonic's
-/// server would have put its own.
+/// Who a TLS client proved to be: the SPIFFE identities of the certificate it presented
+/// (its chain verified in the handshake), put into every request of its connection as an
+/// extension. The certificate itself is not kept.
 #[derive(Clone, Debug)]
-pub struct PeerCertificates(pub Arc<[Vec<u8>]>);
+pub struct PeerIdentities(pub Arc<[crate::ca::Identity]>);
 
 /// What this server can host: a gRPC service answering with tonic's body.
 pub trait GrpcService:
@@ -130,7 +130,7 @@ pub async fn serve_incoming<S, T>(
     mut incoming: impl futures::Stream<Item = std::io::Result<T>> + Unpin,
     service: S,
     settings: Settings,
-    peer: impl Fn(&T) -> Option<PeerCertificates>,
+    peer: impl Fn(&T) -> Option<PeerIdentities>,
     mut shutdown: watch::Receiver<bool>,
 ) where
     S: GrpcService,
@@ -161,7 +161,7 @@ fn spawn_connection<S: GrpcService, T>(
     service: S,
     settings: Settings,
     shutdown: &watch::Receiver<bool>,
-    peer: Option<PeerCertificates>,
+    peer: Option<PeerIdentities>,
 ) where
     T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {

@@ -330,7 +330,7 @@ impl AdsService {
     /// Who opened the stream, and the requests it carries (split before authenticating,
     /// so that the requests need not be shared across the await).
     async fn caller<T>(&self, request: Request<T>) -> Result<(Option<Identity>, T), Status> {
-        let peer = crate::ca::service::peer_certs(&request);
+        let peer = crate::ca::service::peer_identities(&request);
         let (metadata, _, requests) = request.into_parts();
         let Some(authn) = &self.authn else {
             return Ok((None, requests));

@@ -13,7 +13,8 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::keys::Keys;
 use super::{HEADER, Records};
-use crate::http2::PeerCertificates;
+use crate::ca::Identity;
+use crate::http2::PeerIdentities;
 
 /// The socket during a handshake: each read stops at the end of the record it is in, so
 /// rustls never reads past the handshake's last record without decrypting what it read.
@@ -172,7 +173,7 @@ fn capturing<F: Future + Unpin>(handshake: F) -> Capturing<F> {
 /// version on rustls's own connection; with the client's leaf certificate.
 pub struct Secure<T> {
     inner: Inner<T>,
-    peer: Option<PeerCertificates>,
+    peer: Option<PeerIdentities>,
 }
 
 // Nearly every connection is on records (every TLS 1.3 client): boxing them instead would
@@ -186,7 +187,7 @@ enum Inner<T> {
 impl<T> Secure<T> {
     /// The client's leaf certificate, which names its identity. The rest of its chain was
     /// verified in the handshake and is not kept.
-    pub fn peer(&self) -> Option<PeerCertificates> {
+    pub fn peer(&self) -> Option<PeerIdentities> {
         self.peer.clone()
     }
 
@@ -208,7 +209,7 @@ pub async fn accept<T: AsyncRead + AsyncWrite + Unpin>(
     let (_, conn) = tls.get_ref();
     let peer = (conn.peer_certificates())
         .and_then(|chain| chain.first())
-        .map(|leaf| PeerCertificates(Arc::from([leaf.to_vec()])));
+        .map(|leaf| PeerIdentities(Identity::from_certificate_der(leaf).into()));
     if conn.protocol_version() != Some(ProtocolVersion::TLSv1_3) {
         tls.get_mut().0.unbounded = true;
         let inner = Inner::Rustls(Box::new(tls));

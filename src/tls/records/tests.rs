@@ -118,7 +118,11 @@ async fn a_tls13_connection_runs_on_its_keys_alone_and_carries_data_both_ways() 
         let secure = accepted.await.unwrap().unwrap();
         assert!(secure.is_records(), "TLS 1.3 runs on meshd's record layer");
         let leaf = secure.peer().expect("the client's certificate");
-        assert_eq!(leaf.0.len(), 1, "the leaf alone is kept");
+        assert_eq!(
+            leaf.0[..],
+            [Identity::new("cluster.local", "shop", "default")],
+            "the identity the client certificate names"
+        );
         let echoed = tokio::spawn(echo(secure));
 
         // Many records each way, written in uneven pieces.
