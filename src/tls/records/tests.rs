@@ -593,3 +593,37 @@ async fn a_requested_key_update_is_answered_before_the_next_data() {
     })
     .await
 }
+
+#[tokio::test]
+async fn a_client_reconnecting_resumes_its_session_and_keeps_its_identity() {
+    within(async {
+        let (server, client) = configs();
+        let connector = tokio_rustls::TlsConnector::from(Arc::new(client));
+        let mut kinds = Vec::new();
+        for _ in 0..2 {
+            let (address, accepted) = serve_one(server.clone()).await;
+            let tcp = TcpStream::connect(address).await.unwrap();
+            let mut tls = connector.connect(server_name(), tcp).await.unwrap();
+            let mut secure = accepted.await.unwrap().unwrap();
+            assert!(secure.is_records());
+            let identities = secure.peer().expect("the client's identity");
+            assert_eq!(
+                identities.0[..],
+                [Identity::new("cluster.local", "shop", "default")]
+            );
+            // The client reads the session ticket in front of the server's data.
+            secure.write_all(b"hello").await.unwrap();
+            let mut buf = [0; 5];
+            tls.read_exact(&mut buf).await.unwrap();
+            kinds.push(tls.get_ref().1.handshake_kind());
+        }
+        assert_eq!(
+            kinds,
+            [
+                Some(rustls::HandshakeKind::Full),
+                Some(rustls::HandshakeKind::Resumed)
+            ]
+        );
+    })
+    .await
+}
