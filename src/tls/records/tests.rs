@@ -75,6 +75,35 @@ async fn serve_one(
     (address, accepted)
 }
 
+type ClientTls = tokio_rustls::client::TlsStream<TcpStream>;
+
+/// A rustls client connected through `connector` to a server with `server`, and the
+/// server's side of it.
+async fn connected(
+    server: Arc<rustls::ServerConfig>,
+    connector: &tokio_rustls::TlsConnector,
+) -> (ClientTls, Secure<TcpStream>) {
+    let (address, accepted) = serve_one(server).await;
+    let tcp = TcpStream::connect(address).await.unwrap();
+    let tls = connector.connect(server_name(), tcp).await.unwrap();
+    (tls, accepted.await.unwrap().unwrap())
+}
+
+fn connector(client: rustls::ClientConfig) -> tokio_rustls::TlsConnector {
+    tokio_rustls::TlsConnector::from(Arc::new(client))
+}
+
+/// A rustls client driven by hand over its socket, its Finished sent, and the server's
+/// side of the connection.
+async fn connected_by_hand() -> (TcpStream, rustls::ClientConnection, Secure<TcpStream>) {
+    let (server, client) = configs();
+    let (address, accepted) = serve_one(server).await;
+    let mut tcp = TcpStream::connect(address).await.unwrap();
+    let mut conn = handshake_by_hand(client, &mut tcp).await;
+    tcp.write_all(&tls_bytes(&mut conn)).await.unwrap();
+    (tcp, conn, accepted.await.unwrap().unwrap())
+}
+
 /// Reads until the peer's close_notify; an error if the peer ends without one.
 async fn read_to_close(io: &mut (impl AsyncRead + Unpin)) -> io::Result<Vec<u8>> {
     let mut all = Vec::new();
@@ -110,12 +139,7 @@ async fn echo(mut io: Secure<TcpStream>) -> io::Result<usize> {
 async fn a_tls13_connection_runs_on_its_keys_alone_and_carries_data_both_ways() {
     within(async {
         let (server, client) = configs();
-        let (address, accepted) = serve_one(server).await;
-        let tcp = TcpStream::connect(address).await.unwrap();
-        let connector = tokio_rustls::TlsConnector::from(Arc::new(client));
-        let mut tls = connector.connect(server_name(), tcp).await.unwrap();
-
-        let secure = accepted.await.unwrap().unwrap();
+        let (mut tls, secure) = connected(server, &connector(client)).await;
         assert!(secure.is_records(), "TLS 1.3 runs on meshd's record layer");
         let leaf = secure.peer().expect("the client's certificate");
         assert_eq!(
@@ -223,12 +247,7 @@ async fn what_a_client_sends_behind_its_finished_is_not_lost() {
 #[tokio::test]
 async fn a_record_that_does_not_decrypt_ends_the_connection() {
     within(async {
-        let (server, client) = configs();
-        let (address, accepted) = serve_one(server).await;
-        let mut tcp = TcpStream::connect(address).await.unwrap();
-        let mut conn = handshake_by_hand(client, &mut tcp).await;
-        tcp.write_all(&tls_bytes(&mut conn)).await.unwrap();
-        let mut secure = accepted.await.unwrap().unwrap();
+        let (mut tcp, mut conn, mut secure) = connected_by_hand().await;
 
         conn.writer().write_all(b"hello").unwrap();
         let mut record = tls_bytes(&mut conn);
@@ -245,12 +264,7 @@ async fn a_record_that_does_not_decrypt_ends_the_connection() {
 #[tokio::test]
 async fn a_records_claimed_length_past_the_limit_ends_the_connection() {
     within(async {
-        let (server, client) = configs();
-        let (address, accepted) = serve_one(server).await;
-        let mut tcp = TcpStream::connect(address).await.unwrap();
-        let mut conn = handshake_by_hand(client, &mut tcp).await;
-        tcp.write_all(&tls_bytes(&mut conn)).await.unwrap();
-        let mut secure = accepted.await.unwrap().unwrap();
+        let (mut tcp, _conn, mut secure) = connected_by_hand().await;
 
         tcp.write_all(&[23, 3, 3, 0x48, 0x01]).await.unwrap();
         let e = secure.read(&mut [0; 100]).await.unwrap_err();
@@ -263,11 +277,7 @@ async fn a_records_claimed_length_past_the_limit_ends_the_connection() {
 async fn a_clients_key_updates_are_followed_and_answered() {
     within(async {
         let (server, client) = configs();
-        let (address, accepted) = serve_one(server).await;
-        let tcp = TcpStream::connect(address).await.unwrap();
-        let connector = tokio_rustls::TlsConnector::from(Arc::new(client));
-        let mut tls = connector.connect(server_name(), tcp).await.unwrap();
-        let mut secure = accepted.await.unwrap().unwrap();
+        let (mut tls, mut secure) = connected(server, &connector(client)).await;
         assert!(secure.is_records());
 
         for round in 0..3 {
@@ -306,11 +316,7 @@ async fn a_tls12_client_keeps_rustls_connection() {
             tls12.alpn_protocols = vec![b"h2".to_vec()];
             tls12
         };
-        let (address, accepted) = serve_one(server).await;
-        let tcp = TcpStream::connect(address).await.unwrap();
-        let connector = tokio_rustls::TlsConnector::from(Arc::new(client));
-        let mut tls = connector.connect(server_name(), tcp).await.unwrap();
-        let secure = accepted.await.unwrap().unwrap();
+        let (mut tls, secure) = connected(server, &connector(client)).await;
         assert!(!secure.is_records(), "TLS 1.2 stays on rustls");
         assert!(secure.peer().is_none(), "no client certificate was sent");
         let echoed = tokio::spawn(echo(secure));
@@ -331,8 +337,9 @@ async fn both_ends_on_records_carry_data() {
         client.enable_secret_extraction = true;
         let (address, accepted) = serve_one(server).await;
         let tcp = TcpStream::connect(address).await.unwrap();
-        let connector = tokio_rustls::TlsConnector::from(Arc::new(client));
-        let mut records = connect(tcp, &connector, server_name()).await.unwrap();
+        let mut records = connect(tcp, &connector(client), server_name())
+            .await
+            .unwrap();
         let echoed = tokio::spawn(echo(accepted.await.unwrap().unwrap()));
 
         let sent = payload(100_000);
@@ -598,13 +605,10 @@ async fn a_requested_key_update_is_answered_before_the_next_data() {
 async fn a_client_reconnecting_resumes_its_session_and_keeps_its_identity() {
     within(async {
         let (server, client) = configs();
-        let connector = tokio_rustls::TlsConnector::from(Arc::new(client));
+        let connector = connector(client);
         let mut kinds = Vec::new();
         for _ in 0..2 {
-            let (address, accepted) = serve_one(server.clone()).await;
-            let tcp = TcpStream::connect(address).await.unwrap();
-            let mut tls = connector.connect(server_name(), tcp).await.unwrap();
-            let mut secure = accepted.await.unwrap().unwrap();
+            let (mut tls, mut secure) = connected(server.clone(), &connector).await;
             assert!(secure.is_records());
             let identities = secure.peer().expect("the client's identity");
             assert_eq!(
