@@ -69,6 +69,12 @@ const EARLY_RESET_WINDOW: std::time::Duration = std::time::Duration::from_secs(1
 /// the same limit).
 const MAX_UNWRITTEN_CONTROL: u32 = 10_000;
 
+/// DATA, HEADERS and CONTINUATION frames in a row that carry no payload and do not end
+/// their stream. Past it the client is cut off with ENHANCE_YOUR_CALM: such frames move
+/// nothing on and cost a frame's handling each ("empty frames flood", CVE-2019-9518).
+/// Envoy's own default (`max_consecutive_inbound_frames_with_empty_payload`) is 1 too.
+const MAX_EMPTY_FRAMES: u32 = 1;
+
 /// The most of a connection error's text sent as GOAWAY debug data.
 const MAX_GOAWAY_DEBUG: usize = 256;
 
@@ -111,6 +117,8 @@ pub struct Connection<T, S: Service<http::Request<RecvBody>>> {
     early_resets: (u32, Instant),
     /// Control frames queued since the queue was last written out in full.
     unwritten_control: u32,
+    /// Empty DATA, HEADERS and CONTINUATION frames just read in a row.
+    empty_frames: u32,
 }
 
 struct Stream<F> {
@@ -188,6 +196,7 @@ where
             ping_sent: None,
             early_resets: (0, now),
             unwritten_control: 0,
+            empty_frames: 0,
         };
         // The server's preface: its SETTINGS, and the connection window opened wide.
         conn.control(|b| {
@@ -374,6 +383,12 @@ where
                 "a frame inside a header block".into(),
             ));
         }
+        if matches!(
+            head.kind,
+            frame::DATA | frame::HEADERS | frame::CONTINUATION
+        ) {
+            self.count_empty(&head, payload.len())?;
+        }
         match head.kind {
             frame::DATA => self.data(head, payload),
             frame::HEADERS => self.headers(cx, head, payload),
@@ -447,6 +462,26 @@ where
             }
             _ => Ok(()), // PRIORITY, and types this server does not know: ignored
         }
+    }
+
+    /// Counts a DATA, HEADERS or CONTINUATION frame towards [`MAX_EMPTY_FRAMES`].
+    fn count_empty(&mut self, head: &Head, len: usize) -> Result<(), ConnectionError> {
+        let ends_stream = head.kind != frame::CONTINUATION && head.has(frame::END_STREAM);
+        if len > 0 || ends_stream {
+            self.empty_frames = 0;
+            return Ok(());
+        }
+        self.empty_frames += 1;
+        if self.empty_frames > MAX_EMPTY_FRAMES {
+            return Err((
+                Reason::EnhanceYourCalm,
+                format!(
+                    "more than {MAX_EMPTY_FRAMES} DATA, HEADERS or CONTINUATION frames in a \
+                     row without payload or END_STREAM"
+                ),
+            ));
+        }
+        Ok(())
     }
 
     fn data(&mut self, head: Head, payload: Bytes) -> Result<(), ConnectionError> {

@@ -16,7 +16,8 @@
 //! RST_STREAM, GOAWAY (sent on shutdown and on connection errors, saying why in its debug
 //! data) and CONTINUATION. It enforces each request's `grpc-timeout`, refuses header
 //! lists that decode past 64 KiB, and cuts off a client that resets streams before their
-//! answer in a loop (rapid reset) or floods frames and reads none of the answers. It does
+//! answer in a loop (rapid reset), floods frames and reads none of the answers, or sends
+//! empty DATA, HEADERS or CONTINUATION frames in a row. It does
 //! not implement server push, priorities, or HTTP/1.1 upgrades, which gRPC does not use.
 
 mod body;

@@ -757,6 +757,39 @@ async fn a_client_that_resets_streams_before_their_answer_in_a_loop_is_cut_off()
 }
 
 #[tokio::test]
+async fn empty_frames_are_allowed_one_at_a_time_and_cut_off_in_a_row() {
+    let (s, errors) = counting_server().await;
+    let mut tcp = raw(s.address).await;
+    // One empty DATA frame between others: allowed, as Envoy allows it.
+    let mut frames = BytesMut::new();
+    put_request(&mut frames, 1, "/unread");
+    frame::put_head(&mut frames, 0, frame::DATA, 0, 1);
+    frame::put_head(&mut frames, 5, frame::DATA, 0, 1);
+    frames.extend_from_slice(&[0, 0, 0, 0, 0]);
+    frame::put_head(&mut frames, 0, frame::DATA, 0, 1);
+    frame::put_head(&mut frames, 3, frame::DATA, 0, 1);
+    frames.extend_from_slice(b"abc");
+    tcp.write_all(&frames).await.unwrap();
+    ping_answered(&mut tcp, &mut BytesMut::new(), *b"kept on ").await;
+    // Two in a row (CVE-2019-9518's empty frames flood): cut off.
+    let mut frames = BytesMut::new();
+    frame::put_head(&mut frames, 0, frame::DATA, 0, 1);
+    frame::put_head(&mut frames, 0, frame::DATA, 0, 1);
+    tcp.write_all(&frames).await.unwrap();
+    let frames = frames_until_closed(&mut tcp).await;
+    assert_eq!(
+        goaway_code(&frames),
+        Some(frame::Reason::EnhanceYourCalm as u32)
+    );
+    assert!(
+        goaway_debug(&frames).contains("without payload"),
+        "{}",
+        goaway_debug(&frames)
+    );
+    assert_eq!(*errors.lock().unwrap(), ["http2_enhance_your_calm"]);
+}
+
+#[tokio::test]
 async fn streams_reset_after_their_answer_are_not_limited() {
     let (s, errors) = counting_server().await;
     let mut tcp = raw(s.address).await;
