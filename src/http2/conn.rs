@@ -101,7 +101,7 @@ pub struct Connection<T, S: Service<http::Request<RecvBody>>> {
     /// Connection-level bytes consumed whose window is not yet reopened.
     ungranted: i64,
     streams: Vec<Stream<S::Future>>,
-    /// The TLS client's certificates, put into each request.
+    /// The identities the TLS client's certificate names, put into each request.
     peer: Option<PeerIdentities>,
     last_stream: u32,
     goaway_received: bool,

@@ -12,7 +12,7 @@ use rustls::ProtocolVersion;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::keys::Keys;
-use super::{HEADER, Records};
+use super::{HEADER, Records, record_length};
 use crate::ca::Identity;
 use crate::http2::PeerIdentities;
 
@@ -38,10 +38,8 @@ impl<T> Bounded<T> {
 
     /// How much more of the current record there is to read.
     fn left(&self) -> usize {
-        match self.record.get(3..HEADER) {
-            Some(length) => {
-                HEADER + usize::from(u16::from_be_bytes([length[0], length[1]])) - self.record.len()
-            }
+        match self.record.get(..HEADER) {
+            Some(header) => HEADER + record_length(header) - self.record.len(),
             None => HEADER - self.record.len(),
         }
     }
@@ -170,7 +168,7 @@ fn capturing<F: Future + Unpin>(handshake: F) -> Capturing<F> {
 }
 
 /// A connection of the secure port after its handshake: TLS 1.3 on [`Records`], an older
-/// version on rustls's own connection; with the client's leaf certificate.
+/// version on rustls's own connection; with the identities the client's certificate names.
 pub struct Secure<T> {
     inner: Inner<T>,
     peer: Option<PeerIdentities>,
@@ -185,8 +183,8 @@ enum Inner<T> {
 }
 
 impl<T> Secure<T> {
-    /// The client's leaf certificate, which names its identity. The rest of its chain was
-    /// verified in the handshake and is not kept.
+    /// The SPIFFE identities the client's certificate names (its chain was verified in the
+    /// handshake; the certificate is not kept).
     pub fn peer(&self) -> Option<PeerIdentities> {
         self.peer.clone()
     }
@@ -215,34 +213,29 @@ pub async fn accept<T: AsyncRead + AsyncWrite + Unpin>(
         let inner = Inner::Rustls(Box::new(tls));
         return Ok(Secure { inner, peer });
     }
-    let (bounded, mut conn) = tls.into_inner();
-    let handover = after_handshake(bounded, &mut conn, false, captured)?;
-    let secrets = conn.dangerous_extract_secrets().map_err(io::Error::other)?;
-    let records = handover.with_keys(&secrets)?;
+    let (bounded, conn) = tls.into_inner();
+    let records = after_handshake(bounded, conn, false, captured, |conn| {
+        conn.dangerous_extract_secrets()
+    })?;
     Ok(Secure {
         inner: Inner::Records(records),
         peer,
     })
 }
 
-/// What a connection whose handshake just ended holds besides its keys: plaintext rustls
-/// already decrypted, the start of a record it only began to read, and the traffic
-/// secrets it logged.
-struct Handover<T> {
-    io: T,
-    client: bool,
-    captured: Captured,
-    received: Vec<u8>,
-    plain: Vec<u8>,
-    read_closed: bool,
-}
-
-fn after_handshake<T, D>(
+/// The records of a connection whose handshake just ended: with the plaintext rustls
+/// already decrypted, the start of a record it only began to read, the traffic secrets it
+/// logged, and the keys `extract` takes from it.
+fn after_handshake<T, C, D>(
     bounded: Bounded<T>,
-    conn: &mut rustls::ConnectionCommon<D>,
+    mut conn: C,
     client: bool,
     captured: Captured,
-) -> io::Result<Handover<T>> {
+    extract: impl FnOnce(C) -> Result<rustls::ExtractedSecrets, rustls::Error>,
+) -> io::Result<Records<T>>
+where
+    C: std::ops::DerefMut<Target = rustls::ConnectionCommon<D>>,
+{
     let mut plain = Vec::new();
     let mut read_closed = false;
     let mut chunk = [0; 4096];
@@ -264,38 +257,26 @@ fn after_handshake<T, D>(
     } else {
         bounded.record
     };
-    Ok(Handover {
+    let secrets = extract(conn).map_err(io::Error::other)?;
+    let (client_secret, server_secret) = (captured.client, captured.server);
+    let (tx, rx) = if client {
+        (client_secret, server_secret)
+    } else {
+        (server_secret, client_secret)
+    };
+    Ok(Records {
         io: bounded.io,
+        tx: Keys::new(&secrets.tx.1, secrets.tx.0, tx.as_deref())?,
+        rx: Keys::new(&secrets.rx.1, secrets.rx.0, rx.as_deref())?,
         client,
-        captured,
         received,
         plain,
+        plain_at: 0,
+        unsent: Vec::new(),
+        unsent_at: 0,
         read_closed,
+        close_notify_sent: false,
     })
-}
-
-impl<T> Handover<T> {
-    fn with_keys(self, secrets: &rustls::ExtractedSecrets) -> io::Result<Records<T>> {
-        let Captured { client, server } = self.captured;
-        let (tx, rx) = if self.client {
-            (client, server)
-        } else {
-            (server, client)
-        };
-        Ok(Records {
-            io: self.io,
-            tx: Keys::new(&secrets.tx.1, secrets.tx.0, tx.as_deref())?,
-            rx: Keys::new(&secrets.rx.1, secrets.rx.0, rx.as_deref())?,
-            client: self.client,
-            received: self.received,
-            plain: self.plain,
-            plain_at: 0,
-            unsent: Vec::new(),
-            unsent_at: 0,
-            read_closed: self.read_closed,
-            close_notify_sent: false,
-        })
-    }
 }
 
 /// A client's TLS handshake to `server` over `io`, on [`Records`] once it is done (the
@@ -306,15 +287,15 @@ pub async fn connect<T: AsyncRead + AsyncWrite + Unpin>(
     server: rustls::pki_types::ServerName<'static>,
 ) -> io::Result<Records<T>> {
     let (tls, captured) = capturing(connector.connect(server, Bounded::new(io))).await;
-    let (bounded, mut conn) = tls?.into_inner();
+    let (bounded, conn) = tls?.into_inner();
     if conn.protocol_version() != Some(ProtocolVersion::TLSv1_3) {
         return Err(io::Error::other(
             "the server chose a TLS version before 1.3, which records do not speak",
         ));
     }
-    let handover = after_handshake(bounded, &mut conn, true, captured)?;
-    let secrets = conn.dangerous_extract_secrets().map_err(io::Error::other)?;
-    handover.with_keys(&secrets)
+    after_handshake(bounded, conn, true, captured, |conn| {
+        conn.dangerous_extract_secrets()
+    })
 }
 
 impl<T: AsyncRead + AsyncWrite + Unpin> AsyncRead for Secure<T> {

@@ -16,27 +16,21 @@ use super::{
 /// KeyUpdate (RFC 8446 §7.2, §7.3).
 #[derive(Clone)]
 pub(super) struct TrafficSecret {
-    pub(super) aead: &'static aead::Algorithm,
     hash: hkdf::Algorithm,
+    /// The secret, in its first `hash.len()` bytes.
     pub(super) bytes: [u8; 48],
-    len: usize,
 }
 
 impl TrafficSecret {
-    pub(super) fn new(
-        aead: &'static aead::Algorithm,
-        hash: hkdf::Algorithm,
-        secret: &[u8],
-    ) -> Option<TrafficSecret> {
+    pub(super) fn new(hash: hkdf::Algorithm, secret: &[u8]) -> Option<TrafficSecret> {
         let mut bytes = [0; 48];
         (secret.len() == hkdf::KeyType::len(&hash)).then_some(())?;
         bytes.get_mut(..secret.len())?.copy_from_slice(secret);
-        Some(TrafficSecret {
-            aead,
-            hash,
-            bytes,
-            len: secret.len(),
-        })
+        Some(TrafficSecret { hash, bytes })
+    }
+
+    fn secret(&self) -> &[u8] {
+        &self.bytes[..hkdf::KeyType::len(&self.hash)]
     }
 
     /// HKDF-Expand-Label(secret, label, "", out.len()) (RFC 8446 §7.1).
@@ -50,16 +44,16 @@ impl TrafficSecret {
         let length = (out.len() as u16).to_be_bytes();
         let label_length = [(b"tls13 ".len() + label.len()) as u8];
         let info = [&length[..], &label_length, b"tls13 ", label, &[0]];
-        let prk = hkdf::Prk::new_less_safe(self.hash, &self.bytes[..self.len]);
+        let prk = hkdf::Prk::new_less_safe(self.hash, self.secret());
         // Infallible: the lengths asked for are the AEAD's key, its IV and the hash's.
         (prk.expand(&info, Len(out.len()))
             .and_then(|okm| okm.fill(out)))
         .expect("HKDF-Expand-Label of a valid length");
     }
 
-    /// The key and IV this secret gives.
-    pub(super) fn key_and_iv(&self) -> (Vec<u8>, [u8; 12]) {
-        let mut key = vec![0; self.aead.key_len()];
+    /// The key for `aead` and the IV this secret gives.
+    pub(super) fn key_and_iv(&self, aead: &aead::Algorithm) -> (Vec<u8>, [u8; 12]) {
+        let mut key = vec![0; aead.key_len()];
         self.expand(b"key", &mut key);
         let mut iv = [0; 12];
         self.expand(b"iv", &mut iv);
@@ -69,7 +63,8 @@ impl TrafficSecret {
     /// The secret after a KeyUpdate.
     pub(super) fn next(&self) -> TrafficSecret {
         let mut next = self.clone();
-        self.expand(b"traffic upd", &mut next.bytes[..self.len]);
+        let len = self.secret().len();
+        self.expand(b"traffic upd", &mut next.bytes[..len]);
         next
     }
 }
@@ -114,8 +109,8 @@ impl Keys {
             .try_into()
             .map_err(|_| io::Error::other("a TLS IV of the wrong length"))?;
         let secret = captured
-            .and_then(|secret| TrafficSecret::new(algorithm, hash, secret))
-            .filter(|secret| secret.key_and_iv() == (key.as_ref().to_vec(), iv));
+            .and_then(|secret| TrafficSecret::new(hash, secret))
+            .filter(|secret| secret.key_and_iv(algorithm) == (key.as_ref().to_vec(), iv));
         Keys::with(algorithm, key.as_ref(), iv, seq, secret)
     }
 
@@ -146,8 +141,9 @@ impl Keys {
             ));
         };
         let next = secret.next();
-        let (key, iv) = next.key_and_iv();
-        Keys::with(next.aead, &key, iv, 0, Some(next))
+        let algorithm = self.key.algorithm();
+        let (key, iv) = next.key_and_iv(algorithm);
+        Keys::with(algorithm, &key, iv, 0, Some(next))
     }
 
     /// The next record's nonce: the IV XOR the sequence number (RFC 8446 §5.3).

@@ -66,6 +66,11 @@ thread_local! {
     static SEALED: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
+/// The length a record's header (its first five bytes) gives for what follows it.
+fn record_length(header: &[u8]) -> usize {
+    usize::from(u16::from_be_bytes([header[3], header[4]]))
+}
+
 fn invalid(message: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, message)
 }
@@ -126,7 +131,7 @@ impl<T> Records<T> {
         while data.len() - at >= HEADER && buf.remaining() > 0 && !self.read_closed {
             let mut header = [0; HEADER];
             header.copy_from_slice(&data[at..at + HEADER]);
-            let length = usize::from(u16::from_be_bytes([header[3], header[4]]));
+            let length = record_length(&header);
             if header[0] != APPLICATION_DATA {
                 return Err(invalid(format!(
                     "a TLS record of type {} after the handshake",
@@ -299,7 +304,7 @@ impl<T: AsyncRead + Unpin> AsyncRead for Records<T> {
 fn whole_record(data: &[u8]) -> bool {
     match data.get(..HEADER) {
         Some(header) => {
-            let length = usize::from(u16::from_be_bytes([header[3], header[4]]));
+            let length = record_length(header);
             header[0] != APPLICATION_DATA
                 || length > MAX_CIPHERTEXT
                 || data.len() >= HEADER + length
@@ -360,11 +365,9 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Records<T> {
         let this = self.get_mut();
         if !this.close_notify_sent {
             this.close_notify_sent = true;
-            let mut unsent = std::mem::take(&mut this.unsent);
-            this.tx.seal(ALERT, &mut unsent, |out| {
+            this.tx.seal(ALERT, &mut this.unsent, |out| {
                 out.extend_from_slice(&[1, CLOSE_NOTIFY]);
             })?;
-            this.unsent = unsent;
         }
         ready!(this.poll_send_unsent(cx))?;
         Pin::new(&mut this.io).poll_shutdown(cx)

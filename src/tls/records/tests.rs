@@ -392,10 +392,16 @@ async fn handshake_reads_stop_at_the_end_of_each_record() {
 /// Keys both ends of a pair use for one direction, from a traffic secret made of `seed`
 /// (kept, so that they can update, unless `seed` is 0).
 fn keys(seed: u8) -> Keys {
-    let secret =
-        TrafficSecret::new(&aead::AES_256_GCM, hkdf::HKDF_SHA384, &[seed.max(1); 48]).unwrap();
-    let (key, iv) = secret.key_and_iv();
-    Keys::with(secret.aead, &key, iv, 0, (seed != 0).then_some(secret)).unwrap()
+    let secret = TrafficSecret::new(hkdf::HKDF_SHA384, &[seed.max(1); 48]).unwrap();
+    let (key, iv) = secret.key_and_iv(&aead::AES_256_GCM);
+    Keys::with(
+        &aead::AES_256_GCM,
+        &key,
+        iv,
+        0,
+        (seed != 0).then_some(secret),
+    )
+    .unwrap()
 }
 
 fn records(
