@@ -70,8 +70,15 @@ impl TrafficSecret {
 }
 
 /// One direction's key, IV and next sequence number.
+///
+/// The key is kept as its bytes and expanded for each record: ring's expanded AES-GCM key
+/// (round keys and GHASH table) is ~0.5 KB, which every connection would hold for each
+/// direction; expanding it costs well under a microsecond, against a few for a full
+/// record's encryption.
 pub(super) struct Keys {
-    pub(super) key: LessSafeKey,
+    algorithm: &'static aead::Algorithm,
+    /// The key, in its first `algorithm.key_len()` bytes.
+    key: [u8; 32],
     iv: [u8; 12],
     pub(super) seq: u64,
     /// The secret the key and IV derive from, for the next ones after a KeyUpdate; without
@@ -121,10 +128,14 @@ impl Keys {
         seq: u64,
         secret: Option<TrafficSecret>,
     ) -> io::Result<Keys> {
-        let key = UnboundKey::new(algorithm, key)
-            .map_err(|_| io::Error::other("a TLS traffic key of the wrong length"))?;
+        let mut bytes = [0; 32];
+        (bytes.get_mut(..key.len()))
+            .filter(|_| key.len() == algorithm.key_len())
+            .ok_or_else(|| io::Error::other("a TLS traffic key of the wrong length"))?
+            .copy_from_slice(key);
         Ok(Keys {
-            key: LessSafeKey::new(key),
+            algorithm,
+            key: bytes,
             iv,
             seq,
             secret,
@@ -141,9 +152,15 @@ impl Keys {
             ));
         };
         let next = secret.next();
-        let algorithm = self.key.algorithm();
-        let (key, iv) = next.key_and_iv(algorithm);
-        Keys::with(algorithm, &key, iv, 0, Some(next))
+        let (key, iv) = next.key_and_iv(self.algorithm);
+        Keys::with(self.algorithm, &key, iv, 0, Some(next))
+    }
+
+    /// The key, expanded for sealing or opening.
+    pub(super) fn aead(&self) -> LessSafeKey {
+        let key = &self.key[..self.algorithm.key_len()];
+        // Infallible: `with` checked the key's length.
+        LessSafeKey::new(UnboundKey::new(self.algorithm, key).expect("a key of its length"))
     }
 
     /// The next record's nonce: the IV XOR the sequence number (RFC 8446 §5.3).
@@ -197,8 +214,7 @@ impl Keys {
         let mut header = [0; HEADER];
         header.copy_from_slice(&out[start..start + HEADER]);
         let nonce = self.next_nonce();
-        let tag = self
-            .key
+        let tag = (self.aead())
             .seal_in_place_separate_tag(nonce, Aad::from(header), &mut out[start + HEADER..])
             .map_err(|_| io::Error::other("sealing a TLS record failed"))?;
         out.extend_from_slice(tag.as_ref());

@@ -147,9 +147,7 @@ impl<T> Records<T> {
             let record = &mut data[at + HEADER..at + HEADER + length];
             at += HEADER + length;
             let nonce = self.rx.next_nonce();
-            let plain = self
-                .rx
-                .key
+            let plain = (self.rx.aead())
                 .open_in_place(nonce, Aad::from(header), record)
                 .map_err(|_| {
                     invalid("a TLS record that does not decrypt (bad_record_mac)".into())
