@@ -78,6 +78,18 @@ const MAX_EMPTY_FRAMES: u32 = 1;
 /// The most of a connection error's text sent as GOAWAY debug data.
 const MAX_GOAWAY_DEBUG: usize = 256;
 
+/// The request header decoder once the client has acknowledged this server's SETTINGS,
+/// which allow no dynamic table (HEADER_TABLE_SIZE 0): the client's next header block must
+/// start by shrinking its table to nothing (RFC 7541 §4.2), so no entry of the old one can
+/// be referred to again. An xDS connection carries one long stream, whose headers would
+/// otherwise stay indexed for the connection's life (~0.8 KB each).
+fn request_header_decoder() -> loona_hpack::Decoder<'static> {
+    let mut decoder = loona_hpack::Decoder::new();
+    decoder.set_max_allowed_table_size(0);
+    decoder.set_max_table_size(0);
+    decoder
+}
+
 /// A connection error: GOAWAY with `Reason`, and why (logged, and sent to the peer).
 type ConnectionError = (Reason, String);
 
@@ -166,8 +178,10 @@ where
         peer: Option<PeerIdentities>,
     ) -> Self {
         let now = Instant::now();
+        // Until the client acknowledges this server's SETTINGS (HEADER_TABLE_SIZE 0, below),
+        // it may index request headers in the default 4,096-byte table.
         let mut decoder = loona_hpack::Decoder::new();
-        decoder.set_max_allowed_table_size(4096);
+        decoder.set_max_allowed_table_size(frame::DEFAULT_HEADER_TABLE);
         let mut conn = Connection {
             io,
             service,
@@ -203,6 +217,7 @@ where
             frame::put_settings(
                 b,
                 &[
+                    (frame::SETTINGS_HEADER_TABLE_SIZE, 0),
                     (frame::SETTINGS_MAX_CONCURRENT_STREAMS, MAX_STREAMS as u32),
                     (frame::SETTINGS_INITIAL_WINDOW_SIZE, STREAM_WINDOW as u32),
                     (
@@ -666,11 +681,13 @@ where
         Ok(())
     }
 
+    /// A SETTINGS frame; an ACK acknowledges this server's (it sends only its preface's).
     fn settings_frame(&mut self, head: Head, payload: &[u8]) -> Result<(), ConnectionError> {
         if head.stream != 0 {
             return Err((Reason::ProtocolError, "SETTINGS on a stream".into()));
         }
         if head.has(frame::ACK) {
+            self.decoder = request_header_decoder();
             return Ok(());
         }
         if !payload.len().is_multiple_of(6) {

@@ -25,6 +25,7 @@ pub const END_HEADERS: u8 = 0x4;
 pub const PADDED: u8 = 0x8;
 pub const PRIORITY: u8 = 0x20;
 
+pub const SETTINGS_HEADER_TABLE_SIZE: u16 = 0x1;
 pub const SETTINGS_ENABLE_PUSH: u16 = 0x2;
 pub const SETTINGS_MAX_CONCURRENT_STREAMS: u16 = 0x3;
 pub const SETTINGS_INITIAL_WINDOW_SIZE: u16 = 0x4;
@@ -66,6 +67,9 @@ pub const DEFAULT_MAX_FRAME: usize = 16_384;
 
 /// The window every stream and the connection start with (RFC 9113 §6.9.2).
 pub const DEFAULT_WINDOW: i64 = 65_535;
+
+/// The HPACK dynamic table each side's decoder starts with (RFC 9113 §6.5.2).
+pub const DEFAULT_HEADER_TABLE: usize = 4_096;
 
 /// The largest window a WINDOW_UPDATE may open (RFC 9113 §6.9.1).
 pub const MAX_WINDOW: i64 = (1 << 31) - 1;

@@ -7,11 +7,14 @@
 //! 15, 16 and 28). Here one task per connection reads the frames, calls the service for
 //! each new stream and writes each response's body straight from the shared bytes it is
 //! made of, many frames per `writev`; between frames a connection keeps only a partial
-//! frame's bytes, its HPACK table, its windows and a few words per stream.
+//! frame's bytes, its windows and a few words per stream. It allows clients no HPACK
+//! dynamic table (SETTINGS_HEADER_TABLE_SIZE 0), so once they acknowledge that, it keeps
+//! no header table either.
 //!
 //! It implements what a gRPC server needs of RFC 9113: the prefaces and SETTINGS, HPACK
 //! request headers (`loona-hpack`; responses are literals that never touch the dynamic
-//! table), flow control both ways (a request window reopens only for bytes the service
+//! table, and requests may use one only until the client acknowledges this server's
+//! SETTINGS), flow control both ways (a request window reopens only for bytes the service
 //! consumed), PING (answered, and sent as keepalive to connections nothing was read from),
 //! RST_STREAM, GOAWAY (sent on shutdown and on connection errors, saying why in its debug
 //! data) and CONTINUATION. It enforces each request's `grpc-timeout`, refuses header

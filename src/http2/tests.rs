@@ -756,6 +756,79 @@ async fn a_client_that_resets_streams_before_their_answer_in_a_loop_is_cut_off()
     assert_eq!(*errors.lock().unwrap(), ["http2_enhance_your_calm"]);
 }
 
+/// A request's HEADERS for `stream`: `table` (HPACK bytes that come first: a size update,
+/// or nothing), then :method POST and :scheme http from the static table, `path` (HPACK
+/// bytes for :path) and :authority as a literal.
+fn put_request_with(buf: &mut BytesMut, stream: u32, table: &[u8], path: &[u8]) {
+    let mut block = BytesMut::from(table);
+    block.extend_from_slice(&[0x83, 0x86]);
+    block.extend_from_slice(path);
+    super::headers::literal(&mut block, 1, b"", b"meshd");
+    frame::put_head(buf, block.len(), frame::HEADERS, frame::END_HEADERS, stream);
+    buf.extend_from_slice(&block);
+}
+
+/// :path /unread, added to the dynamic table (as its entry 62).
+const PATH_INDEXED: &[u8] = b"\x44\x07/unread";
+/// :path as the dynamic table's entry 62.
+const PATH_FROM_TABLE: &[u8] = &[0x80 | 62];
+/// A dynamic table size update to 0 (RFC 7541 §6.3).
+const TABLE_TO_NOTHING: &[u8] = &[0x20];
+
+#[tokio::test]
+async fn request_headers_are_indexed_only_until_the_client_acknowledges_no_table() {
+    let (s, errors) = counting_server().await;
+    let mut tcp = raw(s.address).await;
+    let mut read = BytesMut::new();
+    let mut table = None;
+    read_until(&mut tcp, &mut read, |head, f| {
+        let preface = head.kind == frame::SETTINGS && !head.has(frame::ACK);
+        if preface {
+            table = frame::settings(f).find(|&(id, _)| id == frame::SETTINGS_HEADER_TABLE_SIZE);
+        }
+        preface
+    })
+    .await;
+    assert_eq!(table, Some((frame::SETTINGS_HEADER_TABLE_SIZE, 0)));
+    // Until the client acknowledges that, it may index headers and refer to them.
+    let mut frames = BytesMut::new();
+    put_request_with(&mut frames, 1, b"", PATH_INDEXED);
+    put_request_with(&mut frames, 3, b"", PATH_FROM_TABLE);
+    tcp.write_all(&frames).await.unwrap();
+    ping_answered(&mut tcp, &mut read, *b"indexed ").await;
+    // Once it has, the table is gone: its next block must empty its own first.
+    let mut frames = BytesMut::new();
+    frame::put_head(&mut frames, 0, frame::SETTINGS, frame::ACK, 0);
+    put_request_with(&mut frames, 5, TABLE_TO_NOTHING, b"\x04\x07/unread");
+    tcp.write_all(&frames).await.unwrap();
+    ping_answered(&mut tcp, &mut read, *b"emptied ").await;
+    assert!(errors.lock().unwrap().is_empty());
+    // Referring to the old table, as a client that ignored the setting would, fails.
+    let mut frames = BytesMut::new();
+    put_request_with(&mut frames, 7, b"", PATH_FROM_TABLE);
+    tcp.write_all(&frames).await.unwrap();
+    let frames = frames_until_closed(&mut tcp).await;
+    assert_eq!(
+        goaway_code(&frames),
+        Some(frame::Reason::CompressionError as u32)
+    );
+    // So does growing the table again.
+    let mut tcp = raw(s.address).await;
+    let mut frames = BytesMut::new();
+    frame::put_head(&mut frames, 0, frame::SETTINGS, frame::ACK, 0);
+    put_request_with(&mut frames, 1, &[0x3f, 0xe1, 0x1f], PATH_INDEXED); // 4,096
+    tcp.write_all(&frames).await.unwrap();
+    let frames = frames_until_closed(&mut tcp).await;
+    assert_eq!(
+        goaway_code(&frames),
+        Some(frame::Reason::CompressionError as u32)
+    );
+    assert_eq!(
+        *errors.lock().unwrap(),
+        ["http2_compression_error", "http2_compression_error"]
+    );
+}
+
 #[tokio::test]
 async fn empty_frames_are_allowed_one_at_a_time_and_cut_off_in_a_row() {
     let (s, errors) = counting_server().await;
