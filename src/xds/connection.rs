@@ -58,37 +58,41 @@ pub struct Watch {
     pub compact: bool,
 }
 
-/// A connection's watches, one per type, indexed by `TypeKind as usize`. VHDS's is kept
-/// out of line and allocated only once something is recorded on it, so that the sixth
-/// type costs a proxy that does not use VHDS one pointer, not a watch (~230 bytes of
-/// every connection, measured in RSS).
+/// A connection's watches, one per type, indexed by `TypeKind as usize`. The watches of
+/// SDS (gateway credentials) and VHDS are kept out of line and allocated only once
+/// something is recorded on them: a sidecar uses neither, and each costs it one pointer
+/// instead of a watch (~230 bytes of every connection, measured in RSS for VHDS).
 #[derive(Debug, Default)]
 pub struct Watches {
-    inline: [Watch; TYPES - 1],
-    vhds: Option<Box<Watch>>,
+    inline: [Watch; INLINE],
+    outlying: [Option<Box<Watch>>; TYPES - INLINE],
 }
 
+/// The types whose watches are inline: those every proxy uses (CDS, EDS, LDS, RDS).
+const INLINE: usize = TypeKind::Secret as usize;
+
 const _: () = assert!(
-    TypeKind::VirtualHost as usize == TYPES - 1,
-    "VHDS is the last type"
+    TypeKind::Secret as usize == TYPES - 2 && TypeKind::VirtualHost as usize == TYPES - 1,
+    "SDS and VHDS are the last types"
 );
 
-/// What an unused VHDS watch reads as.
+/// What an unused out-of-line watch reads as.
 static UNUSED: std::sync::LazyLock<Watch> = std::sync::LazyLock::new(Watch::default);
 
 impl Watches {
     pub fn iter(&self) -> impl Iterator<Item = &Watch> {
-        self.inline.iter().chain(self.vhds.as_deref())
+        (self.inline.iter()).chain(self.outlying.iter().flatten().map(|w| &**w))
     }
 
     pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut Watch> {
-        self.inline.iter_mut().chain(self.vhds.as_deref_mut())
+        (self.inline.iter_mut()).chain(self.outlying.iter_mut().flatten().map(|w| &mut **w))
     }
 
-    /// Whether the VHDS watch has been allocated.
+    /// Whether the watch of `kind` has been allocated (always, for an inline one).
     #[cfg(test)]
-    pub(super) fn holds_vhds(&self) -> bool {
-        self.vhds.is_some()
+    pub(super) fn holds(&self, kind: TypeKind) -> bool {
+        let i = kind as usize;
+        i < INLINE || self.outlying[i - INLINE].is_some()
     }
 }
 
@@ -97,21 +101,17 @@ impl std::ops::Index<usize> for Watches {
     fn index(&self, i: usize) -> &Watch {
         match self.inline.get(i) {
             Some(w) => w,
-            None => {
-                assert_eq!(i, TypeKind::VirtualHost as usize, "no type {i}");
-                self.vhds.as_deref().unwrap_or(&UNUSED)
-            }
+            None => self.outlying[i - INLINE].as_deref().unwrap_or(&UNUSED),
         }
     }
 }
 
 impl std::ops::IndexMut<usize> for Watches {
     fn index_mut(&mut self, i: usize) -> &mut Watch {
-        if i < self.inline.len() {
+        if i < INLINE {
             return &mut self.inline[i];
         }
-        assert_eq!(i, TypeKind::VirtualHost as usize, "no type {i}");
-        self.vhds.get_or_insert_with(Box::default)
+        self.outlying[i - INLINE].get_or_insert_with(Box::default)
     }
 }
 
@@ -204,8 +204,9 @@ pub struct SyncStatus {
     /// The connection's number (its id is `PROXY-NUMBER`).
     pub number: u64,
     pub delta: bool,
-    /// By [`TypeKind`], for the types a response was sent or an event recorded on.
-    pub types: [Option<TypeStatus>; TYPES],
+    /// By [`TypeKind`], for the types a response was sent or an event recorded on. Boxed:
+    /// a proxy uses four of the six types, and a status inline is 128 bytes.
+    pub types: [Option<Box<TypeStatus>>; TYPES],
     /// The newest push this proxy is known to hold in full: every subscribed type ACKed,
     /// or the push could not change anything for it.
     pub in_sync_push: u64,
@@ -230,7 +231,7 @@ impl Serialize for SyncStatus {
         use serde::ser::SerializeMap;
         let p = &*self.model;
         let types: BTreeMap<&str, &TypeStatus> = (PUSH_ORDER.iter())
-            .filter_map(|k| Some((k.short(), self.types[*k as usize].as_ref()?)))
+            .filter_map(|k| Some((k.short(), &**self.types[*k as usize].as_ref()?)))
             .collect();
         let mut m = s.serialize_map(Some(9))?;
         m.serialize_entry("connection_id", &self.connection_id())?;

@@ -412,14 +412,14 @@ mod tests {
             (TypeKind::Route.url(), vec!["8080".into()])
         );
         assert!(rx.try_recv().is_none(), "VHDS is not subscribed yet");
-        assert!(!conn.watches.holds_vhds(), "nor allocated");
+        assert!(!conn.watches.holds(TypeKind::VirtualHost), "nor allocated");
         handle(&mut conn, ask(TypeKind::VirtualHost, &[]), &tx)
             .await
             .unwrap();
         assert_eq!(answer(&mut rx), (TypeKind::VirtualHost.url(), all.clone()));
         assert!(conn.watches[TypeKind::VirtualHost as usize].compact);
 
-        assert!(conn.watches.holds_vhds());
+        assert!(conn.watches.holds(TypeKind::VirtualHost));
         // A proxy without VHDS asks for its routes (and is pushed to below).
         let mut plain_proxy = (*conn.proxy).clone();
         plain_proxy.vhds = false;
@@ -449,7 +449,13 @@ mod tests {
         plain.push = pushes.build(&store, 3);
         push_to(&mut plain, &plain_tx).await.unwrap();
         assert_eq!(answer(&mut plain_rx).0, TypeKind::Route.url());
-        assert!(!plain.watches.holds_vhds(), "no VHDS watch without VHDS");
+        assert!(
+            !plain.watches.holds(TypeKind::VirtualHost),
+            "no VHDS watch without VHDS"
+        );
+        for sidecar in [&conn, &plain] {
+            assert!(!sidecar.watches.holds(TypeKind::Secret), "nor an SDS watch");
+        }
 
         // The route configuration asked for again: all its virtual hosts follow.
         let mut again = ask(TypeKind::Route, &[]);
