@@ -65,6 +65,8 @@ struct DeltaRequest {
     type_url: String,
     #[prost(bytes = "bytes", repeated, tag = "3")]
     resource_names_subscribe: Vec<Bytes>,
+    #[prost(bytes = "bytes", repeated, tag = "4")]
+    resource_names_unsubscribe: Vec<Bytes>,
     #[prost(map = "string, string", tag = "5")]
     initial_resource_versions: std::collections::HashMap<String, String>,
     #[prost(string, tag = "6")]
@@ -167,6 +169,31 @@ pub struct Held {
 }
 
 impl Held {
+    /// The endpoints to unsubscribe from as `resp` removes their clusters, as Envoy does
+    /// once a cluster is gone; they are no longer held either. Call before learning `resp`.
+    fn endpoints_of_removed_clusters(
+        versions: &mut BTreeMap<String, Holding>,
+        resp: &DeltaResponse,
+    ) -> Vec<Bytes> {
+        if resp.type_url != CLUSTER_TYPE {
+            return Vec::new();
+        }
+        let Some(clusters) = versions.get(CLUSTER_TYPE) else {
+            return Vec::new();
+        };
+        let gone: Vec<Bytes> = (resp.removed_resources.iter())
+            .map(|name| name.as_bytes())
+            .filter(|name| wants_endpoints(name) && clusters.get(name).is_some())
+            .map(Bytes::copy_from_slice)
+            .collect();
+        if let Some(endpoints) = versions.get_mut(ENDPOINT_TYPE) {
+            for name in &gone {
+                endpoints.forget(name);
+            }
+        }
+        gone
+    }
+
     fn learn(versions: &mut BTreeMap<String, Holding>, resp: &DeltaResponse) {
         versions
             .entry(resp.type_url.clone())
@@ -236,9 +263,14 @@ impl Holding {
             self.since.insert(r.name.into(), Some(r.version.into()));
         }
         for name in &resp.removed_resources {
-            if self.get(name.as_bytes()).is_some() {
-                self.since.insert(name.as_bytes().into(), None);
-            }
+            self.forget(name.as_bytes());
+        }
+    }
+
+    /// `name` is no longer held.
+    fn forget(&mut self, name: &[u8]) {
+        if self.get(name).is_some() {
+            self.since.insert(name.into(), None);
         }
     }
 
@@ -516,6 +548,7 @@ async fn run_delta(
         );
         let asking = Asking::Held(versions.get(CLUSTER_TYPE));
         let (eds, rds, vhds) = names.learn(&resp.type_url, resources(), asking);
+        let gone = Held::endpoints_of_removed_clusters(versions, &resp);
         let nack = spec.nack_routes && resp.type_url == ROUTE_TYPE;
         if !nack {
             Held::learn(versions, &resp); // a rejected response is not held, as in Envoy
@@ -534,9 +567,10 @@ async fn run_delta(
             stats.nacks_sent.fetch_add(1, Ordering::Relaxed);
         }
         tx.send(Box::new(ack)).await.map_err(|e| e.to_string())?;
-        if !eds.is_empty() {
+        if !eds.is_empty() || !gone.is_empty() {
             let mut sub = request(ENDPOINT_TYPE);
             sub.resource_names_subscribe = eds;
+            sub.resource_names_unsubscribe = gone;
             tx.send(Box::new(sub)).await.map_err(|e| e.to_string())?;
         }
         if !rds.is_empty() {
@@ -747,6 +781,45 @@ mod tests {
             ["outbound|80||a.shared-test", "outbound|80||c.shared-test"]
         );
         assert!(eds.initial_resource_versions.is_empty());
+    }
+
+    #[test]
+    fn a_delta_proxy_unsubscribes_from_the_endpoints_of_a_removed_cluster() {
+        let answer = |type_url: &str, held: &[&str], removed: &[&str]| DeltaResponse {
+            type_url: type_url.into(),
+            resources: held.iter().map(|name| encoded(name, "1")).collect(),
+            removed_resources: removed.iter().map(|n| n.to_string()).collect(),
+            ..Default::default()
+        };
+        let (a, b) = ("outbound|80||a.removed-test", "outbound|80||b.removed-test");
+        let mut held = Held {
+            versions: BTreeMap::new(),
+            names: Names::default(),
+        };
+        let cds = answer(CLUSTER_TYPE, &[a, b, "BlackHoleCluster"], &[]);
+        let eds = answer(ENDPOINT_TYPE, &[a, b], &[]);
+        for resp in [&cds, &eds] {
+            assert!(Held::endpoints_of_removed_clusters(&mut held.versions, resp).is_empty());
+            Held::learn(&mut held.versions, resp);
+        }
+        // b goes, with a cluster that needs no endpoints and one never held.
+        let removal = answer(
+            CLUSTER_TYPE,
+            &[],
+            &[b, "BlackHoleCluster", "outbound|80||x"],
+        );
+        let gone = Held::endpoints_of_removed_clusters(&mut held.versions, &removal);
+        assert_eq!(gone, [b]);
+        Held::learn(&mut held.versions, &removal);
+        // A new stream neither subscribes to b's endpoints nor says it holds them.
+        let request = held.request(ENDPOINT_TYPE);
+        assert_eq!(request.resource_names_subscribe, [a]);
+        assert_eq!(
+            request.initial_resource_versions.keys().collect::<Vec<_>>(),
+            [a]
+        );
+        // Removed again: nothing more to unsubscribe.
+        assert!(Held::endpoints_of_removed_clusters(&mut held.versions, &removal).is_empty());
     }
 
     #[test]
