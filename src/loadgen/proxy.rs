@@ -413,6 +413,16 @@ fn asks_for_vhds(body: &Body) -> bool {
 }
 
 impl Names {
+    /// State of the world: a CDS response is every cluster the proxy has, so the endpoints
+    /// of those not in it are no longer asked for, as Envoy drops their subscription.
+    /// Returns whether any were dropped.
+    fn keep_clusters<'a>(&mut self, clusters: impl IntoIterator<Item = &'a [u8]>) -> bool {
+        let present: BTreeSet<&[u8]> = clusters.into_iter().collect();
+        let before = self.clusters.len();
+        self.clusters.retain(|c| present.contains(c.as_bytes()));
+        self.clusters.len() != before
+    }
+
     /// Learns from one response (names and bodies); returns the EDS / RDS names to add,
     /// and whether to ask for VHDS now.
     fn learn<'a>(
@@ -640,6 +650,8 @@ async fn run_sotw(
         // Cluster, which is cheap to read for its first field only.
         let named: Vec<(String, &[u8])> = bodies().map(|b| (resource_name(b), b)).collect();
         let resources = named.iter().map(|(n, b)| (n.as_bytes(), Body::Whole(b)));
+        let dropped = resp.type_url == CLUSTER_TYPE
+            && names.keep_clusters(named.iter().map(|(n, _)| n.as_bytes()));
         let (eds, rds, _) = names.learn(&resp.type_url, resources, Asking::Listed);
         let nack = spec.nack_routes && resp.type_url == ROUTE_TYPE;
         let subscribed = match resp.type_url.as_str() {
@@ -662,7 +674,7 @@ async fn run_sotw(
             versions.insert(resp.type_url.clone(), resp.version_info.clone());
         }
         tx.send(Box::new(ack)).await.map_err(|e| e.to_string())?;
-        if !eds.is_empty() {
+        if !eds.is_empty() || dropped {
             let mut sub = request(ENDPOINT_TYPE, &names.clusters);
             sub.version_info = versions.get(ENDPOINT_TYPE).cloned().unwrap_or_default();
             tx.send(Box::new(sub)).await.map_err(|e| e.to_string())?;
@@ -857,5 +869,10 @@ mod tests {
         assert_eq!(sotw.learn(CLUSTER_TYPE, cds, Asking::Listed).0, wanted);
         assert_eq!(sotw.clusters.len(), 2);
         assert!(sotw.learn(CLUSTER_TYPE, cds, Asking::Listed).0.is_empty());
+        // A cluster left out of the next answer is no longer asked for, once.
+        let next = [cds[0].0, cds[2].0];
+        assert!(sotw.keep_clusters(next));
+        assert_eq!(sotw.clusters, BTreeSet::from([wanted[0].to_string()]));
+        assert!(!sotw.keep_clusters(next));
     }
 }
