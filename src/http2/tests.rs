@@ -365,10 +365,19 @@ async fn a_stream_with_endless_data_does_not_starve_the_others() {
 
 /// A request's HEADERS (literals, no END_STREAM) opening `stream` for `path`.
 fn put_request(buf: &mut BytesMut, stream: u32, path: &str) {
-    let mut block = BytesMut::new();
+    let mut field = BytesMut::new();
+    super::headers::literal(&mut field, 4, b"", path.as_bytes()); // :path
+    put_request_with(buf, stream, b"", &field);
+}
+
+/// A request's HEADERS (no END_STREAM) for `stream`: `table` (HPACK bytes that come
+/// first: a size update, or nothing), :method POST and :scheme http as literals, `path`
+/// (HPACK bytes for :path) and :authority as a literal.
+fn put_request_with(buf: &mut BytesMut, stream: u32, table: &[u8], path: &[u8]) {
+    let mut block = BytesMut::from(table);
     super::headers::literal(&mut block, 2, b"", b"POST"); // :method
     super::headers::literal(&mut block, 6, b"", b"http"); // :scheme
-    super::headers::literal(&mut block, 4, b"", path.as_bytes()); // :path
+    block.extend_from_slice(path);
     super::headers::literal(&mut block, 1, b"", b"meshd"); // :authority
     frame::put_head(buf, block.len(), frame::HEADERS, frame::END_HEADERS, stream);
     buf.extend_from_slice(&block);
@@ -541,18 +550,15 @@ async fn frames_until_closed(tcp: &mut TcpStream) -> Vec<(Head, Vec<u8>)> {
     frames
 }
 
-fn goaway_code(frames: &[(Head, Vec<u8>)]) -> Option<u32> {
-    let (_, payload) = frames.iter().find(|(h, _)| h.kind == frame::GOAWAY)?;
-    Some(u32::from_be_bytes(payload[4..8].try_into().unwrap()))
-}
-
-/// The GOAWAY's debug data, as text.
-fn goaway_debug(frames: &[(Head, Vec<u8>)]) -> String {
-    let (_, payload) = frames
-        .iter()
+/// The GOAWAY the server sends before it closes the connection: its error code and its
+/// debug data, as text.
+async fn goaway(tcp: &mut TcpStream) -> (u32, String) {
+    let frames = frames_until_closed(tcp).await;
+    let (_, payload) = (frames.iter())
         .find(|(h, _)| h.kind == frame::GOAWAY)
-        .expect("a GOAWAY");
-    String::from_utf8(payload[8..].to_vec()).unwrap()
+        .unwrap_or_else(|| panic!("a GOAWAY in {frames:?}"));
+    let code = u32::from_be_bytes(payload[4..8].try_into().unwrap());
+    (code, String::from_utf8(payload[8..].to_vec()).unwrap())
 }
 
 #[tokio::test]
@@ -595,27 +601,20 @@ async fn protocol_violations_close_the_connection_with_goaway_saying_why_and_are
     tcp.write_all(b"GET / HTTP/1.1\r\nHost: meshd\r\n\r\n")
         .await
         .unwrap();
-    let frames = frames_until_closed(&mut tcp).await;
-    assert_eq!(
-        goaway_code(&frames),
-        Some(frame::Reason::ProtocolError as u32)
-    );
-    assert_eq!(goaway_debug(&frames), "not an HTTP/2 preface");
+    let (code, debug) = goaway(&mut tcp).await;
+    assert_eq!(code, frame::Reason::ProtocolError as u32);
+    assert_eq!(debug, "not an HTTP/2 preface");
     // A frame over the 16 KiB this server allows.
     let mut tcp = raw(s.address).await;
     let mut big = BytesMut::new();
     frame::put_head(&mut big, 20_000, frame::DATA, 0, 1);
     big.extend_from_slice(&[0; 20_000]);
     tcp.write_all(&big).await.unwrap();
-    let frames = frames_until_closed(&mut tcp).await;
-    assert_eq!(
-        goaway_code(&frames),
-        Some(frame::Reason::FrameSizeError as u32)
-    );
+    let (code, debug) = goaway(&mut tcp).await;
+    assert_eq!(code, frame::Reason::FrameSizeError as u32);
     assert!(
-        goaway_debug(&frames).contains("20000 bytes, over SETTINGS_MAX_FRAME_SIZE"),
-        "{}",
-        goaway_debug(&frames)
+        debug.contains("20000 bytes, over SETTINGS_MAX_FRAME_SIZE"),
+        "{debug}"
     );
     // A header block that is no HPACK.
     let mut tcp = raw(s.address).await;
@@ -623,26 +622,17 @@ async fn protocol_violations_close_the_connection_with_goaway_saying_why_and_are
     frame::put_head(&mut bad, 3, frame::HEADERS, frame::END_HEADERS, 1);
     bad.extend_from_slice(&[0xff, 0xff, 0xff]);
     tcp.write_all(&bad).await.unwrap();
-    let frames = frames_until_closed(&mut tcp).await;
-    assert_eq!(
-        goaway_code(&frames),
-        Some(frame::Reason::CompressionError as u32)
-    );
-    assert!(!goaway_debug(&frames).is_empty());
+    let (code, debug) = goaway(&mut tcp).await;
+    assert_eq!(code, frame::Reason::CompressionError as u32);
+    assert!(!debug.is_empty());
     // A WINDOW_UPDATE of 0 for the connection.
     let mut tcp = raw(s.address).await;
     let mut zero = BytesMut::new();
     frame::put_window_update(&mut zero, 0, 0);
     tcp.write_all(&zero).await.unwrap();
-    let frames = frames_until_closed(&mut tcp).await;
-    assert_eq!(
-        goaway_code(&frames),
-        Some(frame::Reason::ProtocolError as u32)
-    );
-    assert_eq!(
-        goaway_debug(&frames),
-        "a WINDOW_UPDATE of 0 for the connection"
-    );
+    let (code, debug) = goaway(&mut tcp).await;
+    assert_eq!(code, frame::Reason::ProtocolError as u32);
+    assert_eq!(debug, "a WINDOW_UPDATE of 0 for the connection");
     assert_eq!(
         *errors.lock().unwrap(),
         [
@@ -747,29 +737,16 @@ async fn a_client_that_resets_streams_before_their_answer_in_a_loop_is_cut_off()
         put_cancel(&mut burst, 1 + 2 * n);
     }
     tcp.write_all(&burst).await.unwrap();
-    let frames = frames_until_closed(&mut tcp).await;
-    assert_eq!(
-        goaway_code(&frames),
-        Some(frame::Reason::EnhanceYourCalm as u32)
-    );
-    assert!(goaway_debug(&frames).contains("rapid reset"));
+    let (code, debug) = goaway(&mut tcp).await;
+    assert_eq!(code, frame::Reason::EnhanceYourCalm as u32);
+    assert!(debug.contains("rapid reset"));
     assert_eq!(*errors.lock().unwrap(), ["http2_enhance_your_calm"]);
-}
-
-/// A request's HEADERS for `stream`: `table` (HPACK bytes that come first: a size update,
-/// or nothing), then :method POST and :scheme http from the static table, `path` (HPACK
-/// bytes for :path) and :authority as a literal.
-fn put_request_with(buf: &mut BytesMut, stream: u32, table: &[u8], path: &[u8]) {
-    let mut block = BytesMut::from(table);
-    block.extend_from_slice(&[0x83, 0x86]);
-    block.extend_from_slice(path);
-    super::headers::literal(&mut block, 1, b"", b"meshd");
-    frame::put_head(buf, block.len(), frame::HEADERS, frame::END_HEADERS, stream);
-    buf.extend_from_slice(&block);
 }
 
 /// :path /unread, added to the dynamic table (as its entry 62).
 const PATH_INDEXED: &[u8] = b"\x44\x07/unread";
+/// :path /unread as a literal that leaves the dynamic table alone.
+const PATH_LITERAL: &[u8] = b"\x04\x07/unread";
 /// :path as the dynamic table's entry 62.
 const PATH_FROM_TABLE: &[u8] = &[0x80 | 62];
 /// A dynamic table size update to 0 (RFC 7541 §6.3).
@@ -799,7 +776,7 @@ async fn request_headers_are_indexed_only_until_the_client_acknowledges_no_table
     // Once it has, the table is gone: its next block must empty its own first.
     let mut frames = BytesMut::new();
     frame::put_head(&mut frames, 0, frame::SETTINGS, frame::ACK, 0);
-    put_request_with(&mut frames, 5, TABLE_TO_NOTHING, b"\x04\x07/unread");
+    put_request_with(&mut frames, 5, TABLE_TO_NOTHING, PATH_LITERAL);
     tcp.write_all(&frames).await.unwrap();
     ping_answered(&mut tcp, &mut read, *b"emptied ").await;
     assert!(errors.lock().unwrap().is_empty());
@@ -807,22 +784,16 @@ async fn request_headers_are_indexed_only_until_the_client_acknowledges_no_table
     let mut frames = BytesMut::new();
     put_request_with(&mut frames, 7, b"", PATH_FROM_TABLE);
     tcp.write_all(&frames).await.unwrap();
-    let frames = frames_until_closed(&mut tcp).await;
-    assert_eq!(
-        goaway_code(&frames),
-        Some(frame::Reason::CompressionError as u32)
-    );
+    let (code, _) = goaway(&mut tcp).await;
+    assert_eq!(code, frame::Reason::CompressionError as u32);
     // So does growing the table again.
     let mut tcp = raw(s.address).await;
     let mut frames = BytesMut::new();
     frame::put_head(&mut frames, 0, frame::SETTINGS, frame::ACK, 0);
     put_request_with(&mut frames, 1, &[0x3f, 0xe1, 0x1f], PATH_INDEXED); // 4,096
     tcp.write_all(&frames).await.unwrap();
-    let frames = frames_until_closed(&mut tcp).await;
-    assert_eq!(
-        goaway_code(&frames),
-        Some(frame::Reason::CompressionError as u32)
-    );
+    let (code, _) = goaway(&mut tcp).await;
+    assert_eq!(code, frame::Reason::CompressionError as u32);
     assert_eq!(
         *errors.lock().unwrap(),
         ["http2_compression_error", "http2_compression_error"]
@@ -849,16 +820,9 @@ async fn empty_frames_are_allowed_one_at_a_time_and_cut_off_in_a_row() {
     frame::put_head(&mut frames, 0, frame::DATA, 0, 1);
     frame::put_head(&mut frames, 0, frame::DATA, 0, 1);
     tcp.write_all(&frames).await.unwrap();
-    let frames = frames_until_closed(&mut tcp).await;
-    assert_eq!(
-        goaway_code(&frames),
-        Some(frame::Reason::EnhanceYourCalm as u32)
-    );
-    assert!(
-        goaway_debug(&frames).contains("without payload"),
-        "{}",
-        goaway_debug(&frames)
-    );
+    let (code, debug) = goaway(&mut tcp).await;
+    assert_eq!(code, frame::Reason::EnhanceYourCalm as u32);
+    assert!(debug.contains("without payload"), "{debug}");
     assert_eq!(*errors.lock().unwrap(), ["http2_enhance_your_calm"]);
 }
 
@@ -896,8 +860,8 @@ async fn shutdown_says_goaway_and_closes() {
     let mut tcp = raw(s.address).await;
     tokio::time::sleep(Duration::from_millis(50)).await;
     s.shutdown.send(true).unwrap();
-    let frames = frames_until_closed(&mut tcp).await;
-    assert_eq!(goaway_code(&frames), Some(frame::Reason::NoError as u32));
+    let (code, _) = goaway(&mut tcp).await;
+    assert_eq!(code, frame::Reason::NoError as u32);
     assert!(
         TcpStream::connect(s.address).await.is_err() || {
             // The listener may linger in the kernel's backlog for an instant.
