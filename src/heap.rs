@@ -6,8 +6,9 @@
 //! of its small blocks is live. With them off, a Sidecar-scoped proxy costs 39 KB of
 //! meshd's RSS instead of 57 KB, and meshd starts at 37 MB instead of 43 MB. mimalloc
 //! also returns freed memory to the OS only while it allocates, so idle runtime threads
-//! ask it to ([`on_idle`]). The fleet simulator tunes its own heap for speed instead
-//! ([`keep_freed_memory`]). Figures: BENCHMARKS.md, session 9.
+//! ask it to ([`on_idle`]). The fleet simulator, also without huge pages, keeps what it
+//! frees for speed instead ([`keep_freed_memory`]). Figures: BENCHMARKS.md, sessions 9
+//! and 33.
 
 /// mimalloc's own switch for transparent huge pages. An operator who sets it has chosen;
 /// mimalloc applies that choice when the process starts, and meshd leaves it alone.
@@ -37,13 +38,14 @@ const DEFAULT_PURGE_DELAY: libc::c_long = 1000;
 /// For the fleet simulator (`meshd loadgen`): freed memory stays with the allocator
 /// instead of going back to the OS a second later. The simulator frees each proxy's
 /// received configuration (1.4 MB unscoped) as fast as it takes the next, and with the
-/// default it spent a large part of a connect storm re-faulting and zeroing memory. It
-/// also keeps transparent huge pages: it grows by gigabytes in a 10,000-proxy storm
-/// (1.3 GiB at its peak for 2,000 unscoped proxies), and faulting that in 4 KiB at a
-/// time cost it more than 2 MiB pages do. meshd itself keeps mimalloc's default purge
-/// delay, so that its RSS shows what it holds. Does nothing when `MIMALLOC_PURGE_DELAY` is
-/// set, or when the option does not read as mimalloc v3's default (a different mimalloc);
-/// returns whether it changed the option.
+/// default it spent a large part of a connect storm re-faulting and zeroing memory. Like
+/// meshd it runs without transparent huge pages ([`disable_huge_pages_unless_configured`]):
+/// with them, zeroing fresh 2 MiB pages as mimalloc extended its pages was a fifth of a
+/// 5,000-proxy storm's CPU, and a 10,000-proxy storm connected 742–859 proxies/s
+/// against 1,048–1,383/s without (BENCHMARKS.md, session 33). meshd itself keeps
+/// mimalloc's default purge delay, so that its RSS shows what it holds. Does nothing when
+/// `MIMALLOC_PURGE_DELAY` is set, or when the option does not read as mimalloc v3's
+/// default (a different mimalloc); returns whether it changed the option.
 pub fn keep_freed_memory() -> bool {
     if std::env::var_os("MIMALLOC_PURGE_DELAY").is_some() {
         return false;

@@ -153,9 +153,8 @@ fn main() -> ExitCode {
     // Before any other thread starts (mimalloc's options are not synchronised).
     if matches!(cli.command, Command::Loadgen(_)) {
         meshd::heap::keep_freed_memory();
-    } else {
-        meshd::heap::disable_huge_pages_unless_configured();
     }
+    meshd::heap::disable_huge_pages_unless_configured();
     match cli.command {
         Command::Loadgen(args) => match meshd::loadgen::run(args) {
             Ok(summary) => {

@@ -955,6 +955,9 @@ async fn simulate(
         "routed_every": shape.routed_every, "sidecar_scoped": shape.sidecar_scoped,
         "gateway_routes": shape.gateway_routed,
         "change": args.change, "changes": args.changes, "services_per_change": args.services_per_change,
+        // Whether the simulator's own heap may use transparent huge pages (off unless
+        // MIMALLOC_ALLOW_THP says otherwise; see `heap`).
+        "simulator_huge_pages": crate::metrics::proc_number("self", "status", "THP_enabled:").map(|on| on == 1),
     }));
     summary.insert(
         "connect".into(),
