@@ -386,6 +386,39 @@ async fn await_marker(
     }
 }
 
+/// How long a proxy waits before it opens a new stream: Envoy's xDS backoff (its
+/// `GrpcStream`'s jittered exponential strategy), each wait drawn uniformly from below an
+/// interval that starts at 500 ms and doubles up to 30 s. The jitter spreads a fleet whose
+/// streams all broke at once (a meshd restart) over each interval, as real sidecars are.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Backoff {
+    interval: Duration,
+}
+
+impl Backoff {
+    const BASE: Duration = Duration::from_millis(500);
+    const MAX: Duration = Duration::from_secs(30);
+
+    /// The next wait, from `random` (uniform over `u64`), and the interval doubled.
+    fn next(&mut self, random: u64) -> Duration {
+        let interval = self.interval.as_millis() as u64;
+        self.interval = (self.interval * 2).min(Self::MAX);
+        Duration::from_millis(random % interval)
+    }
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff {
+            interval: Self::BASE,
+        }
+    }
+}
+
+fn random() -> u64 {
+    getrandom::u64().expect("BUG: the OS has no random source")
+}
+
 /// The restart scenario: meshd is killed and started again on the same ports while the
 /// fleet is connected. Every proxy reconnects (with backoff, as Envoy) and must hold its
 /// configuration again; a delta proxy names what it holds, so only differences are sent.
@@ -753,11 +786,10 @@ async fn simulate(
             marker_rx.clone(),
             err_tx.clone(),
         );
-        // Like Envoy, a proxy whose stream ends reconnects with backoff, which starts
-        // over once a stream has held its configuration.
+        // Like Envoy, a proxy whose stream ends reconnects after a jittered backoff, which
+        // starts over once a stream has held its configuration.
         tokio::spawn(async move {
-            const FIRST_BACKOFF: Duration = Duration::from_millis(200);
-            let mut backoff = FIRST_BACKOFF;
+            let mut backoff = Backoff::default();
             let mut held = proxy::Held::default();
             loop {
                 let initialised = stats.streams_initialised.load(Ordering::Relaxed);
@@ -776,10 +808,9 @@ async fn simulate(
                 };
                 let _ = err.send(format!("{id}: {ended}"));
                 if stats.streams_initialised.load(Ordering::Relaxed) > initialised {
-                    backoff = FIRST_BACKOFF;
+                    backoff = Backoff::default();
                 }
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(5));
+                tokio::time::sleep(backoff.next(random())).await;
             }
         });
         next += interval;
@@ -1052,5 +1083,26 @@ mod tests {
         let one = Percentiles::of(vec![7.0]);
         assert_eq!((one.p50, one.p99, one.max), (7.0, 7.0, 7.0));
         assert_eq!(Percentiles::of(vec![]).count, 0);
+    }
+
+    #[test]
+    fn backoff_is_envoys_jittered_exponential_one() {
+        let ms = Duration::from_millis;
+        // The longest wait of each attempt (a draw one below a multiple of every interval):
+        // just under an interval that doubles from 500 ms up to 30 s.
+        let mut backoff = Backoff::default();
+        let longest: Vec<Duration> = (0..9).map(|_| backoff.next(240_000 - 1)).collect();
+        let intervals = [500, 1000, 2000, 4000, 8000, 16000, 30000, 30000, 30000];
+        assert_eq!(longest, intervals.map(|i| ms(i - 1)));
+        // Drawn from the whole interval: the shortest is no wait at all.
+        assert_eq!(Backoff::default().next(0), Duration::ZERO);
+        assert_eq!(Backoff::default().next(499), ms(499));
+        assert_eq!(Backoff::default().next(500), Duration::ZERO);
+        // A fleet's first waits spread over the interval.
+        let firsts: std::collections::BTreeSet<Duration> = (0..200)
+            .map(|_| Backoff::default().next(random()))
+            .collect();
+        assert!(firsts.len() > 100, "{} distinct waits of 200", firsts.len());
+        assert!(firsts.iter().all(|d| *d < ms(500)));
     }
 }
