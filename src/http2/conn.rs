@@ -374,7 +374,14 @@ where
                 break;
             }
             self.inbuf.advance(frame::HEAD);
-            let payload = self.inbuf.split_to(head.len).freeze();
+            // Copied out rather than split off: a payload split off the read buffer kept
+            // the whole buffer (up to READ_PER_POLL) allocated while it waited for its
+            // stream, and the next read then needed a new one. Requests are small next to
+            // responses, and after a restart, with every proxy's reconnect requests (each
+            // naming the ~2,400 resources it holds) read faster than they are answered,
+            // those buffers were a fifth of meshd's peak (BENCHMARKS.md, session 33).
+            let payload = Bytes::copy_from_slice(&self.inbuf[..head.len]);
+            self.inbuf.advance(head.len);
             self.frame(cx, head, payload)?;
             if self.unwritten_control > MAX_UNWRITTEN_CONTROL {
                 return Err((
@@ -387,8 +394,7 @@ where
             }
         }
         if self.inbuf.is_empty() {
-            // Nothing half-read: the buffer goes (the frames split off it may live on in
-            // the requests), so an idle connection holds none.
+            // Nothing half-read: the buffer goes, so an idle connection holds none.
             self.inbuf = BytesMut::new();
         }
         Ok(())
