@@ -40,11 +40,11 @@ const DEFAULT_PURGE_DELAY: libc::c_long = 1000;
 /// received configuration (1.4 MB unscoped) as fast as it takes the next, and with the
 /// default it spent a large part of a connect storm re-faulting and zeroing memory. Like
 /// meshd it runs without transparent huge pages ([`disable_huge_pages_unless_configured`]):
-/// with them, zeroing fresh 2 MiB pages as mimalloc extended its pages was a fifth of a
-/// 5,000-proxy storm's CPU, and a 10,000-proxy storm connected 742–859 proxies/s
-/// against 1,048–1,383/s without (BENCHMARKS.md, session 33). meshd itself keeps
-/// mimalloc's default purge delay, so that its RSS shows what it holds. Does nothing when
-/// `MIMALLOC_PURGE_DELAY` is set, or when the option does not read as mimalloc v3's
+/// with them, zeroing fresh 2 MiB pages as mimalloc extended its pages was 43% of the
+/// simulator's CPU in a 5,000-proxy storm, and a 10,000-proxy storm connected 742–859
+/// proxies/s against 1,048–1,383/s without (BENCHMARKS.md, session 33). meshd itself
+/// keeps mimalloc's default purge delay, so that its RSS shows what it holds. Does nothing
+/// when `MIMALLOC_PURGE_DELAY` is set, or when the option does not read as mimalloc v3's
 /// default (a different mimalloc); returns whether it changed the option.
 pub fn keep_freed_memory() -> bool {
     if std::env::var_os("MIMALLOC_PURGE_DELAY").is_some() {

@@ -379,7 +379,7 @@ where
             // stream, and the next read then needed a new one. Requests are small next to
             // responses, and after a restart, with every proxy's reconnect requests (each
             // naming the ~2,400 resources it holds) read faster than they are answered,
-            // those buffers were a fifth of meshd's peak (BENCHMARKS.md, session 33).
+            // those buffers were up to a fifth of meshd's peak (BENCHMARKS.md, session 33).
             let payload = Bytes::copy_from_slice(&self.inbuf[..head.len]);
             self.inbuf.advance(head.len);
             self.frame(cx, head, payload)?;

@@ -820,7 +820,7 @@ async fn request_headers_are_indexed_only_until_the_client_acknowledges_no_table
 /// A request's DATA is handed on in memory of its own, not as a slice of the connection's
 /// read buffer: queued for a stream that has not read it yet, a slice kept the whole buffer
 /// (up to 256 KiB) allocated. After a restart, with every proxy's reconnect requests read
-/// faster than they were answered, that was a fifth of meshd's peak.
+/// faster than they were answered, that was up to a fifth of meshd's peak.
 #[tokio::test]
 async fn request_data_does_not_hold_the_read_buffer() {
     let s = server(settings()).await;
