@@ -66,7 +66,7 @@ pub fn keep_freed_memory() -> bool {
 const COLLECT_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// For tokio's `on_thread_park`: when a runtime thread runs out of work, at most once per
-/// [`COLLECT_EVERY`], it lets mimalloc return what that thread freed and what has waited
+/// `COLLECT_EVERY`, it lets mimalloc return what that thread freed and what has waited
 /// out the purge delay (`mi_collect(false)`). mimalloc does that only while allocating,
 /// so an idle meshd kept the response frames a connect storm had freed: with 1,000
 /// unscoped proxies connected it stayed at 109–111 MB, and with this it settles at 98 MB

@@ -50,7 +50,7 @@ pub struct Settings {
 
 /// Called with the reason of each connection closed because of what the client sent (a
 /// malformed frame, bad HPACK, a flow-control violation, too many early resets), as
-/// [`frame::Reason::label`] names it, for a metric.
+/// `frame::Reason::label` names it, for a metric.
 #[derive(Clone, Default)]
 pub struct ErrorHook(Option<Arc<dyn Fn(&'static str) + Send + Sync>>);
 

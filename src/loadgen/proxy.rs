@@ -79,7 +79,7 @@ struct DeltaRequest {
 #[derive(Clone)]
 pub enum Dial {
     /// A connection of its own per stream, through the simulator's HTTP/2 client
-    /// ([`super::h2c`]), as each Envoy has its own; over TLS to the secure port with
+    /// (`super::h2c`), as each Envoy has its own; over TLS to the secure port with
     /// the proxy's workload certificate when `tls` is set.
     Own {
         address: Arc<str>,

@@ -7,7 +7,7 @@
 //! - DISABLE: plaintext only;
 //!
 //! (a port without a declared protocol has an HTTP and a TCP chain of each kind, see
-//! [`sniffed_chains`]), each with the AuthorizationPolicies' filters (CUSTOM's external
+//! `sniffed_chains`), each with the AuthorizationPolicies' filters (CUSTOM's external
 //! authorization, then RBAC), then (HTTP) an HCM that forwards the peer's identity in
 //! `x-forwarded-client-cert` to the application and routes to the `inbound|PORT||`
 //! cluster of the ingress `defaultEndpoint`.
@@ -139,7 +139,7 @@ fn with_pool(
     c
 }
 
-/// The ports `svc`'s ports reach on its workloads ([`target_port`]): what a sidecar's
+/// The ports `svc`'s ports reach on its workloads (`target_port`): what a sidecar's
 /// inbound listeners and clusters take from the service's endpoints, and nothing else.
 pub fn workload_ports(svc: &Service) -> Vec<u32> {
     svc.ports.iter().map(|p| target_port(svc, p)).collect()

@@ -3,7 +3,7 @@
 //! SNI; one per port without a declared protocol, `VIP_PORT` sniffing HTTP to RDS
 //! `HOST:PORT` from the rest) and `virtualOutbound`, each Sidecar egress listener in turn
 //! (one with a port first, on its own bind). A gateway's listeners are built in
-//! [`gateway`](self::gateway); the connection managers, tcp_proxies and chains they
+//! [`gateway`]; the connection managers, tcp_proxies and chains they
 //! share are here.
 
 use std::collections::BTreeMap;
@@ -819,8 +819,8 @@ impl<'a> SidecarOutbound<'a, '_> {
 
 /// A sidecar's outbound listeners, and the route configurations they name. Each egress
 /// listener of its Sidecar ([`Egress`]) takes the services it imports: those with a port
-/// first ([`SidecarOutbound::port_listener`]), then the catch-all on every port of its
-/// services ([`SidecarOutbound::catch_all`]). Ports follow istiod's
+/// first (`SidecarOutbound::port_listener`), then the catch-all on every port of its
+/// services (`SidecarOutbound::catch_all`). Ports follow istiod's
 /// `buildSidecarOutboundListener`:
 /// - HTTP ports share `0.0.0.0_PORT` and its route configuration `"PORT"`;
 /// - TCP and TLS ports get the service's own `VIP_PORT` (`0.0.0.0_PORT` without an

@@ -1,5 +1,5 @@
 //! RDS: route configurations for sidecar outbound ports (`"9080"`) and gateway ports
-//! (`"http.8080"`, planned in [`gateway`](self::gateway)), virtual hosts with every name
+//! (`"http.8080"`, planned in [`gateway`]), virtual hosts with every name
 //! Kubernetes users write, and routes from VirtualService `http` entries with Istio's
 //! defaults (timeout 0s, default retry policy).
 
@@ -71,7 +71,7 @@ fn route_configuration(name: String, virtual_hosts: Vec<VirtualHost>) -> RouteCo
 }
 
 /// A route configuration whose virtual hosts are sent over VHDS
-/// ([`vhds_virtual_host`]): no virtual hosts of its own, and VHDS over ADS. It stays the
+/// (`vhds_virtual_host`): no virtual hosts of its own, and VHDS over ADS. It stays the
 /// same while its virtual hosts change, so Envoy keeps them (a changed route configuration
 /// would drop them).
 pub fn vhds_shell(name: String) -> RouteConfiguration {
@@ -101,7 +101,7 @@ pub fn into_vhds(mut rc: RouteConfiguration) -> (RouteConfiguration, Vec<Virtual
 /// A VHDS resource's name: `ROUTE_CONFIGURATION/VIRTUAL_HOST`, as Envoy's VHDS names them.
 /// Envoy subscribes to a route configuration's name and takes every resource under it
 /// (namespace matching), and removes a virtual host by the resource's name, so the virtual
-/// host carries this name too ([`vhds_virtual_host`]).
+/// host carries this name too (`vhds_virtual_host`).
 pub fn vhds_name(route_config: &str, virtual_host: &str) -> String {
     format!("{route_config}/{virtual_host}")
 }

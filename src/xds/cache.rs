@@ -15,7 +15,7 @@
 //! A gateway's virtual hosts are assembled from the encoded routes of each VirtualService
 //! bound to it, cached per VirtualService and server like a sidecar's routed virtual
 //! hosts: a change to one VirtualService translates and encodes its routes only (see
-//! [`gateway`](self::gateway)).
+//! `gateway`).
 //!
 //! Route configurations are assembled from encoded virtual hosts: protobuf concatenates
 //! the occurrences of a repeated field, and `virtual_hosts` (field 2) follows `name`
@@ -554,7 +554,7 @@ impl ResourceCache {
     }
 
     /// The encoded virtual host `field` of `route_config` as a VHDS resource
-    /// ([`vhds_resource`]), shared with the other views of this context and the last.
+    /// (`vhds_resource`), shared with the other views of this context and the last.
     pub fn vhds_virtual_host(
         &self,
         ctx: &PushContext,

@@ -131,7 +131,7 @@ impl ResourceCache {
     }
 
     /// A gateway's virtual host as an encoded `virtual_hosts` field: its name and domain,
-    /// the cached routes of each VirtualService ([`ResourceCache::gateway_routes`]), then
+    /// the cached routes of each VirtualService (`ResourceCache::gateway_routes`), then
     /// the fields after the routes; shared with the views of this context and the last.
     pub fn gateway_virtual_host(
         &self,
