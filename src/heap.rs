@@ -94,6 +94,12 @@ pub fn on_idle() {
     }
 }
 
+/// Whether process `pid` (a number, or `self`) may get transparent huge pages: the
+/// `THP_enabled` field of its `/proc/PID/status`. `None` where there is no such field.
+pub fn huge_pages_allowed(pid: &str) -> Option<bool> {
+    crate::metrics::proc_number(pid, "status", "THP_enabled:").map(|on| on == 1)
+}
+
 /// `prctl(PR_SET_THP_DISABLE)`: with `disabled`, no transparent huge pages for any mapping
 /// of this process, existing or future (children inherit it).
 #[cfg(target_os = "linux")]
@@ -116,11 +122,6 @@ fn set_huge_pages_disabled(_: bool) -> std::io::Result<()> {
 
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
-    /// `THP_enabled` of this process's `/proc/self/status`.
-    fn thp_enabled() -> Option<u64> {
-        crate::metrics::proc_number("self", "status", "THP_enabled:")
-    }
-
     #[test]
     fn the_simulator_keeps_freed_memory_unless_told_otherwise() {
         let get = || unsafe { libmimalloc_sys::mi_option_get(super::PURGE_DELAY) };
@@ -140,8 +141,8 @@ mod tests {
     #[test]
     fn the_process_switch_for_transparent_huge_pages_is_set_both_ways() {
         super::set_huge_pages_disabled(false).unwrap();
-        assert_eq!(thp_enabled(), Some(1));
+        assert_eq!(super::huge_pages_allowed("self"), Some(true));
         super::set_huge_pages_disabled(true).unwrap();
-        assert_eq!(thp_enabled(), Some(0));
+        assert_eq!(super::huge_pages_allowed("self"), Some(false));
     }
 }

@@ -988,7 +988,7 @@ async fn simulate(
         "change": args.change, "changes": args.changes, "services_per_change": args.services_per_change,
         // Whether the simulator's own heap may use transparent huge pages (off unless
         // MIMALLOC_ALLOW_THP says otherwise; see `heap`).
-        "simulator_huge_pages": crate::metrics::proc_number("self", "status", "THP_enabled:").map(|on| on == 1),
+        "simulator_huge_pages": crate::heap::huge_pages_allowed("self"),
     }));
     summary.insert(
         "connect".into(),

@@ -297,10 +297,9 @@ impl Relay {
     }
 }
 
-/// `THP_enabled` of a process's `/proc/<pid>/status`: whether it may get transparent huge
-/// pages.
-fn thp_enabled(pid: u32) -> u64 {
-    meshd::metrics::proc_number(&pid.to_string(), "status", "THP_enabled:")
+/// Whether process `pid` may get transparent huge pages.
+fn thp_enabled(pid: u32) -> bool {
+    meshd::heap::huge_pages_allowed(&pid.to_string())
         .unwrap_or_else(|| panic!("no THP_enabled in /proc/{pid}/status"))
 }
 
@@ -311,7 +310,7 @@ fn thp_enabled(pid: u32) -> u64 {
 fn meshd_runs_without_transparent_huge_pages_unless_mimalloc_is_told_otherwise() {
     let dir = small_mesh("thp");
     let meshd = Meshd::start(&dir);
-    assert_eq!(thp_enabled(meshd.pid()), 0, "meshd keeps huge pages");
+    assert!(!thp_enabled(meshd.pid()), "meshd keeps huge pages");
     drop(meshd);
     let meshd = Meshd::start_with_env(&dir, &[], &[("MIMALLOC_ALLOW_THP", "1")]);
     assert_eq!(
