@@ -93,18 +93,21 @@ flamegraph:
     cargo bench --locked --bench push --no-run
     scripts/flamegraph.sh
 
-# Profiles of the fleet scenarios whose targets are missed (needs perf and
-# `cargo install inferno`): the connect storm (target 6), a VirtualService push to 5,000
-# proxies and an endpoint push to 10,000 (target 4). Flamegraphs of meshd and of the
-# simulator, and a summary of their hottest functions, in target/flamegraphs/fleet-*.
+# Profiles of the fleet scenarios whose targets are missed or at the edge (needs perf and
+# `cargo install inferno`): the connect storm on both ports (target 6), a VirtualService
+# push to 5,000 proxies and an endpoint push to 10,000 (target 4). Flamegraphs of meshd
+# and of the simulator, and a summary of their hottest functions, in
+# target/flamegraphs/fleet-*; docs/profiles/ holds the last ones committed.
 flamegraph-fleet:
     cargo build --release --locked
-    scripts/fleet-flamegraph.sh connect connecting 6 --services 1000 --namespaces 50 --proxies 5000 --connect-rate 2000 --change none
-    scripts/fleet-flamegraph.sh vs "change 1/" 6 --services 1000 --namespaces 50 --proxies 5000 --change vs --changes 5
-    scripts/fleet-flamegraph.sh endpoint "change 1/" 6 --services 1000 --namespaces 50 --proxies 10000 --change endpoint --changes 10 --init-timeout 600s
+    FREQ=499 scripts/fleet-flamegraph.sh connect connecting 6 --services 1000 --namespaces 50 --proxies 5000 --connect-rate 2000 --change none
+    FREQ=499 scripts/fleet-flamegraph.sh secure-connect connecting 5 --services 1000 --namespaces 50 --proxies 2000 --secure --change none
+    FREQ=499 scripts/fleet-flamegraph.sh vs "change 1/" 7 --services 1000 --namespaces 50 --proxies 5000 --change vs --changes 5
+    FREQ=499 scripts/fleet-flamegraph.sh endpoint "change 1/" 9 --services 1000 --namespaces 50 --proxies 10000 --change endpoint --changes 10 --init-timeout 600s
 
 # CPU per proxy per change of an endpoint push to 10,000 proxies, meshd and the simulator
-# apart (needs perf): the budget of target 4 in BENCHMARKS.md ("Session 27").
+# apart, each split into user and kernel time (needs perf): the budget of target 4 in
+# BENCHMARKS.md ("Session 27", "Session 34").
 cpu-fleet proxies="10000":
     cargo build --release --locked
     scripts/fleet-cpu.sh endpoint "change 1/" --services 1000 --namespaces 50 --proxies {{proxies}} --change endpoint --changes 10 --init-timeout 600s

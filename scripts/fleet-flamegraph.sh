@@ -7,6 +7,7 @@
 # usage: scripts/fleet-flamegraph.sh NAME PHASE SECONDS [loadgen args...]
 #   PHASE: text of loadgen's progress line to wait for, e.g. "connecting" (the connect
 #   storm) or "change 1/" (the first change's push).
+# FREQ (environment): samples per second, 199 unless set.
 # Writes target/flamegraphs/fleet-NAME-{meshd,simulator}.svg and fleet-NAME.txt.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,18 +25,18 @@ done
 . scripts/fleet-run.sh
 progress=$out/fleet-$name.progress
 fleet_start target/loadgen/profile-$name "$out/fleet-$name.json" "$progress" "$phase" "$@"
-perf record -F 199 --call-graph dwarf,16384 -p "$loadgen,$meshd" -o "$out/fleet-$name.perf" \
+perf record -F "${FREQ:-199}" --call-graph dwarf,16384 -p "$loadgen,$meshd" -o "$out/fleet-$name.perf" \
     -- sleep "$seconds" >/dev/null 2>&1
 wait $loadgen || true
 trap - EXIT
 
 {
-    echo "# $name: $seconds s from \"$phase\"; loadgen $*"
+    echo "# $name: $seconds s from \"$phase\" at ${FREQ:-199} Hz; loadgen $*"
     for who in "meshd:$meshd" "simulator:$loadgen"; do
         label=${who%%:*} pid=${who#*:}
         perf script -i "$out/fleet-$name.perf" --pid "$pid" 2>/dev/null | inferno-collapse-perf \
             >"$out/fleet-$name-$label.folded"
-        inferno-flamegraph --title "$label: $name" <"$out/fleet-$name-$label.folded" \
+        inferno-flamegraph --minwidth 0.5 --title "$label: $name" <"$out/fleet-$name-$label.folded" \
             >"$out/fleet-$name-$label.svg"
         echo
         echo "## $label (pid $pid): hottest functions, share of its own samples"
