@@ -51,6 +51,10 @@ const CLOSE_NOTIFY: u8 = 0;
 
 /// Plaintext sealed per write to the socket; what the socket does not take is kept.
 const SEAL_PER_WRITE: usize = 64 * 1024;
+/// Room for one write's records: its plaintext, and each record's header, content type
+/// and tag, with one record more for a KeyUpdate.
+const SEALED_CAPACITY: usize =
+    SEAL_PER_WRITE + (SEAL_PER_WRITE / MAX_PLAINTEXT + 2) * (HEADER + 1 + TAG);
 /// Records sealed under one key before the next comes with a KeyUpdate (AES-GCM's
 /// confidentiality limit is 2^24.5 records, RFC 8446 §5.5).
 const RECORD_LIMIT: u64 = 1 << 24;
@@ -62,7 +66,8 @@ const READ_CHUNK: usize = 16 * 1024;
 
 thread_local! {
     /// Where records are sealed before they are written: one buffer per worker thread,
-    /// so a connection keeps sealed bytes only when the socket did not take them.
+    /// so a connection keeps sealed bytes only when the socket did not take them (then it
+    /// takes the buffer, and hands it back once it is written).
     static SEALED: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
@@ -239,9 +244,16 @@ impl<T: AsyncWrite + Unpin> Records<T> {
             }
             self.unsent_at += n;
         }
-        if !self.unsent.is_empty() {
-            self.unsent = Vec::new();
+        if self.unsent.capacity() > 0 {
+            let mut unsent = std::mem::take(&mut self.unsent);
             self.unsent_at = 0;
+            // Back to the thread's buffer, unless that has room of its own again.
+            SEALED.with_borrow_mut(|sealed| {
+                if sealed.capacity() < unsent.capacity() {
+                    unsent.clear();
+                    *sealed = unsent;
+                }
+            });
         }
         Poll::Ready(Ok(()))
     }
@@ -331,6 +343,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Records<T> {
         ready!(this.poll_send_unsent(cx))?;
         SEALED.with_borrow_mut(|out| {
             out.clear();
+            out.reserve(SEALED_CAPACITY);
             let sealed = seal_slices(&mut this.tx, bufs, SEAL_PER_WRITE, out)?;
             if sealed == 0 {
                 return Poll::Ready(Ok(0));
@@ -341,8 +354,9 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Records<T> {
                 Poll::Pending => 0,
             };
             if written < out.len() {
-                this.unsent = out[written..].to_vec();
-                this.unsent_at = 0;
+                // Kept as sealed, without a copy: the thread seals into a new buffer.
+                this.unsent = std::mem::take(out);
+                this.unsent_at = written;
             }
             Poll::Ready(Ok(sealed))
         })

@@ -546,6 +546,34 @@ async fn records_opened_past_a_full_read_buffer_wait_for_the_next_read() {
 }
 
 #[tokio::test]
+async fn records_the_socket_takes_in_part_arrive_whole_and_in_order() {
+    within(async {
+        // A pipe of 1,000 bytes: each 64 KiB of sealed records is taken in part or not at
+        // all, kept, and sent on the next writes.
+        let (a, b) = tokio::io::duplex(1000);
+        let (mut client, mut server) = (records(a, 1, 2, true), records(b, 2, 1, false));
+        let sent = payload(300_000);
+        let (got, ()) = tokio::join!(
+            async {
+                let mut got = vec![0; sent.len()];
+                server.read_exact(&mut got).await.unwrap();
+                got
+            },
+            async {
+                client.write_all(&sent).await.unwrap();
+                client.flush().await.unwrap();
+            }
+        );
+        assert!(got == sent);
+        assert_eq!(client.unsent.capacity(), 0, "nothing is kept once written");
+        // The kept buffer went back to the thread, which seals the next write into it.
+        let capacity = SEALED.with_borrow(|sealed| sealed.capacity());
+        assert!(capacity >= SEALED_CAPACITY, "{capacity}");
+    })
+    .await
+}
+
+#[tokio::test]
 async fn past_the_record_limit_a_key_update_comes_first() {
     within(async {
         let (mut client, mut server) = pair();
