@@ -68,6 +68,12 @@ bench-convergence proxies="5000":
 bench-convergence-vhds proxies="5000":
     MESHD_ENABLE_VHDS=true just loadgen --services 1000 --namespaces 50 --proxies {{proxies}} --change vs --changes 5 --json target/loadgen/convergence-vs-vhds.json
 
+# The endpoint change to 10,000 proxies as a cluster makes it (the Kubernetes source,
+# no file settle) with istiod's PILOT_ENABLE_EDS_DEBOUNCE=false: endpoint-only changes
+# are pushed without waiting out PILOT_DEBOUNCE_AFTER (BENCHMARKS.md, session 34).
+bench-convergence-eds proxies="10000":
+    PILOT_ENABLE_EDS_DEBOUNCE=false just loadgen --services 1000 --namespaces 50 --proxies {{proxies}} --change endpoint --changes 10 --kubernetes --init-timeout 600s --json target/loadgen/convergence-endpoint-eds.json
+
 # Wire efficiency: 3 of 400 services' endpoints change, delta then state of the world.
 bench-wire proxies="200":
     just loadgen --services 400 --namespaces 20 --proxies {{proxies}} --change endpoint --services-per-change 3 --changes 3 --json target/loadgen/wire-delta.json
