@@ -41,20 +41,21 @@ fuzz-csr seconds="60":
 fuzz-ca seconds="60":
     cd fuzz && cargo +nightly fuzz run ca_request -- -max_total_time={{seconds}}
 
-# Fleet-simulator scenarios (issue 5); each starts a release meshd on a generated mesh and
-# prints a JSON summary. Figures and machine in BENCHMARKS.md.
+# Fleet-simulator scenarios (issue 5); each prints a JSON summary. Figures and machine in
+# BENCHMARKS.md.
+# The fleet simulator against a release meshd it starts on a generated mesh.
 loadgen *args:
     cargo run --release --locked -- loadgen --spawn-meshd --config-dir target/loadgen/config {{args}}
 
-# Memory per connected proxy: unscoped 1,000-service mesh, then scoped to 20 services.
 # One proxy per namespace connects first (--warm-proxies 50): `rss_per_added_proxy_bytes`
 # is what each further proxy costs, `rss_per_proxy_bytes` the average with everything.
+# Memory per connected proxy: unscoped 1,000-service mesh, then scoped to 20 services.
 bench-memory proxies="1000":
     just loadgen --services 1000 --namespaces 50 --proxies {{proxies}} --warm-proxies 50 --change none --json target/loadgen/memory-unscoped.json
     just loadgen --services 1000 --namespaces 50 --proxies {{proxies}} --warm-proxies 50 --sidecar-scoped --change none --json target/loadgen/memory-scoped.json
 
-# The same scoped fleet on the secure port: mutual TLS with workload certificates, as
-# sidecars connect in Istio.
+# Mutual TLS with workload certificates, as sidecars connect in Istio.
+# Memory per connected proxy of the scoped fleet, on the secure port.
 bench-memory-secure proxies="1000":
     just loadgen --services 1000 --namespaces 50 --proxies {{proxies}} --warm-proxies 50 --sidecar-scoped --secure --change none --json target/loadgen/memory-scoped-secure.json
 
@@ -63,14 +64,15 @@ bench-convergence proxies="5000":
     just loadgen --services 1000 --namespaces 50 --proxies {{proxies}} --change vs --changes 5 --json target/loadgen/convergence-vs.json
     just loadgen --services 1000 --namespaces 50 --proxies {{proxies}} --change endpoint --changes 5 --json target/loadgen/convergence-endpoint.json
 
-# The VirtualService change again with VHDS (MESHD_ENABLE_VHDS): its virtual host alone
-# is sent instead of the route configuration holding it.
+# With VHDS (MESHD_ENABLE_VHDS) the changed virtual host alone is sent, instead of the
+# route configuration holding it.
+# The VirtualService change to every delta proxy again, with VHDS.
 bench-convergence-vhds proxies="5000":
     MESHD_ENABLE_VHDS=true just loadgen --services 1000 --namespaces 50 --proxies {{proxies}} --change vs --changes 5 --json target/loadgen/convergence-vs-vhds.json
 
-# The endpoint change to 10,000 proxies as a cluster makes it (the Kubernetes source,
-# no file settle) with istiod's PILOT_ENABLE_EDS_DEBOUNCE=false: endpoint-only changes
-# are pushed without waiting out PILOT_DEBOUNCE_AFTER (BENCHMARKS.md, session 34).
+# Endpoint-only changes are then pushed without waiting out PILOT_DEBOUNCE_AFTER, and the
+# Kubernetes source has no file settle (BENCHMARKS.md, session 34).
+# The endpoint change to 10,000 proxies from the Kubernetes source, EDS debounce off.
 bench-convergence-eds proxies="10000":
     PILOT_ENABLE_EDS_DEBOUNCE=false just loadgen --services 1000 --namespaces 50 --proxies {{proxies}} --change endpoint --changes 10 --kubernetes --init-timeout 600s --json target/loadgen/convergence-endpoint-eds.json
 
@@ -83,8 +85,9 @@ bench-wire proxies="200":
 bench-storm proxies="1000" rate="1000" duration="60s":
     just loadgen --services 1000 --namespaces 50 --proxies {{proxies}} --change none --storm-rate {{rate}} --storm-duration {{duration}} --json target/loadgen/storm.json
 
-# Restart: meshd killed and started again under a connected delta fleet; time until every
-# proxy holds its configuration again, and RSS peak over steady state.
+# Reports the time until every proxy holds its configuration again, and the RSS peak
+# over steady state.
+# Restart: meshd killed and started again under a connected delta fleet.
 bench-restart proxies="10000":
     just loadgen --services 1000 --namespaces 50 --proxies {{proxies}} --change none --restart --init-timeout 600s --json target/loadgen/restart.json
 
@@ -93,17 +96,17 @@ bench-kubernetes proxies="2000":
     just loadgen --services 1000 --namespaces 50 --proxies {{proxies}} --change endpoint --changes 5 --json target/loadgen/source-files.json
     just loadgen --services 1000 --namespaces 50 --proxies {{proxies}} --change endpoint --changes 5 --kubernetes --json target/loadgen/source-kubernetes.json
 
-# Flamegraphs of the push-context build and of a cached sidecar view (needs perf and
-# `cargo install inferno`); SVGs in target/flamegraphs/.
+# Needs perf and `cargo install inferno`; SVGs in target/flamegraphs/.
+# Flamegraphs of the push-context build and of a cached sidecar view.
 flamegraph:
     cargo bench --locked --bench push --no-run
     scripts/flamegraph.sh
 
-# Profiles of the fleet scenarios whose targets are missed or at the edge (needs perf and
-# `cargo install inferno`): the connect storm on both ports (target 6), a VirtualService
-# push to 5,000 proxies and an endpoint push to 10,000 (target 4). Flamegraphs of meshd
-# and of the simulator, and a summary of their hottest functions, in
-# target/flamegraphs/fleet-*; docs/profiles/ holds the last ones committed.
+# Needs perf and `cargo install inferno`. The connect storm on both ports (target 6), a
+# VirtualService push to 5,000 proxies and an endpoint push to 10,000 (target 4):
+# flamegraphs and hottest functions in target/flamegraphs/fleet-*; docs/profiles/ holds
+# the last ones committed.
+# Profiles of meshd and the simulator where the fleet targets are missed or at the edge.
 flamegraph-fleet:
     cargo build --release --locked
     FREQ=499 scripts/fleet-flamegraph.sh connect connecting 6 --services 1000 --namespaces 50 --proxies 5000 --connect-rate 2000 --change none
@@ -111,9 +114,8 @@ flamegraph-fleet:
     FREQ=499 scripts/fleet-flamegraph.sh vs "change 1/" 7 --services 1000 --namespaces 50 --proxies 5000 --change vs --changes 5
     FREQ=499 scripts/fleet-flamegraph.sh endpoint "change 1/" 9 --services 1000 --namespaces 50 --proxies 10000 --change endpoint --changes 10 --init-timeout 600s
 
-# CPU per proxy per change of an endpoint push to 10,000 proxies, meshd and the simulator
-# apart, each split into user and kernel time (needs perf): the budget of target 4 in
-# BENCHMARKS.md ("Session 27", "Session 34").
+# Needs perf. The budget of target 4 in BENCHMARKS.md ("Session 27", "Session 34").
+# CPU per proxy per endpoint change to 10,000 proxies: meshd and the simulator, user and kernel.
 cpu-fleet proxies="10000":
     cargo build --release --locked
     scripts/fleet-cpu.sh endpoint "change 1/" --services 1000 --namespaces 50 --proxies {{proxies}} --change endpoint --changes 10 --init-timeout 600s
