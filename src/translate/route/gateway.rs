@@ -69,9 +69,15 @@ impl GatewayVirtualHost<'_> {
 
     /// What follows the routes ([`GatewayVirtualHost::head`]).
     pub fn tail() -> VirtualHost {
+        Self::with_tail(VirtualHost::default())
+    }
+
+    /// `vhost` with the fields of [`GatewayVirtualHost::tail`] set: the one place they are
+    /// written, for the full build and the cached pieces alike.
+    fn with_tail(vhost: VirtualHost) -> VirtualHost {
         VirtualHost {
             include_request_attempt_count: true,
-            ..Default::default()
+            ..vhost
         }
     }
 }
@@ -143,12 +149,13 @@ pub fn gateway_plan<'a>(
 /// A gateway route configuration ([`gateway_plan`]), built in full.
 pub fn gateway(ctx: &PushContext, proxy: &Proxy, r: &GatewayRoute) -> RouteConfiguration {
     let mut vhosts: Vec<VirtualHost> = (gateway_plan(ctx, proxy, &r.servers).iter())
-        .map(|vh| VirtualHost {
-            routes: (vh.sources.iter())
-                .flat_map(|s| s.build(ctx, proxy))
-                .collect(),
-            include_request_attempt_count: true,
-            ..vh.head()
+        .map(|vh| {
+            GatewayVirtualHost::with_tail(VirtualHost {
+                routes: (vh.sources.iter())
+                    .flat_map(|s| s.build(ctx, proxy))
+                    .collect(),
+                ..vh.head()
+            })
         })
         .collect();
     if vhosts.is_empty() {
