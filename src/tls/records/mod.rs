@@ -51,10 +51,13 @@ const CLOSE_NOTIFY: u8 = 0;
 
 /// Plaintext sealed per write to the socket; what the socket does not take is kept.
 const SEAL_PER_WRITE: usize = 64 * 1024;
-/// Room for one write's records: its plaintext, and each record's header, content type
-/// and tag, with one record more for a KeyUpdate.
-const SEALED_CAPACITY: usize =
-    SEAL_PER_WRITE + (SEAL_PER_WRITE / MAX_PLAINTEXT + 2) * (HEADER + 1 + TAG);
+/// What a record adds to its content: the header, the content type and the tag.
+const RECORD_OVERHEAD: usize = HEADER + 1 + TAG;
+/// Room for one write's records: its plaintext in records of at most 16 KiB, and a
+/// KeyUpdate record (a 5-byte message) that may go before them.
+const SEALED_CAPACITY: usize = SEAL_PER_WRITE
+    + SEAL_PER_WRITE.div_ceil(MAX_PLAINTEXT) * RECORD_OVERHEAD
+    + (RECORD_OVERHEAD + 5);
 /// Records sealed under one key before the next comes with a KeyUpdate (AES-GCM's
 /// confidentiality limit is 2^24.5 records, RFC 8446 §5.5).
 const RECORD_LIMIT: u64 = 1 << 24;
