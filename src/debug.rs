@@ -13,7 +13,7 @@ use std::net::SocketAddr;
 use axum::extract::{ConnectInfo, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Json};
-use axum::routing::get;
+use axum::routing::{MethodRouter, get};
 use serde_json::{Value, json};
 
 use crate::filesource::IssueBoard;
@@ -22,6 +22,7 @@ use crate::model::Service;
 use crate::model::Store;
 use crate::xds::XdsShared;
 use crate::xds::connection::SyncStatus;
+use crate::xds::debug::{DebugViews, proxy_matches};
 use crate::xds::dump;
 use crate::xds::resource::{TypeKind, encode};
 
@@ -34,42 +35,177 @@ pub struct DebugState {
     pub ready: Arc<AtomicBool>,
 }
 
+/// The debug views: path, what it shows (for the `/debug` index and `/debug/list`), and
+/// its handler.
+fn views() -> Vec<(&'static str, &'static str, MethodRouter<DebugState>)> {
+    vec![
+        (
+            "/debug/configz",
+            "Every accepted object, per-file errors and cross-object warnings",
+            get(configz),
+        ),
+        (
+            "/debug/syncz",
+            "Per proxy and type: nonce and version sent vs ACKed, responses, NACKs",
+            get(syncz),
+        ),
+        (
+            "/debug/synz",
+            "The same as /debug/syncz (the name Pilot's troubleshooting docs give it)",
+            get(syncz),
+        ),
+        (
+            "/debug/registryz",
+            "The services of the current push",
+            get(registryz),
+        ),
+        (
+            "/debug/push_status",
+            "The last push: number, version, revision, counts, what triggered it",
+            get(push_status),
+        ),
+        (
+            "/debug/authenticationz",
+            "A proxy's effective mTLS mode per inbound port (?proxyID=)",
+            get(authenticationz),
+        ),
+        (
+            "/debug/adsz",
+            "Per connection: the resource names of each type it holds",
+            get(adsz),
+        ),
+        (
+            "/debug/cdsz",
+            "Clusters per proxy, as Envoy JSON",
+            get(cdsz),
+        ),
+        (
+            "/debug/edsz",
+            "Load assignments per proxy, as Envoy JSON",
+            get(edsz),
+        ),
+        (
+            "/debug/endpointz",
+            "Every service's endpoints (?brief=1: a text table)",
+            get(endpointz),
+        ),
+        (
+            "/debug/endpointShardz",
+            "Endpoints per service and namespace, grouped by registry",
+            get(endpoint_shardz),
+        ),
+        (
+            "/debug/workloadz",
+            "Connected proxies and their metadata",
+            get(workloadz),
+        ),
+        (
+            "/debug/config_dump",
+            "A proxy's configuration in Envoy's admin /config_dump shape (?proxyID=)",
+            get(config_dump),
+        ),
+        ("/debug/list", "The debug views' names, as JSON", get(list)),
+    ]
+}
+
 /// `/metrics` and `/ready` for everyone (Prometheus, probes); the `/debug` views, which
 /// expose configuration, only to local callers unless `remote_debug` is set.
 pub fn router(state: DebugState, remote_debug: bool) -> Router {
-    let debug = Router::new()
-        .route("/debug/configz", get(configz))
-        .route("/debug/syncz", get(syncz))
-        .route("/debug/registryz", get(registryz))
-        .route("/debug/push_status", get(push_status))
-        .route("/debug/authenticationz", get(authenticationz))
-        .route("/debug/adsz", get(adsz))
-        .route("/debug/cdsz", get(cdsz))
-        .route("/debug/edsz", get(edsz))
-        .route("/debug/endpointz", get(endpointz))
-        .route("/debug/endpointShardz", get(endpoint_shardz))
-        .route("/debug/workloadz", get(workloadz))
-        .route("/debug/config_dump", get(config_dump))
-        .layer(axum::middleware::from_fn(
-            move |ConnectInfo(peer): ConnectInfo<SocketAddr>,
-                  request: axum::extract::Request,
-                  next: axum::middleware::Next| async move {
-                if debug_allowed(peer, remote_debug) {
-                    next.run(request).await
-                } else {
-                    (
-                        StatusCode::FORBIDDEN,
-                        "debug endpoints answer local callers only (meshd serve --remote-debug)\n",
-                    )
-                        .into_response()
-                }
-            },
-        ));
+    let mut debug = Router::new().route("/debug", get(index));
+    for (path, _, handler) in views() {
+        debug = debug.route(path, handler);
+    }
+    let debug = debug.layer(axum::middleware::from_fn(
+        move |ConnectInfo(peer): ConnectInfo<SocketAddr>,
+              request: axum::extract::Request,
+              next: axum::middleware::Next| async move {
+            if debug_allowed(peer, remote_debug) {
+                next.run(request).await
+            } else {
+                (
+                    StatusCode::FORBIDDEN,
+                    "debug endpoints answer local callers only (meshd serve --remote-debug)\n",
+                )
+                    .into_response()
+            }
+        },
+    ));
     Router::new()
         .route("/metrics", get(metrics))
         .route("/ready", get(ready))
         .merge(debug)
         .with_state(state)
+}
+
+/// The `/debug` views as `istio.io/debug` requests over xDS run them: the caller was
+/// authorized by the identity it proved there, so the call is made as a local one. Holds
+/// meshd's xDS state weakly (that state holds this).
+pub fn in_process(state: DebugState) -> DebugViews {
+    let xds = Arc::downgrade(&state.xds);
+    let DebugState {
+        metrics,
+        store,
+        issues,
+        ready,
+        ..
+    } = state;
+    Arc::new(move |path: String| {
+        let state = xds.upgrade().map(|xds| DebugState {
+            metrics: metrics.clone(),
+            store: store.clone(),
+            issues: issues.clone(),
+            xds,
+            ready: ready.clone(),
+        });
+        Box::pin(async move {
+            let Some(state) = state else {
+                return (503, b"meshd is shutting down".to_vec());
+            };
+            call(router(state, false), &path).await
+        })
+    })
+}
+
+/// One GET of `path` (with its query) through `router`, from the loopback address.
+async fn call(router: Router, path: &str) -> (u16, Vec<u8>) {
+    use tower::ServiceExt;
+    let Ok(mut request) = axum::http::Request::get(path).body(axum::body::Body::empty()) else {
+        return (400, format!("not a path: {path:?}").into_bytes());
+    };
+    request
+        .extensions_mut()
+        .insert(ConnectInfo(SocketAddr::from(([127, 0, 0, 1], 0))));
+    let Ok(response) = router.oneshot(request).await;
+    let status = response.status().as_u16();
+    match axum::body::to_bytes(response.into_body(), usize::MAX).await {
+        Ok(body) => (status, body.to_vec()),
+        Err(e) => (500, format!("reading the view {path}: {e}").into_bytes()),
+    }
+}
+
+/// `/debug`: every view with what it shows, as istiod's debug console lists them.
+async fn index() -> axum::response::Html<String> {
+    let rows: String = views()
+        .iter()
+        .map(|(path, help, _)| {
+            format!("<tr><td><a href='{path}'>{path}</a></td><td>{help}</td></tr>\n")
+        })
+        .collect();
+    axum::response::Html(format!(
+        "<html>\n<head><title>meshd debug views</title></head>\n<body>\n\
+         <table>\n<tr><th>View</th><th>Shows</th></tr>\n{rows}</table>\n</body>\n</html>\n"
+    ))
+}
+
+/// `/debug/list`: the views' names (without `/debug/`), sorted, as istiod lists its
+/// debug commands (itself left out).
+async fn list() -> Json<Vec<&'static str>> {
+    let mut names: Vec<&str> = (views().iter())
+        .map(|(path, _, _)| path.trim_start_matches("/debug/"))
+        .filter(|name| *name != "list")
+        .collect();
+    names.sort_unstable();
+    Json(names)
 }
 
 /// Whether a caller at `peer` may read the debug views.
@@ -150,11 +286,6 @@ fn connections(s: &DebugState, proxy_id: Option<&str>) -> Vec<SyncStatus> {
         .into_iter()
         .filter(|c| proxy_id.is_none_or(|id| proxy_matches(&c.model.id, id)))
         .collect()
-}
-
-/// Whether node id `node` is what the operator called `id`.
-pub fn proxy_matches(node: &str, id: &str) -> bool {
-    node == id || node.split('~').nth(2) == Some(id)
 }
 
 fn no_proxy(id: &str) -> (StatusCode, Json<Value>) {

@@ -111,6 +111,7 @@ pub async fn run(opts: ServeOptions) -> anyhow::Result<()> {
         xds: xds.clone(),
         ready: ready.clone(),
     };
+    xds.set_debug_views(debug::in_process(debug_state.clone()));
     let monitoring = tokio::net::TcpListener::bind(opts.monitoring_address)
         .await
         .with_context(|| format!("binding the monitoring port {}", opts.monitoring_address))?;

@@ -188,9 +188,35 @@ pub struct TypeStatus {
     #[serde(serialize_with = "as_str")]
     pub version_acked: Arc<str>,
     pub responses: u64,
-    pub resources: usize,
-    pub rejects: u64,
+    pub resources: u32,
+    pub rejects: u32,
+    /// When the last response was sent, in seconds since the Unix epoch (CSDS's
+    /// `last_updated`); 0 before any.
+    #[serde(skip)]
+    sent_secs: u32,
+    /// Whether the last response sent was rejected.
+    #[serde(skip)]
+    rejected: bool,
     pub last_error: Option<String>,
+}
+
+impl TypeStatus {
+    /// When the last response was sent, to the second.
+    pub fn sent_at(&self) -> Option<std::time::SystemTime> {
+        (self.sent_secs != 0)
+            .then(|| std::time::UNIX_EPOCH + std::time::Duration::from_secs(self.sent_secs.into()))
+    }
+
+    /// Whether the proxy rejected the last response sent (and has not been sent another).
+    pub fn rejected(&self) -> bool {
+        self.rejected
+    }
+}
+
+/// Now, in seconds since the Unix epoch (saturating in 2106).
+fn unix_secs() -> u32 {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    now.map_or(0, |d| u32::try_from(d.as_secs()).unwrap_or(u32::MAX))
 }
 
 fn as_str<S: serde::Serializer>(s: &Arc<str>, out: S) -> Result<S::Ok, S::Error> {
@@ -427,7 +453,7 @@ impl Connection {
         w.names = BTreeSet::new();
         let resources = all.len();
         let mut status = self.status.lock().unwrap();
-        status.of(kind).resources = resources;
+        status.of(kind).resources = u32::try_from(resources).unwrap_or(u32::MAX);
     }
 
     /// Records a response about to be sent; returns its nonce.
@@ -482,7 +508,9 @@ impl Connection {
         t.nonce_sent = nonce.clone();
         t.version_sent = push_version;
         t.responses += 1;
-        t.resources = resources;
+        t.resources = u32::try_from(resources).unwrap_or(u32::MAX);
+        t.sent_secs = unix_secs();
+        t.rejected = false;
         nonce
     }
 
@@ -559,6 +587,7 @@ impl Connection {
         let t = status.of(kind);
         t.rejects += 1;
         t.last_error = Some(message.to_string());
+        t.rejected = t.nonce_sent == nonce;
     }
 
     /// A request answering an older response than the last one sent: for an ACK, that

@@ -2,6 +2,7 @@
 //! `removed_resources`; subscriptions change by `resource_names_subscribe` /
 //! `_unsubscribe`; `initial_resource_versions` on reconnect means only differences are sent.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use envoy_types::pb::envoy::config::core::v3::Node;
@@ -9,7 +10,7 @@ use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
 
 use super::Closed;
 use super::connection::Connection;
-use super::resource::{TypeKind, View};
+use super::resource::{Resource, TypeKind, View};
 use super::stream::Framing;
 use super::wire::{Batch, DeltaResponse};
 
@@ -37,6 +38,25 @@ impl Framing for Delta {
 
     async fn push(conn: &mut Connection, tx: &Tx) -> Result<(), Closed> {
         push_to(conn, tx).await
+    }
+
+    fn asks(request: &DeltaDiscoveryRequest) -> Option<(&str, &[String])> {
+        (request.response_nonce.is_empty()).then_some((
+            request.type_url.as_str(),
+            &request.resource_names_subscribe[..],
+        ))
+    }
+
+    fn debug_response(
+        type_url: &'static str,
+        version: String,
+        nonce: String,
+        resources: Vec<Arc<Resource>>,
+        control_plane: Option<Arc<str>>,
+    ) -> DeltaResponse {
+        let mut response = DeltaResponse::new(version, type_url, nonce, resources, vec![], false);
+        response.control_plane = control_plane;
+        response
     }
 }
 

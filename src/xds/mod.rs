@@ -8,6 +8,7 @@ pub mod cache;
 pub mod canonical;
 pub mod connection;
 pub mod cork;
+pub mod debug;
 pub mod delta;
 pub mod dump;
 pub mod joined;
@@ -60,6 +61,10 @@ pub struct XdsShared {
     series: PushSeries,
     /// Connected proxies' labels, each set kept once.
     label_sets: label_sets::LabelSets,
+    /// The `/debug` views, for `istio.io/debug` requests (set by the monitoring port).
+    debug_views: OnceLock<debug::DebugViews>,
+    /// `control_plane.identifier` of debug responses, made on first use.
+    control_plane: OnceLock<Arc<str>>,
 }
 
 /// The metric series a push touches for every proxy and type, each taken from its family
@@ -117,7 +122,34 @@ impl XdsShared {
             rejections: Mutex::default(),
             series: PushSeries::default(),
             label_sets: Default::default(),
+            debug_views: OnceLock::new(),
+            control_plane: OnceLock::new(),
         })
+    }
+
+    /// Lets `istio.io/debug` requests run the monitoring port's `/debug` views.
+    pub fn set_debug_views(&self, views: debug::DebugViews) {
+        let _ = self.debug_views.set(views);
+    }
+
+    pub fn debug_views(&self) -> Option<&debug::DebugViews> {
+        self.debug_views.get()
+    }
+
+    /// Who this instance is, as istioctl reads it from a debug response: istiod's JSON
+    /// with this pod's name (`POD_NAME`, else the host name).
+    pub fn control_plane(&self) -> Arc<str> {
+        self.control_plane
+            .get_or_init(|| {
+                let instance = std::env::var("POD_NAME")
+                    .ok()
+                    .filter(|n| !n.is_empty())
+                    .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
+                    .map(|n| n.trim().to_string())
+                    .unwrap_or_else(|| "meshd".into());
+                debug::control_plane_identifier(&instance).into()
+            })
+            .clone()
     }
 
     /// `pilot_xds_pushes{type}` of `kind`.

@@ -39,6 +39,23 @@ impl Framing for Sotw {
     async fn push(conn: &mut Connection, tx: &Tx) -> Result<(), Closed> {
         push_to(conn, tx).await
     }
+
+    fn asks(request: &DiscoveryRequest) -> Option<(&str, &[String])> {
+        (request.response_nonce.is_empty())
+            .then_some((request.type_url.as_str(), &request.resource_names[..]))
+    }
+
+    fn debug_response(
+        type_url: &'static str,
+        version: String,
+        nonce: String,
+        resources: Vec<Arc<Resource>>,
+        control_plane: Option<Arc<str>>,
+    ) -> SotwResponse {
+        let mut response = SotwResponse::new(version, type_url, nonce, resources);
+        response.control_plane = control_plane;
+        response
+    }
 }
 
 async fn handle(conn: &mut Connection, req: DiscoveryRequest, tx: &Tx) -> Result<(), Closed> {

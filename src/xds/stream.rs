@@ -12,8 +12,8 @@ use tonic::Status;
 
 use super::connection::Connection;
 use super::push::Push;
-use super::resource::TypeKind;
-use super::{Closed, XdsShared, proxy_from_node};
+use super::resource::{Resource, TypeKind};
+use super::{Closed, XdsShared, debug, proxy_from_node};
 use crate::metrics::type_label;
 
 /// Responses are boxed in the queue, so that its slots are 16 bytes each.
@@ -40,6 +40,19 @@ pub trait Framing: 'static {
         conn: &mut Connection,
         tx: &Tx<Self::Response>,
     ) -> impl Future<Output = Result<(), Closed>> + Send;
+
+    /// A request's type URL and the names it asks for; `None` for an ACK or NACK (for
+    /// debug clients, [`super::debug`]).
+    fn asks(request: &Self::Request) -> Option<(&str, &[String])>;
+
+    /// The answer to a debug client's request.
+    fn debug_response(
+        type_url: &'static str,
+        version: String,
+        nonce: String,
+        resources: Vec<Arc<Resource>>,
+        control_plane: Option<Arc<str>>,
+    ) -> Self::Response;
 }
 
 /// One ADS stream, from its first request to its end. The set-up (waiting for the first
@@ -82,6 +95,10 @@ async fn start<F: Framing>(
         }
         Ok(Ok(None)) => return None,
     };
+    if F::asks(&first).is_some_and(|(url, _)| debug::is_debug(url)) {
+        serve_debug::<F>(shared, first, requests, tx, caller.as_ref()).await;
+        return None;
+    }
     let proxy = match proxy_from_node(shared, F::node(&first), caller.as_ref()) {
         Ok(mut p) => {
             p.vhds = shared.settings.vhds && F::NAME == "delta";
@@ -98,6 +115,59 @@ async fn start<F: Framing>(
     tracing::info!(proxy = %conn.proxy.id, "proxy connected ({})", F::NAME);
     F::handle(&mut conn, first, tx).await.ok()?;
     Some((conn, pushes))
+}
+
+/// A debug client (`istioctl`): each request for a debug type answered in turn, ACKs
+/// ignored, until it goes or is refused. It is no proxy: nothing is registered or pushed.
+async fn serve_debug<F: Framing>(
+    shared: &Arc<XdsShared>,
+    first: F::Request,
+    requests: &mut super::wire::Messages<F::Request>,
+    tx: &Tx<F::Response>,
+    caller: Option<&crate::ca::Identity>,
+) {
+    let mut next = Some(first);
+    let mut answered = 0u64;
+    loop {
+        let request = match next.take() {
+            Some(r) => r,
+            None => match requests.message().await {
+                Ok(Some(r)) => r,
+                Ok(None) | Err(_) => return,
+            },
+        };
+        let Some((type_url, names)) = F::asks(&request) else {
+            continue; // an ACK
+        };
+        if !debug::is_debug(type_url) {
+            tracing::debug!(
+                type_url,
+                "debug client: ignoring a request for another type"
+            );
+            continue;
+        }
+        match debug::answer(shared, caller, type_url, names).await {
+            Ok((served, resources)) => {
+                answered += 1;
+                let push = shared.current_push();
+                let control_plane = (served == debug::SYNCZ).then(|| shared.control_plane());
+                let response = F::debug_response(
+                    served,
+                    push.version().to_string(),
+                    format!("debug-{answered}"),
+                    resources,
+                    control_plane,
+                );
+                if tx.send(Ok(Box::new(response))).await.is_err() {
+                    return;
+                }
+            }
+            Err(status) => {
+                refuse_requests(shared, tx, "a debug client", "debug_request", status);
+                return;
+            }
+        }
+    }
 }
 
 /// Serves the proxy's requests and the pushes published to it until either side goes.

@@ -94,6 +94,9 @@ pub struct SotwResponse {
     pub type_url: &'static str,
     pub nonce: String,
     pub resources: Batch,
+    /// Who answered (`control_plane.identifier`): only on istioctl's debug responses,
+    /// as istiod sends it.
+    pub control_plane: Option<Arc<str>>,
 }
 
 impl SotwResponse {
@@ -108,6 +111,7 @@ impl SotwResponse {
             type_url,
             nonce,
             resources: resources.into(),
+            control_plane: None,
         }
     }
 
@@ -127,6 +131,8 @@ pub struct DeltaResponse {
     pub removed: Vec<String>,
     /// Whether each resource carries its version.
     pub versions: bool,
+    /// As [`SotwResponse::control_plane`].
+    pub control_plane: Option<Arc<str>>,
 }
 
 impl DeltaResponse {
@@ -148,6 +154,7 @@ impl DeltaResponse {
             resources: resources.into(),
             removed,
             versions,
+            control_plane: None,
         }
     }
 
@@ -361,6 +368,7 @@ impl WireMessage for SotwResponse {
             + self.entries_len()
             + string_len(4, self.type_url)
             + string_len(5, &self.nonce)
+            + control_plane_len(6, self.control_plane.as_deref())
     }
 
     fn shared_len(&self) -> usize {
@@ -379,9 +387,23 @@ impl WireMessage for SotwResponse {
         }
         put_string(4, self.type_url, sink.buf());
         put_string(5, &self.nonce, sink.buf());
+        put_control_plane(6, self.control_plane.as_deref(), sink.buf());
         if let Some(run) = run {
             sink.run(run);
         }
+    }
+}
+
+/// `envoy.config.core.v3.ControlPlane` (identifier = 1) as field `tag`, when there is one.
+fn control_plane_len(tag: u32, identifier: Option<&str>) -> usize {
+    identifier.map_or(0, |id| message_len(tag, string_len(1, id)))
+}
+
+fn put_control_plane(tag: u32, identifier: Option<&str>, buf: &mut BytesMut) {
+    if let Some(id) = identifier {
+        encode_key(tag, WireType::LengthDelimited, buf);
+        encode_varint(string_len(1, id) as u64, buf);
+        put_string(1, id, buf);
     }
 }
 
@@ -412,6 +434,7 @@ impl WireMessage for DeltaResponse {
             + string_len(4, self.type_url)
             + string_len(5, &self.nonce)
             + self.removed.iter().map(|n| string_len(6, n)).sum::<usize>()
+            + control_plane_len(7, self.control_plane.as_deref())
     }
 
     fn shared_len(&self) -> usize {
@@ -434,6 +457,7 @@ impl WireMessage for DeltaResponse {
         for n in &self.removed {
             put_string(6, n, sink.buf());
         }
+        put_control_plane(7, self.control_plane.as_deref(), sink.buf());
         if let Some(run) = run {
             sink.run(run);
         }
@@ -841,6 +865,37 @@ mod tests {
         );
         let version_bytes = 2 * (2 + b.version.len());
         assert_eq!(bare.entries_len() + version_bytes, delta.entries_len());
+    }
+
+    #[test]
+    fn the_control_plane_identifier_decodes_in_both_framings() {
+        use envoy_types::pb::envoy::config::core::v3::ControlPlane;
+        // Large enough that the entries go out as a shared run, which comes last.
+        let resources: Vec<Arc<Resource>> = (0..300)
+            .map(|i| cluster(&format!("outbound|80||cp-{i}.wire-test.svc.cluster.local")))
+            .collect();
+        assert!(as_run(
+            Batch::from(resources.clone()).entries_len(Entry::Sotw)
+        ));
+        let id: Arc<str> = r#"{"Component":"istiod","ID":"meshd-0"}"#.into();
+        let expected = Some(ControlPlane {
+            identifier: id.to_string(),
+        });
+        let mut sotw = SotwResponse::new("v/1".into(), "t", "1-1".into(), resources.clone());
+        sotw.control_plane = Some(id.clone());
+        let decoded = DiscoveryResponse::decode(unframe(&sotw).as_slice()).unwrap();
+        assert_eq!(decoded.control_plane, expected);
+        assert_eq!(decoded.resources.len(), 300);
+        let mut delta =
+            DeltaResponse::new("v/1".into(), "t", "1-2".into(), resources, vec![], true);
+        delta.control_plane = Some(id);
+        let decoded = DeltaDiscoveryResponse::decode(unframe(&delta).as_slice()).unwrap();
+        assert_eq!(decoded.control_plane, expected);
+        assert_eq!(decoded.nonce, "1-2");
+        // Without one, none is sent (as istiod sends none outside its debug types).
+        let bare = SotwResponse::new("v/1".into(), "t", "1-3".into(), vec![]);
+        let decoded = DiscoveryResponse::decode(unframe(&bare).as_slice()).unwrap();
+        assert_eq!(decoded.control_plane, None);
     }
 
     #[test]

@@ -9,6 +9,7 @@ mod ca;
 mod cli;
 mod gateway;
 mod gateway_tls;
+mod istioctl;
 mod kubernetes;
 mod loadgen;
 mod mtls;
