@@ -19,6 +19,17 @@ const CONVERGENCE_BUCKETS: &[f64] = &[0.1, 0.5, 1.0, 3.0, 5.0, 10.0, 20.0, 30.0]
 const SEND_BUCKETS: &[f64] = &[0.01, 0.1, 1.0, 3.0, 5.0, 10.0, 20.0, 30.0];
 const INIT_BUCKETS: &[f64] = &[0.01, 0.1, 0.5, 1.0, 3.0, 5.0];
 const DESTROY_BUCKETS: &[f64] = &[0.0001, 0.001, 0.01, 0.1, 1.0, 10.0];
+const CONFIG_SIZE_BUCKETS: &[f64] = &[
+    1.0,
+    10_000.0,
+    1_000_000.0,
+    4_000_000.0,
+    10_000_000.0,
+    40_000_000.0,
+];
+fn config_size_histogram() -> Histogram {
+    Histogram::new(CONFIG_SIZE_BUCKETS.iter().copied())
+}
 
 pub struct Metrics {
     pub registry: Registry,
@@ -30,6 +41,8 @@ pub struct Metrics {
     pub proxy_convergence_time: Histogram,
     pub debounce_time: Histogram,
     pub xds_push_time: Family<Labels, Histogram, fn() -> Histogram>,
+    /// Bytes of the resources in each response, by type URL.
+    pub xds_config_size: Family<Labels, Histogram, fn() -> Histogram>,
     pub proxy_queue_time: Histogram,
     pub push_context_recompute: Counter,
     pub push_triggers: Family<Labels, Counter>,
@@ -41,6 +54,15 @@ pub struct Metrics {
     pub cert_issued: Counter,
     pub ca_auth_failures: Counter,
     pub ca_errors: Family<Labels, Counter>,
+    /// Refusals for a CSR that does not parse or verify (istiod's parsing errors).
+    pub csr_parsing_errors: Counter,
+    /// Signing failures, by `error` (meshd's reason).
+    pub csr_sign_errors: Family<Labels, Counter>,
+    /// When the current root and the signing certificate expire, Unix seconds (0: no CA).
+    pub root_cert_expiry: Gauge,
+    pub cert_chain_expiry: Gauge,
+    /// Seconds until the root expires, as of the last scrape.
+    pub root_cert_expiry_seconds: Gauge,
     pub xds_send_time: Histogram,
     pub pushcontext_init: Histogram,
     pub destroy_time: Histogram,
@@ -75,6 +97,7 @@ impl Metrics {
             proxy_convergence_time: Histogram::new(CONVERGENCE_BUCKETS.iter().copied()),
             debounce_time: Histogram::new(PUSH_BUCKETS.iter().copied()),
             xds_push_time: Family::new_with_constructor(push_histogram),
+            xds_config_size: Family::new_with_constructor(config_size_histogram),
             proxy_queue_time: Histogram::new(CONVERGENCE_BUCKETS.iter().copied()),
             push_context_recompute: Counter::default(),
             push_triggers: Family::default(),
@@ -89,6 +112,11 @@ impl Metrics {
             cert_issued: Counter::default(),
             ca_auth_failures: Counter::default(),
             ca_errors: Family::default(),
+            csr_parsing_errors: Counter::default(),
+            csr_sign_errors: Family::default(),
+            root_cert_expiry: Gauge::default(),
+            cert_chain_expiry: Gauge::default(),
+            root_cert_expiry_seconds: Gauge::default(),
             xds_send_time: Histogram::new(SEND_BUCKETS.iter().copied()),
             pushcontext_init: Histogram::new(INIT_BUCKETS.iter().copied()),
             destroy_time: Histogram::new(DESTROY_BUCKETS.iter().copied()),
@@ -228,6 +256,36 @@ impl Metrics {
             m.ca_errors.clone(),
         );
         registry.register(
+            "citadel_server_csr_parsing_err_count",
+            "The number of errors occurred when parsing the CSR",
+            m.csr_parsing_errors.clone(),
+        );
+        registry.register(
+            "citadel_server_csr_sign_err_count",
+            "The number of errors occurred when signing the CSR",
+            m.csr_sign_errors.clone(),
+        );
+        registry.register(
+            "citadel_server_root_cert_expiry_timestamp",
+            "The unix timestamp, in seconds, when the root cert will expire",
+            m.root_cert_expiry.clone(),
+        );
+        registry.register(
+            "citadel_server_root_cert_expiry_seconds",
+            "The time remaining, in seconds, before the root cert will expire",
+            m.root_cert_expiry_seconds.clone(),
+        );
+        registry.register(
+            "citadel_server_cert_chain_expiry_timestamp",
+            "The unix timestamp, in seconds, when the CA's signing cert chain will expire",
+            m.cert_chain_expiry.clone(),
+        );
+        registry.register(
+            "pilot_xds_config_size_bytes",
+            "Distribution of configuration sizes pushed to clients",
+            m.xds_config_size.clone(),
+        );
+        registry.register(
             "pilot_xds_send_time",
             "Total time in seconds Pilot takes to send generated configuration",
             m.xds_send_time.clone(),
@@ -255,6 +313,18 @@ impl Metrics {
             let _ = m.xds_expired_nonce.get_or_create(&label);
             let _ = m.xds_push_time.get_or_create(&label);
         }
+        use crate::xds::resource::{
+            CLUSTER_TYPE, ENDPOINT_TYPE, LISTENER_TYPE, ROUTE_TYPE, SECRET_TYPE,
+        };
+        for url in [
+            CLUSTER_TYPE,
+            ENDPOINT_TYPE,
+            LISTENER_TYPE,
+            ROUTE_TYPE,
+            SECRET_TYPE,
+        ] {
+            let _ = m.xds_config_size.get_or_create(&type_label(url));
+        }
         for t in ["hit", "miss"] {
             let _ = m.xds_cache_reads.get_or_create(&type_label(t));
         }
@@ -269,6 +339,13 @@ impl Metrics {
     /// The registry in Prometheus text format (version 0.0.4), as istiod serves it, then
     /// the process's own figures (read at scrape time).
     pub fn render(&self) -> String {
+        // Derived at each scrape, as istiod derives it.
+        let root_expiry = self.root_cert_expiry.get();
+        if root_expiry != 0 {
+            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+            let now = now.map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+            self.root_cert_expiry_seconds.set(root_expiry - now);
+        }
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &self.registry)
             .expect("BUG: encoding to a String cannot fail");

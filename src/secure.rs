@@ -154,6 +154,10 @@ impl Security {
         metrics: Arc<Metrics>,
         mut shutdown: watch::Receiver<bool>,
     ) -> tokio::task::JoinHandle<Result<(), tonic::transport::Error>> {
+        (self.ca).report_expiry(
+            metrics.root_cert_expiry.clone(),
+            metrics.cert_chain_expiry.clone(),
+        );
         let ca = CaService::new(self.ca.clone(), self.authn.clone(), metrics)
             .forwarding_to(self.upstream.clone());
         let settings = xds.settings.clone();

@@ -105,6 +105,14 @@ impl Material {
         SystemTime::from(self.cert.tbs_certificate().validity().not_after)
     }
 
+    /// When the current root (the first trusted one) stops being valid, if it parses.
+    pub fn root_not_after(&self) -> Option<SystemTime> {
+        let root = Certificate::from_pem(self.roots_pem.first()?.trim().as_bytes()).ok()?;
+        Some(SystemTime::from(
+            root.tbs_certificate().validity().not_after,
+        ))
+    }
+
     /// When the current signing certificate became valid.
     pub fn not_before(&self) -> SystemTime {
         SystemTime::from(self.cert.tbs_certificate().validity().not_before)

@@ -17,6 +17,7 @@ use std::time::{Duration, SystemTime};
 
 use p256::ecdsa::{DerSignature, SigningKey};
 use p256::elliptic_curve::Generate;
+use prometheus_client::metrics::gauge::Gauge;
 use x509_cert::builder::profile::BuilderProfile;
 use x509_cert::builder::{Builder, CertificateBuilder};
 use x509_cert::certificate::TbsCertificate;
@@ -112,6 +113,9 @@ pub struct CertificateAuthority {
     pub trust_domain: String,
     pub ttl: CertTtl,
     material: RwLock<Arc<Material>>,
+    /// `citadel_server_root_cert_expiry_timestamp` and
+    /// `citadel_server_cert_chain_expiry_timestamp`, kept current with the material.
+    expiry: std::sync::OnceLock<(Gauge, Gauge)>,
 }
 
 impl CertificateAuthority {
@@ -120,7 +124,28 @@ impl CertificateAuthority {
             trust_domain: trust_domain.to_string(),
             ttl,
             material: RwLock::new(Arc::new(material)),
+            expiry: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Reports when the root and the signing certificate expire in `root` and `chain`
+    /// (Unix seconds), now and whenever the material is replaced.
+    pub fn report_expiry(&self, root: Gauge, chain: Gauge) {
+        if self.expiry.set((root, chain)).is_ok() {
+            self.update_expiry(&self.material());
+        }
+    }
+
+    fn update_expiry(&self, m: &Material) {
+        let Some((root, chain)) = self.expiry.get() else {
+            return;
+        };
+        let unix = |t: std::time::SystemTime| {
+            let since = t.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+            i64::try_from(since.as_secs()).unwrap_or(i64::MAX)
+        };
+        root.set(m.root_not_after().map_or(0, unix));
+        chain.set(unix(m.not_after()));
     }
 
     pub fn material(&self) -> Arc<Material> {
@@ -128,6 +153,7 @@ impl CertificateAuthority {
     }
 
     pub fn replace_material(&self, material: Material) {
+        self.update_expiry(&material);
         *self.material.write().unwrap() = Arc::new(material);
     }
 

@@ -170,6 +170,20 @@ impl IstioCertificateService for CaService {
                     .ca_errors
                     .get_or_create(&vec![("reason", e.reason().to_string())])
                     .inc();
+                // istiod's own counters for the same refusals.
+                match e {
+                    CaError::BadCsr(_)
+                    | CaError::BadSignature(_)
+                    | CaError::UnsupportedKey(_)
+                    | CaError::TooLarge(_) => {
+                        self.metrics.csr_parsing_errors.inc();
+                    }
+                    CaError::Upstream(_) | CaError::Internal(_) => {
+                        let error = vec![("error", e.reason().to_string())];
+                        self.metrics.csr_sign_errors.get_or_create(&error).inc();
+                    }
+                    CaError::Unauthenticated(_) | CaError::IdentityMismatch(_) => {}
+                }
                 Err(e.to_status())
             }
         }

@@ -503,6 +503,7 @@ impl Connection {
         }
         let resources = w.held_view(kind).map_or(w.sent.len(), |held| held.len());
         self.shared.pushes_of(kind).inc();
+        (self.shared.config_size_of(kind)).observe(changed.values_len() as f64);
         let mut status = self.status.lock().unwrap();
         let t = status.of(kind);
         t.nonce_sent = nonce.clone();

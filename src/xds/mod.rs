@@ -74,6 +74,7 @@ pub struct XdsShared {
 struct PushSeries {
     pushes: [OnceLock<Counter>; TYPES],
     push_time: [OnceLock<Histogram>; TYPES],
+    config_size: [OnceLock<Histogram>; TYPES],
     /// `meshd_xds_push_diffs` by method: `view`, `full`.
     diffs: [OnceLock<Counter>; 2],
 }
@@ -165,6 +166,14 @@ impl XdsShared {
         self.series.push_time[kind as usize].get_or_init(|| {
             let family = &self.metrics.xds_push_time;
             family.get_or_create(&type_label(kind.short())).clone()
+        })
+    }
+
+    /// `pilot_xds_config_size_bytes{type}` of `kind` (labelled by type URL, as istiod does).
+    pub fn config_size_of(&self, kind: TypeKind) -> &Histogram {
+        self.series.config_size[kind as usize].get_or_init(|| {
+            let family = &self.metrics.xds_config_size;
+            family.get_or_create(&type_label(kind.url())).clone()
         })
     }
 

@@ -49,9 +49,16 @@ struct BatchInner {
     /// The encoded length of the entries, per [`Entry`]: delta with versions, delta
     /// without, state of the world.
     lens: [OnceLock<usize>; 3],
+    /// The resources' own bytes (`pilot_xds_config_size_bytes`).
+    values: OnceLock<usize>,
 }
 
 impl Batch {
+    /// The resources' encoded messages, in bytes (counted once per batch).
+    pub fn values_len(&self) -> usize {
+        *(self.0.values).get_or_init(|| self.0.list.iter().map(|r| r.value_len()).sum())
+    }
+
     fn entries_len(&self, entry: Entry) -> usize {
         let i = match entry {
             Entry::Delta { versions: true } => 0,
@@ -75,6 +82,7 @@ impl From<Vec<Arc<Resource>>> for Batch {
         Batch(Arc::new(BatchInner {
             list,
             lens: Default::default(),
+            values: OnceLock::new(),
         }))
     }
 }

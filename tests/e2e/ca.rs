@@ -215,6 +215,8 @@ async fn forged_foreign_malformed_and_oversized_requests_are_refused_and_counted
             "{reason}"
         );
     }
+    // istiod's counter of the same: the CSRs that did not parse or verify.
+    assert_eq!(meshd.metric("citadel_server_csr_parsing_err_count"), 3.0);
     assert!(
         meshd.log().contains("CSR refused") && meshd.log().contains("ns/bank/sa/teller"),
         "refusals are logged"
@@ -439,6 +441,17 @@ async fn with_an_external_ca_requests_are_checked_here_and_signed_there() {
     .unwrap_err();
     assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
     assert_eq!(upstream.metric("citadel_server_csr_count"), 2.0);
+    // With the external CA gone, signing fails here: istiod's sign-error counter.
+    drop(upstream);
+    let e = request_certificate(&opts("reviews-token"), None, 1)
+        .await
+        .unwrap_err();
+    assert!(format!("{e:#}").contains("upstream"), "{e:#}");
+    assert_eq!(
+        front.metric(r#"citadel_server_csr_sign_err_count{error="upstream"}"#),
+        1.0
+    );
+    assert_eq!(front.metric("citadel_server_csr_parsing_err_count"), 0.0);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -481,6 +494,24 @@ async fn plugged_in_intermediate_certificates_sign_and_chain_to_their_root() {
         !meshd.ca_dir.join("ca-key.pem").exists(),
         "no self-signed root is made when certificates are plugged in"
     );
+    // The root's and the intermediate's expiry, as istiod reports them for alerts.
+    let unix = |t: std::time::SystemTime| {
+        t.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as f64
+    };
+    let root_expiry = unix(root.not_after());
+    let chain_expiry = unix(Material::from_files(&files).unwrap().not_after());
+    assert!(chain_expiry < root_expiry);
+    assert_eq!(
+        meshd.metric("citadel_server_root_cert_expiry_timestamp"),
+        root_expiry
+    );
+    assert_eq!(
+        meshd.metric("citadel_server_cert_chain_expiry_timestamp"),
+        chain_expiry
+    );
+    let left = meshd.metric("citadel_server_root_cert_expiry_seconds");
+    let now = unix(std::time::SystemTime::now());
+    assert!((left - (root_expiry - now)).abs() <= 5.0, "{left}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -52,6 +52,26 @@ fn config_dump_matches_envoys_own_and_the_clis_and_debug_views_show_the_mesh() {
             .all(|t| s["types"][t]["nonce_sent"] == s["types"][t]["nonce_acked"])
     });
 
+    // pilot_xds_config_size_bytes: one observation per response, of its resources' bytes.
+    let sync = meshd.syncz(&envoy.id);
+    for (short, kind) in [
+        ("cds", "cluster.v3.Cluster"),
+        ("eds", "endpoint.v3.ClusterLoadAssignment"),
+        ("lds", "listener.v3.Listener"),
+        ("rds", "route.v3.RouteConfiguration"),
+    ] {
+        let series = |what: &str| {
+            let url = format!("type.googleapis.com/envoy.config.{kind}");
+            meshd.metric(&format!(
+                r#"pilot_xds_config_size_bytes_{what}{{type="{url}"}}"#
+            ))
+        };
+        let responses = sync["types"][short]["responses"].as_f64().unwrap();
+        assert!(responses >= 1.0, "{short}");
+        assert_eq!(series("count"), responses, "{short}");
+        assert!(series("sum") > 0.0, "{short}");
+    }
+
     // config_dump: resource for resource what Envoy reports holding.
     let ours = meshd.json("/debug/config_dump?proxyID=client-0.shop");
     let pairs = [
