@@ -49,6 +49,11 @@ pub struct Metrics {
     pub services: Gauge,
     pub virt_services: Gauge,
     pub config_errors: Family<Labels, Counter>,
+    /// Watch events from Kubernetes by `type` and `event`: Istio config, and the registry.
+    pub k8s_cfg_events: Family<Labels, Counter>,
+    pub k8s_reg_events: Family<Labels, Counter>,
+    /// Configuration meshd failed to build or encode for a proxy (none expected).
+    pub xds_internal_errors: Counter,
     pub xds_connection_errors: Family<Labels, Counter>,
     pub csr_count: Counter,
     pub cert_issued: Counter,
@@ -107,6 +112,9 @@ impl Metrics {
             services: Gauge::default(),
             virt_services: Gauge::default(),
             config_errors: Family::default(),
+            k8s_cfg_events: Family::default(),
+            k8s_reg_events: Family::default(),
+            xds_internal_errors: Counter::default(),
             xds_connection_errors: Family::default(),
             csr_count: Counter::default(),
             cert_issued: Counter::default(),
@@ -220,6 +228,29 @@ impl Metrics {
             "Total virtual services known to pilot",
             m.virt_services.clone(),
         );
+        registry.register(
+            "pilot_k8s_cfg_events",
+            "Events from k8s config",
+            m.k8s_cfg_events.clone(),
+        );
+        registry.register(
+            "pilot_k8s_reg_events",
+            "Events from k8s registry",
+            m.k8s_reg_events.clone(),
+        );
+        registry.register(
+            "pilot_total_xds_internal_errors",
+            "Total number of internal XDS errors in pilot",
+            m.xds_internal_errors.clone(),
+        );
+        let build: Family<Labels, Gauge> = Family::default();
+        build
+            .get_or_create(&vec![
+                ("component", "pilot".to_string()),
+                ("tag", env!("CARGO_PKG_VERSION").to_string()),
+            ])
+            .set(1);
+        registry.register("istio_build", "Istio component build info", build);
         registry.register(
             "meshd_config_errors",
             "Configuration documents rejected, by kind",

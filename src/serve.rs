@@ -161,6 +161,7 @@ pub async fn run(opts: ServeOptions) -> anyhow::Result<()> {
                 scope.clone(),
                 issues.clone(),
                 hook.clone(),
+                metrics.clone(),
             );
             source.start(on_change.clone());
             tracing::info!(revision = %scope.revision, "waiting for the initial list of every kind");

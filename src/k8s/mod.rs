@@ -27,6 +27,7 @@ use tokio::sync::watch;
 use crate::config::parse::parse_value;
 use crate::config::{ConfigObject, Kind, ObjectKey};
 use crate::filesource::{IssueBoard, IssueHook, OnChange};
+use crate::metrics::Metrics;
 use crate::model::Store;
 use crate::model::mesh::MeshConfig;
 use crate::model::{REVISION_LABEL, namespace_revision};
@@ -114,6 +115,39 @@ pub struct KubeSource {
     rescope: watch::Sender<u64>,
     /// The latest generation seen per Istio object, accepted or not (for status).
     pub generations: Arc<RwLock<HashMap<ObjectKey, i64>>>,
+    metrics: Arc<Metrics>,
+}
+
+/// The event an applied object makes: `add` if it was not held, `update` if it changed,
+/// and for the registry's kinds `updatesame` if it did not (istiod's informers filter
+/// those; its config client counts every update as `update`).
+fn event_of(known: bool, changed: bool, kind: Kind) -> &'static str {
+    match (known, changed) {
+        (false, _) => "add",
+        (true, false) if !kind.is_istio() => "updatesame",
+        (true, _) => "update",
+    }
+}
+
+/// How istiod counts a watch event: `pilot_k8s_cfg_events{type=KIND}` for Istio config,
+/// `pilot_k8s_reg_events{type}` for the registry's kinds (Services, EndpointSlice, Pods,
+/// Nodes); other kinds are not counted.
+fn count_event(metrics: &Metrics, kind: Kind, event: &str) {
+    let (family, kind) = if kind.is_istio() {
+        (&metrics.k8s_cfg_events, kind.as_str())
+    } else {
+        let registry = match kind {
+            Kind::Service => "Services",
+            Kind::EndpointSlice => "EndpointSlice",
+            Kind::Endpoints => "Endpoints",
+            Kind::Pod => "Pods",
+            Kind::Node => "Nodes",
+            _ => return,
+        };
+        (&metrics.k8s_reg_events, registry)
+    };
+    let labels = vec![("type", kind.to_string()), ("event", event.to_string())];
+    family.get_or_create(&labels).inc();
 }
 
 /// Kinds that decide what the other watchers keep, so they are listed first.
@@ -126,6 +160,7 @@ impl KubeSource {
         scope: Scope,
         issues: IssueBoard,
         hook: IssueHook,
+        metrics: Arc<Metrics>,
     ) -> Arc<KubeSource> {
         Arc::new(KubeSource {
             generations: Arc::default(),
@@ -137,6 +172,7 @@ impl KubeSource {
             synced: watch::channel(BTreeSet::new()).0,
             selection: RwLock::new(NamespaceScope::default()),
             rescope: watch::channel(0).0,
+            metrics,
         })
     }
 
@@ -351,9 +387,16 @@ impl KubeSource {
     fn apply(&self, kind: Kind, ar: &ApiResource, obj: DynamicObject) -> BTreeSet<ObjectKey> {
         let key = Self::key_of(kind, &obj);
         let mut changed = BTreeSet::new();
-        match self.convert(&key, ar, obj) {
+        let known = self.store.read().unwrap().get(&key).is_some();
+        let outcome = self.convert(&key, ar, obj);
+        if !matches!(outcome, Outcome::Keep(_)) {
+            count_event(&self.metrics, kind, if known { "update" } else { "add" });
+        }
+        match outcome {
             Outcome::Keep(o) => {
-                if self.store.write().unwrap().apply(*o) {
+                let applied = self.store.write().unwrap().apply(*o);
+                count_event(&self.metrics, kind, event_of(known, applied, kind));
+                if applied {
                     changed.insert(key);
                 }
             }
@@ -370,6 +413,7 @@ impl KubeSource {
 
     fn delete(&self, kind: Kind, obj: &DynamicObject) -> BTreeSet<ObjectKey> {
         let key = Self::key_of(kind, obj);
+        count_event(&self.metrics, kind, "delete");
         self.issues.write().unwrap().remove(&Self::board_key(&key));
         self.generations.write().unwrap().remove(&key);
         let mut changed = BTreeSet::new();
@@ -405,7 +449,10 @@ impl KubeSource {
         let mut store = self.store.write().unwrap();
         for o in accepted {
             let key = o.key.clone();
-            if store.apply(o) {
+            let known = store.get(&key).is_some();
+            let applied = store.apply(o);
+            count_event(&self.metrics, kind, event_of(known, applied, kind));
+            if applied {
                 changed.insert(key);
             }
         }
@@ -415,6 +462,7 @@ impl KubeSource {
             .filter(|k| !keep.contains(k))
             .collect();
         for key in stale {
+            count_event(&self.metrics, kind, "delete");
             store.delete(&key);
             changed.insert(key);
         }

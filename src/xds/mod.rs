@@ -433,12 +433,8 @@ impl wire::Ads for AdsService {
     ) -> Result<Response<Self::SotwStream>, Status> {
         let (caller, requests) = self.caller(request).await?;
         let (tx, rx) = outbox::channel(STREAM_BUFFER);
-        tokio::spawn(stream::run::<sotw::Sotw>(
-            self.shared.clone(),
-            requests,
-            tx,
-            caller,
-        ));
+        let run = stream::run::<sotw::Sotw>(self.shared.clone(), requests, tx, caller);
+        stream::spawn_guarded(self.shared.clone(), run);
         Ok(Response::new(rx))
     }
 
@@ -448,12 +444,8 @@ impl wire::Ads for AdsService {
     ) -> Result<Response<Self::DeltaStream>, Status> {
         let (caller, requests) = self.caller(request).await?;
         let (tx, rx) = outbox::channel(STREAM_BUFFER);
-        tokio::spawn(stream::run::<delta::Delta>(
-            self.shared.clone(),
-            requests,
-            tx,
-            caller,
-        ));
+        let run = stream::run::<delta::Delta>(self.shared.clone(), requests, tx, caller);
+        stream::spawn_guarded(self.shared.clone(), run);
         Ok(Response::new(rx))
     }
 }

@@ -163,6 +163,29 @@ fn kubernetes_objects_route_real_traffic_and_follow_live_changes() {
         issues[0]["field"], "spec.http[0].match[0].uri.regex",
         "{issues}"
     );
+
+    // The watch events, as istiod counts them for its dashboard: the VirtualService
+    // listed, changed, deleted, created again and changed to something invalid (and its
+    // status written back, an update too); the registry's Services and slices listed.
+    let events = |family: &str, kind: &str, event: &str| {
+        m.meshd
+            .metric(&format!(r#"{family}{{type="{kind}",event="{event}"}}"#))
+    };
+    assert_eq!(events("pilot_k8s_cfg_events", "VirtualService", "add"), 2.0);
+    assert_eq!(
+        events("pilot_k8s_cfg_events", "VirtualService", "delete"),
+        1.0
+    );
+    assert!(events("pilot_k8s_cfg_events", "VirtualService", "update") >= 2.0);
+    assert_eq!(events("pilot_k8s_cfg_events", "Gateway", "add"), 1.0);
+    // Each Service the registry holds was listed once (the two apps and the gateway's).
+    let services = m.meshd.json("/debug/registryz").as_array().unwrap().len();
+    assert_eq!(
+        events("pilot_k8s_reg_events", "Services", "add"),
+        services as f64
+    );
+    assert!(events("pilot_k8s_reg_events", "EndpointSlice", "add") >= 2.0);
+    assert_eq!(events("pilot_k8s_reg_events", "Services", "delete"), 0.0);
 }
 
 #[test]

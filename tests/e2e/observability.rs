@@ -72,6 +72,14 @@ fn config_dump_matches_envoys_own_and_the_clis_and_debug_views_show_the_mesh() {
         assert!(series("sum") > 0.0, "{short}");
     }
 
+    // The build, as istiod's dashboard reads it: the version `meshd --version` prints.
+    let version = String::from_utf8(run_meshd(&["--version"], &[])).unwrap();
+    let tag = version.split_whitespace().nth(1).unwrap();
+    assert_eq!(
+        meshd.metric(&format!(r#"istio_build{{component="pilot",tag="{tag}"}}"#)),
+        1.0
+    );
+
     // config_dump: resource for resource what Envoy reports holding.
     let ours = meshd.json("/debug/config_dump?proxyID=client-0.shop");
     let pairs = [
