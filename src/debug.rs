@@ -214,6 +214,10 @@ pub fn debug_allowed(peer: SocketAddr, remote_debug: bool) -> bool {
 }
 
 async fn metrics(State(s): State<DebugState>) -> impl IntoResponse {
+    // Derived from the current push when scraped, as istiod derives its push-status gauges.
+    let push = s.xds.current_push();
+    let no_instances = push.context.clusters_without_endpoints().len();
+    (s.metrics.eds_no_instances).set(i64::try_from(no_instances).unwrap_or(i64::MAX));
     (
         [(
             header::CONTENT_TYPE,
@@ -356,13 +360,37 @@ const PUSH_STATUS_CHANGED: usize = 100;
 
 async fn push_status(State(s): State<DebugState>) -> impl IntoResponse {
     let push = s.xds.current_push();
+    let proxies = s.xds.sync_status();
+    // The connections that do not hold this push in full yet.
+    let mut behind: Vec<&str> = (proxies.iter())
+        .filter(|c| c.in_sync_push < push.number)
+        .map(|c| c.model.id.as_str())
+        .collect();
+    behind.sort_unstable();
+    let no_instances: serde_json::Map<String, Value> = (push.context)
+        .clusters_without_endpoints()
+        .into_iter()
+        .map(|cluster| (cluster, json!({})))
+        .collect();
+    let wall = |at: std::time::Instant| {
+        let ago = std::time::Instant::now().saturating_duration_since(at);
+        crate::xds::push::rfc3339(std::time::SystemTime::now() - ago, true)
+    };
     Json(json!({
         "version": push.version(),
         "revision": s.xds.revision,
         "push": push.number,
+        // When the push's first change came, and when the push went out to the proxies.
+        "start": wall(push.triggered_at),
+        "published": wall(push.published_at),
         "services": push.context.services.len(),
         "virtualServices": push.context.virtual_services.len(),
-        "connectedProxies": s.xds.sync_status().len(),
+        "connectedProxies": proxies.len(),
+        "proxiesInSync": proxies.len() - behind.len(),
+        "proxiesBehind": &behind[..behind.len().min(PUSH_STATUS_CHANGED)],
+        "serviceAccounts": service_accounts(&push.context),
+        // istiod's push-status map: the clusters with no endpoint.
+        "pilot_eds_no_instances": no_instances,
         "crossObjectWarnings": push.context.issues.len(),
         // What the push was triggered by (null: a full push, as the first one).
         "changedObjects": push.changed.as_ref().map(|c| c.len()),
@@ -370,6 +398,32 @@ async fn push_status(State(s): State<DebugState>) -> impl IntoResponse {
             c.iter().take(PUSH_STATUS_CHANGED).map(|k| k.to_string()).collect::<Vec<_>>()
         }),
     }))
+}
+
+/// The workload identities serving each port of each service (from its endpoints'
+/// service accounts), as SPIFFE URIs: host -> port -> identities.
+fn service_accounts(ctx: &crate::model::push_context::PushContext) -> Value {
+    let trust_domain = ctx.mesh.trust_domain.as_deref().unwrap_or("cluster.local");
+    let mut out = serde_json::Map::new();
+    for svc in ctx.services.values() {
+        let mut ports = serde_json::Map::new();
+        for p in &svc.ports {
+            let mut ids: Vec<String> = (svc.endpoints.iter())
+                .filter(|e| e.ports.contains_key(&p.port))
+                .filter_map(|e| e.service_account.as_deref())
+                .map(|sa| format!("spiffe://{trust_domain}/ns/{}/sa/{sa}", svc.namespace))
+                .collect();
+            ids.sort_unstable();
+            ids.dedup();
+            if !ids.is_empty() {
+                ports.insert(p.port.to_string(), json!(ids));
+            }
+        }
+        if !ports.is_empty() {
+            out.insert(svc.hostname.clone(), Value::Object(ports));
+        }
+    }
+    Value::Object(out)
 }
 
 /// Every connected proxy and, per type, the resource names its configuration holds now.

@@ -72,6 +72,8 @@ pub struct Metrics {
     pub pushcontext_init: Histogram,
     pub destroy_time: Histogram,
     pub endpoint_no_pod: Gauge,
+    /// Clusters with no endpoint in the current push.
+    pub eds_no_instances: Gauge,
     pub xds_cache_reads: Family<Labels, Counter>,
     pub xds_push_diffs: Family<Labels, Counter>,
     pub xds_send_buffer: Gauge,
@@ -129,6 +131,7 @@ impl Metrics {
             pushcontext_init: Histogram::new(INIT_BUCKETS.iter().copied()),
             destroy_time: Histogram::new(DESTROY_BUCKETS.iter().copied()),
             endpoint_no_pod: Gauge::default(),
+            eds_no_instances: Gauge::default(),
             validation_passed: Family::default(),
             validation_failed: Family::default(),
             validation_http_error: Family::default(),
@@ -330,6 +333,11 @@ impl Metrics {
             "pilot_destroy_time_seconds",
             "Time in seconds from a proxy's stream ending to its state being freed",
             m.destroy_time.clone(),
+        );
+        registry.register(
+            "pilot_eds_no_instances",
+            "Number of clusters without instances",
+            m.eds_no_instances.clone(),
         );
         registry.register(
             "endpoint_no_pod",

@@ -213,6 +213,51 @@ impl PartialEq for ContextId {
 }
 
 impl PushContext {
+    /// The clusters whose load assignment holds no endpoint, by name (istiod's
+    /// `pilot_eds_no_instances`): each port of an EDS service that no endpoint serves, and
+    /// each DestinationRule subset of an EDS service whose labels select no endpoint
+    /// serving the port.
+    pub fn clusters_without_endpoints(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let serving = |svc: &Service, port: u32, labels: &BTreeMap<String, String>| {
+            svc.endpoints.iter().any(|e| {
+                e.ports.contains_key(&port)
+                    && labels.iter().all(|(k, v)| e.labels.get(k) == Some(v))
+            })
+        };
+        let mut by_host: HashMap<&str, Vec<&Service>> = HashMap::new();
+        let eds = self.services.values();
+        for svc in eds.filter(|s| s.discovery == crate::model::service::Discovery::Eds) {
+            by_host.entry(&svc.hostname).or_default().push(svc);
+            for p in &svc.ports {
+                if !serving(svc, p.port, &BTreeMap::new()) {
+                    out.push(format!("outbound|{}||{}", p.port, svc.hostname));
+                }
+            }
+        }
+        for rule in self.destination_rules.values() {
+            let Some(spec) = crate::model::destination_rule::spec(rule) else {
+                continue;
+            };
+            let host = crate::model::resolve_host(&spec.host, &rule.key.namespace);
+            for svc in by_host.get(host.as_str()).into_iter().flatten() {
+                for subset in &spec.subsets {
+                    for p in &svc.ports {
+                        if !serving(svc, p.port, &subset.labels) {
+                            out.push(format!(
+                                "outbound|{}|{}|{}",
+                                p.port, subset.name, svc.hostname
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
     /// Unique to this context (and its clones) in the process.
     pub fn id(&self) -> u64 {
         self.id.0

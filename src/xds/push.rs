@@ -499,9 +499,13 @@ pub fn build_push(
 }
 
 fn rfc3339_now() -> String {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs()) as i64;
+    rfc3339(std::time::SystemTime::now(), false)
+}
+
+/// `at` in RFC 3339 (UTC), to the second or the millisecond.
+pub fn rfc3339(at: std::time::SystemTime, millis: bool) -> String {
+    let since = at.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let secs = since.as_secs() as i64;
     let days = secs.div_euclid(86_400);
     let rem = secs.rem_euclid(86_400);
     // Civil-from-days (Howard Hinnant's algorithm).
@@ -514,8 +518,13 @@ fn rfc3339_now() -> String {
     let d = doy - (153 * mp + 2) / 5 + 1;
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + i64::from(m <= 2);
+    let fraction = if millis {
+        format!(".{:03}", since.subsec_millis())
+    } else {
+        String::new()
+    };
     format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}{fraction}Z",
         rem / 3600,
         rem % 3600 / 60,
         rem % 60

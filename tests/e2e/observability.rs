@@ -273,6 +273,53 @@ fn config_dump_matches_envoys_own_and_the_clis_and_debug_views_show_the_mesh() {
     assert!(meshd.metric("process_resident_memory_bytes") > 1e6);
     assert!(meshd.metric("meshd_tokio_tasks") >= 1.0);
     assert_eq!(meshd.metric("pilot_destroy_time_seconds_count"), 0.0);
+
+    // push_status: the push's times, the proxies that hold it, the identities serving
+    // each port, and istiod's map of clusters with no endpoint (a service nothing
+    // serves, a subset nothing is labelled for), counted in its gauge too.
+    meshd.write(
+        "status.yaml",
+        "apiVersion: v1\nkind: Service\nmetadata: {name: lonely, namespace: shop}\nspec: {clusterIP: 10.96.9.10, ports: [{name: http, port: 8000}]}\n---\napiVersion: v1\nkind: Service\nmetadata: {name: signed, namespace: shop}\nspec: {clusterIP: 10.96.9.11, selector: {app: signed}, ports: [{name: http, port: 8100}]}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: signed-0, namespace: shop, labels: {app: signed}}\nspec: {serviceAccountName: signer}\nstatus: {podIP: 10.1.2.4}\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: signed-1, namespace: shop, labels: {kubernetes.io/service-name: signed}}\naddressType: IPv4\nports: [{name: http, port: 8100}]\nendpoints: [{addresses: [10.1.2.4], conditions: {ready: true}, targetRef: {kind: Pod, name: signed-0}}]\n---\napiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: reviews, namespace: shop}\nspec: {host: reviews, subsets: [{name: v9, labels: {version: v9}}]}\n",
+    );
+    let reviews = "reviews.shop.svc.cluster.local".to_string();
+    let mut empty = [
+        "outbound|8000||lonely.shop.svc.cluster.local".to_string(),
+        format!("outbound|{port}|v9|{reviews}"),
+    ];
+    empty.sort();
+    wait_until("the new push in sync", Duration::from_secs(10), || {
+        let status = meshd.json("/debug/push_status");
+        status["pilot_eds_no_instances"]
+            .as_object()
+            .is_some_and(|m| m.len() == 2)
+            && status["proxiesInSync"] == 1
+    });
+    let status = meshd.json("/debug/push_status");
+    let listed: Vec<&String> = status["pilot_eds_no_instances"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .collect();
+    assert_eq!(listed, empty.iter().collect::<Vec<_>>(), "{status}");
+    assert_eq!(meshd.metric("pilot_eds_no_instances"), 2.0);
+    assert_eq!(status["proxiesBehind"], serde_json::json!([]));
+    assert_eq!(
+        status["serviceAccounts"]["signed.shop.svc.cluster.local"]["8100"],
+        serde_json::json!(["spiffe://cluster.local/ns/shop/sa/signer"]),
+        "{status}"
+    );
+    assert!(
+        status["serviceAccounts"].get(&reviews).is_none(),
+        "{status}"
+    );
+    let (start, published) = (
+        status["start"].as_str().unwrap(),
+        status["published"].as_str().unwrap(),
+    );
+    assert!(
+        start.ends_with('Z') && start <= published,
+        "{start} {published}"
+    );
     drop(envoy);
     wait_until("the proxy's state freed", Duration::from_secs(5), || {
         meshd.metric("pilot_xds_clients") == 0.0

@@ -267,3 +267,19 @@ fn a_change_names_the_proxies_it_can_affect() {
         [&key(Kind::PeerAuthentication, "istio-system", "x")]
     ));
 }
+
+#[test]
+fn clusters_without_endpoints_are_the_ports_and_subsets_no_endpoint_serves() {
+    let yaml = "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: db, namespace: shop}\nspec:\n  hosts: [db.example.com]\n  resolution: STATIC\n  ports: [{number: 5432, name: tcp, protocol: TCP}]\n  endpoints: [{address: 10.0.0.1, labels: {version: v1}}]\n---\napiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: empty, namespace: shop}\nspec:\n  hosts: [empty.example.com]\n  resolution: STATIC\n  ports: [{number: 80, name: http, protocol: HTTP}]\n---\napiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: dns, namespace: shop}\nspec:\n  hosts: [dns.example.com]\n  resolution: DNS\n  ports: [{number: 443, name: tls, protocol: TLS}]\n---\napiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: db, namespace: shop}\nspec:\n  host: db.example.com\n  subsets: [{name: v1, labels: {version: v1}}, {name: v2, labels: {version: v2}}]\n";
+    let mut store = Store::default();
+    change(&mut store, yaml, &[]);
+    let ctx = PushContext::build(&store, "v/1".into());
+    assert_eq!(
+        ctx.clusters_without_endpoints(),
+        [
+            "outbound|5432|v2|db.example.com",
+            "outbound|80||empty.example.com",
+        ],
+        "a DNS service has no load assignment to be empty"
+    );
+}

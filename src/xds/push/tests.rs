@@ -193,6 +193,15 @@ fn rfc3339_dates_are_civil() {
     let s = rfc3339_now();
     assert_eq!(s.len(), 20, "{s}");
     assert!(s.starts_with("20") && s.ends_with('Z'));
+    let at = |secs: u64, millis: u64| {
+        std::time::UNIX_EPOCH + std::time::Duration::from_millis(secs * 1000 + millis)
+    };
+    // Dates computed independently (Python's datetime).
+    assert_eq!(
+        rfc3339(at(1_795_779_000, 123), true),
+        "2026-11-27T11:30:00.123Z"
+    );
+    assert_eq!(rfc3339(at(951_868_799, 0), false), "2000-02-29T23:59:59Z");
 }
 
 #[test]
