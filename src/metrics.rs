@@ -35,6 +35,8 @@ pub struct Metrics {
     pub registry: Registry,
     pub xds_pushes: Family<Labels, Counter>,
     pub total_xds_rejects: Family<Labels, Counter>,
+    /// Pushes that failed at the proxy, by type: rejected (NACKed) or not taken in time.
+    pub xds_push_errors: Family<Labels, Counter>,
     pub xds_expired_nonce: Family<Labels, Counter>,
     pub xds_clients: Gauge,
     pub xds_by_version: Family<Labels, Gauge>,
@@ -98,6 +100,7 @@ impl Metrics {
         let m = Metrics {
             xds_pushes: Family::default(),
             total_xds_rejects: Family::default(),
+            xds_push_errors: Family::default(),
             xds_expired_nonce: Family::default(),
             xds_clients: Gauge::default(),
             xds_by_version: Family::default(),
@@ -173,6 +176,11 @@ impl Metrics {
             "pilot_total_xds_rejects",
             "Total number of XDS responses from pilot rejected by proxy",
             m.total_xds_rejects.clone(),
+        );
+        registry.register(
+            "pilot_xds_push_errors",
+            "Pushes that failed at the proxy, by type: responses it rejected and responses it did not take within PILOT_XDS_SEND_TIMEOUT",
+            m.xds_push_errors.clone(),
         );
         registry.register(
             "pilot_xds_expired_nonce",
@@ -349,6 +357,7 @@ impl Metrics {
             let label = type_label(t);
             let _ = m.xds_pushes.get_or_create(&label);
             let _ = m.total_xds_rejects.get_or_create(&label);
+            let _ = m.xds_push_errors.get_or_create(&label);
             let _ = m.xds_expired_nonce.get_or_create(&label);
             let _ = m.xds_push_time.get_or_create(&label);
         }

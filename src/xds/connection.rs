@@ -561,11 +561,10 @@ impl Connection {
     /// A NACK: the proxy keeps its last good config; meshd logs, counts and records it,
     /// and does not resend the rejected version.
     pub fn record_nack(&mut self, kind: TypeKind, nonce: &str, message: &str) {
-        self.shared
-            .metrics
-            .total_xds_rejects
-            .get_or_create(&type_label(kind.short()))
-            .inc();
+        let label = type_label(kind.short());
+        let metrics = &self.shared.metrics;
+        metrics.total_xds_rejects.get_or_create(&label).inc();
+        metrics.xds_push_errors.get_or_create(&label).inc();
         tracing::warn!(proxy = %self.proxy.id, r#type = kind.short(), nonce, "proxy rejected config: {message}");
         let w = &mut self.watches[kind as usize];
         w.pending_since = None;

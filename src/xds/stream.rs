@@ -292,11 +292,11 @@ pub async fn send<R>(
             Some(limit) => match tokio::time::timeout(limit, tx.send(response)).await {
                 Ok(r) => r.map_err(|_| Closed),
                 Err(_) => {
-                    conn.shared
-                        .metrics
-                        .xds_pushes
-                        .get_or_create(&type_label(&format!("{}_senderr", kind.short())))
-                        .inc();
+                    let metrics = &conn.shared.metrics;
+                    let label = type_label(&format!("{}_senderr", kind.short()));
+                    metrics.xds_pushes.get_or_create(&label).inc();
+                    let label = type_label(kind.short());
+                    metrics.xds_push_errors.get_or_create(&label).inc();
                     tracing::warn!(proxy = %conn.proxy.id, r#type = kind.short(), "proxy did not take a response within {limit:?}; closing its stream");
                     return Err(Closed);
                 }

@@ -88,6 +88,11 @@ fn a_route_envoy_nacks_leaves_traffic_on_the_last_good_config() {
     wait_until("Envoy to NACK the route", Duration::from_secs(5), || {
         m.meshd.metric("pilot_total_xds_rejects{type=\"rds\"}") >= 1.0
     });
+    // The seed's NACK-rate metric counts the same rejections.
+    assert_eq!(
+        m.meshd.metric("pilot_xds_push_errors{type=\"rds\"}"),
+        m.meshd.metric("pilot_total_xds_rejects{type=\"rds\"}")
+    );
     let sync = m.meshd.syncz(&m.envoy.id);
     let err = sync["types"]["rds"]["last_error"].as_str().unwrap();
     assert!(

@@ -252,6 +252,7 @@ fn config_dump_matches_envoys_own_and_the_clis_and_debug_views_show_the_mesh() {
         ("pilot_xds_pushes", "counter"),
         ("pilot_push_context_recompute_count", "counter"),
         ("pilot_total_xds_rejects", "counter"),
+        ("pilot_xds_push_errors", "counter"),
         ("pilot_xds_clients", "gauge"),
         ("pilot_xds_expired_nonce", "counter"),
         ("endpoint_no_pod", "gauge"),
@@ -573,6 +574,11 @@ async fn a_stalled_proxy_is_cut_off_after_the_send_timeout_and_others_keep_conve
             meshd.log().contains("did not take a response"),
             "{}",
             meshd.log()
+        );
+        // The seed's push-error count has it too (each send that timed out).
+        assert_eq!(
+            meshd.metric("pilot_xds_push_errors{type=\"cds\"}"),
+            meshd.metric("pilot_xds_pushes{type=\"cds_senderr\"}")
         );
         // The healthy proxy ends on the final configuration, and keeps following.
         meshd.write("dr.yaml", &dr(777));
