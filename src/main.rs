@@ -498,10 +498,23 @@ struct SecurityArgs {
     /// The name the external CA's serving certificate carries.
     #[arg(long, default_value = "istiod.istio-system.svc")]
     external_ca_server_name: String,
+    /// Who signs this instance's own serving certificate, istiod's `PILOT_CERT_PROVIDER`:
+    /// only `istiod` (its own CA, the default) is supported; istiod's `kubernetes`,
+    /// `custom` and `none` are refused at start-up rather than silently ignored.
+    #[arg(long, env = "PILOT_CERT_PROVIDER", default_value = "istiod")]
+    cert_provider: String,
 }
 
 impl SecurityArgs {
     fn options(self) -> Result<SecurityOptions, String> {
+        if self.cert_provider != "istiod" {
+            return Err(format!(
+                "PILOT_CERT_PROVIDER={:?} is not supported: meshd's serving certificate comes \
+                 from its own CA (PILOT_CERT_PROVIDER=istiod, the default); plug a CA of your \
+                 own in through cacerts (--cacerts-dir) or EXTERNAL_CA instead",
+                self.cert_provider
+            ));
+        }
         let mut opts = SecurityOptions::defaults(Some(self.secure_xds_address));
         opts.webhook_address = match self.webhook_address.as_str() {
             "none" => None,

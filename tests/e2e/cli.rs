@@ -49,3 +49,25 @@ fn crds_prints_what_is_committed() {
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/crds/istio.yaml")).unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout), committed);
 }
+
+#[test]
+fn pilot_cert_provider_istiod_is_honoured_and_the_others_refused_at_start() {
+    let dir = temp_dir("cert-provider");
+    let config = dir.join("config");
+    std::fs::create_dir_all(&config).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_meshd"))
+        .env("PILOT_CERT_PROVIDER", "kubernetes")
+        .args(["serve", "--config-dir", config.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("PILOT_CERT_PROVIDER=\"kubernetes\" is not supported"),
+        "{err}"
+    );
+    // istiod's value starts as the default does.
+    let meshd =
+        crate::harness::Meshd::start_with_env(&config, &[], &[("PILOT_CERT_PROVIDER", "istiod")]);
+    assert_eq!(meshd.get("/ready").unwrap().status, 200);
+}
