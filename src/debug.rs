@@ -218,6 +218,8 @@ async fn metrics(State(s): State<DebugState>) -> impl IntoResponse {
     let push = s.xds.current_push();
     let no_instances = push.context.clusters_without_endpoints().len();
     (s.metrics.eds_no_instances).set(i64::try_from(no_instances).unwrap_or(i64::MAX));
+    let duplicates = push.context.destination_rules.duplicate_subsets.len();
+    (s.metrics.destrule_subsets).set(i64::try_from(duplicates).unwrap_or(i64::MAX));
     (
         [(
             header::CONTENT_TYPE,
@@ -389,8 +391,10 @@ async fn push_status(State(s): State<DebugState>) -> impl IntoResponse {
         "proxiesInSync": proxies.len() - behind.len(),
         "proxiesBehind": &behind[..behind.len().min(PUSH_STATUS_CHANGED)],
         "serviceAccounts": service_accounts(&push.context),
-        // istiod's push-status map: the clusters with no endpoint.
+        // istiod's push-status maps: the clusters with no endpoint, and the hosts whose
+        // DestinationRules, merged, named a subset twice.
         "pilot_eds_no_instances": no_instances,
+        "pilot_destrule_subsets": duplicate_subsets(&push.context),
         "crossObjectWarnings": push.context.issues.len(),
         // What the push was triggered by (null: a full push, as the first one).
         "changedObjects": push.changed.as_ref().map(|c| c.len()),
@@ -398,6 +402,15 @@ async fn push_status(State(s): State<DebugState>) -> impl IntoResponse {
             c.iter().take(PUSH_STATUS_CHANGED).map(|k| k.to_string()).collect::<Vec<_>>()
         }),
     }))
+}
+
+/// istiod's `pilot_destrule_subsets` map: host -> `{"message": ...}`.
+fn duplicate_subsets(ctx: &crate::model::push_context::PushContext) -> Value {
+    let map = &ctx.destination_rules.duplicate_subsets;
+    let entries = map
+        .iter()
+        .map(|(host, message)| (host.clone(), json!({"message": message})));
+    Value::Object(entries.collect())
 }
 
 /// The workload identities serving each port of each service (from its endpoints'

@@ -76,6 +76,8 @@ pub struct Metrics {
     pub endpoint_no_pod: Gauge,
     /// Clusters with no endpoint in the current push.
     pub eds_no_instances: Gauge,
+    /// Hosts whose merged DestinationRules name a subset twice, in the current push.
+    pub destrule_subsets: Gauge,
     pub xds_cache_reads: Family<Labels, Counter>,
     pub xds_push_diffs: Family<Labels, Counter>,
     pub xds_send_buffer: Gauge,
@@ -135,6 +137,7 @@ impl Metrics {
             destroy_time: Histogram::new(DESTROY_BUCKETS.iter().copied()),
             endpoint_no_pod: Gauge::default(),
             eds_no_instances: Gauge::default(),
+            destrule_subsets: Gauge::default(),
             validation_passed: Family::default(),
             validation_failed: Family::default(),
             validation_http_error: Family::default(),
@@ -346,6 +349,11 @@ impl Metrics {
             "pilot_eds_no_instances",
             "Number of clusters without instances",
             m.eds_no_instances.clone(),
+        );
+        registry.register(
+            "pilot_destrule_subsets",
+            "Duplicate subsets across destination rules for same host",
+            m.destrule_subsets.clone(),
         );
         registry.register(
             "endpoint_no_pod",

@@ -79,7 +79,15 @@ impl HostIndex {
 
     /// istiod's `mergeDestinationRule` (with `ENABLE_ENHANCED_DESTINATIONRULE_MERGE`, on
     /// by default).
-    fn merge(&mut self, host: &str, rule: &Arc<ConfigObject>, export_to: &BTreeSet<String>) {
+    /// Merges `rule` into the rules for `host`; a subset whose name the merged rule
+    /// already has is left out and noted in `duplicates` (host -> what was left out).
+    fn merge(
+        &mut self,
+        host: &str,
+        rule: &Arc<ConfigObject>,
+        export_to: &BTreeSet<String>,
+        duplicates: &mut BTreeMap<String, String>,
+    ) {
         let spec = spec(rule).expect("only DestinationRules are indexed");
         let selector = spec.workload_selector.as_ref().map(|s| &s.match_labels);
         let list = self.list(host);
@@ -108,6 +116,14 @@ impl HostIndex {
             for subset in &spec.subsets {
                 if !into.subsets.iter().any(|s| s.name == subset.name) {
                     into.subsets.push(subset.clone());
+                } else {
+                    duplicates.insert(
+                        host.to_string(),
+                        format!(
+                            "Duplicate subset {} found while merging destination rules for {host}",
+                            subset.name
+                        ),
+                    );
                 }
             }
             if into.traffic_policy.is_none() {
@@ -161,6 +177,9 @@ pub struct DestinationRules {
     /// The rules as written for each exact host, and for each wildcard one.
     by_host: foldhash::HashMap<String, Vec<Arc<ConfigObject>>>,
     by_pattern: Vec<(String, Arc<ConfigObject>)>,
+    /// Hosts whose rules, merged, named a subset twice (the later left out), with
+    /// istiod's message: its `pilot_destrule_subsets`.
+    pub duplicate_subsets: BTreeMap<String, String>,
 }
 
 /// A DestinationRule's spec.
@@ -215,13 +234,22 @@ impl DestinationRules {
                 || export_to.contains(".")
                 || export_to.contains(ns);
             if seen_at_home {
-                (index.namespace_local.entry(ns.to_string()).or_default())
-                    .merge(&host, rule, &export_to);
+                (index.namespace_local.entry(ns.to_string()).or_default()).merge(
+                    &host,
+                    rule,
+                    &export_to,
+                    &mut index.duplicate_subsets,
+                );
             }
             let private = (export_to.is_empty() && private_by_default)
                 || (export_to.len() == 1 && (export_to.contains(".") || export_to.contains(ns)));
             if !private {
-                (index.exported.entry(ns.to_string()).or_default()).merge(&host, rule, &export_to);
+                (index.exported.entry(ns.to_string()).or_default()).merge(
+                    &host,
+                    rule,
+                    &export_to,
+                    &mut index.duplicate_subsets,
+                );
                 for other in &export_to {
                     if !matches!(other.as_str(), "*" | ".") && other != ns {
                         index
@@ -232,7 +260,9 @@ impl DestinationRules {
                     }
                 }
             } else if ns == root {
-                index.root_local.merge(&host, rule, &export_to);
+                index
+                    .root_local
+                    .merge(&host, rule, &export_to, &mut index.duplicate_subsets);
             }
         }
         let mut merged = HashMap::new();
@@ -588,6 +618,16 @@ mod tests {
                 "reviews-v1"
             );
         }
+        // The second rule's v1 was left out, as istiod notes it (`pilot_destrule_subsets`).
+        let host = resolve_host("reviews", "shop");
+        assert_eq!(
+            ctx.destination_rules.duplicate_subsets,
+            [(
+                host.clone(),
+                format!("Duplicate subset v1 found while merging destination rules for {host}")
+            )]
+            .into()
+        );
         // The namespace-local and the exported merge are one rule: no proxy is singled out.
         assert_eq!(ctx.destination_rule_exceptions(&proxy("shop", "a")), []);
         assert!(
@@ -628,6 +668,10 @@ mod tests {
         };
         assert_eq!(subsets(&proxy("billing", "a")), ["v1"]);
         assert_eq!(subsets(&proxy("shop", "a")), ["v2"]);
+        assert!(
+            apart.destination_rules.duplicate_subsets.is_empty(),
+            "nothing merged"
+        );
     }
 
     #[test]

@@ -280,7 +280,7 @@ fn config_dump_matches_envoys_own_and_the_clis_and_debug_views_show_the_mesh() {
     // serves, a subset nothing is labelled for), counted in its gauge too.
     meshd.write(
         "status.yaml",
-        "apiVersion: v1\nkind: Service\nmetadata: {name: lonely, namespace: shop}\nspec: {clusterIP: 10.96.9.10, ports: [{name: http, port: 8000}]}\n---\napiVersion: v1\nkind: Service\nmetadata: {name: signed, namespace: shop}\nspec: {clusterIP: 10.96.9.11, selector: {app: signed}, ports: [{name: http, port: 8100}]}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: signed-0, namespace: shop, labels: {app: signed}}\nspec: {serviceAccountName: signer}\nstatus: {podIP: 10.1.2.4}\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: signed-1, namespace: shop, labels: {kubernetes.io/service-name: signed}}\naddressType: IPv4\nports: [{name: http, port: 8100}]\nendpoints: [{addresses: [10.1.2.4], conditions: {ready: true}, targetRef: {kind: Pod, name: signed-0}}]\n---\napiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: reviews, namespace: shop}\nspec: {host: reviews, subsets: [{name: v9, labels: {version: v9}}]}\n",
+        "apiVersion: v1\nkind: Service\nmetadata: {name: lonely, namespace: shop}\nspec: {clusterIP: 10.96.9.10, ports: [{name: http, port: 8000}]}\n---\napiVersion: v1\nkind: Service\nmetadata: {name: signed, namespace: shop}\nspec: {clusterIP: 10.96.9.11, selector: {app: signed}, ports: [{name: http, port: 8100}]}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: signed-0, namespace: shop, labels: {app: signed}}\nspec: {serviceAccountName: signer}\nstatus: {podIP: 10.1.2.4}\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: signed-1, namespace: shop, labels: {kubernetes.io/service-name: signed}}\naddressType: IPv4\nports: [{name: http, port: 8100}]\nendpoints: [{addresses: [10.1.2.4], conditions: {ready: true}, targetRef: {kind: Pod, name: signed-0}}]\n---\napiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: reviews, namespace: shop}\nspec: {host: reviews, subsets: [{name: v9, labels: {version: v9}}]}\n---\napiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: reviews-again, namespace: shop}\nspec: {host: reviews, subsets: [{name: v9, labels: {version: v8}}]}\n",
     );
     let reviews = "reviews.shop.svc.cluster.local".to_string();
     let mut empty = [
@@ -303,6 +303,15 @@ fn config_dump_matches_envoys_own_and_the_clis_and_debug_views_show_the_mesh() {
         .collect();
     assert_eq!(listed, empty.iter().collect::<Vec<_>>(), "{status}");
     assert_eq!(meshd.metric("pilot_eds_no_instances"), 2.0);
+    // The second rule for reviews names v9 again: left out, and noted as istiod notes it.
+    let duplicate = &status["pilot_destrule_subsets"][&reviews]["message"];
+    assert!(
+        duplicate
+            .as_str()
+            .is_some_and(|m| m.contains("Duplicate subset v9")),
+        "{status}"
+    );
+    assert_eq!(meshd.metric("pilot_destrule_subsets"), 1.0);
     assert_eq!(status["proxiesBehind"], serde_json::json!([]));
     assert_eq!(
         status["serviceAccounts"]["signed.shop.svc.cluster.local"]["8100"],
