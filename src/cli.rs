@@ -100,13 +100,16 @@ fn short_name(node: &str) -> String {
     node.split('~').nth(2).unwrap_or(node).to_string()
 }
 
-/// Per type: SYNCED (the last response was ACKed), STALE (sent, not ACKed yet, or
-/// rejected), NOT SENT.
+/// Per type, as istioctl shows it from istiod's CSDS status: ERROR (the last response
+/// was rejected), NOT SENT, SYNCED (the last response was ACKed), STALE (sent, not ACKed
+/// yet).
 fn type_state(types: &Value, short: &str) -> String {
     let t = &types[short];
     let sent = t["nonce_sent"].as_str().unwrap_or("");
     let acked = t["nonce_acked"].as_str().unwrap_or("");
-    if sent.is_empty() {
+    if t["rejected"].as_bool() == Some(true) {
+        "ERROR".into()
+    } else if sent.is_empty() {
         "NOT SENT".into()
     } else if sent == acked {
         "SYNCED".into()
@@ -504,6 +507,16 @@ mod tests {
              a-1.shop  Kubernetes  SYNCED  SYNCED  SYNCED  STALE  NOT SENT  NOT SENT  default   1.28.0\n\
              b-1.shop  Kubernetes  SYNCED  SYNCED  SYNCED  STALE  SYNCED    NOT SENT  default   1.28.0\n"
         );
+    }
+
+    #[test]
+    fn a_rejected_type_reads_error_as_istioctl_shows_it() {
+        let types = json!({
+            "cds": {"nonce_sent": "n2", "nonce_acked": "n1", "rejected": true},
+            "lds": {"nonce_sent": "n2", "nonce_acked": "n1", "rejected": false},
+        });
+        assert_eq!(type_state(&types, "cds"), "ERROR");
+        assert_eq!(type_state(&types, "lds"), "STALE");
     }
 
     #[test]

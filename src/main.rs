@@ -89,7 +89,8 @@ enum Command {
     /// Print the CustomResourceDefinitions of every Istio kind meshd serves.
     Crds,
     /// Every proxy connected to a running meshd and, per xDS type, whether it holds what
-    /// was last sent (SYNCED), has not ACKed it (STALE), or was sent nothing (NOT SENT).
+    /// was last sent (SYNCED), has not ACKed it yet (STALE), rejected it (ERROR), or was
+    /// sent nothing (NOT SENT).
     ProxyStatus {
         /// The instance's monitoring address (port 15014).
         #[arg(

@@ -194,8 +194,7 @@ pub struct TypeStatus {
     /// `last_updated`); 0 before any.
     #[serde(skip)]
     sent_secs: u32,
-    /// Whether the last response sent was rejected.
-    #[serde(skip)]
+    /// Whether the last response sent was rejected (and nothing was sent since).
     rejected: bool,
     pub last_error: Option<String>,
 }
@@ -693,9 +692,9 @@ mod tests {
                 "in_sync_push": 3,
                 "types": {
                     "cds": {"nonce_sent": "", "nonce_acked": "", "version_sent": "", "version_acked": "",
-                            "responses": 1, "resources": 0, "rejects": 0, "last_error": null},
+                            "responses": 1, "resources": 0, "rejects": 0, "rejected": false, "last_error": null},
                     "rds": {"nonce_sent": "3-2", "nonce_acked": "", "version_sent": "v/3", "version_acked": "",
-                            "responses": 0, "resources": 0, "rejects": 0, "last_error": null},
+                            "responses": 0, "resources": 0, "rejects": 0, "rejected": false, "last_error": null},
                 },
             })
         );

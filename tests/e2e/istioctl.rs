@@ -518,4 +518,11 @@ async fn a_rejected_type_shows_as_error_in_proxy_status() {
     assert_eq!(cds.config_status, ConfigStatus::Error as i32);
     let error = cds.error_state.as_ref().expect("the rejection's details");
     assert_eq!(error.details, "picky: no clusters today");
+    // meshd's own proxy-status says the same.
+    let table = tokio::task::block_in_place(|| meshd.cli(&["proxy-status"]));
+    let row = table
+        .lines()
+        .find(|l| l.starts_with("picky-0.shop"))
+        .unwrap();
+    assert_eq!(row.split_whitespace().nth(2), Some("ERROR"), "{table}");
 }
