@@ -2,12 +2,14 @@
 //! instance's debug endpoints (`/debug/syncz`, `/debug/config_dump`) and print tables, or
 //! the JSON with `-o json`.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
 use serde_json::Value;
 
+use crate::xds::debug::proxy_matches;
 use crate::xds::origin::parse_config_path;
 
 /// Left-aligned columns separated by at least two spaces, as istioctl prints them.
@@ -118,10 +120,21 @@ fn type_state(types: &Value, short: &str) -> String {
     }
 }
 
-/// `meshd proxy-status`: every connected proxy and how far each type is in sync.
-pub fn proxy_status(address: &str, json: bool) -> Result<String, String> {
-    let syncz = get_json(address, "/debug/syncz")?;
+/// `meshd proxy-status`: every connected proxy (or only `proxy`) and how far each type
+/// is in sync.
+pub fn proxy_status(address: &str, proxy: Option<&str>, json: bool) -> Result<String, String> {
+    let mut syncz = get_json(address, "/debug/syncz")?;
     let status = get_json(address, "/debug/push_status")?;
+    if let (Some(id), Some(all)) = (proxy, syncz.as_array_mut()) {
+        all.retain(|p| {
+            p["proxy"]
+                .as_str()
+                .is_some_and(|node| proxy_matches(node, id))
+        });
+        if all.is_empty() {
+            return Err(format!("no connected proxy {id:?}"));
+        }
+    }
     if json {
         return Ok(format!("{syncz:#}\n"));
     }
@@ -155,6 +168,119 @@ fn status_table(syncz: &Value, revision: &str) -> String {
         rows.push(row);
     }
     table(&rows)
+}
+
+/// The resources of one kind a config dump holds (meshd's `/debug/config_dump` or
+/// Envoy's own `/config_dump`): those of `section` (such as `dynamic_active_clusters`),
+/// each the value at `field` inside its entry, by name.
+pub fn dump_by_name(dump: &Value, section: &str, field: &[&str]) -> BTreeMap<String, Value> {
+    let entries = (dump["configs"].as_array().into_iter().flatten())
+        .filter_map(|c| c.get(section)?.as_array())
+        .flatten();
+    entries
+        .filter_map(|entry| {
+            let r = field.iter().fold(entry, |v, f| &v[*f]);
+            Some((r["name"].as_str()?.to_string(), r.clone()))
+        })
+        .collect()
+}
+
+/// `meshd proxy-status PROXY --envoy-admin ADDR`: the proxy's clusters, listeners and
+/// routes as meshd serves them, against what its Envoy holds (`/config_dump` of its
+/// admin port), resource by resource, as `istioctl proxy-status POD` reports it:
+/// `Clusters Match`, or `Clusters Don't Match` and what differs.
+pub fn compare_with_envoy(address: &str, proxy: &str, envoy_admin: &str) -> Result<String, String> {
+    let ours = get_json(
+        address,
+        &format!("/debug/config_dump?proxyID={}", query_escape(proxy)),
+    )?;
+    let theirs = get_json(envoy_admin, "/config_dump")?;
+    let mut out = String::new();
+    for (title, section, field) in [
+        ("Clusters", "dynamic_active_clusters", &["cluster"][..]),
+        (
+            "Listeners",
+            "dynamic_listeners",
+            &["active_state", "listener"][..],
+        ),
+        ("Routes", "dynamic_route_configs", &["route_config"][..]),
+    ] {
+        let diff = resources_diff(
+            &dump_by_name(&ours, section, field),
+            &dump_by_name(&theirs, section, field),
+        );
+        // As istioctl: when Envoy last took a route configuration.
+        let loaded = (title == "Routes")
+            .then(|| {
+                let configs = theirs["configs"].as_array()?;
+                let routes = configs.iter().find_map(|c| c.get(section)?.as_array())?;
+                routes
+                    .iter()
+                    .filter_map(|r| r["last_updated"].as_str())
+                    .max()
+            })
+            .flatten()
+            .map(|at| format!(" (RDS last loaded at {at})"))
+            .unwrap_or_default();
+        if diff.is_empty() {
+            out.push_str(&format!("{title} Match{loaded}\n"));
+        } else {
+            out.push_str(&format!("{title} Don't Match{loaded}\n{diff}"));
+        }
+    }
+    Ok(out)
+}
+
+/// What differs between meshd's resources and Envoy's, one line each: a name only one
+/// side has, and for a resource both have, each field whose values differ.
+fn resources_diff(ours: &BTreeMap<String, Value>, theirs: &BTreeMap<String, Value>) -> String {
+    let mut out = String::new();
+    for name in ours.keys().chain(theirs.keys()).collect::<BTreeSet<_>>() {
+        match (ours.get(name), theirs.get(name)) {
+            (Some(_), None) => {
+                out.push_str(&format!("  - {name}: served by meshd, not held by Envoy\n"))
+            }
+            (None, Some(_)) => {
+                out.push_str(&format!("  + {name}: held by Envoy, not served by meshd\n"))
+            }
+            (Some(a), Some(b)) => {
+                let mut fields = Vec::new();
+                json_diff(a, b, String::new(), &mut fields);
+                for (path, a, b) in fields {
+                    out.push_str(&format!("  ~ {name} {path}: meshd {a}, Envoy {b}\n"));
+                }
+            }
+            (None, None) => {}
+        }
+    }
+    out
+}
+
+/// The paths (`/a/b/0`) where two JSON values differ, with each side's value there.
+fn json_diff(a: &Value, b: &Value, path: String, out: &mut Vec<(String, String, String)>) {
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            for key in x.keys().chain(y.keys()).collect::<BTreeSet<_>>() {
+                let missing = Value::Null;
+                let (va, vb) = (
+                    x.get(key).unwrap_or(&missing),
+                    y.get(key).unwrap_or(&missing),
+                );
+                json_diff(va, vb, format!("{path}/{key}"), out);
+            }
+        }
+        (Value::Array(x), Value::Array(y)) if x.len() == y.len() => {
+            for (i, (va, vb)) in x.iter().zip(y).enumerate() {
+                json_diff(va, vb, format!("{path}/{i}"), out);
+            }
+        }
+        _ if a != b => out.push((
+            if path.is_empty() { "/".into() } else { path },
+            a.to_string(),
+            b.to_string(),
+        )),
+        _ => {}
+    }
 }
 
 /// What `meshd proxy-config` shows.
@@ -517,6 +643,33 @@ mod tests {
         });
         assert_eq!(type_state(&types, "cds"), "ERROR");
         assert_eq!(type_state(&types, "lds"), "STALE");
+    }
+
+    #[test]
+    fn a_comparison_names_what_only_one_side_has_and_each_field_that_differs() {
+        let ours = BTreeMap::from([
+            (
+                "a".to_string(),
+                json!({"name": "a", "timeout": "1s", "hosts": ["x", "y"]}),
+            ),
+            ("b".to_string(), json!({"name": "b"})),
+        ]);
+        let theirs = BTreeMap::from([
+            (
+                "a".to_string(),
+                json!({"name": "a", "timeout": "2s", "hosts": ["x", "z"], "extra": 1}),
+            ),
+            ("c".to_string(), json!({"name": "c"})),
+        ]);
+        assert_eq!(
+            resources_diff(&ours, &theirs),
+            "  ~ a /extra: meshd null, Envoy 1\n\
+             \x20 ~ a /hosts/1: meshd \"y\", Envoy \"z\"\n\
+             \x20 ~ a /timeout: meshd \"1s\", Envoy \"2s\"\n\
+             \x20 - b: served by meshd, not held by Envoy\n\
+             \x20 + c: held by Envoy, not served by meshd\n"
+        );
+        assert_eq!(resources_diff(&ours, &ours), "");
     }
 
     #[test]

@@ -92,6 +92,13 @@ enum Command {
     /// was last sent (SYNCED), has not ACKed it yet (STALE), rejected it (ERROR), or was
     /// sent nothing (NOT SENT).
     ProxyStatus {
+        /// Only this proxy (`POD.NAMESPACE` or its node id). With `--envoy-admin`, its
+        /// configuration as meshd serves it is compared with what its Envoy holds, as
+        /// `istioctl proxy-status POD` compares them.
+        proxy: Option<String>,
+        /// The proxy's Envoy admin address (port 15000), to read its `/config_dump`.
+        #[arg(long, requires = "proxy")]
+        envoy_admin: Option<String>,
         /// The instance's monitoring address (port 15014).
         #[arg(
             long,
@@ -167,9 +174,21 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Command::ProxyStatus { meshd, output } => print_or_fail(
+        Command::ProxyStatus {
+            proxy,
+            envoy_admin,
+            meshd,
+            output,
+        } => print_or_fail(
             "proxy-status",
-            meshd::cli::proxy_status(&meshd, output == Output::Json),
+            match (proxy, envoy_admin) {
+                (Some(proxy), Some(admin)) => {
+                    meshd::cli::compare_with_envoy(&meshd, &proxy, &admin)
+                }
+                (proxy, _) => {
+                    meshd::cli::proxy_status(&meshd, proxy.as_deref(), output == Output::Json)
+                }
+            },
         ),
         Command::ProxyConfig {
             kind,

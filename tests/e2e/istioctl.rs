@@ -322,6 +322,15 @@ async fn istioctl_reads_proxy_status_and_config_dumps_over_xds() {
         (answer.resources.iter()).all(|a| a.type_url != "istio.io/debug"),
         "typed sections only"
     );
+    // `meshd proxy-status POD --envoy-admin` finds what differs: the sidecar's
+    // configuration against the gateway's Envoy.
+    let admin = format!("127.0.0.1:{}", gateway.admin_port);
+    let compared = tokio::task::block_in_place(|| {
+        meshd.cli(&["proxy-status", "client-0.shop", "--envoy-admin", &admin])
+    });
+    assert!(compared.contains("Listeners Don't Match"), "{compared}");
+    let inbound = (compared.lines()).find(|l| l.contains("served by meshd, not held by Envoy"));
+    assert!(inbound.is_some(), "the sidecar's own listeners: {compared}");
 
     // Any debug view by name, its body as the resource.
     let answer = ask(

@@ -193,6 +193,22 @@ fn config_dump_matches_envoys_own_and_the_clis_and_debug_views_show_the_mesh() {
         ],
         "{status}"
     );
+    // One proxy: its row alone; and with its Envoy's admin address, meshd's configuration
+    // for it against what that Envoy holds, as `istioctl proxy-status POD` reports it.
+    let one = meshd.cli(&["proxy-status", "client-0.shop"]);
+    assert_eq!(one.lines().count(), 2, "{one}");
+    let admin = format!("127.0.0.1:{}", envoy.admin_port);
+    let compared = meshd.cli(&["proxy-status", "client-0.shop", "--envoy-admin", &admin]);
+    let lines: Vec<&str> = compared.lines().collect();
+    assert_eq!(
+        lines[..2],
+        ["Clusters Match", "Listeners Match"],
+        "{compared}"
+    );
+    assert!(
+        lines[2].starts_with("Routes Match (RDS last loaded at 20") && lines.len() == 3,
+        "{compared}"
+    );
     let clusters = meshd.cli(&["proxy-config", "cluster", "client-0.shop"]);
     assert!(
         clusters
