@@ -53,6 +53,16 @@ pub fn is_debug(type_url: &str) -> bool {
     type_url == DEBUG || type_url.starts_with("istio.io/debug/")
 }
 
+/// One answer to a debug client, before its framing ([`super::stream::Framing`]).
+pub struct Answer {
+    pub type_url: &'static str,
+    pub version: String,
+    pub nonce: String,
+    pub resources: Vec<Arc<Resource>>,
+    /// `control_plane.identifier`, which istiod sends with syncz.
+    pub control_plane: Option<Arc<str>>,
+}
+
 /// Runs a `/debug/...` view in-process: its path and query in, status and body out. Set
 /// by whoever serves the monitoring port ([`XdsShared::set_debug_views`]).
 pub type DebugViews = Arc<

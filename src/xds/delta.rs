@@ -2,7 +2,6 @@
 //! `removed_resources`; subscriptions change by `resource_names_subscribe` /
 //! `_unsubscribe`; `initial_resource_versions` on reconnect means only differences are sent.
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use envoy_types::pb::envoy::config::core::v3::Node;
@@ -10,7 +9,7 @@ use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
 
 use super::Closed;
 use super::connection::Connection;
-use super::resource::{Resource, TypeKind, View};
+use super::resource::{TypeKind, View};
 use super::stream::Framing;
 use super::wire::{Batch, DeltaResponse};
 
@@ -47,15 +46,11 @@ impl Framing for Delta {
         ))
     }
 
-    fn debug_response(
-        type_url: &'static str,
-        version: String,
-        nonce: String,
-        resources: Vec<Arc<Resource>>,
-        control_plane: Option<Arc<str>>,
-    ) -> DeltaResponse {
-        let mut response = DeltaResponse::new(version, type_url, nonce, resources, vec![], false);
-        response.control_plane = control_plane;
+    fn debug_response(a: super::debug::Answer) -> DeltaResponse {
+        let (version, nonce) = (a.version, a.nonce);
+        let mut response =
+            DeltaResponse::new(version, a.type_url, nonce, a.resources, vec![], false);
+        response.control_plane = a.control_plane;
         response
     }
 }

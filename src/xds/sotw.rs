@@ -45,15 +45,9 @@ impl Framing for Sotw {
             .then_some((request.type_url.as_str(), &request.resource_names[..]))
     }
 
-    fn debug_response(
-        type_url: &'static str,
-        version: String,
-        nonce: String,
-        resources: Vec<Arc<Resource>>,
-        control_plane: Option<Arc<str>>,
-    ) -> SotwResponse {
-        let mut response = SotwResponse::new(version, type_url, nonce, resources);
-        response.control_plane = control_plane;
+    fn debug_response(a: super::debug::Answer) -> SotwResponse {
+        let mut response = SotwResponse::new(a.version, a.type_url, a.nonce, a.resources);
+        response.control_plane = a.control_plane;
         response
     }
 }

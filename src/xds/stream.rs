@@ -12,7 +12,7 @@ use tonic::Status;
 
 use super::connection::Connection;
 use super::push::Push;
-use super::resource::{Resource, TypeKind};
+use super::resource::TypeKind;
 use super::{Closed, XdsShared, debug, proxy_from_node};
 use crate::metrics::type_label;
 
@@ -45,14 +45,8 @@ pub trait Framing: 'static {
     /// debug clients, [`super::debug`]).
     fn asks(request: &Self::Request) -> Option<(&str, &[String])>;
 
-    /// The answer to a debug client's request.
-    fn debug_response(
-        type_url: &'static str,
-        version: String,
-        nonce: String,
-        resources: Vec<Arc<Resource>>,
-        control_plane: Option<Arc<str>>,
-    ) -> Self::Response;
+    /// The answer to a debug client's request, in this framing.
+    fn debug_response(answer: debug::Answer) -> Self::Response;
 }
 
 /// One ADS stream, from its first request to its end. The set-up (waiting for the first
@@ -173,13 +167,13 @@ async fn serve_debug<F: Framing>(
                 answered += 1;
                 let push = shared.current_push();
                 let control_plane = (served == debug::SYNCZ).then(|| shared.control_plane());
-                let response = F::debug_response(
-                    served,
-                    push.version().to_string(),
-                    format!("debug-{answered}"),
+                let response = F::debug_response(debug::Answer {
+                    type_url: served,
+                    version: push.version().to_string(),
+                    nonce: format!("debug-{answered}"),
                     resources,
                     control_plane,
-                );
+                });
                 if tx.send(Ok(Box::new(response))).await.is_err() {
                     return;
                 }

@@ -1176,6 +1176,16 @@ pub fn reviews_config(
 
 /// A Kubernetes Service with one EndpointSlice per upstream (each upstream listens on its
 /// own port) and a Pod per upstream carrying its labels.
+/// Writes the service `reviews` of `shop`, on a fresh port, into `dir` (`reviews.yaml`),
+/// served by one upstream answering `reviews-1`: that upstream, and the port.
+pub fn write_reviews(dir: &Path) -> (Upstream, u16) {
+    let up = Upstream::start("reviews-1");
+    let port = free_port();
+    let yaml = service_yaml("shop", "reviews", port, &[(&up, &[])]);
+    std::fs::write(dir.join("reviews.yaml"), yaml).unwrap();
+    (up, port)
+}
+
 pub fn service_yaml(
     namespace: &str,
     name: &str,

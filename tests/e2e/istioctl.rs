@@ -56,6 +56,13 @@ fn with_token<T>(message: T, token: Option<&str>) -> tonic::Request<T> {
     request
 }
 
+/// The first message of an answer stream (within 10 s), or the refusal.
+async fn first_answer<T>(stream: &mut tonic::Streaming<T>) -> Result<T, tonic::Status> {
+    let first = tokio::time::timeout(Duration::from_secs(10), stream.message()).await;
+    let first = first.expect("no answer in 10s")?;
+    Ok(first.expect("stream closed without an answer"))
+}
+
 /// One state-of-the-world debug request over `channel` and its answer.
 async fn ask(
     channel: tonic::transport::Channel,
@@ -77,10 +84,7 @@ async fn ask(
         .stream_aggregated_resources(with_token(ReceiverStream::new(rx), token))
         .await?
         .into_inner();
-    let answer = tokio::time::timeout(Duration::from_secs(10), stream.message())
-        .await
-        .expect("no answer in 10s")?
-        .expect("stream closed without an answer");
+    let answer = first_answer(&mut stream).await?;
     // ACKed as istioctl's client does; a debug stream takes no more from an ACK.
     tx.send(DiscoveryRequest {
         type_url: type_url.into(),
@@ -111,11 +115,7 @@ async fn ask_delta(
         .delta_aggregated_resources(with_token(ReceiverStream::new(rx), token))
         .await?
         .into_inner();
-    let answer = tokio::time::timeout(Duration::from_secs(10), stream.message())
-        .await
-        .expect("no answer in 10s")?
-        .expect("stream closed without an answer");
-    Ok(answer)
+    first_answer(&mut stream).await
 }
 
 /// Each `ClientConfig` of a syncz answer: node id → (type URL → status name).
@@ -158,13 +158,7 @@ async fn istioctl_reads_proxy_status_and_config_dumps_over_xds() {
     let root = temp_dir("istioctl");
     let dir = root.join("config");
     std::fs::create_dir_all(&dir).unwrap();
-    let up = Upstream::start("reviews-1");
-    let port = free_port();
-    std::fs::write(
-        dir.join("reviews.yaml"),
-        service_yaml("shop", "reviews", port, &[(&up, &[])]),
-    )
-    .unwrap();
+    let (_up, _) = write_reviews(&dir);
     let tokens = root.join("tokens");
     std::fs::write(
         &tokens,

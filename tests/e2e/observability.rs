@@ -30,13 +30,7 @@ const GHOST: &str = "apiVersion: v1\nkind: Service\nmetadata: {name: ghost, name
 fn config_dump_matches_envoys_own_and_the_clis_and_debug_views_show_the_mesh() {
     let dir = temp_dir("observability").join("config");
     std::fs::create_dir_all(&dir).unwrap();
-    let up = Upstream::start("reviews-1");
-    let port = free_port();
-    std::fs::write(
-        dir.join("reviews.yaml"),
-        service_yaml("shop", "reviews", port, &[(&up, &[])]),
-    )
-    .unwrap();
+    let (up, port) = write_reviews(&dir);
     std::fs::write(dir.join("vs.yaml"), vs("jason")).unwrap();
     std::fs::write(dir.join("ghost.yaml"), GHOST).unwrap();
     let meshd = Meshd::start(&dir);
@@ -526,13 +520,7 @@ async fn keepalive_frees_the_state_of_a_proxy_that_vanished() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_proxy_is_cut_off_after_the_send_timeout_and_others_keep_converging() {
     let dir = small_mesh("stalled");
-    let up = Upstream::start("reviews-1");
-    let port = free_port();
-    std::fs::write(
-        dir.join("reviews.yaml"),
-        service_yaml("shop", "reviews", port, &[(&up, &[])]),
-    )
-    .unwrap();
+    let (_up, _) = write_reviews(&dir);
     let dr = |n: u32| {
         format!(
             "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {{name: reviews, namespace: shop}}\nspec:\n  host: reviews\n  trafficPolicy: {{connectionPool: {{tcp: {{connectTimeout: {n}ms}}}}}}\n"
