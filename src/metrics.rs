@@ -411,6 +411,20 @@ impl Metrics {
     }
 }
 
+/// Counts every panic in meshd in `counter` (`pilot_total_xds_internal_errors`), then
+/// reports it as before. A panic is a bug: in a stream's task (building or sending a
+/// proxy's configuration) tokio ends that task alone, its sender goes with it, and the
+/// proxy sees its stream end and reconnects, while every other stream carries on. A
+/// process-wide hook rather than a wrapper around each stream's task, which made every
+/// connected proxy's task larger (BENCHMARKS.md, session 35).
+pub fn count_panics(counter: Counter) {
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        counter.inc();
+        report(info);
+    }));
+}
+
 /// What `process_*` (as Prometheus client libraries export them) and the tokio runtime say
 /// now: CPU, resident memory, threads, open files, and live tasks (the Rust counterpart of
 /// `go_goroutines`: a count that grows without bound is a task leak).
@@ -588,6 +602,17 @@ pub fn type_label(t: &str) -> Labels {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_panic_is_counted_and_still_reported() {
+        let counter = Counter::default();
+        count_panics(counter.clone());
+        let before = counter.get();
+        let outcome = std::thread::spawn(|| panic!("a bug")).join();
+        assert!(outcome.is_err());
+        // Other tests of this binary may panic meanwhile only if they fail.
+        assert!(counter.get() > before);
+    }
 
     #[test]
     fn counters_are_exposed_under_istios_names_without_total() {

@@ -77,6 +77,7 @@ fn log_issue(metrics: &Metrics, issue: &ConfigIssue) {
 
 pub async fn run(opts: ServeOptions) -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::new());
+    crate::metrics::count_panics(metrics.xds_internal_errors.clone());
     let store = Arc::new(RwLock::new(Store::default()));
     let hook_metrics = metrics.clone();
     let hook: IssueHook = Arc::new(move |i| log_issue(&hook_metrics, i));

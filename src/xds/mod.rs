@@ -434,7 +434,7 @@ impl wire::Ads for AdsService {
         let (caller, requests) = self.caller(request).await?;
         let (tx, rx) = outbox::channel(STREAM_BUFFER);
         let run = stream::run::<sotw::Sotw>(self.shared.clone(), requests, tx, caller);
-        stream::spawn_guarded(self.shared.clone(), run);
+        tokio::spawn(run);
         Ok(Response::new(rx))
     }
 
@@ -445,7 +445,7 @@ impl wire::Ads for AdsService {
         let (caller, requests) = self.caller(request).await?;
         let (tx, rx) = outbox::channel(STREAM_BUFFER);
         let run = stream::run::<delta::Delta>(self.shared.clone(), requests, tx, caller);
-        stream::spawn_guarded(self.shared.clone(), run);
+        tokio::spawn(run);
         Ok(Response::new(rx))
     }
 }

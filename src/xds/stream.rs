@@ -60,30 +60,8 @@ pub async fn run<F: Framing>(
     caller: Option<crate::ca::Identity>,
 ) {
     if let Some((conn, pushes)) = start::<F>(&shared, &mut requests, &tx, caller).await {
-        let shared = conn.shared.clone();
-        spawn_guarded(shared, serve::<F>(conn, pushes, requests, tx));
+        tokio::spawn(serve::<F>(conn, pushes, requests, tx));
     }
-}
-
-/// Runs a stream's task, counting a panic in it (a bug building or sending a proxy's
-/// configuration) in `pilot_total_xds_internal_errors` and logging it. The stream's
-/// sender goes with the task, so the proxy sees its stream end and reconnects; meshd and
-/// every other stream carry on.
-pub fn spawn_guarded(
-    shared: Arc<XdsShared>,
-    task: impl Future<Output = ()> + Send + 'static,
-) -> tokio::task::JoinHandle<()> {
-    use futures::FutureExt;
-    tokio::spawn(async move {
-        if std::panic::AssertUnwindSafe(task)
-            .catch_unwind()
-            .await
-            .is_err()
-        {
-            shared.metrics.xds_internal_errors.inc();
-            tracing::error!("an xDS stream failed inside meshd (a bug); its proxy will reconnect");
-        }
-    })
 }
 
 /// Identifies the proxy from the first request and answers it: its connection and push
@@ -333,26 +311,4 @@ async fn deliver<F: Framing>(
     conn.caught_up();
     conn.note_sync(); // in sync already if nothing needed sending
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn a_panicking_stream_is_counted_as_an_internal_error_and_nothing_else_stops() {
-        let store = crate::model::testmesh::Shape::new(1, 1, 1).store();
-        let pushes = crate::xds::testing::Pushes::default();
-        let (_tx, rx) = tokio::sync::watch::channel(pushes.build(&store, 1));
-        let shared = crate::xds::testing::shared(rx);
-        let errors = || shared.metrics.xds_internal_errors.get();
-        spawn_guarded(shared.clone(), async {}).await.unwrap();
-        assert_eq!(errors(), 0);
-        spawn_guarded(shared.clone(), async { panic!("a bug in a stream") })
-            .await
-            .unwrap();
-        assert_eq!(errors(), 1);
-        spawn_guarded(shared.clone(), async {}).await.unwrap();
-        assert_eq!(errors(), 1);
-    }
 }
