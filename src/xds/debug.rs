@@ -8,9 +8,11 @@
 //! A stream whose first request asks for one of these is a debug client, not a proxy: it
 //! is answered request by request and never registered, pushed to or counted as a proxy.
 //! Only a caller that proved an identity on the secure port is answered. One of the root
-//! namespace (`istio-system`) sees every proxy; any other sees the proxies of its own
-//! namespace, and no `istio.io/debug` views (istiod shows such callers namespace-filtered
-//! `config_dump`, `edsz` and `ndsz` views there; meshd's HTTP views are not filtered).
+//! namespace (`istio-system`) sees every proxy and every view; any other sees the proxies
+//! of its own namespace, and of the `istio.io/debug` views only `config_dump` and `edsz`
+//! of one of them (`?proxyID=`). istiod lets such callers read those two and `ndsz`,
+//! filtered to their namespace; meshd's HTTP views are not filtered, so it asks for the
+//! proxy instead.
 
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -144,10 +146,13 @@ async fn resources(
                     names.len()
                 )));
             };
-            if only.is_some() {
+            if let Some(namespace) = only
+                && !own_proxy_view(shared, view, namespace)
+            {
                 return Err(Status::permission_denied(format!(
-                    "{DEBUG}: the debug views are not available to {caller}, only to \
-                     identities of the root namespace {root:?}"
+                    "{DEBUG}: {view:?} is not available to {caller}: identities of the root \
+                     namespace {root:?} may read every view, others only `config_dump` and \
+                     `edsz` of a proxy of their own namespace (?proxyID=)"
                 )));
             }
             let Some(views) = shared.debug_views() else {
@@ -159,6 +164,29 @@ async fn resources(
             Ok(vec![debug_view(view, status, body)])
         }
     }
+}
+
+/// Whether `view` (`NAME?QUERY`) is one a caller of `namespace` may read: as istiod's
+/// `activeNamespaceDebuggers`, a proxy's `config_dump` or `edsz`, and here only for a
+/// connected proxy of that namespace, named by `proxyID` (meshd's views are not
+/// filtered by the caller's namespace, as istiod's are).
+fn own_proxy_view(shared: &XdsShared, view: &str, namespace: &str) -> bool {
+    let (name, query) = view.split_once('?').unwrap_or((view, ""));
+    if !matches!(name, "config_dump" | "edsz") {
+        return false;
+    }
+    let ids: Vec<&str> = (query.split('&'))
+        .filter_map(|pair| pair.strip_prefix("proxyID="))
+        .collect();
+    let [id] = ids[..] else {
+        return false;
+    };
+    let proxies = shared.sync_status();
+    let named: Vec<_> = proxies
+        .iter()
+        .filter(|s| proxy_matches(&s.model.id, id))
+        .collect();
+    !named.is_empty() && named.iter().all(|s| s.model.namespace == namespace)
 }
 
 /// A view's answer as istiod wraps it: the body (after `{"statusCode":"N"}` when it was

@@ -158,7 +158,7 @@ async fn istioctl_reads_proxy_status_and_config_dumps_over_xds() {
     let root = temp_dir("istioctl");
     let dir = root.join("config");
     std::fs::create_dir_all(&dir).unwrap();
-    let (_up, _) = write_reviews(&dir);
+    let (_up, port) = write_reviews(&dir);
     let tokens = root.join("tokens");
     std::fs::write(
         &tokens,
@@ -433,6 +433,14 @@ async fn istioctl_reads_proxy_status_and_config_dumps_over_xds() {
             &[],
         )
         .await,
+        ask(
+            secure().await,
+            Some("shop-token"),
+            "shop",
+            DEBUG,
+            &["edsz?proxyID=ingress-0.istio-system"],
+        )
+        .await,
     ];
     let codes: Vec<(Code, String)> = refused
         .into_iter()
@@ -447,6 +455,7 @@ async fn istioctl_reads_proxy_status_and_config_dumps_over_xds() {
         (Code::NotFound, "ingress-0.istio-system"),
         (Code::InvalidArgument, "exactly one proxy"),
         (Code::InvalidArgument, "istio.io/debug/nope"),
+        (Code::PermissionDenied, "of their own namespace"),
     ];
     for ((code, message), (want, says)) in codes.iter().zip(expected) {
         assert_eq!(*code, want, "{message}");
@@ -454,7 +463,23 @@ async fn istioctl_reads_proxy_status_and_config_dumps_over_xds() {
     }
     assert_eq!(
         meshd.metric(r#"meshd_xds_connection_errors{reason="debug_request"}"#),
-        5.0
+        6.0
+    );
+    // A caller of shop may read its own proxy's views, as istiod lets it.
+    let answer = ask(
+        secure().await,
+        Some("shop-token"),
+        "shop",
+        DEBUG,
+        &["config_dump?proxyID=client-0.shop"],
+    )
+    .await
+    .unwrap();
+    let dump: serde_json::Value = serde_json::from_slice(&answer.resources[0].value).unwrap();
+    let clusters = meshd::cli::dump_by_name(&dump, "dynamic_active_clusters", &["cluster"]);
+    assert!(
+        clusters.contains_key(&format!("outbound|{port}||reviews.shop.svc.cluster.local")),
+        "{clusters:?}"
     );
     assert_eq!(meshd.metric("pilot_xds_clients"), 2.0);
     let still = meshd.syncz(&sidecar.id);
