@@ -23,7 +23,6 @@ use envoy_types::pb::envoy::admin::v3::{
     routes_config_dump, secrets_config_dump,
 };
 use envoy_types::pb::envoy::config::core::v3::{DataSource, Node, data_source};
-use envoy_types::pb::envoy::config::route::v3::{RouteConfiguration, VirtualHost};
 use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{Secret, secret};
 use envoy_types::pb::envoy::service::status::v3::client_config::GenericXdsConfig;
 use envoy_types::pb::envoy::service::status::v3::{ClientConfig, ConfigStatus};
@@ -33,7 +32,7 @@ use tonic::Status;
 
 use super::XdsShared;
 use super::connection::{SyncStatus, TypeStatus};
-use super::resource::{self, PUSH_ORDER, Resource, TypeKind, View, vhds_route_config};
+use super::resource::{self, PUSH_ORDER, Resource, TypeKind, View};
 use crate::ca::Identity;
 
 /// `istio.io/debug`: any debug view by name (`syncz`, `config_dump?proxyID=...`).
@@ -351,7 +350,7 @@ pub fn config_dump_configs(view: &View, version: &str) -> Vec<Any> {
         dynamic_route_configs: all(TypeKind::Route)
             .map(|r| routes_config_dump::DynamicRouteConfig {
                 version_info: version.to_string(),
-                route_config: Some(with_vhds_virtual_hosts(r, view)),
+                route_config: Some(super::dump::route_config_with_vhds(r, view)),
                 ..Default::default()
             })
             .collect(),
@@ -384,23 +383,6 @@ fn any<M: Message + Name>(m: &M) -> Any {
         type_url: M::type_url(),
         value: m.encode_to_vec(),
     }
-}
-
-/// A route configuration with the virtual hosts VHDS sent for it appended (in name order).
-fn with_vhds_virtual_hosts(route: &Resource, view: &View) -> Any {
-    let mut vhosts = (view.all(TypeKind::VirtualHost).values())
-        .filter(|vh| vhds_route_config(&vh.name) == Some(&*route.name))
-        .peekable();
-    if vhosts.peek().is_none() {
-        return route.any();
-    }
-    let Ok(mut config) = RouteConfiguration::decode(&*route.value()) else {
-        return route.any();
-    };
-    config
-        .virtual_hosts
-        .extend(vhosts.filter_map(|vh| VirtualHost::decode(&*vh.value()).ok()));
-    any(&config)
 }
 
 /// A secret with its private key (and the key's password) replaced by `[redacted]`.

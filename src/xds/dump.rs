@@ -5,7 +5,9 @@
 
 use std::sync::OnceLock;
 
+use envoy_types::pb::envoy::config::route::v3::{RouteConfiguration, VirtualHost};
 use envoy_types::pb::google::protobuf::Any;
+use prost::{Message, Name};
 use prost_reflect::{DescriptorPool, DynamicMessage, SerializeOptions};
 use serde_json::{Value, json};
 
@@ -46,7 +48,12 @@ pub fn any_to_json(any: &Any) -> Result<Value, String> {
 
 /// A resource's JSON; a resource that cannot be rendered says why instead.
 fn resource_json(r: &Resource) -> Value {
-    any_to_json(&r.any()).unwrap_or_else(|e| json!({"error": e}))
+    any_json(&r.any())
+}
+
+/// As [`any_to_json`], with what could not be rendered saying why instead.
+fn any_json(any: &Any) -> Value {
+    any_to_json(any).unwrap_or_else(|e| json!({"error": e}))
 }
 
 /// Private key material never leaves meshd through a debug view: Envoy prints
@@ -87,8 +94,7 @@ pub fn config_dump(view: &View, version: &str, sent_at: &str) -> Value {
         .collect();
     let routes: Vec<Value> = all(TypeKind::Route)
         .map(|r| {
-            let mut config = resource_json(r);
-            with_vhds_virtual_hosts(&mut config, &r.name, view);
+            let config = any_json(&route_config_with_vhds(r, view));
             json!({"version_info": version, "route_config": config, "last_updated": sent_at})
         })
         .collect();
@@ -104,27 +110,24 @@ pub fn config_dump(view: &View, version: &str, sent_at: &str) -> Value {
     ]})
 }
 
-/// A route configuration's virtual hosts sent over VHDS, added to its own as Envoy's
-/// `/config_dump` shows them (after its own, in name order).
-fn with_vhds_virtual_hosts(config: &mut Value, route_config: &str, view: &View) {
-    let vhosts = (view.all(TypeKind::VirtualHost).values())
-        .filter(|vh| vhds_route_config(&vh.name) == Some(route_config))
-        .map(|vh| {
-            let mut json = resource_json(vh);
-            if let Some(fields) = json.as_object_mut() {
-                fields.remove("@type"); // a field of the route configuration, not an `Any`
-            }
-            json
-        });
-    let Some(config) = config.as_object_mut() else {
-        return;
-    };
-    let list = config.entry("virtual_hosts").or_insert_with(|| json!([]));
-    if let Some(list) = list.as_array_mut() {
-        list.extend(vhosts);
+/// A route configuration with the virtual hosts VHDS sent for it appended after its own
+/// (in name order), as Envoy's `/config_dump` shows it.
+pub fn route_config_with_vhds(route: &Resource, view: &View) -> Any {
+    let mut vhosts = (view.all(TypeKind::VirtualHost).values())
+        .filter(|vh| vhds_route_config(&vh.name) == Some(&*route.name))
+        .peekable();
+    if vhosts.peek().is_none() {
+        return route.any();
     }
-    if list.as_array().is_some_and(Vec::is_empty) {
-        config.remove("virtual_hosts");
+    let Ok(mut config) = RouteConfiguration::decode(&*route.value()) else {
+        return route.any();
+    };
+    config
+        .virtual_hosts
+        .extend(vhosts.filter_map(|vh| VirtualHost::decode(&*vh.value()).ok()));
+    Any {
+        type_url: RouteConfiguration::type_url(),
+        value: config.encode_to_vec(),
     }
 }
 
