@@ -398,8 +398,7 @@ impl Metrics {
         // Derived at each scrape, as istiod derives it.
         let root_expiry = self.root_cert_expiry.get();
         if root_expiry != 0 {
-            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
-            let now = now.map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+            let now = unix_seconds(std::time::SystemTime::now());
             self.root_cert_expiry_seconds.set(root_expiry - now);
         }
         let mut text = String::new();
@@ -409,6 +408,12 @@ impl Metrics {
         out.push_str(&process_text());
         out
     }
+}
+
+/// `at` in whole seconds since the Unix epoch, as the `*_timestamp` gauges carry it.
+pub fn unix_seconds(at: std::time::SystemTime) -> i64 {
+    let since = at.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    i64::try_from(since.as_secs()).unwrap_or(i64::MAX)
 }
 
 /// Counts every panic in meshd in `counter` (`pilot_total_xds_internal_errors`), then

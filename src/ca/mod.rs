@@ -140,12 +140,9 @@ impl CertificateAuthority {
         let Some((root, chain)) = self.expiry.get() else {
             return;
         };
-        let unix = |t: std::time::SystemTime| {
-            let since = t.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-            i64::try_from(since.as_secs()).unwrap_or(i64::MAX)
-        };
-        root.set(m.root_not_after().map_or(0, unix));
-        chain.set(unix(m.not_after()));
+        use crate::metrics::unix_seconds;
+        root.set(m.root_not_after().map_or(0, unix_seconds));
+        chain.set(unix_seconds(m.not_after()));
     }
 
     pub fn material(&self) -> Arc<Material> {

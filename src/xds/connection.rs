@@ -214,8 +214,8 @@ impl TypeStatus {
 
 /// Now, in seconds since the Unix epoch (saturating in 2106).
 fn unix_secs() -> u32 {
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
-    now.map_or(0, |d| u32::try_from(d.as_secs()).unwrap_or(u32::MAX))
+    let now = crate::metrics::unix_seconds(std::time::SystemTime::now());
+    u32::try_from(now).unwrap_or(u32::MAX)
 }
 
 fn as_str<S: serde::Serializer>(s: &Arc<str>, out: S) -> Result<S::Ok, S::Error> {

@@ -212,21 +212,19 @@ pub(super) fn from_pieces<T: Name>(name: &str, pieces: Vec<Arc<[u8]>>) -> Arc<Re
 /// A resource of a type that is no Envoy message (istiod's debug types), built on demand.
 pub(super) fn with_type_url(name: &str, type_url: &str, value: Vec<u8>) -> Arc<Resource> {
     let hash = xxhash_rust::xxh3::xxh3_64(&value);
-    Arc::new(Resource {
-        name: name.into(),
-        version: format!("{hash:016x}"),
-        hash,
-        type_url: type_url.to_string(),
-        value: Value::Whole(value.into()),
-    })
+    typed(name, type_url.to_string(), hash, Value::Whole(value.into()))
 }
 
 fn resource<T: Name>(name: &str, hash: u64, value: Value) -> Arc<Resource> {
+    typed(name, T::type_url(), hash, value)
+}
+
+fn typed(name: &str, type_url: String, hash: u64, value: Value) -> Arc<Resource> {
     Arc::new(Resource {
         name: name.into(),
         version: format!("{hash:016x}"),
         hash,
-        type_url: T::type_url(),
+        type_url,
         value,
     })
 }
