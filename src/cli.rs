@@ -174,15 +174,19 @@ fn status_table(syncz: &Value, revision: &str) -> String {
 /// Envoy's own `/config_dump`): those of `section` (such as `dynamic_active_clusters`),
 /// each the value at `field` inside its entry, by name.
 pub fn dump_by_name(dump: &Value, section: &str, field: &[&str]) -> BTreeMap<String, Value> {
-    let entries = (dump["configs"].as_array().into_iter().flatten())
-        .filter_map(|c| c.get(section)?.as_array())
-        .flatten();
-    entries
+    dump_section(dump, section)
         .filter_map(|entry| {
             let r = field.iter().fold(entry, |v, f| &v[*f]);
             Some((r["name"].as_str()?.to_string(), r.clone()))
         })
         .collect()
+}
+
+/// The entries of one section of a config dump, such as `dynamic_active_clusters`.
+fn dump_section<'a>(dump: &'a Value, section: &str) -> impl Iterator<Item = &'a Value> {
+    (dump["configs"].as_array().into_iter().flatten())
+        .filter_map(move |c| c.get(section)?.as_array())
+        .flatten()
 }
 
 /// `meshd proxy-status PROXY --envoy-admin ADDR`: the proxy's clusters, listeners and
@@ -212,12 +216,9 @@ pub fn compare_with_envoy(address: &str, proxy: &str, envoy_admin: &str) -> Resu
         // As istioctl: when Envoy last took a route configuration.
         let loaded = (title == "Routes")
             .then(|| {
-                let configs = theirs["configs"].as_array()?;
-                let routes = configs.iter().find_map(|c| c.get(section)?.as_array())?;
-                routes
-                    .iter()
-                    .filter_map(|r| r["last_updated"].as_str())
-                    .max()
+                let times =
+                    dump_section(&theirs, section).filter_map(|r| r["last_updated"].as_str());
+                times.max()
             })
             .flatten()
             .map(|at| format!(" (RDS last loaded at {at})"))
