@@ -85,6 +85,11 @@ fn views() -> Vec<(&'static str, &'static str, MethodRouter<DebugState>)> {
             get(edsz),
         ),
         (
+            "/debug/ndsz",
+            "A proxy's DNS name table, as NDS sends it to its agent (?proxyID=)",
+            get(ndsz),
+        ),
+        (
             "/debug/endpointz",
             "Every service's endpoints (?brief=1: a text table)",
             get(endpointz),
@@ -527,6 +532,23 @@ async fn config_dump(
         StatusCode::OK,
         Json(dump::config_dump(&view, push.version(), &at)),
     )
+}
+
+/// A proxy's DNS name table as istiod's `/debug/ndsz` shows it: a config dump of the one
+/// table, built for any proxy (only one whose agent runs a DNS proxy is sent it).
+async fn ndsz(
+    State(s): State<DebugState>,
+    axum::extract::Query(q): axum::extract::Query<ProxyQuery>,
+) -> impl IntoResponse {
+    use crate::translate::name_table::{name_table, to_json};
+    let Some(c) = connections(&s, Some(&q.proxy_id)).into_iter().next() else {
+        return no_proxy(&q.proxy_id);
+    };
+    let push = s.xds.current_push();
+    let services = crate::translate::services(&push.context, &c.model);
+    let table = name_table(&c.model, &services);
+    let configs = json!({"configs": [to_json(&table)]});
+    (StatusCode::OK, Json(configs))
 }
 
 #[derive(serde::Deserialize)]

@@ -1,7 +1,18 @@
 //! Durations as Istio writes them: Go's `time.ParseDuration` forms (`100ms`, `1.5s`, `1m30s`),
-//! used for VirtualService timeouts and the `PILOT_*` environment variables alike.
+//! used for VirtualService timeouts and the `PILOT_*` environment variables alike; and
+//! booleans as Go's `strconv.ParseBool` reads them, which istiod uses for its variables,
+//! annotations and node metadata alike.
 
 use std::time::Duration;
+
+/// A boolean as Go's `strconv.ParseBool` reads it; `None` when it is none.
+pub fn parse_bool(v: &str) -> Option<bool> {
+    match v {
+        "1" | "t" | "T" | "true" | "TRUE" | "True" => Some(true),
+        "0" | "f" | "F" | "false" | "FALSE" | "False" => Some(false),
+        _ => None,
+    }
+}
 
 /// Parses `"10s"`, `"100ms"`, `"1.5s"`, `"1h2m"`, `"0"`.
 pub fn parse(text: &str) -> Result<Duration, String> {

@@ -18,11 +18,7 @@ pub const DRY_RUN_ANNOTATION: &str = "istio.io/dry-run";
 /// (istiod's): `None` when absent, `Some(Err(value))` when not a boolean.
 pub fn dry_run_value(annotations: &BTreeMap<String, String>) -> Option<Result<bool, &str>> {
     let value = annotations.get(DRY_RUN_ANNOTATION)?;
-    Some(match value.as_str() {
-        "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(true),
-        "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),
-        other => Err(other),
-    })
+    Some(crate::duration::parse_bool(value).ok_or(value.as_str()))
 }
 
 /// Whether the annotations make a policy a dry run (an invalid value is refused at

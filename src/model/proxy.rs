@@ -62,6 +62,10 @@ pub struct Proxy {
     /// configurations: set for delta streams when
     /// `MESHD_ENABLE_VHDS` is on (VHDS needs delta ADS).
     pub vhds: bool,
+    /// Its agent runs a DNS proxy, which answers from the name table it asks for over NDS
+    /// ([`crate::translate::name_table`]): metadata `DNS_CAPTURE` on a sidecar, or
+    /// `ENABLE_DNS_SERVER` (Go booleans), as istio-agent decides.
+    pub dns_proxy: bool,
 }
 
 fn shared_labels<S: serde::Serializer>(
@@ -90,6 +94,7 @@ impl Proxy {
             }
         };
         let text = |k: &str| metadata.get(k).and_then(Value::as_str).map(str::to_string);
+        let flag = |k: &str| text(k).and_then(|v| crate::duration::parse_bool(&v)) == Some(true);
         let ips: Vec<String> = match text("INSTANCE_IPS") {
             Some(list) if list.split(',').all(|s| s.trim().parse::<IpAddr>().is_ok()) => {
                 list.split(',').map(|s| s.trim().to_string()).collect()
@@ -155,6 +160,8 @@ impl Proxy {
                 .filter(|v| !v.is_empty()),
             node_name: text("NODE_NAME").filter(|n| !n.is_empty()),
             vhds: false,
+            dns_proxy: (kind == ProxyKind::Sidecar && flag("DNS_CAPTURE"))
+                || flag("ENABLE_DNS_SERVER"),
         })
     }
 
@@ -198,6 +205,25 @@ mod tests {
         };
         assert_eq!(parse("1m30s"), Some(std::time::Duration::from_secs(90)));
         assert_eq!(parse("soon"), None);
+    }
+
+    #[test]
+    fn a_dns_proxy_is_what_istio_agent_runs_one_for() {
+        let dns_proxy = |kind: &str, meta: serde_json::Value| {
+            let id = format!("{kind}~10.1.2.3~a.shop~shop.svc.cluster.local");
+            Proxy::from_node(&id, meta.as_object().unwrap())
+                .unwrap()
+                .dns_proxy
+        };
+        assert!(dns_proxy("sidecar", json!({"DNS_CAPTURE": "true"})));
+        assert!(dns_proxy("sidecar", json!({"DNS_CAPTURE": "1"})));
+        assert!(!dns_proxy("sidecar", json!({"DNS_CAPTURE": "false"})));
+        assert!(!dns_proxy("sidecar", json!({"DNS_CAPTURE": "yes"})));
+        assert!(!dns_proxy("sidecar", json!({})));
+        // A gateway's agent ignores DNS_CAPTURE; ENABLE_DNS_SERVER is for any proxy.
+        assert!(!dns_proxy("router", json!({"DNS_CAPTURE": "true"})));
+        assert!(dns_proxy("router", json!({"ENABLE_DNS_SERVER": "true"})));
+        assert!(dns_proxy("sidecar", json!({"ENABLE_DNS_SERVER": "True"})));
     }
 
     #[test]

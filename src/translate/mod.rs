@@ -10,6 +10,7 @@ pub mod filters;
 pub mod inbound;
 pub mod listener;
 pub mod locality;
+pub mod name_table;
 pub mod network;
 pub mod policy;
 pub mod pool;
@@ -44,6 +45,8 @@ pub struct ProxyConfig {
     /// The route configurations' virtual hosts, when they go over VHDS
     /// ([`Proxy::vhds`]; named [`route::vhds_name`]).
     pub virtual_hosts: Vec<VirtualHost>,
+    /// The DNS name table, for a proxy whose agent runs a DNS proxy ([`Proxy::dns_proxy`]).
+    pub name_table: Option<name_table::NameTable>,
 }
 
 /// A proxy's configuration with the per-service parts named rather than built: each
@@ -79,12 +82,18 @@ pub struct SidecarRoute<'a> {
     pub vhosts: Vec<route::VirtualHostPlan<'a>>,
 }
 
-/// Plans the configuration of one proxy.
-pub fn plan<'a>(ctx: &'a PushContext, proxy: &Proxy) -> Plan<'a> {
-    let services = match proxy.kind {
+/// The services whose clusters (and DNS names) a proxy gets: a sidecar's are scoped by
+/// its Sidecar, a gateway's only by `exportTo`.
+pub fn services<'a>(ctx: &'a PushContext, proxy: &Proxy) -> Vec<&'a Arc<Service>> {
+    match proxy.kind {
         ProxyKind::Sidecar => ctx.services_for(proxy),
         ProxyKind::Router => gateway_services(ctx, proxy),
-    };
+    }
+}
+
+/// Plans the configuration of one proxy.
+pub fn plan<'a>(ctx: &'a PushContext, proxy: &Proxy) -> Plan<'a> {
+    let services = services(ctx, proxy);
     let mut clusters = cluster::fallback(proxy.kind);
     let mut plan = match proxy.kind {
         ProxyKind::Sidecar => {
@@ -182,16 +191,13 @@ fn sni_dnat(
 /// ([`inbound::workload_ports`]), which the caller checks.
 pub fn cluster_plan<'a>(ctx: &'a PushContext, proxy: &Proxy) -> Plan<'a> {
     let mut clusters = cluster::fallback(proxy.kind);
-    let (services, endpoints) = match proxy.kind {
+    let services = services(ctx, proxy);
+    let endpoints = match proxy.kind {
         ProxyKind::Sidecar => {
             clusters.extend(inbound::sidecar(ctx, proxy).1);
-            (ctx.services_for(proxy), Vec::new())
+            Vec::new()
         }
-        ProxyKind::Router => {
-            let services = gateway_services(ctx, proxy);
-            let endpoints = sni_dnat(ctx, proxy, &services, &mut clusters);
-            (services, endpoints)
-        }
+        ProxyKind::Router => sni_dnat(ctx, proxy, &services, &mut clusters),
     };
     Plan {
         services,
@@ -251,7 +257,9 @@ pub fn proxy_config(ctx: &PushContext, proxy: &Proxy) -> ProxyConfig {
         routes.push(route::with_virtual_hosts(r.name, vhosts));
     }
     let (routes, virtual_hosts) = vhds_split(proxy, routes);
+    let name_table = (proxy.dns_proxy).then(|| name_table::name_table(proxy, &plan.services));
     ProxyConfig {
+        name_table,
         clusters,
         endpoints,
         listeners: plan.listeners,

@@ -731,7 +731,16 @@ pub fn view(ctx: &PushContext, proxy: &Proxy, cache: &ResourceCache) -> View {
         };
         insert_route_configuration(&mut view, ctx, proxy, cache, &r.name, fields);
     }
+    insert_name_table(&mut view, proxy, &plan);
     view
+}
+
+/// Adds the DNS name table of a proxy whose agent runs a DNS proxy.
+fn insert_name_table(view: &mut View, proxy: &Proxy, plan: &translate::Plan) {
+    if proxy.dns_proxy {
+        let table = translate::name_table::name_table(proxy, &plan.services);
+        view.insert(TypeKind::NameTable, encode("", &table));
+    }
 }
 
 /// Adds the route configuration `name` holding these encoded virtual hosts: kept as its
@@ -792,6 +801,7 @@ fn clusters_and_endpoints(
 /// listeners, routes, virtual hosts and secrets of `previous` (the same view key's view
 /// of the push before) shared rather than translated again, as none of them depends on
 /// endpoints ([`translate::cluster_plan`]; the caller checks a sidecar's inbound ports).
+/// The name table does (a headless service's entry is its endpoints): it is built again.
 /// A gateway bound to many VirtualServices is most of a push's translation otherwise
 /// (1,000 virtual hosts: see BENCHMARKS.md), and a sidecar's plan most of its view.
 pub fn view_after_endpoints(
@@ -810,6 +820,7 @@ pub fn view_after_endpoints(
     ] {
         view.share(kind, previous.set(kind));
     }
+    insert_name_table(&mut view, proxy, &plan);
     view
 }
 

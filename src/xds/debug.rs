@@ -9,8 +9,8 @@
 //! is answered request by request and never registered, pushed to or counted as a proxy.
 //! Only a caller that proved an identity on the secure port is answered. One of the root
 //! namespace (`istio-system`) sees every proxy and every view; any other sees the proxies
-//! of its own namespace, and of the `istio.io/debug` views only `config_dump` and `edsz`
-//! of one of them (`?proxyID=`). istiod lets such callers read those two and `ndsz`,
+//! of its own namespace, and of the `istio.io/debug` views only `config_dump`, `edsz` and
+//! `ndsz` of one of them (`?proxyID=`). istiod lets such callers read those three,
 //! filtered to their namespace; meshd's HTTP views are not filtered, so it asks for the
 //! proxy instead.
 
@@ -150,8 +150,8 @@ async fn resources(
             {
                 return Err(Status::permission_denied(format!(
                     "{DEBUG}: {view:?} is not available to {caller}: identities of the root \
-                     namespace {root:?} may read every view, others only `config_dump` and \
-                     `edsz` of a proxy of their own namespace (?proxyID=)"
+                     namespace {root:?} may read every view, others only `config_dump`, \
+                     `edsz` and `ndsz` of a proxy of their own namespace (?proxyID=)"
                 )));
             }
             let Some(views) = shared.debug_views() else {
@@ -166,12 +166,12 @@ async fn resources(
 }
 
 /// Whether `view` (`NAME?QUERY`) is one a caller of `namespace` may read: as istiod's
-/// `activeNamespaceDebuggers`, a proxy's `config_dump` or `edsz`, and here only for a
+/// `activeNamespaceDebuggers`, a proxy's `config_dump`, `edsz` or `ndsz`, and here only for a
 /// connected proxy of that namespace, named by `proxyID` (meshd's views are not
 /// filtered by the caller's namespace, as istiod's are).
 fn own_proxy_view(shared: &XdsShared, view: &str, namespace: &str) -> bool {
     let (name, query) = view.split_once('?').unwrap_or((view, ""));
-    if !matches!(name, "config_dump" | "edsz") {
+    if !matches!(name, "config_dump" | "edsz" | "ndsz") {
         return false;
     }
     let ids: Vec<&str> = (query.split('&'))

@@ -70,7 +70,7 @@ pub fn origins(kind: TypeKind, resources: &[std::sync::Arc<Resource>]) -> Vec<Ob
                     );
                 }
             }
-            TypeKind::Endpoint | TypeKind::Listener | TypeKind::Secret => {}
+            TypeKind::Endpoint | TypeKind::Listener | TypeKind::Secret | TypeKind::NameTable => {}
         }
     }
     out.sort();

@@ -92,7 +92,7 @@ impl PushSettings {
                 .map_err(|e| anyhow::anyhow!("PILOT_DEBOUNCE_MAX: {e}"))?;
         }
         if let Some(v) = var("PILOT_ENABLE_EDS_DEBOUNCE") {
-            s.eds_debounce = go_bool(&v).ok_or_else(|| {
+            s.eds_debounce = crate::duration::parse_bool(&v).ok_or_else(|| {
                 anyhow::anyhow!("PILOT_ENABLE_EDS_DEBOUNCE: {v:?} is not true or false")
             })?;
         }
@@ -109,7 +109,7 @@ impl PushSettings {
             s.push_throttle = if n == 0 { (15 + 5 * cores).min(100) } else { n };
         }
         if let Some(v) = var("MESHD_ENABLE_VHDS") {
-            s.vhds = go_bool(&v)
+            s.vhds = crate::duration::parse_bool(&v)
                 .ok_or_else(|| anyhow::anyhow!("MESHD_ENABLE_VHDS: {v:?} is not true or false"))?;
         }
         if let Some(v) = var("MESHD_XDS_HTTP2_SERVER") {
@@ -126,15 +126,6 @@ impl PushSettings {
             s.send_buffer = (mb > 0).then(|| mb.saturating_mul(1 << 20));
         }
         Ok(s)
-    }
-}
-
-/// A boolean as Go's `strconv.ParseBool` reads it (how istiod reads its variables).
-fn go_bool(v: &str) -> Option<bool> {
-    match v {
-        "1" | "t" | "T" | "true" | "TRUE" | "True" => Some(true),
-        "0" | "f" | "F" | "false" | "FALSE" | "False" => Some(false),
-        _ => None,
     }
 }
 
@@ -196,6 +187,8 @@ pub struct ViewKey<'a> {
     node: Option<String>,
     /// Gets its virtual hosts over VHDS.
     vhds: bool,
+    /// Gets a DNS name table.
+    dns_proxy: bool,
 }
 
 impl ViewKey<'_> {
@@ -211,6 +204,7 @@ impl ViewKey<'_> {
             locality: self.locality,
             node: self.node,
             vhds: self.vhds,
+            dns_proxy: self.dns_proxy,
         }
     }
 }
@@ -351,6 +345,7 @@ impl Push {
                 None
             },
             vhds: proxy.vhds,
+            dns_proxy: proxy.dns_proxy,
         };
         // The maps hold owned keys; read through a shared reference they are maps of
         // borrowed ones (a map is covariant in its key).

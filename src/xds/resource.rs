@@ -32,10 +32,13 @@ pub enum TypeKind {
     /// gateway's), one resource each, for delta proxies when `MESHD_ENABLE_VHDS` is on
     /// (see [`vhds_route_config`]).
     VirtualHost = 5,
+    /// NDS: the DNS name table of a proxy whose agent captures DNS (metadata
+    /// `DNS_CAPTURE`); one resource, named `""` as istiod's is.
+    NameTable = 6,
 }
 
 /// Number of xDS types.
-pub const TYPES: usize = 6;
+pub const TYPES: usize = 7;
 
 /// Virtual hosts follow the route configurations that ask for them.
 pub const PUSH_ORDER: [TypeKind; TYPES] = [
@@ -45,6 +48,7 @@ pub const PUSH_ORDER: [TypeKind; TYPES] = [
     TypeKind::Route,
     TypeKind::VirtualHost,
     TypeKind::Secret,
+    TypeKind::NameTable,
 ];
 
 pub const CLUSTER_TYPE: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
@@ -55,6 +59,7 @@ pub const ROUTE_TYPE: &str = "type.googleapis.com/envoy.config.route.v3.RouteCon
 pub const SECRET_TYPE: &str =
     "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret";
 pub const VIRTUAL_HOST_TYPE: &str = "type.googleapis.com/envoy.config.route.v3.VirtualHost";
+pub const NAME_TABLE_TYPE: &str = "type.googleapis.com/istio.networking.nds.v1.NameTable";
 
 /// The route configuration a VHDS resource belongs to: its name up to the last `/` (as
 /// Envoy's watch map reads it; a host name has no `/`, a route configuration's may). See
@@ -72,6 +77,7 @@ impl TypeKind {
             TypeKind::Route => ROUTE_TYPE,
             TypeKind::Secret => SECRET_TYPE,
             TypeKind::VirtualHost => VIRTUAL_HOST_TYPE,
+            TypeKind::NameTable => NAME_TABLE_TYPE,
         }
     }
 
@@ -88,17 +94,19 @@ impl TypeKind {
             TypeKind::Route => "rds",
             TypeKind::Secret => "sds",
             TypeKind::VirtualHost => "vhds",
+            TypeKind::NameTable => "nds",
         }
     }
 
     /// LDS and CDS are wildcard types; EDS and RDS are requested by name. VHDS too is
     /// wildcard: Envoy's VHDS watches are namespaces (a route configuration's name), which
     /// it does not send, so meshd sends every virtual host of the proxy's route
-    /// configurations and Envoy keeps those of the ones it holds.
+    /// configurations and Envoy keeps those of the ones it holds. NDS's one table is
+    /// asked for without a name.
     pub fn wildcard(self) -> bool {
         matches!(
             self,
-            TypeKind::Cluster | TypeKind::Listener | TypeKind::VirtualHost
+            TypeKind::Cluster | TypeKind::Listener | TypeKind::VirtualHost | TypeKind::NameTable
         )
     }
 }
@@ -275,6 +283,9 @@ impl View {
         );
         for vh in &config.virtual_hosts {
             view.insert(TypeKind::VirtualHost, encode(&vh.name, vh));
+        }
+        if let Some(table) = &config.name_table {
+            view.insert(TypeKind::NameTable, encode("", table));
         }
         view
     }

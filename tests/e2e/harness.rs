@@ -800,7 +800,7 @@ impl Envoy {
     pub fn gateway(meshd: &Meshd, ads: Ads, name: &str) -> Envoy {
         let id = format!("router~127.0.0.1~{name}-0.istio-system~istio-system.svc.cluster.local");
         let meta = r#"{NAMESPACE: istio-system, LABELS: {istio: ingressgateway, app: istio-ingressgateway}, ISTIO_VERSION: "1.28.0", CLUSTER_ID: Kubernetes}"#.to_string();
-        Envoy::start(meshd, ads, id, meta, "127.0.0.1".into())
+        Envoy::start(meshd, ads, id, meta, "127.0.0.1".into(), meshd.xds_port)
     }
 
     /// A sidecar without traffic capture (INTERCEPTION_MODE=NONE): its outbound listeners
@@ -811,7 +811,7 @@ impl Envoy {
         let meta = format!(
             r#"{{NAMESPACE: {namespace}, LABELS: {{app: {app}}}, INTERCEPTION_MODE: NONE, ISTIO_VERSION: "1.28.0"}}"#
         );
-        Envoy::start(meshd, ads, id, meta, ip)
+        Envoy::start(meshd, ads, id, meta, ip, meshd.xds_port)
     }
 
     /// A sidecar like [`Envoy::sidecar`] with more node `metadata` (`KEY: value, ...`).
@@ -822,12 +822,25 @@ impl Envoy {
         app: &str,
         metadata: &str,
     ) -> Envoy {
+        Envoy::sidecar_through(meshd, meshd.xds_port, ads, namespace, app, metadata)
+    }
+
+    /// A sidecar like [`Envoy::sidecar_with`] whose xDS server is on port `xds` of the
+    /// loopback address (an agent's xDS proxy in front of meshd).
+    pub fn sidecar_through(
+        meshd: &Meshd,
+        xds: u16,
+        ads: Ads,
+        namespace: &str,
+        app: &str,
+        metadata: &str,
+    ) -> Envoy {
         let ip = loopback_ip();
         let id = format!("sidecar~{ip}~{app}-0.{namespace}~{namespace}.svc.cluster.local");
         let meta = format!(
             r#"{{NAMESPACE: {namespace}, LABELS: {{app: {app}}}, INTERCEPTION_MODE: NONE, ISTIO_VERSION: "1.28.0", {metadata}}}"#
         );
-        Envoy::start(meshd, ads, id, meta, ip)
+        Envoy::start(meshd, ads, id, meta, ip, xds)
     }
 
     /// A sidecar like [`Envoy::sidecar`] with more `labels` (`k: v, ...`) whose node names
@@ -848,16 +861,16 @@ impl Envoy {
         if let Some((region, zone)) = locality.split_once('/') {
             meta.push_str(&format!("\n  locality: {{region: {region}, zone: {zone}}}"));
         }
-        Envoy::start(meshd, ads, id, meta, ip)
+        Envoy::start(meshd, ads, id, meta, ip, meshd.xds_port)
     }
 
-    /// Starts Envoy and waits until it has initialised from meshd.
-    fn start(meshd: &Meshd, ads: Ads, id: String, metadata: String, ip: String) -> Envoy {
-        start_retrying(|| Envoy::spawn(meshd, ads, id.clone(), metadata.clone(), ip.clone()))
+    /// Starts Envoy and waits until it has initialised from the xDS server on port `xds`.
+    fn start(meshd: &Meshd, ads: Ads, id: String, metadata: String, ip: String, xds: u16) -> Envoy {
+        start_retrying(|| Envoy::spawn(meshd, ads, id.clone(), metadata.clone(), ip.clone(), xds))
     }
 
     /// `metadata` is the node's metadata YAML, optionally followed by more node fields.
-    fn spawn(meshd: &Meshd, ads: Ads, id: String, metadata: String, ip: String) -> Envoy {
+    fn spawn(meshd: &Meshd, ads: Ads, id: String, metadata: String, ip: String, xds: u16) -> Envoy {
         let admin_port = free_port();
         let dir = meshd
             .config_dir
@@ -896,8 +909,7 @@ static_resources:
     load_assignment:
       cluster_name: xds-grpc
       endpoints: [{{lb_endpoints: [{{endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {xds}}}}}}}}}]}}]
-"#,
-            xds = meshd.xds_port
+"#
         );
         let config = dir.join("bootstrap.yaml");
         std::fs::write(&config, bootstrap).unwrap();

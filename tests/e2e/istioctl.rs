@@ -481,6 +481,19 @@ async fn istioctl_reads_proxy_status_and_config_dumps_over_xds() {
         clusters.contains_key(&format!("outbound|{port}||reviews.shop.svc.cluster.local")),
         "{clusters:?}"
     );
+    // And its DNS name table, as `istioctl x internal-debug ndsz` reads it.
+    let answer = ask(
+        secure().await,
+        Some("shop-token"),
+        "shop",
+        DEBUG,
+        &["ndsz?proxyID=client-0.shop"],
+    )
+    .await
+    .unwrap();
+    let ndsz: serde_json::Value = serde_json::from_slice(&answer.resources[0].value).unwrap();
+    let reviews = &ndsz["configs"][0]["table"]["reviews.shop.svc.cluster.local"];
+    assert_eq!(reviews["shortname"], "reviews", "{ndsz}");
     assert_eq!(meshd.metric("pilot_xds_clients"), 2.0);
     let still = meshd.syncz(&sidecar.id);
     assert_eq!(still["types"]["cds"]["rejects"], 0);

@@ -7,6 +7,7 @@ use meshd::loadgen::apiserver;
 mod bad_config;
 mod ca;
 mod cli;
+mod dns;
 mod gateway;
 mod gateway_tls;
 mod istioctl;

@@ -600,3 +600,40 @@ fn a_sniffed_ports_own_route_configuration_is_cached_apart_from_the_ports() {
     );
     assert_eq!(names(&no_capture), ["7070"]);
 }
+
+#[test]
+fn a_dns_capturing_proxys_view_holds_its_name_table_kept_current_by_endpoint_pushes() {
+    use crate::translate::name_table::NameTable;
+    let headless = |ips: &str| {
+        format!(
+            "apiVersion: v1\nkind: Service\nmetadata: {{name: db, namespace: ns-0}}\nspec: {{clusterIP: None, ports: [{{name: tcp, port: 5432}}]}}\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: db-a, namespace: ns-0, labels: {{kubernetes.io/service-name: db}}}}\naddressType: IPv4\nports: [{{name: tcp, port: 5432}}]\nendpoints: [{ips}]\n"
+        )
+    };
+    let ready = |ip: &str| format!("{{addresses: [{ip}], conditions: {{ready: true}}}}");
+    let mut store = Shape::new(40, 4, 2).store();
+    apply(&mut store, &headless(&ready("10.1.0.1")));
+    let (first, cache) = first_push(&store);
+    let mut p = proxy("sidecar", "ns-0", json!({"app": "a"}), false);
+    assert!(view(&first, &p, &cache).all(TypeKind::NameTable).is_empty());
+    p.dns_proxy = true;
+    assert_views_agree_for(&first, &cache, vec![p.clone()]);
+    let table = |v: &View| NameTable::decode(&*v.all(TypeKind::NameTable)[""].value()).unwrap();
+    let before = view(&first, &p, &cache);
+    let t = table(&before);
+    assert_eq!(t.table.len(), 41, "40 services and db");
+    assert_eq!(t.table["db.ns-0.svc.cluster.local"].ips, ["10.1.0.1"]);
+
+    // An endpoint-only push keeps the listeners and routes, not the table: a headless
+    // service's entry is its endpoints.
+    apply(
+        &mut store,
+        &headless(&format!("{}, {}", ready("10.1.0.1"), ready("10.1.0.2"))),
+    );
+    let second = PushContext::build(&store, "v/2".into());
+    let kept = view_after_endpoints(&second, &p, &cache, &before);
+    crate::xds::testing::assert_same_views(&kept, &view(&second, &p, &cache), &p.id);
+    assert_eq!(
+        table(&kept).table["db.ns-0.svc.cluster.local"].ips,
+        ["10.1.0.1", "10.1.0.2"]
+    );
+}
