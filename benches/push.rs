@@ -13,6 +13,7 @@ use meshd::model::{Proxy, PushContext, Store, testmesh};
 use meshd::translate::proxy_config;
 use meshd::xds::cache::{self, ResourceCache};
 use meshd::xds::resource::View;
+use prost::Message;
 
 /// The allocator the `meshd` binary ships with, so the figures are what it does.
 #[global_allocator]
@@ -123,6 +124,14 @@ fn sidecar_generation(c: &mut Criterion) {
     group.bench_function("1000_services_translate_and_encode", |b| {
         b.iter(|| View::new(proxy_config(&ctx, &proxy)))
     });
+    // The DNS name table a sidecar whose agent runs a DNS proxy also gets (NDS): built
+    // and encoded for each such view of each push.
+    group.bench_function("1000_services_name_table", |b| {
+        b.iter(|| {
+            let services = meshd::translate::services(&ctx, &proxy);
+            meshd::translate::name_table::name_table(&proxy, &services).encode_to_vec()
+        })
+    });
     // The part of a cached view that is not cached: which services, listeners, the
     // VirtualService routes.
     group.bench_function("1000_services_plan_only", |b| {
@@ -142,6 +151,23 @@ fn sidecar_generation(c: &mut Criterion) {
         b.iter(|| {
             turn += 1;
             cache::view(&ctx, &namespaces[turn % namespaces.len()], &cache)
+        })
+    });
+    // The same views for sidecars whose agents run a DNS proxy: each also holds the name
+    // table, assembled from the services' cached entries.
+    let dns: Vec<Proxy> = (namespaces.iter().cloned())
+        .map(|p| Proxy {
+            dns_proxy: true,
+            ..p
+        })
+        .collect();
+    for p in &dns {
+        cache::view(&ctx, p, &cache);
+    }
+    group.bench_function("1000_services_cached_with_name_table", |b| {
+        b.iter(|| {
+            turn += 1;
+            cache::view(&ctx, &dns[turn % dns.len()], &cache)
         })
     });
     // What each proxy pays per push to find its view once the push has built it (the
@@ -170,6 +196,23 @@ fn sidecar_generation(c: &mut Criterion) {
             || ctx.update(&store, &BTreeSet::new(), "bench/2".into()),
             |next| {
                 let view = cache::view(&next, &proxy, &cache);
+                (next, view)
+            },
+            BatchSize::SmallInput,
+        )
+    });
+    // The same for a sidecar whose agent runs a DNS proxy: its name table assembled from
+    // the services' cached entries (the first view of each service list of a push).
+    let dns_proxy = Proxy {
+        dns_proxy: true,
+        ..proxy.clone()
+    };
+    cache::view(&ctx, &dns_proxy, &cache);
+    group.bench_function("1000_services_first_view_of_a_push_with_name_table", |b| {
+        b.iter_batched(
+            || ctx.update(&store, &BTreeSet::new(), "bench/2".into()),
+            |next| {
+                let view = cache::view(&next, &dns_proxy, &cache);
                 (next, view)
             },
             BatchSize::SmallInput,

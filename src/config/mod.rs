@@ -259,6 +259,8 @@ pub struct SliceEndpoint {
     pub node_name: Option<String>,
     /// Name of the Pod behind the endpoint (targetRef), used for its labels.
     pub pod: Option<String>,
+    /// Its DNS name in a headless Service (`hostname`).
+    pub hostname: Option<String>,
 }
 
 /// A TLS credential from a Secret (`tls.crt`/`tls.key`/`ca.crt`, or Istio's generic

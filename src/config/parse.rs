@@ -441,6 +441,7 @@ fn endpoint_slice_def(s: discovery::EndpointSlice) -> Result<EndpointSliceDef, (
                     terminating: c.terminating,
                     zone: e.zone,
                     node_name: e.node_name,
+                    hostname: e.hostname,
                     pod: e
                         .target_ref
                         .filter(|r| r.kind.as_deref() == Some("Pod"))
@@ -462,6 +463,7 @@ fn endpoints_def(e: core::Endpoints) -> Vec<EndpointSliceDef> {
         terminating: None,
         zone: None,
         node_name: a.node_name,
+        hostname: a.hostname,
         pod: a
             .target_ref
             .filter(|r| r.kind.as_deref() == Some("Pod"))

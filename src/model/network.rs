@@ -380,6 +380,7 @@ impl NetworkGateways {
                     healthy: true,
                     service_account: None,
                     pod: None,
+                    hostname: None,
                 };
                 (network.clone(), model)
             })

@@ -94,6 +94,10 @@ pub struct Endpoint {
     pub service_account: Option<String>,
     /// The known Pod behind a Kubernetes endpoint (`None`: no such Pod, or not a Pod).
     pub pod: Option<String>,
+    /// Its DNS name within a headless Service (the EndpointSlice's `hostname`, set for a
+    /// Pod whose `subdomain` is the Service, as a StatefulSet's are):
+    /// `HOSTNAME.SERVICE.NS.svc.cluster.local` is its address alone.
+    pub hostname: Option<String>,
 }
 
 /// How Envoy finds a service's endpoints.
@@ -113,6 +117,8 @@ pub struct Service {
     pub name: String,
     pub kubernetes: bool,
     pub vip: Option<String>,
+    /// A ServiceEntry's addresses after the first (`vip`), which its DNS entry holds too.
+    pub more_addresses: Vec<String>,
     pub ports: Vec<ServicePort>,
     pub endpoints: Vec<Endpoint>,
     pub discovery: Discovery,
@@ -436,6 +442,7 @@ pub(super) fn kubernetes_service(
                 healthy: e.ready != Some(false),
                 service_account,
                 pod: pod.map(|(name, _)| name.clone()),
+                hostname: e.hostname.clone(),
             };
             // Clones for all addresses but the last, which takes the template itself.
             if let Some((last, rest)) = e.addresses.split_last() {
@@ -461,6 +468,7 @@ pub(super) fn kubernetes_service(
         name: obj.key.name.clone(),
         kubernetes: true,
         vip: def.cluster_ip.clone(),
+        more_addresses: Vec::new(),
         ports,
         endpoints,
         discovery: if def.headless {
@@ -557,6 +565,7 @@ fn workload_endpoint(
         healthy: true,
         service_account: we.service_account.clone(),
         pod: None,
+        hostname: None,
     }
 }
 
@@ -617,6 +626,7 @@ fn service_entry_services(
                 healthy: true,
                 service_account: None,
                 pod: None,
+                hostname: None,
             });
         }
     }
@@ -628,6 +638,7 @@ fn service_entry_services(
             name: obj.key.name.clone(),
             kubernetes: false,
             vip: se.addresses.first().cloned(),
+            more_addresses: se.addresses.iter().skip(1).cloned().collect(),
             ports: ports.clone(),
             endpoints: if matches!(discovery, Discovery::StrictDns | Discovery::LogicalDns) {
                 endpoints

@@ -486,11 +486,13 @@ mod tests {
                     healthy: true,
                     service_account: None,
                     pod: None,
+                    hostname: None,
                     network: String::new(),
                 })
                 .collect(),
             kubernetes: true,
             vip: None,
+            more_addresses: Vec::new(),
             ports: Vec::new(),
             discovery: crate::model::service::Discovery::Eds,
             mesh_external: false,

@@ -5,15 +5,14 @@
 //! DNS server knows included.
 //!
 //! The table follows istiod's `BuildNameTable`: each service the proxy may reach, by host
-//! name, with its address; a headless service (or a ServiceEntry with resolution `NONE`
-//! and no address) with its ready endpoints on the proxy's network instead; a service with
-//! neither is left out, and the agent forwards its queries upstream. A Kubernetes
-//! Service's entry names the Service and its namespace, so the agent answers the short
-//! forms too (`name`, `name.namespace`, ...).
-//!
-//! Unlike istiod's, a ServiceEntry's entry has its first address only, as the rest of
-//! meshd's model keeps it ([`Service::vip`]).
+//! name, with its addresses; a headless service (or a ServiceEntry with resolution `NONE`
+//! and no address) with its ready endpoints on the proxy's network instead, and each of
+//! its Pods with a hostname of its own (a StatefulSet's) by `POD.SERVICE.NS.svc...`; a
+//! service with neither is left out, and the agent forwards its queries upstream. A
+//! Kubernetes Service's entry names the Service and its namespace, so the agent answers
+//! the short forms too (`name`, `name.namespace`, ...).
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -49,61 +48,100 @@ const CLUSTERSET_SUFFIX: &str = ".clusterset.local";
 pub fn name_table(proxy: &Proxy, services: &[&Arc<Service>]) -> NameTable {
     let mut table = NameTable::default();
     for svc in services {
-        let ips = addresses(proxy, svc);
-        if ips.is_empty() {
-            continue;
-        }
-        let short_forms = svc.kubernetes && !svc.hostname.ends_with(CLUSTERSET_SUFFIX);
-        let (shortname, namespace) = if short_forms {
-            (svc.name.clone(), svc.namespace.clone())
-        } else {
-            Default::default()
-        };
-        let info = NameInfo {
-            ips,
-            registry: if svc.kubernetes { KUBERNETES } else { EXTERNAL }.into(),
-            shortname,
-            namespace,
-            ..Default::default()
-        };
-        // The model holds one service per host (a Kubernetes Service before the
-        // ServiceEntries of its host), so there is nothing to merge.
-        table.table.insert(svc.hostname.clone(), info);
+        // Of two entries for one name, the later stays (it is the service's own).
+        table.table.extend(entries(proxy, svc));
     }
     table
 }
 
-/// What a query for the service's host is answered with: its address, or, headless, its
-/// endpoints'.
-fn addresses(proxy: &Proxy, svc: &Service) -> Vec<String> {
-    let vip = svc.vip.as_deref().filter(|ip| !is_unspecified(ip));
-    if let Some(vip) = vip {
+/// One service's entries: its host's, after those of its Pods with hostnames of their own
+/// when it is headless. Only a headless service's depend on the proxy (its network).
+pub fn entries(proxy: &Proxy, svc: &Service) -> Vec<(String, NameInfo)> {
+    let registry = if svc.kubernetes { KUBERNETES } else { EXTERNAL };
+    let mut out = Vec::new();
+    let ips = match svc.vip.as_deref().filter(|ip| !is_unspecified(ip)) {
         // A CIDR (a ServiceEntry may have one) is no answer to a query.
-        return match vip.parse::<IpAddr>() {
-            Ok(_) => vec![vip.to_string()],
-            Err(_) => Vec::new(),
-        };
-    }
-    if svc.discovery != Discovery::Passthrough || svc.ports.is_empty() {
+        Some(vip) => (std::iter::once(vip).chain(svc.more_addresses.iter().map(|a| &**a)))
+            .filter(|a| a.parse::<IpAddr>().is_ok())
+            .map(str::to_string)
+            .collect(),
+        None if is_headless(svc) => {
+            let (ips, pods) = headless(proxy, svc);
+            for (pod, ips) in pods {
+                let info = NameInfo {
+                    ips,
+                    registry: registry.into(),
+                    shortname: format!("{pod}.{}", svc.name),
+                    namespace: svc.namespace.clone(),
+                    ..Default::default()
+                };
+                out.push((format!("{pod}.{}", svc.hostname), info));
+            }
+            ips
+        }
         // A DNS-resolved ServiceEntry without an address: nothing to answer with.
-        return Vec::new();
+        None => Vec::new(),
+    };
+    if ips.is_empty() {
+        return out;
     }
-    let mut ips: Vec<String> = Vec::new();
+    let short_forms = svc.kubernetes && !svc.hostname.ends_with(CLUSTERSET_SUFFIX);
+    let (shortname, namespace) = if short_forms {
+        (svc.name.clone(), svc.namespace.clone())
+    } else {
+        Default::default()
+    };
+    let info = NameInfo {
+        ips,
+        registry: registry.into(),
+        shortname,
+        namespace,
+        ..Default::default()
+    };
+    // The model holds one service per host (a Kubernetes Service before the
+    // ServiceEntries of its host), so there is nothing to merge.
+    out.push((svc.hostname.clone(), info));
+    out
+}
+
+/// Whether the table of a proxy that may reach `services` depends on endpoints: only a
+/// headless service's entry does. An endpoint-only change leaves any other table as it was.
+pub fn reads_endpoints(services: &[&Arc<Service>]) -> bool {
+    services.iter().any(|svc| is_headless(svc))
+}
+
+/// A headless service: no address, its endpoints' addresses resolved instead.
+pub fn is_headless(svc: &Service) -> bool {
+    // The address is parsed last: most services are not passthrough.
+    svc.discovery == Discovery::Passthrough
+        && !svc.ports.is_empty()
+        && svc.vip.as_deref().is_none_or(is_unspecified)
+}
+
+/// A headless service's answers, as Kubernetes' DNS gives them: its ready endpoints'
+/// addresses, each once, and the addresses of each endpoint that has a hostname of its own
+/// (a StatefulSet's Pod) by that name. Only those on the proxy's network, as istiod does:
+/// the agent's answer bypasses the network gateways.
+fn headless(proxy: &Proxy, svc: &Service) -> (Vec<String>, BTreeMap<String, Vec<String>>) {
+    let mut seen = BTreeSet::new();
+    let (mut ips, mut pods) = (Vec::new(), BTreeMap::<String, Vec<String>>::new());
     for e in &svc.endpoints {
-        // As Kubernetes' DNS does for a headless Service: ready endpoints, and (as istiod
-        // does, since the agent's answer bypasses the network gateways) those on the
-        // proxy's network only.
         let same_network =
             e.network.is_empty() || proxy.network.is_empty() || e.network == proxy.network;
-        if e.healthy
-            && same_network
-            && e.address.parse::<IpAddr>().is_ok()
-            && !ips.contains(&e.address)
-        {
-            ips.push(e.address.clone());
+        if !e.healthy || !same_network || e.address.parse::<IpAddr>().is_err() {
+            continue;
         }
+        if !seen.insert(&e.address) {
+            continue;
+        }
+        if let Some(pod) = e.hostname.as_deref().filter(|h| !h.is_empty()) {
+            pods.entry(pod.to_string())
+                .or_default()
+                .push(e.address.clone());
+        }
+        ips.push(e.address.clone());
     }
-    ips
+    (ips, pods)
 }
 
 /// The table in istiod's protobuf JSON (empty fields left out), as `/debug/ndsz` shows it.
@@ -156,10 +194,10 @@ metadata: {name: db-a, namespace: shop, labels: {kubernetes.io/service-name: db}
 addressType: IPv4
 ports: [{name: tcp, port: 5432}]
 endpoints:
-- {addresses: [10.0.0.2], conditions: {ready: true}, targetRef: {kind: Pod, name: db-1}}
-- {addresses: [10.0.0.1], conditions: {ready: true}, targetRef: {kind: Pod, name: db-0}}
-- {addresses: [10.0.0.3], conditions: {ready: false}, targetRef: {kind: Pod, name: db-2}}
-- {addresses: [10.9.0.4], conditions: {ready: true}, targetRef: {kind: Pod, name: db-3}}
+- {addresses: [10.0.0.2], hostname: db-1, conditions: {ready: true}, targetRef: {kind: Pod, name: db-1}}
+- {addresses: [10.0.0.1], hostname: db-0, conditions: {ready: true}, targetRef: {kind: Pod, name: db-0}}
+- {addresses: [10.0.0.3], hostname: db-2, conditions: {ready: false}, targetRef: {kind: Pod, name: db-2}}
+- {addresses: [10.9.0.4], hostname: db-3, conditions: {ready: true}, targetRef: {kind: Pod, name: db-3}}
 ---
 apiVersion: v1
 kind: Pod
@@ -178,7 +216,7 @@ kind: ServiceEntry
 metadata: {name: legacy, namespace: shop}
 spec:
   hosts: [legacy.corp.example]
-  addresses: [192.168.7.7]
+  addresses: [192.168.7.7, 192.168.6.0/24, 192.168.7.9]
   ports: [{number: 80, name: http, protocol: HTTP}]
   resolution: STATIC
   endpoints: [{address: 192.168.7.70}]
@@ -250,14 +288,25 @@ spec: {clusterIP: 10.96.0.8, ports: [{name: http, port: 9080}]}
         let db = &t.table["db.shop.svc.cluster.local"];
         assert_eq!(db.ips, ["10.0.0.1", "10.0.0.2", "10.9.0.4"]);
         assert_eq!((&*db.shortname, &*db.namespace), ("db", "shop"));
+        // Each pod with a hostname of its own (a StatefulSet's), by that name.
+        let db0 = &t.table["db-0.db.shop.svc.cluster.local"];
+        assert_eq!(db0.ips, ["10.0.0.1"]);
+        assert_eq!((&*db0.shortname, &*db0.namespace), ("db-0.db", "shop"));
+        assert_eq!(db0.registry, "Kubernetes");
+        assert!(t.table.contains_key("db-3.db.shop.svc.cluster.local"));
+        assert!(
+            !t.table.contains_key("db-2.db.shop.svc.cluster.local"),
+            "not ready"
+        );
+        // Every address that is one, in order.
         let legacy = &t.table["legacy.corp.example"];
-        assert_eq!(legacy.ips, ["192.168.7.7"]);
+        assert_eq!(legacy.ips, ["192.168.7.7", "192.168.7.9"]);
         assert_eq!(legacy.registry, "External");
         assert_eq!((&*legacy.shortname, &*legacy.namespace), ("", ""));
         // A CIDR, and a DNS-resolved entry without an address: nothing to answer with.
         assert!(!t.table.contains_key("range.corp.example"));
         assert!(!t.table.contains_key("api.example.com"));
-        assert_eq!(t.table.len(), 4);
+        assert_eq!(t.table.len(), 7);
     }
 
     #[test]
@@ -267,8 +316,10 @@ spec: {clusterIP: 10.96.0.8, ports: [{name: http, port: 9080}]}
             t.table["db.shop.svc.cluster.local"].ips,
             ["10.0.0.1", "10.0.0.2"]
         );
+        assert!(!t.table.contains_key("db-3.db.shop.svc.cluster.local"));
         let t = table("", &sidecar("shop", "net-b"));
         assert_eq!(t.table["db.shop.svc.cluster.local"].ips, ["10.9.0.4"]);
+        assert!(!t.table.contains_key("db-0.db.shop.svc.cluster.local"));
     }
 
     #[test]

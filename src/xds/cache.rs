@@ -225,8 +225,27 @@ pub struct ResourceCache {
     /// By [`gateway_routes_key`].
     gateway_routes: Mutex<foldhash::HashMap<u64, Vec<GatewayRoutesEntry>>>,
     gateway_hosts: Mutex<GatewayHostMemo>,
+    names: Mutex<NameMemo>,
+    tables: Mutex<Vec<TableEntry>>,
     hits: Counter,
     misses: Counter,
+}
+
+/// By host: the service's encoded name table entry (istio.networking.nds.v1; empty when
+/// it has none), and the service it was built from. A headless service has none here: its
+/// entries depend on the proxy's network.
+type NameMemo = foldhash::HashMap<String, (Arc<Service>, Arc<[u8]>)>;
+
+/// A name table assembled for the views of one context with one service list (and, when
+/// some of them is headless, one network), shared by them: the unscoped sidecars of every
+/// namespace hold the same table.
+struct TableEntry {
+    ctx: u64,
+    /// The services' addresses: they name the services while the context's entries are
+    /// kept (the context holds them).
+    services: Vec<usize>,
+    network: Option<String>,
+    table: Arc<Resource>,
 }
 
 /// Values kept for the newest push context asked about and the one before it: the views
@@ -310,6 +329,10 @@ impl ResourceCache {
     /// servers it does not have.
     pub fn retain_services_of(&self, ctx: &PushContext, changed: Option<&BTreeSet<ObjectKey>>) {
         self.hosts
+            .lock()
+            .unwrap()
+            .retain(|host, _| ctx.services.contains_key(host));
+        self.names
             .lock()
             .unwrap()
             .retain(|host, _| ctx.services.contains_key(host));
@@ -731,15 +754,113 @@ pub fn view(ctx: &PushContext, proxy: &Proxy, cache: &ResourceCache) -> View {
         };
         insert_route_configuration(&mut view, ctx, proxy, cache, &r.name, fields);
     }
-    insert_name_table(&mut view, proxy, &plan);
+    insert_name_table(&mut view, ctx, proxy, cache, &plan);
     view
 }
 
 /// Adds the DNS name table of a proxy whose agent runs a DNS proxy.
-fn insert_name_table(view: &mut View, proxy: &Proxy, plan: &translate::Plan) {
+fn insert_name_table(
+    view: &mut View,
+    ctx: &PushContext,
+    proxy: &Proxy,
+    cache: &ResourceCache,
+    plan: &translate::Plan,
+) {
     if proxy.dns_proxy {
-        let table = translate::name_table::name_table(proxy, &plan.services);
-        view.insert(TypeKind::NameTable, encode("", &table));
+        view.insert(
+            TypeKind::NameTable,
+            cache.name_table(ctx, proxy, &plan.services),
+        );
+    }
+}
+
+impl ResourceCache {
+    /// [`translate::name_table::name_table`] encoded, byte for byte, from each service's
+    /// encoded entries: a map's entries are occurrences of its field, written in key
+    /// order, and those of a service that is not headless are encoded once and shared.
+    fn name_table(
+        &self,
+        ctx: &PushContext,
+        proxy: &Proxy,
+        services: &[&Arc<Service>],
+    ) -> Arc<Resource> {
+        use translate::name_table::reads_endpoints;
+        let ptrs: Vec<usize> = services.iter().map(|s| Arc::as_ptr(*s) as usize).collect();
+        let network = reads_endpoints(services).then(|| proxy.network.clone());
+        let found = (self.tables.lock().unwrap().iter())
+            .find(|e| e.ctx == ctx.id() && e.services == ptrs && e.network == network)
+            .map(|e| e.table.clone());
+        if let Some(table) = found {
+            return table;
+        }
+        let table = self.assemble_name_table(proxy, services);
+        let mut tables = self.tables.lock().unwrap();
+        // The newest two contexts' tables, as the cluster sets are kept.
+        let mut contexts: Vec<u64> = (tables.iter().map(|e| e.ctx)).chain([ctx.id()]).collect();
+        contexts.sort_unstable();
+        contexts.dedup();
+        let oldest_kept = contexts[contexts.len().saturating_sub(SET_CONTEXTS)];
+        tables.retain(|e| e.ctx >= oldest_kept);
+        tables.push(TableEntry {
+            ctx: ctx.id(),
+            services: ptrs,
+            network,
+            table: table.clone(),
+        });
+        table
+    }
+
+    /// The name table assembled from each service's cached entries.
+    fn assemble_name_table(&self, proxy: &Proxy, services: &[&Arc<Service>]) -> Arc<Resource> {
+        use std::borrow::Cow;
+        use translate::name_table::{NameTable, entries, is_headless};
+        let encoded = |entries: Vec<(String, _)>| -> Vec<(String, Arc<[u8]>)> {
+            (entries.into_iter())
+                .map(|(key, info)| {
+                    let one = NameTable {
+                        table: [(key.clone(), info)].into(),
+                    };
+                    (key, one.encode_to_vec().into())
+                })
+                .collect()
+        };
+        let mut pieces: Vec<(Cow<'_, str>, Arc<[u8]>)> = Vec::with_capacity(services.len());
+        let mut names = self.names.lock().unwrap();
+        for svc in services {
+            if is_headless(svc) {
+                let own = encoded(entries(proxy, svc));
+                pieces.extend(own.into_iter().map(|(k, b)| (Cow::Owned(k), b)));
+                continue;
+            }
+            let bytes = match names.get_mut(&svc.hostname) {
+                Some((built, bytes)) if same(Some(&*built), Some(svc)) => {
+                    *built = (*svc).clone();
+                    bytes.clone()
+                }
+                _ => {
+                    // One entry or none: the service's host.
+                    let bytes: Arc<[u8]> = (encoded(entries(proxy, svc)).pop())
+                        .map_or_else(|| Arc::from(&[][..]), |(_, b)| b);
+                    names.insert(svc.hostname.clone(), ((*svc).clone(), bytes.clone()));
+                    bytes
+                }
+            };
+            if !bytes.is_empty() {
+                pieces.push((Cow::Borrowed(&svc.hostname), bytes));
+            }
+        }
+        drop(names);
+        // In key order (the services are; a headless one's Pods may not be); of equal
+        // keys the later stays, as in the map.
+        pieces.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut kept: Vec<Arc<[u8]>> = Vec::with_capacity(pieces.len());
+        let mut pieces = pieces.into_iter().peekable();
+        while let Some((key, bytes)) = pieces.next() {
+            if pieces.peek().is_none_or(|(next, _)| *next != key) {
+                kept.push(bytes);
+            }
+        }
+        from_pieces::<NameTable>("", kept)
     }
 }
 
@@ -801,7 +922,8 @@ fn clusters_and_endpoints(
 /// listeners, routes, virtual hosts and secrets of `previous` (the same view key's view
 /// of the push before) shared rather than translated again, as none of them depends on
 /// endpoints ([`translate::cluster_plan`]; the caller checks a sidecar's inbound ports).
-/// The name table does (a headless service's entry is its endpoints): it is built again.
+/// The name table does when the proxy may reach a headless service (whose entry is its
+/// endpoints): it is built again then, and kept otherwise.
 /// A gateway bound to many VirtualServices is most of a push's translation otherwise
 /// (1,000 virtual hosts: see BENCHMARKS.md), and a sidecar's plan most of its view.
 pub fn view_after_endpoints(
@@ -820,7 +942,11 @@ pub fn view_after_endpoints(
     ] {
         view.share(kind, previous.set(kind));
     }
-    insert_name_table(&mut view, proxy, &plan);
+    if translate::name_table::reads_endpoints(&plan.services) {
+        insert_name_table(&mut view, ctx, proxy, cache, &plan);
+    } else {
+        view.share(TypeKind::NameTable, previous.set(TypeKind::NameTable));
+    }
     view
 }
 

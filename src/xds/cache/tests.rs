@@ -606,10 +606,13 @@ fn a_dns_capturing_proxys_view_holds_its_name_table_kept_current_by_endpoint_pus
     use crate::translate::name_table::NameTable;
     let headless = |ips: &str| {
         format!(
-            "apiVersion: v1\nkind: Service\nmetadata: {{name: db, namespace: ns-0}}\nspec: {{clusterIP: None, ports: [{{name: tcp, port: 5432}}]}}\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: db-a, namespace: ns-0, labels: {{kubernetes.io/service-name: db}}}}\naddressType: IPv4\nports: [{{name: tcp, port: 5432}}]\nendpoints: [{ips}]\n"
+            "apiVersion: v1\nkind: Service\nmetadata: {{name: db, namespace: ns-0, annotations: {{networking.istio.io/exportTo: .}}}}\nspec: {{clusterIP: None, ports: [{{name: tcp, port: 5432}}]}}\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: db-a, namespace: ns-0, labels: {{kubernetes.io/service-name: db}}}}\naddressType: IPv4\nports: [{{name: tcp, port: 5432}}]\nendpoints: [{ips}]\n"
         )
     };
-    let ready = |ip: &str| format!("{{addresses: [{ip}], conditions: {{ready: true}}}}");
+    let ready = |ip: &str| {
+        let pod = ip.replace('.', "-");
+        format!("{{addresses: [{ip}], hostname: zz-{pod}, conditions: {{ready: true}}}}")
+    };
     let mut store = Shape::new(40, 4, 2).store();
     apply(&mut store, &headless(&ready("10.1.0.1")));
     let (first, cache) = first_push(&store);
@@ -620,7 +623,7 @@ fn a_dns_capturing_proxys_view_holds_its_name_table_kept_current_by_endpoint_pus
     let table = |v: &View| NameTable::decode(&*v.all(TypeKind::NameTable)[""].value()).unwrap();
     let before = view(&first, &p, &cache);
     let t = table(&before);
-    assert_eq!(t.table.len(), 41, "40 services and db");
+    assert_eq!(t.table.len(), 42, "40 services, db and its pod");
     assert_eq!(t.table["db.ns-0.svc.cluster.local"].ips, ["10.1.0.1"]);
 
     // An endpoint-only push keeps the listeners and routes, not the table: a headless
@@ -635,5 +638,38 @@ fn a_dns_capturing_proxys_view_holds_its_name_table_kept_current_by_endpoint_pus
     assert_eq!(
         table(&kept).table["db.ns-0.svc.cluster.local"].ips,
         ["10.1.0.1", "10.1.0.2"]
+    );
+    // A proxy that cannot reach the headless service keeps its table, shared.
+    let mut other = proxy("sidecar", "ns-1", json!({"app": "b"}), false);
+    other.dns_proxy = true;
+    let before = view(&first, &other, &cache);
+    assert_eq!(table(&before).table.len(), 40);
+    // Views with the same services share one table.
+    let mut third_ns = proxy("sidecar", "ns-2", json!({"app": "a"}), false);
+    third_ns.dns_proxy = true;
+    let shared = |v: &View| v.all(TypeKind::NameTable)[""].clone();
+    assert!(Arc::ptr_eq(
+        &shared(&before),
+        &shared(&view(&first, &third_ns, &cache))
+    ));
+    let kept = view_after_endpoints(&second, &other, &cache, &before);
+    assert!(kept.shares(&before, TypeKind::NameTable));
+    crate::xds::testing::assert_same_views(&kept, &view(&second, &other, &cache), &other.id);
+
+    // A service's new address replaces its cached entry.
+    let shape = Shape::new(40, 4, 2);
+    let ns = shape.namespace_of(6);
+    apply(
+        &mut store,
+        &format!(
+            "apiVersion: v1\nkind: Service\nmetadata: {{name: svc-6, namespace: {ns}}}\nspec: {{clusterIP: 10.100.99.6, ports: [{{name: http, port: 8080}}]}}\n"
+        ),
+    );
+    let third = PushContext::build(&store, "v/3".into());
+    assert_views_agree_for(&third, &cache, vec![p.clone(), other.clone()]);
+    let host = format!("svc-6.{ns}.svc.cluster.local");
+    assert_eq!(
+        table(&view(&third, &other, &cache)).table[&host].ips,
+        ["10.100.99.6"]
     );
 }
