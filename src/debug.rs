@@ -299,6 +299,11 @@ fn connections(s: &DebugState, proxy_id: Option<&str>) -> Vec<SyncStatus> {
         .collect()
 }
 
+/// The first connection of the proxy `id` names, or the answer saying there is none.
+fn connection(s: &DebugState, id: &str) -> Result<SyncStatus, (StatusCode, Json<Value>)> {
+    (connections(s, Some(id)).into_iter().next()).ok_or_else(|| no_proxy(id))
+}
+
 fn no_proxy(id: &str) -> (StatusCode, Json<Value>) {
     (
         StatusCode::NOT_FOUND,
@@ -312,12 +317,9 @@ async fn authenticationz(
     State(s): State<DebugState>,
     axum::extract::Query(q): axum::extract::Query<ProxyQuery>,
 ) -> impl IntoResponse {
-    let Some(proxy) = connections(&s, Some(&q.proxy_id))
-        .into_iter()
-        .next()
-        .map(|c| c.model)
-    else {
-        return no_proxy(&q.proxy_id);
+    let proxy = match connection(&s, &q.proxy_id) {
+        Ok(c) => c.model,
+        Err(none) => return none,
     };
     let push = s.xds.current_push();
     let ctx = &push.context;
@@ -517,8 +519,9 @@ async fn config_dump(
     State(s): State<DebugState>,
     axum::extract::Query(q): axum::extract::Query<ProxyQuery>,
 ) -> impl IntoResponse {
-    let Some(c) = connections(&s, Some(&q.proxy_id)).into_iter().next() else {
-        return no_proxy(&q.proxy_id);
+    let c = match connection(&s, &q.proxy_id) {
+        Ok(c) => c,
+        Err(none) => return none,
     };
     let push = s.xds.current_push();
     let view = push.view(&c.model);
@@ -541,8 +544,9 @@ async fn ndsz(
     axum::extract::Query(q): axum::extract::Query<ProxyQuery>,
 ) -> impl IntoResponse {
     use crate::translate::name_table::{name_table, to_json};
-    let Some(c) = connections(&s, Some(&q.proxy_id)).into_iter().next() else {
-        return no_proxy(&q.proxy_id);
+    let c = match connection(&s, &q.proxy_id) {
+        Ok(c) => c,
+        Err(none) => return none,
     };
     let push = s.xds.current_push();
     let services = crate::translate::services(&push.context, &c.model);
