@@ -174,10 +174,13 @@ fn own_proxy_view(shared: &XdsShared, view: &str, namespace: &str) -> bool {
     if !matches!(name, "config_dump" | "edsz" | "ndsz") {
         return false;
     }
-    let ids: Vec<&str> = (query.split('&'))
-        .filter_map(|pair| pair.strip_prefix("proxyID="))
+    // Decoded as the view's own query parser (serde_urlencoded) decodes it, so that the
+    // proxy checked is the proxy shown.
+    let ids: Vec<String> = (form_urlencoded::parse(query.as_bytes()))
+        .filter(|(key, _)| key == "proxyID")
+        .map(|(_, id)| id.into_owned())
         .collect();
-    let [id] = ids[..] else {
+    let [id] = &ids[..] else {
         return false;
     };
     let proxies = shared.sync_status();

@@ -494,6 +494,20 @@ async fn istioctl_reads_proxy_status_and_config_dumps_over_xds() {
     let ndsz: serde_json::Value = serde_json::from_slice(&answer.resources[0].value).unwrap();
     let reviews = &ndsz["configs"][0]["table"]["reviews.shop.svc.cluster.local"];
     assert_eq!(reviews["shortname"], "reviews", "{ndsz}");
+    // The proxy named by its node id, percent-encoded as a query value may be: the check
+    // reads the id the view reads.
+    let encoded = sidecar.id.replace('~', "%7E");
+    let answer = ask(
+        secure().await,
+        Some("shop-token"),
+        "shop",
+        DEBUG,
+        &[&format!("edsz?proxyID={encoded}")],
+    )
+    .await
+    .unwrap();
+    let edsz: serde_json::Value = serde_json::from_slice(&answer.resources[0].value).unwrap();
+    assert_eq!(edsz[0]["proxy"], sidecar.id, "{edsz}");
     assert_eq!(meshd.metric("pilot_xds_clients"), 2.0);
     let still = meshd.syncz(&sidecar.id);
     assert_eq!(still["types"]["cds"]["rejects"], 0);
