@@ -21,6 +21,8 @@ pub(super) struct MeshdFigures {
     pub(super) full_diffs: f64,
     /// Encoded runs meshd keeps to share between responses (`src/xds/joined.rs`).
     pub(super) shared_run_bytes: f64,
+    /// DNS name tables (NDS responses) sent.
+    pub(super) name_tables: f64,
 }
 
 pub(super) fn metric(text: &str, name: &str) -> f64 {
@@ -37,6 +39,7 @@ pub(super) fn meshd_figures(monitoring: &str) -> MeshdFigures {
             view_diffs: metric(&text, "meshd_xds_push_diffs{method=\"view\"}"),
             full_diffs: metric(&text, "meshd_xds_push_diffs{method=\"full\"}"),
             shared_run_bytes: metric(&text, "meshd_xds_shared_run_bytes"),
+            name_tables: metric(&text, "pilot_xds_pushes{type=\"nds\"}"),
         },
         Err(_) => MeshdFigures::default(),
     }

@@ -87,6 +87,11 @@ pub struct LoadgenArgs {
     /// The first N sidecars NACK every route configuration.
     #[arg(long, default_value_t = 0)]
     pub nack_proxies: usize,
+    /// Sidecars whose agents capture DNS, as `ISTIO_META_DNS_CAPTURE=true` makes them:
+    /// their nodes say `DNS_CAPTURE`, and each asks for its DNS name table (NDS) after its
+    /// listeners, as istio-agent does, and ACKs it.
+    #[arg(long)]
+    pub dns_capture: bool,
     #[arg(long, default_value_t = 100)]
     pub services: usize,
     #[arg(long, default_value_t = 10)]
@@ -746,7 +751,11 @@ async fn simulate(
             (
                 format!("sidecar~{ip}~loadgen-{i}.{ns}~{ns}.svc.cluster.local"),
                 Some(ns.clone()),
-                serde_json::json!({"NAMESPACE": ns, "LABELS": {"app": "loadgen"}, "ISTIO_VERSION": "1.28.0"}),
+                if args.dns_capture {
+                    serde_json::json!({"NAMESPACE": ns, "LABELS": {"app": "loadgen"}, "ISTIO_VERSION": "1.28.0", "DNS_CAPTURE": "true"})
+                } else {
+                    serde_json::json!({"NAMESPACE": ns, "LABELS": {"app": "loadgen"}, "ISTIO_VERSION": "1.28.0"})
+                },
             )
         } else {
             (
@@ -775,6 +784,7 @@ async fn simulate(
             node: node(&id, &meta),
             delta: !args.sotw,
             nack_routes: i < args.nack_proxies,
+            name_table: args.dns_capture && i < args.proxies,
         };
         let stats = Arc::new(ProxyStats::default());
         fleet.push(Simulated {
@@ -984,7 +994,7 @@ async fn simulate(
         "connect_rate": args.connect_rate, "warm_proxies": warm, "secure": args.secure, "proxies_per_connection": args.proxies_per_connection, "hyper_client": args.through_hyper(),
         "services": shape.services, "namespaces": shape.namespaces, "endpoints": shape.endpoints,
         "routed_every": shape.routed_every, "sidecar_scoped": shape.sidecar_scoped,
-        "gateway_routes": shape.gateway_routed,
+        "gateway_routes": shape.gateway_routed, "dns_capture": args.dns_capture,
         "change": args.change, "changes": args.changes, "services_per_change": args.services_per_change,
         // Whether the simulator's own heap may use transparent huge pages (off unless
         // MIMALLOC_ALLOW_THP says otherwise; see `heap`).
@@ -1016,6 +1026,9 @@ async fn simulate(
             "push_diffs_by_view": end.view_diffs - connected.view_diffs,
             "push_diffs_in_full": end.full_diffs - connected.full_diffs,
             "proxies_with_identity": identified,
+            // NDS responses (--dns-capture): while the fleet connected, and after.
+            "name_tables_sent_connecting": connected.name_tables - base.name_tables,
+            "name_tables_sent_after": end.name_tables - connected.name_tables,
         }),
     );
     summary.insert(

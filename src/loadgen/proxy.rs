@@ -26,7 +26,7 @@ use tonic::codegen::{Context, Pin, Poll, Service, http};
 
 use super::response::{Body, DeltaResponse, SotwResponse};
 use crate::xds::resource::{
-    CLUSTER_TYPE, ENDPOINT_TYPE, LISTENER_TYPE, ROUTE_TYPE, VIRTUAL_HOST_TYPE,
+    CLUSTER_TYPE, ENDPOINT_TYPE, LISTENER_TYPE, NAME_TABLE_TYPE, ROUTE_TYPE, VIRTUAL_HOST_TYPE,
 };
 use crate::xds::wire::{self, Messages};
 
@@ -340,6 +340,9 @@ pub struct Spec {
     pub delta: bool,
     /// NACK every RDS response (to exercise meshd's rejection path).
     pub nack_routes: bool,
+    /// Ask for the DNS name table after the listeners, as istio-agent does with DNS
+    /// capture on.
+    pub name_table: bool,
 }
 
 /// Route names the HTTP connection managers of `listener` ask for over RDS.
@@ -537,6 +540,11 @@ async fn run_delta(
     tx.send(Box::new(held.request(LISTENER_TYPE)))
         .await
         .map_err(|e| e.to_string())?;
+    if spec.name_table {
+        tx.send(Box::new(request(NAME_TABLE_TYPE)))
+            .await
+            .map_err(|e| e.to_string())?;
+    }
     // A reconnect re-subscribes to the names it knows, and to VHDS if it held it.
     for type_url in [ENDPOINT_TYPE, ROUTE_TYPE, VIRTUAL_HOST_TYPE] {
         let sub = held.request(type_url);
@@ -633,6 +641,11 @@ async fn run_sotw(
     tx.send(Box::new(request(LISTENER_TYPE, &none)))
         .await
         .map_err(|e| e.to_string())?;
+    if spec.name_table {
+        tx.send(Box::new(request(NAME_TABLE_TYPE, &none)))
+            .await
+            .map_err(|e| e.to_string())?;
+    }
     let mut stream = open::<_, SotwResponse>(dial, SOTW_ADS, rx).await?;
     let mut names = Names::default();
     let mut counted = false;

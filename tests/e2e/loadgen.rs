@@ -64,9 +64,16 @@ fn a_scoped_delta_fleet_converges_and_other_namespaces_receive_nothing() {
             "2",
             "--warm-proxies",
             "4",
+            "--dns-capture",
         ],
     );
     assert_converged(&s, 2);
+    // Each proxy asked for its DNS name table and was sent it once; the endpoint changes
+    // and the storm changed no name, so none was sent again.
+    assert_eq!(s["settings"]["dns_capture"], true);
+    let m = &s["meshd"];
+    assert_eq!(m["name_tables_sent_connecting"], 40.0, "{m:#}");
+    assert_eq!(m["name_tables_sent_after"], 0.0, "{m:#}");
     // One proxy per namespace connected first; memory and connect figures are then
     // those of the 36 others.
     assert_eq!(s["settings"]["warm_proxies"], 4);
