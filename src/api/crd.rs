@@ -82,6 +82,31 @@ mod tests {
     }
 
     #[test]
+    fn every_status_keeps_the_fields_it_does_not_name() {
+        // As Istio's CRDs: what other controllers write into an object's status (istiod's
+        // ServiceEntry `addresses`) survives the API server's pruning.
+        for crd in all() {
+            for v in &crd.spec.versions {
+                let schema = v
+                    .schema
+                    .as_ref()
+                    .unwrap()
+                    .open_api_v3_schema
+                    .as_ref()
+                    .unwrap();
+                let status = &schema.properties.as_ref().unwrap()["status"];
+                assert_eq!(
+                    status.x_kubernetes_preserve_unknown_fields,
+                    Some(true),
+                    "{} {}",
+                    crd.spec.names.kind,
+                    v.name
+                );
+            }
+        }
+    }
+
+    #[test]
     fn committed_crds_match_the_types() {
         for file in ["crds/istio.yaml", "charts/meshd/crds/istio.yaml"] {
             let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(file);

@@ -36,9 +36,12 @@ pub(crate) fn any_object_list(_: &mut schemars::SchemaGenerator) -> schemars::Sc
 }
 
 /// The status every Istio object carries (`IstioStatus`): conditions, validation messages
-/// and the generation they describe.
+/// and the generation they describe; fields other controllers write are kept.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+// As in Istio's CRDs: a ServiceEntry's status also holds the `addresses` istiod's IP
+// auto-allocation writes, which the API server would otherwise prune.
+#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
 pub struct IstioStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<IstioCondition>,
