@@ -748,14 +748,14 @@ async fn simulate(
         let (id, namespace, meta) = if i < args.proxies {
             let ns = format!("ns-{}", i % shape.namespaces);
             let ip = format!("10.{}.{}.{}", 200 + i / 65536, i / 256 % 256, i % 256);
+            let mut meta = serde_json::json!({"NAMESPACE": ns, "LABELS": {"app": "loadgen"}, "ISTIO_VERSION": "1.28.0"});
+            if args.dns_capture {
+                meta["DNS_CAPTURE"] = "true".into();
+            }
             (
                 format!("sidecar~{ip}~loadgen-{i}.{ns}~{ns}.svc.cluster.local"),
                 Some(ns.clone()),
-                if args.dns_capture {
-                    serde_json::json!({"NAMESPACE": ns, "LABELS": {"app": "loadgen"}, "ISTIO_VERSION": "1.28.0", "DNS_CAPTURE": "true"})
-                } else {
-                    serde_json::json!({"NAMESPACE": ns, "LABELS": {"app": "loadgen"}, "ISTIO_VERSION": "1.28.0"})
-                },
+                meta,
             )
         } else {
             (

@@ -32,8 +32,8 @@ pub enum TypeKind {
     /// gateway's), one resource each, for delta proxies when `MESHD_ENABLE_VHDS` is on
     /// (see [`vhds_route_config`]).
     VirtualHost = 5,
-    /// NDS: the DNS name table of a proxy whose agent captures DNS (metadata
-    /// `DNS_CAPTURE`); one resource, named `""` as istiod's is.
+    /// NDS: the DNS name table of a proxy whose agent runs a DNS proxy
+    /// ([`crate::model::Proxy::dns_proxy`]); one resource, named `""` as istiod's is.
     NameTable = 6,
 }
 
