@@ -14,6 +14,7 @@ use crate::config::ObjectKey;
 use crate::config::{ConfigIssue, Level};
 use crate::debug::{self, DebugState};
 use crate::filesource::{FileSource, IssueBoard, IssueHook, OnChange};
+use crate::k8s::ipallocate::{Allocator, IpAllocator};
 use crate::k8s::lease::LeaderElection;
 use crate::k8s::status::StatusWriter;
 use crate::k8s::{KubeSource, Scope};
@@ -179,6 +180,16 @@ pub async fn run(opts: ServeOptions) -> anyhow::Result<()> {
                 opts.leader.lease_duration,
             )
             .spawn();
+            if opts.push.ip_autoallocate {
+                let allocator = IpAllocator {
+                    client: client.clone(),
+                    store: store.clone(),
+                    pushes: xds.subscribe(),
+                    leader: leader.clone(),
+                    allocator: Allocator::from_env()?,
+                };
+                tokio::spawn(allocator.run());
+            }
             let writer = StatusWriter {
                 client: client.clone(),
                 store: store.clone(),

@@ -291,6 +291,15 @@ pub struct PodDef {
     pub node_name: Option<String>,
 }
 
+/// An address IP auto-allocation (istiod's controller, or meshd's
+/// [`crate::k8s::ipallocate`]) gave one host of a ServiceEntry: an entry of its
+/// `status.addresses`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct AllocatedAddress {
+    pub host: String,
+    pub ip: std::net::IpAddr,
+}
+
 /// The typed body of a configuration object.
 // Objects live behind an `Arc` in the store, so the variant sizes cost one allocation each.
 #[allow(clippy::large_enum_variant)]
@@ -300,7 +309,8 @@ pub enum Spec {
     VirtualService(VirtualServiceSpec),
     DestinationRule(DestinationRuleSpec),
     Gateway(GatewaySpec),
-    ServiceEntry(ServiceEntrySpec),
+    /// A ServiceEntry, with the addresses IP auto-allocation wrote into its status.
+    ServiceEntry(ServiceEntrySpec, Vec<AllocatedAddress>),
     Sidecar(SidecarSpec),
     WorkloadEntry(WorkloadEntrySpec),
     PeerAuthentication(PeerAuthenticationSpec),

@@ -15,8 +15,8 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::{
-    ConfigIssue, ConfigObject, EndpointSliceDef, Kind, Level, Meta, ObjectKey, PodDef, SecretDef,
-    ServiceDef, ServicePortDef, SliceEndpoint, Spec, validate,
+    AllocatedAddress, ConfigIssue, ConfigObject, EndpointSliceDef, Kind, Level, Meta, ObjectKey,
+    PodDef, SecretDef, ServiceDef, ServicePortDef, SliceEndpoint, Spec, validate,
 };
 
 /// The outcome of parsing one file.
@@ -305,6 +305,21 @@ fn spec_of(value: &Value) -> Value {
         .unwrap_or_else(|| Value::Object(Default::default()))
 }
 
+/// A ServiceEntry's `status.addresses`, as istiod reads them: an entry whose value is no
+/// IP address is skipped (status is written by controllers, not users, and is never an
+/// error).
+fn allocated_addresses(value: &Value) -> Vec<AllocatedAddress> {
+    let entries = value.pointer("/status/addresses").and_then(Value::as_array);
+    (entries.into_iter().flatten())
+        .filter_map(|a| {
+            Some(AllocatedAddress {
+                host: a.get("host")?.as_str()?.to_string(),
+                ip: a.get("value")?.as_str()?.parse().ok()?,
+            })
+        })
+        .collect()
+}
+
 fn decode_spec(
     kind: Kind,
     value: Value,
@@ -315,7 +330,9 @@ fn decode_spec(
         Kind::VirtualService => Spec::VirtualService(typed(spec, "spec", unknown)?),
         Kind::DestinationRule => Spec::DestinationRule(typed(spec, "spec", unknown)?),
         Kind::Gateway => Spec::Gateway(typed(spec, "spec", unknown)?),
-        Kind::ServiceEntry => Spec::ServiceEntry(typed(spec, "spec", unknown)?),
+        Kind::ServiceEntry => {
+            Spec::ServiceEntry(typed(spec, "spec", unknown)?, allocated_addresses(&value))
+        }
         Kind::Sidecar => Spec::Sidecar(typed(spec, "spec", unknown)?),
         Kind::WorkloadEntry => Spec::WorkloadEntry(typed(spec, "spec", unknown)?),
         Kind::PeerAuthentication => Spec::PeerAuthentication(typed(spec, "spec", unknown)?),

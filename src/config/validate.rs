@@ -903,7 +903,7 @@ pub fn validate(object: &ConfigObject) -> Vec<Problem> {
                 server_tls(&mut r, &f, s);
             }
         }
-        Spec::ServiceEntry(se) => {
+        Spec::ServiceEntry(se, _) => {
             hosts(&mut r, "spec.hosts", &se.hosts);
             export_to(
                 &mut r,

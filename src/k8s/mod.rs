@@ -10,6 +10,7 @@
 //!   as absent; unlabelled objects apply to every revision, as in Istio.
 //! - Bad objects keep their last good version and are reported like bad files.
 
+pub mod ipallocate;
 pub mod lease;
 pub mod status;
 pub mod webhook_ca;

@@ -40,6 +40,9 @@ struct Inner {
     lists: BTreeMap<String, usize>,
     /// Status patches, by "plural/namespace/name".
     patches: BTreeMap<String, usize>,
+    /// The top-level `status` fields each field manager applied last, by
+    /// "plural/namespace/name/manager".
+    status_owners: BTreeMap<String, BTreeSet<String>>,
     /// Leases, by "namespace/name".
     leases: BTreeMap<String, Value>,
     /// Service-account tokens TokenReview knows: token -> (username, audiences, expired).
@@ -561,7 +564,15 @@ fn json_response(v: &Value) -> Response {
 }
 
 /// `PATCH /apis/G/V/namespaces/NS/PLURAL/NAME/status` (server-side apply of `status`).
-fn patch_status(inner: &mut Inner, plural: &str, ns: &str, name: &str, body: &[u8]) -> Response {
+/// As server-side apply does to a status whose fields are not in the schema: a field
+/// manager's apply sets the fields it names and removes those it applied before and names
+/// no more; other managers' fields stay.
+fn patch_status(
+    inner: &mut Inner,
+    (plural, ns, name): (&str, &str, &str),
+    manager: &str,
+    body: &[u8],
+) -> Response {
     let Ok(patch) = serde_json::from_slice::<Value>(body) else {
         return status(400, "BadRequest", "patch body is not JSON");
     };
@@ -571,7 +582,24 @@ fn patch_status(inner: &mut Inner, plural: &str, ns: &str, name: &str, body: &[u
     };
     inner.rv += 1;
     let rv = inner.rv;
-    obj["status"] = patch["status"].clone();
+    let applied: BTreeMap<String, Value> = match &patch["status"] {
+        Value::Object(m) => m.clone().into_iter().collect(),
+        _ => BTreeMap::new(),
+    };
+    let owned = (inner.status_owners)
+        .insert(
+            format!("{plural}/{ns}/{name}/{manager}"),
+            applied.keys().cloned().collect(),
+        )
+        .unwrap_or_default();
+    if !obj["status"].is_object() {
+        obj["status"] = json!({});
+    }
+    let current = obj["status"].as_object_mut().unwrap();
+    for gone in owned.iter().filter(|k| !applied.contains_key(*k)) {
+        current.remove(gone);
+    }
+    current.extend(applied);
     obj["metadata"]["resourceVersion"] = json!(rv.to_string());
     inner
         .objects
@@ -703,7 +731,9 @@ async fn handle(
             );
         }
         ["apis", _, _, "namespaces", ns, plural, name, "status"] if method == Method::PATCH => {
-            return patch_status(&mut inner.lock().unwrap(), plural, ns, name, &body);
+            let manager = q.get("fieldManager").map_or("", String::as_str);
+            let object = (*plural, *ns, *name);
+            return patch_status(&mut inner.lock().unwrap(), object, manager, &body);
         }
         // Creating an Istio object (or a dry run of it): admission first.
         ["apis", group, _, "namespaces", ns, plural]

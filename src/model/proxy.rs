@@ -8,6 +8,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::Locality;
+use super::service::AutoAddresses;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -66,6 +67,11 @@ pub struct Proxy {
     /// ([`crate::translate::name_table`]): metadata `DNS_CAPTURE` on a sidecar, or
     /// `ENABLE_DNS_SERVER` (Go booleans), as istio-agent decides.
     pub dns_proxy: bool,
+    /// The auto-allocated ServiceEntry addresses it knows services by (in its name table,
+    /// its outbound listeners and its virtual hosts' domains): with metadata `DNS_CAPTURE`,
+    /// in the IP families of its own addresses, as istiod's `nodeUsesAutoallocatedIPs`
+    /// decides; none when `PILOT_ENABLE_IP_AUTOALLOCATE` is off.
+    pub auto_addresses: AutoAddresses,
 }
 
 fn shared_labels<S: serde::Serializer>(
@@ -128,6 +134,11 @@ impl Proxy {
             Some("TPROXY") => Interception::Tproxy,
             _ => Interception::Redirect,
         };
+        let auto_addresses = if flag("DNS_CAPTURE") {
+            ip_families(&ips)
+        } else {
+            AutoAddresses::None
+        };
         Ok(Proxy {
             id: id.to_string(),
             kind,
@@ -162,11 +173,22 @@ impl Proxy {
             vhds: false,
             dns_proxy: (kind == ProxyKind::Sidecar && flag("DNS_CAPTURE"))
                 || flag("ENABLE_DNS_SERVER"),
+            auto_addresses,
         })
     }
 
     pub fn ip(&self) -> &str {
         &self.ips[0]
+    }
+}
+
+/// The IP families of a proxy's addresses (all parsed already).
+fn ip_families(ips: &[String]) -> AutoAddresses {
+    let v6 = |ip: &String| ip.parse::<IpAddr>().is_ok_and(|ip| ip.is_ipv6());
+    match (ips.iter().any(|ip| !v6(ip)), ips.iter().any(v6)) {
+        (true, true) => AutoAddresses::DualStack,
+        (false, true) => AutoAddresses::Ipv6,
+        _ => AutoAddresses::Ipv4,
     }
 }
 
@@ -224,6 +246,39 @@ mod tests {
         assert!(!dns_proxy("router", json!({"DNS_CAPTURE": "true"})));
         assert!(dns_proxy("router", json!({"ENABLE_DNS_SERVER": "true"})));
         assert!(dns_proxy("sidecar", json!({"ENABLE_DNS_SERVER": "True"})));
+    }
+
+    #[test]
+    fn a_proxy_capturing_dns_uses_auto_allocated_addresses_of_its_own_ip_families() {
+        let auto = |kind: &str, ips: &str, meta: serde_json::Value| {
+            let mut meta = meta.as_object().unwrap().clone();
+            meta.insert("INSTANCE_IPS".into(), ips.into());
+            let id = format!("{kind}~10.1.2.3~a.shop~shop.svc.cluster.local");
+            Proxy::from_node(&id, &meta).unwrap().auto_addresses
+        };
+        let capture = json!({"DNS_CAPTURE": "true"});
+        assert_eq!(
+            auto("sidecar", "10.1.2.3", capture.clone()),
+            AutoAddresses::Ipv4
+        );
+        assert_eq!(
+            auto("sidecar", "fd00::3", capture.clone()),
+            AutoAddresses::Ipv6
+        );
+        let dual = auto("sidecar", "10.1.2.3,fd00::3", capture.clone());
+        assert_eq!(dual, AutoAddresses::DualStack);
+        // istiod does not look at the kind; DNS_AUTO_ALLOCATE alone is not enough.
+        assert_eq!(auto("router", "10.1.2.3", capture), AutoAddresses::Ipv4);
+        let allocate_only = json!({"DNS_AUTO_ALLOCATE": "true"});
+        assert_eq!(
+            auto("sidecar", "10.1.2.3", allocate_only),
+            AutoAddresses::None
+        );
+        let server_only = json!({"ENABLE_DNS_SERVER": "true"});
+        assert_eq!(
+            auto("sidecar", "10.1.2.3", server_only),
+            AutoAddresses::None
+        );
     }
 
     #[test]

@@ -11,7 +11,7 @@ use super::network::EndpointNetworks;
 use super::{DOMAIN_SUFFIX, Store};
 use crate::api::labels_match;
 use crate::api::networking::{Location, Resolution, ServiceEntrySpec, WorkloadEntrySpec};
-use crate::config::{ConfigObject, EndpointSliceDef, Kind, ObjectKey, Spec};
+use crate::config::{AllocatedAddress, ConfigObject, EndpointSliceDef, Kind, ObjectKey, Spec};
 
 /// Protocol of a service port, from its name prefix or appProtocol, as Istio infers it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -119,6 +119,10 @@ pub struct Service {
     pub vip: Option<String>,
     /// A ServiceEntry's addresses after the first (`vip`), which its DNS entry holds too.
     pub more_addresses: Vec<String>,
+    /// The addresses IP auto-allocation gave a ServiceEntry host that has none of its own
+    /// (its `status.addresses`), which only proxies that capture DNS use
+    /// ([`Service::address_for`]).
+    pub auto_allocated: AutoAllocated,
     pub ports: Vec<ServicePort>,
     pub endpoints: Vec<Endpoint>,
     pub discovery: Discovery,
@@ -129,6 +133,74 @@ pub struct Service {
     pub selector: BTreeMap<String, String>,
     pub labels: BTreeMap<String, String>,
     pub traffic_distribution: TrafficDistribution,
+}
+
+/// A ServiceEntry host's auto-allocated addresses, one per IP family (istiod's
+/// `AutoAllocatedIPv4Address` and `AutoAllocatedIPv6Address`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct AutoAllocated {
+    pub ipv4: Option<String>,
+    pub ipv6: Option<String>,
+}
+
+/// Which auto-allocated ServiceEntry addresses a proxy uses, as istiod's
+/// `nodeUsesAutoallocatedIPs` decides (its agent captures DNS, and auto-allocation is on),
+/// by the IP families of its own addresses.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+pub enum AutoAddresses {
+    #[default]
+    None,
+    Ipv4,
+    Ipv6,
+    DualStack,
+}
+
+impl AutoAddresses {
+    fn ipv4(self) -> bool {
+        matches!(self, AutoAddresses::Ipv4 | AutoAddresses::DualStack)
+    }
+
+    fn ipv6(self) -> bool {
+        matches!(self, AutoAddresses::Ipv6 | AutoAddresses::DualStack)
+    }
+}
+
+impl Service {
+    /// What of [`Service::auto_allocated`] a proxy that uses `auto` reads: `None` when
+    /// the service has an address of its own or none was allocated in the proxy's
+    /// families. A per-service cache entry that holds the service's address keys on it.
+    pub fn auto_for(&self, auto: AutoAddresses) -> AutoAddresses {
+        let a = &self.auto_allocated;
+        let usable = self.vip.is_none()
+            && ((auto.ipv4() && a.ipv4.is_some()) || (auto.ipv6() && a.ipv6.is_some()));
+        if usable { auto } else { AutoAddresses::None }
+    }
+
+    /// The address a proxy that uses `auto` knows the service by (istiod's
+    /// `GetAddressForProxy`): its own, else its auto-allocated one, IPv4 first.
+    pub fn address_for(&self, auto: AutoAddresses) -> Option<&str> {
+        let a = &self.auto_allocated;
+        (self.vip.as_deref())
+            .or_else(|| a.ipv4.as_deref().filter(|_| auto.ipv4()))
+            .or_else(|| a.ipv6.as_deref().filter(|_| auto.ipv6()))
+    }
+
+    /// Every address of the service for such a proxy's DNS answers (istiod's
+    /// `GetAllAddressesForProxy`): its own, else its auto-allocated ones in the proxy's
+    /// families.
+    pub fn addresses_for(&self, auto: AutoAddresses) -> Vec<&str> {
+        match &self.vip {
+            Some(vip) => (std::iter::once(&**vip))
+                .chain(self.more_addresses.iter().map(|a| &**a))
+                .collect(),
+            None => {
+                let a = &self.auto_allocated;
+                (a.ipv4.as_deref().filter(|_| auto.ipv4()).into_iter())
+                    .chain(a.ipv6.as_deref().filter(|_| auto.ipv6()))
+                    .collect()
+            }
+        }
+    }
 }
 
 /// A service's preference for nearby endpoints (Kubernetes `trafficDistribution`, or
@@ -469,6 +541,7 @@ pub(super) fn kubernetes_service(
         kubernetes: true,
         vip: def.cluster_ip.clone(),
         more_addresses: Vec::new(),
+        auto_allocated: AutoAllocated::default(),
         ports,
         endpoints,
         discovery: if def.headless {
@@ -499,11 +572,11 @@ pub(super) fn kubernetes_service(
 fn add_service_entries(store: &Store, out: &mut imbl::OrdMap<String, Arc<Service>>) {
     let workload_entries: Vec<&Arc<ConfigObject>> = store.of_kind(Kind::WorkloadEntry).collect();
     for obj in store.of_kind(Kind::ServiceEntry) {
-        let Spec::ServiceEntry(se) = &obj.spec else {
+        let Spec::ServiceEntry(se, allocated) = &obj.spec else {
             continue;
         };
         let namespace = store.namespace_annotations(&obj.key.namespace);
-        for svc in service_entry_services(obj, se, &workload_entries, namespace) {
+        for svc in service_entry_services(obj, se, allocated, &workload_entries, namespace) {
             out.entry(svc.hostname.clone())
                 .or_insert_with(|| Arc::new(svc));
         }
@@ -569,9 +642,35 @@ fn workload_endpoint(
     }
 }
 
+/// The label by which a ServiceEntry opts out of IP auto-allocation.
+pub const AUTOALLOCATE_LABEL: &str = "networking.istio.io/enable-autoallocate-ip";
+
+/// Whether a ServiceEntry gets auto-allocated addresses, and uses those its status holds
+/// (istiod's `ShouldV2AutoAllocateIP`, the feature switch aside): it has no addresses of
+/// its own, its resolution is not `NONE` (the proxy could not tell where a connection to
+/// such an address was meant to go), and it did not opt out by label.
+pub fn auto_allocates(se: &ServiceEntrySpec, labels: &BTreeMap<String, String>) -> bool {
+    se.addresses.is_empty()
+        && se.resolution.is_some_and(|r| r != Resolution::None)
+        && !(labels.get(AUTOALLOCATE_LABEL)).is_some_and(|v| v.eq_ignore_ascii_case("false"))
+}
+
+/// The hosts of a ServiceEntry that get an address (istiod's `keepHost`): each once, and
+/// a wildcard never (meshd has no `DYNAMIC_DNS` resolution, the only one that keeps one).
+pub fn allocatable_hosts(se: &ServiceEntrySpec) -> Vec<&str> {
+    let mut out: Vec<&str> = Vec::new();
+    for h in se.hosts.iter().filter(|h| !h.starts_with('*')) {
+        if !out.contains(&h.as_str()) {
+            out.push(h);
+        }
+    }
+    out
+}
+
 fn service_entry_services(
     obj: &ConfigObject,
     se: &ServiceEntrySpec,
+    allocated: &[AllocatedAddress],
     workload_entries: &[&Arc<ConfigObject>],
     namespace_annotations: Option<&BTreeMap<String, String>>,
 ) -> Vec<Service> {
@@ -630,6 +729,20 @@ fn service_entry_services(
             });
         }
     }
+    let auto = auto_allocates(se, &obj.meta.labels);
+    // Of several addresses of one family for a host, the last, as istiod keeps.
+    let auto_allocated = |host: &str| {
+        let mut out = AutoAllocated::default();
+        for a in allocated.iter().filter(|a| auto && a.host == host) {
+            let slot = if a.ip.is_ipv4() {
+                &mut out.ipv4
+            } else {
+                &mut out.ipv6
+            };
+            *slot = Some(a.ip.to_string());
+        }
+        out
+    };
     se.hosts
         .iter()
         .map(|host| Service {
@@ -639,6 +752,7 @@ fn service_entry_services(
             kubernetes: false,
             vip: se.addresses.first().cloned(),
             more_addresses: se.addresses.iter().skip(1).cloned().collect(),
+            auto_allocated: auto_allocated(host),
             ports: ports.clone(),
             endpoints: if matches!(discovery, Discovery::StrictDns | Discovery::LogicalDns) {
                 endpoints

@@ -46,6 +46,7 @@ use crate::api::labels_match;
 use crate::api::networking::{L4MatchAttributes, RouteDestination, VirtualServiceSpec};
 use crate::config::ConfigObject;
 use crate::model::egress::Egress;
+use crate::model::service::AutoAddresses;
 use crate::model::{
     Interception, Protocol, Proxy, PushContext, Service, host_matches, resolve_host,
 };
@@ -622,6 +623,8 @@ impl Outbound {
 struct Binding {
     bind: Option<String>,
     bind_to_port: bool,
+    /// The auto-allocated addresses the proxy knows ServiceEntries by.
+    auto: AutoAddresses,
 }
 
 impl Binding {
@@ -633,6 +636,7 @@ impl Binding {
         Binding {
             bind,
             bind_to_port: !captured || egress.capture_none(),
+            auto: proxy.auto_addresses,
         }
     }
 
@@ -644,8 +648,14 @@ impl Binding {
     /// The address of `svc`'s own listener (TCP, TLS, sniffed).
     fn own<'s>(&'s self, svc: &'s Service) -> &'s str {
         (self.bind.as_deref())
-            .or(svc.vip.as_deref())
+            .or(svc.address_for(self.auto))
             .unwrap_or("0.0.0.0")
+    }
+
+    /// Whether the proxy knows `svc` by no address (a TLS service is then told apart by
+    /// SNI alone).
+    fn addressless(&self, svc: &Service) -> bool {
+        svc.address_for(self.auto).is_none()
     }
 }
 
@@ -701,7 +711,7 @@ impl<'a> SidecarOutbound<'a, '_> {
                     }
                 }
                 Protocol::Tls | Protocol::Https => {
-                    let by_host = svc.vip.is_none();
+                    let by_host = binding.addressless(svc);
                     let chains = sidecar_tls_chains(ctx, proxy, &egress, svc, target, by_host);
                     if let Some(o) = self.at(binding.own(svc), port, bind_to_port) {
                         o.add(chains);
@@ -746,7 +756,7 @@ impl<'a> SidecarOutbound<'a, '_> {
         let (ctx, proxy) = (self.ctx, self.proxy);
         let bind_to_port = binding.bind_to_port;
         // A listener of its own at the service's address (not a shared or real bind).
-        let own_address = |svc: &Service| binding.bind.is_none() && svc.vip.is_some();
+        let own_address = |svc: &Service| binding.bind.is_none() && !binding.addressless(svc);
         let named: Vec<u32> = self.routes.iter().map(|r| r.port).collect();
         let mut http_ports: BTreeMap<u32, Vec<&'a Arc<Service>>> = BTreeMap::new();
         for svc in imported {
@@ -790,7 +800,7 @@ impl<'a> SidecarOutbound<'a, '_> {
                         }
                     }
                     Protocol::Tls | Protocol::Https => {
-                        let by_host = svc.vip.is_none();
+                        let by_host = binding.addressless(svc);
                         let chains = sidecar_tls_chains(ctx, proxy, &egress, svc, p.port, by_host);
                         if let Some(o) = self.at(binding.own(svc), p.port, bind_to_port) {
                             o.add(chains);

@@ -493,6 +493,7 @@ mod tests {
             kubernetes: true,
             vip: None,
             more_addresses: Vec::new(),
+            auto_allocated: Default::default(),
             ports: Vec::new(),
             discovery: crate::model::service::Discovery::Eds,
             mesh_external: false,

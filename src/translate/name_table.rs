@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use crate::model::service::Discovery;
+use crate::model::service::{AutoAddresses, Discovery};
 use crate::model::{Proxy, Service};
 
 /// The messages of `proto/nds.proto`.
@@ -59,13 +59,17 @@ pub fn name_table(proxy: &Proxy, services: &[&Arc<Service>]) -> NameTable {
 pub fn entries(proxy: &Proxy, svc: &Service) -> Vec<(String, NameInfo)> {
     let registry = if svc.kubernetes { KUBERNETES } else { EXTERNAL };
     let mut out = Vec::new();
-    let ips = match svc.vip.as_deref().filter(|ip| !is_unspecified(ip)) {
+    let auto = proxy.auto_addresses;
+    let addressed = (svc.vip.as_deref()).is_some_and(|ip| !is_unspecified(ip))
+        || svc.auto_for(auto) != AutoAddresses::None;
+    let ips = match addressed {
+        // Its own addresses, else those auto-allocated for it in the proxy's IP families.
         // A CIDR (a ServiceEntry may have one) is no answer to a query.
-        Some(vip) => (std::iter::once(vip).chain(svc.more_addresses.iter().map(|a| &**a)))
+        true => (svc.addresses_for(auto).into_iter())
             .filter(|a| a.parse::<IpAddr>().is_ok())
             .map(str::to_string)
             .collect(),
-        None if is_headless(svc) => {
+        false if is_headless(svc) => {
             let (ips, pods) = headless(proxy, svc);
             for (pod, ips) in pods {
                 let info = NameInfo {
@@ -80,7 +84,7 @@ pub fn entries(proxy: &Proxy, svc: &Service) -> Vec<(String, NameInfo)> {
             ips
         }
         // A DNS-resolved ServiceEntry without an address: nothing to answer with.
-        None => Vec::new(),
+        false => Vec::new(),
     };
     if ips.is_empty() {
         return out;

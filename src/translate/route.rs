@@ -43,6 +43,7 @@ use crate::api::networking::{
 };
 use crate::config::{ConfigObject, Spec};
 use crate::model::destination_rule;
+use crate::model::service::AutoAddresses;
 use crate::model::{Proxy, PushContext, Service, host_matches, resolve_host};
 
 mod gateway;
@@ -120,41 +121,45 @@ pub fn empty(name: &str) -> RouteConfiguration {
 /// Who reads a service's virtual host, which decides its domains: a proxy in the
 /// service's namespace (the short name too), a proxy elsewhere, or a sniffed listener's
 /// own route configuration `HOST:PORT` (`*`: the listener serves that service alone, as
-/// istiod's `getVirtualHostsForSniffedServicePort` writes it).
+/// istiod's `getVirtualHostsForSniffedServicePort` writes it). A proxy that knows the
+/// service by an auto-allocated address ([`Service::auto_for`]) has that address among the
+/// domains.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Audience {
-    Local,
-    Remote,
+    Local(AutoAddresses),
+    Remote(AutoAddresses),
     Sniffed,
 }
 
 impl Audience {
-    pub fn new(svc: &Service, proxy_ns: &str, sniffed: bool) -> Audience {
+    pub fn new(svc: &Service, proxy: &Proxy, sniffed: bool) -> Audience {
+        let auto = svc.auto_for(proxy.auto_addresses);
         if sniffed {
             Audience::Sniffed
-        } else if svc.namespace == proxy_ns {
-            Audience::Local
+        } else if svc.namespace == proxy.namespace {
+            Audience::Local(auto)
         } else {
-            Audience::Remote
+            Audience::Remote(auto)
         }
     }
 }
 
 /// Every domain Istio gives a service's virtual host for `audience`.
 pub fn domains(svc: &Service, audience: Audience) -> Vec<String> {
-    if audience == Audience::Sniffed {
-        return vec!["*".into()];
-    }
+    let auto = match audience {
+        Audience::Sniffed => return vec!["*".into()],
+        Audience::Local(auto) | Audience::Remote(auto) => auto,
+    };
     let mut out = vec![svc.hostname.clone(), format!("{}.", svc.hostname)];
     if svc.kubernetes {
-        if audience == Audience::Local {
+        if matches!(audience, Audience::Local(_)) {
             out.push(svc.name.clone());
         }
         out.push(format!("{}.{}.svc", svc.name, svc.namespace));
         out.push(format!("{}.{}", svc.name, svc.namespace));
     }
-    if let Some(vip) = &svc.vip {
-        out.push(vip.clone());
+    if let Some(address) = svc.address_for(auto) {
+        out.push(address.to_string());
     }
     let mut seen = HashSet::new();
     out.retain(|d| seen.insert(d.clone()));
@@ -185,11 +190,11 @@ impl VirtualHostPlan<'_> {
         match self {
             VirtualHostPlan::Default(svc) => {
                 let rule = ctx.service_rule(proxy, svc);
-                let audience = Audience::new(svc, &proxy.namespace, sniffed);
+                let audience = Audience::new(svc, proxy, sniffed);
                 default_virtual_host(svc, rule.map(|r| &**r), port, audience)
             }
             VirtualHostPlan::Shared { vs, service } => {
-                let audience = Audience::new(service, &proxy.namespace, sniffed);
+                let audience = Audience::new(service, proxy, sniffed);
                 routed_virtual_host(ctx, proxy, vs, service, port, audience)
             }
             VirtualHostPlan::Routed(vh) => *vh,
@@ -265,7 +270,7 @@ pub fn sidecar_plan<'a>(
         for i in matched {
             covered[i] = true;
             let svc = services[i];
-            let audience = Audience::new(svc, &proxy.namespace, sniffed);
+            let audience = Audience::new(svc, proxy, sniffed);
             plan.push(VirtualHostPlan::Routed(Box::new(with_routes(
                 svc,
                 port,

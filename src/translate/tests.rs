@@ -1957,3 +1957,5 @@ fn an_auto_passthrough_server_forwards_each_mtls_sni_to_its_sni_dnat_cluster() {
             .any(|c| c.name.starts_with("outbound_."))
     );
 }
+
+mod auto_addresses;

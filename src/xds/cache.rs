@@ -38,6 +38,7 @@ use crate::api::networking::LocalityLoadBalancerSetting;
 use crate::config::{ConfigObject, ObjectKey, Spec};
 use crate::metrics::{Metrics, type_label};
 use crate::model::network::NetworkGateways;
+use crate::model::service::AutoAddresses;
 use crate::model::{Proxy, ProxyKind, PushContext, Service};
 use crate::translate::locality::{self, Place};
 use crate::translate::route::{Audience, VirtualHostPlan};
@@ -231,10 +232,11 @@ pub struct ResourceCache {
     misses: Counter,
 }
 
-/// By host: the service's encoded name table entry (istio.networking.nds.v1; empty when
-/// it has none), and the service it was built from. A headless service has none here: its
-/// entries depend on the proxy's network.
-type NameMemo = foldhash::HashMap<String, (Arc<Service>, Arc<[u8]>)>;
+/// By host, and the auto-allocated addresses the proxy knows it by
+/// ([`Service::auto_for`]): the service's encoded name table entry
+/// (istio.networking.nds.v1; empty when it has none), and the service it was built from. A
+/// headless service has none here: its entries depend on the proxy's network.
+type NameMemo = foldhash::HashMap<(String, AutoAddresses), (Arc<Service>, Arc<[u8]>)>;
 
 /// A name table assembled for the views of one context with one service list (and, when
 /// some of them is headless, one network), shared by them: the unscoped sidecars of every
@@ -245,6 +247,7 @@ struct TableEntry {
     /// kept (the context holds them).
     services: Vec<usize>,
     network: Option<String>,
+    auto: AutoAddresses,
     table: Arc<Resource>,
 }
 
@@ -335,7 +338,7 @@ impl ResourceCache {
         self.names
             .lock()
             .unwrap()
-            .retain(|host, _| ctx.services.contains_key(host));
+            .retain(|(host, _), _| ctx.services.contains_key(host));
         self.retain_gateway_routes(ctx, changed);
     }
 
@@ -635,7 +638,7 @@ impl ResourceCache {
         proxy: &Proxy,
         sniffed: bool,
     ) -> Arc<[u8]> {
-        let audience = Audience::new(svc, &proxy.namespace, sniffed);
+        let audience = Audience::new(svc, proxy, sniffed);
         // The routes do not depend on the service's own rule: the entry of whichever
         // rule the proxy gets holds them.
         let rule = ctx.service_rule(proxy, svc);
@@ -727,7 +730,7 @@ pub fn view(ctx: &PushContext, proxy: &Proxy, cache: &ResourceCache) -> View {
         let virtual_hosts = (r.vhosts.iter().map(|v| match v {
             VirtualHostPlan::Default(svc) => {
                 let rule = ctx.service_rule(proxy, svc);
-                let audience = Audience::new(svc, &proxy.namespace, r.sniffed);
+                let audience = Audience::new(svc, proxy, r.sniffed);
                 cache.default_virtual_host(ctx, svc, rule, port, audience)
             }
             VirtualHostPlan::Shared { vs, service } => {
@@ -789,6 +792,7 @@ impl ResourceCache {
         let network = reads_endpoints(services).then(|| proxy.network.clone());
         let found = (self.tables.lock().unwrap().iter())
             .find(|e| e.ctx == ctx.id() && e.services == ptrs && e.network == network)
+            .filter(|e| e.auto == proxy.auto_addresses)
             .map(|e| e.table.clone());
         if let Some(table) = found {
             return table;
@@ -805,6 +809,7 @@ impl ResourceCache {
             ctx: ctx.id(),
             services: ptrs,
             network,
+            auto: proxy.auto_addresses,
             table: table.clone(),
         });
         table
@@ -832,7 +837,8 @@ impl ResourceCache {
                 pieces.extend(own.into_iter().map(|(k, b)| (Cow::Owned(k), b)));
                 continue;
             }
-            let bytes = match names.get_mut(&svc.hostname) {
+            let key = (svc.hostname.clone(), svc.auto_for(proxy.auto_addresses));
+            let bytes = match names.get_mut(&key) {
                 Some((built, bytes)) if same(Some(&*built), Some(svc)) => {
                     *built = (*svc).clone();
                     bytes.clone()
@@ -841,7 +847,7 @@ impl ResourceCache {
                     // One entry or none: the service's host.
                     let bytes: Arc<[u8]> = (encoded(entries(proxy, svc)).pop())
                         .map_or_else(|| Arc::from(&[][..]), |(_, b)| b);
-                    names.insert(svc.hostname.clone(), ((*svc).clone(), bytes.clone()));
+                    names.insert(key, ((*svc).clone(), bytes.clone()));
                     bytes
                 }
             };

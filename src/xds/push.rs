@@ -15,6 +15,7 @@ use super::resource::{ResourceMap, TypeKind, View};
 use super::wire::Batch;
 use crate::config::{Kind, ObjectKey};
 use crate::metrics::{Metrics, type_label};
+use crate::model::service::AutoAddresses;
 use crate::model::{Interception, Locality, Proxy, ProxyKind, PushContext, Store};
 
 /// Pipeline settings, from Istio's environment variables.
@@ -51,6 +52,10 @@ pub struct PushSettings {
     /// than tonic's and hyper's (`MESHD_XDS_HTTP2_SERVER`: `meshd`, the default, or
     /// `hyper`).
     pub own_http2: bool,
+    /// ServiceEntries without addresses get some (`PILOT_ENABLE_IP_AUTOALLOCATE`, default
+    /// true, as in istiod): the leader writes them into their status
+    /// ([`crate::k8s::ipallocate`]), and proxies that capture DNS use them.
+    pub ip_autoallocate: bool,
 }
 
 impl Default for PushSettings {
@@ -66,6 +71,7 @@ impl Default for PushSettings {
             send_buffer: Some(256 << 20),
             vhds: false,
             own_http2: true,
+            ip_autoallocate: true,
         }
     }
 }
@@ -111,6 +117,11 @@ impl PushSettings {
         if let Some(v) = var("MESHD_ENABLE_VHDS") {
             s.vhds = crate::duration::parse_bool(&v)
                 .ok_or_else(|| anyhow::anyhow!("MESHD_ENABLE_VHDS: {v:?} is not true or false"))?;
+        }
+        if let Some(v) = var("PILOT_ENABLE_IP_AUTOALLOCATE") {
+            s.ip_autoallocate = crate::duration::parse_bool(&v).ok_or_else(|| {
+                anyhow::anyhow!("PILOT_ENABLE_IP_AUTOALLOCATE: {v:?} is not true or false")
+            })?;
         }
         if let Some(v) = var("MESHD_XDS_HTTP2_SERVER") {
             s.own_http2 = match v.as_str() {
@@ -189,6 +200,8 @@ pub struct ViewKey<'a> {
     vhds: bool,
     /// Gets a DNS name table.
     dns_proxy: bool,
+    /// Knows ServiceEntries by their auto-allocated addresses.
+    auto_addresses: AutoAddresses,
 }
 
 impl ViewKey<'_> {
@@ -205,6 +218,7 @@ impl ViewKey<'_> {
             node: self.node,
             vhds: self.vhds,
             dns_proxy: self.dns_proxy,
+            auto_addresses: self.auto_addresses,
         }
     }
 }
@@ -346,6 +360,7 @@ impl Push {
             },
             vhds: proxy.vhds,
             dns_proxy: proxy.dns_proxy,
+            auto_addresses: proxy.auto_addresses,
         };
         // The maps hold owned keys; read through a shared reference they are maps of
         // borrowed ones (a map is covariant in its key).

@@ -96,6 +96,9 @@ async fn start<F: Framing>(
     let proxy = match proxy_from_node(shared, F::node(&first), caller.as_ref()) {
         Ok(mut p) => {
             p.vhds = shared.settings.vhds && F::NAME == "delta";
+            if !shared.settings.ip_autoallocate {
+                p.auto_addresses = Default::default();
+            }
             p
         }
         Err(status) => {

@@ -843,6 +843,25 @@ impl Envoy {
         Envoy::start(meshd, ads, id, meta, ip, xds)
     }
 
+    /// A sidecar with traffic capture (`REDIRECT`, as iptables would): its outbound
+    /// listeners name service addresses without binding them, and virtualOutbound (15001)
+    /// and virtualInbound (15006) bind for real. More node `metadata` as in
+    /// [`Envoy::sidecar_with`].
+    pub fn captured_sidecar(
+        meshd: &Meshd,
+        ads: Ads,
+        namespace: &str,
+        app: &str,
+        metadata: &str,
+    ) -> Envoy {
+        let ip = loopback_ip();
+        let id = format!("sidecar~{ip}~{app}-0.{namespace}~{namespace}.svc.cluster.local");
+        let meta = format!(
+            r#"{{NAMESPACE: {namespace}, LABELS: {{app: {app}}}, INTERCEPTION_MODE: REDIRECT, ISTIO_VERSION: "1.28.0", {metadata}}}"#
+        );
+        Envoy::start(meshd, ads, id, meta, ip, meshd.xds_port)
+    }
+
     /// A sidecar like [`Envoy::sidecar`] with more `labels` (`k: v, ...`) whose node names
     /// its `locality` (`region/zone`, as istio-agent's bootstrap does; none when empty).
     pub fn sidecar_in(

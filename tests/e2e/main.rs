@@ -4,6 +4,7 @@
 mod harness;
 
 use meshd::loadgen::apiserver;
+mod autoallocate;
 mod bad_config;
 mod ca;
 mod cli;

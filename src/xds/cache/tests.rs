@@ -673,3 +673,48 @@ fn a_dns_capturing_proxys_view_holds_its_name_table_kept_current_by_endpoint_pus
         ["10.100.99.6"]
     );
 }
+
+#[test]
+fn views_of_proxies_that_know_service_entries_by_auto_allocated_addresses_are_cached_apart() {
+    use crate::model::service::AutoAddresses;
+    use crate::translate::name_table::NameTable;
+    let mut store = Shape::new(40, 4, 2).store();
+    let entry = |ip: &str| {
+        format!(
+            "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {{name: ext, namespace: ns-0}}\nspec:\n  hosts: [ext.example.com]\n  ports: [{{number: 80, name: http, protocol: HTTP}}, {{number: 3306, name: tcp, protocol: TCP}}]\n  resolution: DNS\nstatus:\n  addresses: [{{value: {ip}, host: ext.example.com}}, {{value: '2001:2::1', host: ext.example.com}}]\n"
+        )
+    };
+    apply(&mut store, &entry("240.240.0.1"));
+    let (first, cache) = first_push(&store);
+    let with = |auto: AutoAddresses| {
+        let mut p = proxy("sidecar", "ns-0", json!({"app": "a"}), false);
+        p.dns_proxy = true;
+        p.auto_addresses = auto;
+        p
+    };
+    // In turn, so that each reads what the one before put in the cache.
+    let kinds = [
+        AutoAddresses::None,
+        AutoAddresses::Ipv4,
+        AutoAddresses::DualStack,
+        AutoAddresses::Ipv6,
+        AutoAddresses::Ipv4,
+    ];
+    assert_views_agree_for(&first, &cache, kinds.map(with).to_vec());
+    let table = |v: &View| NameTable::decode(&*v.all(TypeKind::NameTable)[""].value()).unwrap();
+    let ips = |ctx: &PushContext, auto| {
+        table(&view(ctx, &with(auto), &cache)).table["ext.example.com"]
+            .ips
+            .clone()
+    };
+    assert_eq!(
+        ips(&first, AutoAddresses::DualStack),
+        ["240.240.0.1", "2001:2::1"]
+    );
+
+    // A new address in status is a new entry.
+    apply(&mut store, &entry("240.240.0.9"));
+    let second = PushContext::build(&store, "v/2".into());
+    assert_views_agree_for(&second, &cache, kinds.map(with).to_vec());
+    assert_eq!(ips(&second, AutoAddresses::Ipv4), ["240.240.0.9"]);
+}

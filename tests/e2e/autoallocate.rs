@@ -1,0 +1,234 @@
+//! IP auto-allocation: ServiceEntries without addresses get some in their status from
+//! meshd's leader, and a sidecar whose agent captures DNS knows each host by its address.
+//! Its TCP listeners are bound to them, so two TCP ServiceEntries on one port each get a
+//! listener of their own. A real Envoy with traffic capture accepts them. A proxy whose
+//! agent serves DNS without capturing it, in the same namespace with the same labels, gets
+//! its own view, as before.
+
+use std::time::Duration;
+
+use envoy_types::pb::envoy::config::core::v3::Node;
+use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
+use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
+use envoy_types::pb::google::protobuf::{Struct, Value, value::Kind};
+
+use crate::apiserver::FakeApiServer;
+use crate::harness::*;
+
+fn entry(name: &str, host: &str, port: u32, protocol: &str, labels: &str) -> String {
+    format!(
+        "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {{name: {name}, namespace: shop, labels: {{{labels}}}}}\nspec:\n  hosts: [{host}]\n  ports: [{{number: {port}, name: {protocol}, protocol: {protocol}}}]\n  resolution: DNS\n"
+    )
+}
+
+/// `host=ip` for each of an entry's `status.addresses`.
+fn addresses(api: &FakeApiServer, name: &str) -> Vec<String> {
+    let se = api.object("ServiceEntry", "shop", name);
+    (se["status"]["addresses"].as_array().into_iter().flatten())
+        .map(|a| {
+            format!(
+                "{}={}",
+                a["host"].as_str().unwrap(),
+                a["value"].as_str().unwrap()
+            )
+        })
+        .collect()
+}
+
+/// The listener names of the first delta answer to a sidecar of `shop` labelled `app:
+/// client` (traffic captured) whose agent runs a DNS proxy, capturing DNS or only serving
+/// it (`ENABLE_DNS_SERVER`: a name table, but no auto-allocated addresses).
+async fn listeners(meshd: &Meshd, dns_capture: bool) -> Vec<String> {
+    let s = |v: &str| Value {
+        kind: Some(Kind::StringValue(v.into())),
+    };
+    let labels = Struct {
+        fields: [("app".to_string(), s("client"))].into(),
+    };
+    let mut fields = vec![
+        ("NAMESPACE".to_string(), s("shop")),
+        (
+            "LABELS".to_string(),
+            Value {
+                kind: Some(Kind::StructValue(labels)),
+            },
+        ),
+    ];
+    if dns_capture {
+        fields.push(("DNS_CAPTURE".to_string(), s("true")));
+    } else {
+        fields.push(("ENABLE_DNS_SERVER".to_string(), s("true")));
+    }
+    let node = Node {
+        id: format!(
+            "sidecar~10.2.0.{}~client-x.shop~shop.svc.cluster.local",
+            u8::from(dns_capture) + 7
+        ),
+        metadata: Some(Struct {
+            fields: fields.into_iter().collect(),
+        }),
+        ..Default::default()
+    };
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    tx.send(DeltaDiscoveryRequest {
+        node: Some(node),
+        type_url: "type.googleapis.com/envoy.config.listener.v3.Listener".into(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let mut stream = AggregatedDiscoveryServiceClient::new(meshd.plain_channel().await)
+        .delta_aggregated_resources(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    let first = tokio::time::timeout(Duration::from_secs(5), stream.message())
+        .await
+        .expect("no answer in 5s")
+        .unwrap()
+        .expect("stream closed");
+    let mut names: Vec<String> = first.resources.into_iter().map(|r| r.name).collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn service_entries_get_addresses_and_dns_capturing_sidecars_listen_on_them() {
+    let api = FakeApiServer::start().unwrap();
+    let dir = temp_dir("autoallocate");
+    api.apply_yaml("apiVersion: v1\nkind: Namespace\nmetadata: {name: shop}\n")
+        .unwrap();
+    api.apply_yaml(&entry("api", "api.example.com", 80, "HTTP", ""))
+        .unwrap();
+    api.apply_yaml(&entry("db-a", "db-a.example.com", 3306, "TCP", ""))
+        .unwrap();
+    api.apply_yaml(&entry("db-b", "db-b.example.com", 3306, "TCP", ""))
+        .unwrap();
+    let opted_out = entry(
+        "legacy",
+        "legacy.example.com",
+        3306,
+        "TCP",
+        "networking.istio.io/enable-autoallocate-ip: \"false\"",
+    );
+    api.apply_yaml(&opted_out).unwrap();
+    let meshd = Meshd::start_kubernetes(
+        &dir.join("meshd"),
+        &api.kubeconfig(&dir).unwrap(),
+        "default",
+    );
+
+    // The leader allocates in order of creation, then of name; IPv4 and IPv6 per host.
+    wait_until("status.addresses on db-b", Duration::from_secs(20), || {
+        !addresses(&api, "db-b").is_empty()
+    });
+    assert_eq!(
+        addresses(&api, "api"),
+        ["api.example.com=240.240.0.1", "api.example.com=2001:2::1"]
+    );
+    assert_eq!(
+        addresses(&api, "db-a"),
+        ["db-a.example.com=240.240.0.2", "db-a.example.com=2001:2::2"]
+    );
+    assert_eq!(
+        addresses(&api, "db-b"),
+        ["db-b.example.com=240.240.0.3", "db-b.example.com=2001:2::3"]
+    );
+    assert!(addresses(&api, "legacy").is_empty());
+    // The Reconciled condition is written beside them, by another field manager.
+    wait_until(
+        "db-a's Reconciled condition",
+        Duration::from_secs(20),
+        || {
+            api.object("ServiceEntry", "shop", "db-a")["status"]["conditions"][0]["type"]
+                == "Reconciled"
+        },
+    );
+    assert_eq!(
+        addresses(&api, "db-a").len(),
+        2,
+        "the condition kept the addresses"
+    );
+
+    let envoy = Envoy::captured_sidecar(
+        &meshd,
+        Ads::Delta,
+        "shop",
+        "client",
+        "DNS_CAPTURE: \"true\"",
+    );
+    let dump = || envoy.config_dump("dynamic_listeners");
+    wait_until("db-b's listener in Envoy", Duration::from_secs(15), || {
+        dump().contains("\"240.240.0.3_3306\"")
+    });
+    let listeners_dump = dump();
+    for expected in [
+        "\"240.240.0.2_3306\"",
+        "outbound|3306||db-a.example.com",
+        "outbound|3306||db-b.example.com",
+        // The opted-out entry keeps the shared listener.
+        "\"0.0.0.0_3306\"",
+        "outbound|3306||legacy.example.com",
+    ] {
+        assert!(
+            listeners_dump.contains(expected),
+            "{expected}: {listeners_dump}"
+        );
+    }
+    let routes = envoy.config_dump("dynamic_route_configs");
+    assert!(
+        routes.contains("\"240.240.0.1\""),
+        "api's address as a domain: {routes}"
+    );
+    let stats = envoy.admin("/stats").unwrap().body;
+    let rejected: Vec<&str> = (stats.lines())
+        .filter(|l| l.contains("update_rejected") && !l.ends_with(": 0"))
+        .collect();
+    assert!(rejected.is_empty(), "{rejected:?}");
+    // The agent's DNS proxy would answer with the same address.
+    let nds = meshd.json(&format!("/debug/ndsz?proxyID={}", envoy.id));
+    let table = &nds["configs"][0]["table"];
+    assert_eq!(table["db-a.example.com"]["ips"][0], "240.240.0.2", "{nds}");
+
+    // Same namespace and labels, a DNS proxy without DNS capture: the addresses are not
+    // used.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let plain = rt.block_on(listeners(&meshd, false));
+    assert!(plain.contains(&"0.0.0.0_3306".to_string()), "{plain:?}");
+    assert!(
+        !plain.iter().any(|l| l.starts_with("240.240.")),
+        "{plain:?}"
+    );
+    let capturing = rt.block_on(listeners(&meshd, true));
+    assert!(
+        capturing.contains(&"240.240.0.2_3306".to_string()),
+        "{capturing:?}"
+    );
+
+    // Opting out clears the entry's addresses, and its listener goes.
+    let db_b = entry(
+        "db-b",
+        "db-b.example.com",
+        3306,
+        "TCP",
+        "networking.istio.io/enable-autoallocate-ip: \"false\"",
+    );
+    api.apply_yaml(&db_b).unwrap();
+    wait_until("db-b's addresses cleared", Duration::from_secs(20), || {
+        addresses(&api, "db-b").is_empty()
+    });
+    // Envoy drains a removed listener: it stays in the dump, without an active state.
+    let active = || -> Vec<String> {
+        let dump: serde_json::Value = serde_json::from_str(&dump()).unwrap();
+        (dump["configs"].as_array().into_iter().flatten())
+            .filter(|l| !l["active_state"].is_null())
+            .map(|l| l["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    wait_until(
+        "db-b's listener gone from Envoy",
+        Duration::from_secs(15),
+        || !active().contains(&"240.240.0.3_3306".to_string()),
+    );
+    assert!(active().contains(&"240.240.0.2_3306".to_string()));
+}
