@@ -232,3 +232,27 @@ fn service_entries_get_addresses_and_dns_capturing_sidecars_listen_on_them() {
     );
     assert!(active().contains(&"240.240.0.2_3306".to_string()));
 }
+
+/// From files, nothing allocates, but addresses a status already holds (as istiod wrote
+/// them) are used; with `PILOT_ENABLE_IP_AUTOALLOCATE=false` they are not.
+#[test]
+fn addresses_istiod_wrote_are_used_unless_auto_allocation_is_off() {
+    let dir = temp_dir("autoallocate-files");
+    let config = dir.join("config");
+    std::fs::create_dir_all(&config).unwrap();
+    let with_status = entry("db-a", "db-a.example.com", 3306, "TCP", "")
+        + "status:\n  addresses: [{value: 240.240.7.7, host: db-a.example.com}]\n";
+    std::fs::write(config.join("db.yaml"), with_status).unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let on = Meshd::start(&config);
+    let names = rt.block_on(listeners(&on, true));
+    assert!(names.contains(&"240.240.7.7_3306".to_string()), "{names:?}");
+    drop(on);
+    let off = Meshd::start_with_env(&config, &[], &[("PILOT_ENABLE_IP_AUTOALLOCATE", "false")]);
+    let names = rt.block_on(listeners(&off, true));
+    assert!(names.contains(&"0.0.0.0_3306".to_string()), "{names:?}");
+    assert!(
+        !names.iter().any(|n| n.starts_with("240.240.")),
+        "{names:?}"
+    );
+}

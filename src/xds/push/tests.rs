@@ -256,6 +256,15 @@ fn settings_come_from_istios_variables() {
     assert!(d.own_http2, "meshd's own HTTP/2 server by default");
     assert!(!only("MESHD_XDS_HTTP2_SERVER", "hyper").unwrap().own_http2);
     assert!(only("MESHD_XDS_HTTP2_SERVER", "meshd").unwrap().own_http2);
+    assert!(
+        d.ip_autoallocate,
+        "istiod allocates ServiceEntry addresses by default"
+    );
+    assert!(
+        !only("PILOT_ENABLE_IP_AUTOALLOCATE", "false")
+            .unwrap()
+            .ip_autoallocate
+    );
     let auto = only("PILOT_PUSH_THROTTLE", "0").unwrap();
     assert!((20..=100).contains(&auto.push_throttle));
     for (name, bad) in [
@@ -263,6 +272,7 @@ fn settings_come_from_istios_variables() {
         ("MESHD_XDS_SEND_BUFFER_MB", "256Mi"),
         ("PILOT_ENABLE_EDS_DEBOUNCE", "no"),
         ("MESHD_XDS_HTTP2_SERVER", "h2"),
+        ("PILOT_ENABLE_IP_AUTOALLOCATE", "maybe"),
     ] {
         let err = only(name, bad).unwrap_err().to_string();
         assert!(err.contains(name), "{err}");
