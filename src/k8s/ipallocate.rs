@@ -14,7 +14,9 @@
 //! ServiceEntry names in its own `spec.addresses` is taken from any that was given it. A
 //! ServiceEntry that no longer qualifies has its addresses cleared. Only the leader of a
 //! revision writes, by server-side apply of `status.addresses` alone under its own field
-//! manager, so the `Reconciled` condition [`super::status`] writes is left alone.
+//! manager, so the `Reconciled` condition [`super::status`] writes is left alone. Each
+//! revision allocates for the ServiceEntries it serves, the only ones its proxies see; one
+//! that moves to another revision keeps its addresses there unless they clash.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::IpAddr;
@@ -254,7 +256,6 @@ impl IpAllocator {
                 pending.clear();
                 continue;
             }
-            let _ = self.pushes.borrow_and_update();
             let entries: Vec<Entry> = {
                 let store = self.store.read().unwrap();
                 let mut entries: Vec<Entry> = store

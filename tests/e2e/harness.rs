@@ -835,10 +835,22 @@ impl Envoy {
         app: &str,
         metadata: &str,
     ) -> Envoy {
+        let metadata = format!("INTERCEPTION_MODE: NONE, {metadata}");
+        Envoy::sidecar_of(meshd, xds, ads, (namespace, app), &metadata)
+    }
+
+    /// A sidecar labelled `app` in `namespace`, with more node `metadata`.
+    fn sidecar_of(
+        meshd: &Meshd,
+        xds: u16,
+        ads: Ads,
+        (namespace, app): (&str, &str),
+        metadata: &str,
+    ) -> Envoy {
         let ip = loopback_ip();
         let id = format!("sidecar~{ip}~{app}-0.{namespace}~{namespace}.svc.cluster.local");
         let meta = format!(
-            r#"{{NAMESPACE: {namespace}, LABELS: {{app: {app}}}, INTERCEPTION_MODE: NONE, ISTIO_VERSION: "1.28.0", {metadata}}}"#
+            r#"{{NAMESPACE: {namespace}, LABELS: {{app: {app}}}, ISTIO_VERSION: "1.28.0", {metadata}}}"#
         );
         Envoy::start(meshd, ads, id, meta, ip, xds)
     }
@@ -854,12 +866,8 @@ impl Envoy {
         app: &str,
         metadata: &str,
     ) -> Envoy {
-        let ip = loopback_ip();
-        let id = format!("sidecar~{ip}~{app}-0.{namespace}~{namespace}.svc.cluster.local");
-        let meta = format!(
-            r#"{{NAMESPACE: {namespace}, LABELS: {{app: {app}}}, INTERCEPTION_MODE: REDIRECT, ISTIO_VERSION: "1.28.0", {metadata}}}"#
-        );
-        Envoy::start(meshd, ads, id, meta, ip, meshd.xds_port)
+        let metadata = format!("INTERCEPTION_MODE: REDIRECT, {metadata}");
+        Envoy::sidecar_of(meshd, meshd.xds_port, ads, (namespace, app), &metadata)
     }
 
     /// A sidecar like [`Envoy::sidecar`] with more `labels` (`k: v, ...`) whose node names
