@@ -188,18 +188,19 @@ impl Service {
     /// Every address of the service for such a proxy's DNS answers (istiod's
     /// `GetAllAddressesForProxy`): its own, else its auto-allocated ones in the proxy's
     /// families.
-    pub fn addresses_for(&self, auto: AutoAddresses) -> Vec<&str> {
-        match &self.vip {
-            Some(vip) => (std::iter::once(&**vip))
-                .chain(self.more_addresses.iter().map(|a| &**a))
-                .collect(),
-            None => {
-                let a = &self.auto_allocated;
-                (a.ipv4.as_deref().filter(|_| auto.ipv4()).into_iter())
-                    .chain(a.ipv6.as_deref().filter(|_| auto.ipv6()))
-                    .collect()
-            }
-        }
+    pub fn addresses_for(&self, auto: AutoAddresses) -> impl Iterator<Item = &str> {
+        let (own, more) = match &self.vip {
+            Some(vip) => (Some(vip.as_str()), self.more_addresses.as_slice()),
+            None => (None, &[][..]),
+        };
+        let a = &self.auto_allocated;
+        let unowned = own.is_none();
+        let v4 = a.ipv4.as_deref().filter(|_| unowned && auto.ipv4());
+        let v6 = a.ipv6.as_deref().filter(|_| unowned && auto.ipv6());
+        (own.into_iter())
+            .chain(more.iter().map(String::as_str))
+            .chain(v4)
+            .chain(v6)
     }
 }
 

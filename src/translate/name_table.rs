@@ -65,7 +65,7 @@ pub fn entries(proxy: &Proxy, svc: &Service) -> Vec<(String, NameInfo)> {
     let ips = match addressed {
         // Its own addresses, else those auto-allocated for it in the proxy's IP families.
         // A CIDR (a ServiceEntry may have one) is no answer to a query.
-        true => (svc.addresses_for(auto).into_iter())
+        true => (svc.addresses_for(auto))
             .filter(|a| a.parse::<IpAddr>().is_ok())
             .map(str::to_string)
             .collect(),

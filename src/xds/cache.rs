@@ -232,11 +232,45 @@ pub struct ResourceCache {
     misses: Counter,
 }
 
-/// By host, and the auto-allocated addresses the proxy knows it by
-/// ([`Service::auto_for`]): the service's encoded name table entry
-/// (istio.networking.nds.v1; empty when it has none), and the service it was built from. A
-/// headless service has none here: its entries depend on the proxy's network.
-type NameMemo = foldhash::HashMap<(String, AutoAddresses), (Arc<Service>, Arc<[u8]>)>;
+/// By host (and, for a proxy that knows the service by auto-allocated addresses, what it
+/// reads of them: [`Service::auto_for`]): the service's encoded name table entry
+/// (istio.networking.nds.v1; empty when it has none), and the service it was built from.
+/// A headless service has none here: its entries depend on the proxy's network.
+#[derive(Default)]
+struct NameMemo {
+    plain: foldhash::HashMap<String, NameEntry>,
+    auto: foldhash::HashMap<(String, AutoAddresses), NameEntry>,
+}
+
+/// A service's encoded name table entry and the service it was built from.
+type NameEntry = (Arc<Service>, Arc<[u8]>);
+
+impl NameMemo {
+    fn get_mut(
+        &mut self,
+        svc: &Service,
+        auto: AutoAddresses,
+    ) -> Option<&mut (Arc<Service>, Arc<[u8]>)> {
+        match auto {
+            AutoAddresses::None => self.plain.get_mut(svc.hostname.as_str()),
+            auto => self.auto.get_mut(&(svc.hostname.clone(), auto)),
+        }
+    }
+
+    fn insert(&mut self, svc: &Arc<Service>, auto: AutoAddresses, bytes: Arc<[u8]>) {
+        let entry = (svc.clone(), bytes);
+        match auto {
+            AutoAddresses::None => self.plain.insert(svc.hostname.clone(), entry),
+            auto => self.auto.insert((svc.hostname.clone(), auto), entry),
+        };
+    }
+
+    fn retain_services_of(&mut self, ctx: &PushContext) {
+        self.plain.retain(|host, _| ctx.services.contains_key(host));
+        self.auto
+            .retain(|(host, _), _| ctx.services.contains_key(host));
+    }
+}
 
 /// A name table assembled for the views of one context with one service list (and, when
 /// some of them is headless, one network), shared by them: the unscoped sidecars of every
@@ -335,10 +369,7 @@ impl ResourceCache {
             .lock()
             .unwrap()
             .retain(|host, _| ctx.services.contains_key(host));
-        self.names
-            .lock()
-            .unwrap()
-            .retain(|(host, _), _| ctx.services.contains_key(host));
+        self.names.lock().unwrap().retain_services_of(ctx);
         self.retain_gateway_routes(ctx, changed);
     }
 
@@ -837,8 +868,8 @@ impl ResourceCache {
                 pieces.extend(own.into_iter().map(|(k, b)| (Cow::Owned(k), b)));
                 continue;
             }
-            let key = (svc.hostname.clone(), svc.auto_for(proxy.auto_addresses));
-            let bytes = match names.get_mut(&key) {
+            let auto = svc.auto_for(proxy.auto_addresses);
+            let bytes = match names.get_mut(svc, auto) {
                 Some((built, bytes)) if same(Some(&*built), Some(svc)) => {
                     *built = (*svc).clone();
                     bytes.clone()
@@ -847,7 +878,7 @@ impl ResourceCache {
                     // One entry or none: the service's host.
                     let bytes: Arc<[u8]> = (encoded(entries(proxy, svc)).pop())
                         .map_or_else(|| Arc::from(&[][..]), |(_, b)| b);
-                    names.insert(key, ((*svc).clone(), bytes.clone()));
+                    names.insert(svc, auto, bytes.clone());
                     bytes
                 }
             };
