@@ -718,6 +718,19 @@ fn valid_cidr(text: &str) -> bool {
     len.is_empty() || len.parse::<u8>().is_ok_and(|l| l <= max)
 }
 
+/// An IP address, or `ADDRESS/LENGTH` with a length the address's family allows.
+fn is_ip_or_cidr(text: &str) -> bool {
+    let (ip, len) = match text.split_once('/') {
+        Some((ip, len)) => (ip, Some(len)),
+        None => (text, None),
+    };
+    let Ok(ip) = ip.parse::<std::net::IpAddr>() else {
+        return false;
+    };
+    let bits = if ip.is_ipv4() { 32 } else { 128 };
+    len.is_none_or(|l| l.parse::<u8>().is_ok_and(|l| l <= bits))
+}
+
 /// What an `exportTo` belongs to: a ServiceEntry may say `~` (seen by no one else), and a
 /// DestinationRule with a `workloadSelector` is never seen beyond its namespace.
 #[derive(Clone, Copy, PartialEq)]
@@ -905,6 +918,12 @@ pub fn validate(object: &ConfigObject) -> Vec<Problem> {
         }
         Spec::ServiceEntry(se, _) => {
             hosts(&mut r, "spec.hosts", &se.hosts);
+            for (i, a) in se.addresses.iter().enumerate() {
+                if !is_ip_or_cidr(a) {
+                    let message = format!("{a:?} is neither an IP address nor a CIDR range");
+                    r.error(format!("spec.addresses[{i}]"), message);
+                }
+            }
             export_to(
                 &mut r,
                 &object.key.namespace,

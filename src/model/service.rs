@@ -643,6 +643,20 @@ fn workload_endpoint(
     }
 }
 
+/// A ServiceEntry address as istiod keeps it: a CIDR of one address (`/32`, `/128`) is that
+/// address, so it gets a listener of its own.
+fn host_address(address: &str) -> String {
+    match address.split_once('/') {
+        Some((ip, len)) => match (ip.parse::<std::net::IpAddr>(), len.parse::<u8>()) {
+            (Ok(std::net::IpAddr::V4(_)), Ok(32)) | (Ok(std::net::IpAddr::V6(_)), Ok(128)) => {
+                ip.to_string()
+            }
+            _ => address.to_string(),
+        },
+        None => address.to_string(),
+    }
+}
+
 /// The label by which a ServiceEntry opts out of IP auto-allocation.
 pub const AUTOALLOCATE_LABEL: &str = "networking.istio.io/enable-autoallocate-ip";
 
@@ -730,6 +744,7 @@ fn service_entry_services(
             });
         }
     }
+    let addresses: Vec<String> = se.addresses.iter().map(|a| host_address(a)).collect();
     let auto = auto_allocates(se, &obj.meta.labels);
     // Of several addresses of one family for a host, the last, as istiod keeps.
     let auto_allocated = |host: &str| {
@@ -751,8 +766,8 @@ fn service_entry_services(
             namespace: obj.key.namespace.clone(),
             name: obj.key.name.clone(),
             kubernetes: false,
-            vip: se.addresses.first().cloned(),
-            more_addresses: se.addresses.iter().skip(1).cloned().collect(),
+            vip: addresses.first().cloned(),
+            more_addresses: addresses.iter().skip(1).cloned().collect(),
             auto_allocated: auto_allocated(host),
             ports: ports.clone(),
             endpoints: if matches!(discovery, Discovery::StrictDns | Discovery::LogicalDns) {

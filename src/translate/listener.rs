@@ -1,6 +1,7 @@
 //! LDS: a sidecar's outbound listeners (one per HTTP port, `0.0.0.0_PORT` with RDS `"PORT"`;
 //! one per TCP or TLS service port, `VIP_PORT` with tcp_proxy, TLS chains told apart by
-//! SNI; one per port without a declared protocol, `VIP_PORT` sniffing HTTP to RDS
+//! SNI, at each of a ServiceEntry's addresses, a CIDR's chain on `0.0.0.0_PORT` matched on
+//! the range; one per port without a declared protocol, `VIP_PORT` sniffing HTTP to RDS
 //! `HOST:PORT` from the rest) and `virtualOutbound`, each Sidecar egress listener in turn
 //! (one with a port first, on its own bind). A gateway's listeners are built in
 //! [`gateway`]; the connection managers, tcp_proxies and chains they
@@ -9,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use envoy_types::pb::envoy::config::core::v3::TrafficDirection;
+use envoy_types::pb::envoy::config::core::v3::{CidrRange, TrafficDirection};
 use envoy_types::pb::envoy::config::listener::v3::{
     Filter, FilterChain, FilterChainMatch, Listener, ListenerFilter, filter::ConfigType,
     listener_filter,
@@ -35,7 +36,7 @@ use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{
 use envoy_types::pb::envoy::r#type::v3::{
     HashPolicy as TcpHashPolicy, hash_policy::PolicySpecifier as TcpHashSpecifier,
 };
-use envoy_types::pb::google::protobuf::BoolValue;
+use envoy_types::pb::google::protobuf::{BoolValue, UInt32Value};
 use envoy_types::util::pack_any;
 
 use super::endpoint::socket_address;
@@ -404,20 +405,38 @@ fn sidecar_tcp_proxy(
         .unwrap_or_else(|| service_tcp_proxy(ctx, proxy, &svc.hostname, port))
 }
 
-/// One filter chain of a listener before assembly: the SNI names it matches (none: every
-/// connection) and its network filter.
+/// One filter chain of a listener before assembly: the SNI names and the destination
+/// CIDRs it matches (none: every connection) and its network filter.
+#[derive(Clone)]
 struct Chain {
     server_names: Vec<String>,
+    destination_cidrs: Vec<String>,
     filter: Filter,
 }
 
 impl Chain {
     /// A chain matching every connection.
     fn any(filter: Filter) -> Chain {
+        Chain::sni(Vec::new(), filter)
+    }
+
+    /// A chain matching these SNI names.
+    fn sni(server_names: Vec<String>, filter: Filter) -> Chain {
         Chain {
-            server_names: Vec::new(),
+            server_names,
+            destination_cidrs: Vec::new(),
             filter,
         }
+    }
+
+    /// Whether it matches every connection.
+    fn matches_all(&self) -> bool {
+        self.server_names.is_empty() && self.destination_cidrs.is_empty()
+    }
+
+    /// Whether it matches the same connections as `other`.
+    fn same_match(&self, other: &Chain) -> bool {
+        self.server_names == other.server_names && self.destination_cidrs == other.destination_cidrs
     }
 }
 
@@ -442,31 +461,31 @@ fn sidecar_tls_chains(
             for m in &route.r#match {
                 let fits = l4_fits(&m.to_l4(), port, labels, proxy);
                 if fits && !chains.iter().any(|c| c.server_names == m.sni_hosts) {
-                    chains.push(Chain {
-                        server_names: m.sni_hosts.clone(),
-                        filter: route_proxy(ctx, proxy, obj, &route.route, port),
-                    });
+                    let filter = route_proxy(ctx, proxy, obj, &route.route, port);
+                    chains.push(Chain::sni(m.sni_hosts.clone(), filter));
                 }
             }
         }
     }
     if chains.is_empty() {
-        chains.push(Chain {
-            server_names: if wildcard {
-                vec![svc.hostname.clone()]
-            } else {
-                Vec::new()
-            },
-            filter: service_tcp_proxy(ctx, proxy, &svc.hostname, port),
-        });
+        let names = if wildcard {
+            vec![svc.hostname.clone()]
+        } else {
+            Vec::new()
+        };
+        chains.push(Chain::sni(
+            names,
+            service_tcp_proxy(ctx, proxy, &svc.hostname, port),
+        ));
     }
     chains
 }
 
 /// A sidecar's outbound TCP or TLS listener from its chains, as istiod assembles one: a
 /// lone chain matching every connection is the only chain; next to chains that match on
-/// SNI it becomes the default chain; without one, unmatched connections take
-/// `PassthroughFilterChain` to `fallthrough`. SNI matches need the TLS inspector.
+/// SNI or on destination CIDRs it becomes the default chain; without one, unmatched connections take
+/// `PassthroughFilterChain` to `fallthrough`. SNI matches need the TLS inspector; chains
+/// matched on destination CIDRs do not.
 fn outbound_listener(
     bind: &str,
     port: u32,
@@ -482,18 +501,16 @@ fn outbound_listener(
         Vec::new(),
     );
     l.filter_chains.clear();
-    let (match_all, by_sni): (Vec<Chain>, Vec<Chain>) =
-        chains.into_iter().partition(|c| c.server_names.is_empty());
-    if by_sni.is_empty() {
-        l.filter_chains = (match_all.into_iter().take(1))
-            .map(|c| filter_chain(Vec::new(), c.filter))
-            .collect();
+    let (match_all, matching): (Vec<Chain>, Vec<Chain>) =
+        chains.into_iter().partition(Chain::matches_all);
+    if matching.is_empty() {
+        l.filter_chains = (match_all.into_iter().take(1)).map(filter_chain).collect();
         return l;
     }
-    l.listener_filters = vec![tls_inspector()];
-    l.filter_chains = (by_sni.into_iter())
-        .map(|c| filter_chain(c.server_names, c.filter))
-        .collect();
+    if matching.iter().any(|c| !c.server_names.is_empty()) {
+        l.listener_filters = vec![tls_inspector()];
+    }
+    l.filter_chains = (matching.into_iter()).map(filter_chain).collect();
     l.default_filter_chain = Some(default_chain(match_all, fallthrough));
     l
 }
@@ -502,7 +519,7 @@ fn outbound_listener(
 /// connection, else `PassthroughFilterChain` to `fallthrough`.
 fn default_chain(match_all: Vec<Chain>, fallthrough: &str) -> FilterChain {
     match match_all.into_iter().next() {
-        Some(c) => filter_chain(Vec::new(), c.filter),
+        Some(c) => filter_chain(c),
         None => FilterChain {
             name: "PassthroughFilterChain".into(),
             filter_chain_match: Some(FilterChainMatch::default()),
@@ -512,16 +529,32 @@ fn default_chain(match_all: Vec<Chain>, fallthrough: &str) -> FilterChain {
     }
 }
 
-/// A filter chain of one network filter, matching the SNI names given (if any).
-fn filter_chain(server_names: Vec<String>, filter: Filter) -> FilterChain {
+/// A filter chain of one network filter, matching the chain's SNI names and destination
+/// CIDRs (if any).
+fn filter_chain(c: Chain) -> FilterChain {
+    let prefix_ranges = (c.destination_cidrs.iter())
+        .filter_map(|cidr| cidr_range(cidr))
+        .collect();
     FilterChain {
-        filter_chain_match: (!server_names.is_empty()).then(|| FilterChainMatch {
-            server_names,
+        filter_chain_match: (!c.matches_all()).then(|| FilterChainMatch {
+            server_names: c.server_names,
+            prefix_ranges,
             ..Default::default()
         }),
-        filters: vec![filter],
+        filters: vec![c.filter],
         ..Default::default()
     }
+}
+
+/// `ADDRESS/LENGTH` as a CIDR range (validation refuses any other form).
+fn cidr_range(cidr: &str) -> Option<CidrRange> {
+    let (address, len) = cidr.split_once('/')?;
+    Some(CidrRange {
+        address_prefix: address.to_string(),
+        prefix_len: Some(UInt32Value {
+            value: len.parse().ok()?,
+        }),
+    })
 }
 
 fn tls_inspector() -> ListenerFilter {
@@ -610,7 +643,7 @@ impl Outbound {
     /// chains; of two that match the same, the first stays.
     fn add(&mut self, chains: Vec<Chain>) {
         for c in chains {
-            if !(self.chains.iter()).any(|h| h.server_names == c.server_names) {
+            if !(self.chains.iter()).any(|h| h.same_match(&c)) {
                 self.chains.push(c);
             }
         }
@@ -645,17 +678,44 @@ impl Binding {
         self.bind.as_deref().unwrap_or("0.0.0.0")
     }
 
-    /// The address of `svc`'s own listener (TCP, TLS, sniffed).
+    /// The address of `svc`'s own sniffed listener.
     fn own<'s>(&'s self, svc: &'s Service) -> &'s str {
         (self.bind.as_deref())
             .or(svc.address_for(self.auto))
             .unwrap_or("0.0.0.0")
     }
 
+    /// Where `svc`'s TCP and TLS chains go: the bind, else a listener at each of its
+    /// addresses, a CIDR's on the shared address matched on the CIDR (as istiod gives a
+    /// ServiceEntry one service per address), else the shared address.
+    fn own_listeners<'s>(&'s self, svc: &'s Service) -> Vec<(&'s str, Option<&'s str>)> {
+        if let Some(bind) = &self.bind {
+            return vec![(bind, None)];
+        }
+        let addresses = (svc.address_for(self.auto).into_iter())
+            .chain(svc.more_addresses.iter().map(String::as_str));
+        let out: Vec<(&str, Option<&str>)> = addresses
+            .map(|a| match a.contains('/') {
+                true => ("0.0.0.0", Some(a)),
+                false => (a, None),
+            })
+            .collect();
+        if out.is_empty() {
+            vec![("0.0.0.0", None)]
+        } else {
+            out
+        }
+    }
+
     /// Whether the proxy knows `svc` by no address (a TLS service is then told apart by
     /// SNI alone).
     fn addressless(&self, svc: &Service) -> bool {
         svc.address_for(self.auto).is_none()
+    }
+
+    /// Whether `svc` has a listener of its own, at an IP address (not a CIDR).
+    fn own_address(&self, svc: &Service) -> bool {
+        self.bind.is_none() && svc.address_for(self.auto).is_some_and(|a| !a.contains('/'))
     }
 }
 
@@ -683,6 +743,21 @@ impl<'a> SidecarOutbound<'a, '_> {
         (!o.locked).then_some(o)
     }
 
+    /// Adds `svc`'s TCP or TLS `chains` on `port` to each of its own listeners
+    /// ([`Binding::own_listeners`]).
+    fn add_own(&mut self, binding: &Binding, svc: &Service, port: u32, chains: Vec<Chain>) {
+        for (bind, cidr) in binding.own_listeners(svc) {
+            let Some(o) = self.at(bind, port, binding.bind_to_port) else {
+                continue;
+            };
+            let mut chains = chains.clone();
+            for c in chains.iter_mut() {
+                c.destination_cidrs = cidr.map(str::to_string).into_iter().collect();
+            }
+            o.add(chains);
+        }
+    }
+
     /// The listeners of an egress listener with a port, as istiod builds one for each
     /// service it imports: HTTP on the shared address with route configuration `"PORT"`
     /// (the services that have the port; the first listener with the port names its
@@ -706,16 +781,12 @@ impl<'a> SidecarOutbound<'a, '_> {
             match protocol {
                 Protocol::Tcp => {
                     let filter = sidecar_tcp_proxy(ctx, proxy, &egress, svc, target);
-                    if let Some(o) = self.at(binding.own(svc), port, bind_to_port) {
-                        o.add(vec![Chain::any(filter)]);
-                    }
+                    self.add_own(binding, svc, port, vec![Chain::any(filter)]);
                 }
                 Protocol::Tls | Protocol::Https => {
                     let by_host = binding.addressless(svc);
                     let chains = sidecar_tls_chains(ctx, proxy, &egress, svc, target, by_host);
-                    if let Some(o) = self.at(binding.own(svc), port, bind_to_port) {
-                        o.add(chains);
-                    }
+                    self.add_own(binding, svc, port, chains);
                 }
                 _ => {
                     // Sniffed on a real bind, other traffic goes to the service (as the
@@ -756,7 +827,6 @@ impl<'a> SidecarOutbound<'a, '_> {
         let (ctx, proxy) = (self.ctx, self.proxy);
         let bind_to_port = binding.bind_to_port;
         // A listener of its own at the service's address (not a shared or real bind).
-        let own_address = |svc: &Service| binding.bind.is_none() && !binding.addressless(svc);
         let named: Vec<u32> = self.routes.iter().map(|r| r.port).collect();
         let mut http_ports: BTreeMap<u32, Vec<&'a Arc<Service>>> = BTreeMap::new();
         for svc in imported {
@@ -766,7 +836,7 @@ impl<'a> SidecarOutbound<'a, '_> {
                 }
                 let tcp = || Chain::any(sidecar_tcp_proxy(ctx, proxy, &egress, svc, p.port));
                 match p.protocol {
-                    Protocol::Unknown if own_address(svc) => {
+                    Protocol::Unknown if binding.own_address(svc) => {
                         let route = RouteServices {
                             port: p.port,
                             sniffed: Some(svc),
@@ -794,17 +864,11 @@ impl<'a> SidecarOutbound<'a, '_> {
                     protocol if protocol.is_http() => {
                         http_ports.entry(p.port).or_default().push(svc);
                     }
-                    Protocol::Tcp => {
-                        if let Some(o) = self.at(binding.own(svc), p.port, bind_to_port) {
-                            o.add(vec![tcp()]);
-                        }
-                    }
+                    Protocol::Tcp => self.add_own(binding, svc, p.port, vec![tcp()]),
                     Protocol::Tls | Protocol::Https => {
                         let by_host = binding.addressless(svc);
                         let chains = sidecar_tls_chains(ctx, proxy, &egress, svc, p.port, by_host);
-                        if let Some(o) = self.at(binding.own(svc), p.port, bind_to_port) {
-                            o.add(chains);
-                        }
+                        self.add_own(binding, svc, p.port, chains);
                     }
                     _ => {}
                 }
@@ -913,17 +977,15 @@ fn sniffed_listener(
 ) -> Listener {
     let mut l = outbound_listener(bind, port, bind_to_port, Vec::new(), fallthrough);
     let hcm = http_connection_manager(format!("outbound_{}", l.name), rds, Hcm::Sniffed);
-    let (match_all, by_sni): (Vec<Chain>, Vec<Chain>) =
-        chains.into_iter().partition(|c| c.server_names.is_empty());
-    if !by_sni.is_empty() {
+    let (match_all, matching): (Vec<Chain>, Vec<Chain>) =
+        chains.into_iter().partition(Chain::matches_all);
+    if matching.iter().any(|c| !c.server_names.is_empty()) {
         l.listener_filters.push(tls_inspector());
     }
     l.listener_filters.push(sniff::http_inspector());
     l.listener_filters_timeout = Some(super::duration(std::time::Duration::ZERO));
     l.continue_on_listener_filters_timeout = true;
-    l.filter_chains = (by_sni.into_iter())
-        .map(|c| filter_chain(c.server_names, c.filter))
-        .collect();
+    l.filter_chains = (matching.into_iter()).map(filter_chain).collect();
     l.filter_chains.push(FilterChain {
         filter_chain_match: Some(FilterChainMatch {
             transport_protocol: "raw_buffer".into(),

@@ -1958,4 +1958,4 @@ fn an_auto_passthrough_server_forwards_each_mtls_sni_to_its_sni_dnat_cluster() {
     );
 }
 
-mod auto_addresses;
+mod service_entry_addresses;

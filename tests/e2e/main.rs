@@ -4,7 +4,7 @@
 mod harness;
 
 use meshd::loadgen::apiserver;
-mod autoallocate;
+
 mod bad_config;
 mod ca;
 mod cli;
@@ -18,5 +18,6 @@ mod mtls;
 mod observability;
 mod protocol;
 mod scoping;
+mod service_entry_addresses;
 mod sidecar;
 mod traffic_policy;

@@ -702,3 +702,27 @@ spec:
     assert!(fields.contains(&"spec.http[0]"), "{fields:?}");
     assert!(fields.contains(&"spec.http[0].timeout"), "{fields:?}");
 }
+
+#[test]
+fn service_entry_addresses_are_ip_addresses_or_cidr_ranges() {
+    let errors = |addresses: &str| {
+        let yaml = format!(
+            "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {{name: db, namespace: shop}}\nspec:\n  hosts: [db.corp.example]\n  addresses: {addresses}\n  ports: [{{number: 5432, name: tcp, protocol: TCP}}]\n  resolution: NONE\n"
+        );
+        let parsed = parse_file("x.yaml", &yaml);
+        (parsed.errors())
+            .map(|e| format!("{}: {}", e.field, e.message))
+            .collect::<Vec<_>>()
+    };
+    let valid = "[10.50.0.8, 192.168.8.0/24, 10.50.0.7/32, 'fd00::/64', 'fd00::1']";
+    assert_eq!(errors(valid), Vec::<String>::new());
+    assert_eq!(
+        errors("[db.corp.example, 10.0.0.0/33, '10.0.0.1/', 'fd00::/129']"),
+        [
+            "spec.addresses[0]: \"db.corp.example\" is neither an IP address nor a CIDR range",
+            "spec.addresses[1]: \"10.0.0.0/33\" is neither an IP address nor a CIDR range",
+            "spec.addresses[2]: \"10.0.0.1/\" is neither an IP address nor a CIDR range",
+            "spec.addresses[3]: \"fd00::/129\" is neither an IP address nor a CIDR range",
+        ]
+    );
+}

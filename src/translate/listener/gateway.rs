@@ -11,7 +11,7 @@ use envoy_types::pb::envoy::config::listener::v3::{
 };
 
 use super::{
-    HCM, Hcm, filter_chain, http_connection_manager, listener, route_proxy, tcp_proxy,
+    Chain, HCM, Hcm, filter_chain, http_connection_manager, listener, route_proxy, tcp_proxy,
     tcp_route_proxy, tls_inspector,
 };
 use crate::api::networking::{L4MatchAttributes, VirtualServiceSpec};
@@ -129,7 +129,7 @@ fn gateway_tls_chains(
                 }
                 taken.extend(m.sni_hosts.iter().cloned());
                 let filter = route_proxy(ctx, proxy, obj, &route.route, server.port);
-                chains.push(filter_chain(m.sni_hosts.clone(), filter));
+                chains.push(filter_chain(Chain::sni(m.sni_hosts.clone(), filter)));
             }
         }
     }

@@ -1,5 +1,7 @@
-//! ServiceEntries known by the addresses IP auto-allocation wrote into their status: only
-//! proxies that capture DNS use them, in their listeners, domains and name tables.
+//! ServiceEntry addresses in a sidecar's listeners: one listener per address, a CIDR's
+//! chain on the shared listener matched on the range; and the addresses IP auto-allocation
+//! wrote into their status, which only proxies that capture DNS use, in their listeners,
+//! domains and name tables.
 
 use serde_json::json;
 
@@ -158,4 +160,58 @@ fn the_auto_allocated_address_is_a_domain_and_a_dns_answer_for_capturing_proxies
     let id = "sidecar~10.9.9.9~p.app~app.svc.cluster.local";
     let server_only = Proxy::from_node(id, meta.as_object().unwrap()).unwrap();
     assert!(!table(&server_only).contains_key("db-a.example.com"));
+}
+
+#[test]
+fn each_address_of_a_tcp_entry_gets_a_listener_and_a_cidr_a_matched_chain() {
+    use envoy_types::pb::envoy::config::listener::v3::Listener;
+    let ctx = context(concat!(
+        "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: corp, namespace: shop}\nspec:\n",
+        "  hosts: [db.corp.example]\n  addresses: [10.50.0.8, 192.168.8.0/24, 10.50.0.7/32]\n",
+        "  ports: [{number: 5432, name: tcp, protocol: TCP}]\n  resolution: NONE\n---\n",
+        "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: legacy, namespace: shop}\nspec:\n",
+        "  hosts: [legacy.corp.example]\n  addresses: ['fd00:8::/64']\n",
+        "  ports: [{number: 5432, name: tcp, protocol: TCP}]\n  resolution: NONE\n",
+    ));
+    let cfg = proxy_config(&ctx, &proxy("10.9.9.9", false));
+    let on_port: Vec<&Listener> = (cfg.listeners.iter())
+        .filter(|l| l.name.ends_with("_5432") && !l.name.starts_with("10.96."))
+        .collect();
+    let mut names: Vec<&str> = on_port.iter().map(|l| l.name.as_str()).collect();
+    names.sort();
+    // A /32 is its address; a CIDR shares 0.0.0.0 with a chain matched on it.
+    assert_eq!(names, ["0.0.0.0_5432", "10.50.0.7_5432", "10.50.0.8_5432"]);
+    let cluster = "outbound|5432||db.corp.example";
+    let own = on_port.iter().find(|l| l.name == "10.50.0.7_5432").unwrap();
+    assert_eq!(chains_to_clusters(own), [(vec![], cluster.to_string())]);
+    let shared = on_port.iter().find(|l| l.name == "0.0.0.0_5432").unwrap();
+    let ranges: Vec<(String, u32, String)> = (shared.filter_chains.iter())
+        .map(|c| {
+            let r = &c.filter_chain_match.as_ref().unwrap().prefix_ranges[0];
+            let to = chains_to_clusters(&Listener {
+                filter_chains: vec![c.clone()],
+                ..Default::default()
+            });
+            (
+                r.address_prefix.clone(),
+                r.prefix_len.unwrap().value,
+                to[0].1.clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        ranges,
+        [
+            ("192.168.8.0".to_string(), 24, cluster.to_string()),
+            (
+                "fd00:8::".to_string(),
+                64,
+                "outbound|5432||legacy.corp.example".to_string()
+            ),
+        ]
+    );
+    // Everything else on the port passes through; no SNI, so no TLS inspector.
+    let default = shared.default_filter_chain.as_ref().unwrap();
+    assert_eq!(default.name, "PassthroughFilterChain");
+    assert!(shared.listener_filters.is_empty());
 }

@@ -1,3 +1,6 @@
+//! ServiceEntry addresses in a real Envoy with traffic capture: a listener per address and
+//! a CIDR's chain matched on the range.
+//!
 //! IP auto-allocation: ServiceEntries without addresses get some in their status from
 //! meshd's leader, and a sidecar whose agent captures DNS knows each host by its address.
 //! Its TCP listeners are bound to them, so two TCP ServiceEntries on one port each get a
@@ -255,4 +258,40 @@ fn addresses_istiod_wrote_are_used_unless_auto_allocation_is_off() {
         !names.iter().any(|n| n.starts_with("240.240.")),
         "{names:?}"
     );
+}
+
+/// Before, a CIDR became a listener address Envoy refused (NACKing every listener), and an
+/// entry's addresses after the first had no listener.
+#[test]
+fn a_captured_envoy_takes_a_listener_per_address_and_a_chain_per_cidr() {
+    let dir = temp_dir("se-addresses");
+    let config = dir.join("config");
+    std::fs::create_dir_all(&config).unwrap();
+    let corp = entry("corp", "db.corp.example", 5432, "TCP", "").replace(
+        "resolution: DNS",
+        "addresses: [10.50.0.8, 192.168.8.0/24, 10.50.0.7/32]\n  resolution: NONE",
+    );
+    std::fs::write(config.join("corp.yaml"), corp).unwrap();
+    let meshd = Meshd::start(&config);
+    let envoy = Envoy::captured_sidecar(&meshd, Ads::Delta, "shop", "client", "A: b");
+    let dump = || envoy.config_dump("dynamic_listeners");
+    wait_until(
+        "the entry's listeners in Envoy",
+        Duration::from_secs(15),
+        || dump().contains("\"10.50.0.7_5432\""),
+    );
+    let listeners = dump();
+    for expected in [
+        "\"10.50.0.8_5432\"",
+        "\"0.0.0.0_5432\"",
+        "\"address_prefix\": \"192.168.8.0\"",
+        "outbound|5432||db.corp.example",
+    ] {
+        assert!(listeners.contains(expected), "{expected}: {listeners}");
+    }
+    let stats = envoy.admin("/stats").unwrap().body;
+    let rejected: Vec<&str> = (stats.lines())
+        .filter(|l| l.contains("update_rejected") && !l.ends_with(": 0"))
+        .collect();
+    assert!(rejected.is_empty(), "{rejected:?}");
 }
