@@ -994,6 +994,16 @@ static_resources:
             .body
     }
 
+    /// The `update_rejected` counters of `/stats` that are not 0: updates of any kind
+    /// (listeners, clusters, route configurations) Envoy refused.
+    pub fn rejected_updates(&self) -> Vec<String> {
+        let stats = self.admin("/stats").unwrap().body;
+        (stats.lines())
+            .filter(|l| l.contains("update_rejected") && !l.ends_with(": 0"))
+            .map(str::to_string)
+            .collect()
+    }
+
     /// An Envoy counter from `/stats`, or 0 if absent.
     pub fn stat(&self, name: &str) -> u64 {
         let text = self

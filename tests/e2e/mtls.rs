@@ -409,11 +409,9 @@ fn with_traffic_capture_envoy_accepts_virtual_inbound_under_strict_mtls() {
         },
     );
     // No update of any kind (listeners, clusters, route configurations) was rejected.
-    let stats = details.envoy.admin("/stats").unwrap().body;
-    let rejected: Vec<&str> = (stats.lines())
-        .filter(|l| l.contains("update_rejected") && !l.ends_with(": 0"))
-        .collect();
+    let rejected = details.envoy.rejected_updates();
     assert!(rejected.is_empty(), "{rejected:?}");
+    let stats = details.envoy.admin("/stats").unwrap().body;
     // (Envoy writes the name's `:` as `_` in stat names.)
     let sniffed_rds = ".rds.details.shop.svc.cluster.local_7070.update_success";
     assert!(

@@ -183,10 +183,7 @@ fn service_entries_get_addresses_and_dns_capturing_sidecars_listen_on_them() {
         routes.contains("\"240.240.0.1\""),
         "api's address as a domain: {routes}"
     );
-    let stats = envoy.admin("/stats").unwrap().body;
-    let rejected: Vec<&str> = (stats.lines())
-        .filter(|l| l.contains("update_rejected") && !l.ends_with(": 0"))
-        .collect();
+    let rejected = envoy.rejected_updates();
     assert!(rejected.is_empty(), "{rejected:?}");
     // The agent's DNS proxy would answer with the same address.
     let nds = meshd.json(&format!("/debug/ndsz?proxyID={}", envoy.id));
@@ -289,9 +286,6 @@ fn a_captured_envoy_takes_a_listener_per_address_and_a_chain_per_cidr() {
     ] {
         assert!(listeners.contains(expected), "{expected}: {listeners}");
     }
-    let stats = envoy.admin("/stats").unwrap().body;
-    let rejected: Vec<&str> = (stats.lines())
-        .filter(|l| l.contains("update_rejected") && !l.ends_with(": 0"))
-        .collect();
+    let rejected = envoy.rejected_updates();
     assert!(rejected.is_empty(), "{rejected:?}");
 }
