@@ -709,17 +709,9 @@ fn subnets(r: &mut Report, field: &str, subnets: &[String]) {
     }
 }
 
+/// An IP address, or `ADDRESS/LENGTH` with a length the address's family allows (as
+/// istiod's `ValidateIPSubnet`: `10.0.0.1/`, a slash without a length, is neither).
 fn valid_cidr(text: &str) -> bool {
-    let (ip, len) = text.split_once('/').unwrap_or((text, ""));
-    let Ok(ip) = ip.parse::<std::net::IpAddr>() else {
-        return false;
-    };
-    let max = if ip.is_ipv4() { 32 } else { 128 };
-    len.is_empty() || len.parse::<u8>().is_ok_and(|l| l <= max)
-}
-
-/// An IP address, or `ADDRESS/LENGTH` with a length the address's family allows.
-fn is_ip_or_cidr(text: &str) -> bool {
     let (ip, len) = match text.split_once('/') {
         Some((ip, len)) => (ip, Some(len)),
         None => (text, None),
@@ -727,8 +719,8 @@ fn is_ip_or_cidr(text: &str) -> bool {
     let Ok(ip) = ip.parse::<std::net::IpAddr>() else {
         return false;
     };
-    let bits = if ip.is_ipv4() { 32 } else { 128 };
-    len.is_none_or(|l| l.parse::<u8>().is_ok_and(|l| l <= bits))
+    let max = if ip.is_ipv4() { 32 } else { 128 };
+    len.is_none_or(|l| l.parse::<u8>().is_ok_and(|l| l <= max))
 }
 
 /// What an `exportTo` belongs to: a ServiceEntry may say `~` (seen by no one else), and a
@@ -919,7 +911,7 @@ pub fn validate(object: &ConfigObject) -> Vec<Problem> {
         Spec::ServiceEntry(se, _) => {
             hosts(&mut r, "spec.hosts", &se.hosts);
             for (i, a) in se.addresses.iter().enumerate() {
-                if !is_ip_or_cidr(a) {
+                if !valid_cidr(a) {
                     let message = format!("{a:?} is neither an IP address nor a CIDR range");
                     r.error(format!("spec.addresses[{i}]"), message);
                 }

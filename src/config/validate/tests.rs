@@ -269,6 +269,12 @@ fn tcp_routes_need_hosts_and_weights_summing_to_100() {
     assert_eq!(good.objects.len(), 1, "{:?}", good.issues);
     let warned: Vec<&str> = good.issues.iter().map(|i| i.field.as_str()).collect();
     assert_eq!(warned, ["spec.tcp[0].match[0].destinationSubnets[0]"]);
+    // A slash without a length is no CIDR.
+    let slash = vs(
+        "  - match: [{port: 27017, destinationSubnets: ['10.1.0.0/']}]\n    route: [{destination: {host: db}}]\n",
+    );
+    let fields: Vec<&str> = slash.errors().map(|e| e.field.as_str()).collect();
+    assert_eq!(fields, ["spec.tcp[0].match[0].destinationSubnets[0]"]);
 }
 
 #[test]
