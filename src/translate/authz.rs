@@ -9,7 +9,6 @@
 //! (so it denies more, never less). Fields meshd does not support are refused at
 //! validation, so a policy is never half-applied open.
 
-use envoy_types::pb::envoy::config::core::v3::CidrRange;
 use envoy_types::pb::envoy::config::listener::v3::{Filter, filter::ConfigType};
 use envoy_types::pb::envoy::config::rbac::v3::{
     Permission, Policy, Principal, Rbac, permission, principal, rbac::Action,
@@ -21,8 +20,9 @@ use envoy_types::pb::envoy::extensions::filters::network::http_connection_manage
 use envoy_types::pb::envoy::r#type::matcher::v3::{
     PathMatcher, RegexMatcher, StringMatcher, path_matcher, string_matcher::MatchPattern,
 };
-use envoy_types::pb::google::protobuf::{Any, UInt32Value};
+use envoy_types::pb::google::protobuf::Any;
 
+use super::cidr_range;
 use crate::api::security::{AuthorizationAction, AuthorizationPolicySpec, Condition, Rule};
 use crate::config::ConfigObject;
 use crate::xds::canonical;
@@ -87,17 +87,6 @@ fn header(name: &str, value: &str, ignore_case: bool) -> HeaderMatcher {
             string_match(value, ignore_case),
         )),
         ..Default::default()
-    }
-}
-
-fn cidr(block: &str) -> CidrRange {
-    let (ip, len) = match block.split_once('/') {
-        Some((ip, len)) => (ip, len.parse().unwrap_or(32)),
-        None => (block, if block.contains(':') { 128 } else { 32 }),
-    };
-    CidrRange {
-        address_prefix: ip.into(),
-        prefix_len: Some(UInt32Value { value: len }),
     }
 }
 
@@ -223,7 +212,7 @@ fn source_principal(s: &crate::api::security::Source) -> Principal {
         any_of_ids,
         not_id,
     );
-    let direct = |v: &str| id(principal::Identifier::DirectRemoteIp(cidr(v)));
+    let direct = |v: &str| id(principal::Identifier::DirectRemoteIp(cidr_range(v)));
     field(
         &mut and,
         &s.ip_blocks,
@@ -232,7 +221,7 @@ fn source_principal(s: &crate::api::security::Source) -> Principal {
         any_of_ids,
         not_id,
     );
-    let remote = |v: &str| id(principal::Identifier::RemoteIp(cidr(v)));
+    let remote = |v: &str| id(principal::Identifier::RemoteIp(cidr_range(v)));
     field(
         &mut and,
         &s.remote_ip_blocks,
@@ -370,13 +359,15 @@ fn condition(c: &Condition, http: bool) -> Side {
     };
     match key {
         "source.ip" => Side::Principal(both(&|v| {
-            id(principal::Identifier::DirectRemoteIp(cidr(v)))
+            id(principal::Identifier::DirectRemoteIp(cidr_range(v)))
         })),
-        "remote.ip" => Side::Principal(both(&|v| id(principal::Identifier::RemoteIp(cidr(v))))),
+        "remote.ip" => Side::Principal(both(&|v| {
+            id(principal::Identifier::RemoteIp(cidr_range(v)))
+        })),
         "source.namespace" => Side::Principal(both(&namespace_principal)),
         "source.principal" => Side::Principal(both(&spiffe_principal)),
         "destination.ip" => Side::Permission(both_rules(&|v| {
-            rule(permission::Rule::DestinationIp(cidr(v)))
+            rule(permission::Rule::DestinationIp(cidr_range(v)))
         })),
         "destination.port" => Side::Permission(both_rules(&port)),
         "connection.sni" => Side::Permission(both_rules(&|v| {

@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use envoy_types::pb::envoy::config::core::v3::{CidrRange, TrafficDirection};
+use envoy_types::pb::envoy::config::core::v3::TrafficDirection;
 use envoy_types::pb::envoy::config::listener::v3::{
     Filter, FilterChain, FilterChainMatch, Listener, ListenerFilter, filter::ConfigType,
     listener_filter,
@@ -36,12 +36,13 @@ use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{
 use envoy_types::pb::envoy::r#type::v3::{
     HashPolicy as TcpHashPolicy, hash_policy::PolicySpecifier as TcpHashSpecifier,
 };
-use envoy_types::pb::google::protobuf::{BoolValue, UInt32Value};
+use envoy_types::pb::google::protobuf::BoolValue;
 use envoy_types::util::pack_any;
 
 use super::endpoint::socket_address;
 use super::{
-    BLACKHOLE_CLUSTER, ads_config_source, optional_duration, outbound_cluster_name, route, sniff,
+    BLACKHOLE_CLUSTER, ads_config_source, cidr_range, optional_duration, outbound_cluster_name,
+    route, sniff,
 };
 use crate::api::labels_match;
 use crate::api::networking::{L4MatchAttributes, RouteDestination, VirtualServiceSpec};
@@ -532,9 +533,7 @@ fn default_chain(match_all: Vec<Chain>, fallthrough: &str) -> FilterChain {
 /// A filter chain of one network filter, matching the chain's SNI names and destination
 /// CIDRs (if any).
 fn filter_chain(c: Chain) -> FilterChain {
-    let prefix_ranges = (c.destination_cidrs.iter())
-        .filter_map(|cidr| cidr_range(cidr))
-        .collect();
+    let prefix_ranges = c.destination_cidrs.iter().map(|r| cidr_range(r)).collect();
     FilterChain {
         filter_chain_match: (!c.matches_all()).then(|| FilterChainMatch {
             server_names: c.server_names,
@@ -544,17 +543,6 @@ fn filter_chain(c: Chain) -> FilterChain {
         filters: vec![c.filter],
         ..Default::default()
     }
-}
-
-/// `ADDRESS/LENGTH` as a CIDR range (validation refuses any other form).
-fn cidr_range(cidr: &str) -> Option<CidrRange> {
-    let (address, len) = cidr.split_once('/')?;
-    Some(CidrRange {
-        address_prefix: address.to_string(),
-        prefix_len: Some(UInt32Value {
-            value: len.parse().ok()?,
-        }),
-    })
 }
 
 fn tls_inspector() -> ListenerFilter {

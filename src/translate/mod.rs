@@ -20,7 +20,7 @@ pub mod tls;
 
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;
 use envoy_types::pb::envoy::config::core::v3::{
-    AggregatedConfigSource, ApiVersion, ConfigSource, Metadata,
+    AggregatedConfigSource, ApiVersion, CidrRange, ConfigSource, Metadata,
     config_source::ConfigSourceSpecifier,
 };
 use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
@@ -311,6 +311,19 @@ pub fn duration(d: std::time::Duration) -> pbp::Duration {
 pub fn optional_duration(text: Option<&str>) -> Option<pbp::Duration> {
     text.and_then(|t| crate::duration::parse(t).ok())
         .map(duration)
+}
+
+/// An IP address (its whole length) or `ADDRESS/LENGTH` as Envoy's CIDR range; validation
+/// has refused any other form.
+pub fn cidr_range(block: &str) -> CidrRange {
+    let (ip, len) = match block.split_once('/') {
+        Some((ip, len)) => (ip, len.parse().unwrap_or(32)),
+        None => (block, if block.contains(':') { 128 } else { 32 }),
+    };
+    CidrRange {
+        address_prefix: ip.into(),
+        prefix_len: Some(pbp::UInt32Value { value: len }),
+    }
 }
 
 pub fn string_value(s: impl Into<String>) -> pbp::Value {
