@@ -484,8 +484,8 @@ fn sidecar_tls_chains(
 
 /// A sidecar's outbound TCP or TLS listener from its chains, as istiod assembles one: a
 /// lone chain matching every connection is the only chain; next to chains that match on
-/// SNI or on destination CIDRs it becomes the default chain; without one, unmatched connections take
-/// `PassthroughFilterChain` to `fallthrough`. SNI matches need the TLS inspector; chains
+/// SNI or on destination CIDRs it becomes the default chain; without one, unmatched
+/// connections take `PassthroughFilterChain` to `fallthrough`. SNI matches need the TLS inspector; chains
 /// matched on destination CIDRs do not.
 fn outbound_listener(
     bind: &str,
@@ -682,12 +682,14 @@ impl Binding {
         }
         let addresses = (svc.address_for(self.auto).into_iter())
             .chain(svc.more_addresses.iter().map(String::as_str));
-        let out: Vec<(&str, Option<&str>)> = addresses
-            .map(|a| match a.contains('/') {
-                true => ("0.0.0.0", Some(a)),
-                false => (a, None),
-            })
-            .collect();
+        let on = |a: &'s str| {
+            if a.contains('/') {
+                ("0.0.0.0", Some(a))
+            } else {
+                (a, None)
+            }
+        };
+        let out: Vec<(&str, Option<&str>)> = addresses.map(on).collect();
         if out.is_empty() {
             vec![("0.0.0.0", None)]
         } else {
@@ -733,12 +735,17 @@ impl<'a> SidecarOutbound<'a, '_> {
 
     /// Adds `svc`'s TCP or TLS `chains` on `port` to each of its own listeners
     /// ([`Binding::own_listeners`]).
-    fn add_own(&mut self, binding: &Binding, svc: &Service, port: u32, chains: Vec<Chain>) {
-        for (bind, cidr) in binding.own_listeners(svc) {
+    fn add_own(&mut self, binding: &Binding, svc: &Service, port: u32, mut chains: Vec<Chain>) {
+        let mut listeners = binding.own_listeners(svc).into_iter().peekable();
+        while let Some((bind, cidr)) = listeners.next() {
             let Some(o) = self.at(bind, port, binding.bind_to_port) else {
                 continue;
             };
-            let mut chains = chains.clone();
+            // The chains are copied only for a service with several addresses.
+            let mut chains = match listeners.peek() {
+                Some(_) => chains.clone(),
+                None => std::mem::take(&mut chains),
+            };
             for c in chains.iter_mut() {
                 c.destination_cidrs = cidr.map(str::to_string).into_iter().collect();
             }

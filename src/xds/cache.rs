@@ -246,11 +246,7 @@ struct NameMemo {
 type NameEntry = (Arc<Service>, Arc<[u8]>);
 
 impl NameMemo {
-    fn get_mut(
-        &mut self,
-        svc: &Service,
-        auto: AutoAddresses,
-    ) -> Option<&mut (Arc<Service>, Arc<[u8]>)> {
+    fn get_mut(&mut self, svc: &Service, auto: AutoAddresses) -> Option<&mut NameEntry> {
         match auto {
             AutoAddresses::None => self.plain.get_mut(svc.hostname.as_str()),
             auto => self.auto.get_mut(&(svc.hostname.clone(), auto)),
