@@ -23,8 +23,7 @@ use std::net::IpAddr;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
-use kube::{Api, Client};
+use kube::Client;
 use serde_json::json;
 use tokio::sync::watch;
 
@@ -289,19 +288,11 @@ impl IpAllocator {
     }
 
     async fn write(&self, key: &ObjectKey, addresses: &[AllocatedAddress]) -> kube::Result<()> {
-        let kind = key.kind;
-        let gvk = GroupVersionKind::gvk(kind.group(), kind.versions()[0], kind.as_str());
-        let ar = ApiResource::from_gvk_with_plural(&gvk, kind.plural());
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(self.client.clone(), &key.namespace, &ar);
         let addresses: Vec<_> = (addresses.iter())
             .map(|a| json!({"value": a.ip.to_string(), "host": a.host}))
             .collect();
-        let body = json!({"apiVersion": ar.api_version, "kind": ar.kind, "status": {"addresses": addresses}});
-        let params = PatchParams::apply(FIELD_MANAGER).force();
-        api.patch_status(&key.name, &params, &Patch::Apply(&body))
-            .await?;
-        Ok(())
+        let status = json!({"addresses": addresses});
+        super::status::apply_status(&self.client, key, FIELD_MANAGER, &status).await
     }
 }
 

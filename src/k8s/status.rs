@@ -217,20 +217,26 @@ impl StatusWriter {
     }
 
     async fn write(&self, key: &ObjectKey, status: &Value) -> Result<(), kube::Error> {
-        let gvk =
-            GroupVersionKind::gvk(key.kind.group(), key.kind.versions()[0], key.kind.as_str());
-        let ar = ApiResource::from_gvk_with_plural(&gvk, key.kind.plural());
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(self.client.clone(), &key.namespace, &ar);
-        let body = json!({"apiVersion": ar.api_version, "kind": ar.kind, "status": status});
-        api.patch_status(
-            &key.name,
-            &PatchParams::apply("meshd").force(),
-            &Patch::Apply(&body),
-        )
-        .await?;
-        Ok(())
+        apply_status(&self.client, key, "meshd", status).await
     }
+}
+
+/// Server-side applies `status` (the fields `manager` owns) to the object `key`, taking
+/// them over from any other manager.
+pub async fn apply_status(
+    client: &Client,
+    key: &ObjectKey,
+    manager: &str,
+    status: &Value,
+) -> Result<(), kube::Error> {
+    let gvk = GroupVersionKind::gvk(key.kind.group(), key.kind.versions()[0], key.kind.as_str());
+    let ar = ApiResource::from_gvk_with_plural(&gvk, key.kind.plural());
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &key.namespace, &ar);
+    let body = json!({"apiVersion": ar.api_version, "kind": ar.kind, "status": status});
+    let params = PatchParams::apply(manager).force();
+    api.patch_status(&key.name, &params, &Patch::Apply(&body))
+        .await?;
+    Ok(())
 }
 
 #[cfg(test)]
