@@ -753,12 +753,26 @@ pub async fn first_cds_answer(
     namespace: &str,
     token: Option<&str>,
 ) -> Result<usize, tonic::Status> {
+    let id = format!("sidecar~10.2.0.1~app-0.{namespace}~{namespace}.svc.cluster.local");
+    let node = xds_node(&id, namespace);
+    let cluster = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
+    let first = first_delta_answer(channel, node, cluster, token).await?;
+    Ok(first.resources.len())
+}
+
+/// Opens delta ADS over `channel` as `node` (sending `authorization: Bearer TOKEN` if
+/// given), asks for `type_url` and returns the first answer, or the refusal.
+pub async fn first_delta_answer(
+    channel: tonic::transport::Channel,
+    node: Node,
+    type_url: &str,
+    token: Option<&str>,
+) -> Result<envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryResponse, tonic::Status> {
     use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
     let (tx, rx) = tokio::sync::mpsc::channel(4);
-    let id = format!("sidecar~10.2.0.1~app-0.{namespace}~{namespace}.svc.cluster.local");
     tx.send(DeltaDiscoveryRequest {
-        node: Some(xds_node(&id, namespace)),
-        type_url: "type.googleapis.com/envoy.config.cluster.v3.Cluster".into(),
+        node: Some(node),
+        type_url: type_url.into(),
         ..Default::default()
     })
     .await
@@ -776,7 +790,7 @@ pub async fn first_cds_answer(
     let first = tokio::time::timeout(Duration::from_secs(5), stream.message())
         .await
         .expect("no answer in 5s")?;
-    Ok(first.expect("stream closed").resources.len())
+    Ok(first.expect("stream closed"))
 }
 
 // ------------------------------------------------------------------ Envoy

@@ -10,10 +10,7 @@
 
 use std::time::Duration;
 
-use envoy_types::pb::envoy::config::core::v3::Node;
-use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
-use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
-use envoy_types::pb::google::protobuf::{Struct, Value, value::Kind};
+use envoy_types::pb::google::protobuf::{Value, value::Kind};
 
 use crate::apiserver::FakeApiServer;
 use crate::harness::*;
@@ -39,57 +36,27 @@ fn addresses(api: &FakeApiServer, name: &str) -> Vec<String> {
 }
 
 /// The listener names of the first delta answer to a sidecar of `shop` labelled `app:
-/// client` (traffic captured) whose agent runs a DNS proxy, capturing DNS or only serving
-/// it (`ENABLE_DNS_SERVER`: a name table, but no auto-allocated addresses).
+/// test` (traffic captured) whose agent runs a DNS proxy, capturing DNS or only serving it
+/// (`ENABLE_DNS_SERVER`: a name table, but no auto-allocated addresses).
 async fn listeners(meshd: &Meshd, dns_capture: bool) -> Vec<String> {
-    let s = |v: &str| Value {
-        kind: Some(Kind::StringValue(v.into())),
-    };
-    let labels = Struct {
-        fields: [("app".to_string(), s("client"))].into(),
-    };
-    let mut fields = vec![
-        ("NAMESPACE".to_string(), s("shop")),
-        (
-            "LABELS".to_string(),
-            Value {
-                kind: Some(Kind::StructValue(labels)),
-            },
-        ),
-    ];
-    if dns_capture {
-        fields.push(("DNS_CAPTURE".to_string(), s("true")));
+    let last = u8::from(dns_capture) + 7;
+    let mut node = xds_node(
+        &format!("sidecar~10.2.0.{last}~client-x.shop~shop.svc.cluster.local"),
+        "shop",
+    );
+    let flag = if dns_capture {
+        "DNS_CAPTURE"
     } else {
-        fields.push(("ENABLE_DNS_SERVER".to_string(), s("true")));
-    }
-    let node = Node {
-        id: format!(
-            "sidecar~10.2.0.{}~client-x.shop~shop.svc.cluster.local",
-            u8::from(dns_capture) + 7
-        ),
-        metadata: Some(Struct {
-            fields: fields.into_iter().collect(),
-        }),
-        ..Default::default()
+        "ENABLE_DNS_SERVER"
     };
-    let (tx, rx) = tokio::sync::mpsc::channel(4);
-    tx.send(DeltaDiscoveryRequest {
-        node: Some(node),
-        type_url: "type.googleapis.com/envoy.config.listener.v3.Listener".into(),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-    let mut stream = AggregatedDiscoveryServiceClient::new(meshd.plain_channel().await)
-        .delta_aggregated_resources(tokio_stream::wrappers::ReceiverStream::new(rx))
+    let yes = Value {
+        kind: Some(Kind::StringValue("true".into())),
+    };
+    (node.metadata.as_mut().unwrap().fields).insert(flag.to_string(), yes);
+    let listener = "type.googleapis.com/envoy.config.listener.v3.Listener";
+    let first = first_delta_answer(meshd.plain_channel().await, node, listener, None)
         .await
-        .unwrap()
-        .into_inner();
-    let first = tokio::time::timeout(Duration::from_secs(5), stream.message())
-        .await
-        .expect("no answer in 5s")
-        .unwrap()
-        .expect("stream closed");
+        .unwrap();
     let mut names: Vec<String> = first.resources.into_iter().map(|r| r.name).collect();
     names.sort();
     names
@@ -153,13 +120,9 @@ fn service_entries_get_addresses_and_dns_capturing_sidecars_listen_on_them() {
         "the condition kept the addresses"
     );
 
-    let envoy = Envoy::captured_sidecar(
-        &meshd,
-        Ads::Delta,
-        "shop",
-        "client",
-        "DNS_CAPTURE: \"true\"",
-    );
+    // Labelled as the scripted clients below are (`xds_node`'s `app: test`).
+    let envoy =
+        Envoy::captured_sidecar(&meshd, Ads::Delta, "shop", "test", "DNS_CAPTURE: \"true\"");
     let dump = || envoy.config_dump("dynamic_listeners");
     wait_until("db-b's listener in Envoy", Duration::from_secs(15), || {
         dump().contains("\"240.240.0.3_3306\"")
