@@ -357,8 +357,7 @@ async fn registryz(State(s): State<DebugState>) -> impl IntoResponse {
     let push = s.xds.current_push();
     Json(
         push.context
-            .services
-            .values()
+            .all_services()
             .map(|s| (**s).clone())
             .collect::<Vec<_>>(),
     )
@@ -392,7 +391,7 @@ async fn push_status(State(s): State<DebugState>) -> impl IntoResponse {
         // When the push's first change came, and when the push went out to the proxies.
         "start": wall(push.triggered_at),
         "published": wall(push.published_at),
-        "services": push.context.services.len(),
+        "services": push.context.service_count(),
         "virtualServices": push.context.virtual_services.len(),
         "connectedProxies": proxies.len(),
         "proxiesInSync": proxies.len() - behind.len(),
@@ -566,7 +565,7 @@ async fn endpointz(
     axum::extract::Query(q): axum::extract::Query<BriefQuery>,
 ) -> axum::response::Response {
     let push = s.xds.current_push();
-    let services = push.context.services.values();
+    let services = push.context.all_services();
     if q.brief
         .as_deref()
         .is_some_and(|b| !b.is_empty() && b != "0" && b != "false")
@@ -621,7 +620,7 @@ pub fn endpoint_table<'a>(services: impl Iterator<Item = &'a Service>) -> String
 async fn endpoint_shardz(State(s): State<DebugState>) -> impl IntoResponse {
     let push = s.xds.current_push();
     let mut out = serde_json::Map::new();
-    for svc in push.context.services.values() {
+    for svc in push.context.all_services() {
         let shard = if svc.kubernetes {
             "Kubernetes/Kubernetes".to_string()
         } else {

@@ -11,6 +11,7 @@ pub mod proxy;
 pub mod push_context;
 pub mod security;
 pub mod service;
+pub mod shared_hosts;
 pub mod testmesh;
 
 use std::collections::BTreeMap;

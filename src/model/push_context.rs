@@ -9,6 +9,7 @@ use serde::Serialize;
 use super::destination_rule::{self, DestinationRules};
 use super::egress::{self, Egress};
 use super::service::{build_services, endpoint_locality, kubernetes_hostname, kubernetes_service};
+use super::shared_hosts::{self, SharedHosts};
 use super::{
     Proxy, ProxyKind, REVISION_LABEL, Service, Store, host_covers, host_matches,
     namespace_revision, resolve_host,
@@ -53,8 +54,12 @@ pub struct PushContext {
     /// The store this context was built from (a constant-time snapshot): the next update
     /// reads what changed objects were before (an EndpointSlice's former service).
     store: Store,
-    /// Persistent: an update shares every untouched node with the previous context.
+    /// By host, the service most proxies get (persistent: an update shares every untouched
+    /// node with the previous context). A proxy may get another one of a host in
+    /// `shared_hosts` ([`PushContext::service_for`]).
     pub services: imbl::OrdMap<String, Arc<Service>>,
+    /// The hosts several services declare (usually none).
+    pub shared_hosts: Arc<SharedHosts>,
     /// Root VirtualServices (those with hosts), oldest first (Istio's precedence), then by
     /// namespace/name, with their delegates' routes merged in ([`super::delegate`]).
     pub virtual_services: Arc<Vec<Arc<ConfigObject>>>,
@@ -226,7 +231,7 @@ impl PushContext {
             })
         };
         let mut by_host: HashMap<&str, Vec<&Service>> = HashMap::new();
-        let eds = self.services.values();
+        let eds = self.all_services();
         for svc in eds.filter(|s| s.discovery == crate::model::service::Discovery::Eds) {
             by_host.entry(&svc.hostname).or_default().push(svc);
             for p in &svc.ports {
@@ -279,11 +284,13 @@ impl PushContext {
         let mesh = MeshConfig::from_store(store);
         let (virtual_services, delegated) = virtual_services(store, &mesh);
         let networks = Arc::new(NetworkGateways::new(store, &mesh));
+        let (services, shared_hosts) = build_services(store, &mesh);
         let mut ctx = PushContext {
             version: version.into(),
             id: ContextId::next(),
             store: store.clone(),
-            services: build_services(store, &mesh),
+            services,
+            shared_hosts: Arc::new(shared_hosts),
             virtual_services,
             delegated,
             destination_rules: destination_rules(store, &mesh),
@@ -337,6 +344,11 @@ impl PushContext {
         let endpoint_networks = EndpointNetworks::new(store, &mesh);
         for (ns, name) in touched_services(&self.store, store, changed) {
             let host = kubernetes_hostname(&ns, &name);
+            // A ServiceEntry declares the host too: the choice between them is the full
+            // build's.
+            if self.shared_hosts.get(&host).is_some() {
+                return PushContext::build(store, version);
+            }
             let built = store
                 .get(&ObjectKey::new(Kind::Service, &ns, &name))
                 .and_then(|o| kubernetes_service(o, store, &endpoint_networks));
@@ -387,6 +399,7 @@ impl PushContext {
             id: ContextId::next(),
             store: store.clone(),
             services,
+            shared_hosts: self.shared_hosts.clone(),
             virtual_services,
             delegated,
             destination_rules: rebuilt_if(
@@ -465,10 +478,12 @@ impl PushContext {
             Some((ns, host)) => (Some(ns), host),
             None => (None, service),
         };
-        let svc = self.services.get(host)?;
-        namespace
-            .is_none_or(|ns| ns == svc.namespace)
-            .then_some(host)
+        let in_namespace = |svc: &Arc<Service>| namespace.is_none_or(|ns| ns == svc.namespace);
+        let found = match self.shared_hosts.get(host) {
+            Some(all) => all.iter().any(in_namespace),
+            None => self.services.get(host).is_some_and(in_namespace),
+        };
+        found.then_some(host)
     }
 
     /// Cross-object checks: every route destination and subset must exist, and every
@@ -626,7 +641,7 @@ impl PushContext {
     /// [`DestinationRules`] for the precedence of namespaces, `exportTo`, merging and
     /// `workloadSelector`.
     pub fn destination_rule(&self, proxy: &Proxy, host: &str) -> Option<&Arc<ConfigObject>> {
-        match self.services.get(host) {
+        match self.service_for(proxy, host) {
             Some(svc) => self.service_rule(proxy, svc),
             None => (self.destination_rules).choose(
                 &proxy.namespace,
@@ -676,9 +691,11 @@ impl PushContext {
         };
         for pattern in patterns {
             if pattern.starts_with('*') {
-                (self.services.values())
+                (self.all_services())
                     .filter(|s| host_covers(pattern, &s.hostname))
                     .for_each(|s| check(s));
+            } else if let Some(all) = self.shared_hosts.get(pattern) {
+                all.iter().for_each(|s| check(s));
             } else if let Some(svc) = self.services.get(pattern) {
                 check(svc);
             }
@@ -773,14 +790,61 @@ impl PushContext {
         Egress::of(self.sidecar_for(proxy).map(|(_, s)| s))
     }
 
-    /// Services a proxy may reach: exportTo, then its Sidecar's egress hosts.
+    /// Services a sidecar may reach: exportTo, then its Sidecar's egress hosts; one per
+    /// host.
     pub fn services_for(&self, proxy: &Proxy) -> Vec<&Arc<Service>> {
         let scope = self.sidecar_for(proxy).map(|(_, s)| s);
-        self.services
-            .values()
-            .filter(|s| s.visible_from(&proxy.namespace, &self.mesh.default_service_export_to))
-            .filter(|s| Self::in_scope(scope, &proxy.namespace, &s.namespace, &s.hostname))
+        let imported =
+            |s: &Service| Self::in_scope(scope, &proxy.namespace, &s.namespace, &s.hostname);
+        self.exported_services(&proxy.namespace, imported)
+    }
+
+    /// The services exported to `namespace` that `usable` accepts, one per host (sorted
+    /// by host): of a host several services declare, the one
+    /// [`shared_hosts::choose`] picks.
+    pub fn exported_services(
+        &self,
+        namespace: &str,
+        usable: impl Fn(&Service) -> bool,
+    ) -> Vec<&Arc<Service>> {
+        let default = &self.mesh.default_service_export_to;
+        if self.shared_hosts.is_empty() {
+            return (self.services.values())
+                .filter(|s| s.visible_from(namespace, default) && usable(s))
+                .collect();
+        }
+        (self.services.values())
+            .filter_map(|s| match self.shared_hosts.get(&s.hostname) {
+                Some(all) => shared_hosts::choose(all, namespace, default, &usable),
+                None => (s.visible_from(namespace, default) && usable(s)).then_some(s),
+            })
             .collect()
+    }
+
+    /// The service of `host` the proxy gets: of a host several services declare, the one
+    /// its Sidecar imports, else any exported to its namespace (as [`Self::services_for`]
+    /// chooses), else the one most proxies get.
+    pub fn service_for(&self, proxy: &Proxy, host: &str) -> Option<&Arc<Service>> {
+        let Some(all) = self.shared_hosts.get(host) else {
+            return self.services.get(host);
+        };
+        let default = &self.mesh.default_service_export_to;
+        let ns = &proxy.namespace;
+        let scope = self.sidecar_for(proxy).map(|(_, s)| s);
+        let imported = |s: &Service| Self::in_scope(scope, ns, &s.namespace, &s.hostname);
+        (shared_hosts::choose(all, ns, default, imported))
+            .or_else(|| shared_hosts::choose(all, ns, default, |_| true))
+            .or_else(|| self.services.get(host))
+    }
+
+    /// Every service: those most proxies get, then the others of shared hosts.
+    pub fn all_services(&self) -> impl Iterator<Item = &Arc<Service>> {
+        self.services.values().chain(self.shared_hosts.others())
+    }
+
+    /// How many services there are (`pilot_services`).
+    pub fn service_count(&self) -> usize {
+        self.services.len() + self.shared_hosts.others().count()
     }
 
     /// VirtualServices bound to `gateway` (`mesh` or `NS/NAME`) visible to the proxy.

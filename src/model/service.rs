@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use super::mesh::MeshConfig;
 use super::network::EndpointNetworks;
+use super::shared_hosts::SharedHosts;
 use super::{DOMAIN_SUFFIX, Store};
 use crate::api::labels_match;
 use crate::api::networking::{Location, Resolution, ServiceEntrySpec, WorkloadEntrySpec};
@@ -402,7 +403,10 @@ impl Sources for Store {
 const PARALLEL_FROM: usize = 2_000;
 
 /// Builds every service from the store.
-pub fn build_services(store: &Store, mesh: &MeshConfig) -> imbl::OrdMap<String, Arc<Service>> {
+pub fn build_services(
+    store: &Store,
+    mesh: &MeshConfig,
+) -> (imbl::OrdMap<String, Arc<Service>>, SharedHosts) {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(4));
     build_services_on(store, mesh, threads)
 }
@@ -412,7 +416,7 @@ fn build_services_on(
     store: &Store,
     mesh: &MeshConfig,
     threads: usize,
-) -> imbl::OrdMap<String, Arc<Service>> {
+) -> (imbl::OrdMap<String, Arc<Service>>, SharedHosts) {
     let sources = Indexed::new(store);
     let networks = EndpointNetworks::new(store, mesh);
     let objects: Vec<&Arc<ConfigObject>> = store.of_kind(Kind::Service).collect();
@@ -444,12 +448,8 @@ fn build_services_on(
         }
         parts
     });
-    let mut out = imbl::OrdMap::new();
-    for svc in parts.into_iter().flatten() {
-        out.insert(svc.hostname.clone(), svc);
-    }
-    add_service_entries(store, &mut out);
-    out
+    let kubernetes = parts.into_iter().flatten();
+    SharedHosts::split(kubernetes.chain(service_entries(store)))
 }
 
 /// A Kubernetes Service's hostname.
@@ -568,20 +568,19 @@ pub(super) fn kubernetes_service(
     })
 }
 
-/// Adds the services of every ServiceEntry; a Kubernetes service of the same hostname
-/// wins.
-fn add_service_entries(store: &Store, out: &mut imbl::OrdMap<String, Arc<Service>>) {
+/// The services of every ServiceEntry, one per host.
+fn service_entries(store: &Store) -> Vec<Arc<Service>> {
     let workload_entries: Vec<&Arc<ConfigObject>> = store.of_kind(Kind::WorkloadEntry).collect();
+    let mut out = Vec::new();
     for obj in store.of_kind(Kind::ServiceEntry) {
         let Spec::ServiceEntry(se, allocated) = &obj.spec else {
             continue;
         };
         let namespace = store.namespace_annotations(&obj.key.namespace);
-        for svc in service_entry_services(obj, se, allocated, &workload_entries, namespace) {
-            out.entry(svc.hostname.clone())
-                .or_insert_with(|| Arc::new(svc));
-        }
+        let services = service_entry_services(obj, se, allocated, &workload_entries, namespace);
+        out.extend(services.into_iter().map(Arc::new));
     }
+    out
 }
 
 /// Istio's locality for an endpoint: the pod label `topology.istio.io/locality`
@@ -804,7 +803,7 @@ mod tests {
         for o in parse_file("t.yaml", yaml).objects {
             store.apply(o);
         }
-        build_services(&store, &MeshConfig::from_store(&store))
+        build_services(&store, &MeshConfig::from_store(&store)).0
     }
 
     #[test]
@@ -905,7 +904,7 @@ mod tests {
     fn a_build_spread_over_threads_equals_one_on_a_single_thread() {
         let store = crate::model::testmesh::generate(PARALLEL_FROM + 501, 7, 2);
         let one = build_services_on(&store, &MeshConfig::default(), 1);
-        assert_eq!(one.len(), PARALLEL_FROM + 501);
+        assert_eq!(one.0.len(), PARALLEL_FROM + 501);
         assert_eq!(build_services_on(&store, &MeshConfig::default(), 3), one);
     }
 

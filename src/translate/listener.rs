@@ -330,6 +330,7 @@ fn route_proxy(
             let host = resolve_host(&d.destination.host, &obj.key.namespace);
             let p = route::destination_port(
                 ctx,
+                proxy,
                 &host,
                 d.destination.port.as_ref().map(|p| p.number),
                 port,

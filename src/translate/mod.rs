@@ -158,9 +158,7 @@ pub fn plan<'a>(ctx: &'a PushContext, proxy: &Proxy) -> Plan<'a> {
 
 /// Gateways see every exported service, as istiod's do without a Sidecar.
 fn gateway_services<'a>(ctx: &'a PushContext, proxy: &Proxy) -> Vec<&'a Arc<Service>> {
-    (ctx.services.values())
-        .filter(|s| s.visible_from(&proxy.namespace, &ctx.mesh.default_service_export_to))
-        .collect()
+    ctx.exported_services(&proxy.namespace, |_| true)
 }
 
 /// AUTO_PASSTHROUGH servers forward to SNI-DNAT clusters, built for this gateway (istiod

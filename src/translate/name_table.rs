@@ -102,8 +102,8 @@ pub fn entries(proxy: &Proxy, svc: &Service) -> Vec<(String, NameInfo)> {
         namespace,
         ..Default::default()
     };
-    // The model holds one service per host (a Kubernetes Service before the
-    // ServiceEntries of its host), so there is nothing to merge.
+    // A proxy reaches one service per host (the push context chooses among several, as
+    // istiod's SidecarScope does), so there is nothing to merge.
     out.push((svc.hostname.clone(), info));
     out
 }

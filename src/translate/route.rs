@@ -692,16 +692,18 @@ fn kept_matches<'h>(
     (!kept.is_empty()).then_some(kept)
 }
 
+/// A route destination's port: its own, else the one port of the host's service (as the
+/// proxy knows it), else the listener's.
 pub(super) fn destination_port(
     ctx: &PushContext,
+    proxy: &Proxy,
     host: &str,
     explicit: Option<u32>,
     listener_port: u32,
 ) -> u32 {
     explicit
         .or_else(|| {
-            ctx.services
-                .get(host)
+            ctx.service_for(proxy, host)
                 .filter(|s| s.ports.len() == 1)
                 .map(|s| s.ports[0].port)
         })
@@ -714,6 +716,7 @@ pub(super) fn destination_port(
 /// no trace sampling of the copies.
 fn mirror_policies(
     ctx: &PushContext,
+    proxy: &Proxy,
     http: &HttpRoute,
     ns: &str,
     port: u32,
@@ -740,7 +743,7 @@ fn mirror_policies(
         .chain(rest)
         .map(|(d, fraction)| {
             let host = resolve_host(&d.host, ns);
-            let p = destination_port(ctx, &host, d.port.as_ref().map(|p| p.number), port);
+            let p = destination_port(ctx, proxy, &host, d.port.as_ref().map(|p| p.number), port);
             route_action::RequestMirrorPolicy {
                 cluster: outbound_cluster_name(p, d.subset.as_deref().unwrap_or(""), &host),
                 runtime_fraction: Some(RuntimeFractionalPercent {
@@ -849,6 +852,7 @@ fn translate_route(
         let host = resolve_host(&d.destination.host, ns);
         let p = destination_port(
             ctx,
+            proxy,
             &host,
             d.destination.port.as_ref().map(|p| p.number),
             port,
@@ -927,7 +931,7 @@ fn translate_route(
         retry.retry_host_predicate.clear();
     }
     let rewrite = http.rewrite.as_ref();
-    let request_mirror_policies = mirror_policies(ctx, http, ns, port);
+    let request_mirror_policies = mirror_policies(ctx, proxy, http, ns, port);
     route.action = Some(Action::Route(RouteAction {
         request_mirror_policies,
         cluster_specifier: Some(cluster_specifier),

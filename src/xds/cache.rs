@@ -96,6 +96,14 @@ impl HostEntry {
             && self.mesh_locality.as_deref() == ctx.mesh.locality_lb_setting.as_ref()
             && (Arc::ptr_eq(&self.networks, &ctx.networks) || self.networks == ctx.networks)
     }
+
+    /// Whether it caches what the object that declares `svc` declares for its host: the
+    /// entries of a host several services declare (ServiceEntries of several namespaces)
+    /// are kept apart, as proxies of different namespaces read different ones.
+    fn of(&self, svc: &Arc<Service>) -> bool {
+        Arc::ptr_eq(&self.service, svc)
+            || (self.service.namespace == svc.namespace && self.service.name == svc.name)
+    }
 }
 
 /// One encoded routed virtual host and what it was built from besides the service.
@@ -135,7 +143,7 @@ impl Destination {
         proxy: &Proxy,
         host: &str,
     ) -> (Option<&'a Arc<Service>>, Option<&'a Arc<ConfigObject>>) {
-        match ctx.services.get(host) {
+        match ctx.service_for(proxy, host) {
             Some(svc) => (Some(svc), ctx.service_rule(proxy, svc)),
             None => (None, ctx.destination_rule(proxy, host)),
         }
@@ -381,11 +389,14 @@ impl ResourceCache {
     ) -> Option<T> {
         let mut hosts = self.hosts.lock().unwrap();
         let entries = hosts.get_mut(&svc.hostname)?;
-        if !entries.first().is_some_and(|e| e.built_from(ctx, svc)) {
-            hosts.remove(&svc.hostname);
+        if !(entries.iter().find(|e| e.of(svc))).is_some_and(|e| e.built_from(ctx, svc)) {
+            entries.retain(|e| !e.of(svc));
+            if entries.is_empty() {
+                hosts.remove(&svc.hostname);
+            }
             return None;
         }
-        let entry = entries.iter_mut().find(|e| same(e.rule.as_ref(), rule))?;
+        let entry = (entries.iter_mut()).find(|e| e.of(svc) && same(e.rule.as_ref(), rule))?;
         // Later readers of this push compare pointers only.
         entry.service = svc.clone();
         entry.rule = rule.cloned();
@@ -406,14 +417,15 @@ impl ResourceCache {
         let entries = hosts.entry(svc.hostname.clone()).or_default();
         // A concurrent builder (of another push) may have replaced the entries for other
         // inputs: keep theirs.
-        if entries.first().is_some_and(|e| !e.built_from(ctx, svc)) {
+        if (entries.iter().find(|e| e.of(svc))).is_some_and(|e| !e.built_from(ctx, svc)) {
             return;
         }
-        let i = match entries.iter().position(|e| same(e.rule.as_ref(), rule)) {
+        let i = match (entries.iter()).position(|e| e.of(svc) && same(e.rule.as_ref(), rule)) {
             Some(i) => i,
             None => {
-                if entries.len() >= RULE_VARIANTS
-                    && let Some(oldest) = (0..entries.len()).min_by_key(|&i| entries[i].used)
+                let own = || (0..entries.len()).filter(|&i| entries[i].of(svc));
+                if own().count() >= RULE_VARIANTS
+                    && let Some(oldest) = own().min_by_key(|&i| entries[i].used)
                 {
                     entries.swap_remove(oldest);
                 }

@@ -498,7 +498,7 @@ pub fn build_push(
     metrics
         .endpoint_no_pod
         .set(context.endpoints_without_pod() as i64);
-    metrics.services.set(context.services.len() as i64);
+    metrics.services.set(context.service_count() as i64);
     metrics
         .virt_services
         .set(context.virtual_services.len() as i64);

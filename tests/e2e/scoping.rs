@@ -271,3 +271,64 @@ fn a_sidecar_egress_proxy_receives_requests_for_unknown_hosts() {
     );
     assert_eq!(get("reviews").unwrap().body, "reviews");
 }
+
+/// One host declared by a public ServiceEntry and by one private to each of two
+/// namespaces, each entry pointing at its own upstream: each sidecar reaches the entry its
+/// namespace gets (istiod's SidecarScope: its own before a public one), a namespace with
+/// none reaches the public entry, and deleting a namespace's own entry moves it to the
+/// public one.
+#[test]
+fn each_namespace_reaches_its_own_service_entry_of_a_shared_host() {
+    let dir = temp_dir("shared-host").join("config");
+    std::fs::create_dir_all(&dir).unwrap();
+    let port = free_port();
+    let entries = [("shared", "'*'"), ("team-a", "'.'"), ("team-b", "'.'")];
+    let upstreams: Vec<Upstream> = entries.iter().map(|(ns, _)| Upstream::start(ns)).collect();
+    for (day, ((ns, export), up)) in entries.iter().zip(&upstreams).enumerate() {
+        std::fs::write(
+            dir.join(format!("{ns}.yaml")),
+            format!(
+                "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {{name: partner, namespace: {ns}, creationTimestamp: '2024-01-0{}T00:00:00Z'}}\nspec:\n  hosts: [api.partner.example]\n  exportTo: [{export}]\n  location: MESH_EXTERNAL\n  resolution: STATIC\n  ports: [{{number: {port}, name: http, protocol: HTTP}}]\n  endpoints: [{{address: 127.0.0.1, ports: {{http: {}}}}}]\n",
+                day + 1,
+                up.port
+            ),
+        )
+        .unwrap();
+    }
+    let meshd = Meshd::start(&dir);
+    let a = Envoy::sidecar(&meshd, Ads::Delta, "team-a", "client");
+    let b = Envoy::sidecar(&meshd, Ads::Sotw, "team-b", "client");
+    let other = Envoy::sidecar(&meshd, Ads::Delta, "elsewhere", "client");
+    let reached = |envoy: &Envoy| {
+        let address = format!("{}:{port}", envoy.ip);
+        http_get(&address, "api.partner.example", "/", &[])
+            .ok()
+            .filter(|r| r.status == 200)
+            .map(|r| r.body)
+    };
+    for (envoy, upstream) in [(&a, "team-a"), (&b, "team-b"), (&other, "shared")] {
+        wait_until(
+            &format!("{} to reach {upstream}'s entry", envoy.id),
+            Duration::from_secs(15),
+            || reached(envoy).as_deref() == Some(upstream),
+        );
+    }
+    // Every entry is a service of the registry.
+    assert_eq!(meshd.metric("pilot_services"), 3.0);
+
+    std::fs::remove_file(dir.join("team-a.yaml")).unwrap();
+    wait_until(
+        "team-a to fall back to the public entry",
+        Duration::from_secs(15),
+        || reached(&a).as_deref() == Some("shared"),
+    );
+    assert_eq!(reached(&b).as_deref(), Some("team-b"));
+    for envoy in [&a, &b, &other] {
+        assert_eq!(
+            envoy.rejected_updates(),
+            Vec::<String>::new(),
+            "{}",
+            envoy.id
+        );
+    }
+}

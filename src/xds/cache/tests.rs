@@ -718,3 +718,47 @@ fn views_of_proxies_that_know_service_entries_by_auto_allocated_addresses_are_ca
     assert_views_agree_for(&second, &cache, kinds.map(with).to_vec());
     assert_eq!(ips(&second, AutoAddresses::Ipv4), ["240.240.0.9"]);
 }
+
+#[test]
+fn proxies_that_get_different_entries_of_one_host_read_their_own_cache_entries() {
+    let mut store = Shape::new(40, 4, 2).store();
+    for (ns, day, export, port) in [
+        ("ns-2", 1, "'*'", 80),
+        ("ns-0", 2, "'.'", 80),
+        ("ns-1", 3, "'.'", 9090),
+    ] {
+        apply(
+            &mut store,
+            &format!(
+                "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {{name: partner, namespace: {ns}, creationTimestamp: '2024-01-0{day}T00:00:00Z'}}\nspec:\n  hosts: [api.partner.example]\n  exportTo: [{export}]\n  resolution: DNS\n  ports: [{{number: {port}, name: http, protocol: HTTP}}]\n"
+            ),
+        );
+    }
+    let (first, cache) = first_push(&store);
+    // In turn, so that each reads what the one before put in the cache.
+    let round = || {
+        ["ns-0", "ns-1", "ns-3", "ns-0", "ns-1"]
+            .map(|ns| proxy("sidecar", ns, json!({"app": "a"}), false))
+            .to_vec()
+    };
+    assert_views_agree_for(&first, &cache, round());
+    let clusters = |ns: &str| -> Vec<String> {
+        let v = view(
+            &first,
+            &proxy("sidecar", ns, json!({"app": "a"}), false),
+            &cache,
+        );
+        (v.all(TypeKind::Cluster).keys())
+            .filter(|n| n.ends_with("api.partner.example"))
+            .map(|n| n.to_string())
+            .collect()
+    };
+    assert_eq!(clusters("ns-1"), ["outbound|9090||api.partner.example"]);
+    assert_eq!(clusters("ns-3"), ["outbound|80||api.partner.example"]);
+    // The next push, built anew from the same objects: every entry is still there, none
+    // pushed out by another namespace's entry of the host.
+    let second = PushContext::build(&store, "v/2".into());
+    let (_, misses) = cache.reads();
+    assert_views_agree_for(&second, &cache, round());
+    assert_eq!(cache.reads().1, misses);
+}
