@@ -42,14 +42,11 @@ impl SharedHosts {
         let mut primary = imbl::OrdMap::new();
         let mut shared: BTreeMap<String, Vec<Arc<Service>>> = BTreeMap::new();
         for svc in services {
-            match primary.entry(svc.hostname.clone()) {
-                imbl::ordmap::Entry::Vacant(e) => {
-                    e.insert(svc);
-                }
-                imbl::ordmap::Entry::Occupied(e) => {
-                    let host = e.key().clone();
-                    (shared.entry(host).or_insert_with(|| vec![e.get().clone()])).push(svc);
-                }
+            // One lookup per service; a host seen before keeps every service in `shared`
+            // (the one replaced is already there unless this is the host's second).
+            if let Some(before) = primary.insert(svc.hostname.clone(), svc.clone()) {
+                let all = shared.entry(svc.hostname.clone());
+                all.or_insert_with(|| vec![before]).push(svc);
             }
         }
         for (host, all) in &mut shared {
