@@ -9,7 +9,7 @@ use serde::Serialize;
 use super::destination_rule::{self, DestinationRules};
 use super::egress::{self, Egress};
 use super::service::{build_services, endpoint_locality, kubernetes_hostname, kubernetes_service};
-use super::shared_hosts::{self, SharedHosts};
+use super::shared_hosts::SharedHosts;
 use super::{
     Proxy, ProxyKind, REVISION_LABEL, Service, Store, host_covers, host_matches,
     namespace_revision, resolve_host,
@@ -480,7 +480,7 @@ impl PushContext {
         };
         let in_namespace = |svc: &Arc<Service>| namespace.is_none_or(|ns| ns == svc.namespace);
         let found = match self.shared_hosts.get(host) {
-            Some(all) => all.iter().any(in_namespace),
+            Some(all) => all.declared().iter().any(in_namespace),
             None => self.services.get(host).is_some_and(in_namespace),
         };
         found.then_some(host)
@@ -695,7 +695,7 @@ impl PushContext {
                     .filter(|s| host_covers(pattern, &s.hostname))
                     .for_each(|s| check(s));
             } else if let Some(all) = self.shared_hosts.get(pattern) {
-                all.iter().for_each(|s| check(s));
+                all.declared().iter().for_each(|s| check(s));
             } else if let Some(svc) = self.services.get(pattern) {
                 check(svc);
             }
@@ -801,7 +801,7 @@ impl PushContext {
 
     /// The services exported to `namespace` that `usable` accepts, one per host (sorted
     /// by host): of a host several services declare, the one
-    /// [`shared_hosts::choose`] picks.
+    /// [`HostServices::choose`](super::shared_hosts::HostServices::choose) picks.
     pub fn exported_services(
         &self,
         namespace: &str,
@@ -815,7 +815,7 @@ impl PushContext {
         }
         (self.services.values())
             .filter_map(|s| match self.shared_hosts.get(&s.hostname) {
-                Some(all) => shared_hosts::choose(all, namespace, default, &usable),
+                Some(all) => all.choose(namespace, default, &usable),
                 None => (s.visible_from(namespace, default) && usable(s)).then_some(s),
             })
             .collect()
@@ -832,8 +832,8 @@ impl PushContext {
         let ns = &proxy.namespace;
         let scope = self.sidecar_for(proxy).map(|(_, s)| s);
         let imported = |s: &Service| Self::in_scope(scope, ns, &s.namespace, &s.hostname);
-        (shared_hosts::choose(all, ns, default, imported))
-            .or_else(|| shared_hosts::choose(all, ns, default, |_| true))
+        (all.choose(ns, default, imported))
+            .or_else(|| all.choose(ns, default, |_| true))
             .or_else(|| self.services.get(host))
     }
 

@@ -5,8 +5,9 @@
 //! istiod keeps every such service and lets each proxy pick one when it builds its
 //! SidecarScope (`appendSidecarServices` over `servicesExportedToNamespace`): a Kubernetes
 //! Service before any other; then services exported to the proxy's namespace by name (or
-//! private to it) before public ones; of those, the oldest. Ports are not merged here
-//! (istiod merges the ports of mergeable services of one namespace; see README).
+//! private to it) before public ones; of those, the oldest. Later ServiceEntries of the
+//! chosen one's namespace alike in resolution, labels and `exportTo` add their ports to
+//! it, and every ServiceEntry of the host in that namespace its endpoints.
 //!
 //! Most meshes have no such host, and then nothing here costs a proxy anything: the push
 //! context's `services` holds, for each host, the one service most proxies get, and only
@@ -17,10 +18,18 @@ use std::sync::Arc;
 
 use super::Service;
 
-/// Of each host that more than one service declares, every such service, Kubernetes first,
-/// then oldest first (then by namespace and name).
+/// Of each host that more than one service declares, every such service.
 #[derive(Debug, Default, PartialEq)]
-pub struct SharedHosts(BTreeMap<String, Vec<Arc<Service>>>);
+pub struct SharedHosts(BTreeMap<String, HostServices>);
+
+/// The services of one host.
+#[derive(Debug, PartialEq)]
+pub struct HostServices {
+    /// As declared: Kubernetes first, then oldest first (then by namespace and name).
+    declared: Vec<Arc<Service>>,
+    /// What a proxy that picks `declared[i]` gets ([`served`]).
+    served: Vec<Arc<Service>>,
+}
 
 /// istiod's order of services of one host, before each proxy's choice: a Kubernetes
 /// Service first, then by creation time (`SortServicesByCreationTime`), namespace and name.
@@ -33,9 +42,56 @@ fn precedence(s: &Service) -> (bool, &str, &str, &str) {
     )
 }
 
+/// Whether istiod merges `later`'s ports into `first`'s (`canMergeServices`): two
+/// ServiceEntries of one namespace alike in resolution, labels and `exportTo`.
+fn mergeable(first: &Service, later: &Service) -> bool {
+    !first.kubernetes
+        && !later.kubernetes
+        && first.namespace == later.namespace
+        && first.discovery == later.discovery
+        && first.labels == later.labels
+        && first.export_to == later.export_to
+}
+
+/// What a proxy that picks each of `declared` gets: the service with the ports of the
+/// later ones of its namespace that istiod merges into it, and the endpoints of every
+/// ServiceEntry of its host and namespace (istiod keeps endpoints by host and namespace,
+/// whichever entry declared them).
+fn served(declared: &[Arc<Service>]) -> Vec<Arc<Service>> {
+    let alike =
+        |a: &Service, b: &Service| !a.kubernetes && !b.kubernetes && a.namespace == b.namespace;
+    (0..declared.len())
+        .map(|i| {
+            let first = &declared[i];
+            let others = || (0..declared.len()).filter(move |&j| j != i);
+            if !others().any(|j| alike(first, &declared[j])) {
+                return first.clone();
+            }
+            let mut out = Service::clone(first);
+            for j in others().filter(|&j| alike(first, &declared[j])) {
+                let other = &declared[j];
+                if j > i && mergeable(first, other) {
+                    for p in &other.ports {
+                        if out.port(p.port).is_none() {
+                            out.ports.push(p.clone());
+                        }
+                    }
+                }
+                for e in &other.endpoints {
+                    if !out.endpoints.contains(e) {
+                        out.endpoints.push(e.clone());
+                    }
+                }
+            }
+            Arc::new(out)
+        })
+        .collect()
+}
+
 impl SharedHosts {
     /// Splits `services` into the one service of each host most proxies get (the first in
-    /// istiod's order) and the hosts more than one declares.
+    /// istiod's order, as [`HostServices::choose`] serves it) and the hosts more than one
+    /// declares.
     pub fn split(
         services: impl IntoIterator<Item = Arc<Service>>,
     ) -> (imbl::OrdMap<String, Arc<Service>>, SharedHosts) {
@@ -49,26 +105,29 @@ impl SharedHosts {
                 all.or_insert_with(|| vec![before]).push(svc);
             }
         }
-        for (host, all) in &mut shared {
-            all.sort_by(|a, b| precedence(a).cmp(&precedence(b)));
-            primary.insert(host.clone(), all[0].clone());
+        let mut hosts = BTreeMap::new();
+        for (host, mut declared) in shared {
+            declared.sort_by(|a, b| precedence(a).cmp(&precedence(b)));
+            let served = served(&declared);
+            primary.insert(host.clone(), served[0].clone());
+            hosts.insert(host, HostServices { declared, served });
         }
-        (primary, SharedHosts(shared))
+        (primary, SharedHosts(hosts))
     }
 
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 
-    /// Every service of `host`, in istiod's order, if more than one declares it.
-    pub fn get(&self, host: &str) -> Option<&[Arc<Service>]> {
-        self.0.get(host).map(Vec::as_slice)
+    /// The services of `host`, if more than one declares it.
+    pub fn get(&self, host: &str) -> Option<&HostServices> {
+        self.0.get(host)
     }
 
-    /// The services that are not the first of their host: with the push context's
-    /// `services`, every service.
+    /// The services that are not the first of their host, as declared: with the push
+    /// context's `services`, every service.
     pub fn others(&self) -> impl Iterator<Item = &Arc<Service>> {
-        self.0.values().flat_map(|all| &all[1..])
+        self.0.values().flat_map(|h| &h.declared[1..])
     }
 }
 
@@ -85,26 +144,37 @@ fn exported_by_name(svc: &Service, namespace: &str, default: &[String]) -> bool 
         && (list.iter()).any(|e| e == namespace || (e == "." && svc.namespace == namespace))
 }
 
-/// The service of one host (`candidates`, in [`SharedHosts`]' order) a proxy of
-/// `namespace` gets, among those exported to it that `usable` accepts (its Sidecar's
-/// egress hosts): a Kubernetes Service; else the oldest exported to the namespace by name
-/// or private to it; else the oldest public one.
-pub fn choose<'a>(
-    candidates: &'a [Arc<Service>],
-    namespace: &str,
-    default_export_to: &[String],
-    usable: impl Fn(&Service) -> bool,
-) -> Option<&'a Arc<Service>> {
-    candidates
-        .iter()
-        .filter(|s| s.visible_from(namespace, default_export_to) && usable(s))
-        // The first of equal keys: the oldest.
-        .min_by_key(|s| {
-            (
-                !s.kubernetes,
-                !exported_by_name(s, namespace, default_export_to),
-            )
-        })
+impl HostServices {
+    /// Every service of the host, as declared, in istiod's order.
+    pub fn declared(&self) -> &[Arc<Service>] {
+        &self.declared
+    }
+
+    /// The service a proxy of `namespace` gets, among those exported to it that `usable`
+    /// accepts (its Sidecar's egress hosts): a Kubernetes Service; else the oldest
+    /// exported to the namespace by name or private to it; else the oldest public one;
+    /// with the ports istiod merges into it and its namespace's endpoints of the host.
+    pub fn choose(
+        &self,
+        namespace: &str,
+        default_export_to: &[String],
+        usable: impl Fn(&Service) -> bool,
+    ) -> Option<&Arc<Service>> {
+        let i = (0..self.declared.len())
+            .filter(|&i| {
+                let s = &self.declared[i];
+                s.visible_from(namespace, default_export_to) && usable(s)
+            })
+            // The first of equal keys: the oldest.
+            .min_by_key(|&i| {
+                let s = &self.declared[i];
+                (
+                    !s.kubernetes,
+                    !exported_by_name(s, namespace, default_export_to),
+                )
+            })?;
+        Some(&self.served[i])
+    }
 }
 
 #[cfg(test)]
@@ -142,9 +212,9 @@ mod tests {
         );
         let shared = &ctx.shared_hosts;
         let candidates = shared.get("api.example.com").unwrap();
-        assert_eq!(candidates.len(), 5);
+        assert_eq!(candidates.declared().len(), 5);
         assert_eq!(shared.others().count(), 4);
-        let pick = |ns: &str, default: &[String]| named(choose(candidates, ns, default, |_| true));
+        let pick = |ns: &str, default: &[String]| named(candidates.choose(ns, default, |_| true));
         let public = ["*".to_string()];
         // Private to the proxy's namespace, though public ones are older.
         assert_eq!(pick("team-b", &public), Some("team-b/api".into()));
@@ -159,9 +229,9 @@ mod tests {
         assert_eq!(pick("team-c", &public), Some("egress/api".into()));
         assert_eq!(pick("elsewhere", &public), Some("shared/old".into()));
         // What the proxy's Sidecar does not import is not chosen.
-        let picked = choose(candidates, "team-b", &public, |s| s.namespace == "shared");
+        let picked = candidates.choose("team-b", &public, |s| s.namespace == "shared");
         assert_eq!(named(picked), Some("shared/old".into()));
-        assert_eq!(choose(candidates, "team-b", &public, |_| false), None);
+        assert_eq!(candidates.choose("team-b", &public, |_| false), None);
     }
 
     #[test]
@@ -174,9 +244,55 @@ mod tests {
         assert_eq!(named(ctx.services.get(host)), Some("web/api".into()));
         let candidates = ctx.shared_hosts.get(host).unwrap();
         assert_eq!(
-            named(choose(candidates, "web", &[], |_| true)),
+            named(candidates.choose("web", &[], |_| true)),
             Some("web/api".into())
         );
+    }
+
+    #[test]
+    fn entries_of_one_namespace_alike_merge_ports_and_every_entry_of_it_adds_endpoints() {
+        let entry = |name: &str, day: u32, labels: &str, export: &str, port: &str, ip: &str| {
+            format!(
+                "---\napiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {{name: {name}, namespace: web, creationTimestamp: '2024-01-0{day}T00:00:00Z', labels: {{{labels}}}}}\nspec:\n  hosts: [api.example.com]\n  exportTo: [{export}]\n  resolution: STATIC\n  ports: [{port}]\n  endpoints: [{{address: {ip}}}]\n"
+            )
+        };
+        let yaml = [
+            entry("http", 1, "", "'*'", "{number: 80, name: http}", "10.0.0.1"),
+            entry("https", 2, "", "'*'", "{number: 443, name: tls}", "10.0.0.2"),
+            // Other labels: not merged, but its endpoints are the namespace's.
+            entry("labelled", 3, "team: x", "'*'", "{number: 8080, name: http-alt}", "10.0.0.3"),
+            // Private: what a proxy of `web` picks, with the namespace's endpoints.
+            entry("private", 4, "", "'.'", "{number: 443, name: tls}", "10.0.0.4"),
+            "---\napiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: api, namespace: other, creationTimestamp: '2024-01-05T00:00:00Z'}\nspec:\n  hosts: [api.example.com]\n  exportTo: ['.']\n  resolution: STATIC\n  ports: [{number: 80, name: http}]\n  endpoints: [{address: 10.9.0.1}]\n".into(),
+        ]
+        .concat();
+        let ctx = PushContext::from_yaml(&yaml);
+        let ports = |s: &Service| s.ports.iter().map(|p| p.port).collect::<Vec<_>>();
+        let ips = |s: &Service| {
+            let mut ips: Vec<String> = s.endpoints.iter().map(|e| e.address.clone()).collect();
+            ips.sort();
+            ips
+        };
+        let host = ctx.shared_hosts.get("api.example.com").unwrap();
+        let public = ["*".to_string()];
+        let elsewhere = host.choose("default", &public, |_| true).unwrap();
+        assert_eq!(elsewhere.name, "http");
+        assert_eq!(ports(elsewhere), [80, 443]);
+        assert_eq!(
+            ips(elsewhere),
+            ["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4"]
+        );
+        // What most proxies get is the same.
+        assert_eq!(ctx.services["api.example.com"], *elsewhere);
+        let own = host.choose("web", &public, |_| true).unwrap();
+        assert_eq!((own.name.as_str(), ports(own)), ("private", vec![443]));
+        assert_eq!(ips(own), ips(elsewhere));
+        // Another namespace's entry keeps its own endpoints.
+        let other = host.choose("other", &public, |_| true).unwrap();
+        assert_eq!(ips(other), ["10.9.0.1"]);
+        // As declared, in the registry.
+        assert_eq!(host.declared()[1].ports.len(), 1);
+        assert_eq!(ctx.service_count(), 5);
     }
 
     #[test]

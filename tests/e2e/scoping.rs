@@ -332,3 +332,54 @@ fn each_namespace_reaches_its_own_service_entry_of_a_shared_host() {
         );
     }
 }
+
+/// Two ServiceEntries of one host and namespace, each with its own port and upstream, as
+/// teams split an API's HTTP ports: a sidecar reaches both ports (istiod merges the ports
+/// of such entries), and loses the second with its entry.
+#[test]
+fn ports_of_alike_service_entries_of_one_host_are_merged() {
+    let dir = temp_dir("merged-host").join("config");
+    std::fs::create_dir_all(&dir).unwrap();
+    let ports = [free_port(), free_port()];
+    let upstreams = [Upstream::start("v1"), Upstream::start("v2")];
+    for (i, (port, up)) in ports.iter().zip(&upstreams).enumerate() {
+        std::fs::write(
+            dir.join(format!("{}.yaml", up.name)),
+            format!(
+                "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {{name: partner-{}, namespace: shop, creationTimestamp: '2024-01-0{}T00:00:00Z'}}\nspec:\n  hosts: [api.partner.example]\n  location: MESH_EXTERNAL\n  resolution: STATIC\n  ports: [{{number: {port}, name: http-{}, protocol: HTTP}}]\n  endpoints: [{{address: 127.0.0.1, ports: {{http-{}: {}}}}}]\n",
+                up.name,
+                i + 1,
+                up.name,
+                up.name,
+                up.port
+            ),
+        )
+        .unwrap();
+    }
+    let meshd = Meshd::start(&dir);
+    let envoy = Envoy::sidecar(&meshd, Ads::Delta, "shop", "client");
+    let reached = |port: u16| {
+        http_get(
+            &format!("{}:{port}", envoy.ip),
+            "api.partner.example",
+            "/",
+            &[],
+        )
+        .ok()
+        .filter(|r| r.status == 200)
+        .map(|r| r.body)
+    };
+    for (port, up) in ports.iter().zip(["v1", "v2"]) {
+        wait_until(
+            &format!("port {port} to reach {up}"),
+            Duration::from_secs(15),
+            || reached(*port).as_deref() == Some(up),
+        );
+    }
+    std::fs::remove_file(dir.join("v2.yaml")).unwrap();
+    wait_until("the second port to go", Duration::from_secs(15), || {
+        reached(ports[1]).is_none()
+    });
+    assert_eq!(reached(ports[0]).as_deref(), Some("v1"));
+    assert_eq!(envoy.rejected_updates(), Vec::<String>::new());
+}
