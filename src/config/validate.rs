@@ -229,14 +229,47 @@ fn http_route(r: &mut Report, field: &str, route: &HttpRoute) {
 /// ISTIO_MUTUAL with the gateway's workload certificate (which takes no other
 /// certificate), and forwards PASSTHROUGH and, on TLS ports, AUTO_PASSTHROUGH (elsewhere
 /// it is accepted with a warning and gets no listener).
+///
+/// As istiod's `validateServer`, a plaintext HTTP server may have a `tls` block only for
+/// `httpsRedirect` (no mode but PASSTHROUGH, no certificate files), and other servers
+/// that are neither HTTPS nor TLS none; `httpsRedirect` elsewhere than on an HTTP server
+/// is warned about.
 fn server_tls(r: &mut Report, field: &str, server: &crate::api::networking::Server) {
+    use crate::translate::credentials::{https_redirect, server_tls_field, server_tls_mode};
     let Some(tls) = &server.tls else {
         return;
     };
-    let set = |key: &str| crate::translate::credentials::server_tls_field(tls, key).is_some();
+    let set = |key: &str| server_tls_field(tls, key).is_some();
     let credential = set("credentialName");
     let f = format!("{field}.tls");
-    match crate::translate::credentials::server_tls_mode(tls).as_str() {
+    let protocol = server.port.protocol.to_ascii_uppercase();
+    let http = matches!(
+        protocol.as_str(),
+        "HTTP" | "HTTP2" | "GRPC" | "GRPC-WEB" | "HTTP_PROXY"
+    );
+    if !http && https_redirect(Some(tls)) {
+        r.warn(
+            format!("{f}.httpsRedirect"),
+            "tls.httpsRedirect should only be used with http servers",
+        );
+    }
+    if !matches!(protocol.as_str(), "HTTPS" | "TLS") {
+        let passthrough = matches!(
+            server_tls_mode(tls).as_str(),
+            "PASSTHROUGH" | "AUTO_PASSTHROUGH"
+        );
+        let files = ["serverCertificate", "privateKey", "caCertificates"];
+        if !http {
+            r.error(f, "server cannot have TLS settings for non HTTPS/TLS ports");
+        } else if !passthrough || files.iter().any(|k| set(k)) {
+            r.error(
+                f,
+                "server cannot have TLS settings for plain text HTTP ports",
+            );
+        }
+        return;
+    }
+    match server_tls_mode(tls).as_str() {
         "PASSTHROUGH" => {}
         "AUTO_PASSTHROUGH" if !server.port.protocol.eq_ignore_ascii_case("TLS") => r.warn(
             format!("{f}.mode"),

@@ -28,6 +28,14 @@ pub fn server_tls_field<'a>(tls: &'a AnyObject, key: &str) -> Option<&'a str> {
         .filter(|v| !v.is_empty())
 }
 
+/// Whether a Gateway server's `tls` asks for `httpsRedirect`: its HTTP virtual hosts then
+/// answer every plaintext request with a redirect to HTTPS.
+pub fn https_redirect(tls: Option<&AnyObject>) -> bool {
+    tls.and_then(|t| t.get("httpsRedirect"))
+        .and_then(|v| v.as_bool())
+        .unwrap_or(false)
+}
+
 /// A Gateway server's `tls.mode`, upper-case: PASSTHROUGH when unset or empty, Istio's
 /// default (the enum's zero value).
 pub fn server_tls_mode(tls: &AnyObject) -> String {

@@ -377,3 +377,40 @@ fn authorization_policies_guard_the_gateway() {
         status("/reviews") == 200
     });
 }
+
+/// A Gateway HTTP server with `tls.httpsRedirect` (the usual port-80 half of an HTTPS
+/// gateway): the real Envoy answers a plaintext request with a 301 to the same URL over
+/// HTTPS, for a routed host and for one of the server's hosts no VirtualService routes;
+/// without the flag the request is routed again.
+#[test]
+fn an_https_redirect_server_redirects_plaintext_requests() {
+    let m = gateway_mesh("gw-redirect", Ads::Delta, &[("/", "productpage")]);
+    let listen_port = m.addr.rsplit(':').next().unwrap().parse().unwrap();
+    let gateway = gateway_yaml(listen_port);
+    let redirecting = gateway.replacen(
+        "    hosts: [\"*\"]\n",
+        "    hosts: [\"*\"]\n    tls: {httpsRedirect: true}\n  - port: {number: 80, name: http-legacy, protocol: HTTP}\n    hosts: [legacy.example.com]\n    tls: {httpsRedirect: true}\n",
+        1,
+    );
+    assert_ne!(redirecting, gateway);
+    m.meshd.write("gateway.yaml", &redirecting);
+    let get = |host| http_get(&m.addr, host, "/productpage?x=1", &[]).unwrap();
+    wait_until("the gateway to redirect", Duration::from_secs(10), || {
+        get("shop.example.com").status == 301
+    });
+    let moved = get("shop.example.com");
+    assert_eq!(
+        moved.headers["location"],
+        "https://shop.example.com/productpage?x=1"
+    );
+    assert_eq!(get("legacy.example.com").status, 301);
+    assert_eq!(m.envoy.rejected_updates(), Vec::<String>::new());
+
+    m.meshd.write("gateway.yaml", &gateway);
+    wait_until(
+        "the gateway to route again",
+        Duration::from_secs(10),
+        || get("shop.example.com").status == 200,
+    );
+    assert_eq!(get("shop.example.com").body, "productpage");
+}

@@ -732,3 +732,41 @@ fn service_entry_addresses_are_ip_addresses_or_cidr_ranges() {
         ]
     );
 }
+
+#[test]
+fn a_plaintext_servers_tls_is_only_an_https_redirect() {
+    let gw = |servers: &str| {
+        let parsed = parse_file(
+            "gw.yaml",
+            &format!(
+                "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {{name: g, namespace: shop}}\nspec:\n  servers:\n{servers}"
+            ),
+        );
+        let errors: Vec<String> = parsed.errors().map(|e| e.field.clone()).collect();
+        let warnings: Vec<String> = (parsed.issues.iter())
+            .filter(|i| !errors.contains(&i.field))
+            .map(|i| i.field.clone())
+            .collect();
+        (errors, warnings)
+    };
+    let (errors, warnings) = gw(concat!(
+        "  - {port: {number: 80, name: a, protocol: HTTP}, hosts: ['*'], tls: {httpsRedirect: true}}\n",
+        "  - {port: {number: 443, name: b, protocol: HTTPS}, hosts: ['*'], tls: {mode: SIMPLE, credentialName: c, httpsRedirect: true}}\n",
+    ));
+    assert!(errors.is_empty(), "{errors:?}");
+    // As istiod warns: the flag means nothing on an HTTPS server.
+    assert_eq!(warnings, ["spec.servers[1].tls.httpsRedirect"]);
+    let (errors, _) = gw(concat!(
+        "  - {port: {number: 80, name: a, protocol: HTTP}, hosts: ['*'], tls: {mode: SIMPLE, credentialName: c}}\n",
+        "  - {port: {number: 81, name: b, protocol: HTTP}, hosts: ['*'], tls: {httpsRedirect: true, serverCertificate: /c.pem}}\n",
+        "  - {port: {number: 82, name: c, protocol: TCP}, hosts: ['*'], tls: {httpsRedirect: true}}\n",
+    ));
+    assert_eq!(
+        errors,
+        [
+            "spec.servers[0].tls",
+            "spec.servers[1].tls",
+            "spec.servers[2].tls"
+        ]
+    );
+}

@@ -210,6 +210,8 @@ pub struct GatewayServer {
     pub hosts: Vec<String>,
     /// The port as the Gateway declares it (virtual host names and `match.port` use it).
     pub port: u32,
+    /// `tls.httpsRedirect`: its virtual hosts redirect every request to HTTPS.
+    pub https_redirect: bool,
 }
 
 /// A gateway's listeners: one per server port of the Gateways that select it, on the port
@@ -238,6 +240,7 @@ pub fn gateway(
                 gateway: gw_obj.key.namespaced_name(),
                 hosts: server.hosts.clone(),
                 port: server.port.number,
+                https_redirect: credentials::https_redirect(server.tls.as_ref()),
             };
             let tls_mode = server.tls.as_ref().map(credentials::server_tls_mode);
             // Credentials go only to a gateway with a proven identity.
@@ -246,7 +249,8 @@ pub fn gateway(
                     .and_then(|_| ServerTls::from_server(server.tls.as_ref(), &proxy.namespace))
             };
             let tls_server = match protocol.as_str() {
-                "HTTP" | "HTTP2" | "GRPC" if server.tls.is_none() => {
+                // A `tls` block here is only `httpsRedirect` (validation refuses more).
+                "HTTP" | "HTTP2" | "GRPC" => {
                     http_servers.entry(listen_port).or_default().push(gs);
                     continue;
                 }

@@ -29,6 +29,9 @@ pub struct GatewayVirtualHost<'a> {
     pub host: String,
     pub port: u32,
     pub sources: Vec<GatewayRoutes<'a>>,
+    /// A server with `tls.httpsRedirect` admits the host: Envoy answers every plaintext
+    /// request with a redirect to HTTPS (`require_tls: ALL`), as istiod sets it.
+    pub require_tls: bool,
 }
 
 /// The HTTP routes one VirtualService gives a gateway server
@@ -68,14 +71,21 @@ impl GatewayVirtualHost<'_> {
     }
 
     /// What follows the routes ([`GatewayVirtualHost::head`]).
-    pub fn tail() -> VirtualHost {
-        Self::with_tail(VirtualHost::default())
+    pub fn tail(&self) -> VirtualHost {
+        self.with_tail(VirtualHost::default())
     }
 
     /// `vhost` with the fields of [`GatewayVirtualHost::tail`] set: the one place they are
     /// written, for the full build and the cached pieces alike.
-    fn with_tail(vhost: VirtualHost) -> VirtualHost {
+    fn with_tail(&self, vhost: VirtualHost) -> VirtualHost {
+        use envoy_types::pb::envoy::config::route::v3::virtual_host::TlsRequirementType;
+        let require_tls = if self.require_tls {
+            TlsRequirementType::All
+        } else {
+            TlsRequirementType::None
+        };
         VirtualHost {
+            require_tls: require_tls as i32,
             include_request_attempt_count: true,
             ..vhost
         }
@@ -92,8 +102,9 @@ pub fn gateway_blackhole(listen_port: u32) -> VirtualHost {
 }
 
 /// The virtual hosts of a gateway route configuration, by host: one per server host that
-/// a VirtualService bound to the gateway claims; none when no VirtualService does (then
-/// the configuration holds [`gateway_blackhole`]).
+/// a VirtualService bound to the gateway claims, and one per host of a server with
+/// `tls.httpsRedirect` (which redirects, routes or not); none when neither (then the
+/// configuration holds [`gateway_blackhole`]).
 pub fn gateway_plan<'a>(
     ctx: &'a PushContext,
     proxy: &Proxy,
@@ -137,9 +148,29 @@ pub fn gateway_plan<'a>(
                         host: host.to_string(),
                         port,
                         sources: Vec::new(),
+                        require_tls: false,
                     });
                     vh.sources.push(source);
+                    vh.require_tls |= server.https_redirect;
                 }
+            }
+        }
+        // istiod gives every host of a redirecting server a virtual host, so that a
+        // plaintext request for it is redirected even where no VirtualService routes it.
+        // Its domain is the host without the server's `namespace/` (istiod drops only
+        // `*/`, and keeps `ns/` or `./` in the domain, where no request's Host matches).
+        if server.https_redirect {
+            for server_host in server_hosts {
+                let host = server_host
+                    .split_once('/')
+                    .map_or(&**server_host, |(_, h)| h);
+                let vh = vhosts.entry(host).or_insert_with(|| GatewayVirtualHost {
+                    host: host.to_string(),
+                    port,
+                    sources: Vec::new(),
+                    require_tls: true,
+                });
+                vh.require_tls = true;
             }
         }
     }
@@ -150,7 +181,7 @@ pub fn gateway_plan<'a>(
 pub fn gateway(ctx: &PushContext, proxy: &Proxy, r: &GatewayRoute) -> RouteConfiguration {
     let mut vhosts: Vec<VirtualHost> = (gateway_plan(ctx, proxy, &r.servers).iter())
         .map(|vh| {
-            GatewayVirtualHost::with_tail(VirtualHost {
+            vh.with_tail(VirtualHost {
                 routes: (vh.sources.iter())
                     .flat_map(|s| s.build(ctx, proxy))
                     .collect(),

@@ -33,6 +33,7 @@ pub(super) type GatewayHostMemo = Generations<u64, Vec<GatewayHostField>>;
 pub(super) struct GatewayHostField {
     host: String,
     port: u32,
+    require_tls: bool,
     runs: Vec<Arc<[u8]>>,
     field: Arc<[u8]>,
 }
@@ -145,7 +146,7 @@ impl ResourceCache {
         let key = {
             use std::hash::{BuildHasher, Hash, Hasher};
             let mut h = foldhash::fast::FixedState::default().build_hasher();
-            (&vh.host, vh.port).hash(&mut h);
+            (&vh.host, vh.port, vh.require_tls).hash(&mut h);
             for r in &runs {
                 (Arc::as_ptr(r) as *const u8 as usize).hash(&mut h);
             }
@@ -156,6 +157,7 @@ impl ResourceCache {
         let found = fields.iter().find(|f| {
             f.host == vh.host
                 && f.port == vh.port
+                && f.require_tls == vh.require_tls
                 && f.runs.len() == runs.len()
                 && f.runs.iter().zip(&runs).all(|(a, b)| Arc::ptr_eq(a, b))
         });
@@ -163,7 +165,7 @@ impl ResourceCache {
             return f.field.clone();
         }
         let head = vh.head().encode_to_vec();
-        let tail = GatewayVirtualHost::tail().encode_to_vec();
+        let tail = vh.tail().encode_to_vec();
         let len = head.len() + runs.iter().map(|r| r.len()).sum::<usize>() + tail.len();
         let mut out = Vec::with_capacity(len + 8);
         prost::encoding::encode_key(
@@ -181,6 +183,7 @@ impl ResourceCache {
         fields.push(GatewayHostField {
             host: vh.host.clone(),
             port: vh.port,
+            require_tls: vh.require_tls,
             runs,
             field: field.clone(),
         });

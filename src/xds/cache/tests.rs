@@ -762,3 +762,38 @@ fn proxies_that_get_different_entries_of_one_host_read_their_own_cache_entries()
     assert_views_agree_for(&second, &cache, round());
     assert_eq!(cache.reads().1, misses);
 }
+
+#[test]
+fn a_gateways_cached_virtual_hosts_follow_its_servers_https_redirect() {
+    let shape = Shape::new(40, 4, 2);
+    let mut store = shape.store();
+    let routing: String = (0..5).map(|i| shape.gateway_routing_yaml(i)).collect();
+    apply(&mut store, &routing);
+    let ingress = |redirect: bool| {
+        let tls = if redirect {
+            ", tls: {httpsRedirect: true}"
+        } else {
+            ""
+        };
+        format!(
+            "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {{name: ingress, namespace: istio-system}}\nspec:\n  selector: {{istio: ingressgateway}}\n  servers: [{{port: {{number: 80, name: http, protocol: HTTP}}, hosts: [\"*\"]{tls}}}]\n"
+        )
+    };
+    let gateways: Vec<Proxy> = (proxies().into_iter())
+        .filter(|p| p.kind == ProxyKind::Router)
+        .collect();
+    let cache = ResourceCache::default();
+    let mut requiring = Vec::new();
+    // Each context reads the virtual hosts the one before cached.
+    for (version, redirect) in [(1, true), (2, false), (3, true)] {
+        apply(&mut store, &ingress(redirect));
+        let ctx = PushContext::build(&store, format!("v/{version}"));
+        assert_views_agree_for(&ctx, &cache, gateways.clone());
+        let config = translate::proxy_config(&ctx, &gateways[0]);
+        let http80 = config.routes.iter().find(|r| r.name == "http.80").unwrap();
+        let all = http80.virtual_hosts.iter().filter(|v| v.require_tls != 0);
+        requiring.push(all.count());
+    }
+    // The five routed hosts and the server's own `*`.
+    assert_eq!(requiring, [6, 0, 6]);
+}
