@@ -1018,7 +1018,12 @@ pub fn validate(object: &ConfigObject) -> Vec<Problem> {
         | Spec::Secret(_)
         | Spec::Namespace
         | Spec::Node => {}
-        Spec::MeshConfig(mesh) => extension_providers(&mut r, &mesh.extension_providers),
+        Spec::MeshConfig(mesh) => {
+            extension_providers(&mut r, &mesh.extension_providers);
+            if let (_, Some((field, message))) = crate::translate::access_log::format_of(mesh) {
+                r.warn(format!("data.mesh.{field}"), message);
+            }
+        }
     }
     r.0
 }

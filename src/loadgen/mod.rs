@@ -1055,23 +1055,8 @@ async fn simulate(
 
 /// A node as a sidecar agent sends it.
 fn node(id: &str, metadata: &Json) -> envoy_types::pb::envoy::config::core::v3::Node {
-    use envoy_types::pb::google::protobuf::{ListValue, Struct, Value, value::Kind};
-    fn to_pb(v: &Json) -> Value {
-        let kind = match v {
-            Json::Null => Kind::NullValue(0),
-            Json::Bool(b) => Kind::BoolValue(*b),
-            Json::Number(n) => Kind::NumberValue(n.as_f64().unwrap_or_default()),
-            Json::String(s) => Kind::StringValue(s.clone()),
-            Json::Array(items) => Kind::ListValue(ListValue {
-                values: items.iter().map(to_pb).collect(),
-            }),
-            Json::Object(map) => Kind::StructValue(Struct {
-                fields: map.iter().map(|(k, v)| (k.clone(), to_pb(v))).collect(),
-            }),
-        };
-        Value { kind: Some(kind) }
-    }
-    let fields = match to_pb(metadata).kind {
+    use envoy_types::pb::google::protobuf::value::Kind;
+    let fields = match crate::translate::json_value(metadata).kind {
         Some(Kind::StructValue(s)) => Some(s),
         _ => None,
     };

@@ -40,6 +40,20 @@ pub struct MeshConfig {
     /// kinds of provider (tracing, logging) are kept by name and not used.
     #[serde(default)]
     pub extension_providers: Vec<ExtensionProvider>,
+    /// Where every proxy writes Envoy's access log (`/dev/stdout` usually); none when
+    /// empty. istiod's legacy setting, which applies without a Telemetry resource.
+    #[serde(default)]
+    pub access_log_file: String,
+    /// The access log's format: Envoy's command operators as text, or a JSON object of
+    /// them with `accessLogEncoding: JSON`; Istio's own format when empty.
+    #[serde(default)]
+    pub access_log_format: String,
+    /// `TEXT` (the default) or `JSON`.
+    #[serde(default)]
+    pub access_log_encoding: Option<String>,
+    /// Leaves out the listeners' own access log (connections no filter chain matched).
+    #[serde(default)]
+    pub disable_envoy_listener_log: bool,
     /// MeshNetworks, from the ConfigMap's `meshNetworks` key (not part of `mesh`).
     #[serde(skip_deserializing, skip_serializing_if = "MeshNetworks::is_empty")]
     pub mesh_networks: MeshNetworks,

@@ -69,6 +69,54 @@ pub(super) fn apply_idle_timeout(
     timeout: envoy_types::pb::google::protobuf::Duration,
 ) {
     use envoy_types::pb::envoy::config::core::v3::HttpProtocolOptions as CommonHttpOptions;
+    edit_filters(
+        listeners,
+        |hcm| {
+            let common = hcm
+                .common_http_protocol_options
+                .get_or_insert_with(CommonHttpOptions::default);
+            common.idle_timeout = Some(timeout);
+            true
+        },
+        |tp| {
+            let unset = tp.idle_timeout.is_none();
+            if unset {
+                tp.idle_timeout = Some(timeout);
+            }
+            unset
+        },
+    );
+}
+
+/// MeshConfig's access log ([`access_log`](super::access_log)) on every listener, and
+/// on every connection manager and tcp_proxy in them, as istiod's `AccessLogBuilder`
+/// puts it there.
+pub(super) fn apply_access_logs(listeners: &mut [Listener], logs: &super::access_log::AccessLogs) {
+    if let Some(log) = &logs.listener {
+        for l in listeners.iter_mut() {
+            l.access_log.push(log.clone());
+        }
+    }
+    edit_filters(
+        listeners,
+        |hcm| {
+            hcm.access_log.push(logs.core.clone());
+            true
+        },
+        |tp| {
+            tp.access_log.push(logs.core.clone());
+            true
+        },
+    );
+}
+
+/// Runs `hcm` on every HTTP connection manager of `listeners` and `tcp` on every
+/// tcp_proxy, encoding again those they changed (they say whether they did).
+fn edit_filters(
+    listeners: &mut [Listener],
+    mut hcm: impl FnMut(&mut HttpConnectionManager) -> bool,
+    mut tcp: impl FnMut(&mut TcpProxy) -> bool,
+) {
     use envoy_types::pb::envoy::config::listener::v3::filter::ConfigType as FilterConfig;
     use prost::Message;
     for listener in listeners {
@@ -83,20 +131,18 @@ pub(super) fn apply_idle_timeout(
                     let Ok(mut tp) = TcpProxy::decode(any.value.as_slice()) else {
                         continue;
                     };
-                    if tp.idle_timeout.is_none() {
-                        tp.idle_timeout = Some(timeout);
+                    if tcp(&mut tp) {
                         *any = pack_any(tp);
                     }
                 }
-                "envoy.filters.network.http_connection_manager" => {
-                    let Ok(mut hcm) = HttpConnectionManager::decode(any.value.as_slice()) else {
+                HCM => {
+                    let Ok(mut manager) = HttpConnectionManager::decode(any.value.as_slice())
+                    else {
                         continue;
                     };
-                    let common = hcm
-                        .common_http_protocol_options
-                        .get_or_insert_with(CommonHttpOptions::default);
-                    common.idle_timeout = Some(timeout);
-                    *any = pack_any(hcm);
+                    if hcm(&mut manager) {
+                        *any = pack_any(manager);
+                    }
                 }
                 _ => {}
             }

@@ -1,6 +1,7 @@
 //! Pure translation: `&PushContext` + `&Proxy` in, Envoy resources out. No I/O, no clocks,
 //! no tonic. A sidecar and a gateway (router) each get CDS, EDS, LDS and RDS resources.
 
+pub mod access_log;
 pub mod authz;
 pub mod cluster;
 pub mod credentials;
@@ -150,6 +151,9 @@ pub fn plan<'a>(ctx: &'a PushContext, proxy: &Proxy) -> Plan<'a> {
     }
     if let Some(timeout) = proxy.idle_timeout {
         listener::apply_idle_timeout(&mut plan.listeners, duration(timeout));
+    }
+    if let Some(logs) = access_log::AccessLogs::of(&ctx.mesh) {
+        listener::apply_access_logs(&mut plan.listeners, &logs);
     }
     plan.services = services;
     plan.clusters = clusters;
@@ -343,6 +347,27 @@ pub fn make_struct(fields: Vec<(&str, pbp::Value)>) -> Struct {
             .map(|(k, v)| (k.to_string(), v))
             .collect(),
     }
+}
+
+/// A JSON value as a protobuf `Value` (node metadata, access log formats).
+pub fn json_value(v: &serde_json::Value) -> pbp::Value {
+    use pbp::value::Kind;
+    let kind = match v {
+        serde_json::Value::Null => Kind::NullValue(0),
+        serde_json::Value::Bool(b) => Kind::BoolValue(*b),
+        serde_json::Value::Number(n) => Kind::NumberValue(n.as_f64().unwrap_or_default()),
+        serde_json::Value::String(s) => Kind::StringValue(s.clone()),
+        serde_json::Value::Array(items) => Kind::ListValue(pbp::ListValue {
+            values: items.iter().map(json_value).collect(),
+        }),
+        serde_json::Value::Object(map) => Kind::StructValue(Struct {
+            fields: map
+                .iter()
+                .map(|(k, v)| (k.clone(), json_value(v)))
+                .collect(),
+        }),
+    };
+    pbp::Value { kind: Some(kind) }
 }
 
 /// `metadata.filter_metadata.istio` with the given fields.

@@ -678,3 +678,55 @@ async fn ten_thousand_connect_disconnect_cycles_leave_memory_and_tasks_at_baseli
         "RSS {rss_base} -> {rss} after 10,000 cycles"
     );
 }
+
+/// MeshConfig `accessLogFile`: a real Envoy sidecar writes a line per request to the file,
+/// in Istio's text format (method, path, protocol, code, the upstream cluster); switched
+/// to `accessLogEncoding: JSON` in place, its next line is a JSON object with Istio's keys.
+#[test]
+fn the_mesh_config_access_log_is_written_by_the_sidecar() {
+    let root = temp_dir("access-log");
+    let dir = root.join("config");
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = root.join("access.log");
+    let mesh = |extra: &str| {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: istio, namespace: istio-system}}\ndata:\n  mesh: |\n    accessLogFile: {}\n{extra}",
+            log.display()
+        )
+    };
+    std::fs::write(dir.join("mesh.yaml"), mesh("")).unwrap();
+    let (_up, port) = write_reviews(&dir);
+    let meshd = Meshd::start(&dir);
+    let envoy = Envoy::sidecar(&meshd, Ads::Delta, "shop", "productpage");
+    let get = |path: &str| http_get(&format!("{}:{port}", envoy.ip), "reviews", path, &[]);
+    let lines = || std::fs::read_to_string(&log).unwrap_or_default();
+    let cluster = format!("outbound|{port}||reviews.shop.svc.cluster.local");
+    // Envoy writes its access log out about once a second.
+    wait_until(
+        "a text line for the request",
+        Duration::from_secs(15),
+        || {
+            let _ = get("/text?x=1");
+            lines()
+                .lines()
+                .any(|l| l.contains("\"GET /text?x=1 HTTP/1.1\" 200") && l.contains(&cluster))
+        },
+    );
+
+    meshd.write("mesh.yaml", &mesh("    accessLogEncoding: JSON\n"));
+    wait_until(
+        "a JSON line for the request",
+        Duration::from_secs(15),
+        || {
+            let _ = get("/json");
+            lines().lines().any(|l| {
+                serde_json::from_str::<serde_json::Value>(l).is_ok_and(|j| {
+                    j["path"] == "/json"
+                        && j["response_code"] == 200
+                        && j["upstream_cluster"] == *cluster
+                })
+            })
+        },
+    );
+    assert_eq!(envoy.rejected_updates(), Vec::<String>::new());
+}

@@ -770,3 +770,28 @@ fn a_plaintext_servers_tls_is_only_an_https_redirect() {
         ]
     );
 }
+
+#[test]
+fn an_access_log_encoding_or_json_format_that_cannot_apply_is_warned_about() {
+    let mesh = |lines: &str| {
+        let parsed = parse_file(
+            "mesh.yaml",
+            &format!(
+                "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: istio, namespace: istio-system}}\ndata:\n  mesh: |\n    accessLogFile: /dev/stdout\n{lines}"
+            ),
+        );
+        assert_eq!(parsed.objects.len(), 1, "{:?}", parsed.issues);
+        let warned: Vec<String> = parsed.issues.iter().map(|i| i.field.clone()).collect();
+        warned
+    };
+    assert!(mesh("    accessLogEncoding: JSON\n").is_empty());
+    assert!(mesh("    accessLogEncoding: TEXT\n    accessLogFormat: '%DURATION%'\n").is_empty());
+    assert_eq!(
+        mesh("    accessLogEncoding: XML\n"),
+        ["data.mesh.accessLogEncoding"]
+    );
+    assert_eq!(
+        mesh("    accessLogEncoding: JSON\n    accessLogFormat: '%DURATION%'\n"),
+        ["data.mesh.accessLogFormat"]
+    );
+}
