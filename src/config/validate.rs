@@ -1020,6 +1020,11 @@ pub fn validate(object: &ConfigObject) -> Vec<Problem> {
         | Spec::Node => {}
         Spec::MeshConfig(mesh) => {
             extension_providers(&mut r, &mesh.extension_providers);
+            r.duration("data.mesh.connectTimeout".into(), &mesh.connect_timeout);
+            if let Some(k) = &mesh.tcp_keepalive {
+                r.duration("data.mesh.tcpKeepalive.time".into(), &k.time);
+                r.duration("data.mesh.tcpKeepalive.interval".into(), &k.interval);
+            }
             if let (_, Some((field, message))) = crate::translate::access_log::format_of(mesh) {
                 r.warn(format!("data.mesh.{field}"), message);
             }

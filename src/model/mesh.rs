@@ -54,6 +54,13 @@ pub struct MeshConfig {
     /// Leaves out the listeners' own access log (connections no filter chain matched).
     #[serde(default)]
     pub disable_envoy_listener_log: bool,
+    /// Every cluster's connect timeout unless its DestinationRule sets one (10s).
+    #[serde(default)]
+    pub connect_timeout: Option<String>,
+    /// TCP keepalive on every cluster's upstream connections; a DestinationRule's
+    /// `connectionPool.tcp.tcpKeepalive` overrides what it sets, field by field.
+    #[serde(default)]
+    pub tcp_keepalive: Option<crate::api::networking::TcpKeepalive>,
     /// MeshNetworks, from the ConfigMap's `meshNetworks` key (not part of `mesh`).
     #[serde(skip_deserializing, skip_serializing_if = "MeshNetworks::is_empty")]
     pub mesh_networks: MeshNetworks,

@@ -23,7 +23,7 @@ use envoy_types::pb::google::protobuf::{ListValue, UInt64Value, Value, value::Ki
 use super::endpoint::load_assignment;
 use super::locality::{self, Place};
 use super::{
-    BLACKHOLE_CLUSTER, PASSTHROUGH_CLUSTER, ads_config_source, duration, istio_metadata,
+    BLACKHOLE_CLUSTER, PASSTHROUGH_CLUSTER, ads_config_source, istio_metadata,
     outbound_cluster_name, string_value, struct_value,
 };
 use super::{policy, pool};
@@ -33,10 +33,9 @@ use crate::api::networking::{
 };
 use crate::config::ConfigObject;
 use crate::model::destination_rule;
+use crate::model::mesh::MeshConfig;
 use crate::model::service::Discovery;
 use crate::model::{Protocol, Proxy, ProxyKind, PushContext, Service, ServicePort};
-
-const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Outbound clusters for `services`, and the load assignments of the EDS ones.
 ///
@@ -57,7 +56,7 @@ pub fn outbound(
         clusters.extend(c);
         assignments.extend(a);
     }
-    clusters.extend(fallback(proxy.kind));
+    clusters.extend(fallback(proxy.kind, &ctx.mesh));
     (clusters, assignments)
 }
 
@@ -102,7 +101,14 @@ pub fn service(
         let base_policy = base.as_deref();
         let name = outbound_cluster_name(port.port, "", &svc.hostname);
         let mut meta = service_metadata(svc, dr.map(|(o, _)| o.istio_config_path()), None);
-        let mut c = build(&name, svc, port, base_policy, kind, secure, &mut meta);
+        let mut c = build(
+            &name,
+            svc,
+            port,
+            base_policy,
+            (ctx, kind, secure),
+            &mut meta,
+        );
         if secure {
             mutual_tls(&mut c, ctx, svc, port, "", base_policy);
         }
@@ -122,7 +128,7 @@ pub fn service(
             let policy = merged.as_deref();
             let mut meta =
                 service_metadata(svc, Some(dr_obj.istio_config_path()), Some(&subset.name));
-            let mut c = build(&name, svc, port, policy, kind, secure, &mut meta);
+            let mut c = build(&name, svc, port, policy, (ctx, kind, secure), &mut meta);
             if secure {
                 mutual_tls(&mut c, ctx, svc, port, &subset.name, policy);
             }
@@ -230,24 +236,28 @@ fn balance(
     }
 }
 
-/// BlackHoleCluster, and for sidecars PassthroughCluster.
-pub fn fallback(kind: ProxyKind) -> Vec<Cluster> {
+/// BlackHoleCluster, and for sidecars PassthroughCluster, with MeshConfig's connect
+/// timeout (and, for PassthroughCluster, its TCP keepalive), as istiod's.
+pub fn fallback(kind: ProxyKind, mesh: &MeshConfig) -> Vec<Cluster> {
+    let connect_timeout = Some(pool::mesh_connect_timeout(mesh));
     let mut clusters = vec![Cluster {
         name: BLACKHOLE_CLUSTER.into(),
         cluster_discovery_type: Some(ClusterDiscoveryType::Type(DiscoveryType::Static as i32)),
-        connect_timeout: Some(duration(CONNECT_TIMEOUT)),
+        connect_timeout,
         ..Default::default()
     }];
     if kind == ProxyKind::Sidecar {
-        clusters.push(Cluster {
+        let mut passthrough = Cluster {
             name: PASSTHROUGH_CLUSTER.into(),
             cluster_discovery_type: Some(ClusterDiscoveryType::Type(
                 DiscoveryType::OriginalDst as i32,
             )),
             lb_policy: LbPolicy::ClusterProvided as i32,
-            connect_timeout: Some(duration(CONNECT_TIMEOUT)),
+            connect_timeout,
             ..Default::default()
-        });
+        };
+        pool::keepalive(&mut passthrough, mesh, None);
+        clusters.push(passthrough);
     }
     clusters
 }
@@ -292,13 +302,11 @@ fn build(
     svc: &Service,
     port: &ServicePort,
     policy: Option<&TrafficPolicy>,
-    kind: ProxyKind,
-    secure: bool,
+    (ctx, kind, secure): (&PushContext, ProxyKind, bool),
     meta: &mut Vec<(&'static str, Value)>,
 ) -> Cluster {
     let mut c = Cluster {
         name: name.to_string(),
-        connect_timeout: Some(duration(CONNECT_TIMEOUT)),
         lb_policy: LbPolicy::LeastRequest as i32,
         metadata: Some(istio_metadata(std::mem::take(meta))),
         ..Default::default()
@@ -382,6 +390,7 @@ fn build(
         &mut c,
         policy.and_then(|p| p.connection_pool.as_ref()),
         &mut http,
+        &ctx.mesh,
     );
     pool::outlier_detection(&mut c, policy.and_then(|p| p.outlier_detection.as_ref()));
     if let Some(tls) = policy.and_then(|p| p.tls.as_ref()) {

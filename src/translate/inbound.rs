@@ -134,7 +134,7 @@ fn with_pool(
         p
     });
     let mut http = None;
-    super::pool::connection_pool(&mut c, pool.as_ref(), &mut http);
+    super::pool::connection_pool(&mut c, pool.as_ref(), &mut http, &ctx.mesh);
     super::pool::attach_http(&mut c, http);
     c
 }
@@ -541,7 +541,9 @@ fn virtual_inbound(ctx: &PushContext, proxy: &Proxy) -> (Vec<Listener>, Vec<Clus
         filters: vec![tcp_proxy(super::BLACKHOLE_CLUSTER)],
         ..Default::default()
     }];
-    let mut clusters = vec![original_dst_cluster(INBOUND_PASSTHROUGH_CLUSTER)];
+    let mut passthrough = original_dst_cluster(INBOUND_PASSTHROUGH_CLUSTER);
+    passthrough.connect_timeout = Some(super::pool::mesh_connect_timeout(&ctx.mesh));
+    let mut clusters = vec![passthrough];
     for (port, (serve, served)) in ports {
         if port == VIRTUAL_INBOUND_PORT {
             continue;

@@ -95,7 +95,7 @@ pub fn services<'a>(ctx: &'a PushContext, proxy: &Proxy) -> Vec<&'a Arc<Service>
 /// Plans the configuration of one proxy.
 pub fn plan<'a>(ctx: &'a PushContext, proxy: &Proxy) -> Plan<'a> {
     let services = services(ctx, proxy);
-    let mut clusters = cluster::fallback(proxy.kind);
+    let mut clusters = cluster::fallback(proxy.kind, &ctx.mesh);
     let mut plan = match proxy.kind {
         ProxyKind::Sidecar => {
             let (listeners, http_routes) = listener::sidecar_listeners(ctx, proxy, &services);
@@ -192,7 +192,7 @@ fn sni_dnat(
 /// endpoints only through the ports a sidecar's own services reach on it
 /// ([`inbound::workload_ports`]), which the caller checks.
 pub fn cluster_plan<'a>(ctx: &'a PushContext, proxy: &Proxy) -> Plan<'a> {
-    let mut clusters = cluster::fallback(proxy.kind);
+    let mut clusters = cluster::fallback(proxy.kind, &ctx.mesh);
     let services = services(ctx, proxy);
     let endpoints = match proxy.kind {
         ProxyKind::Sidecar => {

@@ -25,6 +25,37 @@ use envoy_types::pb::google::protobuf::UInt32Value;
 
 use super::optional_duration;
 use crate::api::networking::{ConnectionPoolSettings, OutlierDetection, TcpKeepalive};
+use crate::model::mesh::MeshConfig;
+
+/// Istio's default connect timeout (MeshConfig `connectTimeout`).
+const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// MeshConfig's `connectTimeout`, else 10s (validation warns about one that does not
+/// parse).
+pub fn mesh_connect_timeout(mesh: &MeshConfig) -> envoy_types::pb::google::protobuf::Duration {
+    let parsed = mesh.connect_timeout.as_deref().map(crate::duration::parse);
+    super::duration(parsed.and_then(Result::ok).unwrap_or(CONNECT_TIMEOUT))
+}
+
+/// What MeshConfig sets on clusters before their DestinationRule: `connectTimeout` and
+/// `tcpKeepalive`. A cached cluster is valid while these are the same.
+pub type MeshPool = (Option<String>, Option<TcpKeepalive>);
+
+/// `mesh`'s [`MeshPool`], boxed; `None` when it sets neither (the usual case).
+pub fn mesh_pool(mesh: &MeshConfig) -> Option<Box<MeshPool>> {
+    (mesh.connect_timeout.is_some() || mesh.tcp_keepalive.is_some())
+        .then(|| Box::new((mesh.connect_timeout.clone(), mesh.tcp_keepalive.clone())))
+}
+
+/// Whether `pool` is what `mesh` sets, without building `mesh`'s.
+pub fn same_mesh_pool(pool: Option<&MeshPool>, mesh: &MeshConfig) -> bool {
+    match pool {
+        None => mesh.connect_timeout.is_none() && mesh.tcp_keepalive.is_none(),
+        Some((timeout, keepalive)) => {
+            *timeout == mesh.connect_timeout && *keepalive == mesh.tcp_keepalive
+        }
+    }
+}
 
 /// A limit, or the maximum when `value` is unset or not positive.
 fn limit(value: Option<i32>) -> UInt32Value {
@@ -40,13 +71,17 @@ pub fn explicit(protocol: ProtocolConfig) -> UpstreamProtocolOptions {
 }
 
 /// Circuit breakers, the connect timeout, TCP keepalive, and the HTTP connection options
-/// of `pool` (none: the defaults). The HTTP options are added to `http` (the upstream
-/// protocol the port chose, if any), creating it if any is set.
+/// of `pool` (none: the defaults), over MeshConfig's connect timeout and keepalive (as
+/// istiod's `applyConnectionPool`, which every cluster it builds goes through). The HTTP
+/// options are added to `http` (the upstream protocol the port chose, if any), creating
+/// it if any is set.
 pub fn connection_pool(
     c: &mut Cluster,
     pool: Option<&ConnectionPoolSettings>,
     http: &mut Option<HttpProtocolOptions>,
+    mesh: &MeshConfig,
 ) {
+    c.connect_timeout = Some(mesh_connect_timeout(mesh));
     let tcp = pool.and_then(|p| p.tcp.as_ref());
     let h = pool.and_then(|p| p.http.as_ref());
     let use_client_protocol = h.and_then(|h| h.use_client_protocol) == Some(true);
@@ -65,12 +100,7 @@ pub fn connection_pool(
             )));
         }
     }
-    if let Some(k) = tcp.and_then(|t| t.tcp_keepalive.as_ref()) {
-        c.upstream_connection_options = Some(UpstreamConnectionOptions {
-            tcp_keepalive: Some(tcp_keepalive(k)),
-            ..Default::default()
-        });
-    }
+    keepalive(c, mesh, tcp.and_then(|t| t.tcp_keepalive.as_ref()));
     c.circuit_breakers = Some(CircuitBreakers {
         thresholds: vec![Thresholds {
             max_connections: Some(limit(tcp.and_then(|t| t.max_connections))),
@@ -172,22 +202,37 @@ pub fn http2(http: &mut Option<HttpProtocolOptions>) -> Option<&mut Http2Protoco
     }
 }
 
-/// SO_KEEPALIVE with what the policy sets, the OS's values for the rest. Envoy counts
-/// keepalive time and interval in whole seconds.
-fn tcp_keepalive(k: &TcpKeepalive) -> EnvoyTcpKeepalive {
+/// SO_KEEPALIVE when MeshConfig's `tcpKeepalive` or the policy's asks for it: what the
+/// mesh sets, then what the policy sets over it field by field (istiod's
+/// `applyTCPKeepalive`), the OS's values for the rest.
+pub fn keepalive(c: &mut Cluster, mesh: &MeshConfig, policy: Option<&TcpKeepalive>) {
+    for k in mesh.tcp_keepalive.iter().chain(policy) {
+        let options = c
+            .upstream_connection_options
+            .get_or_insert_with(UpstreamConnectionOptions::default);
+        merge_keepalive(
+            options.tcp_keepalive.get_or_insert_with(Default::default),
+            k,
+        );
+    }
+}
+
+/// Sets what `k` sets. Envoy counts keepalive time and interval in whole seconds.
+fn merge_keepalive(out: &mut EnvoyTcpKeepalive, k: &TcpKeepalive) {
     let seconds = |d: Option<&str>| {
         let d = crate::duration::parse(d?).ok()?;
         Some(UInt32Value {
             value: u32::try_from(d.as_secs()).unwrap_or(u32::MAX),
         })
     };
-    EnvoyTcpKeepalive {
-        keepalive_probes: k
-            .probes
-            .filter(|p| *p > 0)
-            .map(|value| UInt32Value { value }),
-        keepalive_time: seconds(k.time.as_deref()),
-        keepalive_interval: seconds(k.interval.as_deref()),
+    if let Some(value) = k.probes.filter(|p| *p > 0) {
+        out.keepalive_probes = Some(UInt32Value { value });
+    }
+    if let Some(time) = seconds(k.time.as_deref()) {
+        out.keepalive_time = Some(time);
+    }
+    if let Some(interval) = seconds(k.interval.as_deref()) {
+        out.keepalive_interval = Some(interval);
     }
 }
 

@@ -72,6 +72,8 @@ struct HostEntry {
     trust_domain: Option<String>,
     /// MeshConfig's `localityLbSetting` (boxed: entries stay small, and it is rarely set).
     mesh_locality: Option<Box<LocalityLoadBalancerSetting>>,
+    /// MeshConfig's `connectTimeout` and `tcpKeepalive` (boxed, as rarely set).
+    mesh_pool: Option<Box<translate::pool::MeshPool>>,
     /// The networks' gateways, which split load assignments by network.
     networks: Arc<NetworkGateways>,
     /// `Some`: the load assignments are balanced by locality and depend on the proxy's
@@ -88,12 +90,14 @@ struct HostEntry {
 }
 
 impl HostEntry {
-    /// Whether it was built from `svc` and `ctx`'s trust domain and mesh-wide balancing
-    /// (what every entry of one service shares; each has its own rule).
+    /// Whether it was built from `svc` and `ctx`'s trust domain, mesh-wide balancing and
+    /// cluster defaults (what every entry of one service shares; each has its own rule).
     fn built_from(&self, ctx: &PushContext, svc: &Arc<Service>) -> bool {
+        let mesh = &ctx.mesh;
         same(Some(&self.service), Some(svc))
-            && self.trust_domain == ctx.mesh.trust_domain
-            && self.mesh_locality.as_deref() == ctx.mesh.locality_lb_setting.as_ref()
+            && self.trust_domain == mesh.trust_domain
+            && self.mesh_locality.as_deref() == mesh.locality_lb_setting.as_ref()
+            && translate::pool::same_mesh_pool(self.mesh_pool.as_deref(), mesh)
             && (Arc::ptr_eq(&self.networks, &ctx.networks) || self.networks == ctx.networks)
     }
 
@@ -435,6 +439,7 @@ impl ResourceCache {
                     used: ctx.id(),
                     trust_domain: ctx.mesh.trust_domain.clone(),
                     mesh_locality: ctx.mesh.locality_lb_setting.clone().map(Box::new),
+                    mesh_pool: translate::pool::mesh_pool(&ctx.mesh),
                     networks: ctx.networks.clone(),
                     dependence: dependence(ctx, svc, rule).map(Vec::into_boxed_slice),
                     clusters: Default::default(),

@@ -730,3 +730,51 @@ fn the_mesh_config_access_log_is_written_by_the_sidecar() {
     );
     assert_eq!(envoy.rejected_updates(), Vec::<String>::new());
 }
+
+/// MeshConfig `connectTimeout` and `tcpKeepalive`: a real Envoy holds its clusters with
+/// them (its own config_dump), and takes the change when the ConfigMap drops them.
+#[test]
+fn the_mesh_connect_timeout_and_keepalive_reach_envoys_clusters() {
+    let dir = temp_dir("mesh-pool").join("config");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mesh = |lines: &str| {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: istio, namespace: istio-system}}\ndata:\n  mesh: |\n    trustDomain: cluster.local\n{lines}"
+        )
+    };
+    std::fs::write(
+        dir.join("mesh.yaml"),
+        mesh("    connectTimeout: 3s\n    tcpKeepalive: {probes: 5, time: 600s}\n"),
+    )
+    .unwrap();
+    let (_up, port) = write_reviews(&dir);
+    let meshd = Meshd::start(&dir);
+    let envoy = Envoy::sidecar(&meshd, Ads::Delta, "shop", "productpage");
+    let name = format!("outbound|{port}||reviews.shop.svc.cluster.local");
+    let reviews = || {
+        let field = &["cluster"];
+        envoy_dump(&envoy, "dynamic_active_clusters", field, "name").remove(&name)
+    };
+    wait_until("the reviews cluster", Duration::from_secs(10), || {
+        reviews().is_some()
+    });
+    let cluster = reviews().unwrap();
+    assert_eq!(cluster["connect_timeout"], "3s");
+    let keepalive = &cluster["upstream_connection_options"]["tcp_keepalive"];
+    assert_eq!(keepalive["keepalive_probes"], 5);
+    assert_eq!(keepalive["keepalive_time"], 600);
+
+    meshd.write("mesh.yaml", &mesh(""));
+    wait_until(
+        "Istio's default connect timeout",
+        Duration::from_secs(10),
+        || reviews().is_some_and(|c| c["connect_timeout"] == "10s"),
+    );
+    assert!(
+        reviews()
+            .unwrap()
+            .get("upstream_connection_options")
+            .is_none()
+    );
+    assert_eq!(envoy.rejected_updates(), Vec::<String>::new());
+}

@@ -797,3 +797,37 @@ fn a_gateways_cached_virtual_hosts_follow_its_servers_https_redirect() {
     // The five routed hosts and the server's own `*`.
     assert_eq!(requiring, [6, 0, 6]);
 }
+
+#[test]
+fn cached_clusters_follow_the_meshs_connect_timeout_and_keepalive() {
+    let mut store = Shape::new(40, 4, 2).store();
+    let (_, cache) = first_push(&store);
+    let mesh = |lines: &str| {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: istio, namespace: istio-system}}\ndata:\n  mesh: |\n{lines}"
+        )
+    };
+    let timeouts = |ctx: &PushContext| -> BTreeSet<i64> {
+        let v = view(ctx, &proxies()[0], &cache);
+        (v.all(TypeKind::Cluster).values())
+            .map(|r| {
+                let c = envoy_types::pb::envoy::config::cluster::v3::Cluster::decode(&*r.value());
+                c.unwrap().connect_timeout.unwrap().seconds
+            })
+            .collect()
+    };
+    for (version, lines, expected) in [
+        (2, "    connectTimeout: 3s\n", [3]),
+        (
+            3,
+            "    connectTimeout: 3s\n    tcpKeepalive: {probes: 4}\n",
+            [3],
+        ),
+        (4, "    trustDomain: cluster.local\n", [10]),
+    ] {
+        apply(&mut store, &mesh(lines));
+        let ctx = PushContext::build(&store, format!("v/{version}"));
+        assert_views_agree(&ctx, &cache);
+        assert_eq!(timeouts(&ctx), BTreeSet::from(expected), "v/{version}");
+    }
+}
