@@ -1021,6 +1021,12 @@ pub fn validate(object: &ConfigObject) -> Vec<Problem> {
         Spec::MeshConfig(mesh) => {
             extension_providers(&mut r, &mesh.extension_providers);
             r.duration("data.mesh.connectTimeout".into(), &mesh.connect_timeout);
+            if let Some(p) = &mesh.h2_upgrade_policy
+                && !matches!(p.as_str(), "DO_NOT_UPGRADE" | "UPGRADE")
+            {
+                let message = format!("{p:?} is not DO_NOT_UPGRADE or UPGRADE");
+                r.error("data.mesh.h2UpgradePolicy", message);
+            }
             if let Some(k) = &mesh.tcp_keepalive {
                 r.duration("data.mesh.tcpKeepalive.time".into(), &k.time);
                 r.duration("data.mesh.tcpKeepalive.interval".into(), &k.interval);

@@ -61,6 +61,10 @@ pub struct MeshConfig {
     /// `connectionPool.tcp.tcpKeepalive` overrides what it sets, field by field.
     #[serde(default)]
     pub tcp_keepalive: Option<crate::api::networking::TcpKeepalive>,
+    /// `UPGRADE`: outbound clusters of ports declared HTTP speak HTTP/2 upstream unless
+    /// their DestinationRule says `DO_NOT_UPGRADE` (default `DO_NOT_UPGRADE`).
+    #[serde(default)]
+    pub h2_upgrade_policy: Option<String>,
     /// MeshNetworks, from the ConfigMap's `meshNetworks` key (not part of `mesh`).
     #[serde(skip_deserializing, skip_serializing_if = "MeshNetworks::is_empty")]
     pub mesh_networks: MeshNetworks,

@@ -390,7 +390,7 @@ fn build(
         &mut c,
         policy.and_then(|p| p.connection_pool.as_ref()),
         &mut http,
-        &ctx.mesh,
+        (&ctx.mesh, pool::mesh_upgrades(&ctx.mesh, port.protocol)),
     );
     pool::outlier_detection(&mut c, policy.and_then(|p| p.outlier_detection.as_ref()));
     if let Some(tls) = policy.and_then(|p| p.tls.as_ref()) {

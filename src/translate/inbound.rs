@@ -134,7 +134,7 @@ fn with_pool(
         p
     });
     let mut http = None;
-    super::pool::connection_pool(&mut c, pool.as_ref(), &mut http, &ctx.mesh);
+    super::pool::connection_pool(&mut c, pool.as_ref(), &mut http, (&ctx.mesh, false));
     super::pool::attach_http(&mut c, http);
     c
 }

@@ -30,31 +30,60 @@ use crate::model::mesh::MeshConfig;
 /// Istio's default connect timeout (MeshConfig `connectTimeout`).
 const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// MeshConfig's `connectTimeout`, else 10s (validation warns about one that does not
-/// parse).
+/// MeshConfig's `connectTimeout`, else 10s (validation refuses one that does not parse).
 pub fn mesh_connect_timeout(mesh: &MeshConfig) -> envoy_types::pb::google::protobuf::Duration {
     let parsed = mesh.connect_timeout.as_deref().map(crate::duration::parse);
     super::duration(parsed.and_then(Result::ok).unwrap_or(CONNECT_TIMEOUT))
 }
 
-/// What MeshConfig sets on clusters before their DestinationRule: `connectTimeout` and
-/// `tcpKeepalive`. A cached cluster is valid while these are the same.
-pub type MeshPool = (Option<String>, Option<TcpKeepalive>);
+/// What MeshConfig sets on clusters before their DestinationRule: `connectTimeout`,
+/// `tcpKeepalive` and `h2UpgradePolicy`. A cached cluster is valid while these are the
+/// same.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MeshPool {
+    connect_timeout: Option<String>,
+    tcp_keepalive: Option<TcpKeepalive>,
+    h2_upgrade_policy: Option<String>,
+}
 
-/// `mesh`'s [`MeshPool`], boxed; `None` when it sets neither (the usual case).
+/// Whether `mesh` sets none of [`MeshPool`] (the usual case).
+fn no_mesh_pool(mesh: &MeshConfig) -> bool {
+    mesh.connect_timeout.is_none()
+        && mesh.tcp_keepalive.is_none()
+        && mesh.h2_upgrade_policy.is_none()
+}
+
+/// `mesh`'s [`MeshPool`], boxed; `None` when it sets none of it.
 pub fn mesh_pool(mesh: &MeshConfig) -> Option<Box<MeshPool>> {
-    (mesh.connect_timeout.is_some() || mesh.tcp_keepalive.is_some())
-        .then(|| Box::new((mesh.connect_timeout.clone(), mesh.tcp_keepalive.clone())))
+    (!no_mesh_pool(mesh)).then(|| {
+        Box::new(MeshPool {
+            connect_timeout: mesh.connect_timeout.clone(),
+            tcp_keepalive: mesh.tcp_keepalive.clone(),
+            h2_upgrade_policy: mesh.h2_upgrade_policy.clone(),
+        })
+    })
 }
 
 /// Whether `pool` is what `mesh` sets, without building `mesh`'s.
 pub fn same_mesh_pool(pool: Option<&MeshPool>, mesh: &MeshConfig) -> bool {
     match pool {
-        None => mesh.connect_timeout.is_none() && mesh.tcp_keepalive.is_none(),
-        Some((timeout, keepalive)) => {
-            *timeout == mesh.connect_timeout && *keepalive == mesh.tcp_keepalive
+        None => no_mesh_pool(mesh),
+        Some(p) => {
+            p.connect_timeout == mesh.connect_timeout
+                && p.tcp_keepalive == mesh.tcp_keepalive
+                && p.h2_upgrade_policy == mesh.h2_upgrade_policy
         }
     }
+}
+
+/// Whether MeshConfig's `h2UpgradePolicy: UPGRADE` makes an outbound cluster of a port
+/// of `protocol` HTTP/2 when its DestinationRule does not decide: only ports declared
+/// HTTP (not sniffed ones, whose clients' protocol goes upstream), as istiod's
+/// `shouldH2Upgrade`.
+pub fn mesh_upgrades(mesh: &MeshConfig, protocol: crate::model::Protocol) -> bool {
+    use crate::model::Protocol;
+    mesh.h2_upgrade_policy.as_deref() == Some("UPGRADE")
+        && matches!(protocol, Protocol::Http | Protocol::Http2 | Protocol::Grpc)
 }
 
 /// A limit, or the maximum when `value` is unset or not positive.
@@ -74,12 +103,13 @@ pub fn explicit(protocol: ProtocolConfig) -> UpstreamProtocolOptions {
 /// of `pool` (none: the defaults), over MeshConfig's connect timeout and keepalive (as
 /// istiod's `applyConnectionPool`, which every cluster it builds goes through). The HTTP
 /// options are added to `http` (the upstream protocol the port chose, if any), creating
-/// it if any is set.
+/// it if any is set. `upgrade`: the mesh makes the cluster HTTP/2 unless the pool's
+/// `h2UpgradePolicy` says otherwise ([`mesh_upgrades`]).
 pub fn connection_pool(
     c: &mut Cluster,
     pool: Option<&ConnectionPoolSettings>,
     http: &mut Option<HttpProtocolOptions>,
-    mesh: &MeshConfig,
+    (mesh, upgrade): (&MeshConfig, bool),
 ) {
     c.connect_timeout = Some(mesh_connect_timeout(mesh));
     let tcp = pool.and_then(|p| p.tcp.as_ref());
@@ -88,7 +118,12 @@ pub fn connection_pool(
     // `h2UpgradePolicy: UPGRADE` makes the cluster HTTP/2 unless the port chose already or
     // the client's protocol is to be kept (istiod's `applyH2Upgrade`, before the pool).
     // A sniffed port's protocol (the downstream one) is replaced too.
-    if !use_client_protocol && h.and_then(|h| h.h2_upgrade_policy.as_deref()) == Some("UPGRADE") {
+    let upgrade = match h.and_then(|h| h.h2_upgrade_policy.as_deref()) {
+        Some("UPGRADE") => true,
+        Some("DO_NOT_UPGRADE") => false,
+        _ => upgrade,
+    };
+    if !use_client_protocol && upgrade {
         let options = http.get_or_insert_with(HttpProtocolOptions::default);
         let chosen = &mut options.upstream_protocol_options;
         if matches!(

@@ -731,10 +731,11 @@ fn the_mesh_config_access_log_is_written_by_the_sidecar() {
     assert_eq!(envoy.rejected_updates(), Vec::<String>::new());
 }
 
-/// MeshConfig `connectTimeout` and `tcpKeepalive`: a real Envoy holds its clusters with
-/// them (its own config_dump), and takes the change when the ConfigMap drops them.
+/// MeshConfig `connectTimeout`, `tcpKeepalive` and `h2UpgradePolicy`: a real Envoy holds
+/// its clusters with them (its own config_dump), and takes the change when the ConfigMap
+/// drops them.
 #[test]
-fn the_mesh_connect_timeout_and_keepalive_reach_envoys_clusters() {
+fn the_mesh_connect_timeout_keepalive_and_h2_upgrade_reach_envoys_clusters() {
     let dir = temp_dir("mesh-pool").join("config");
     std::fs::create_dir_all(&dir).unwrap();
     let mesh = |lines: &str| {
@@ -744,7 +745,7 @@ fn the_mesh_connect_timeout_and_keepalive_reach_envoys_clusters() {
     };
     std::fs::write(
         dir.join("mesh.yaml"),
-        mesh("    connectTimeout: 3s\n    tcpKeepalive: {probes: 5, time: 600s}\n"),
+        mesh("    connectTimeout: 3s\n    tcpKeepalive: {probes: 5, time: 600s}\n    h2UpgradePolicy: UPGRADE\n"),
     )
     .unwrap();
     let (_up, port) = write_reviews(&dir);
@@ -763,6 +764,12 @@ fn the_mesh_connect_timeout_and_keepalive_reach_envoys_clusters() {
     let keepalive = &cluster["upstream_connection_options"]["tcp_keepalive"];
     assert_eq!(keepalive["keepalive_probes"], 5);
     assert_eq!(keepalive["keepalive_time"], 600);
+    let upstream_http = |c: &serde_json::Value| {
+        let key = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions";
+        c["typed_extension_protocol_options"][key].clone()
+    };
+    let h2 = &upstream_http(&cluster)["explicit_http_config"]["http2_protocol_options"];
+    assert!(h2.is_object(), "{cluster}");
 
     meshd.write("mesh.yaml", &mesh(""));
     wait_until(
@@ -770,11 +777,8 @@ fn the_mesh_connect_timeout_and_keepalive_reach_envoys_clusters() {
         Duration::from_secs(10),
         || reviews().is_some_and(|c| c["connect_timeout"] == "10s"),
     );
-    assert!(
-        reviews()
-            .unwrap()
-            .get("upstream_connection_options")
-            .is_none()
-    );
+    let cluster = reviews().unwrap();
+    assert!(cluster.get("upstream_connection_options").is_none());
+    assert!(upstream_http(&cluster).is_null(), "{cluster}");
     assert_eq!(envoy.rejected_updates(), Vec::<String>::new());
 }

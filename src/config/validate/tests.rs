@@ -797,16 +797,17 @@ fn an_access_log_encoding_or_json_format_that_cannot_apply_is_warned_about() {
 }
 
 #[test]
-fn the_meshs_connect_timeout_and_keepalive_must_be_durations() {
+fn the_meshs_cluster_defaults_must_be_durations_and_known_policies() {
     let parsed = parse_file(
         "mesh.yaml",
-        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: istio, namespace: istio-system}\ndata:\n  mesh: |\n    connectTimeout: soon\n    tcpKeepalive: {time: 600s, interval: often}\n",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: istio, namespace: istio-system}\ndata:\n  mesh: |\n    connectTimeout: soon\n    h2UpgradePolicy: SOMETIMES\n    tcpKeepalive: {time: 600s, interval: often}\n",
     );
     let errors: Vec<&str> = parsed.errors().map(|e| e.field.as_str()).collect();
     assert_eq!(
         errors,
         [
             "data.mesh.connectTimeout",
+            "data.mesh.h2UpgradePolicy",
             "data.mesh.tcpKeepalive.interval"
         ]
     );

@@ -52,3 +52,72 @@ fn clusters_take_the_meshs_connect_timeout_and_keepalive_under_their_rules() {
         (3, Some(5), Some(600), None)
     );
 }
+
+/// The upstream protocol a cluster's `HttpProtocolOptions` chose: `h1`, `h2`, the
+/// client's (`downstream`), or none set.
+fn upstream_protocol(c: &Cluster) -> &'static str {
+    use envoy_types::pb::envoy::extensions::upstreams::http::v3::HttpProtocolOptions;
+    use envoy_types::pb::envoy::extensions::upstreams::http::v3::http_protocol_options::{
+        UpstreamProtocolOptions, explicit_http_config::ProtocolConfig,
+    };
+    use prost::Message;
+    let key = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions";
+    let Some(any) = c.typed_extension_protocol_options.get(key) else {
+        return "none";
+    };
+    let options = HttpProtocolOptions::decode(any.value.as_slice()).unwrap();
+    match options.upstream_protocol_options {
+        Some(UpstreamProtocolOptions::ExplicitHttpConfig(e)) => match e.protocol_config {
+            Some(ProtocolConfig::Http2ProtocolOptions(_)) => "h2",
+            _ => "h1",
+        },
+        Some(UpstreamProtocolOptions::UseDownstreamProtocolConfig(_)) => "downstream",
+        _ => "none",
+    }
+}
+
+#[test]
+fn the_meshs_h2_upgrade_policy_upgrades_declared_http_ports_unless_a_rule_says_not() {
+    let services = "---\napiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: shop}\nspec: {clusterIP: 10.96.0.60, selector: {app: web}, ports: [{name: http, port: 80}, {name: tcp, port: 81}, {name: sniffed, port: 82}]}\n---\napiVersion: v1\nkind: Service\nmetadata: {name: legacy, namespace: shop}\nspec: {clusterIP: 10.96.0.61, ports: [{name: http, port: 80}]}\n---\napiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: legacy, namespace: shop}\nspec:\n  host: legacy\n  trafficPolicy: {connectionPool: {http: {h2UpgradePolicy: DO_NOT_UPGRADE}}}\n";
+    let mesh = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: istio, namespace: istio-system}\ndata:\n  mesh: |\n    h2UpgradePolicy: UPGRADE\n";
+    let proxy = sidecar("shop", json!({"app": "web"}));
+    let protocols = |yaml: &str| -> Vec<(String, &'static str)> {
+        let cfg = proxy_config(&context(yaml), &proxy);
+        let interesting = |n: &str| {
+            n.contains("web.shop") || n.contains("legacy.shop") || n.starts_with("inbound|80|")
+        };
+        (cfg.clusters.iter())
+            .filter(|c| interesting(&c.name))
+            .map(|c| (c.name.clone(), upstream_protocol(c)))
+            .collect()
+    };
+    let expect = |web80: &'static str| {
+        vec![
+            (
+                "outbound|80||legacy.shop.svc.cluster.local".to_string(),
+                "none",
+            ),
+            ("outbound|80||web.shop.svc.cluster.local".to_string(), web80),
+            (
+                "outbound|81||web.shop.svc.cluster.local".to_string(),
+                "none",
+            ),
+            (
+                "outbound|82||web.shop.svc.cluster.local".to_string(),
+                "downstream",
+            ),
+            ("inbound|80||".to_string(), "none"),
+        ]
+    };
+    let mut without = protocols(services);
+    let mut with = protocols(&format!("{mesh}{services}"));
+    without.sort();
+    with.sort();
+    let mut expected = expect("none");
+    expected.sort();
+    assert_eq!(without, expected);
+    // Only the declared HTTP port without a rule against it; never inbound.
+    let mut expected = expect("h2");
+    expected.sort();
+    assert_eq!(with, expected);
+}

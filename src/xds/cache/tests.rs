@@ -799,7 +799,7 @@ fn a_gateways_cached_virtual_hosts_follow_its_servers_https_redirect() {
 }
 
 #[test]
-fn cached_clusters_follow_the_meshs_connect_timeout_and_keepalive() {
+fn cached_clusters_follow_the_meshs_connect_timeout_keepalive_and_h2_upgrade() {
     let mut store = Shape::new(40, 4, 2).store();
     let (_, cache) = first_push(&store);
     let mesh = |lines: &str| {
@@ -823,7 +823,13 @@ fn cached_clusters_follow_the_meshs_connect_timeout_and_keepalive() {
             "    connectTimeout: 3s\n    tcpKeepalive: {probes: 4}\n",
             [3],
         ),
-        (4, "    trustDomain: cluster.local\n", [10]),
+        // Only the upgrade policy differs from the one before.
+        (
+            4,
+            "    connectTimeout: 3s\n    tcpKeepalive: {probes: 4}\n    h2UpgradePolicy: UPGRADE\n",
+            [3],
+        ),
+        (5, "    trustDomain: cluster.local\n", [10]),
     ] {
         apply(&mut store, &mesh(lines));
         let ctx = PushContext::build(&store, format!("v/{version}"));
