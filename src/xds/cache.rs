@@ -72,7 +72,7 @@ struct HostEntry {
     trust_domain: Option<String>,
     /// MeshConfig's `localityLbSetting` (boxed: entries stay small, and it is rarely set).
     mesh_locality: Option<Box<LocalityLoadBalancerSetting>>,
-    /// MeshConfig's `connectTimeout` and `tcpKeepalive` (boxed, as rarely set).
+    /// MeshConfig's cluster defaults ([`translate::pool::MeshPool`]; boxed, as rarely set).
     mesh_pool: Option<Box<translate::pool::MeshPool>>,
     /// The networks' gateways, which split load assignments by network.
     networks: Arc<NetworkGateways>,
@@ -367,16 +367,21 @@ impl ResourceCache {
         self.len() == 0
     }
 
-    /// Drops what `ctx` can no longer use: the entries of services it does not have, and,
+    /// Drops what `ctx` can no longer use: the entries of services it does not have (of a
+    /// host, those of objects that no longer declare it), and,
     /// when the push that brings it may have changed routing (`changed` names a
     /// VirtualService or Gateway, or is `None` for a full push), the gateway routes of
     /// VirtualServices it does not have in the form they were built from, or of Gateway
     /// servers it does not have.
     pub fn retain_services_of(&self, ctx: &PushContext, changed: Option<&BTreeSet<ObjectKey>>) {
-        self.hosts
-            .lock()
-            .unwrap()
-            .retain(|host, _| ctx.services.contains_key(host));
+        self.hosts.lock().unwrap().retain(|host, entries| {
+            match (ctx.shared_hosts.get(host), ctx.services.get(host)) {
+                (Some(all), _) => entries.retain(|e| all.declared().iter().any(|s| e.of(s))),
+                (None, Some(svc)) => entries.retain(|e| e.of(svc)),
+                (None, None) => entries.clear(),
+            }
+            !entries.is_empty()
+        });
         self.names.lock().unwrap().retain_services_of(ctx);
         self.retain_gateway_routes(ctx, changed);
     }

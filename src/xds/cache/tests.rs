@@ -837,3 +837,27 @@ fn cached_clusters_follow_the_meshs_connect_timeout_keepalive_and_h2_upgrade() {
         assert_eq!(timeouts(&ctx), BTreeSet::from(expected), "v/{version}");
     }
 }
+
+#[test]
+fn a_hosts_entries_go_with_the_object_that_declared_it() {
+    let mut store = Shape::new(40, 4, 2).store();
+    let entry = |ns: &str| {
+        format!(
+            "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {{name: partner, namespace: {ns}}}\nspec:\n  hosts: [api.partner.example]\n  resolution: DNS\n  ports: [{{number: 80, name: http, protocol: HTTP}}]\n"
+        )
+    };
+    apply(&mut store, &entry("ns-0"));
+    let (first, cache) = first_push(&store);
+    cache.retain_services_of(&first, None);
+    // The host moves to another namespace's entry.
+    store.delete(&ObjectKey::new(Kind::ServiceEntry, "ns-0", "partner"));
+    apply(&mut store, &entry("ns-1"));
+    let second = PushContext::build(&store, "v/2".into());
+    assert_views_agree(&second, &cache);
+    cache.retain_services_of(&second, None);
+    let hosts = cache.hosts.lock().unwrap();
+    let namespaces: BTreeSet<&str> = (hosts["api.partner.example"].iter())
+        .map(|e| e.service.namespace.as_str())
+        .collect();
+    assert_eq!(namespaces, BTreeSet::from(["ns-1"]));
+}
