@@ -93,8 +93,9 @@ struct Served<'a> {
 /// (as it applies to the service port; a rule with a workload selector never applies
 /// inbound), else the rule's, else istiod's default circuit breakers. The rule, when its
 /// policy is used, is named in the cluster's `istio.config` metadata. An inbound cluster
-/// is never upgraded to HTTP/2 (`h2UpgradePolicy` is outbound only).
-/// InboundPassthroughCluster gets none of this.
+/// is never upgraded to HTTP/2 (`h2UpgradePolicy` is outbound only). Its connect timeout
+/// is the pool's, else MeshConfig's ([`connection_pool`](super::pool::connection_pool)).
+/// InboundPassthroughCluster gets none of this, only the mesh's connect timeout.
 fn with_pool(
     mut c: Cluster,
     ctx: &PushContext,
@@ -161,7 +162,6 @@ fn inbound_cluster(name: &str, target: Address) -> Cluster {
     Cluster {
         name: name.to_string(),
         cluster_discovery_type: Some(ClusterDiscoveryType::Type(DiscoveryType::Static as i32)),
-        connect_timeout: Some(duration(std::time::Duration::from_secs(10))),
         load_assignment: Some(ClusterLoadAssignment {
             cluster_name: name.to_string(),
             endpoints: vec![LocalityLbEndpoints {
@@ -496,7 +496,6 @@ fn original_dst_cluster(name: &str) -> Cluster {
             DiscoveryType::OriginalDst as i32,
         )),
         lb_policy: LbPolicy::ClusterProvided as i32,
-        connect_timeout: Some(duration(std::time::Duration::from_secs(10))),
         upstream_bind_config: Some(BindConfig {
             source_address: Some(SocketAddress {
                 address: "127.0.0.6".into(),
