@@ -808,11 +808,6 @@ impl PushContext {
         usable: impl Fn(&Service) -> bool,
     ) -> Vec<&Arc<Service>> {
         let default = &self.mesh.default_service_export_to;
-        if self.shared_hosts.is_empty() {
-            return (self.services.values())
-                .filter(|s| s.visible_from(namespace, default) && usable(s))
-                .collect();
-        }
         (self.services.values())
             .filter_map(|s| match self.shared_hosts.get(&s.hostname) {
                 Some(all) => all.choose(namespace, default, &usable),

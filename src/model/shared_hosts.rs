@@ -42,12 +42,16 @@ fn precedence(s: &Service) -> (bool, &str, &str, &str) {
     )
 }
 
+/// Whether two services are ServiceEntries of one namespace: istiod keeps their endpoints
+/// together (by host and namespace).
+fn same_namespace_entries(a: &Service, b: &Service) -> bool {
+    !a.kubernetes && !b.kubernetes && a.namespace == b.namespace
+}
+
 /// Whether istiod merges `later`'s ports into `first`'s (`canMergeServices`): two
 /// ServiceEntries of one namespace alike in resolution, labels and `exportTo`.
 fn mergeable(first: &Service, later: &Service) -> bool {
-    !first.kubernetes
-        && !later.kubernetes
-        && first.namespace == later.namespace
+    same_namespace_entries(first, later)
         && first.discovery == later.discovery
         && first.labels == later.labels
         && first.export_to == later.export_to
@@ -55,21 +59,18 @@ fn mergeable(first: &Service, later: &Service) -> bool {
 
 /// What a proxy that picks each of `declared` gets: the service with the ports of the
 /// later ones of its namespace that istiod merges into it, and the endpoints of every
-/// ServiceEntry of its host and namespace (istiod keeps endpoints by host and namespace,
-/// whichever entry declared them).
+/// ServiceEntry of its host and namespace.
 fn served(declared: &[Arc<Service>]) -> Vec<Arc<Service>> {
-    let alike =
-        |a: &Service, b: &Service| !a.kubernetes && !b.kubernetes && a.namespace == b.namespace;
-    (0..declared.len())
-        .map(|i| {
-            let first = &declared[i];
-            let others = || (0..declared.len()).filter(move |&j| j != i);
-            if !others().any(|j| alike(first, &declared[j])) {
+    (declared.iter().enumerate())
+        .map(|(i, first)| {
+            let kin: Vec<(usize, &Arc<Service>)> = (declared.iter().enumerate())
+                .filter(|&(j, s)| j != i && same_namespace_entries(first, s))
+                .collect();
+            if kin.is_empty() {
                 return first.clone();
             }
             let mut out = Service::clone(first);
-            for j in others().filter(|&j| alike(first, &declared[j])) {
-                let other = &declared[j];
+            for (j, other) in kin {
                 if j > i && mergeable(first, other) {
                     for p in &other.ports {
                         if out.port(p.port).is_none() {
