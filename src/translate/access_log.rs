@@ -134,6 +134,21 @@ pub fn format_of(mesh: &MeshConfig) -> (Format, Option<(&'static str, String)>) 
     }
 }
 
+/// Whether the text, or a value of the JSON object, of `format` holds the command
+/// operator `op`.
+fn uses_operator(format: &Format, op: &str) -> bool {
+    use envoy_types::pb::google::protobuf::value::Kind;
+    match format {
+        Format::TextFormatSource(DataSource {
+            specifier: Some(Specifier::InlineString(text)),
+            ..
+        }) => text.contains(op),
+        Format::JsonFormat(s) => (s.fields.values())
+            .any(|v| matches!(&v.kind, Some(Kind::StringValue(s)) if s.contains(op))),
+        _ => false,
+    }
+}
+
 /// The access logs a mesh asks for: `None` without an `accessLogFile`.
 pub struct AccessLogs {
     /// For connection managers and tcp_proxies.
@@ -148,16 +163,7 @@ impl AccessLogs {
             return None;
         }
         let (format, _) = format_of(mesh);
-        let needs_formatter = match &format {
-            Format::TextFormatSource(DataSource {
-                specifier: Some(Specifier::InlineString(text)),
-                ..
-            }) => text.contains(REQ_WITHOUT_QUERY),
-            Format::JsonFormat(s) => s.fields.values().any(|v| {
-                matches!(&v.kind, Some(envoy_types::pb::google::protobuf::value::Kind::StringValue(s)) if s.contains(REQ_WITHOUT_QUERY))
-            }),
-            _ => false,
-        };
+        let needs_formatter = uses_operator(&format, REQ_WITHOUT_QUERY);
         let json = matches!(format, Format::JsonFormat(_));
         let file = FileAccessLog {
             path: mesh.access_log_file.clone(),
