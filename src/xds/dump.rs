@@ -43,7 +43,7 @@ pub fn any_to_json(any: &Any) -> Result<Value, String> {
     let value = message
         .serialize_with_options(serde_json::value::Serializer, &options)
         .map_err(|e| format!("{}: {e}", any.type_url))?;
-    Ok(redact(value))
+    Ok(as_envoy_prints(value))
 }
 
 /// A resource's JSON; a resource that cannot be rendered says why instead.
@@ -56,9 +56,11 @@ fn any_json(any: &Any) -> Value {
     any_to_json(any).unwrap_or_else(|e| json!({"error": e}))
 }
 
-/// Private key material never leaves meshd through a debug view: Envoy prints
-/// `[redacted]` in its place, and so does meshd.
-fn redact(mut value: Value) -> Value {
+/// Envoy's printing of what prost-reflect prints otherwise:
+/// - private key material never leaves meshd through a debug view: Envoy prints
+///   `[redacted]` in its place, and so does meshd;
+/// - a whole `double` (a `Percent`'s 100) prints as `100`, not `100.0`.
+fn as_envoy_prints(mut value: Value) -> Value {
     fn walk(v: &mut Value) {
         match v {
             Value::Object(map) => {
@@ -71,6 +73,14 @@ fn redact(mut value: Value) -> Value {
                 }
             }
             Value::Array(items) => items.iter_mut().for_each(walk),
+            Value::Number(n) => {
+                if let Some(f) = n.as_f64().filter(|_| n.is_f64())
+                    && f.fract() == 0.0
+                    && f.abs() < 9.007_199_254_740_992e15
+                {
+                    *n = (f as i64).into();
+                }
+            }
             _ => {}
         }
     }
@@ -183,5 +193,23 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("certificate_chain"), "{text}");
+
+        // Whole doubles print as Envoy prints them; others keep their fraction.
+        use envoy_types::pb::envoy::config::cluster::v3::cluster::CommonLbConfig;
+        use envoy_types::pb::envoy::r#type::v3::Percent;
+        let lb = |value| CommonLbConfig {
+            healthy_panic_threshold: Some(Percent { value }),
+            ..Default::default()
+        };
+        for (value, printed) in [(100.0, "100"), (12.5, "12.5")] {
+            let c = Cluster {
+                name: "c".into(),
+                common_lb_config: Some(lb(value)),
+                ..Default::default()
+            };
+            let json = any_to_json(&encode(&c.name, &c).any()).unwrap();
+            let threshold = &json["common_lb_config"]["healthy_panic_threshold"]["value"];
+            assert_eq!(threshold.to_string(), printed);
+        }
     }
 }
