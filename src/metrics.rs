@@ -78,6 +78,9 @@ pub struct Metrics {
     pub eds_no_instances: Gauge,
     /// Hosts whose merged DestinationRules name a subset twice, in the current push.
     pub destrule_subsets: Gauge,
+    /// Pushes whose default tracing provider's service was not found, by provider type
+    /// (istiod's `provider_lookup_cluster_failures`, which it counts per proxy).
+    pub provider_lookup_cluster_failures: Family<Labels, Counter>,
     pub xds_cache_reads: Family<Labels, Counter>,
     pub xds_push_diffs: Family<Labels, Counter>,
     pub xds_send_buffer: Gauge,
@@ -138,6 +141,7 @@ impl Metrics {
             endpoint_no_pod: Gauge::default(),
             eds_no_instances: Gauge::default(),
             destrule_subsets: Gauge::default(),
+            provider_lookup_cluster_failures: Family::default(),
             validation_passed: Family::default(),
             validation_failed: Family::default(),
             validation_http_error: Family::default(),
@@ -354,6 +358,11 @@ impl Metrics {
             "pilot_destrule_subsets",
             "Duplicate subsets across destination rules for same host",
             m.destrule_subsets.clone(),
+        );
+        registry.register(
+            "provider_lookup_cluster_failures",
+            "Number of times a cluster lookup failed",
+            m.provider_lookup_cluster_failures.clone(),
         );
         registry.register(
             "endpoint_no_pod",

@@ -1034,9 +1034,33 @@ pub fn validate(object: &ConfigObject) -> Vec<Problem> {
             if let (_, Some((field, message))) = crate::translate::access_log::format_of(mesh) {
                 r.warn(format!("data.mesh.{field}"), message);
             }
+            if let Some(t) = &mesh.default_config.tracing {
+                proxy_tracing(&mut r, t);
+            }
         }
     }
     r.0
+}
+
+/// `defaultConfig.tracing`: a sampling percentage istiod would replace, and custom tags
+/// that say nothing, are warned about.
+fn proxy_tracing(r: &mut Report, t: &crate::model::mesh::ProxyTracing) {
+    let f = "data.mesh.defaultConfig.tracing";
+    if !(0.0..=100.0).contains(&t.sampling) {
+        let message = format!("{} is not a percentage; 1 is used", t.sampling);
+        r.warn(format!("{f}.sampling"), message);
+    }
+    for (name, tag) in &t.custom_tags {
+        let kinds = [
+            tag.literal.is_some(),
+            tag.environment.is_some(),
+            tag.header.is_some(),
+        ];
+        if kinds.iter().filter(|k| **k).count() != 1 {
+            let message = "must be exactly one of literal, environment or header; it is left out";
+            r.warn(format!("{f}.customTags[{name}]"), message);
+        }
+    }
 }
 
 /// MeshConfig's external authorizers. istiod keeps the mesh config and refuses only what

@@ -36,8 +36,9 @@ pub struct MeshConfig {
     /// The `exportTo` of VirtualServices that set none (everyone when empty).
     #[serde(default)]
     pub default_virtual_service_export_to: Vec<String>,
-    /// The external authorizers AuthorizationPolicies with `action: CUSTOM` name. Other
-    /// kinds of provider (tracing, logging) are kept by name and not used.
+    /// The external authorizers AuthorizationPolicies with `action: CUSTOM` name, and the
+    /// tracers `defaultProviders.tracing` names. Other kinds of provider (logging,
+    /// metrics) are kept by name and not used.
     #[serde(default)]
     pub extension_providers: Vec<ExtensionProvider>,
     /// Where every proxy writes Envoy's access log (`/dev/stdout` usually); none when
@@ -65,6 +66,17 @@ pub struct MeshConfig {
     /// their DestinationRule says `DO_NOT_UPGRADE` (default `DO_NOT_UPGRADE`).
     #[serde(default)]
     pub h2_upgrade_policy: Option<String>,
+    /// istiod's legacy tracing switch (default on): with no `defaultProviders.tracing`,
+    /// every connection manager samples requests for the tracer the proxy's bootstrap
+    /// names ([`crate::translate::tracing`]).
+    #[serde(default)]
+    pub enable_tracing: Option<bool>,
+    /// ProxyConfig defaults; only `tracing` is read here (the agent reads the rest).
+    #[serde(default)]
+    pub default_config: ProxyConfig,
+    /// The providers used when no Telemetry resource names one; only `tracing` is read.
+    #[serde(default)]
+    pub default_providers: DefaultProviders,
     /// MeshNetworks, from the ConfigMap's `meshNetworks` key (not part of `mesh`).
     #[serde(skip_deserializing, skip_serializing_if = "MeshNetworks::is_empty")]
     pub mesh_networks: MeshNetworks,
@@ -77,6 +89,8 @@ pub struct ExtensionProvider {
     pub name: String,
     pub envoy_ext_authz_http: Option<ExtAuthzHttp>,
     pub envoy_ext_authz_grpc: Option<ExtAuthzGrpc>,
+    pub zipkin: Option<ZipkinProvider>,
+    pub opentelemetry: Option<OpenTelemetryProvider>,
 }
 
 impl ExtensionProvider {
@@ -89,6 +103,123 @@ impl ExtensionProvider {
             (None, None) => None,
         }
     }
+}
+
+impl MeshConfig {
+    /// `enableTracing`, on unless set false.
+    pub fn tracing_enabled(&self) -> bool {
+        self.enable_tracing != Some(false)
+    }
+}
+
+/// MeshConfig `defaultConfig`: the ProxyConfig fields meshd acts on.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct ProxyConfig {
+    pub tracing: Option<ProxyTracing>,
+}
+
+/// ProxyConfig `tracing`: what applies to every tracer (the agent reads the tracer's own
+/// address from the rest of it).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct ProxyTracing {
+    /// The percentage of requests sampled (0 means `PILOT_TRACE_SAMPLING`).
+    pub sampling: f64,
+    pub custom_tags: BTreeMap<String, CustomTag>,
+    pub max_path_tag_length: u32,
+    /// Istio's own tags (canonical service, namespace, mesh and cluster); on by default.
+    pub enable_istio_tags: Option<bool>,
+}
+
+/// A custom span tag: exactly one of a literal, an environment variable of the proxy, or
+/// a request header.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct CustomTag {
+    pub literal: Option<LiteralTag>,
+    pub environment: Option<NamedTag>,
+    pub header: Option<NamedTag>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct LiteralTag {
+    pub value: String,
+}
+
+/// An environment variable or request header, and the value used when it is absent.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct NamedTag {
+    pub name: String,
+    pub default_value: String,
+}
+
+/// MeshConfig `defaultProviders`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct DefaultProviders {
+    /// The tracer every proxy reports spans to: the first name counts, as in istiod.
+    pub tracing: Vec<String>,
+}
+
+/// `zipkin`: a Zipkin collector (Jaeger takes the same API).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct ZipkinProvider {
+    /// `[namespace/]hostname` of the collector's service.
+    pub service: String,
+    pub port: u32,
+    pub max_tag_length: u32,
+    /// 64-bit trace ids instead of Istio's 128-bit ones.
+    #[serde(rename = "enable64bitTraceId")]
+    pub enable_64bit_trace_id: bool,
+    /// The collector's span path (`/api/v2/spans` when empty).
+    pub path: String,
+    /// `USE_B3` (the default) or `USE_B3_WITH_W3C_PROPAGATION`.
+    pub trace_context_option: Option<String>,
+    /// How long a span report may take (5s when unset).
+    pub timeout: Option<String>,
+    pub headers: Vec<ProviderHeader>,
+}
+
+/// `opentelemetry`: an OTLP collector, over gRPC unless `http` is set.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct OpenTelemetryProvider {
+    pub service: String,
+    pub port: u32,
+    pub max_tag_length: u32,
+    pub http: Option<OtlpHttp>,
+    pub grpc: Option<OtlpGrpc>,
+}
+
+/// OTLP over HTTP: the traces path (e.g. `/v1/traces`), timeout and headers.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct OtlpHttp {
+    pub path: String,
+    pub timeout: Option<String>,
+    pub headers: Vec<ProviderHeader>,
+}
+
+/// OTLP over gRPC: the call's timeout and initial metadata.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct OtlpGrpc {
+    pub timeout: Option<String>,
+    pub initial_metadata: Vec<ProviderHeader>,
+}
+
+/// A header a provider sends: `value`, or the value of meshd's own environment variable
+/// `envName`, as istiod reads its own.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct ProviderHeader {
+    pub name: String,
+    pub value: String,
+    pub env_name: String,
 }
 
 /// `envoyExtAuthzHttp`: an HTTP authorization service, Istio's field names.
@@ -198,6 +329,13 @@ impl MeshConfig {
     /// The mesh ConfigMap's settings held in `store`: the one in its root namespace, else
     /// any, else the defaults.
     pub fn from_store(store: &Store) -> MeshConfig {
+        Self::source(store)
+            .map(|(_, m)| m.clone())
+            .unwrap_or_default()
+    }
+
+    /// The ConfigMap [`MeshConfig::from_store`] reads, and its settings.
+    pub fn source(store: &Store) -> Option<(&ConfigObject, &MeshConfig)> {
         let configs: Vec<(&ConfigObject, &MeshConfig)> = store
             .of_kind(Kind::ConfigMap)
             .filter_map(|o| match &o.spec {
@@ -209,8 +347,7 @@ impl MeshConfig {
             .iter()
             .find(|(o, m)| o.key.namespace == m.root_namespace())
             .or(configs.first())
-            .map(|(_, m)| (*m).clone())
-            .unwrap_or_default()
+            .copied()
     }
 
     /// The name of the mesh ConfigMap for a revision.

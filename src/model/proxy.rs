@@ -39,6 +39,10 @@ pub struct Proxy {
     #[serde(serialize_with = "shared_labels")]
     pub labels: std::sync::Arc<BTreeMap<String, String>>,
     pub cluster_id: String,
+    /// Metadata `MESH_ID` (empty when unset).
+    pub mesh_id: String,
+    /// Envoy's `node.cluster`, the service cluster it reports spans as (empty when unset).
+    pub service_cluster: String,
     pub istio_version: Option<String>,
     pub revision: Option<String>,
     pub interception: Interception,
@@ -149,6 +153,8 @@ impl Proxy {
             revision: text("ISTIO_REVISION").or_else(|| labels.get(super::REVISION_LABEL).cloned()),
             labels: labels.into(),
             cluster_id: text("CLUSTER_ID").unwrap_or_else(|| "Kubernetes".into()),
+            mesh_id: text("MESH_ID").unwrap_or_default(),
+            service_cluster: String::new(),
             istio_version: text("ISTIO_VERSION"),
             interception,
             service_account: text("SERVICE_ACCOUNT"),

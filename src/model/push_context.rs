@@ -31,6 +31,14 @@ pub struct ModelIssue {
     pub message: String,
 }
 
+/// Why an extension provider cannot be used.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProviderProblem {
+    /// The provider's type (`zipkin`, ...) when its service was not found.
+    pub lookup_failed: Option<&'static str>,
+    pub message: String,
+}
+
 /// `(namespace, name)` of VirtualServices.
 pub type Delegated = BTreeSet<(String, String)>;
 
@@ -486,8 +494,39 @@ impl PushContext {
         found.then_some(host)
     }
 
-    /// Cross-object checks: every route destination and subset must exist, and every
-    /// CUSTOM AuthorizationPolicy's provider.
+    /// Why the mesh's default tracing provider (`defaultProviders.tracing`) cannot be
+    /// used, if it cannot: istiod then configures no tracing at all, and so does meshd.
+    pub fn tracing_problem(&self) -> Option<ProviderProblem> {
+        let name = self.mesh.default_providers.tracing.first()?;
+        let all = &self.mesh.extension_providers;
+        let problem = |message| ProviderProblem {
+            lookup_failed: None,
+            message,
+        };
+        let Some(p) = all.iter().find(|p| &p.name == name) else {
+            return Some(problem(format!(
+                "extension provider {name:?} is not defined in MeshConfig extensionProviders"
+            )));
+        };
+        let (kind, service) = match (&p.zipkin, &p.opentelemetry) {
+            (Some(z), _) => ("zipkin", &z.service),
+            (None, Some(o)) => ("opentelemetry", &o.service),
+            (None, None) => {
+                return Some(problem(format!(
+                    "extension provider {name:?} is not a tracer meshd supports (zipkin or opentelemetry)"
+                )));
+            }
+        };
+        self.provider_host(service)
+            .is_none()
+            .then(|| ProviderProblem {
+                lookup_failed: Some(kind),
+                message: format!("extension provider {name:?}: no service {service:?}"),
+            })
+    }
+
+    /// Cross-object checks: every route destination and subset must exist, every
+    /// CUSTOM AuthorizationPolicy's provider, and the default tracing provider.
     fn cross_check(&self) -> Vec<ModelIssue> {
         let mut issues = self.networks.issues.clone();
         for ap in self.authorization_policies.iter() {
@@ -518,6 +557,15 @@ impl PushContext {
                 object: ap.key.to_string(),
                 field: "spec.provider.name".into(),
                 message: format!("{problem}; requests its rules match are denied"),
+            });
+        }
+        if let Some(problem) = self.tracing_problem()
+            && let Some((mesh, _)) = super::mesh::MeshConfig::source(&self.store)
+        {
+            issues.push(ModelIssue {
+                object: mesh.key.to_string(),
+                field: "data.mesh.defaultProviders.tracing[0]".into(),
+                message: format!("{}; no proxy is configured to trace", problem.message),
             });
         }
         // Delegates that are missing, not delegates, or not exported to their root.

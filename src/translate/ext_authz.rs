@@ -134,7 +134,11 @@ fn status_on_error(status: &str) -> Result<Option<HttpStatus>, String> {
 }
 
 /// istiod's `LookupCluster`: `[namespace/]hostname` to its host and `outbound|PORT||HOST`.
-fn lookup_cluster(ctx: &PushContext, service: &str, port: u32) -> Result<(String, String), String> {
+pub(super) fn lookup_cluster(
+    ctx: &PushContext,
+    service: &str,
+    port: u32,
+) -> Result<(String, String), String> {
     let host = ctx
         .provider_host(service)
         .ok_or_else(|| format!("could not find service {service} in Istio service registry"))?;

@@ -229,6 +229,7 @@ fn inbound_hcm(listener_name: &str, port: u32, cluster: &str, rbac: Vec<HttpFilt
         }),
         server_name: "istio-envoy".into(),
         server_header_transformation: ServerHeaderTransformation::Overwrite as i32,
+        request_id_extension: Some(super::tracing::request_id_extension()),
         ..Default::default()
     };
     Filter {

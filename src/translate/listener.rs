@@ -22,7 +22,7 @@ use envoy_types::pb::envoy::extensions::filters::network::http_connection_manage
     HttpConnectionManager, HttpFilter, Rds,
     http_connection_manager::{
         CodecType, PathWithEscapedSlashesAction, RouteSpecifier, ServerHeaderTransformation,
-        UpgradeConfig,
+        Tracing as HcmTracing, UpgradeConfig,
     },
     http_filter,
 };
@@ -61,53 +61,94 @@ pub use self::gateway::{GatewayServer, gateway, has_auto_passthrough};
 /// Ports a sidecar's wildcard listeners never take (its own capture and admin ports).
 const RESERVED_PORTS: [u32; 4] = [15001, 15006, 15021, 15090];
 
-/// istiod's `IDLE_TIMEOUT` node metadata: every connection manager's idle timeout, and
-/// that of every tcp_proxy no DestinationRule gave one (inbound, outbound, passthrough and
-/// blackhole alike).
-pub(super) fn apply_idle_timeout(
-    listeners: &mut [Listener],
-    timeout: envoy_types::pb::google::protobuf::Duration,
-) {
-    use envoy_types::pb::envoy::config::core::v3::HttpProtocolOptions as CommonHttpOptions;
-    edit_filters(
-        listeners,
-        |hcm| {
-            let common = hcm
-                .common_http_protocol_options
-                .get_or_insert_with(CommonHttpOptions::default);
-            common.idle_timeout = Some(timeout);
-            true
-        },
-        |tp| {
-            let unset = tp.idle_timeout.is_none();
-            if unset {
-                tp.idle_timeout = Some(timeout);
-            }
-            unset
-        },
-    );
+/// What a view sets on every connection manager and tcp_proxy of its listeners, beyond
+/// what each listener's builder put there.
+#[derive(Default)]
+pub(super) struct ViewSettings {
+    /// istiod's `IDLE_TIMEOUT` node metadata: every connection manager's idle timeout,
+    /// and that of every tcp_proxy no DestinationRule gave one (inbound, outbound,
+    /// passthrough and blackhole alike).
+    pub idle_timeout: Option<envoy_types::pb::google::protobuf::Duration>,
+    /// MeshConfig's access log ([`access_log`](super::access_log)) on every listener, and
+    /// on every connection manager and tcp_proxy in them, as istiod's `AccessLogBuilder`
+    /// puts it there.
+    pub access_logs: Option<super::access_log::AccessLogs>,
+    /// The proxy's tracing ([`tracing`](super::tracing)) on every connection manager.
+    pub tracing: Option<HcmTracing>,
 }
 
-/// MeshConfig's access log ([`access_log`](super::access_log)) on every listener, and
-/// on every connection manager and tcp_proxy in them, as istiod's `AccessLogBuilder`
-/// puts it there.
-pub(super) fn apply_access_logs(listeners: &mut [Listener], logs: &super::access_log::AccessLogs) {
-    if let Some(log) = &logs.listener {
+/// Applies `settings` to `listeners`. The idle timeout and access logs decode each filter
+/// they change once; the tracing is encoded once and appended to every connection
+/// manager's bytes (below).
+pub(super) fn apply_view_settings(listeners: &mut [Listener], settings: &ViewSettings) {
+    use envoy_types::pb::envoy::config::core::v3::HttpProtocolOptions as CommonHttpOptions;
+    let ViewSettings {
+        idle_timeout,
+        access_logs,
+        tracing,
+    } = settings;
+    if let Some(log) = access_logs.as_ref().and_then(|l| l.listener.as_ref()) {
         for l in listeners.iter_mut() {
             l.access_log.push(log.clone());
         }
     }
-    edit_filters(
-        listeners,
-        |hcm| {
-            hcm.access_log.push(logs.core.clone());
-            true
-        },
-        |tp| {
-            tp.access_log.push(logs.core.clone());
-            true
-        },
-    );
+    if idle_timeout.is_some() || access_logs.is_some() {
+        edit_filters(
+            listeners,
+            |hcm| {
+                if let Some(timeout) = idle_timeout {
+                    let common = hcm
+                        .common_http_protocol_options
+                        .get_or_insert_with(CommonHttpOptions::default);
+                    common.idle_timeout = Some(*timeout);
+                }
+                if let Some(logs) = access_logs {
+                    hcm.access_log.push(logs.core.clone());
+                }
+                true
+            },
+            |tp| {
+                let mut changed = false;
+                if let Some(timeout) = idle_timeout
+                    && tp.idle_timeout.is_none()
+                {
+                    tp.idle_timeout = Some(*timeout);
+                    changed = true;
+                }
+                if let Some(logs) = access_logs {
+                    tp.access_log.push(logs.core.clone());
+                    changed = true;
+                }
+                changed
+            },
+        );
+    }
+    if let Some(t) = tracing {
+        append_tracing(listeners, t);
+    }
+}
+
+/// `HttpConnectionManager.tracing`'s field number.
+const HCM_TRACING_FIELD: u32 = 7;
+
+/// Sets `tracing` on every connection manager of `listeners` without decoding them: a
+/// message field appended to an encoded message is read as set (protobuf merges
+/// repeated occurrences, and no builder sets the field).
+fn append_tracing(listeners: &mut [Listener], tracing: &HcmTracing) {
+    use envoy_types::pb::envoy::config::listener::v3::filter::ConfigType as FilterConfig;
+    let mut field = Vec::new();
+    prost::encoding::message::encode(HCM_TRACING_FIELD, tracing, &mut field);
+    for listener in listeners {
+        let chains =
+            (listener.filter_chains.iter_mut()).chain(listener.default_filter_chain.iter_mut());
+        for filter in chains.flat_map(|c| c.filters.iter_mut()) {
+            if let (HCM, Some(FilterConfig::TypedConfig(any))) =
+                (filter.name.as_str(), &mut filter.config_type)
+            {
+                any.value.extend_from_slice(&field);
+            }
+        }
+    }
 }
 
 /// Runs `hcm` on every HTTP connection manager of `listeners` and `tcp` on every
@@ -216,6 +257,7 @@ fn http_connection_manager(stat_prefix: String, route_name: String, kind: Hcm) -
             String::new()
         },
         server_header_transformation: ServerHeaderTransformation::Overwrite as i32,
+        request_id_extension: Some(super::tracing::request_id_extension()),
         ..Default::default()
     };
     Filter {

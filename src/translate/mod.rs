@@ -18,6 +18,7 @@ pub mod pool;
 pub mod route;
 pub mod sniff;
 pub mod tls;
+pub mod tracing;
 
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;
 use envoy_types::pb::envoy::config::core::v3::{
@@ -149,12 +150,12 @@ pub fn plan<'a>(ctx: &'a PushContext, proxy: &Proxy) -> Plan<'a> {
         plan.listeners.extend(inbound_listeners);
         clusters.extend(inbound_clusters);
     }
-    if let Some(timeout) = proxy.idle_timeout {
-        listener::apply_idle_timeout(&mut plan.listeners, duration(timeout));
-    }
-    if let Some(logs) = access_log::AccessLogs::of(&ctx.mesh) {
-        listener::apply_access_logs(&mut plan.listeners, &logs);
-    }
+    let settings = listener::ViewSettings {
+        idle_timeout: proxy.idle_timeout.map(duration),
+        access_logs: access_log::AccessLogs::of(&ctx.mesh),
+        tracing: tracing::of(ctx, proxy),
+    };
+    listener::apply_view_settings(&mut plan.listeners, &settings);
     plan.services = services;
     plan.clusters = clusters;
     plan

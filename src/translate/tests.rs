@@ -1963,3 +1963,4 @@ mod gateway_redirect;
 mod mesh_cluster_defaults;
 mod service_entry_addresses;
 mod shared_hosts;
+mod tracing;

@@ -302,6 +302,7 @@ fn proxy_from_node(
     let mut proxy = Proxy::from_node(&node.id, &metadata)
         .map_err(|e| Status::invalid_argument(refuse("bad_node", e)))?;
     proxy.labels = shared.label_sets.intern(proxy.labels.clone());
+    proxy.service_cluster = node.cluster.clone();
     if let Some(l) = &node.locality {
         proxy.locality = Locality {
             region: l.region.clone(),

@@ -17,6 +17,7 @@ use crate::config::{Kind, ObjectKey};
 use crate::metrics::{Metrics, type_label};
 use crate::model::service::AutoAddresses;
 use crate::model::{Interception, Locality, Proxy, ProxyKind, PushContext, Store};
+use crate::translate::tracing::TraceIds;
 
 /// Pipeline settings, from Istio's environment variables.
 #[derive(Clone, Debug)]
@@ -202,6 +203,8 @@ pub struct ViewKey<'a> {
     dns_proxy: bool,
     /// Knows ServiceEntries by their auto-allocated addresses.
     auto_addresses: AutoAddresses,
+    /// Only while the mesh traces: its spans' tags and service name.
+    trace_ids: Option<TraceIds<'a>>,
 }
 
 impl ViewKey<'_> {
@@ -219,6 +222,7 @@ impl ViewKey<'_> {
             vhds: self.vhds,
             dns_proxy: self.dns_proxy,
             auto_addresses: self.auto_addresses,
+            trace_ids: self.trace_ids.map(TraceIds::into_owned),
         }
     }
 }
@@ -253,6 +257,8 @@ pub struct Push {
     locality_aware: bool,
     /// Whether they tell them apart by node ([`ResourceCache::node_aware`]).
     node_aware: bool,
+    /// Whether they tell them apart by [`TraceIds`]: while the mesh traces.
+    trace_aware: bool,
 }
 
 impl Push {
@@ -266,7 +272,9 @@ impl Push {
         cache.retain_services_of(&context, changed.as_ref());
         let locality_aware = cache.locality_aware(&context);
         let node_aware = cache.node_aware(&context);
+        let trace_aware = crate::translate::tracing::enabled(&context.mesh);
         Push {
+            trace_aware,
             locality_aware,
             node_aware,
             context: Arc::new(context),
@@ -361,6 +369,7 @@ impl Push {
             vhds: proxy.vhds,
             dns_proxy: proxy.dns_proxy,
             auto_addresses: proxy.auto_addresses,
+            trace_ids: self.trace_aware.then(|| TraceIds::of(proxy)),
         };
         // The maps hold owned keys; read through a shared reference they are maps of
         // borrowed ones (a map is covariant in its key).
@@ -502,6 +511,11 @@ pub fn build_push(
     metrics
         .virt_services
         .set(context.virtual_services.len() as i64);
+    if let Some(kind) = context.tracing_problem().and_then(|p| p.lookup_failed) {
+        (metrics.provider_lookup_cluster_failures)
+            .get_or_create(&vec![("type", kind.to_string())])
+            .inc();
+    }
     for issue in context.issues.iter() {
         tracing::warn!(object = %issue.object, field = %issue.field, "{}", issue.message);
     }

@@ -782,3 +782,172 @@ fn the_mesh_connect_timeout_keepalive_and_h2_upgrade_reach_envoys_clusters() {
     assert!(upstream_http(&cluster).is_null(), "{cluster}");
     assert_eq!(envoy.rejected_updates(), Vec::<String>::new());
 }
+
+/// The path and body of each request a span collector got.
+type Reports = Arc<std::sync::Mutex<Vec<(String, Vec<u8>)>>>;
+
+/// A span collector: records the path and body of every HTTP/1.1 request it gets, and
+/// answers 202.
+fn span_collector() -> (u16, Reports) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let record = seen.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming().flatten() {
+            let record = record.clone();
+            std::thread::spawn(move || {
+                let mut reader = std::io::BufReader::new(conn);
+                loop {
+                    use std::io::BufRead;
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    let path = line.split_whitespace().nth(1).unwrap_or("").to_string();
+                    let (mut length, mut chunked) = (0, false);
+                    loop {
+                        let mut h = String::new();
+                        if reader.read_line(&mut h).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        if h == "\r\n" {
+                            break;
+                        }
+                        let lower = h.to_ascii_lowercase();
+                        if let Some(v) = lower.strip_prefix("content-length:") {
+                            length = v.trim().parse().unwrap_or(0);
+                        }
+                        chunked |=
+                            lower.starts_with("transfer-encoding:") && lower.contains("chunked");
+                    }
+                    let mut body = vec![0; length];
+                    if reader.read_exact(&mut body).is_err() {
+                        return;
+                    }
+                    // A chunked body: hex size lines, each chunk and its CRLF, up to size 0.
+                    while chunked {
+                        let mut size = String::new();
+                        if reader.read_line(&mut size).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        let Ok(n) = usize::from_str_radix(size.trim(), 16) else {
+                            return;
+                        };
+                        let mut chunk = vec![0; n + 2];
+                        if reader.read_exact(&mut chunk).is_err() {
+                            return;
+                        }
+                        body.extend_from_slice(&chunk[..n]);
+                        chunked = n > 0;
+                    }
+                    record.lock().unwrap().push((path, body));
+                    let answer = b"HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\n\r\n";
+                    if reader.get_mut().write_all(answer).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (port, seen)
+}
+
+/// MeshConfig's default tracing provider: a real sidecar reports the spans of requests it
+/// routes to the Zipkin collector's service, with Istio's and the configured tags, then,
+/// after a live switch, to an OpenTelemetry collector over OTLP/HTTP; once the
+/// collector's service is gone, it traces nothing and meshd counts the failed lookup.
+#[test]
+fn spans_reach_the_meshs_default_tracing_provider() {
+    let dir = temp_dir("tracing").join("config");
+    std::fs::create_dir_all(&dir).unwrap();
+    let (collector_port, seen) = span_collector();
+    let port = free_port();
+    let collector = Upstream {
+        name: "collector-0".into(),
+        port: collector_port,
+    };
+    let service = service_yaml("istio-system", "collector", port, &[(&collector, &[])]);
+    std::fs::write(dir.join("collector.yaml"), service).unwrap();
+    let mesh = |provider: &str| {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: istio, namespace: istio-system}}\ndata:\n  mesh: |\n    defaultProviders: {{tracing: [{provider}]}}\n    defaultConfig:\n      tracing:\n        sampling: 100\n        customTags: {{team: {{literal: {{value: payments}}}}}}\n    extensionProviders:\n    - name: zipkin\n      zipkin: {{service: collector.istio-system.svc.cluster.local, port: {port}}}\n    - name: otel\n      opentelemetry: {{service: collector.istio-system.svc.cluster.local, port: {port}, http: {{path: /v1/traces}}}}\n"
+        )
+    };
+    std::fs::write(dir.join("mesh.yaml"), mesh("zipkin")).unwrap();
+    let (_up, reviews_port) = write_reviews(&dir);
+    let meshd = Meshd::start(&dir);
+    let envoy = Envoy::sidecar(&meshd, Ads::Delta, "shop", "productpage");
+    let get = || http_get(&format!("{}:{reviews_port}", envoy.ip), "reviews", "/", &[]);
+    let reviews = format!("outbound|{reviews_port}||reviews.shop.svc.cluster.local");
+    // Envoy reports spans in batches of five, or every five seconds.
+    let zipkin_span = || {
+        let seen = seen.lock().unwrap();
+        (seen.iter())
+            .filter(|(path, _)| path == "/api/v2/spans")
+            .flat_map(|(_, body)| serde_json::from_slice::<Vec<Value>>(body).unwrap_or_default())
+            .find(|span| span["tags"]["upstream_cluster"] == *reviews)
+    };
+    wait_until(
+        "a Zipkin span of a request",
+        Duration::from_secs(30),
+        || {
+            let _ = get();
+            zipkin_span().is_some()
+        },
+    );
+    let span = zipkin_span().unwrap();
+    let tags = &span["tags"];
+    assert_eq!(tags["istio.namespace"], "shop", "{span}");
+    assert_eq!(tags["team"], "payments", "{span}");
+    assert_eq!(tags["istio.canonical_service"], "unknown", "{span}");
+    assert_eq!(span["localEndpoint"]["serviceName"], "test", "{span}");
+    assert_eq!(
+        span["traceId"].as_str().unwrap().len(),
+        32,
+        "128-bit: {span}"
+    );
+
+    meshd.write("mesh.yaml", &mesh("otel"));
+    let otlp = || {
+        let seen = seen.lock().unwrap();
+        (seen.iter())
+            .filter(|(path, _)| path == "/v1/traces")
+            .map(|(_, body)| body.clone())
+            .find(|body| {
+                let has = |s: &str| body.windows(s.len()).any(|w| w == s.as_bytes());
+                has(&reviews) && has("payments") && has("istio.namespace")
+            })
+    };
+    wait_until(
+        "an OTLP export of a request's span",
+        Duration::from_secs(30),
+        || {
+            let _ = get();
+            otlp().is_some()
+        },
+    );
+
+    // A provider whose service is gone: no tracing at all, as in istiod, counted; the
+    // sidecar keeps routing.
+    std::fs::remove_file(dir.join("collector.yaml")).unwrap();
+    let failures = "provider_lookup_cluster_failures{type=\"opentelemetry\"}";
+    wait_until("the failed lookup counted", Duration::from_secs(10), || {
+        meshd.metric(failures) >= 1.0
+    });
+    // (The collector's own listener drains for a while, tracing still.)
+    let active_tracing = || {
+        let dump: Value = serde_json::from_str(&envoy.config_dump("dynamic_listeners")).unwrap();
+        let configs = dump["configs"].as_array().unwrap().clone();
+        (configs.iter())
+            .filter(|c| c["active_state"].is_object())
+            .any(|c| c["active_state"].to_string().contains("\"tracing\""))
+    };
+    wait_until(
+        "tracing gone from the active listeners",
+        Duration::from_secs(10),
+        || !active_tracing(),
+    );
+    assert_eq!(get().unwrap().status, 200);
+    assert_eq!(envoy.rejected_updates(), Vec::<String>::new());
+}

@@ -812,3 +812,24 @@ fn the_meshs_cluster_defaults_must_be_durations_and_known_policies() {
         ]
     );
 }
+
+#[test]
+fn a_tracing_percentage_out_of_range_and_a_tag_of_no_single_kind_are_warned_about() {
+    let parsed = parse_file(
+        "mesh.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: istio, namespace: istio-system}\ndata:\n  mesh: |\n    defaultConfig:\n      tracing:\n        sampling: -3\n        customTags:\n          ok: {literal: {value: x}}\n          empty: {}\n          both: {literal: {value: x}, header: {name: y}}\n",
+    );
+    assert_eq!(parsed.errors().count(), 0);
+    let warnings: Vec<&str> = (parsed.issues.iter())
+        .filter(|i| i.level == crate::config::Level::Warning)
+        .map(|i| i.field.as_str())
+        .collect();
+    assert_eq!(
+        warnings,
+        [
+            "data.mesh.defaultConfig.tracing.sampling",
+            "data.mesh.defaultConfig.tracing.customTags[both]",
+            "data.mesh.defaultConfig.tracing.customTags[empty]",
+        ]
+    );
+}

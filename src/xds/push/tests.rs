@@ -431,3 +431,37 @@ async fn without_eds_debounce_an_endpoint_change_is_pushed_at_once() {
     pushes.changed().await.unwrap();
     assert!(start.elapsed() >= Duration::from_millis(100), "debounced");
 }
+
+#[test]
+fn proxies_of_other_meshes_or_service_clusters_share_a_view_only_while_nothing_traces() {
+    let proxy = |mesh: &str, cluster: &str| {
+        let meta = serde_json::json!({"NAMESPACE": "shop", "MESH_ID": mesh});
+        let mut p = Proxy::from_node(
+            "sidecar~10.9.0.1~p-0.shop~shop.svc.cluster.local",
+            meta.as_object().unwrap(),
+        )
+        .unwrap();
+        p.service_cluster = cluster.into();
+        p
+    };
+    let (a, b, c) = (proxy("m1", "web"), proxy("m2", "web"), proxy("m1", "api"));
+    let push = |mesh: &str| {
+        let yaml = format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: istio, namespace: istio-system}}\ndata:\n  mesh: |\n    {mesh}\n"
+        );
+        Push::new(
+            PushContext::from_yaml(&yaml),
+            1,
+            Instant::now(),
+            None,
+            Arc::default(),
+        )
+    };
+    let off = push("enableTracing: false");
+    assert!(Arc::ptr_eq(&off.view(&a), &off.view(&b)));
+    assert!(Arc::ptr_eq(&off.view(&a), &off.view(&c)));
+    let on = push("enableTracing: true");
+    assert!(!Arc::ptr_eq(&on.view(&a), &on.view(&b)));
+    assert!(!Arc::ptr_eq(&on.view(&a), &on.view(&c)));
+    assert!(Arc::ptr_eq(&on.view(&a), &on.view(&proxy("m1", "web"))));
+}

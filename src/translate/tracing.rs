@@ -1,0 +1,399 @@
+//! Tracing on every HTTP connection manager, as istiod configures it from MeshConfig when
+//! no Telemetry resource says otherwise (`configureTracingFromTelemetry`):
+//! - with `defaultProviders.tracing`, each manager reports spans to that provider (Zipkin
+//!   or OpenTelemetry), through the outbound cluster of the provider's service;
+//! - else, with `enableTracing` (on by default), each manager samples requests for the
+//!   tracer the proxy's own bootstrap names, as istio-agent writes it from
+//!   `defaultConfig.tracing`;
+//! - else, no tracing.
+//!
+//! Both sample `defaultConfig.tracing.sampling` percent of requests (`PILOT_TRACE_SAMPLING`,
+//! 1%, when unset) and tag spans with Istio's tags and `defaultConfig.tracing.customTags`.
+//! Istio's tags name the proxy's canonical service, namespace, mesh and cluster, so the
+//! configuration is the proxy's own: views tell proxies apart by [`TraceIds`] while
+//! tracing is on.
+
+use std::sync::OnceLock;
+
+use envoy_types::pb::envoy::config::core::v3::{
+    GrpcService, HeaderValue, HeaderValueOption, HttpService, HttpUri, grpc_service,
+    header_value_option::HeaderAppendAction, http_uri,
+};
+use envoy_types::pb::envoy::config::trace::v3::{
+    OpenTelemetryConfig, ZipkinConfig, tracing::Http as Provider, tracing::http::ConfigType,
+    zipkin_config,
+};
+use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+    RequestIdExtension, http_connection_manager::Tracing,
+};
+use envoy_types::pb::envoy::extensions::request_id::uuid::v3::UuidRequestIdConfig;
+use envoy_types::pb::envoy::r#type::metadata::v3::{
+    MetadataKey, MetadataKind, metadata_key::PathSegment, metadata_key::path_segment::Segment,
+    metadata_kind,
+};
+use envoy_types::pb::envoy::r#type::tracing::v3::{CustomTag, custom_tag};
+use envoy_types::pb::envoy::r#type::v3::Percent;
+use envoy_types::pb::google::protobuf::{BoolValue, UInt32Value};
+use envoy_types::util::pack_any;
+
+use crate::model::mesh::{
+    self, MeshConfig, OpenTelemetryProvider, ProviderHeader, ProxyTracing, ZipkinProvider,
+};
+use crate::model::{Proxy, ProxyKind, PushContext};
+
+/// The mesh-wide sampling percentage when `defaultConfig.tracing.sampling` is unset.
+pub const TRACE_SAMPLING_ENV: &str = "PILOT_TRACE_SAMPLING";
+
+/// `PILOT_TRACE_SAMPLING`, read once: 1.0 when unset, and when not a percentage (warned).
+fn trace_sampling() -> f64 {
+    static SAMPLING: OnceLock<f64> = OnceLock::new();
+    *SAMPLING.get_or_init(|| {
+        let Ok(v) = std::env::var(TRACE_SAMPLING_ENV) else {
+            return 1.0;
+        };
+        match v.trim().parse::<f64>() {
+            Ok(f) if (0.0..=100.0).contains(&f) => f,
+            _ => {
+                tracing::warn!("{TRACE_SAMPLING_ENV} {v:?} is not a percentage; 1.0 is used");
+                1.0
+            }
+        }
+    })
+}
+
+/// What tells two proxies' tracing apart besides their labels and namespace: their
+/// cluster, mesh and Envoy service cluster (`node.cluster`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TraceIds<'a> {
+    pub cluster_id: std::borrow::Cow<'a, str>,
+    pub mesh_id: std::borrow::Cow<'a, str>,
+    pub service_cluster: std::borrow::Cow<'a, str>,
+}
+
+impl TraceIds<'_> {
+    pub fn of(proxy: &Proxy) -> TraceIds<'_> {
+        TraceIds {
+            cluster_id: proxy.cluster_id.as_str().into(),
+            mesh_id: proxy.mesh_id.as_str().into(),
+            service_cluster: proxy.service_cluster.as_str().into(),
+        }
+    }
+
+    pub fn into_owned(self) -> TraceIds<'static> {
+        TraceIds {
+            cluster_id: self.cluster_id.into_owned().into(),
+            mesh_id: self.mesh_id.into_owned().into(),
+            service_cluster: self.service_cluster.into_owned().into(),
+        }
+    }
+}
+
+/// Whether the mesh traces at all: with a default provider, or `enableTracing`.
+pub fn enabled(mesh: &MeshConfig) -> bool {
+    !mesh.default_providers.tracing.is_empty() || mesh.tracing_enabled()
+}
+
+/// The request id extension every connection manager has (istiod's
+/// `UUIDRequestIDExtension`): the `x-request-id` decides sampling, so that every proxy on
+/// a request's path samples it alike.
+pub fn request_id_extension() -> RequestIdExtension {
+    RequestIdExtension {
+        typed_config: Some(pack_any(UuidRequestIdConfig {
+            use_request_id_for_trace_sampling: Some(BoolValue { value: true }),
+            ..Default::default()
+        })),
+    }
+}
+
+/// The tracing of `proxy`'s connection managers; `None` when the mesh traces nothing, or
+/// when its default provider cannot be used
+/// ([`PushContext::tracing_problem`]).
+pub fn of(ctx: &PushContext, proxy: &Proxy) -> Option<Tracing> {
+    let mesh = &ctx.mesh;
+    let settings = mesh.default_config.tracing.clone().unwrap_or_default();
+    let mut tracing = match mesh.default_providers.tracing.first() {
+        Some(name) => {
+            let provider = (mesh.extension_providers.iter()).find(|p| &p.name == name)?;
+            provider_tracing(ctx, proxy, provider).ok()?
+        }
+        None if mesh.tracing_enabled() => Tracing::default(),
+        None => return None,
+    };
+    let percent = |value| Some(Percent { value });
+    tracing.client_sampling = percent(100.0);
+    tracing.overall_sampling = percent(100.0);
+    tracing.random_sampling = percent(sampling(&settings));
+    if tracing.max_path_tag_length.is_none() && settings.max_path_tag_length != 0 {
+        tracing.max_path_tag_length = Some(UInt32Value {
+            value: settings.max_path_tag_length,
+        });
+    }
+    tracing.custom_tags = custom_tags(ctx, proxy, &settings);
+    Some(tracing)
+}
+
+/// istiod's `proxyConfigSamplingValue`: the setting when set (1% outside 0–100, where
+/// istiod would send what Envoy refuses below 0), else `PILOT_TRACE_SAMPLING`.
+fn sampling(settings: &ProxyTracing) -> f64 {
+    let s = settings.sampling;
+    if s == 0.0 {
+        trace_sampling()
+    } else if (0.0..=100.0).contains(&s) {
+        s
+    } else {
+        1.0
+    }
+}
+
+/// Istio's tags (unless `enableIstioTags: false`) and the configured ones, by tag name.
+fn custom_tags(ctx: &PushContext, proxy: &Proxy, settings: &ProxyTracing) -> Vec<CustomTag> {
+    let mut tags = Vec::new();
+    if settings.enable_istio_tags != Some(false) {
+        let labels = ctx.proxy_labels(proxy);
+        let or = |v: Option<&str>, default: &'static str| {
+            v.filter(|v| !v.is_empty()).unwrap_or(default).to_string()
+        };
+        let label = |k: &str| labels.get(k).map(String::as_str);
+        let literals = [
+            (
+                "istio.canonical_revision",
+                or(label("service.istio.io/canonical-revision"), "latest"),
+            ),
+            (
+                "istio.canonical_service",
+                or(label("service.istio.io/canonical-name"), "unknown"),
+            ),
+            ("istio.mesh_id", or(Some(&proxy.mesh_id), "unknown")),
+            ("istio.namespace", or(Some(&proxy.namespace), "default")),
+            ("istio.cluster_id", or(Some(&proxy.cluster_id), "unknown")),
+        ];
+        tags.extend(literals.into_iter().map(|(tag, value)| literal(tag, value)));
+        tags.extend(dry_run_policy_tags());
+    }
+    for (tag, t) in &settings.custom_tags {
+        let named = |n: &mesh::NamedTag| (n.name.clone(), n.default_value.clone());
+        // Exactly one kind, as the field is a oneof (validation warns otherwise).
+        let kind = match (&t.literal, &t.environment, &t.header) {
+            (Some(l), None, None) => custom_tag::Type::Literal(custom_tag::Literal {
+                value: l.value.clone(),
+            }),
+            (None, Some(e), None) => {
+                let (name, default_value) = named(e);
+                custom_tag::Type::Environment(custom_tag::Environment {
+                    name,
+                    default_value,
+                })
+            }
+            (None, None, Some(h)) => {
+                let (name, default_value) = named(h);
+                custom_tag::Type::RequestHeader(custom_tag::Header {
+                    name,
+                    default_value,
+                })
+            }
+            _ => continue,
+        };
+        tags.push(CustomTag {
+            tag: tag.clone(),
+            r#type: Some(kind),
+        });
+    }
+    tags.sort_by(|a, b| a.tag.cmp(&b.tag));
+    tags
+}
+
+fn literal(tag: &str, value: String) -> CustomTag {
+    CustomTag {
+        tag: tag.into(),
+        r#type: Some(custom_tag::Type::Literal(custom_tag::Literal { value })),
+    }
+}
+
+/// istiod's `optionalPolicyTags`: what a dry-run AuthorizationPolicy decided, from the
+/// RBAC filter's request metadata.
+fn dry_run_policy_tags() -> impl Iterator<Item = CustomTag> {
+    [
+        (
+            "allow_policy.name",
+            "istio_dry_run_allow_shadow_effective_policy_id",
+        ),
+        (
+            "allow_policy.result",
+            "istio_dry_run_allow_shadow_engine_result",
+        ),
+        (
+            "deny_policy.name",
+            "istio_dry_run_deny_shadow_effective_policy_id",
+        ),
+        (
+            "deny_policy.result",
+            "istio_dry_run_deny_shadow_engine_result",
+        ),
+    ]
+    .into_iter()
+    .map(|(tag, key)| CustomTag {
+        tag: format!("istio.authorization.dry_run.{tag}"),
+        r#type: Some(custom_tag::Type::Metadata(custom_tag::Metadata {
+            kind: Some(MetadataKind {
+                kind: Some(metadata_kind::Kind::Request(
+                    metadata_kind::Request::default(),
+                )),
+            }),
+            metadata_key: Some(MetadataKey {
+                key: "envoy.filters.http.rbac".into(),
+                path: vec![PathSegment {
+                    segment: Some(Segment::Key(key.into())),
+                }],
+            }),
+            default_value: String::new(),
+        })),
+    })
+}
+
+/// A provider's part of the tracing (istiod's `configureFromProviderConfig`): the tracer,
+/// a gateway's upstream spans, the provider's tag length.
+fn provider_tracing(
+    ctx: &PushContext,
+    proxy: &Proxy,
+    p: &mesh::ExtensionProvider,
+) -> Result<Tracing, String> {
+    let (name, config, max_tag_length) = match (&p.zipkin, &p.opentelemetry) {
+        (Some(z), _) => ("envoy.tracers.zipkin", zipkin(ctx, z)?, z.max_tag_length),
+        (None, Some(o)) => (
+            "envoy.tracers.opentelemetry",
+            opentelemetry(ctx, proxy, o)?,
+            o.max_tag_length,
+        ),
+        (None, None) => return Err(format!("provider {:?} is not a tracer", p.name)),
+    };
+    Ok(Tracing {
+        provider: Some(Provider {
+            name: name.into(),
+            config_type: Some(ConfigType::TypedConfig(config)),
+        }),
+        spawn_upstream_span: (proxy.kind == ProxyKind::Router).then_some(BoolValue { value: true }),
+        max_path_tag_length: (max_tag_length != 0).then_some(UInt32Value {
+            value: max_tag_length,
+        }),
+        ..Default::default()
+    })
+}
+
+/// How long a span report may take when the provider does not say (istiod's Zipkin
+/// default).
+const REPORT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// A duration setting of a provider, `default` when unset or unparsable.
+fn timeout(
+    t: &Option<String>,
+    default: Option<std::time::Duration>,
+) -> Option<super::pbp::Duration> {
+    let parsed = t.as_deref().and_then(|t| crate::duration::parse(t).ok());
+    parsed.or(default).map(super::duration)
+}
+
+/// istiod's `zipkinConfig` for proxies of Istio 1.29 on (Envoy's `collector_service`).
+fn zipkin(
+    ctx: &PushContext,
+    z: &ZipkinProvider,
+) -> Result<envoy_types::pb::google::protobuf::Any, String> {
+    let (host, cluster) = super::ext_authz::lookup_cluster(ctx, &z.service, z.port)?;
+    let path = if z.path.is_empty() {
+        "/api/v2/spans"
+    } else {
+        &z.path
+    };
+    let context = match z.trace_context_option.as_deref() {
+        Some("USE_B3_WITH_W3C_PROPAGATION") => {
+            zipkin_config::TraceContextOption::UseB3WithW3cPropagation
+        }
+        _ => zipkin_config::TraceContextOption::UseB3,
+    };
+    Ok(pack_any(ZipkinConfig {
+        collector_endpoint_version: zipkin_config::CollectorEndpointVersion::HttpJson as i32,
+        trace_id_128bit: !z.enable_64bit_trace_id,
+        shared_span_context: Some(BoolValue { value: false }),
+        trace_context_option: context as i32,
+        collector_service: Some(HttpService {
+            http_uri: Some(HttpUri {
+                uri: format!("http://{host}{path}"),
+                timeout: timeout(&z.timeout, Some(REPORT_TIMEOUT)),
+                http_upstream_type: Some(http_uri::HttpUpstreamType::Cluster(cluster)),
+            }),
+            request_headers_to_add: header_options(&z.headers),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }))
+}
+
+/// istiod's `otelConfig`: OTLP over gRPC, or over HTTP with `http`; spans name the
+/// proxy's service cluster (`node.cluster`). An HTTP export without a `timeout` gets
+/// 5s, where istiod sends none and Envoy refuses the listener.
+fn opentelemetry(
+    ctx: &PushContext,
+    proxy: &Proxy,
+    o: &OpenTelemetryProvider,
+) -> Result<envoy_types::pb::google::protobuf::Any, String> {
+    let (host, cluster) = super::ext_authz::lookup_cluster(ctx, &o.service, o.port)?;
+    let mut config = OpenTelemetryConfig {
+        service_name: proxy.service_cluster.clone(),
+        ..Default::default()
+    };
+    if let Some(http) = &o.http {
+        let path = http.path.trim_start_matches('/');
+        let uri = if path.is_empty() {
+            host
+        } else {
+            format!("{host}/{path}")
+        };
+        config.http_service = Some(HttpService {
+            http_uri: Some(HttpUri {
+                uri,
+                // Envoy refuses a URI without a timeout; istiod would send none.
+                timeout: timeout(&http.timeout, Some(REPORT_TIMEOUT)),
+                http_upstream_type: Some(http_uri::HttpUpstreamType::Cluster(cluster)),
+            }),
+            request_headers_to_add: header_options(&http.headers),
+            ..Default::default()
+        });
+    } else {
+        let grpc = o.grpc.clone().unwrap_or_default();
+        config.grpc_service = Some(GrpcService {
+            target_specifier: Some(grpc_service::TargetSpecifier::EnvoyGrpc(
+                grpc_service::EnvoyGrpc {
+                    cluster_name: cluster,
+                    authority: host,
+                    ..Default::default()
+                },
+            )),
+            timeout: timeout(&grpc.timeout, None),
+            initial_metadata: grpc.initial_metadata.iter().map(header_value).collect(),
+            ..Default::default()
+        });
+    }
+    Ok(pack_any(config))
+}
+
+fn header_value(h: &ProviderHeader) -> HeaderValue {
+    let value = if h.env_name.is_empty() {
+        h.value.clone()
+    } else {
+        std::env::var(&h.env_name).unwrap_or_default()
+    };
+    HeaderValue {
+        key: h.name.clone(),
+        value,
+        ..Default::default()
+    }
+}
+
+fn header_options(headers: &[ProviderHeader]) -> Vec<HeaderValueOption> {
+    (headers.iter())
+        .map(|h| HeaderValueOption {
+            header: Some(header_value(h)),
+            append_action: HeaderAppendAction::OverwriteIfExistsOrAdd as i32,
+            ..Default::default()
+        })
+        .collect()
+}
