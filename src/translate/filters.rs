@@ -2,7 +2,8 @@
 //! istiod's `TranslateFault`) and CORS (`http[].corsPolicy`, istiod's
 //! `TranslateCORSPolicy`). Both filters sit in every outbound and gateway HTTP connection
 //! manager with an empty configuration, and each route that sets one carries its own in
-//! `typed_per_filter_config`.
+//! `typed_per_filter_config`. And the gRPC statistics filter istiod puts in every
+//! connection manager.
 
 use envoy_types::pb::envoy::config::core::v3::RuntimeFractionalPercent;
 use envoy_types::pb::envoy::extensions::filters::common::fault::v3::{
@@ -13,6 +14,9 @@ use envoy_types::pb::envoy::extensions::filters::http::cors::v3::{
 };
 use envoy_types::pb::envoy::extensions::filters::http::fault::v3::{
     FaultAbort, HttpFault, fault_abort::ErrorType,
+};
+use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+    HttpFilter, http_filter,
 };
 use envoy_types::pb::envoy::r#type::matcher::v3::{StringMatcher, string_matcher::MatchPattern};
 use envoy_types::pb::envoy::r#type::v3::{FractionalPercent, fractional_percent::DenominatorType};
@@ -28,6 +32,29 @@ pub const FAULT_FILTER: &str = "envoy.filters.http.fault";
 
 /// The CORS filter's name, in the connection manager and in a route's per-filter config.
 pub const CORS_FILTER: &str = "envoy.filters.http.cors";
+
+/// istiod's gRPC statistics filter, in every connection manager: Envoy's per-cluster
+/// counters of gRPC requests by status (`cluster.NAME.grpc.*`, without per-method
+/// names, which untrusted clients could multiply), and the filter state that counts a
+/// stream's messages.
+pub fn grpc_stats() -> HttpFilter {
+    use envoy_types::pb::envoy::extensions::filters::http::grpc_stats::v3::{
+        FilterConfig, filter_config::PerMethodStatSpecifier,
+    };
+    HttpFilter {
+        name: "envoy.filters.http.grpc_stats".into(),
+        config_type: Some(http_filter::ConfigType::TypedConfig(pack_any(
+            FilterConfig {
+                emit_filter_state: true,
+                per_method_stat_specifier: Some(PerMethodStatSpecifier::StatsForAllMethods(
+                    BoolValue { value: false },
+                )),
+                ..Default::default()
+            },
+        ))),
+        ..Default::default()
+    }
+}
 
 /// The fault filter's own (empty) configuration: a route's decides.
 pub fn filter_config() -> Any {

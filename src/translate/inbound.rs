@@ -206,6 +206,7 @@ fn inbound_hcm(listener_name: &str, port: u32, cluster: &str, rbac: Vec<HttpFilt
         ..Default::default()
     };
     let mut http_filters = rbac;
+    http_filters.push(super::filters::grpc_stats());
     http_filters.push(HttpFilter {
         name: "envoy.filters.http.router".into(),
         config_type: Some(http_filter::ConfigType::TypedConfig(pack_any(

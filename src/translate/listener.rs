@@ -216,10 +216,12 @@ fn http_connection_manager(stat_prefix: String, route_name: String, kind: Hcm) -
             route_config_name: route_name,
         })),
         // Authorization first; routes with a VirtualService `fault` or `corsPolicy`
-        // configure those filters (istiod's order: authorization, fault, CORS, router).
+        // configure those filters (istiod's order: authorization, gRPC statistics,
+        // fault, CORS, router).
         http_filters: authorization
             .into_iter()
             .chain([
+                super::filters::grpc_stats(),
                 HttpFilter {
                     name: super::filters::FAULT_FILTER.into(),
                     config_type: Some(http_filter::ConfigType::TypedConfig(

@@ -740,7 +740,8 @@ fn a_custom_policy_asks_its_provider_only_about_what_its_rules_match() {
             })
             .collect()
     };
-    // CUSTOM first: its rules in shadow mode, then ext_authz; then DENY; then the router.
+    // CUSTOM first: its rules in shadow mode, then ext_authz; then DENY; then gRPC
+    // statistics and the router.
     let filters = hcm_filters(&format!("{}---\n{deny}", custom("opa")));
     let names: Vec<&str> = filters.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(
@@ -749,6 +750,7 @@ fn a_custom_policy_asks_its_provider_only_about_what_its_rules_match() {
             "envoy.filters.http.rbac",
             "envoy.filters.http.ext_authz",
             "envoy.filters.http.rbac",
+            "envoy.filters.http.grpc_stats",
             "envoy.filters.http.router"
         ]
     );
@@ -783,7 +785,11 @@ fn a_custom_policy_asks_its_provider_only_about_what_its_rules_match() {
 
     // An undefined provider: the rules deny, enforced.
     let filters = hcm_filters(&custom("missing"));
-    assert_eq!(filters.len(), 2, "one RBAC filter and the router");
+    assert_eq!(
+        filters.len(),
+        3,
+        "one RBAC filter, gRPC statistics and the router"
+    );
     let bad = HttpRbac::decode(filters[0].1.as_slice())
         .unwrap()
         .rules

@@ -1367,6 +1367,7 @@ fn a_route_with_a_fault_carries_it_and_connection_managers_hold_the_fault_filter
     assert_eq!(
         names,
         [
+            "envoy.filters.http.grpc_stats",
             "envoy.filters.http.fault",
             "envoy.filters.http.cors",
             "envoy.filters.http.router"

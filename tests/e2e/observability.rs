@@ -783,12 +783,12 @@ fn the_mesh_connect_timeout_keepalive_and_h2_upgrade_reach_envoys_clusters() {
     assert_eq!(envoy.rejected_updates(), Vec::<String>::new());
 }
 
-/// The path and body of each request a span collector got.
+/// The path and body of each request a recording server got.
 type Reports = Arc<std::sync::Mutex<Vec<(String, Vec<u8>)>>>;
 
-/// A span collector: records the path and body of every HTTP/1.1 request it gets, and
-/// answers 202.
-fn span_collector() -> (u16, Reports) {
+/// A server that records the path and body of every HTTP/1.1 request it gets, and gives
+/// each the same `answer`: a span collector, or a gRPC server answering OK.
+fn recording_server(answer: &'static [u8]) -> (u16, Reports) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -842,7 +842,6 @@ fn span_collector() -> (u16, Reports) {
                         chunked = n > 0;
                     }
                     record.lock().unwrap().push((path, body));
-                    let answer = b"HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\n\r\n";
                     if reader.get_mut().write_all(answer).is_err() {
                         return;
                     }
@@ -861,7 +860,8 @@ fn span_collector() -> (u16, Reports) {
 fn spans_reach_the_meshs_default_tracing_provider() {
     let dir = temp_dir("tracing").join("config");
     std::fs::create_dir_all(&dir).unwrap();
-    let (collector_port, seen) = span_collector();
+    let (collector_port, seen) =
+        recording_server(b"HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\n\r\n");
     let port = free_port();
     let collector = Upstream {
         name: "collector-0".into(),
@@ -950,4 +950,47 @@ fn spans_reach_the_meshs_default_tracing_provider() {
     );
     assert_eq!(get().unwrap().status, 200);
     assert_eq!(envoy.rejected_updates(), Vec::<String>::new());
+}
+
+/// istiod's gRPC statistics filter: a real sidecar counts the gRPC requests it routes, per
+/// cluster (Envoy's `cluster.NAME.grpc.*`, which dashboards read as
+/// `envoy_cluster_grpc_*`), and counts nothing for other requests.
+#[test]
+fn grpc_requests_are_counted_per_cluster() {
+    let dir = temp_dir("grpc-stats").join("config");
+    std::fs::create_dir_all(&dir).unwrap();
+    // A gRPC server's answer without a message: headers only, status OK.
+    let (server, _) = recording_server(
+        b"HTTP/1.1 200 OK\r\ncontent-type: application/grpc\r\ngrpc-status: 0\r\ncontent-length: 0\r\n\r\n",
+    );
+    let upstream = Upstream {
+        name: "reviews-grpc".into(),
+        port: server,
+    };
+    let port = free_port();
+    let service = service_yaml("shop", "reviews", port, &[(&upstream, &[])]);
+    std::fs::write(dir.join("reviews.yaml"), service).unwrap();
+    let meshd = Meshd::start(&dir);
+    let envoy = Envoy::sidecar(&meshd, Ads::Delta, "shop", "productpage");
+    let get = |headers: &[(&str, &str)]| {
+        let addr = format!("{}:{port}", envoy.ip);
+        http_get(&addr, "reviews", "/shop.Reviews/List", headers)
+    };
+    let grpc = |stat: &str| {
+        let name = format!("cluster.outbound|{port}||reviews.shop.svc.cluster.local.grpc.{stat}: ");
+        let stats = envoy.admin("/stats?filter=grpc").unwrap().body;
+        (stats.lines())
+            .find_map(|l| l.strip_prefix(&name))
+            .map_or(0, |v| v.trim().parse::<u64>().unwrap())
+    };
+    wait_until("a plain request routed", Duration::from_secs(10), || {
+        get(&[]).is_ok_and(|r| r.status == 200)
+    });
+    assert_eq!(grpc("total"), 0, "requests that are not gRPC");
+    let grpc_request = [("content-type", "application/grpc")];
+    assert_eq!(get(&grpc_request).unwrap().headers["grpc-status"], "0");
+    wait_until("the gRPC request counted", Duration::from_secs(10), || {
+        grpc("total") == 1
+    });
+    assert_eq!(grpc("success"), 1);
 }
