@@ -29,8 +29,10 @@ use envoy_types::pb::envoy::config::listener::v3::{
     listener_filter,
 };
 use envoy_types::pb::envoy::config::route::v3::{
-    Route, RouteAction, RouteConfiguration, RouteMatch, VirtualHost, route::Action,
-    route_action::ClusterSpecifier, route_match::PathSpecifier,
+    Decorator, RetryPolicy, Route, RouteAction, RouteConfiguration, RouteMatch, VirtualHost,
+    route::Action,
+    route_action::{ClusterSpecifier, MaxStreamDuration},
+    route_match::PathSpecifier,
 };
 use envoy_types::pb::envoy::extensions::filters::http::router::v3::Router;
 use envoy_types::pb::envoy::extensions::filters::listener::original_dst::v3::OriginalDst;
@@ -79,11 +81,13 @@ fn default_endpoint(ingress: &IstioIngressListener) -> Option<Address> {
 }
 
 /// The service an inbound cluster serves, as istiod picks it: the first service (by host)
-/// selecting the proxy with that target port, and the service port the DestinationRule's
-/// `portLevelSettings` are looked up by.
+/// selecting the proxy with that target port, the service port the DestinationRule's
+/// `portLevelSettings` are looked up by, and the port's protocol.
+#[derive(Clone, Copy)]
 struct Served<'a> {
     service: &'a Service,
     port: u32,
+    protocol: Protocol,
 }
 
 /// An `inbound|PORT||` cluster's connection pool and circuit breakers, as istiod's
@@ -180,31 +184,65 @@ fn inbound_cluster(name: &str, target: Address) -> Cluster {
     }
 }
 
-fn inbound_hcm(listener_name: &str, port: u32, cluster: &str, rbac: Vec<HttpFilter>) -> Filter {
-    let cluster = cluster.to_string();
-    let route = RouteConfiguration {
-        name: cluster.clone(),
+/// The route of an inbound port's connection manager, as istiod's
+/// `BuildDefaultHTTPInboundRoute`: everything to `cluster`, with no timeout and
+/// `grpc-timeout` honoured uncapped; requests reset before they reach the application
+/// are retried twice, except on gRPC ports (it breaks streaming). The virtual host and
+/// the span's operation name the service port `served` says, when a service serves it.
+fn inbound_route(port: u32, cluster: &str, served: Option<&Served>) -> RouteConfiguration {
+    let service_port = served.map_or(port, |s| s.port);
+    let grpc = served.is_some_and(|s| s.protocol == Protocol::Grpc);
+    let no_timeout = || Some(duration(std::time::Duration::ZERO));
+    let route = Route {
+        name: "default".into(),
+        r#match: Some(RouteMatch {
+            path_specifier: Some(PathSpecifier::Prefix("/".into())),
+            ..Default::default()
+        }),
+        action: Some(Action::Route(RouteAction {
+            cluster_specifier: Some(ClusterSpecifier::Cluster(cluster.to_string())),
+            timeout: no_timeout(),
+            max_stream_duration: Some(MaxStreamDuration {
+                max_stream_duration: no_timeout(),
+                grpc_timeout_header_max: no_timeout(),
+                ..Default::default()
+            }),
+            retry_policy: (!grpc).then(|| RetryPolicy {
+                retry_on: "reset-before-request".into(),
+                num_retries: Some(UInt32Value {
+                    value: super::route::DEFAULT_RETRIES,
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })),
+        decorator: served.map(|s| Decorator {
+            operation: format!("{}:{}/*", s.service.hostname, s.port),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    RouteConfiguration {
+        name: cluster.to_string(),
         validate_clusters: Some(BoolValue { value: false }),
         virtual_hosts: vec![VirtualHost {
-            name: format!("inbound|http|{port}"),
+            name: format!("inbound|http|{service_port}"),
             domains: vec!["*".into()],
-            routes: vec![Route {
-                name: "default".into(),
-                r#match: Some(RouteMatch {
-                    path_specifier: Some(PathSpecifier::Prefix("/".into())),
-                    ..Default::default()
-                }),
-                action: Some(Action::Route(RouteAction {
-                    cluster_specifier: Some(ClusterSpecifier::Cluster(cluster)),
-                    timeout: Some(duration(std::time::Duration::ZERO)),
-                    ..Default::default()
-                })),
-                ..Default::default()
-            }],
+            routes: vec![route],
             ..Default::default()
         }],
         ..Default::default()
-    };
+    }
+}
+
+fn inbound_hcm(
+    listener_name: &str,
+    port: u32,
+    cluster: &str,
+    served: Option<&Served>,
+    rbac: Vec<HttpFilter>,
+) -> Filter {
+    let route = inbound_route(port, cluster, served);
     let mut http_filters = rbac;
     http_filters.push(super::filters::grpc_stats());
     http_filters.push(HttpFilter {
@@ -231,6 +269,8 @@ fn inbound_hcm(listener_name: &str, port: u32, cluster: &str, rbac: Vec<HttpFilt
         server_name: "istio-envoy".into(),
         server_header_transformation: ServerHeaderTransformation::Overwrite as i32,
         request_id_extension: Some(super::tracing::request_id_extension()),
+        // Streams idle for long (server streaming, long polls) stay open, as istiod's.
+        stream_idle_timeout: Some(duration(std::time::Duration::ZERO)),
         ..Default::default()
     };
     Filter {
@@ -286,11 +326,13 @@ fn port_chains(
     cluster: &str,
     stat_name: &str,
     destination_port: Option<u32>,
+    served: Option<Served>,
 ) -> Vec<FilterChain> {
     let filters = |http: bool| -> Vec<Filter> {
         if http {
             let http_filters = authorization.http.clone();
-            vec![inbound_hcm(stat_name, port, cluster, http_filters)]
+            let served = served.as_ref();
+            vec![inbound_hcm(stat_name, port, cluster, served, http_filters)]
         } else {
             let mut f = authorization.tcp.clone();
             f.push(tcp_proxy(cluster));
@@ -459,7 +501,11 @@ pub fn sidecar(ctx: &PushContext, proxy: &Proxy) -> (Vec<Listener>, Vec<Cluster>
         // port, with the ingress port as its service port.
         let served = (selecting.iter().copied())
             .find(|svc| svc.ports.iter().any(|p| target_port(svc, p) == port))
-            .map(|service| Served { service, port });
+            .map(|service| Served {
+                service,
+                port,
+                protocol,
+            });
         let c = inbound_cluster(&cluster, target);
         clusters.push(with_pool(c, ctx, proxy, sidecar, port, served));
         let chains = port_chains(
@@ -471,6 +517,7 @@ pub fn sidecar(ctx: &PushContext, proxy: &Proxy) -> (Vec<Listener>, Vec<Cluster>
             &cluster,
             &name,
             None,
+            served,
         );
         let bind_to_port = proxy.interception == Interception::None
             || ingress.capture_mode.as_deref() == Some("NONE");
@@ -525,6 +572,7 @@ fn virtual_inbound(ctx: &PushContext, proxy: &Proxy) -> (Vec<Listener>, Vec<Clus
                 let served = Served {
                     service: svc,
                     port: p.port,
+                    protocol: p.protocol,
                 };
                 (Serve::Tcp, served)
             });
@@ -562,6 +610,7 @@ fn virtual_inbound(ctx: &PushContext, proxy: &Proxy) -> (Vec<Listener>, Vec<Clus
             &cluster,
             &stat,
             Some(port),
+            Some(served),
         ));
     }
     // Any other port: passed through under the workload's own mode.
@@ -573,6 +622,7 @@ fn virtual_inbound(ctx: &PushContext, proxy: &Proxy) -> (Vec<Listener>, Vec<Clus
         Serve::Tcp,
         INBOUND_PASSTHROUGH_CLUSTER,
         "virtualInbound",
+        None,
         None,
     ));
     let listener = tls_inspected(

@@ -260,6 +260,8 @@ fn http_connection_manager(stat_prefix: String, route_name: String, kind: Hcm) -
         },
         server_header_transformation: ServerHeaderTransformation::Overwrite as i32,
         request_id_extension: Some(super::tracing::request_id_extension()),
+        // Streams idle for long (server streaming, long polls) stay open, as istiod's.
+        stream_idle_timeout: Some(super::duration(std::time::Duration::ZERO)),
         ..Default::default()
     };
     Filter {

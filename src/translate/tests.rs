@@ -1961,6 +1961,7 @@ fn an_auto_passthrough_server_forwards_each_mtls_sni_to_its_sni_dnat_cluster() {
 
 mod access_log;
 mod gateway_redirect;
+mod inbound_route;
 mod mesh_cluster_defaults;
 mod service_entry_addresses;
 mod shared_hosts;

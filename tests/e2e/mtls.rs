@@ -937,3 +937,49 @@ fn a_dry_run_policy_is_counted_and_not_enforced() {
         via(&productpage, "/").is_ok_and(|r| r.status == 403)
     });
 }
+
+/// An inbound route retries twice a request reset before it reached the application
+/// (`reset-before-request`, as istiod's): with nothing listening on the application's
+/// port, each request through the workload's sidecar is tried three times before its
+/// 503.
+#[test]
+fn an_inbound_request_reset_before_the_application_took_it_is_retried_twice() {
+    let m = mesh("mtls-inbound-retry");
+    let server = m.reviews(&[]);
+    wait_until("the workload to serve", Duration::from_secs(10), || {
+        m.direct().is_ok_and(|r| r.status == 200)
+    });
+    let retries = || {
+        let stats = server
+            .envoy
+            .admin("/stats?filter=upstream_rq_retry$")
+            .unwrap()
+            .body;
+        (stats.lines())
+            .find_map(|l| l.strip_prefix("cluster.inbound|9080||.upstream_rq_retry: "))
+            .map_or(0, |v| v.trim().parse::<u64>().unwrap())
+    };
+    assert_eq!(retries(), 0);
+    // Envoy holds the rest of istiod's inbound settings: idle streams are never cut, and
+    // the span's operation names the service.
+    let listeners = server.envoy.config_dump("dynamic_listeners");
+    assert!(
+        listeners.contains(r#""stream_idle_timeout": "0s""#),
+        "{listeners}"
+    );
+    let operation = r#""operation": "reviews.shop.svc.cluster.local:9080/*""#;
+    assert!(listeners.contains(operation), "{listeners}");
+    // The application goes away.
+    let path = m.meshd.config_dir.join("mesh.yaml");
+    let yaml = std::fs::read_to_string(&path).unwrap();
+    let endpoint = format!("127.0.0.1:{}", m._upstream.port);
+    let closed = format!("127.0.0.1:{}", free_port());
+    std::fs::write(&path, yaml.replace(&endpoint, &closed)).unwrap();
+    wait_until("the request refused", Duration::from_secs(10), || {
+        m.direct().is_ok_and(|r| r.status == 503)
+    });
+    let before = retries();
+    assert!(before >= 2, "{before}");
+    assert_eq!(m.direct().unwrap().status, 503);
+    assert_eq!(retries() - before, 2);
+}

@@ -1,0 +1,102 @@
+//! The route and stream settings of a sidecar's connection managers, as istiod's
+//! `BuildDefaultHTTPInboundRoute` and `buildHTTPConnectionManager` set them.
+
+use envoy_types::pb::envoy::config::listener::v3::{Listener, filter::ConfigType};
+use envoy_types::pb::envoy::config::route::v3::{Route, route::Action};
+use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+    HttpConnectionManager, http_connection_manager::RouteSpecifier,
+};
+use prost::Message;
+use serde_json::json;
+
+use super::{context, sidecar};
+use crate::translate::proxy_config;
+
+const SERVICES: &str = "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: shop}\nspec: {clusterIP: 10.96.5.1, selector: {app: web}, ports: [{name: http, port: 80, targetPort: 8080}]}\n---\napiVersion: v1\nkind: Service\nmetadata: {name: rpc, namespace: shop}\nspec: {clusterIP: 10.96.5.2, selector: {app: web}, ports: [{name: grpc-api, port: 9000}]}\n";
+
+/// The connection managers of `listener`'s chains for `port` (every chain when `None`).
+fn managers(listener: &Listener, port: Option<u32>) -> Vec<HttpConnectionManager> {
+    (listener.filter_chains.iter())
+        .filter(|c| {
+            port.is_none()
+                || c.filter_chain_match
+                    .as_ref()
+                    .and_then(|m| m.destination_port)
+                    .is_some_and(|p| Some(p.value) == port)
+        })
+        .flat_map(|c| &c.filters)
+        .filter_map(|f| match &f.config_type {
+            Some(ConfigType::TypedConfig(any)) if f.name.ends_with("http_connection_manager") => {
+                Some(HttpConnectionManager::decode(any.value.as_slice()).unwrap())
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// The only route of an inbound manager's inline route configuration, and its virtual
+/// host's name.
+fn inbound_route(hcm: &HttpConnectionManager) -> (String, Route) {
+    let Some(RouteSpecifier::RouteConfig(rc)) = &hcm.route_specifier else {
+        panic!("{hcm:?}")
+    };
+    let vh = &rc.virtual_hosts[0];
+    (vh.name.clone(), vh.routes[0].clone())
+}
+
+#[test]
+fn inbound_routes_name_the_service_port_retry_resets_except_for_grpc_and_never_time_out() {
+    let cfg = proxy_config(&context(SERVICES), &sidecar("shop", json!({"app": "web"})));
+    let inbound = cfg
+        .listeners
+        .iter()
+        .find(|l| l.name == "virtualInbound")
+        .unwrap();
+
+    let http = managers(inbound, Some(8080));
+    assert!(!http.is_empty());
+    for hcm in &http {
+        let (vhost, route) = inbound_route(hcm);
+        assert_eq!(vhost, "inbound|http|80");
+        assert_eq!(
+            route.decorator.unwrap().operation,
+            "web.shop.svc.cluster.local:80/*"
+        );
+        let Some(Action::Route(action)) = route.action else {
+            panic!()
+        };
+        assert_eq!(action.timeout.unwrap().seconds, 0);
+        let msd = action.max_stream_duration.unwrap();
+        assert_eq!(msd.max_stream_duration.unwrap().seconds, 0);
+        assert_eq!(msd.grpc_timeout_header_max.unwrap().seconds, 0);
+        let retry = action.retry_policy.unwrap();
+        assert_eq!(retry.retry_on, "reset-before-request");
+        assert_eq!(retry.num_retries.unwrap().value, 2);
+        assert_eq!(hcm.stream_idle_timeout.unwrap().seconds, 0);
+    }
+
+    // A gRPC port: no retries, which would break streams.
+    let grpc = managers(inbound, Some(9000));
+    assert!(!grpc.is_empty());
+    for hcm in &grpc {
+        let (vhost, route) = inbound_route(hcm);
+        assert_eq!(vhost, "inbound|http|9000");
+        let Some(Action::Route(action)) = route.action else {
+            panic!()
+        };
+        assert_eq!(action.retry_policy, None);
+        assert!(action.max_stream_duration.is_some());
+    }
+
+    // Outbound managers keep idle streams open too.
+    let outbound = cfg
+        .listeners
+        .iter()
+        .find(|l| l.name == "0.0.0.0_80")
+        .unwrap();
+    let managers = managers(outbound, None);
+    assert!(!managers.is_empty());
+    for hcm in managers {
+        assert_eq!(hcm.stream_idle_timeout.unwrap().seconds, 0);
+    }
+}
