@@ -404,6 +404,9 @@ pub struct HttpRetry {
     pub retry_remote_localities: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backoff: Option<String>,
+    /// `false` lets a retry go to a host already tried (true by default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_ignore_previous_hosts: Option<bool>,
 }
 
 // ---------------------------------------------------------------- DestinationRule

@@ -197,14 +197,8 @@ fn http_route(r: &mut Report, field: &str, route: &HttpRoute) {
             );
         }
     }
-    if let Some(retries) = &route.retries {
-        if retries.attempts < 0 {
-            r.error(format!("{field}.retries.attempts"), "must not be negative");
-        }
-        r.duration(
-            format!("{field}.retries.perTryTimeout"),
-            &retries.per_try_timeout,
-        );
+    if let Some(policy) = &route.retries {
+        retries(r, &format!("{field}.retries"), policy);
     }
     if let Some(rw) = &route.rewrite {
         if rw.uri_regex_rewrite.is_some() && rw.uri.is_some() {
@@ -1034,12 +1028,28 @@ pub fn validate(object: &ConfigObject) -> Vec<Problem> {
             if let (_, Some((field, message))) = crate::translate::access_log::format_of(mesh) {
                 r.warn(format!("data.mesh.{field}"), message);
             }
+            if let Some(p) = &mesh.default_http_retry_policy {
+                retries(&mut r, "data.mesh.defaultHttpRetryPolicy", p);
+            }
+            if let Some(p) = &mesh.default_inbound_http_retry_policy {
+                retries(&mut r, "data.mesh.defaultInboundHttpRetryPolicy", p);
+            }
             if let Some(t) = &mesh.default_config.tracing {
                 proxy_tracing(&mut r, t);
             }
         }
     }
     r.0
+}
+
+/// A retry policy (a route's `retries`, MeshConfig's default ones): attempts and
+/// durations Envoy can take.
+fn retries(r: &mut Report, field: &str, policy: &crate::api::networking::HttpRetry) {
+    if policy.attempts < 0 {
+        r.error(format!("{field}.attempts"), "must not be negative");
+    }
+    r.duration(format!("{field}.perTryTimeout"), &policy.per_try_timeout);
+    r.duration(format!("{field}.backoff"), &policy.backoff);
 }
 
 /// `defaultConfig.tracing`: a sampling percentage istiod would replace, and custom tags

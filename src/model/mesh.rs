@@ -66,6 +66,14 @@ pub struct MeshConfig {
     /// their DestinationRule says `DO_NOT_UPGRADE` (default `DO_NOT_UPGRADE`).
     #[serde(default)]
     pub h2_upgrade_policy: Option<String>,
+    /// The retry policy of routes no VirtualService `retries` configures (Istio's default
+    /// policy when unset; `attempts: 0` turns retries off).
+    #[serde(default)]
+    pub default_http_retry_policy: Option<crate::api::networking::HttpRetry>,
+    /// The retry policy of inbound routes (two retries of requests reset before they
+    /// reached the application when unset; `attempts: 0` turns them off).
+    #[serde(default)]
+    pub default_inbound_http_retry_policy: Option<crate::api::networking::HttpRetry>,
     /// istiod's legacy tracing switch (default on): with no `defaultProviders.tracing`,
     /// every connection manager samples requests for the tracer the proxy's bootstrap
     /// names ([`crate::translate::tracing`]).

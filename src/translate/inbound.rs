@@ -29,7 +29,7 @@ use envoy_types::pb::envoy::config::listener::v3::{
     listener_filter,
 };
 use envoy_types::pb::envoy::config::route::v3::{
-    Decorator, RetryPolicy, Route, RouteAction, RouteConfiguration, RouteMatch, VirtualHost,
+    Decorator, Route, RouteAction, RouteConfiguration, RouteMatch, VirtualHost,
     route::Action,
     route_action::{ClusterSpecifier, MaxStreamDuration},
     route_match::PathSpecifier,
@@ -51,8 +51,8 @@ use envoy_types::util::pack_any;
 use super::endpoint::socket_address;
 use super::listener::tcp_proxy;
 use super::{authz, duration, sniff, tls};
-use crate::api::networking::IstioIngressListener;
 use crate::api::networking::SidecarSpec;
+use crate::api::networking::{HttpRetry, IstioIngressListener};
 use crate::model::destination_rule;
 use crate::model::security::Mtls;
 use crate::model::{Interception, Protocol, Proxy, PushContext, Service, ServicePort};
@@ -187,9 +187,16 @@ fn inbound_cluster(name: &str, target: Address) -> Cluster {
 /// The route of an inbound port's connection manager, as istiod's
 /// `BuildDefaultHTTPInboundRoute`: everything to `cluster`, with no timeout and
 /// `grpc-timeout` honoured uncapped; requests reset before they reach the application
-/// are retried twice, except on gRPC ports (it breaks streaming). The virtual host and
+/// are retried twice (or as MeshConfig's `defaultInboundHttpRetryPolicy` says,
+/// [`super::route::inbound_retry_policy`]), except on gRPC ports (it breaks streaming).
+/// The virtual host and
 /// the span's operation name the service port `served` says, when a service serves it.
-fn inbound_route(port: u32, cluster: &str, served: Option<&Served>) -> RouteConfiguration {
+fn inbound_route(
+    port: u32,
+    cluster: &str,
+    served: Option<&Served>,
+    retries: Option<&HttpRetry>,
+) -> RouteConfiguration {
     let service_port = served.map_or(port, |s| s.port);
     let grpc = served.is_some_and(|s| s.protocol == Protocol::Grpc);
     let no_timeout = || Some(duration(std::time::Duration::ZERO));
@@ -207,13 +214,11 @@ fn inbound_route(port: u32, cluster: &str, served: Option<&Served>) -> RouteConf
                 grpc_timeout_header_max: no_timeout(),
                 ..Default::default()
             }),
-            retry_policy: (!grpc).then(|| RetryPolicy {
-                retry_on: "reset-before-request".into(),
-                num_retries: Some(UInt32Value {
-                    value: super::route::DEFAULT_RETRIES,
-                }),
-                ..Default::default()
-            }),
+            retry_policy: if grpc {
+                None
+            } else {
+                super::route::inbound_retry_policy(retries)
+            },
             ..Default::default()
         })),
         decorator: served.map(|s| Decorator {
@@ -240,9 +245,10 @@ fn inbound_hcm(
     port: u32,
     cluster: &str,
     served: Option<&Served>,
+    retries: Option<&HttpRetry>,
     rbac: Vec<HttpFilter>,
 ) -> Filter {
-    let route = inbound_route(port, cluster, served);
+    let route = inbound_route(port, cluster, served, retries);
     let mut http_filters = rbac;
     http_filters.push(super::filters::grpc_stats());
     http_filters.push(HttpFilter {
@@ -332,7 +338,15 @@ fn port_chains(
         if http {
             let http_filters = authorization.http.clone();
             let served = served.as_ref();
-            vec![inbound_hcm(stat_name, port, cluster, served, http_filters)]
+            let retries = ctx.mesh.default_inbound_http_retry_policy.as_ref();
+            vec![inbound_hcm(
+                stat_name,
+                port,
+                cluster,
+                served,
+                retries,
+                http_filters,
+            )]
         } else {
             let mut f = authorization.tcp.clone();
             f.push(tcp_proxy(cluster));

@@ -37,13 +37,17 @@ pub fn mesh_connect_timeout(mesh: &MeshConfig) -> envoy_types::pb::google::proto
 }
 
 /// What MeshConfig sets on clusters before their DestinationRule: `connectTimeout`,
-/// `tcpKeepalive` and `h2UpgradePolicy`. A cached cluster is valid while these are the
-/// same.
+/// `tcpKeepalive` and `h2UpgradePolicy`; and on routes without their own retries,
+/// `defaultHttpRetryPolicy`. A service's cached clusters and virtual hosts are valid
+/// while these are the same.
 #[derive(Clone, Debug, PartialEq)]
 pub struct MeshPool {
     connect_timeout: Option<String>,
     tcp_keepalive: Option<TcpKeepalive>,
     h2_upgrade_policy: Option<String>,
+    /// Not a cluster default, but what the cached default virtual hosts and routed
+    /// virtual hosts are built with.
+    default_http_retry_policy: Option<crate::api::networking::HttpRetry>,
 }
 
 /// Whether `mesh` sets none of [`MeshPool`] (the usual case).
@@ -51,6 +55,7 @@ fn no_mesh_pool(mesh: &MeshConfig) -> bool {
     mesh.connect_timeout.is_none()
         && mesh.tcp_keepalive.is_none()
         && mesh.h2_upgrade_policy.is_none()
+        && mesh.default_http_retry_policy.is_none()
 }
 
 /// `mesh`'s [`MeshPool`], boxed; `None` when it sets none of it.
@@ -60,6 +65,7 @@ pub fn mesh_pool(mesh: &MeshConfig) -> Option<Box<MeshPool>> {
             connect_timeout: mesh.connect_timeout.clone(),
             tcp_keepalive: mesh.tcp_keepalive.clone(),
             h2_upgrade_policy: mesh.h2_upgrade_policy.clone(),
+            default_http_retry_policy: mesh.default_http_retry_policy.clone(),
         })
     })
 }
@@ -72,6 +78,7 @@ pub fn same_mesh_pool(pool: Option<&MeshPool>, mesh: &MeshConfig) -> bool {
             p.connect_timeout == mesh.connect_timeout
                 && p.tcp_keepalive == mesh.tcp_keepalive
                 && p.h2_upgrade_policy == mesh.h2_upgrade_policy
+                && p.default_http_retry_policy == mesh.default_http_retry_policy
         }
     }
 }

@@ -17,7 +17,7 @@ use envoy_types::pb::envoy::config::route::v3::{
     header_matcher::HeaderMatchSpecifier,
     query_parameter_matcher::QueryParameterMatchSpecifier,
     redirect_action,
-    retry_policy::RetryHostPredicate,
+    retry_policy::{self, RetryBackOff, RetryHostPredicate, RetryPriority},
     route::Action,
     route_action,
     route_action::{
@@ -38,8 +38,8 @@ use super::listener::RouteServices;
 use super::{duration, istio_metadata, optional_duration, outbound_cluster_name, string_value};
 use crate::api::labels_match;
 use crate::api::networking::{
-    ConsistentHashLb, DestinationRuleSpec, HeaderOperations, HttpMatchRequest, HttpRoute,
-    StringMatch, VirtualServiceSpec,
+    ConsistentHashLb, DestinationRuleSpec, HeaderOperations, HttpMatchRequest, HttpRetry,
+    HttpRoute, StringMatch, VirtualServiceSpec,
 };
 use crate::config::{ConfigObject, Spec};
 use crate::model::destination_rule;
@@ -191,7 +191,8 @@ impl VirtualHostPlan<'_> {
             VirtualHostPlan::Default(svc) => {
                 let rule = ctx.service_rule(proxy, svc);
                 let audience = Audience::new(svc, proxy, sniffed);
-                default_virtual_host(svc, rule.map(|r| &**r), port, audience)
+                let retries = ctx.mesh.default_http_retry_policy.as_ref();
+                default_virtual_host(svc, rule.map(|r| &**r), port, audience, retries)
             }
             VirtualHostPlan::Shared { vs, service } => {
                 let audience = Audience::new(service, proxy, sniffed);
@@ -360,8 +361,9 @@ pub fn default_virtual_host(
     rule: Option<&ConfigObject>,
     port: u32,
     audience: Audience,
+    mesh_retries: Option<&HttpRetry>,
 ) -> VirtualHost {
-    let mut route = default_route(&svc.hostname, port);
+    let mut route = default_route(&svc.hostname, port, mesh_retries);
     let rule = rule.and_then(destination_rule::spec);
     if let (Some(Action::Route(action)), Some(hash)) =
         (route.action.as_mut(), destination_hash(rule, "", port))
@@ -457,6 +459,103 @@ pub fn default_retry_policy() -> RetryPolicy {
     }
 }
 
+/// A route's retry policy, as istiod's `ConvertPolicy`: Istio's default without a policy
+/// (no VirtualService `retries`, no MeshConfig `defaultHttpRetryPolicy`), none with 0
+/// attempts, else the default with what the policy sets: `retryOn` (its status codes as
+/// retriable ones), `perTryTimeout`, `retryIgnorePreviousHosts`, `retryRemoteLocalities`
+/// and `backoff`.
+pub fn retry_policy(retries: Option<&HttpRetry>) -> Option<RetryPolicy> {
+    let Some(r) = retries else {
+        return Some(default_retry_policy());
+    };
+    if r.attempts <= 0 {
+        return None;
+    }
+    let (retry_on, retriable_status_codes) =
+        parse_retry_on(r.retry_on.as_deref().unwrap_or(DEFAULT_RETRY_ON));
+    Some(RetryPolicy {
+        retry_on,
+        num_retries: Some(UInt32Value {
+            value: r.attempts as u32,
+        }),
+        per_try_timeout: optional_duration(r.per_try_timeout.as_deref()),
+        retry_host_predicate: if r.retry_ignore_previous_hosts == Some(false) {
+            Vec::new()
+        } else {
+            vec![previous_hosts()]
+        },
+        host_selection_retry_max_attempts: DEFAULT_HOST_SELECTION_ATTEMPTS,
+        retriable_status_codes,
+        retry_priority: (r.retry_remote_localities == Some(true)).then(previous_priorities),
+        retry_back_off: back_off(r),
+        ..Default::default()
+    })
+}
+
+/// An inbound route's retry policy, as istiod's `ConvertInboundPolicy`: without MeshConfig
+/// `defaultInboundHttpRetryPolicy`, two retries of requests reset before they reached the
+/// application; none with 0 attempts; else its attempts, `retryOn` and `backoff` (host
+/// selection and per-try timeouts mean nothing for the one local application).
+pub fn inbound_retry_policy(retries: Option<&HttpRetry>) -> Option<RetryPolicy> {
+    let attempts = retries.map_or(DEFAULT_RETRIES as i32, |r| r.attempts);
+    if attempts <= 0 {
+        return None;
+    }
+    let retry_on = retries.and_then(|r| r.retry_on.as_deref());
+    let (retry_on, retriable_status_codes) = parse_retry_on(retry_on.unwrap_or(INBOUND_RETRY_ON));
+    Some(RetryPolicy {
+        retry_on,
+        num_retries: Some(UInt32Value {
+            value: attempts as u32,
+        }),
+        retriable_status_codes,
+        retry_back_off: retries.and_then(back_off),
+        ..Default::default()
+    })
+}
+
+/// What istiod retries on an inbound route by default: a request reset before it reached
+/// the application was never processed, so retrying it is safe for any method.
+pub const INBOUND_RETRY_ON: &str = "reset-before-request";
+
+/// `retryOn`'s conditions, and its numbers as retriable status codes (adding the
+/// `retriable-status-codes` condition when they need it).
+fn parse_retry_on(text: &str) -> (String, Vec<u32>) {
+    let mut codes = Vec::new();
+    let mut on: Vec<&str> = Vec::new();
+    for tok in text.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+        match tok.parse::<u32>() {
+            Ok(code) => codes.push(code),
+            Err(_) => on.push(tok),
+        }
+    }
+    if !codes.is_empty() && !on.contains(&"retriable-status-codes") {
+        on.push("retriable-status-codes");
+    }
+    (on.join(","), codes)
+}
+
+fn back_off(r: &HttpRetry) -> Option<RetryBackOff> {
+    optional_duration(r.backoff.as_deref()).map(|base| RetryBackOff {
+        base_interval: Some(base),
+        ..Default::default()
+    })
+}
+
+/// `retryRemoteLocalities`: retries go to other localities' endpoints (istiod's
+/// `previous_priorities` with update frequency 2).
+fn previous_priorities() -> RetryPriority {
+    use envoy_types::pb::envoy::extensions::retry::priority::previous_priorities::v3::PreviousPrioritiesConfig;
+    RetryPriority {
+        name: "envoy.retry_priorities.previous_priorities".into(),
+        config_type: Some(retry_policy::retry_priority::ConfigType::TypedConfig(
+            pack_any(PreviousPrioritiesConfig {
+                update_frequency: 2,
+            }),
+        )),
+    }
+}
+
 fn previous_hosts() -> RetryHostPredicate {
     RetryHostPredicate {
         name: "envoy.retry_host_predicates.previous_hosts".into(),
@@ -466,7 +565,7 @@ fn previous_hosts() -> RetryHostPredicate {
     }
 }
 
-fn default_route(host: &str, port: u32) -> Route {
+fn default_route(host: &str, port: u32, mesh_retries: Option<&HttpRetry>) -> Route {
     Route {
         name: "default".into(),
         r#match: Some(prefix_match("/")),
@@ -475,7 +574,7 @@ fn default_route(host: &str, port: u32) -> Route {
                 port, "", host,
             ))),
             timeout: Some(duration(std::time::Duration::ZERO)),
-            retry_policy: Some(default_retry_policy()),
+            retry_policy: retry_policy(mesh_retries),
             ..Default::default()
         })),
         decorator: Some(Decorator {
@@ -892,41 +991,9 @@ fn translate_route(
     };
     // Unset: 0s, no timeout (Istio's default for routes).
     let timeout = optional_duration(http.timeout.as_deref()).unwrap_or_default();
-    let mut retry_policy = match &http.retries {
-        None => Some(default_retry_policy()),
-        Some(r) if r.attempts == 0 => None,
-        Some(r) => {
-            let mut codes = Vec::new();
-            let mut on: Vec<String> = Vec::new();
-            for tok in r
-                .retry_on
-                .as_deref()
-                .unwrap_or(DEFAULT_RETRY_ON)
-                .split(',')
-                .map(str::trim)
-                .filter(|t| !t.is_empty())
-            {
-                match tok.parse::<u32>() {
-                    Ok(code) => codes.push(code),
-                    Err(_) => on.push(tok.to_string()),
-                }
-            }
-            if !codes.is_empty() && !on.iter().any(|t| t == "retriable-status-codes") {
-                on.push("retriable-status-codes".into());
-            }
-            Some(RetryPolicy {
-                retry_on: on.join(","),
-                num_retries: Some(UInt32Value {
-                    value: r.attempts as u32,
-                }),
-                per_try_timeout: optional_duration(r.per_try_timeout.as_deref()),
-                retry_host_predicate: vec![previous_hosts()],
-                host_selection_retry_max_attempts: DEFAULT_HOST_SELECTION_ATTEMPTS,
-                retriable_status_codes: codes,
-                ..Default::default()
-            })
-        }
-    };
+    // Without its own `retries`, MeshConfig's `defaultHttpRetryPolicy`, else Istio's.
+    let retries = http.retries.as_ref();
+    let mut retry_policy = retry_policy(retries.or(ctx.mesh.default_http_retry_policy.as_ref()));
     if same_host_retries && let Some(retry) = retry_policy.as_mut() {
         retry.retry_host_predicate.clear();
     }

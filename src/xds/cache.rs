@@ -237,6 +237,8 @@ pub struct ResourceCache {
     vhds: Mutex<VhdsMemo>,
     /// By [`gateway_routes_key`].
     gateway_routes: Mutex<foldhash::HashMap<u64, Vec<GatewayRoutesEntry>>>,
+    /// MeshConfig's `defaultHttpRetryPolicy` the gateway routes were built with.
+    gateway_routes_retries: Mutex<Option<crate::api::networking::HttpRetry>>,
     gateway_hosts: Mutex<GatewayHostMemo>,
     names: Mutex<NameMemo>,
     tables: Mutex<Vec<TableEntry>>,
@@ -668,7 +670,14 @@ impl ResourceCache {
             return hit;
         }
         self.misses.inc();
-        let vh = translate::route::default_virtual_host(svc, rule.map(|r| &**r), port, audience);
+        let retries = ctx.mesh.default_http_retry_policy.as_ref();
+        let vh = translate::route::default_virtual_host(
+            svc,
+            rule.map(|r| &**r),
+            port,
+            audience,
+            retries,
+        );
         let bytes: Arc<[u8]> = virtual_host_field(&vh).into();
         self.store(ctx, svc, rule, |e| {
             e.vhosts.push((port, audience, bytes.clone()))

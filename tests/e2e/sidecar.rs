@@ -789,3 +789,75 @@ fn with_vhds_a_virtual_service_change_sends_only_its_virtual_host() {
     assert!(routes.contains(&reviews_vh), "{routes}");
     assert_eq!(get(&delta, "reviews", "jason"), "reviews-v1");
 }
+
+/// MeshConfig's `defaultHttpRetryPolicy` replaces Istio's default on routes without their
+/// own `retries`: a real sidecar retries a 503 twice by default, not at all with
+/// `attempts: 0`, four times with `attempts: 4`, and a VirtualService's own policy wins.
+#[test]
+fn the_meshs_default_retry_policy_decides_how_often_a_failing_request_is_retried() {
+    let dir = temp_dir("mesh-retries").join("config");
+    std::fs::create_dir_all(&dir).unwrap();
+    let up = Upstream::answering("reviews-1", "503 Service Unavailable");
+    let port = free_port();
+    let service = service_yaml("shop", "reviews", port, &[(&up, &[])]);
+    std::fs::write(dir.join("reviews.yaml"), service).unwrap();
+    let mesh = |policy: &str| {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: istio, namespace: istio-system}}\ndata:\n  mesh: |\n    trustDomain: cluster.local\n{policy}"
+        )
+    };
+    std::fs::write(dir.join("mesh.yaml"), mesh("")).unwrap();
+    let meshd = Meshd::start(&dir);
+    let envoy = Envoy::sidecar(&meshd, Ads::Delta, "shop", "productpage");
+    let cluster = format!("outbound|{port}||reviews.shop.svc.cluster.local");
+    let retries = || {
+        let stats = envoy
+            .admin("/stats?filter=upstream_rq_retry$")
+            .unwrap()
+            .body;
+        let prefix = format!("cluster.{cluster}.upstream_rq_retry: ");
+        (stats.lines())
+            .find_map(|l| l.strip_prefix(&prefix))
+            .map_or(0, |v| v.trim().parse::<u64>().unwrap())
+    };
+    let get = || http_get(&format!("{}:{port}", envoy.ip), "reviews", "/", &[]);
+    // The retries one failing request makes under the route's current policy.
+    let retried = || {
+        let before = retries();
+        assert_eq!(get().unwrap().status, 503);
+        retries() - before
+    };
+    let route = || envoy.config_dump("dynamic_route_configs");
+    wait_until("the route", Duration::from_secs(10), || {
+        route().contains(&cluster)
+    });
+    assert_eq!(retried(), 2, "Istio's default");
+
+    meshd.write(
+        "mesh.yaml",
+        &mesh("    defaultHttpRetryPolicy: {attempts: 0}\n"),
+    );
+    wait_until("no retry policy", Duration::from_secs(10), || {
+        !route().contains("\"retry_policy\"")
+    });
+    assert_eq!(retried(), 0, "attempts: 0");
+
+    let four = "    defaultHttpRetryPolicy: {attempts: 4, retryOn: '503'}\n";
+    meshd.write("mesh.yaml", &mesh(four));
+    wait_until("four retries", Duration::from_secs(10), || {
+        route().contains("\"num_retries\": 4")
+    });
+    assert_eq!(retried(), 4, "attempts: 4");
+
+    meshd.write(
+        "vs.yaml",
+        "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: reviews, namespace: shop}\nspec:\n  hosts: [reviews]\n  http: [{route: [{destination: {host: reviews}}], retries: {attempts: 1, retryOn: '503'}}]\n",
+    );
+    wait_until(
+        "the VirtualService's policy",
+        Duration::from_secs(10),
+        || route().contains("\"num_retries\": 1"),
+    );
+    assert_eq!(retried(), 1, "the VirtualService's own");
+    assert_eq!(envoy.rejected_updates(), Vec::<String>::new());
+}

@@ -49,6 +49,13 @@ impl ResourceCache {
             (keys.iter()).any(|k| matches!(k.kind, Kind::VirtualService | Kind::Gateway))
         });
         let mut gateway_routes = self.gateway_routes.lock().unwrap();
+        // Routes without their own retries were built with MeshConfig's default policy.
+        let retries = &ctx.mesh.default_http_retry_policy;
+        let mut built_with = self.gateway_routes_retries.lock().unwrap();
+        if *built_with != *retries {
+            gateway_routes.clear();
+            built_with.clone_from(retries);
+        }
         if !routing_changed || gateway_routes.is_empty() {
             return;
         }

@@ -861,3 +861,56 @@ fn a_hosts_entries_go_with_the_object_that_declared_it() {
         .collect();
     assert_eq!(namespaces, BTreeSet::from(["ns-1"]));
 }
+
+#[test]
+fn cached_virtual_hosts_and_gateway_routes_follow_the_meshs_default_retry_policy() {
+    let shape = Shape::new(40, 4, 2);
+    let mut store = shape.store();
+    let routing: String = (0..5).map(|i| shape.gateway_routing_yaml(i)).collect();
+    apply(&mut store, &routing);
+    let (first, cache) = first_push(&store);
+    cache.retain_services_of(&first, None);
+    let mesh = |lines: &str| {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: istio, namespace: istio-system}}\ndata:\n  mesh: |\n    {lines}\n"
+        )
+    };
+    // The retry counts of every route every proxy gets.
+    let attempts = |ctx: &PushContext| -> BTreeSet<Option<u32>> {
+        let mut all = BTreeSet::new();
+        for p in proxies() {
+            let config = translate::proxy_config(ctx, &p);
+            let vhosts =
+                (config.routes.iter().flat_map(|r| &r.virtual_hosts)).chain(&config.virtual_hosts);
+            for route in vhosts.flat_map(|v| &v.routes) {
+                use envoy_types::pb::envoy::config::route::v3::route::Action;
+                if let Some(Action::Route(a)) = &route.action
+                    && !a
+                        .cluster_specifier
+                        .as_ref()
+                        .is_some_and(|c| format!("{c:?}").contains("Passthrough"))
+                {
+                    all.insert(
+                        a.retry_policy
+                            .as_ref()
+                            .map(|r| r.num_retries.unwrap().value),
+                    );
+                }
+            }
+        }
+        all
+    };
+    // A push that changes the mesh config only, each reading what the one before cached.
+    let changed = BTreeSet::from([ObjectKey::new(Kind::ConfigMap, "istio-system", "istio")]);
+    for (version, lines, expected) in [
+        (2, "defaultHttpRetryPolicy: {attempts: 5}", vec![Some(5)]),
+        (3, "defaultHttpRetryPolicy: {attempts: 0}", vec![None]),
+        (4, "trustDomain: cluster.local", vec![Some(2)]),
+    ] {
+        apply(&mut store, &mesh(lines));
+        let ctx = PushContext::build(&store, format!("v/{version}"));
+        cache.retain_services_of(&ctx, Some(&changed));
+        assert_views_agree(&ctx, &cache);
+        assert_eq!(attempts(&ctx), BTreeSet::from_iter(expected), "v/{version}");
+    }
+}
