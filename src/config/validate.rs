@@ -1028,6 +1028,19 @@ pub fn validate(object: &ConfigObject) -> Vec<Problem> {
             if let (_, Some((field, message))) = crate::translate::access_log::format_of(mesh) {
                 r.warn(format!("data.mesh.{field}"), message);
             }
+            let normalization =
+                (mesh.path_normalization.as_ref()).and_then(|p| p.normalization.as_deref());
+            if let Some(n) = normalization
+                && !matches!(
+                    n,
+                    "NONE" | "BASE" | "DEFAULT" | "MERGE_SLASHES" | "DECODE_AND_MERGE_SLASHES"
+                )
+            {
+                let message = format!(
+                    "{n:?} is not NONE, BASE, DEFAULT, MERGE_SLASHES or DECODE_AND_MERGE_SLASHES"
+                );
+                r.error("data.mesh.pathNormalization.normalization", message);
+            }
             if let Some(p) = &mesh.default_http_retry_policy {
                 retries(&mut r, "data.mesh.defaultHttpRetryPolicy", p);
             }

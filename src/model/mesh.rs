@@ -66,6 +66,9 @@ pub struct MeshConfig {
     /// their DestinationRule says `DO_NOT_UPGRADE` (default `DO_NOT_UPGRADE`).
     #[serde(default)]
     pub h2_upgrade_policy: Option<String>,
+    /// How connection managers normalize request paths (`BASE` when unset).
+    #[serde(default)]
+    pub path_normalization: Option<PathNormalizationSetting>,
     /// The retry policy of routes no VirtualService `retries` configures (Istio's default
     /// policy when unset; `attempts: 0` turns retries off).
     #[serde(default)]
@@ -118,6 +121,14 @@ impl MeshConfig {
     pub fn tracing_enabled(&self) -> bool {
         self.enable_tracing != Some(false)
     }
+}
+
+/// MeshConfig `pathNormalization`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct PathNormalizationSetting {
+    /// `NONE`, `BASE` (`DEFAULT`), `MERGE_SLASHES` or `DECODE_AND_MERGE_SLASHES`.
+    pub normalization: Option<String>,
 }
 
 /// MeshConfig `defaultConfig`: the ProxyConfig fields meshd acts on.

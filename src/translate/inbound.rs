@@ -54,6 +54,7 @@ use super::{authz, duration, sniff, tls};
 use crate::api::networking::SidecarSpec;
 use crate::api::networking::{HttpRetry, IstioIngressListener};
 use crate::model::destination_rule;
+use crate::model::mesh::MeshConfig;
 use crate::model::security::Mtls;
 use crate::model::{Interception, Protocol, Proxy, PushContext, Service, ServicePort};
 use std::collections::BTreeMap;
@@ -245,9 +246,10 @@ fn inbound_hcm(
     port: u32,
     cluster: &str,
     served: Option<&Served>,
-    retries: Option<&HttpRetry>,
+    mesh: &MeshConfig,
     rbac: Vec<HttpFilter>,
 ) -> Filter {
+    let retries = mesh.default_inbound_http_retry_policy.as_ref();
     let route = inbound_route(port, cluster, served, retries);
     let mut http_filters = rbac;
     http_filters.push(super::filters::grpc_stats());
@@ -258,13 +260,12 @@ fn inbound_hcm(
         ))),
         ..Default::default()
     });
-    let hcm = HttpConnectionManager {
+    let mut hcm = HttpConnectionManager {
         stat_prefix: format!("inbound_{listener_name}"),
         codec_type: CodecType::Auto as i32,
         route_specifier: Some(RouteSpecifier::RouteConfig(route)),
         http_filters,
         use_remote_address: Some(BoolValue { value: false }),
-        normalize_path: Some(BoolValue { value: true }),
         forward_client_cert_details: ForwardClientCertDetails::AppendForward as i32,
         set_current_client_cert_details: Some(SetCurrentClientCertDetails {
             subject: Some(BoolValue { value: true }),
@@ -279,6 +280,7 @@ fn inbound_hcm(
         stream_idle_timeout: Some(duration(std::time::Duration::ZERO)),
         ..Default::default()
     };
+    super::listener::PathNormalization::of(mesh).apply(&mut hcm);
     Filter {
         name: "envoy.filters.network.http_connection_manager".into(),
         config_type: Some(ConfigType::TypedConfig(pack_any(hcm))),
@@ -338,13 +340,13 @@ fn port_chains(
         if http {
             let http_filters = authorization.http.clone();
             let served = served.as_ref();
-            let retries = ctx.mesh.default_inbound_http_retry_policy.as_ref();
+            let mesh = &ctx.mesh;
             vec![inbound_hcm(
                 stat_name,
                 port,
                 cluster,
                 served,
-                retries,
+                mesh,
                 http_filters,
             )]
         } else {

@@ -48,6 +48,7 @@ use crate::api::labels_match;
 use crate::api::networking::{L4MatchAttributes, RouteDestination, VirtualServiceSpec};
 use crate::config::ConfigObject;
 use crate::model::egress::Egress;
+use crate::model::mesh::MeshConfig;
 use crate::model::service::AutoAddresses;
 use crate::model::{
     Interception, Protocol, Proxy, PushContext, Service, host_matches, resolve_host,
@@ -200,15 +201,60 @@ enum Hcm {
     Gateway(Vec<HttpFilter>),
 }
 
+/// How a connection manager normalizes request paths before routing and authorization,
+/// as istiod sets it from MeshConfig `pathNormalization.normalization`: `BASE` (the
+/// default: RFC 3986 normalization), `NONE`, `MERGE_SLASHES` (also `//` to `/`), or
+/// `DECODE_AND_MERGE_SLASHES` (also `%2F` and `%5C` decoded first). An unknown value is
+/// the default (validation reports it).
+#[derive(Clone, Copy)]
+pub(super) struct PathNormalization {
+    pub normalize_path: bool,
+    pub merge_slashes: bool,
+    pub escaped_slashes: PathWithEscapedSlashesAction,
+}
+
+impl PathNormalization {
+    pub fn of(mesh: &MeshConfig) -> PathNormalization {
+        let mode = (mesh.path_normalization.as_ref()).and_then(|p| p.normalization.as_deref());
+        let (normalize_path, merge_slashes, escaped_slashes) = match mode {
+            Some("NONE") => (false, false, PathWithEscapedSlashesAction::KeepUnchanged),
+            Some("MERGE_SLASHES") => (true, true, PathWithEscapedSlashesAction::KeepUnchanged),
+            Some("DECODE_AND_MERGE_SLASHES") => {
+                (true, true, PathWithEscapedSlashesAction::UnescapeAndForward)
+            }
+            _ => (true, false, PathWithEscapedSlashesAction::KeepUnchanged),
+        };
+        PathNormalization {
+            normalize_path,
+            merge_slashes,
+            escaped_slashes,
+        }
+    }
+
+    /// Sets it on `hcm`.
+    pub fn apply(self, hcm: &mut HttpConnectionManager) {
+        hcm.normalize_path = Some(BoolValue {
+            value: self.normalize_path,
+        });
+        hcm.merge_slashes = self.merge_slashes;
+        hcm.path_with_escaped_slashes_action = self.escaped_slashes as i32;
+    }
+}
+
 /// An HCM over RDS `route_name`.
-fn http_connection_manager(stat_prefix: String, route_name: String, kind: Hcm) -> Filter {
+fn http_connection_manager(
+    stat_prefix: String,
+    route_name: String,
+    kind: Hcm,
+    mesh: &MeshConfig,
+) -> Filter {
     let gateway = matches!(kind, Hcm::Gateway(_));
     let (authorization, alpn) = match kind {
         Hcm::Outbound => (Vec::new(), None),
         Hcm::Sniffed => (Vec::new(), Some(sniff::mtls_http_alpn_filter())),
         Hcm::Gateway(filters) => (filters, None),
     };
-    let hcm = HttpConnectionManager {
+    let mut hcm = HttpConnectionManager {
         stat_prefix,
         codec_type: CodecType::Auto as i32,
         route_specifier: Some(RouteSpecifier::Rds(Rds {
@@ -247,8 +293,6 @@ fn http_connection_manager(stat_prefix: String, route_name: String, kind: Hcm) -
             }))
             .collect(),
         use_remote_address: Some(BoolValue { value: gateway }),
-        normalize_path: Some(BoolValue { value: true }),
-        path_with_escaped_slashes_action: PathWithEscapedSlashesAction::KeepUnchanged as i32,
         upgrade_configs: vec![UpgradeConfig {
             upgrade_type: "websocket".into(),
             ..Default::default()
@@ -264,6 +308,7 @@ fn http_connection_manager(stat_prefix: String, route_name: String, kind: Hcm) -
         stream_idle_timeout: Some(super::duration(std::time::Duration::ZERO)),
         ..Default::default()
     };
+    PathNormalization::of(mesh).apply(&mut hcm);
     Filter {
         name: HCM.into(),
         config_type: Some(ConfigType::TypedConfig(pack_any(hcm))),
@@ -1023,12 +1068,14 @@ pub fn sidecar_listeners<'a>(
             None => outbound_listener(&o.bind, o.port, o.bind_to_port, o.chains, fallthrough),
             Some(rds) if !o.sniffed && o.chains.is_empty() => {
                 let name = format!("{}_{}", o.bind, o.port);
-                let hcm = http_connection_manager(format!("outbound_{name}"), rds, Hcm::Outbound);
+                let prefix = format!("outbound_{name}");
+                let hcm = http_connection_manager(prefix, rds, Hcm::Outbound, &ctx.mesh);
                 let direction = TrafficDirection::Outbound;
                 listener(&o.bind, o.port, o.bind_to_port, direction, vec![hcm])
             }
             Some(rds) => {
-                sniffed_listener(&o.bind, o.port, o.bind_to_port, rds, o.chains, fallthrough)
+                let (bind, port, bound) = (&o.bind, o.port, o.bind_to_port);
+                sniffed_listener(bind, port, bound, rds, o.chains, fallthrough, &ctx.mesh)
             }
         })
         .collect();
@@ -1062,9 +1109,11 @@ fn sniffed_listener(
     rds: String,
     chains: Vec<Chain>,
     fallthrough: &str,
+    mesh: &MeshConfig,
 ) -> Listener {
     let mut l = outbound_listener(bind, port, bind_to_port, Vec::new(), fallthrough);
-    let hcm = http_connection_manager(format!("outbound_{}", l.name), rds, Hcm::Sniffed);
+    let prefix = format!("outbound_{}", l.name);
+    let hcm = http_connection_manager(prefix, rds, Hcm::Sniffed, mesh);
     let (match_all, matching): (Vec<Chain>, Vec<Chain>) =
         chains.into_iter().partition(Chain::matches_all);
     if matching.iter().any(|c| !c.server_names.is_empty()) {

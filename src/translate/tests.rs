@@ -1963,6 +1963,7 @@ mod access_log;
 mod gateway_redirect;
 mod inbound_route;
 mod mesh_cluster_defaults;
+mod path_normalization;
 mod retries;
 mod service_entry_addresses;
 mod shared_hosts;

@@ -861,3 +861,41 @@ fn the_meshs_default_retry_policy_decides_how_often_a_failing_request_is_retried
     assert_eq!(retried(), 1, "the VirtualService's own");
     assert_eq!(envoy.rejected_updates(), Vec::<String>::new());
 }
+
+/// MeshConfig `pathNormalization`: the path the application receives through a real
+/// sidecar, under each mode (the upstream echoes it in `x-path`).
+#[test]
+fn the_mesh_decides_how_request_paths_are_normalized() {
+    let dir = temp_dir("path-normalization").join("config");
+    std::fs::create_dir_all(&dir).unwrap();
+    let (_up, port) = write_reviews(&dir);
+    let mesh = |mode: &str| {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: istio, namespace: istio-system}}\ndata:\n  mesh: |\n    pathNormalization: {{normalization: {mode}}}\n"
+        )
+    };
+    std::fs::write(dir.join("mesh.yaml"), mesh("BASE")).unwrap();
+    let meshd = Meshd::start(&dir);
+    let envoy = Envoy::sidecar(&meshd, Ads::Delta, "shop", "productpage");
+    let path = |sent: &str| {
+        let r = http_get(&format!("{}:{port}", envoy.ip), "reviews", sent, &[]);
+        r.ok()
+            .filter(|r| r.status == 200)
+            .map(|r| r.headers["x-path"].clone())
+    };
+    let sent = "/a/../b//c%2Fd";
+    wait_until("BASE", Duration::from_secs(10), || {
+        path(sent).as_deref() == Some("/b//c%2Fd")
+    });
+    for (mode, expected) in [
+        ("MERGE_SLASHES", "/b/c%2Fd"),
+        ("DECODE_AND_MERGE_SLASHES", "/b/c/d"),
+        ("NONE", "/a/../b//c%2Fd"),
+    ] {
+        meshd.write("mesh.yaml", &mesh(mode));
+        wait_until(mode, Duration::from_secs(10), || {
+            path(sent).as_deref() == Some(expected)
+        });
+    }
+    assert_eq!(envoy.rejected_updates(), Vec::<String>::new());
+}

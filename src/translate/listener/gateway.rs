@@ -296,6 +296,7 @@ pub fn gateway(
             format!("outbound_{name}"),
             format!("http.{port}"),
             Hcm::Gateway(authorization.http.clone()),
+            &ctx.mesh,
         );
         listeners.push(listener(
             "0.0.0.0",
@@ -322,6 +323,7 @@ pub fn gateway(
                         format!("outbound_{name}"),
                         route_name.clone(),
                         Hcm::Gateway(authorization.http.clone()),
+                        &ctx.mesh,
                     );
                     chains.push(credentials::https_chain(&server.hosts, &tls, vec![hcm]));
                     routes.push(route::GatewayRoute {

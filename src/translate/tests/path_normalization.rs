@@ -1,0 +1,80 @@
+//! MeshConfig `pathNormalization` on every connection manager: outbound, inbound and
+//! gateway.
+
+use envoy_types::pb::envoy::config::listener::v3::filter::ConfigType;
+use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+    HttpConnectionManager, http_connection_manager::PathWithEscapedSlashesAction,
+};
+use prost::Message;
+use serde_json::json;
+
+use super::{context, sidecar};
+use crate::model::Proxy;
+use crate::translate::proxy_config;
+
+const OBJECTS: &str = "---\napiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: shop}\nspec: {clusterIP: 10.96.5.1, selector: {app: web}, ports: [{name: http, port: 80}]}\n---\napiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: gw, namespace: istio-system}\nspec:\n  selector: {istio: ingressgateway}\n  servers: [{port: {number: 80, name: http, protocol: HTTP}, hosts: ['*']}]\n";
+
+/// The path settings of every connection manager of a sidecar (outbound and inbound) and
+/// a gateway: (normalize_path, merge_slashes, escaped slashes action), and how many.
+fn settings(normalization: &str) -> (Vec<(bool, bool, i32)>, usize) {
+    let mesh = if normalization.is_empty() {
+        "    trustDomain: cluster.local\n".to_string()
+    } else {
+        format!("    pathNormalization: {{normalization: {normalization}}}\n")
+    };
+    let yaml = format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: istio, namespace: istio-system}}\ndata:\n  mesh: |\n{mesh}{OBJECTS}"
+    );
+    let ctx = context(&yaml);
+    let meta = json!({"NAMESPACE": "istio-system", "LABELS": {"istio": "ingressgateway"}});
+    let gateway = Proxy::from_node(
+        "router~10.1.1.1~gw-1.istio-system~istio-system.svc.cluster.local",
+        meta.as_object().unwrap(),
+    )
+    .unwrap();
+    let mut all = Vec::new();
+    for p in [sidecar("shop", json!({"app": "web"})), gateway] {
+        let cfg = proxy_config(&ctx, &p);
+        let chains = cfg.listeners.iter().flat_map(|l| {
+            l.filter_chains
+                .iter()
+                .chain(l.default_filter_chain.as_ref())
+        });
+        for f in chains.flat_map(|c| &c.filters) {
+            if let Some(ConfigType::TypedConfig(any)) = &f.config_type
+                && f.name == "envoy.filters.network.http_connection_manager"
+            {
+                let h = HttpConnectionManager::decode(any.value.as_slice()).unwrap();
+                let normalize = h.normalize_path.unwrap().value;
+                all.push((
+                    normalize,
+                    h.merge_slashes,
+                    h.path_with_escaped_slashes_action,
+                ));
+            }
+        }
+    }
+    let n = all.len();
+    all.sort();
+    all.dedup();
+    (all, n)
+}
+
+#[test]
+fn every_connection_manager_normalizes_paths_as_the_mesh_says() {
+    let keep = PathWithEscapedSlashesAction::KeepUnchanged as i32;
+    let unescape = PathWithEscapedSlashesAction::UnescapeAndForward as i32;
+    let (base, count) = settings("");
+    // Outbound, inbound (plaintext and mutual TLS chains) and the gateway's.
+    assert!(count >= 4, "{count}");
+    assert_eq!(base, [(true, false, keep)]);
+    for (mode, expected) in [
+        ("BASE", (true, false, keep)),
+        ("DEFAULT", (true, false, keep)),
+        ("NONE", (false, false, keep)),
+        ("MERGE_SLASHES", (true, true, keep)),
+        ("DECODE_AND_MERGE_SLASHES", (true, true, unescape)),
+    ] {
+        assert_eq!(settings(mode), (vec![expected], count), "{mode}");
+    }
+}
