@@ -1028,6 +1028,13 @@ pub fn validate(object: &ConfigObject) -> Vec<Problem> {
             if let (_, Some((field, message))) = crate::translate::access_log::format_of(mesh) {
                 r.warn(format!("data.mesh.{field}"), message);
             }
+            let inbound = (mesh.inbound_traffic_policy.as_ref()).and_then(|p| p.mode.as_deref());
+            if let Some(m) = inbound
+                && !matches!(m.to_ascii_uppercase().as_str(), "PASSTHROUGH" | "LOCALHOST")
+            {
+                let message = format!("{m:?} is not PASSTHROUGH or LOCALHOST");
+                r.error("data.mesh.inboundTrafficPolicy.mode", message);
+            }
             let normalization =
                 (mesh.path_normalization.as_ref()).and_then(|p| p.normalization.as_deref());
             if let Some(n) = normalization

@@ -66,6 +66,10 @@ pub struct MeshConfig {
     /// their DestinationRule says `DO_NOT_UPGRADE` (default `DO_NOT_UPGRADE`).
     #[serde(default)]
     pub h2_upgrade_policy: Option<String>,
+    /// `mode: LOCALHOST` sends inbound traffic to the application on loopback instead of
+    /// its original destination (`PASSTHROUGH`, the default).
+    #[serde(default)]
+    pub inbound_traffic_policy: Option<InboundTrafficPolicy>,
     /// How connection managers normalize request paths (`BASE` when unset).
     #[serde(default)]
     pub path_normalization: Option<PathNormalizationSetting>,
@@ -121,6 +125,14 @@ impl MeshConfig {
     pub fn tracing_enabled(&self) -> bool {
         self.enable_tracing != Some(false)
     }
+}
+
+/// MeshConfig `inboundTrafficPolicy`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct InboundTrafficPolicy {
+    /// `PASSTHROUGH` or `LOCALHOST`.
+    pub mode: Option<String>,
 }
 
 /// MeshConfig `pathNormalization`.

@@ -573,11 +573,33 @@ fn original_dst_cluster(name: &str) -> Cluster {
     }
 }
 
+/// The longest duration Envoy takes (whole seconds of `i64` nanoseconds, ~292 years;
+/// protobuf's own limit is out of Envoy's range), istiod's `maxSecondsValue`: "never".
+const MAX_DURATION_SECONDS: i64 = (i64::MAX - 999_999_999) / 1_000_000_000;
+
+/// With MeshConfig `inboundTrafficPolicy.mode: LOCALHOST`, the address an application is
+/// reached at: loopback (`::1` for a proxy with IPv6 addresses only), for applications
+/// that listen there rather than on the pod's IP, as istiod's inbound clusters do in that
+/// mode. `None` in the default PASSTHROUGH mode: the connection's original destination.
+fn localhost_mode(ctx: &PushContext, proxy: &Proxy) -> Option<&'static str> {
+    let mode = (ctx.mesh.inbound_traffic_policy.as_ref()).and_then(|p| p.mode.as_deref());
+    if !mode.is_some_and(|m| m.eq_ignore_ascii_case("LOCALHOST")) {
+        return None;
+    }
+    let v6 = |ip: &String| ip.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_ipv6());
+    Some(if proxy.ips.iter().all(v6) {
+        "::1"
+    } else {
+        "127.0.0.1"
+    })
+}
+
 /// `virtualInbound` on 15006 (traffic capture): a blackhole chain for 15006 itself, chains
 /// per target port of the Services that select the proxy, and passthrough chains for any
 /// other port, all under the PeerAuthentication mode of their port.
 fn virtual_inbound(ctx: &PushContext, proxy: &Proxy) -> (Vec<Listener>, Vec<Cluster>) {
     let sidecar = ctx.sidecar_for(proxy).map(|(_, s)| s);
+    let localhost = localhost_mode(ctx, proxy);
     let authorization = authz::Authorization::for_proxy(ctx, proxy);
     // Per target port: how it is served, and the first service.
     let mut ports: BTreeMap<u32, (Serve, Served)> = BTreeMap::new();
@@ -614,7 +636,19 @@ fn virtual_inbound(ctx: &PushContext, proxy: &Proxy) -> (Vec<Listener>, Vec<Clus
             continue;
         }
         let cluster = inbound_cluster_name(port);
-        let c = original_dst_cluster(&cluster);
+        let c = match localhost {
+            Some(ip) => inbound_cluster(&cluster, socket_address(ip, port)),
+            None => {
+                let mut c = original_dst_cluster(&cluster);
+                // Its hosts are never cleaned up, as istiod's: the application's address
+                // does not change.
+                c.cleanup_interval = Some(envoy_types::pb::google::protobuf::Duration {
+                    seconds: MAX_DURATION_SECONDS,
+                    nanos: 0,
+                });
+                c
+            }
+        };
         clusters.push(with_pool(c, ctx, proxy, sidecar, port, Some(served)));
         let stat = format!("0.0.0.0_{port}");
         chains.extend(port_chains(

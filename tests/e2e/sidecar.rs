@@ -899,3 +899,48 @@ fn the_mesh_decides_how_request_paths_are_normalized() {
     }
     assert_eq!(envoy.rejected_updates(), Vec::<String>::new());
 }
+
+/// MeshConfig `inboundTrafficPolicy.mode: LOCALHOST`: a real sidecar with traffic capture
+/// takes inbound clusters that reach the application on 127.0.0.1 (a STATIC cluster, no
+/// 127.0.0.6 bind), and original-destination ones again once the mode goes.
+#[test]
+fn inbound_clusters_follow_the_meshs_inbound_traffic_policy() {
+    let dir = temp_dir("inbound-policy").join("config");
+    std::fs::create_dir_all(&dir).unwrap();
+    // The Service sets no targetPort: the workload's port is the service port.
+    let (_up, port) = write_reviews(&dir);
+    let mesh = |mode: &str| {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: istio, namespace: istio-system}}\ndata:\n  mesh: |\n    inboundTrafficPolicy: {{mode: {mode}}}\n"
+        )
+    };
+    std::fs::write(dir.join("mesh.yaml"), mesh("LOCALHOST")).unwrap();
+    let meshd = Meshd::start(&dir);
+    // A workload of reviews.
+    let envoy = Envoy::captured_sidecar(&meshd, Ads::Delta, "shop", "reviews", "A: b");
+    let name = format!("inbound|{port}||");
+    let cluster = || {
+        let field = &["cluster"];
+        envoy_dump(&envoy, "dynamic_active_clusters", field, "name").remove(&name)
+    };
+    wait_until("the inbound cluster", Duration::from_secs(10), || {
+        cluster().is_some_and(|c| c["type"] == "STATIC")
+    });
+    let c = cluster().unwrap();
+    let address = &c["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"];
+    assert_eq!(address["socket_address"]["address"], "127.0.0.1", "{c}");
+    assert_eq!(address["socket_address"]["port_value"], port, "{c}");
+    assert!(c["upstream_bind_config"].is_null(), "{c}");
+
+    meshd.write("mesh.yaml", &mesh("PASSTHROUGH"));
+    wait_until(
+        "an original-destination cluster",
+        Duration::from_secs(10),
+        || cluster().is_some_and(|c| c["type"] == "ORIGINAL_DST"),
+    );
+    let c = cluster().unwrap();
+    let bind = &c["upstream_bind_config"]["source_address"]["address"];
+    assert_eq!(bind, "127.0.0.6", "{c}");
+    assert_eq!(c["cleanup_interval"], "9223372035s", "{c}");
+    assert_eq!(envoy.rejected_updates(), Vec::<String>::new());
+}

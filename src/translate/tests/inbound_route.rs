@@ -100,3 +100,47 @@ fn inbound_routes_name_the_service_port_retry_resets_except_for_grpc_and_never_t
         assert_eq!(hcm.stream_idle_timeout.unwrap().seconds, 0);
     }
 }
+
+#[test]
+fn inbound_clusters_reach_the_application_at_its_original_destination_or_on_loopback() {
+    use envoy_types::pb::envoy::config::cluster::v3::Cluster;
+    use envoy_types::pb::envoy::config::cluster::v3::cluster::{
+        ClusterDiscoveryType, DiscoveryType,
+    };
+    let inbound = |mesh: &str, ip: &str| -> Cluster {
+        let yaml = format!(
+            "{SERVICES}---\napiVersion: v1\nkind: ConfigMap\nmetadata: {{name: istio, namespace: istio-system}}\ndata:\n  mesh: |\n    {mesh}\n"
+        );
+        let meta = json!({"NAMESPACE": "shop", "LABELS": {"app": "web"}});
+        let proxy = crate::model::Proxy::from_node(
+            &format!("sidecar~{ip}~web-1.shop~shop.svc.cluster.local"),
+            meta.as_object().unwrap(),
+        )
+        .unwrap();
+        let cfg = proxy_config(&context(&yaml), &proxy);
+        (cfg.clusters.into_iter())
+            .find(|c| c.name == "inbound|8080||")
+            .unwrap()
+    };
+    let kind = |c: &Cluster| c.cluster_discovery_type.clone();
+    let kind_of = |t: DiscoveryType| Some(ClusterDiscoveryType::Type(t as i32));
+    let endpoint = |c: &Cluster| {
+        let lb = &c.load_assignment.as_ref().unwrap().endpoints[0].lb_endpoints[0];
+        format!("{lb:?}")
+    };
+
+    // PASSTHROUGH (the default): the original destination, from 127.0.0.6, never cleaned.
+    let c = inbound("trustDomain: cluster.local", "10.9.9.9");
+    assert_eq!(kind(&c), kind_of(DiscoveryType::OriginalDst));
+    let bind = c.upstream_bind_config.as_ref().unwrap();
+    assert!(format!("{bind:?}").contains("127.0.0.6"));
+    assert_eq!(c.cleanup_interval.unwrap().seconds, 9_223_372_035);
+
+    // LOCALHOST: the application on loopback, without the bind.
+    let c = inbound("inboundTrafficPolicy: {mode: LOCALHOST}", "10.9.9.9");
+    assert_eq!(kind(&c), kind_of(DiscoveryType::Static));
+    assert!(endpoint(&c).contains("\"127.0.0.1\"") && endpoint(&c).contains("8080"));
+    assert_eq!(c.upstream_bind_config, None);
+    let c = inbound("inboundTrafficPolicy: {mode: LOCALHOST}", "fd00::9");
+    assert!(endpoint(&c).contains("\"::1\""), "{}", endpoint(&c));
+}
