@@ -330,6 +330,67 @@ impl Upstream {
     }
 }
 
+/// An HTTP/1.1 request as a test server read it.
+pub struct Request {
+    pub path: String,
+    /// The header lines, as sent (without CRLF).
+    pub headers: Vec<String>,
+    pub body: Vec<u8>,
+}
+
+impl Request {
+    /// The value of header `name` (any case), trimmed.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find_map(|h| {
+            let (k, v) = h.split_once(':')?;
+            k.eq_ignore_ascii_case(name).then_some(v.trim())
+        })
+    }
+}
+
+/// Reads the rest of the request whose request line `line` was read from `reader`: its
+/// headers and its body (by `content-length`, or chunked); `None` when the connection
+/// ends first.
+pub fn read_request(reader: &mut impl BufRead, line: &str) -> Option<Request> {
+    let path = line.split_whitespace().nth(1).unwrap_or("/").to_string();
+    let mut headers = Vec::new();
+    loop {
+        let mut h = String::new();
+        if reader.read_line(&mut h).unwrap_or(0) == 0 {
+            return None;
+        }
+        if h == "\r\n" {
+            break;
+        }
+        headers.push(h.trim_end().to_string());
+    }
+    let mut request = Request {
+        path,
+        headers,
+        body: Vec::new(),
+    };
+    let length = request
+        .header("content-length")
+        .map_or(0, |v| v.parse().unwrap_or(0));
+    request.body = vec![0; length];
+    reader.read_exact(&mut request.body).ok()?;
+    let mut chunked = (request.header("transfer-encoding"))
+        .is_some_and(|v| v.to_ascii_lowercase().contains("chunked"));
+    // Hex size lines, each chunk and its CRLF, up to size 0.
+    while chunked {
+        let mut size = String::new();
+        if reader.read_line(&mut size).unwrap_or(0) == 0 {
+            return None;
+        }
+        let n = usize::from_str_radix(size.trim(), 16).ok()?;
+        let mut chunk = vec![0; n + 2];
+        reader.read_exact(&mut chunk).ok()?;
+        request.body.extend_from_slice(&chunk[..n]);
+        chunked = n > 0;
+    }
+    Some(request)
+}
+
 /// Answers the HTTP/1.1 requests of one connection with the status `decide` gives the
 /// path, the upstream's name and `extra` response headers (each ending in CRLF). A
 /// connection whose first line is not an HTTP/1 request line is an echo: each line comes
@@ -358,34 +419,15 @@ fn serve_connection(
             }
             continue;
         }
-        let path = line.split_whitespace().nth(1).unwrap_or("/").to_string();
-        let mut content_length = 0usize;
-        let mut close = false;
-        let mut xfcc = String::new();
-        loop {
-            let mut h = String::new();
-            if reader.read_line(&mut h).unwrap_or(0) == 0 {
-                return;
-            }
-            if h == "\r\n" {
-                break;
-            }
-            let lower = h.to_ascii_lowercase();
-            if let Some(v) = lower.strip_prefix("content-length:") {
-                content_length = v.trim().parse().unwrap_or(0);
-            }
-            if lower.starts_with("connection:") && lower.contains("close") {
-                close = true;
-            }
-            if lower.starts_with("x-forwarded-client-cert:") {
-                xfcc = h["x-forwarded-client-cert:".len()..].trim().to_string();
-            }
-        }
-        let mut body = vec![0; content_length];
-        if reader.read_exact(&mut body).is_err() {
+        let Some(request) = read_request(&mut reader, &line) else {
             return;
-        }
-        let status = decide(&path);
+        };
+        let path = &request.path;
+        let close = request
+            .header("connection")
+            .is_some_and(|v| v.to_ascii_lowercase().contains("close"));
+        let xfcc = request.header("x-forwarded-client-cert").unwrap_or("");
+        let status = decide(path);
         let resp = format!(
             "HTTP/1.1 {status}\r\ncontent-type: text/plain\r\nx-upstream: {name}\r\nx-path: {path}\r\nx-echo-xfcc: {xfcc}\r\n{extra}content-length: {}\r\n\r\n{name}",
             name.len()
@@ -1235,6 +1277,17 @@ pub fn reviews_config(
     );
     std::fs::write(dir.join("dr.yaml"), dr).unwrap();
     (dir, port)
+}
+
+/// The mesh ConfigMap (`istio` in istio-system) whose `mesh` key holds `mesh`, MeshConfig
+/// YAML without indentation.
+pub fn mesh_configmap(mesh: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: istio, namespace: istio-system}}\ndata:\n  mesh: |\n{}",
+        mesh.lines()
+            .map(|l| format!("    {l}\n"))
+            .collect::<String>()
+    )
 }
 
 /// A Kubernetes Service with one EndpointSlice per upstream (each upstream listens on its

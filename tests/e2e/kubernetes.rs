@@ -536,15 +536,6 @@ fn the_leader_writes_status_once_and_a_standby_takes_over() {
     assert_ne!(new_holder, holder);
 }
 
-fn mesh_configmap(mesh: &str) -> String {
-    format!(
-        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: istio, namespace: istio-system}}\ndata:\n  mesh: |\n{}",
-        mesh.lines()
-            .map(|l| format!("    {l}\n"))
-            .collect::<String>()
-    )
-}
-
 fn kept_services(m: &Meshd) -> Vec<String> {
     let mut names: Vec<String> = m
         .json("/debug/registryz")

@@ -804,43 +804,9 @@ fn recording_server(answer: &'static [u8]) -> (u16, Reports) {
                     if reader.read_line(&mut line).unwrap_or(0) == 0 {
                         return;
                     }
-                    let path = line.split_whitespace().nth(1).unwrap_or("").to_string();
-                    let (mut length, mut chunked) = (0, false);
-                    loop {
-                        let mut h = String::new();
-                        if reader.read_line(&mut h).unwrap_or(0) == 0 {
-                            return;
-                        }
-                        if h == "\r\n" {
-                            break;
-                        }
-                        let lower = h.to_ascii_lowercase();
-                        if let Some(v) = lower.strip_prefix("content-length:") {
-                            length = v.trim().parse().unwrap_or(0);
-                        }
-                        chunked |=
-                            lower.starts_with("transfer-encoding:") && lower.contains("chunked");
-                    }
-                    let mut body = vec![0; length];
-                    if reader.read_exact(&mut body).is_err() {
+                    let Some(Request { path, body, .. }) = read_request(&mut reader, &line) else {
                         return;
-                    }
-                    // A chunked body: hex size lines, each chunk and its CRLF, up to size 0.
-                    while chunked {
-                        let mut size = String::new();
-                        if reader.read_line(&mut size).unwrap_or(0) == 0 {
-                            return;
-                        }
-                        let Ok(n) = usize::from_str_radix(size.trim(), 16) else {
-                            return;
-                        };
-                        let mut chunk = vec![0; n + 2];
-                        if reader.read_exact(&mut chunk).is_err() {
-                            return;
-                        }
-                        body.extend_from_slice(&chunk[..n]);
-                        chunked = n > 0;
-                    }
+                    };
                     record.lock().unwrap().push((path, body));
                     if reader.get_mut().write_all(answer).is_err() {
                         return;
@@ -870,9 +836,9 @@ fn spans_reach_the_meshs_default_tracing_provider() {
     let service = service_yaml("istio-system", "collector", port, &[(&collector, &[])]);
     std::fs::write(dir.join("collector.yaml"), service).unwrap();
     let mesh = |provider: &str| {
-        format!(
-            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: istio, namespace: istio-system}}\ndata:\n  mesh: |\n    defaultProviders: {{tracing: [{provider}]}}\n    defaultConfig:\n      tracing:\n        sampling: 100\n        customTags: {{team: {{literal: {{value: payments}}}}}}\n    extensionProviders:\n    - name: zipkin\n      zipkin: {{service: collector.istio-system.svc.cluster.local, port: {port}}}\n    - name: otel\n      opentelemetry: {{service: collector.istio-system.svc.cluster.local, port: {port}, http: {{path: /v1/traces}}}}\n"
-        )
+        mesh_configmap(&format!(
+            "defaultProviders: {{tracing: [{provider}]}}\ndefaultConfig:\n  tracing:\n    sampling: 100\n    customTags: {{team: {{literal: {{value: payments}}}}}}\nextensionProviders:\n- name: zipkin\n  zipkin: {{service: collector.istio-system.svc.cluster.local, port: {port}}}\n- name: otel\n  opentelemetry: {{service: collector.istio-system.svc.cluster.local, port: {port}, http: {{path: /v1/traces}}}}\n"
+        ))
     };
     std::fs::write(dir.join("mesh.yaml"), mesh("zipkin")).unwrap();
     let (_up, reviews_port) = write_reviews(&dir);

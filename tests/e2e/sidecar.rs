@@ -801,11 +801,7 @@ fn the_meshs_default_retry_policy_decides_how_often_a_failing_request_is_retried
     let port = free_port();
     let service = service_yaml("shop", "reviews", port, &[(&up, &[])]);
     std::fs::write(dir.join("reviews.yaml"), service).unwrap();
-    let mesh = |policy: &str| {
-        format!(
-            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: istio, namespace: istio-system}}\ndata:\n  mesh: |\n    trustDomain: cluster.local\n{policy}"
-        )
-    };
+    let mesh = |policy: &str| mesh_configmap(&format!("trustDomain: cluster.local\n{policy}"));
     std::fs::write(dir.join("mesh.yaml"), mesh("")).unwrap();
     let meshd = Meshd::start(&dir);
     let envoy = Envoy::sidecar(&meshd, Ads::Delta, "shop", "productpage");
@@ -833,16 +829,13 @@ fn the_meshs_default_retry_policy_decides_how_often_a_failing_request_is_retried
     });
     assert_eq!(retried(), 2, "Istio's default");
 
-    meshd.write(
-        "mesh.yaml",
-        &mesh("    defaultHttpRetryPolicy: {attempts: 0}\n"),
-    );
+    meshd.write("mesh.yaml", &mesh("defaultHttpRetryPolicy: {attempts: 0}"));
     wait_until("no retry policy", Duration::from_secs(10), || {
         !route().contains("\"retry_policy\"")
     });
     assert_eq!(retried(), 0, "attempts: 0");
 
-    let four = "    defaultHttpRetryPolicy: {attempts: 4, retryOn: '503'}\n";
+    let four = "defaultHttpRetryPolicy: {attempts: 4, retryOn: '503'}";
     meshd.write("mesh.yaml", &mesh(four));
     wait_until("four retries", Duration::from_secs(10), || {
         route().contains("\"num_retries\": 4")
@@ -869,11 +862,8 @@ fn the_mesh_decides_how_request_paths_are_normalized() {
     let dir = temp_dir("path-normalization").join("config");
     std::fs::create_dir_all(&dir).unwrap();
     let (_up, port) = write_reviews(&dir);
-    let mesh = |mode: &str| {
-        format!(
-            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: istio, namespace: istio-system}}\ndata:\n  mesh: |\n    pathNormalization: {{normalization: {mode}}}\n"
-        )
-    };
+    let mesh =
+        |mode: &str| mesh_configmap(&format!("pathNormalization: {{normalization: {mode}}}"));
     std::fs::write(dir.join("mesh.yaml"), mesh("BASE")).unwrap();
     let meshd = Meshd::start(&dir);
     let envoy = Envoy::sidecar(&meshd, Ads::Delta, "shop", "productpage");
@@ -909,11 +899,7 @@ fn inbound_clusters_follow_the_meshs_inbound_traffic_policy() {
     std::fs::create_dir_all(&dir).unwrap();
     // The Service sets no targetPort: the workload's port is the service port.
     let (_up, port) = write_reviews(&dir);
-    let mesh = |mode: &str| {
-        format!(
-            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: istio, namespace: istio-system}}\ndata:\n  mesh: |\n    inboundTrafficPolicy: {{mode: {mode}}}\n"
-        )
-    };
+    let mesh = |mode: &str| mesh_configmap(&format!("inboundTrafficPolicy: {{mode: {mode}}}"));
     std::fs::write(dir.join("mesh.yaml"), mesh("LOCALHOST")).unwrap();
     let meshd = Meshd::start(&dir);
     // A workload of reviews.
