@@ -1028,6 +1028,10 @@ pub fn validate(object: &ConfigObject) -> Vec<Problem> {
             if let (_, Some((field, message))) = crate::translate::access_log::format_of(mesh) {
                 r.warn(format!("data.mesh.{field}"), message);
             }
+            r.duration(
+                "data.mesh.protocolDetectionTimeout".into(),
+                &mesh.protocol_detection_timeout,
+            );
             let inbound = (mesh.inbound_traffic_policy.as_ref()).and_then(|p| p.mode.as_deref());
             if let Some(m) = inbound
                 && !matches!(m.to_ascii_uppercase().as_str(), "PASSTHROUGH" | "LOCALHOST")

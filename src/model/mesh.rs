@@ -70,6 +70,10 @@ pub struct MeshConfig {
     /// its original destination (`PASSTHROUGH`, the default).
     #[serde(default)]
     pub inbound_traffic_policy: Option<InboundTrafficPolicy>,
+    /// How long sniffing listeners wait for a client's first bytes before serving the
+    /// connection as TCP (a Go duration; no limit when unset or 0s).
+    #[serde(default)]
+    pub protocol_detection_timeout: Option<String>,
     /// How connection managers normalize request paths (`BASE` when unset).
     #[serde(default)]
     pub path_normalization: Option<PathNormalizationSetting>,

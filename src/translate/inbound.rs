@@ -437,6 +437,7 @@ fn tls_inspected(
     bind_to_port: bool,
     chains: Vec<FilterChain>,
     original_dst: bool,
+    mesh: &MeshConfig,
 ) -> Listener {
     let mut listener_filters = Vec::new();
     if original_dst {
@@ -460,8 +461,10 @@ fn tls_inspected(
         .iter()
         .filter_map(|c| c.filter_chain_match.as_ref())
         .any(|m| m.transport_protocol == "raw_buffer" && !m.application_protocols.is_empty());
+    let mut timeout = std::time::Duration::ZERO;
     if sniffing {
         listener_filters.push(sniff::http_inspector());
+        timeout = sniff::detection_timeout(mesh);
     }
     Listener {
         name,
@@ -471,7 +474,7 @@ fn tls_inspected(
         }),
         traffic_direction: TrafficDirection::Inbound as i32,
         listener_filters,
-        listener_filters_timeout: Some(duration(std::time::Duration::ZERO)),
+        listener_filters_timeout: Some(duration(timeout)),
         continue_on_listener_filters_timeout: true,
         filter_chains: chains,
         ..Default::default()
@@ -543,6 +546,7 @@ pub fn sidecar(ctx: &PushContext, proxy: &Proxy) -> (Vec<Listener>, Vec<Cluster>
             bind_to_port,
             chains,
             false,
+            &ctx.mesh,
         ));
     }
     (listeners, clusters)
@@ -681,6 +685,7 @@ fn virtual_inbound(ctx: &PushContext, proxy: &Proxy) -> (Vec<Listener>, Vec<Clus
         true,
         chains,
         true,
+        &ctx.mesh,
     );
     (vec![listener], clusters)
 }

@@ -1099,9 +1099,9 @@ pub fn sidecar_listeners<'a>(
 /// HTTP chain matches what the HTTP inspector reports for plaintext HTTP; chains matching
 /// on SNI (with the TLS inspector) stay; a chain matching every connection becomes the
 /// default chain, else `PassthroughFilterChain` to `fallthrough`. The inspectors wait for
-/// the client's first bytes without a time limit (MeshConfig `protocolDetectionTimeout`
-/// unset), so a protocol where the server speaks first does not work on a sniffed port,
-/// as with istiod.
+/// the client's first bytes for MeshConfig `protocolDetectionTimeout`; with no limit
+/// (unset, as istiod's default), a protocol where the server speaks first does not work
+/// on a sniffed port.
 fn sniffed_listener(
     bind: &str,
     port: u32,
@@ -1120,7 +1120,7 @@ fn sniffed_listener(
         l.listener_filters.push(tls_inspector());
     }
     l.listener_filters.push(sniff::http_inspector());
-    l.listener_filters_timeout = Some(super::duration(std::time::Duration::ZERO));
+    l.listener_filters_timeout = Some(super::duration(sniff::detection_timeout(mesh)));
     l.continue_on_listener_filters_timeout = true;
     l.filter_chains = (matching.into_iter()).map(filter_chain).collect();
     l.filter_chains.push(FilterChain {

@@ -38,6 +38,16 @@ pub const MTLS_TCP_ALPNS: [&str; 2] = ["istio-peer-exchange", "istio"];
 /// The well-known filter state object the router reads the upstream ALPN from.
 const APPLICATION_PROTOCOLS: &str = "envoy.network.application_protocols";
 
+/// How long a sniffing listener's inspectors wait for the client's first bytes before
+/// the connection is served as TCP: MeshConfig `protocolDetectionTimeout` (0s, the
+/// default: no limit, so a server-first protocol needs a named port). An unparsable value
+/// is 0s (validation refuses it).
+pub fn detection_timeout(mesh: &crate::model::mesh::MeshConfig) -> std::time::Duration {
+    (mesh.protocol_detection_timeout.as_deref())
+        .and_then(|t| crate::duration::parse(t).ok())
+        .unwrap_or_default()
+}
+
 pub fn http_inspector() -> ListenerFilter {
     ListenerFilter {
         name: "envoy.filters.listener.http_inspector".into(),

@@ -1964,6 +1964,7 @@ mod gateway_redirect;
 mod inbound_route;
 mod mesh_cluster_defaults;
 mod path_normalization;
+mod protocol_detection;
 mod retries;
 mod service_entry_addresses;
 mod shared_hosts;

@@ -1,5 +1,7 @@
 //! Envoy as a sidecar: outbound HTTP routes with subsets, weights and header matches.
 
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
 use std::time::Duration;
 
 use crate::harness::*;
@@ -928,5 +930,65 @@ fn inbound_clusters_follow_the_meshs_inbound_traffic_policy() {
     let bind = &c["upstream_bind_config"]["source_address"]["address"];
     assert_eq!(bind, "127.0.0.6", "{c}");
     assert_eq!(c["cleanup_interval"], "9223372035s", "{c}");
+    assert_eq!(envoy.rejected_updates(), Vec::<String>::new());
+}
+
+/// MeshConfig `protocolDetectionTimeout`: on a sniffed port (unnamed), a server that
+/// speaks first (a database's greeting) is reached through a real sidecar only once the
+/// inspectors give up waiting for the client. With istiod's default (no limit) the
+/// client waits forever.
+#[test]
+fn a_server_first_protocol_on_a_sniffed_port_needs_the_meshs_detection_timeout() {
+    let dir = temp_dir("protocol-detection").join("config");
+    std::fs::create_dir_all(&dir).unwrap();
+    // The database: greets every connection, then waits for it to close.
+    let db = TcpListener::bind("127.0.0.1:0").unwrap();
+    let db_port = db.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut conn in db.incoming().flatten() {
+            std::thread::spawn(move || {
+                let _ = conn.write_all(b"220 db ready\r\n");
+                let _ = conn.read(&mut [0; 64]);
+            });
+        }
+    });
+    let port = free_port();
+    let service = format!(
+        "apiVersion: v1\nkind: Service\nmetadata: {{name: db, namespace: shop}}\nspec: {{clusterIP: 10.96.77.7, ports: [{{name: db, port: {port}}}]}}\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: db-0, namespace: shop, labels: {{kubernetes.io/service-name: db}}}}\naddressType: IPv4\nports: [{{name: db, port: {db_port}}}]\nendpoints: [{{addresses: [127.0.0.1], conditions: {{ready: true}}}}]\n"
+    );
+    std::fs::write(dir.join("db.yaml"), service).unwrap();
+    let mesh = mesh_configmap("trustDomain: cluster.local");
+    std::fs::write(dir.join("mesh.yaml"), mesh).unwrap();
+    let meshd = Meshd::start(&dir);
+    let envoy = Envoy::sidecar(&meshd, Ads::Delta, "shop", "app");
+    // The greeting a new connection through the sidecar reads within `wait`.
+    let greeting = |wait: Duration| -> Option<String> {
+        let addr: std::net::SocketAddr = format!("{}:{port}", envoy.ip).parse().unwrap();
+        let mut conn = TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
+        conn.set_read_timeout(Some(wait)).unwrap();
+        let mut buf = [0; 64];
+        let n = conn.read(&mut buf).ok()?;
+        Some(String::from_utf8_lossy(&buf[..n]).into_owned())
+    };
+    let listening = |envoy: &Envoy| {
+        let dump = envoy.config_dump("dynamic_listeners");
+        dump.contains(&format!("\"port_value\": {port}"))
+    };
+    wait_until("the sniffed listener", Duration::from_secs(10), || {
+        listening(&envoy)
+    });
+    assert_eq!(
+        greeting(Duration::from_secs(1)),
+        None,
+        "no limit: nothing arrives"
+    );
+
+    meshd.write(
+        "mesh.yaml",
+        &mesh_configmap("protocolDetectionTimeout: 100ms"),
+    );
+    wait_until("the greeting", Duration::from_secs(10), || {
+        greeting(Duration::from_secs(1)).as_deref() == Some("220 db ready\r\n")
+    });
     assert_eq!(envoy.rejected_updates(), Vec::<String>::new());
 }

@@ -835,15 +835,16 @@ fn a_tracing_percentage_out_of_range_and_a_tag_of_no_single_kind_are_warned_abou
 }
 
 #[test]
-fn the_meshs_retry_policies_path_normalization_and_inbound_mode_must_be_what_envoy_takes() {
+fn the_meshs_listener_and_route_settings_must_be_what_envoy_takes() {
     let parsed = parse_file(
         "mesh.yaml",
-        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: istio, namespace: istio-system}\ndata:\n  mesh: |\n    defaultHttpRetryPolicy: {attempts: 3, perTryTimeout: soon, backoff: 25ms}\n    defaultInboundHttpRetryPolicy: {attempts: -1, backoff: later}\n    pathNormalization: {normalization: SOMETIMES}\n    inboundTrafficPolicy: {mode: NOWHERE}\n",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: istio, namespace: istio-system}\ndata:\n  mesh: |\n    defaultHttpRetryPolicy: {attempts: 3, perTryTimeout: soon, backoff: 25ms}\n    defaultInboundHttpRetryPolicy: {attempts: -1, backoff: later}\n    pathNormalization: {normalization: SOMETIMES}\n    inboundTrafficPolicy: {mode: NOWHERE}\n    protocolDetectionTimeout: soonish\n",
     );
     let errors: Vec<&str> = parsed.errors().map(|e| e.field.as_str()).collect();
     assert_eq!(
         errors,
         [
+            "data.mesh.protocolDetectionTimeout",
             "data.mesh.inboundTrafficPolicy.mode",
             "data.mesh.pathNormalization.normalization",
             "data.mesh.defaultHttpRetryPolicy.perTryTimeout",
