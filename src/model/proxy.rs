@@ -186,6 +186,11 @@ impl Proxy {
     pub fn ip(&self) -> &str {
         &self.ips[0]
     }
+
+    /// The IP families of its addresses.
+    pub fn ip_families(&self) -> AutoAddresses {
+        ip_families(&self.ips)
+    }
 }
 
 /// The IP families of a proxy's addresses (all parsed already).

@@ -437,6 +437,20 @@ pub struct ActionRules {
     pub shadow_prefix: &'static str,
 }
 
+/// Envoy's HTTP RBAC filter, by name; also the namespace of its request metadata.
+pub const HTTP_RBAC_FILTER: &str = "envoy.filters.http.rbac";
+
+/// The shadow rules' stat prefix of dry-run DENY and ALLOW policies (istiod's
+/// `RBACShadowRules{Deny,Allow}StatPrefix`); the RBAC filter records their verdict in its
+/// request metadata under this prefix and [`SHADOW_EFFECTIVE_POLICY_ID`] or
+/// [`SHADOW_ENGINE_RESULT`].
+pub const DRY_RUN_DENY_PREFIX: &str = "istio_dry_run_deny_";
+pub const DRY_RUN_ALLOW_PREFIX: &str = "istio_dry_run_allow_";
+/// Envoy's RBAC metadata keys (after a shadow rules' stat prefix): the policy that
+/// matched, and `allowed`/`denied`.
+pub const SHADOW_EFFECTIVE_POLICY_ID: &str = "shadow_effective_policy_id";
+pub const SHADOW_ENGINE_RESULT: &str = "shadow_engine_result";
+
 /// The RBAC configs for one inbound port, in evaluation order (AUDIT, DENY, ALLOW); each
 /// is present only if some policy of that action applies. A dry-run policy's rules go to
 /// the shadow rules, as istiod's builder puts them: an action with only dry-run policies
@@ -448,15 +462,11 @@ pub fn rbac_rules(
     let mut out = Vec::new();
     for (action, envoy_action, shadow_prefix) in [
         (AuthorizationAction::Audit, Action::Log, ""),
-        (
-            AuthorizationAction::Deny,
-            Action::Deny,
-            "istio_dry_run_deny_",
-        ),
+        (AuthorizationAction::Deny, Action::Deny, DRY_RUN_DENY_PREFIX),
         (
             AuthorizationAction::Allow,
             Action::Allow,
-            "istio_dry_run_allow_",
+            DRY_RUN_ALLOW_PREFIX,
         ),
     ] {
         let mut rules = ActionRules {
@@ -507,7 +517,7 @@ const NETWORK_RBAC: &str = "type.googleapis.com/envoy.extensions.filters.network
 /// The HTTP RBAC filter with an encoded config (see [`canonical::encode_rbac_filter`]).
 pub(super) fn http_rbac_filter(config: Vec<u8>) -> HttpFilter {
     HttpFilter {
-        name: "envoy.filters.http.rbac".into(),
+        name: HTTP_RBAC_FILTER.into(),
         config_type: Some(http_filter::ConfigType::TypedConfig(Any {
             type_url: HTTP_RBAC.into(),
             value: config,

@@ -210,7 +210,7 @@ fn build(ctx: &PushContext, name: &str) -> Result<Built, String> {
             failure_mode_allow: h.fail_open,
             transport_api_version: ApiVersion::V3 as i32,
             services: Some(Services::HttpService(service)),
-            filter_enabled_metadata: enabled("envoy.filters.http.rbac"),
+            filter_enabled_metadata: enabled(super::authz::HTTP_RBAC_FILTER),
             with_request_body: body(h.include_request_body_in_check.as_ref()),
             allowed_headers: allowed,
             ..Default::default()
@@ -238,7 +238,7 @@ fn build(ctx: &PushContext, name: &str) -> Result<Built, String> {
         status_on_error: status_on_error(&g.status_on_error)?,
         failure_mode_allow: g.fail_open,
         services: Some(Services::GrpcService(grpc.clone())),
-        filter_enabled_metadata: enabled("envoy.filters.http.rbac"),
+        filter_enabled_metadata: enabled(super::authz::HTTP_RBAC_FILTER),
         transport_api_version: ApiVersion::V3 as i32,
         with_request_body: body(g.include_request_body_in_check.as_ref()),
         ..Default::default()
@@ -296,7 +296,8 @@ fn filter_enabled(filter: &str, provider: &str) -> MetadataMatcher {
         filter: filter.into(),
         path: vec![metadata_matcher::PathSegment {
             segment: Some(metadata_matcher::path_segment::Segment::Key(format!(
-                "{SHADOW_PREFIX}shadow_effective_policy_id"
+                "{SHADOW_PREFIX}{}",
+                super::authz::SHADOW_EFFECTIVE_POLICY_ID
             ))),
         }],
         value: Some(ValueMatcher {

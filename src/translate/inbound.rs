@@ -56,6 +56,7 @@ use crate::api::networking::{HttpRetry, IstioIngressListener};
 use crate::model::destination_rule;
 use crate::model::mesh::MeshConfig;
 use crate::model::security::Mtls;
+use crate::model::service::AutoAddresses;
 use crate::model::{Interception, Protocol, Proxy, PushContext, Service, ServicePort};
 use std::collections::BTreeMap;
 
@@ -190,8 +191,8 @@ fn inbound_cluster(name: &str, target: Address) -> Cluster {
 /// `grpc-timeout` honoured uncapped; requests reset before they reach the application
 /// are retried twice (or as MeshConfig's `defaultInboundHttpRetryPolicy` says,
 /// [`super::route::inbound_retry_policy`]), except on gRPC ports (it breaks streaming).
-/// The virtual host and
-/// the span's operation name the service port `served` says, when a service serves it.
+/// The virtual host and the span's operation name the service port `served` says, when
+/// a service serves it.
 fn inbound_route(
     port: u32,
     cluster: &str,
@@ -590,11 +591,9 @@ fn localhost_mode(ctx: &PushContext, proxy: &Proxy) -> Option<&'static str> {
     if !mode.is_some_and(|m| m.eq_ignore_ascii_case("LOCALHOST")) {
         return None;
     }
-    let v6 = |ip: &String| ip.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_ipv6());
-    Some(if proxy.ips.iter().all(v6) {
-        "::1"
-    } else {
-        "127.0.0.1"
+    Some(match proxy.ip_families() {
+        AutoAddresses::Ipv6 => "::1",
+        _ => "127.0.0.1",
     })
 }
 

@@ -446,7 +446,7 @@ fn prefix_match(prefix: &str) -> RouteMatch {
     }
 }
 
-pub fn default_retry_policy() -> RetryPolicy {
+fn default_retry_policy() -> RetryPolicy {
     RetryPolicy {
         retry_on: DEFAULT_RETRY_ON.into(),
         num_retries: Some(UInt32Value {

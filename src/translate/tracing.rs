@@ -110,7 +110,8 @@ pub fn request_id_extension() -> RequestIdExtension {
 /// ([`PushContext::tracing_problem`]).
 pub fn of(ctx: &PushContext, proxy: &Proxy) -> Option<Tracing> {
     let mesh = &ctx.mesh;
-    let settings = mesh.default_config.tracing.clone().unwrap_or_default();
+    let unset = ProxyTracing::default();
+    let settings = mesh.default_config.tracing.as_ref().unwrap_or(&unset);
     let mut tracing = match mesh.default_providers.tracing.first() {
         Some(name) => {
             let provider = (mesh.extension_providers.iter()).find(|p| &p.name == name)?;
@@ -122,13 +123,13 @@ pub fn of(ctx: &PushContext, proxy: &Proxy) -> Option<Tracing> {
     let percent = |value| Some(Percent { value });
     tracing.client_sampling = percent(100.0);
     tracing.overall_sampling = percent(100.0);
-    tracing.random_sampling = percent(sampling(&settings));
+    tracing.random_sampling = percent(sampling(settings));
     if tracing.max_path_tag_length.is_none() && settings.max_path_tag_length != 0 {
         tracing.max_path_tag_length = Some(UInt32Value {
             value: settings.max_path_tag_length,
         });
     }
-    tracing.custom_tags = custom_tags(ctx, proxy, &settings);
+    tracing.custom_tags = custom_tags(ctx, proxy, settings);
     Some(tracing)
 }
 
@@ -212,26 +213,33 @@ fn literal(tag: &str, value: String) -> CustomTag {
 /// istiod's `optionalPolicyTags`: what a dry-run AuthorizationPolicy decided, from the
 /// RBAC filter's request metadata.
 fn dry_run_policy_tags() -> impl Iterator<Item = CustomTag> {
+    use super::authz::{
+        DRY_RUN_ALLOW_PREFIX, DRY_RUN_DENY_PREFIX, SHADOW_EFFECTIVE_POLICY_ID, SHADOW_ENGINE_RESULT,
+    };
     [
         (
             "allow_policy.name",
-            "istio_dry_run_allow_shadow_effective_policy_id",
+            DRY_RUN_ALLOW_PREFIX,
+            SHADOW_EFFECTIVE_POLICY_ID,
         ),
         (
             "allow_policy.result",
-            "istio_dry_run_allow_shadow_engine_result",
+            DRY_RUN_ALLOW_PREFIX,
+            SHADOW_ENGINE_RESULT,
         ),
         (
             "deny_policy.name",
-            "istio_dry_run_deny_shadow_effective_policy_id",
+            DRY_RUN_DENY_PREFIX,
+            SHADOW_EFFECTIVE_POLICY_ID,
         ),
         (
             "deny_policy.result",
-            "istio_dry_run_deny_shadow_engine_result",
+            DRY_RUN_DENY_PREFIX,
+            SHADOW_ENGINE_RESULT,
         ),
     ]
     .into_iter()
-    .map(|(tag, key)| CustomTag {
+    .map(|(tag, prefix, key)| CustomTag {
         tag: format!("istio.authorization.dry_run.{tag}"),
         r#type: Some(custom_tag::Type::Metadata(custom_tag::Metadata {
             kind: Some(MetadataKind {
@@ -240,9 +248,9 @@ fn dry_run_policy_tags() -> impl Iterator<Item = CustomTag> {
                 )),
             }),
             metadata_key: Some(MetadataKey {
-                key: "envoy.filters.http.rbac".into(),
+                key: super::authz::HTTP_RBAC_FILTER.into(),
                 path: vec![PathSegment {
-                    segment: Some(Segment::Key(key.into())),
+                    segment: Some(Segment::Key(format!("{prefix}{key}"))),
                 }],
             }),
             default_value: String::new(),
@@ -283,13 +291,10 @@ fn provider_tracing(
 /// default).
 const REPORT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// A duration setting of a provider, `default` when unset or unparsable.
-fn timeout(
-    t: &Option<String>,
-    default: Option<std::time::Duration>,
-) -> Option<super::pbp::Duration> {
-    let parsed = t.as_deref().and_then(|t| crate::duration::parse(t).ok());
-    parsed.or(default).map(super::duration)
+/// A provider's `timeout`, [`REPORT_TIMEOUT`] when unset or unparsable.
+fn report_timeout(t: &Option<String>) -> Option<super::pbp::Duration> {
+    let t = super::optional_duration(t.as_deref());
+    Some(t.unwrap_or_else(|| super::duration(REPORT_TIMEOUT)))
 }
 
 /// istiod's `zipkinConfig` for proxies of Istio 1.29 on (Envoy's `collector_service`).
@@ -317,7 +322,7 @@ fn zipkin(
         collector_service: Some(HttpService {
             http_uri: Some(HttpUri {
                 uri: format!("http://{host}{path}"),
-                timeout: timeout(&z.timeout, Some(REPORT_TIMEOUT)),
+                timeout: report_timeout(&z.timeout),
                 http_upstream_type: Some(http_uri::HttpUpstreamType::Cluster(cluster)),
             }),
             request_headers_to_add: header_options(&z.headers),
@@ -351,7 +356,7 @@ fn opentelemetry(
             http_uri: Some(HttpUri {
                 uri,
                 // Envoy refuses a URI without a timeout; istiod would send none.
-                timeout: timeout(&http.timeout, Some(REPORT_TIMEOUT)),
+                timeout: report_timeout(&http.timeout),
                 http_upstream_type: Some(http_uri::HttpUpstreamType::Cluster(cluster)),
             }),
             request_headers_to_add: header_options(&http.headers),
@@ -367,7 +372,7 @@ fn opentelemetry(
                     ..Default::default()
                 },
             )),
-            timeout: timeout(&grpc.timeout, None),
+            timeout: super::optional_duration(grpc.timeout.as_deref()),
             initial_metadata: grpc.initial_metadata.iter().map(header_value).collect(),
             ..Default::default()
         });
