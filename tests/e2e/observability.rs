@@ -688,12 +688,7 @@ fn the_mesh_config_access_log_is_written_by_the_sidecar() {
     let dir = root.join("config");
     std::fs::create_dir_all(&dir).unwrap();
     let log = root.join("access.log");
-    let mesh = |extra: &str| {
-        format!(
-            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: istio, namespace: istio-system}}\ndata:\n  mesh: |\n    accessLogFile: {}\n{extra}",
-            log.display()
-        )
-    };
+    let mesh = |extra: &str| mesh_configmap(&format!("accessLogFile: {}\n{extra}", log.display()));
     std::fs::write(dir.join("mesh.yaml"), mesh("")).unwrap();
     let (_up, port) = write_reviews(&dir);
     let meshd = Meshd::start(&dir);
@@ -713,7 +708,7 @@ fn the_mesh_config_access_log_is_written_by_the_sidecar() {
         },
     );
 
-    meshd.write("mesh.yaml", &mesh("    accessLogEncoding: JSON\n"));
+    meshd.write("mesh.yaml", &mesh("accessLogEncoding: JSON"));
     wait_until(
         "a JSON line for the request",
         Duration::from_secs(15),
@@ -738,14 +733,10 @@ fn the_mesh_config_access_log_is_written_by_the_sidecar() {
 fn the_mesh_connect_timeout_keepalive_and_h2_upgrade_reach_envoys_clusters() {
     let dir = temp_dir("mesh-pool").join("config");
     std::fs::create_dir_all(&dir).unwrap();
-    let mesh = |lines: &str| {
-        format!(
-            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: istio, namespace: istio-system}}\ndata:\n  mesh: |\n    trustDomain: cluster.local\n{lines}"
-        )
-    };
+    let mesh = |lines: &str| mesh_configmap(&format!("trustDomain: cluster.local\n{lines}"));
     std::fs::write(
         dir.join("mesh.yaml"),
-        mesh("    connectTimeout: 3s\n    tcpKeepalive: {probes: 5, time: 600s}\n    h2UpgradePolicy: UPGRADE\n"),
+        mesh("connectTimeout: 3s\ntcpKeepalive: {probes: 5, time: 600s}\nh2UpgradePolicy: UPGRADE"),
     )
     .unwrap();
     let (_up, port) = write_reviews(&dir);
