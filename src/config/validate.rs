@@ -489,12 +489,31 @@ fn authorization_policy(r: &mut Report, ap: &crate::api::security::Authorization
 }
 
 /// A TCP route: destinations with a host and weights within 0–100 (summing to 100 when
-/// there are several), subnets that parse; `destinationSubnets` warns, as meshd does not
-/// match on it.
-fn tcp_route(r: &mut Report, field: &str, route: &crate::api::networking::TcpRoute) {
+/// there are several), subnets that parse (`vs_gateways`: the VirtualService's).
+fn tcp_route(
+    r: &mut Report,
+    field: &str,
+    route: &crate::api::networking::TcpRoute,
+    vs_gateways: &[String],
+) {
     route_destinations(r, field, &route.route);
     for (i, m) in route.r#match.iter().enumerate() {
-        subnets(r, &format!("{field}.match[{i}]"), &m.destination_subnets);
+        let gateways = bound_to(&m.gateways, vs_gateways);
+        subnets(
+            r,
+            &format!("{field}.match[{i}]"),
+            &m.destination_subnets,
+            gateways,
+        );
+    }
+}
+
+/// The gateways a route's match applies to: its own, else its VirtualService's.
+fn bound_to<'g>(match_gateways: &'g [String], vs_gateways: &'g [String]) -> &'g [String] {
+    if match_gateways.is_empty() {
+        vs_gateways
+    } else {
+        match_gateways
     }
 }
 
@@ -505,8 +524,9 @@ fn tls_route(
     r: &mut Report,
     field: &str,
     route: &crate::api::networking::TlsRoute,
-    vs_hosts: &[String],
+    vs: &crate::api::networking::VirtualServiceSpec,
 ) {
+    let vs_hosts = &vs.hosts;
     if route.r#match.is_empty() {
         r.error(
             format!("{field}.match"),
@@ -544,7 +564,8 @@ fn tls_route(
                 );
             }
         }
-        subnets(r, &f, &m.destination_subnets);
+        let gateways = bound_to(&m.gateways, &vs.gateways);
+        subnets(r, &f, &m.destination_subnets, gateways);
     }
 }
 
@@ -724,14 +745,20 @@ const ISTIO_PROTOCOLS: [&str; 12] = [
     "HTTP_PROXY",
 ];
 
-/// A match's `destinationSubnets`: each must parse; meshd does not match on them yet.
-fn subnets(r: &mut Report, field: &str, subnets: &[String]) {
+/// A match's `destinationSubnets`: each must parse. Sidecars match on them; a match bound
+/// only to gateways (`gateways` without `mesh`) warns, as gateways ignore them (istiod's
+/// `l4SingleMatch` does not read them).
+fn subnets(r: &mut Report, field: &str, subnets: &[String], gateways: &[String]) {
+    let sidecars = gateways.is_empty() || gateways.iter().any(|g| g == "mesh");
     for (j, subnet) in subnets.iter().enumerate() {
         let f = format!("{field}.destinationSubnets[{j}]");
         if !valid_cidr(subnet) {
             r.error(f, format!("{subnet:?} is not an IP address or CIDR"));
-        } else {
-            r.warn(f, NOT_APPLIED);
+        } else if !sidecars {
+            r.warn(
+                f,
+                "ignored: a gateway does not match on destinationSubnets, as with istiod",
+            );
         }
     }
 }
@@ -883,10 +910,10 @@ pub fn validate(object: &ConfigObject) -> Vec<Problem> {
                 http_route(&mut r, &format!("spec.http[{i}]"), route);
             }
             for (i, route) in vs.tcp.iter().enumerate() {
-                tcp_route(&mut r, &format!("spec.tcp[{i}]"), route);
+                tcp_route(&mut r, &format!("spec.tcp[{i}]"), route, &vs.gateways);
             }
             for (i, route) in vs.tls.iter().enumerate() {
-                tls_route(&mut r, &format!("spec.tls[{i}]"), route, &vs.hosts);
+                tls_route(&mut r, &format!("spec.tls[{i}]"), route, vs);
             }
         }
         Spec::DestinationRule(dr) => {

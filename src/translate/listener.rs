@@ -526,22 +526,47 @@ fn sidecar_routes<'a>(
         })
 }
 
-/// The tcp_proxy of a sidecar's outbound TCP listener for `svc`'s `port`: the first TCP
-/// route of the VirtualServices for the host whose match fits the proxy and port chooses
-/// the destinations (istiod's `buildOutboundNetworkFilters`); otherwise the service's own
-/// cluster.
-fn sidecar_tcp_proxy(
+/// The chains of a sidecar's outbound TCP listener for `svc`'s `port`, as istiod's
+/// `buildSidecarOutboundTCPFilterChainOpts`: the TCP routes of the VirtualServices for the
+/// host, in their precedence order, whose matches fit the proxy and port. A route that
+/// fits with a match naming no `destinationSubnets` (or with no match) takes every other
+/// connection and ends the list; one whose fitting matches all name subnets gets a chain
+/// matched on them (a route for `10.1.0.0/16`, another for the rest). Without a route for
+/// every connection, the service's own cluster takes them.
+fn sidecar_tcp_chains(
     ctx: &PushContext,
     proxy: &Proxy,
     egress: &Egress,
     svc: &Service,
     port: u32,
-) -> Filter {
+) -> Vec<Chain> {
     let labels = ctx.proxy_labels(proxy);
-    let fits = |m: &L4MatchAttributes| l4_fits(m, port, labels, proxy);
-    let routes = sidecar_routes(ctx, proxy, egress, svc);
-    tcp_route_proxy(ctx, proxy, routes, port, fits)
-        .unwrap_or_else(|| service_tcp_proxy(ctx, proxy, &svc.hostname, port))
+    let mut chains = Vec::new();
+    for (obj, vs) in sidecar_routes(ctx, proxy, egress, svc) {
+        for route in vs.tcp.iter().filter(|r| !r.route.is_empty()) {
+            let fitting = || (route.r#match.iter()).filter(|m| l4_fits(m, port, labels, proxy));
+            let filter = || route_proxy(ctx, proxy, obj, &route.route, port);
+            if route.r#match.is_empty() || fitting().any(|m| m.destination_subnets.is_empty()) {
+                chains.push(Chain::any(filter()));
+                return chains;
+            }
+            let mut subnets: Vec<String> = fitting()
+                .flat_map(|m| m.destination_subnets.iter().cloned())
+                .collect();
+            if !subnets.is_empty() {
+                subnets.sort();
+                subnets.dedup();
+                chains.push(Chain::to_subnets(subnets, filter()));
+            }
+        }
+    }
+    chains.push(Chain::any(service_tcp_proxy(
+        ctx,
+        proxy,
+        &svc.hostname,
+        port,
+    )));
+    chains
 }
 
 /// One filter chain of a listener before assembly: the SNI names and the destination
@@ -564,6 +589,16 @@ impl Chain {
         Chain {
             server_names,
             destination_cidrs: Vec::new(),
+            filter,
+        }
+    }
+
+    /// A chain matching connections to these destination CIDRs, a route's
+    /// `destinationSubnets`.
+    fn to_subnets(destination_cidrs: Vec<String>, filter: Filter) -> Chain {
+        Chain {
+            server_names: Vec::new(),
+            destination_cidrs,
             filter,
         }
     }
@@ -598,10 +633,17 @@ fn sidecar_tls_chains(
     for (obj, vs) in sidecar_routes(ctx, proxy, egress, svc) {
         for route in vs.tls.iter().filter(|r| !r.route.is_empty()) {
             for m in &route.r#match {
-                let fits = l4_fits(&m.to_l4(), port, labels, proxy);
-                if fits && !chains.iter().any(|c| c.server_names == m.sni_hosts) {
-                    let filter = route_proxy(ctx, proxy, obj, &route.route, port);
-                    chains.push(Chain::sni(m.sni_hosts.clone(), filter));
+                if !l4_fits(&m.to_l4(), port, labels, proxy) {
+                    continue;
+                }
+                let filter = route_proxy(ctx, proxy, obj, &route.route, port);
+                let chain = Chain {
+                    server_names: m.sni_hosts.clone(),
+                    destination_cidrs: m.destination_subnets.clone(),
+                    filter,
+                };
+                if !chains.iter().any(|c| c.same_match(&chain)) {
+                    chains.push(chain);
                 }
             }
         }
@@ -884,7 +926,8 @@ impl<'a> SidecarOutbound<'a, '_> {
                 Some(_) => chains.clone(),
                 None => std::mem::take(&mut chains),
             };
-            for c in chains.iter_mut() {
+            // A route's own `destinationSubnets` stand in for the service's CIDR.
+            for c in chains.iter_mut().filter(|c| c.destination_cidrs.is_empty()) {
                 c.destination_cidrs = cidr.map(str::to_string).into_iter().collect();
             }
             o.add(chains);
@@ -913,8 +956,8 @@ impl<'a> SidecarOutbound<'a, '_> {
             };
             match protocol {
                 Protocol::Tcp => {
-                    let filter = sidecar_tcp_proxy(ctx, proxy, &egress, svc, target);
-                    self.add_own(binding, svc, port, vec![Chain::any(filter)]);
+                    let chains = sidecar_tcp_chains(ctx, proxy, &egress, svc, target);
+                    self.add_own(binding, svc, port, chains);
                 }
                 Protocol::Tls | Protocol::Https => {
                     let by_host = binding.addressless(svc);
@@ -926,12 +969,12 @@ impl<'a> SidecarOutbound<'a, '_> {
                     // catch-all's), not to an original destination that is the listener.
                     let sniffed = protocol == Protocol::Unknown;
                     let tcp = (sniffed && binding.bind.is_some())
-                        .then(|| sidecar_tcp_proxy(ctx, proxy, &egress, svc, target));
+                        .then(|| sidecar_tcp_chains(ctx, proxy, &egress, svc, target));
                     if let Some(o) = self.at(binding.shared(), port, bind_to_port) {
                         o.sniffed |= sniffed || !o.chains.is_empty();
                         o.rds = Some(port.to_string());
-                        if let Some(filter) = tcp {
-                            o.add(vec![Chain::any(filter)]);
+                        if let Some(chains) = tcp {
+                            o.add(chains);
                         }
                     }
                 }
@@ -967,7 +1010,7 @@ impl<'a> SidecarOutbound<'a, '_> {
                 if RESERVED_PORTS.contains(&p.port) {
                     continue;
                 }
-                let tcp = || Chain::any(sidecar_tcp_proxy(ctx, proxy, &egress, svc, p.port));
+                let tcp = || sidecar_tcp_chains(ctx, proxy, &egress, svc, p.port);
                 match p.protocol {
                     Protocol::Unknown if binding.own_address(svc) => {
                         let route = RouteServices {
@@ -981,7 +1024,7 @@ impl<'a> SidecarOutbound<'a, '_> {
                         };
                         o.rds = Some(route.name());
                         o.sniffed = true;
-                        o.add(vec![tcp()]);
+                        o.add(tcp());
                         self.routes.push(route);
                     }
                     Protocol::Unknown => {
@@ -990,14 +1033,14 @@ impl<'a> SidecarOutbound<'a, '_> {
                         };
                         o.sniffed = true;
                         if binding.bind.is_some() {
-                            o.add(vec![tcp()]);
+                            o.add(tcp());
                         }
                         http_ports.entry(p.port).or_default().push(svc);
                     }
                     protocol if protocol.is_http() => {
                         http_ports.entry(p.port).or_default().push(svc);
                     }
-                    Protocol::Tcp => self.add_own(binding, svc, p.port, vec![tcp()]),
+                    Protocol::Tcp => self.add_own(binding, svc, p.port, tcp()),
                     Protocol::Tls | Protocol::Https => {
                         let by_host = binding.addressless(svc);
                         let chains = sidecar_tls_chains(ctx, proxy, &egress, svc, p.port, by_host);

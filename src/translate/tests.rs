@@ -1960,6 +1960,7 @@ fn an_auto_passthrough_server_forwards_each_mtls_sni_to_its_sni_dnat_cluster() {
 }
 
 mod access_log;
+mod destination_subnets;
 mod gateway_redirect;
 mod inbound_route;
 mod mesh_cluster_defaults;

@@ -470,6 +470,84 @@ fn a_virtual_service_tcp_route_chooses_where_connections_go() {
     );
 }
 
+/// A `tcp` route's `destinationSubnets` choose by the address a connection is made to:
+/// the sidecar's egress listener for db binds every address (`bind: 0.0.0.0`,
+/// `captureMode: NONE`), a route for one loopback address sends its connections to v2 and
+/// the next route takes the rest to v1; with only the subnet route, the rest reach db's
+/// own cluster (both pods), as istiod's `buildSidecarOutboundTCPFilterChainOpts` adds it.
+#[test]
+fn a_tcp_routes_destination_subnets_choose_by_the_address_connected_to() {
+    let v1 = Upstream::start("db-v1");
+    let v2 = Upstream::start("db-v2");
+    let dir = temp_dir("sc-subnets").join("config");
+    std::fs::create_dir_all(&dir).unwrap();
+    let (port, egress) = (free_port(), free_port());
+    let service = service_yaml(
+        "shop",
+        "db",
+        port,
+        &[(&v1, &[("version", "v1")]), (&v2, &[("version", "v2")])],
+    )
+    .replace("{name: http,", "{name: tcp,");
+    let write = |file: &str, text: &str| std::fs::write(dir.join(file), text).unwrap();
+    write("db.yaml", &service);
+    write(
+        "dr.yaml",
+        "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: db, namespace: shop}\nspec:\n  host: db\n  subsets:\n  - {name: v1, labels: {version: v1}}\n  - {name: v2, labels: {version: v2}}\n",
+    );
+    write(
+        "sidecar.yaml",
+        &format!(
+            "apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {{name: default, namespace: shop}}\nspec:\n  egress:\n  - port: {{number: {egress}, protocol: TCP, name: db}}\n    bind: 0.0.0.0\n    captureMode: NONE\n    hosts: [./db.shop.svc.cluster.local]\n  - hosts: [./*]\n"
+        ),
+    );
+    let (special, other) = (loopback_ip(), loopback_ip());
+    let vs = |tcp: &str| {
+        format!(
+            "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: db, namespace: shop}}\nspec:\n  hosts: [db]\n  tcp:\n  - match: [{{destinationSubnets: [{special}/32]}}]\n    route: [{{destination: {{host: db, subset: v2}}}}]\n{tcp}"
+        )
+    };
+    write(
+        "vs.yaml",
+        &vs("  - route: [{destination: {host: db, subset: v1}}]\n"),
+    );
+    let meshd = Meshd::start(&dir);
+    let envoy = Envoy::sidecar(&meshd, Ads::Delta, "shop", "productpage");
+    // What ten connections to `ip` reach (the Host header is irrelevant to tcp_proxy).
+    let reached = |ip: &str| {
+        (0..10)
+            .map(|_| {
+                http_get(&format!("{ip}:{egress}"), "db", "/", &[])
+                    .map(|r| r.body)
+                    .unwrap_or_default()
+            })
+            .collect::<std::collections::BTreeSet<String>>()
+    };
+    let only = |name: &str| std::collections::BTreeSet::from([name.to_string()]);
+    wait_until(
+        "connections to the subnet to reach v2",
+        Duration::from_secs(10),
+        || reached(&special) == only("db-v2"),
+    );
+    assert_eq!(reached(&other), only("db-v1"));
+    let listener = envoy.config_dump("dynamic_listeners");
+    assert!(
+        listener.contains(&format!("\"address_prefix\": \"{special}\"")),
+        "{listener}"
+    );
+    // Without a route for the rest, db's own cluster takes it.
+    write("vs.yaml", &vs(""));
+    let both = std::collections::BTreeSet::from(["db-v1".to_string(), "db-v2".to_string()]);
+    wait_until(
+        "other connections to reach both pods",
+        Duration::from_secs(10),
+        || reached(&other) == both,
+    );
+    assert_eq!(reached(&special), only("db-v2"));
+    let rejected = envoy.rejected_updates();
+    assert!(rejected.is_empty(), "{rejected:?}");
+}
+
 /// Whether a connection to `addr` (a sidecar's listener for the `db` upstream), left
 /// `idle` after one request on it, was closed (a read finds its end) rather than kept.
 fn closed_after_idle(addr: &str, idle: Duration) -> bool {

@@ -267,7 +267,13 @@ fn tcp_routes_need_hosts_and_weights_summing_to_100() {
         "  - match: [{port: 27017, destinationSubnets: [10.1.0.0/16]}]\n    route: [{destination: {host: db}}]\n",
     );
     assert_eq!(good.objects.len(), 1, "{:?}", good.issues);
-    let warned: Vec<&str> = good.issues.iter().map(|i| i.field.as_str()).collect();
+    assert!(good.issues.is_empty(), "{:?}", good.issues);
+    // Gateways ignore subnets: a match bound only to one warns.
+    let at_gateway = vs(
+        "  - match: [{port: 27017, gateways: [edge], destinationSubnets: [10.1.0.0/16]}, {gateways: [mesh], destinationSubnets: [10.2.0.0/16]}]\n    route: [{destination: {host: db}}]\n",
+    );
+    assert_eq!(at_gateway.objects.len(), 1, "{:?}", at_gateway.issues);
+    let warned: Vec<&str> = at_gateway.issues.iter().map(|i| i.field.as_str()).collect();
     assert_eq!(warned, ["spec.tcp[0].match[0].destinationSubnets[0]"]);
     // A slash without a length is no CIDR.
     let slash = vs(
