@@ -22,7 +22,8 @@ pub enum ProxyKind {
 pub enum Interception {
     Redirect,
     Tproxy,
-    /// No iptables capture: outbound listeners bind for real, on the proxy's IP.
+    /// No iptables capture: outbound listeners bind for real, on the loopback address
+    /// (as istiod's), or on the proxy's IP with metadata `MESHD_OUTBOUND_BIND_INSTANCE_IP`.
     None,
 }
 
@@ -76,6 +77,10 @@ pub struct Proxy {
     /// in the IP families of its own addresses, as istiod's `nodeUsesAutoallocatedIPs`
     /// decides; none when `PILOT_ENABLE_IP_AUTOALLOCATE` is off.
     pub auto_addresses: AutoAddresses,
+    /// Metadata `MESHD_OUTBOUND_BIND_INSTANCE_IP` (a Go boolean; meshd's own): outbound
+    /// listeners that bind for real without a Sidecar `bind` take the proxy's IP instead of
+    /// the loopback address istiod binds, so that several such proxies can share a host.
+    pub outbound_bind_instance_ip: bool,
 }
 
 fn shared_labels<S: serde::Serializer>(
@@ -177,6 +182,7 @@ impl Proxy {
                 .filter(|v| !v.is_empty()),
             node_name: text("NODE_NAME").filter(|n| !n.is_empty()),
             vhds: false,
+            outbound_bind_instance_ip: flag("MESHD_OUTBOUND_BIND_INSTANCE_IP"),
             dns_proxy: (kind == ProxyKind::Sidecar && flag("DNS_CAPTURE"))
                 || flag("ENABLE_DNS_SERVER"),
             auto_addresses,
@@ -185,6 +191,17 @@ impl Proxy {
 
     pub fn ip(&self) -> &str {
         &self.ips[0]
+    }
+
+    /// The loopback address its outbound listeners bind when they bind for real: `::1`
+    /// for a proxy with IPv6 addresses only, else `127.0.0.1` (istiod's
+    /// `getWildcardsAndLocalHost`; a dual-stack proxy binds the IPv4 one only).
+    pub fn local_host(&self) -> &'static str {
+        if self.ip_families() == AutoAddresses::Ipv6 {
+            "::1"
+        } else {
+            "127.0.0.1"
+        }
     }
 
     /// The IP families of its addresses.

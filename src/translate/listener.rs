@@ -819,8 +819,9 @@ impl Outbound {
 }
 
 /// Where one egress listener's listeners bind, as istiod's `listenerBinding`: its `bind`,
-/// else the proxy's IP without capture (meshd's choice, see README), else 127.0.0.1 with
-/// `captureMode: NONE`; none: the service's address or 0.0.0.0, not bound for real.
+/// else, bound for real (a proxy without capture, or `captureMode: NONE`), the loopback
+/// address (the proxy's IP with its `MESHD_OUTBOUND_BIND_INSTANCE_IP`); none: the
+/// service's address or 0.0.0.0, not bound for real.
 struct Binding {
     bind: Option<String>,
     bind_to_port: bool,
@@ -831,12 +832,15 @@ struct Binding {
 impl Binding {
     fn of(proxy: &Proxy, egress: &Egress) -> Binding {
         let captured = proxy.interception != Interception::None;
-        let bind = (egress.bind().map(str::to_string))
-            .or_else(|| (!captured).then(|| proxy.ip().to_string()))
-            .or_else(|| egress.capture_none().then(|| "127.0.0.1".to_string()));
+        let bind_to_port = !captured || egress.capture_none();
+        let local = || match proxy.outbound_bind_instance_ip {
+            true => proxy.ip().to_string(),
+            false => proxy.local_host().to_string(),
+        };
+        let bind = (egress.bind().map(str::to_string)).or_else(|| bind_to_port.then(local));
         Binding {
             bind,
-            bind_to_port: !captured || egress.capture_none(),
+            bind_to_port,
             auto: proxy.auto_addresses,
         }
     }

@@ -1832,19 +1832,30 @@ spec:
         assert!(cfg.clusters.iter().any(|x| x.name == c), "{c}");
     }
 
-    // Without capture, a listener with a port and no bind takes the proxy's IP, and the
-    // catch-all adds nothing to the listener it made.
-    let none = Proxy::from_node(
-        "sidecar~10.9.9.9~p.shop~shop.svc.cluster.local",
-        json!({"NAMESPACE": "shop", "INTERCEPTION_MODE": "NONE"})
-            .as_object()
-            .unwrap(),
-    )
-    .unwrap();
+    // Without capture, a listener with a port and no bind takes the loopback address (the
+    // proxy's IP with meshd's metadata), and the catch-all adds nothing to the listener it
+    // made.
+    let none = |ip: &str, own_ip: bool| {
+        let mut meta = json!({"NAMESPACE": "shop", "INTERCEPTION_MODE": "NONE"});
+        if own_ip {
+            meta["MESHD_OUTBOUND_BIND_INSTANCE_IP"] = json!("true");
+        }
+        let id = format!("sidecar~{ip}~p.shop~shop.svc.cluster.local");
+        Proxy::from_node(&id, meta.as_object().unwrap()).unwrap()
+    };
     let ctx = context(
         "apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {name: default, namespace: shop}\nspec:\n  egress:\n  - {port: {number: 9080, protocol: HTTP}, hosts: [other/*]}\n  - {port: {number: 6000}, hosts: [other/ratings.other.svc.cluster.local]}\n  - {hosts: [./*]}\n",
     );
-    let cfg = proxy_config(&ctx, &none);
+    let names = |proxy: &Proxy| -> Vec<String> {
+        let cfg = proxy_config(&ctx, proxy);
+        cfg.listeners.iter().map(|l| l.name.clone()).collect()
+    };
+    assert_eq!(
+        names(&none("10.9.9.9", false)),
+        ["127.0.0.1_6000", "127.0.0.1_9080"]
+    );
+    assert_eq!(names(&none("fd00::9", false)), ["::1_6000", "::1_9080"]);
+    let cfg = proxy_config(&ctx, &none("10.9.9.9", true));
     let names: Vec<&str> = cfg.listeners.iter().map(|l| l.name.as_str()).collect();
     assert_eq!(names, ["10.9.9.9_6000", "10.9.9.9_9080"]);
     // A port without a protocol sniffs: HTTP to route "6000", the rest to the service

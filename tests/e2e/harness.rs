@@ -851,6 +851,12 @@ pub struct Envoy {
     log: PathBuf,
 }
 
+/// The node metadata of the harness's sidecars without traffic capture: their outbound
+/// listeners bind on each one's own loopback address (meshd's
+/// `MESHD_OUTBOUND_BIND_INSTANCE_IP`), not on 127.0.0.1 as istiod's, so that the Envoys of
+/// one test, and of tests running side by side, do not bind the same port.
+pub const NONE_ON_OWN_IP: &str = "INTERCEPTION_MODE: NONE, MESHD_OUTBOUND_BIND_INSTANCE_IP: 'true'";
+
 impl Envoy {
     /// An ingress gateway (`router~...`) in istio-system labelled `istio: ingressgateway`.
     pub fn gateway(meshd: &Meshd, ads: Ads, name: &str) -> Envoy {
@@ -860,14 +866,21 @@ impl Envoy {
     }
 
     /// A sidecar without traffic capture (INTERCEPTION_MODE=NONE): its outbound listeners
-    /// bind on its own loopback IP.
+    /// bind on its own loopback IP ([`NONE_ON_OWN_IP`]).
     pub fn sidecar(meshd: &Meshd, ads: Ads, namespace: &str, app: &str) -> Envoy {
         let ip = loopback_ip();
         let id = format!("sidecar~{ip}~{app}-0.{namespace}~{namespace}.svc.cluster.local");
         let meta = format!(
-            r#"{{NAMESPACE: {namespace}, LABELS: {{app: {app}}}, INTERCEPTION_MODE: NONE, ISTIO_VERSION: "1.28.0"}}"#
+            r#"{{NAMESPACE: {namespace}, LABELS: {{app: {app}}}, {NONE_ON_OWN_IP}, ISTIO_VERSION: "1.28.0"}}"#
         );
         Envoy::start(meshd, ads, id, meta, ip, meshd.xds_port)
+    }
+
+    /// A sidecar without traffic capture as istio-agent describes one, whose outbound
+    /// listeners bind 127.0.0.1 as istiod's do: only one such Envoy can listen on a port.
+    pub fn loopback_sidecar(meshd: &Meshd, ads: Ads, namespace: &str, app: &str) -> Envoy {
+        let meta = "INTERCEPTION_MODE: NONE";
+        Envoy::sidecar_of(meshd, meshd.xds_port, ads, (namespace, app), meta)
     }
 
     /// A sidecar like [`Envoy::sidecar`] with more node `metadata` (`KEY: value, ...`).
@@ -891,7 +904,7 @@ impl Envoy {
         app: &str,
         metadata: &str,
     ) -> Envoy {
-        let metadata = format!("INTERCEPTION_MODE: NONE, {metadata}");
+        let metadata = format!("{NONE_ON_OWN_IP}, {metadata}");
         Envoy::sidecar_of(meshd, xds, ads, (namespace, app), &metadata)
     }
 
@@ -939,7 +952,7 @@ impl Envoy {
         let ip = loopback_ip();
         let id = format!("sidecar~{ip}~{app}-0.{namespace}~{namespace}.svc.cluster.local");
         let mut meta = format!(
-            r#"{{NAMESPACE: {namespace}, LABELS: {{app: {app}, {labels}}}, INTERCEPTION_MODE: NONE, ISTIO_VERSION: "1.28.0"}}"#
+            r#"{{NAMESPACE: {namespace}, LABELS: {{app: {app}, {labels}}}, {NONE_ON_OWN_IP}, ISTIO_VERSION: "1.28.0"}}"#
         );
         if let Some((region, zone)) = locality.split_once('/') {
             meta.push_str(&format!("\n  locality: {{region: {region}, zone: {zone}}}"));
@@ -1186,6 +1199,9 @@ impl Workload {
             .arg("--bootstrap")
             .arg(&bootstrap)
             .args(["--admin-port", &admin_port.to_string()])
+            // Without capture, listeners on the workload's own loopback address
+            // ([`NONE_ON_OWN_IP`]); as istio-agent, `ISTIO_META_KEY` is metadata `KEY`.
+            .env("ISTIO_META_MESHD_OUTBOUND_BIND_INSTANCE_IP", "true")
             // `env:KEY=VALUE` entries are the agent's environment, the rest its flags.
             .args(extra.iter().filter(|a| !a.starts_with("env:")))
             .envs((extra.iter()).filter_map(|a| a.strip_prefix("env:")?.split_once('=')))

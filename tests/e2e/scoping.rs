@@ -225,6 +225,57 @@ fn a_sidecar_egress_port_listens_on_its_bind_for_its_own_hosts() {
     }
 }
 
+/// A sidecar without traffic capture listens for its outbound services on 127.0.0.1, as
+/// istiod binds them, so an application reaches `localhost:PORT`; a Sidecar egress port
+/// without a `bind` does too.
+#[test]
+fn a_sidecar_without_capture_listens_on_the_loopback_address() {
+    let (reviews, db) = (Upstream::start("reviews"), Upstream::start("db"));
+    let dir = temp_dir("none-loopback").join("config");
+    std::fs::create_dir_all(&dir).unwrap();
+    let (web_port, db_port, egress_tcp) = (free_port(), free_port(), free_port());
+    let write = |file: &str, text: String| std::fs::write(dir.join(file), text).unwrap();
+    write(
+        "reviews.yaml",
+        service_yaml("shop", "reviews", web_port, &[(&reviews, &[])]),
+    );
+    write(
+        "db.yaml",
+        service_yaml("shop", "db", db_port, &[(&db, &[])]).replace("{name: http,", "{name: tcp,"),
+    );
+    write(
+        "sidecar.yaml",
+        format!(
+            "apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {{name: default, namespace: shop}}\nspec:\n  egress:\n  - port: {{number: {egress_tcp}, protocol: TCP, name: db}}\n    hosts: [./db.shop.svc.cluster.local]\n  - hosts: [./*]\n"
+        ),
+    );
+    let meshd = Meshd::start(&dir);
+    let envoy = Envoy::loopback_sidecar(&meshd, Ads::Delta, "shop", "web");
+    let get = |port: u16| http_get(&format!("127.0.0.1:{port}"), "reviews", "/", &[]);
+    wait_until(
+        "reviews on the loopback address",
+        Duration::from_secs(10),
+        || get(web_port).is_ok_and(|r| r.status == 200),
+    );
+    assert_eq!(get(web_port).unwrap().body, "reviews");
+    // The egress port's TCP listener forwards to db's one port.
+    assert_eq!(get(egress_tcp).unwrap().body, "db");
+    let listeners = envoy_dump(
+        &envoy,
+        "dynamic_listeners",
+        &["active_state", "listener"],
+        "name",
+    );
+    for port in [web_port, egress_tcp, db_port] {
+        let l = &listeners[&format!("127.0.0.1_{port}")];
+        assert_eq!(l["address"]["socket_address"]["address"], "127.0.0.1");
+    }
+    // Nothing listens on the proxy's own address.
+    assert!(http_get(&format!("{}:{web_port}", envoy.ip), "reviews", "/", &[]).is_err());
+    let rejected = envoy.rejected_updates();
+    assert!(rejected.is_empty(), "{rejected:?}");
+}
+
 /// A Sidecar's `egressProxy` takes the traffic ALLOW_ANY would send to its original
 /// destination: a request for a host outside the registry reaches the egress proxy's
 /// service, and stops reaching it when the Sidecar drops the proxy.
