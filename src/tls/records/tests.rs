@@ -141,6 +141,10 @@ async fn a_tls13_connection_runs_on_its_keys_alone_and_carries_data_both_ways() 
         let (server, client) = configs();
         let (mut tls, secure) = connected(server, &connector(client)).await;
         assert!(secure.is_records(), "TLS 1.3 runs on meshd's record layer");
+        // The suite Envoy's BoringSSL negotiates with meshd, so the simulator's costs are
+        // a real sidecar's.
+        let suite = tls.get_ref().1.negotiated_cipher_suite().map(|s| s.suite());
+        assert_eq!(suite, Some(rustls::CipherSuite::TLS13_AES_128_GCM_SHA256));
         let leaf = secure.peer().expect("the client's certificate");
         assert_eq!(
             leaf.0[..],
