@@ -12,6 +12,7 @@ pub mod duration;
 pub mod filesource;
 pub mod heap;
 pub mod http2;
+pub mod jwks;
 pub mod k8s;
 pub mod loadgen;
 pub mod metrics;

@@ -81,6 +81,10 @@ pub struct Metrics {
     /// Pushes whose default tracing provider's service was not found, by provider type
     /// (istiod's `provider_lookup_cluster_failures`, which it counts per proxy).
     pub provider_lookup_cluster_failures: Family<Labels, Counter>,
+    /// Fetches of RequestAuthentication key sets that worked and that failed (istiod's
+    /// `pilot_jwks_resolver_network_fetch_{success,fail}_total`).
+    pub jwks_fetch_success: Counter,
+    pub jwks_fetch_fail: Counter,
     pub xds_cache_reads: Family<Labels, Counter>,
     pub xds_push_diffs: Family<Labels, Counter>,
     pub xds_send_buffer: Gauge,
@@ -142,6 +146,8 @@ impl Metrics {
             eds_no_instances: Gauge::default(),
             destrule_subsets: Gauge::default(),
             provider_lookup_cluster_failures: Family::default(),
+            jwks_fetch_success: Counter::default(),
+            jwks_fetch_fail: Counter::default(),
             validation_passed: Family::default(),
             validation_failed: Family::default(),
             validation_http_error: Family::default(),
@@ -363,6 +369,18 @@ impl Metrics {
             "provider_lookup_cluster_failures",
             "Number of times a cluster lookup failed",
             m.provider_lookup_cluster_failures.clone(),
+        );
+        // Istio's names end in `_total` already; OpenMetrics adds one more, which the
+        // Prometheus text drops.
+        registry.register(
+            "pilot_jwks_resolver_network_fetch_success_total",
+            "Total number of successfully network fetch by pilot jwks resolver",
+            m.jwks_fetch_success.clone(),
+        );
+        registry.register(
+            "pilot_jwks_resolver_network_fetch_fail_total",
+            "Total number of failed network fetch by pilot jwks resolver",
+            m.jwks_fetch_fail.clone(),
         );
         registry.register(
             "endpoint_no_pod",

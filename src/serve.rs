@@ -241,6 +241,13 @@ pub async fn run(opts: ServeOptions) -> anyhow::Result<()> {
         on_change.clone(),
         shutdown_rx.clone(),
     ));
+    tokio::spawn(crate::jwks::run(
+        xds.subscribe(),
+        store.clone(),
+        on_change.clone(),
+        metrics.clone(),
+        shutdown_rx.clone(),
+    ));
     tokio::spawn(debounce_loop(
         event_rx,
         store.clone(),

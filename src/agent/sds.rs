@@ -130,7 +130,7 @@ fn files_stamp(files: &[String]) -> Vec<Option<(std::time::SystemTime, u64)>> {
 const FILE_POLL: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Where Linux distributions keep the system's CA bundle, the first found is used.
-const SYSTEM_BUNDLES: [&str; 5] = [
+pub(crate) const SYSTEM_BUNDLES: [&str; 5] = [
     "/etc/ssl/certs/ca-certificates.crt",
     "/etc/pki/tls/certs/ca-bundle.crt",
     "/etc/ssl/ca-bundle.pem",

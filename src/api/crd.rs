@@ -10,7 +10,7 @@ use kube::CustomResourceExt;
 use super::networking::{
     DestinationRule, Gateway, ServiceEntry, Sidecar, VirtualService, WorkloadEntry,
 };
-use super::security::{AuthorizationPolicy, PeerAuthentication};
+use super::security::{AuthorizationPolicy, PeerAuthentication, RequestAuthentication};
 
 /// apiVersions served for `networking.istio.io` kinds (the first is stored).
 pub const NETWORKING_VERSIONS: &[&str] = &["v1", "v1beta1", "v1alpha3"];
@@ -28,6 +28,7 @@ pub fn all() -> Vec<CustomResourceDefinition> {
         served(WorkloadEntry::crd(), NETWORKING_VERSIONS),
         served(AuthorizationPolicy::crd(), SECURITY_VERSIONS),
         served(PeerAuthentication::crd(), SECURITY_VERSIONS),
+        served(RequestAuthentication::crd(), SECURITY_VERSIONS),
     ]
 }
 
@@ -68,7 +69,7 @@ mod tests {
     #[test]
     fn every_kind_is_served_under_each_istio_api_version() {
         let crds = all();
-        assert_eq!(crds.len(), 8);
+        assert_eq!(crds.len(), 9);
         for crd in &crds {
             let names: Vec<_> = crd.spec.versions.iter().map(|v| v.name.as_str()).collect();
             let expected = if crd.spec.group == "security.istio.io" {

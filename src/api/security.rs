@@ -1,6 +1,5 @@
-//! `security.istio.io`: PeerAuthentication and AuthorizationPolicy, served as `v1` and
-//! `v1beta1`. Their enforcement arrives with the security work; here they are parsed,
-//! validated and kept in the model.
+//! `security.istio.io`: PeerAuthentication, RequestAuthentication and AuthorizationPolicy,
+//! served as `v1` and `v1beta1`, with Istio's field names.
 
 use std::collections::BTreeMap;
 
@@ -93,6 +92,82 @@ pub struct AuthorizationPolicySpec {
     /// The external authorizer of a CUSTOM policy (a MeshConfig `extensionProviders` name).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provider: Option<ExtensionProviderRef>,
+}
+
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "security.istio.io",
+    version = "v1",
+    kind = "RequestAuthentication",
+    plural = "requestauthentications",
+    shortname = "ra",
+    namespaced,
+    status = "IstioStatus",
+    category = "istio-io",
+    category = "security-istio-io"
+)]
+#[serde(rename_all = "camelCase")]
+pub struct RequestAuthenticationSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<WorkloadSelector>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_object")]
+    pub target_ref: Option<AnyObject>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "any_object_list")]
+    pub target_refs: Vec<AnyObject>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub jwt_rules: Vec<JwtRule>,
+}
+
+/// `JWTRule`: how one issuer's tokens are found and checked.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct JwtRule {
+    #[serde(default)]
+    pub issuer: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub audiences: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jwks_uri: Option<String>,
+    /// The JSON Web Key Set, inline (wins over `jwksUri`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jwks: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub from_headers: Vec<JwtHeader>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub from_params: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub from_cookies: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_payload_to_header: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forward_original_token: Option<bool>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub output_claim_to_headers: Vec<ClaimToHeader>,
+    /// How long fetching `jwksUri` may take (a duration, 5s by default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub space_delimited_claims: Vec<String>,
+}
+
+/// `JWTHeader`: a header a token is read from, after `prefix`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+pub struct JwtHeader {
+    #[serde(default)]
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix: Option<String>,
+}
+
+/// `ClaimToHeader`: a claim copied into a request header.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+pub struct ClaimToHeader {
+    #[serde(default)]
+    pub header: String,
+    #[serde(default)]
+    pub claim: String,
 }
 
 /// `AuthorizationPolicy.provider`.

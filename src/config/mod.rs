@@ -15,7 +15,9 @@ use crate::api::networking::{
     DestinationRuleSpec, GatewaySpec, ServiceEntrySpec, SidecarSpec, VirtualServiceSpec,
     WorkloadEntrySpec,
 };
-use crate::api::security::{AuthorizationPolicySpec, PeerAuthenticationSpec};
+use crate::api::security::{
+    AuthorizationPolicySpec, PeerAuthenticationSpec, RequestAuthenticationSpec,
+};
 
 /// The kinds meshd reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -27,6 +29,7 @@ pub enum Kind {
     Sidecar,
     WorkloadEntry,
     PeerAuthentication,
+    RequestAuthentication,
     AuthorizationPolicy,
     Service,
     EndpointSlice,
@@ -43,7 +46,7 @@ pub enum Kind {
 }
 
 impl Kind {
-    pub const ALL: [Kind; 16] = [
+    pub const ALL: [Kind; 17] = [
         Kind::VirtualService,
         Kind::DestinationRule,
         Kind::Gateway,
@@ -51,6 +54,7 @@ impl Kind {
         Kind::Sidecar,
         Kind::WorkloadEntry,
         Kind::PeerAuthentication,
+        Kind::RequestAuthentication,
         Kind::AuthorizationPolicy,
         Kind::Service,
         Kind::EndpointSlice,
@@ -71,6 +75,7 @@ impl Kind {
             Kind::Sidecar => "Sidecar",
             Kind::WorkloadEntry => "WorkloadEntry",
             Kind::PeerAuthentication => "PeerAuthentication",
+            Kind::RequestAuthentication => "RequestAuthentication",
             Kind::AuthorizationPolicy => "AuthorizationPolicy",
             Kind::Service => "Service",
             Kind::EndpointSlice => "EndpointSlice",
@@ -86,7 +91,9 @@ impl Kind {
     /// API group, as in `apiVersion: GROUP/VERSION` (empty for the core group).
     pub fn group(self) -> &'static str {
         match self {
-            Kind::PeerAuthentication | Kind::AuthorizationPolicy => "security.istio.io",
+            Kind::PeerAuthentication | Kind::RequestAuthentication | Kind::AuthorizationPolicy => {
+                "security.istio.io"
+            }
             Kind::Service
             | Kind::Endpoints
             | Kind::Pod
@@ -118,6 +125,7 @@ impl Kind {
             Kind::Sidecar => "sidecars",
             Kind::WorkloadEntry => "workloadentries",
             Kind::PeerAuthentication => "peerauthentications",
+            Kind::RequestAuthentication => "requestauthentications",
             Kind::AuthorizationPolicy => "authorizationpolicies",
             Kind::Service => "services",
             Kind::EndpointSlice => "endpointslices",
@@ -145,6 +153,7 @@ impl Kind {
             Kind::Sidecar => "sidecar",
             Kind::WorkloadEntry => "workload-entry",
             Kind::PeerAuthentication => "peer-authentication",
+            Kind::RequestAuthentication => "request-authentication",
             Kind::AuthorizationPolicy => "authorization-policy",
             _ => "",
         }
@@ -314,6 +323,7 @@ pub enum Spec {
     Sidecar(SidecarSpec),
     WorkloadEntry(WorkloadEntrySpec),
     PeerAuthentication(PeerAuthenticationSpec),
+    RequestAuthentication(RequestAuthenticationSpec),
     AuthorizationPolicy(AuthorizationPolicySpec),
     Service(ServiceDef),
     EndpointSlice(EndpointSliceDef),

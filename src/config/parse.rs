@@ -336,6 +336,7 @@ fn decode_spec(
         Kind::Sidecar => Spec::Sidecar(typed(spec, "spec", unknown)?),
         Kind::WorkloadEntry => Spec::WorkloadEntry(typed(spec, "spec", unknown)?),
         Kind::PeerAuthentication => Spec::PeerAuthentication(typed(spec, "spec", unknown)?),
+        Kind::RequestAuthentication => Spec::RequestAuthentication(typed(spec, "spec", unknown)?),
         Kind::AuthorizationPolicy => Spec::AuthorizationPolicy(typed(spec, "spec", unknown)?),
         Kind::Service => {
             let s: core::Service = typed(value, "", unknown)?;

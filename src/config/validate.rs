@@ -418,6 +418,76 @@ fn hosts(r: &mut Report, field: &str, hosts: &[String]) {
     }
 }
 
+/// RequestAuthentication, as istiod's `ValidateRequestAuthentication`: each rule names an
+/// issuer or a `jwksUri`, the URI is an http(s) URL, inline `jwks` is a key set, header,
+/// parameter and cookie names and audiences are not empty, `timeout` is a duration.
+/// `targetRef(s)` are refused, as for AuthorizationPolicy.
+fn request_authentication(r: &mut Report, ra: &crate::api::security::RequestAuthenticationSpec) {
+    if ra.target_ref.is_some() || !ra.target_refs.is_empty() {
+        r.error(
+            "spec.targetRefs",
+            "targetRef(s) (waypoints and gateways) are not supported by meshd; use selector",
+        );
+    }
+    for (i, rule) in ra.jwt_rules.iter().enumerate() {
+        let f = format!("spec.jwtRules[{i}]");
+        let uri = rule.jwks_uri.as_deref().unwrap_or("");
+        if rule.issuer.is_empty() && uri.is_empty() {
+            r.error(
+                format!("{f}.issuer"),
+                "issuer or jwksUri must be non-empty string",
+            );
+        }
+        if !uri.is_empty()
+            && let Err(e) = crate::jwks::parse_uri(uri)
+        {
+            r.error(format!("{f}.jwksUri"), e);
+        }
+        if let Some(jwks) = rule.jwks.as_deref()
+            && let Err(e) = crate::jwks::check_key_set(jwks)
+        {
+            r.error(format!("{f}.jwks"), format!("jwks parse error: {e}"));
+        }
+        for (j, a) in rule.audiences.iter().enumerate() {
+            if a.is_empty() {
+                let message = "audience must be non-empty string";
+                r.error(format!("{f}.audiences[{j}]"), message);
+            }
+        }
+        for (j, h) in rule.from_headers.iter().enumerate() {
+            if h.name.is_empty() {
+                let message = "location header name must be non-empty string";
+                r.error(format!("{f}.fromHeaders[{j}].name"), message);
+            }
+        }
+        for (j, p) in rule.from_params.iter().enumerate() {
+            if p.is_empty() {
+                let message = "location query must be non-empty string";
+                r.error(format!("{f}.fromParams[{j}]"), message);
+            }
+        }
+        for (j, c) in rule.from_cookies.iter().enumerate() {
+            if c.is_empty() {
+                r.error(
+                    format!("{f}.fromCookies[{j}]"),
+                    "cookie name must be non-empty string",
+                );
+            }
+        }
+        for (j, c) in rule.output_claim_to_headers.iter().enumerate() {
+            let valid_header = !c.header.is_empty()
+                && (c.header.bytes()).all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+            if c.claim.is_empty() || !valid_header {
+                r.error(
+                    format!("{f}.outputClaimToHeaders[{j}]"),
+                    "header and claim value must be non-empty, the header a valid header name",
+                );
+            }
+        }
+        r.duration(format!("{f}.timeout"), &rule.timeout);
+    }
+}
+
 /// AuthorizationPolicy: what meshd cannot enforce is refused, never applied in part.
 fn authorization_policy(r: &mut Report, ap: &crate::api::security::AuthorizationPolicySpec) {
     use crate::api::security::AuthorizationAction;
@@ -446,12 +516,6 @@ fn authorization_policy(r: &mut Report, ap: &crate::api::security::Authorization
     for (i, rule) in ap.rules.iter().enumerate() {
         for (j, from) in rule.from.iter().enumerate() {
             let s = &from.source;
-            if !s.request_principals.is_empty() || !s.not_request_principals.is_empty() {
-                r.error(
-                    format!("spec.rules[{i}].from[{j}].source.requestPrincipals"),
-                    "request principals need RequestAuthentication, which meshd does not support",
-                );
-            }
             for (k, block) in s.ip_blocks.iter().chain(&s.remote_ip_blocks).enumerate() {
                 if !valid_cidr(block) {
                     r.error(
@@ -1032,6 +1096,7 @@ pub fn validate(object: &ConfigObject) -> Vec<Problem> {
                 }
             }
         }
+        Spec::RequestAuthentication(ra) => request_authentication(&mut r, ra),
         Spec::PeerAuthentication(_)
         | Spec::EndpointSlice(_)
         | Spec::Pod(_)

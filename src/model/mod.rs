@@ -35,6 +35,9 @@ pub struct Store {
     /// Addresses meshd resolved for hostnames the configuration names where Envoy needs
     /// IPs (network gateways behind a load balancer's hostname), by hostname.
     resolved: Arc<BTreeMap<String, Vec<String>>>,
+    /// JSON Web Key Sets meshd fetched for RequestAuthentication rules, by
+    /// [`crate::jwks::JwksSource::key`]; `None`: the fetch failed before any succeeded.
+    jwks: Arc<BTreeMap<String, Option<String>>>,
 }
 
 impl Store {
@@ -49,6 +52,20 @@ impl Store {
             return false;
         }
         Arc::make_mut(&mut self.resolved).insert(host.to_string(), addresses);
+        true
+    }
+
+    /// The key set last fetched for a source (`Some(None)`: its fetches failed so far).
+    pub fn jwks(&self, key: &str) -> Option<Option<&str>> {
+        self.jwks.get(key).map(Option::as_deref)
+    }
+
+    /// Records a source's key set; returns whether that changed.
+    pub fn set_jwks(&mut self, key: &str, key_set: Option<String>) -> bool {
+        if self.jwks.get(key) == Some(&key_set) {
+            return false;
+        }
+        Arc::make_mut(&mut self.jwks).insert(key.to_string(), key_set);
         true
     }
 

@@ -61,7 +61,7 @@ pub struct PushContext {
     id: ContextId,
     /// The store this context was built from (a constant-time snapshot): the next update
     /// reads what changed objects were before (an EndpointSlice's former service).
-    store: Store,
+    pub(super) store: Store,
     /// By host, the service most proxies get (persistent: an update shares every untouched
     /// node with the previous context). A proxy may get another one of a host in
     /// `shared_hosts` ([`PushContext::service_for`]).
@@ -79,6 +79,8 @@ pub struct PushContext {
     pub sidecars: Arc<Vec<Arc<ConfigObject>>>,
     /// Oldest first, then by key.
     pub peer_authentications: Arc<Vec<Arc<ConfigObject>>>,
+    /// Oldest first, then by key.
+    pub request_authentications: Arc<Vec<Arc<ConfigObject>>>,
     /// Oldest first, then by key.
     pub authorization_policies: Arc<Vec<Arc<ConfigObject>>>,
     /// TLS Secrets by (namespace, name), for gateway credentials.
@@ -305,6 +307,7 @@ impl PushContext {
             gateways: oldest_first(store, Kind::Gateway),
             sidecars: sidecars(store),
             peer_authentications: oldest_first(store, Kind::PeerAuthentication),
+            request_authentications: oldest_first(store, Kind::RequestAuthentication),
             authorization_policies: oldest_first(store, Kind::AuthorizationPolicy),
             secrets: secrets(store),
             pod_labels: {
@@ -423,6 +426,11 @@ impl PushContext {
                 any(Kind::PeerAuthentication),
                 &self.peer_authentications,
                 || oldest_first(store, Kind::PeerAuthentication),
+            ),
+            request_authentications: rebuilt_if(
+                any(Kind::RequestAuthentication),
+                &self.request_authentications,
+                || oldest_first(store, Kind::RequestAuthentication),
             ),
             authorization_policies: rebuilt_if(
                 any(Kind::AuthorizationPolicy),
@@ -988,8 +996,8 @@ impl PushContext {
         keys.into_iter().any(|key| match key.kind {
             // Inbound policy: the proxy's namespace, or mesh-wide from the root namespace.
             // Authorization guards gateways too; peer authentication only sidecars.
-            Kind::PeerAuthentication | Kind::AuthorizationPolicy => {
-                (proxy.kind == ProxyKind::Sidecar || key.kind == Kind::AuthorizationPolicy)
+            Kind::PeerAuthentication | Kind::RequestAuthentication | Kind::AuthorizationPolicy => {
+                (proxy.kind == ProxyKind::Sidecar || key.kind != Kind::PeerAuthentication)
                     && (key.namespace == proxy.namespace
                         || key.namespace == self.mesh.root_namespace())
             }

@@ -1,13 +1,18 @@
-//! Which PeerAuthentication and AuthorizationPolicies apply to a proxy, resolved as Istio
-//! does: a workload-level policy (selector matches, same namespace) over the namespace's
-//! selector-less one over the mesh-wide one in the root namespace; port-level mTLS over
-//! the workload's mode; `UNSET` inherits; nothing at all means PERMISSIVE.
+//! Which PeerAuthentication, RequestAuthentications and AuthorizationPolicies apply to a
+//! proxy, resolved as Istio does: a workload-level PeerAuthentication (selector matches,
+//! same namespace) over the namespace's selector-less one over the mesh-wide one in the
+//! root namespace; port-level mTLS over the workload's mode; `UNSET` inherits; nothing at
+//! all means PERMISSIVE. RequestAuthentications and AuthorizationPolicies all apply
+//! together: the root namespace's and the proxy's namespace's, without a selector or with
+//! one matching the proxy.
 
 use serde::Serialize;
 
 use super::{Proxy, PushContext};
 use crate::api::labels_match;
-use crate::api::security::{AuthorizationPolicySpec, MtlsMode, PeerAuthenticationSpec};
+use crate::api::security::{
+    AuthorizationPolicySpec, JwtRule, MtlsMode, PeerAuthenticationSpec, RequestAuthenticationSpec,
+};
 use crate::config::{ConfigObject, Spec};
 
 /// The effective mTLS mode of one inbound port.
@@ -101,6 +106,69 @@ impl PushContext {
         MtlsDecision {
             mode: Mtls::Permissive,
             policy: "default".into(),
+        }
+    }
+
+    /// The JWT rules of the RequestAuthentications that apply to `proxy` (the root
+    /// namespace's and its namespace's, selector-less or selecting it), sorted by issuer as
+    /// istiod's `newPolicyApplier` sorts them.
+    pub fn jwt_rules_for(&self, proxy: &Proxy) -> Vec<&JwtRule> {
+        let labels = self.proxy_labels(proxy);
+        let root = self.mesh.root_namespace();
+        let mut rules: Vec<&JwtRule> = (self.request_authentications.iter())
+            .filter_map(|o| match &o.spec {
+                Spec::RequestAuthentication(spec) => Some((&**o, spec)),
+                _ => None,
+            })
+            .filter(|(o, spec)| {
+                let selects = (spec.selector.as_ref())
+                    .is_none_or(|sel| labels_match(&sel.match_labels, labels));
+                selects && (o.key.namespace == proxy.namespace || o.key.namespace == root)
+            })
+            .flat_map(|(_, spec): (_, &RequestAuthenticationSpec)| spec.jwt_rules.iter())
+            .collect();
+        rules.sort_by(|a, b| a.issuer.cmp(&b.issuer));
+        rules
+    }
+
+    /// The key sets meshd must fetch: those of every rule without an inline `jwks`, with
+    /// the longest `timeout` a rule gives each and the objects naming it.
+    pub fn jwks_sources(&self) -> crate::jwks::Wanted {
+        let mut wanted = crate::jwks::Wanted::new();
+        for o in self.request_authentications.iter() {
+            let Spec::RequestAuthentication(spec) = &o.spec else {
+                continue;
+            };
+            for rule in spec.jwt_rules.iter().filter(|r| r.jwks.is_none()) {
+                let source = crate::jwks::JwksSource {
+                    issuer: rule.issuer.clone(),
+                    uri: rule.jwks_uri.clone().unwrap_or_default(),
+                };
+                let timeout = (rule.timeout.as_deref())
+                    .and_then(|t| crate::duration::parse(t).ok())
+                    .unwrap_or(crate::jwks::DEFAULT_TIMEOUT);
+                let entry = wanted.entry(source).or_default();
+                entry.0 = entry.0.max(timeout);
+                entry.1.insert(o.key.clone());
+            }
+        }
+        wanted
+    }
+
+    /// The key set Envoy checks `rule`'s tokens against: its inline `jwks`, else what
+    /// meshd fetched, else (not fetched yet, or every fetch failed) one no token verifies
+    /// against, as istiod fails closed.
+    pub fn key_set<'a>(&'a self, rule: &'a JwtRule) -> &'a str {
+        if let Some(inline) = &rule.jwks {
+            return inline;
+        }
+        let source = crate::jwks::JwksSource {
+            issuer: rule.issuer.clone(),
+            uri: rule.jwks_uri.clone().unwrap_or_default(),
+        };
+        match self.store.jwks(&source.key()) {
+            Some(Some(fetched)) => fetched,
+            _ => crate::jwks::fail_closed(),
         }
     }
 

@@ -18,7 +18,9 @@ use envoy_types::pb::envoy::extensions::filters::network::http_connection_manage
     HttpFilter, http_filter,
 };
 use envoy_types::pb::envoy::r#type::matcher::v3::{
-    PathMatcher, RegexMatcher, StringMatcher, path_matcher, string_matcher::MatchPattern,
+    ListMatcher, MetadataMatcher, OrMatcher, PathMatcher, RegexMatcher, StringMatcher,
+    ValueMatcher, list_matcher, metadata_matcher, path_matcher, string_matcher::MatchPattern,
+    value_matcher,
 };
 use envoy_types::pb::google::protobuf::Any;
 
@@ -27,9 +29,8 @@ use crate::api::security::{AuthorizationAction, AuthorizationPolicySpec, Conditi
 use crate::config::ConfigObject;
 use crate::xds::canonical;
 
-/// The `when` keys meshd evaluates (Istio's documented keys without request
-/// authentication, which needs RequestAuthentication).
-pub const SUPPORTED_CONDITION_KEYS: [&str; 8] = [
+/// The `when` keys meshd evaluates: Istio's documented keys.
+pub const SUPPORTED_CONDITION_KEYS: [&str; 12] = [
     "source.ip",
     "remote.ip",
     "source.namespace",
@@ -38,16 +39,130 @@ pub const SUPPORTED_CONDITION_KEYS: [&str; 8] = [
     "destination.port",
     "connection.sni",
     "request.headers[",
+    "request.auth.principal",
+    "request.auth.audiences",
+    "request.auth.presenter",
+    "request.auth.claims[",
 ];
 
 pub fn condition_key_supported(key: &str) -> bool {
     SUPPORTED_CONDITION_KEYS.iter().any(|k| {
-        if k.ends_with('[') {
+        if *k == "request.auth.claims[" {
+            key.strip_prefix(k)
+                .is_some_and(|rest| claim_path(&format!("[{rest}")).is_some())
+        } else if k.ends_with('[') {
             key.starts_with(k) && key.ends_with(']') && key.len() > k.len() + 1
         } else {
             key == *k
         }
     })
+}
+
+/// The claim names of `[a][b]` (a nested claim), or of `[a.b]` (one claim with a dot), as
+/// istiod's `extractNameInNestedBrackets`; `None` when it is not such a path.
+fn claim_path(brackets: &str) -> Option<Vec<String>> {
+    let mut names = Vec::new();
+    let mut rest = brackets;
+    while !rest.is_empty() {
+        let inner = rest.strip_prefix('[')?;
+        let end = inner.find(']')?;
+        let name = &inner[..end];
+        if name.is_empty() || name.contains('[') {
+            return None;
+        }
+        names.push(name.to_string());
+        rest = &inner[end + 1..];
+    }
+    (!names.is_empty()).then_some(names)
+}
+
+// ---------------------------------------------------------------- request authentication
+
+/// A matcher on the verified JWT payload the JWT filter wrote ([`super::jwt`]) at `path`.
+/// Envoy deprecates the principal's `metadata` for `sourced_metadata`; istiod still sends
+/// `metadata`, and so does meshd.
+#[allow(deprecated)]
+fn jwt_payload(path: &[String], value: ValueMatcher) -> Principal {
+    let path = std::iter::once(super::jwt::PAYLOAD.to_string())
+        .chain(path.iter().cloned())
+        .map(|key| metadata_matcher::PathSegment {
+            segment: Some(metadata_matcher::path_segment::Segment::Key(key)),
+        })
+        .collect();
+    id(principal::Identifier::Metadata(MetadataMatcher {
+        filter: super::jwt::JWT_FILTER.into(),
+        path,
+        value: Some(value),
+        invert: false,
+    }))
+}
+
+fn string_value(m: StringMatcher) -> ValueMatcher {
+    ValueMatcher {
+        match_pattern: Some(value_matcher::MatchPattern::StringMatch(m)),
+    }
+}
+
+/// Any of `matchers`: the one itself when alone (Envoy's OrMatcher needs two or more).
+fn value_or(mut matchers: Vec<ValueMatcher>) -> ValueMatcher {
+    if matchers.len() == 1 {
+        return matchers.remove(0);
+    }
+    ValueMatcher {
+        match_pattern: Some(value_matcher::MatchPattern::OrMatch(OrMatcher {
+            value_matchers: matchers,
+        })),
+    }
+}
+
+/// A claim `path` that is one of `values` (Istio's patterns), as a string or a list
+/// holding one (istiod's `MetadataListValueMatcherForJWTClaims`).
+fn jwt_claim_in(path: &[String], values: &[String]) -> Principal {
+    let any = value_or(
+        (values.iter())
+            .map(|v| string_value(string_match(v, false)))
+            .collect(),
+    );
+    let in_list = ValueMatcher {
+        match_pattern: Some(value_matcher::MatchPattern::ListMatch(Box::new(
+            ListMatcher {
+                match_pattern: Some(list_matcher::MatchPattern::OneOf(Box::new(any.clone()))),
+            },
+        ))),
+    };
+    jwt_payload(path, value_or(vec![in_list, any]))
+}
+
+/// A request principal `ISS/SUB` (split at the last `/`; `*`, `*SUFFIX`, `PREFIX*` and
+/// `ISS/*` forms), as istiod's `requestPrincipalGenerator`: the payload's `iss` and `sub`.
+fn request_principal(value: &str) -> Principal {
+    let any = || regex(".+".into());
+    let exact = |v: &str| string_match(v, false);
+    let (iss, sub) = match value.rsplit_once('/') {
+        Some((iss, sub)) => (iss, Some(sub)),
+        None => (value, None),
+    };
+    let (iss, sub) = if value == "*" {
+        (any(), any())
+    } else if value.starts_with('*') {
+        match sub {
+            Some(sub) if iss == "*" => (any(), exact(sub)),
+            Some(sub) => (exact(iss), exact(sub)),
+            None => (any(), exact(value)),
+        }
+    } else if value.ends_with('*') {
+        match sub {
+            Some("*") => (exact(iss), any()),
+            Some(sub) => (exact(iss), exact(sub)),
+            None => (exact(value), any()),
+        }
+    } else {
+        (exact(iss), exact(sub.unwrap_or("")))
+    };
+    all_of_ids(vec![
+        jwt_payload(&["iss".into()], string_value(iss)),
+        jwt_payload(&["sub".into()], string_value(sub)),
+    ])
 }
 
 /// Istio's value patterns: `*` (present), `abc*` (prefix), `*abc` (suffix), exact.
@@ -178,8 +293,21 @@ fn field<T>(
     }
 }
 
-fn source_principal(s: &crate::api::security::Source) -> Principal {
+/// A rule source's principal, and whether it named request principals, which only an
+/// HTTP connection can have (left out of it when `http` is false).
+fn source_principal(s: &crate::api::security::Source, http: bool) -> (Principal, bool) {
     let mut and = Vec::new();
+    let needs_http = !s.request_principals.is_empty() || !s.not_request_principals.is_empty();
+    if http {
+        field(
+            &mut and,
+            &s.request_principals,
+            &s.not_request_principals,
+            request_principal,
+            any_of_ids,
+            not_id,
+        );
+    }
     field(
         &mut and,
         &s.principals,
@@ -230,7 +358,7 @@ fn source_principal(s: &crate::api::security::Source) -> Principal {
         any_of_ids,
         not_id,
     );
-    all_of_ids(and)
+    (all_of_ids(and), needs_http && !http)
 }
 
 // ---------------------------------------------------------------- permissions
@@ -357,6 +485,30 @@ fn condition(c: &Condition, http: bool) -> Side {
         );
         all_of_rules(and)
     };
+    let claims = |path: &[String]| -> Principal {
+        let mut and = Vec::new();
+        if !c.values.is_empty() {
+            and.push(jwt_claim_in(path, &c.values));
+        }
+        if !c.not_values.is_empty() {
+            and.push(not_id(jwt_claim_in(path, &c.not_values)));
+        }
+        all_of_ids(and)
+    };
+    if key.starts_with("request.auth.") {
+        if !http {
+            return Side::HttpOnly;
+        }
+        return Side::Principal(match key {
+            "request.auth.principal" => both(&request_principal),
+            "request.auth.audiences" => claims(&["aud".into()]),
+            "request.auth.presenter" => claims(&["azp".into()]),
+            _ => {
+                let path = key.strip_prefix("request.auth.claims").and_then(claim_path);
+                claims(&path.unwrap_or_default())
+            }
+        });
+    }
     match key {
         "source.ip" => Side::Principal(both(&|v| {
             id(principal::Identifier::DirectRemoteIp(cidr_range(v)))
@@ -395,9 +547,18 @@ pub(super) fn rule_policy(r: &Rule, http: bool, action: AuthorizationAction) -> 
     let deny = action == AuthorizationAction::Deny;
     let mut principals = Vec::new();
     if !r.from.is_empty() {
-        principals.push(any_of_ids(
-            r.from.iter().map(|f| source_principal(&f.source)).collect(),
-        ));
+        let mut sources = Vec::new();
+        for f in &r.from {
+            let (p, needed_http) = source_principal(&f.source, http);
+            if needed_http && !deny {
+                continue; // an ALLOW source that cannot be checked matches nothing
+            }
+            sources.push(p);
+        }
+        if sources.is_empty() {
+            return None;
+        }
+        principals.push(any_of_ids(sources));
     }
     let mut permissions = Vec::new();
     if !r.to.is_empty() {
@@ -553,7 +714,8 @@ pub fn network_filters(policies: &[(&ConfigObject, &AuthorizationPolicySpec)]) -
 
 /// The filters of the AuthorizationPolicies applying to a proxy's port, in Istio's order:
 /// CUSTOM (external authorization, [`super::ext_authz`]), then AUDIT, DENY, ALLOW; for an
-/// HTTP connection manager and for a TCP chain.
+/// HTTP connection manager (after the RequestAuthentication's JWT filter, [`super::jwt`])
+/// and for a TCP chain.
 pub struct Authorization {
     pub http: Vec<HttpFilter>,
     pub tcp: Vec<Filter>,
@@ -567,7 +729,9 @@ impl Authorization {
         proxy: &crate::model::Proxy,
     ) -> Authorization {
         let policies = ctx.authorization_policies_for(proxy);
-        let mut http = super::ext_authz::http_filters(ctx, &policies);
+        // Request authentication first, so that authorization sees who sent the request.
+        let mut http: Vec<HttpFilter> = super::jwt::http_filter(ctx, proxy).into_iter().collect();
+        http.extend(super::ext_authz::http_filters(ctx, &policies));
         http.extend(http_filters(&policies));
         let mut tcp = super::ext_authz::network_filters(ctx, &policies);
         tcp.extend(network_filters(&policies));

@@ -9,6 +9,7 @@ pub mod endpoint;
 pub mod ext_authz;
 pub mod filters;
 pub mod inbound;
+pub mod jwt;
 pub mod listener;
 pub mod locality;
 pub mod name_table;

@@ -848,3 +848,201 @@ fn a_custom_policy_asks_its_provider_only_about_what_its_rules_match() {
             .contains("outbound|9000||authz.shop.svc.cluster.local")
     );
 }
+
+fn ra(name: &str, namespace: &str, spec: &str) -> String {
+    format!(
+        "apiVersion: security.istio.io/v1\nkind: RequestAuthentication\nmetadata: {{name: {name}, namespace: {namespace}}}\nspec: {spec}\n---\n"
+    )
+}
+
+/// The inbound HTTP connection manager's filters of the reviews proxy, by name, and its
+/// JWT filter decoded (if any).
+fn inbound_http_filters(
+    ctx: &PushContext,
+) -> (
+    Vec<String>,
+    Option<envoy_types::pb::envoy::extensions::filters::http::jwt_authn::v3::JwtAuthentication>,
+) {
+    use envoy_types::pb::envoy::extensions::filters::http::jwt_authn::v3::JwtAuthentication;
+    let cfg = proxy_config(ctx, &reviews_proxy());
+    let l = (cfg.listeners.iter())
+        .find(|l| l.name == "127.0.0.9_9080")
+        .unwrap();
+    let Some(ConfigType::TypedConfig(any)) = &l.filter_chains[0].filters[0].config_type else {
+        panic!()
+    };
+    let hcm = HttpConnectionManager::decode(any.value.as_slice()).unwrap();
+    let names = hcm.http_filters.iter().map(|f| f.name.clone()).collect();
+    let jwt = (hcm.http_filters.iter())
+        .find(|f| f.name == "envoy.filters.http.jwt_authn")
+        .map(|f| {
+            let Some(http_filter::ConfigType::TypedConfig(any)) = &f.config_type else {
+                panic!()
+            };
+            JwtAuthentication::decode(any.value.as_slice()).unwrap()
+        });
+    (names, jwt)
+}
+
+#[test]
+fn request_authentications_that_apply_become_one_jwt_filter_before_authorization() {
+    use envoy_types::pb::envoy::extensions::filters::http::jwt_authn::v3::{
+        jwt_provider::JwksSourceSpecifier, jwt_requirement::RequiresType,
+        requirement_rule::RequirementType,
+    };
+    let (names, jwt) = inbound_http_filters(&context(""));
+    assert!(
+        jwt.is_none(),
+        "no RequestAuthentication, no JWT filter: {names:?}"
+    );
+    let policies = [
+        ra("mesh", "istio-system", "{jwtRules: [{issuer: z.example, jwks: '{\"keys\": []}'}]}"),
+        ra(
+            "reviews",
+            "shop",
+            "{selector: {matchLabels: {app: reviews}}, jwtRules: [{issuer: a.example, jwks: '{\"keys\": []}', audiences: [api], fromHeaders: [{name: x-token, prefix: 'Token '}], outputClaimToHeaders: [{header: x-sub, claim: sub}], forwardOriginalToken: true, spaceDelimitedClaims: [roles]}]}",
+        ),
+        ra("other", "shop", "{selector: {matchLabels: {app: ratings}}, jwtRules: [{issuer: b.example, jwks: '{\"keys\": []}'}]}"),
+        ra("elsewhere", "web", "{jwtRules: [{issuer: c.example, jwks: '{\"keys\": []}'}]}"),
+        ap("allow", "{rules: [{from: [{source: {requestPrincipals: ['*']}}]}]}"),
+    ]
+    .concat();
+    let (names, jwt) = inbound_http_filters(&context(&policies));
+    let jwt_at = names
+        .iter()
+        .position(|n| n == "envoy.filters.http.jwt_authn");
+    let rbac_at = names.iter().position(|n| n == "envoy.filters.http.rbac");
+    assert!(jwt_at.unwrap() < rbac_at.unwrap(), "{names:?}");
+    let jwt = jwt.unwrap();
+    // The root namespace's and the selecting one, sorted by issuer; not another
+    // workload's or another namespace's.
+    let mut issuers: Vec<(String, String)> = (jwt.providers.iter())
+        .map(|(n, p)| (n.clone(), p.issuer.clone()))
+        .collect();
+    issuers.sort();
+    assert_eq!(
+        issuers,
+        [
+            ("origins-0".to_string(), "a.example".to_string()),
+            ("origins-1".to_string(), "z.example".to_string())
+        ]
+    );
+    let a = &jwt.providers["origins-0"];
+    assert_eq!(a.audiences, ["api"]);
+    assert_eq!(
+        (
+            a.from_headers[0].name.as_str(),
+            a.from_headers[0].value_prefix.as_str()
+        ),
+        ("x-token", "Token ")
+    );
+    assert_eq!(a.claim_to_headers[0].header_name, "x-sub");
+    assert!(a.forward);
+    assert_eq!(a.payload_in_metadata, "payload");
+    assert_eq!(
+        a.normalize_payload_in_metadata
+            .as_ref()
+            .unwrap()
+            .space_delimited_claims,
+        ["permission", "roles", "scope"]
+    );
+    assert!(
+        !a.clear_route_cache,
+        "a sidecar's inbound routes need no second look"
+    );
+    assert!(matches!(
+        &a.jwks_source_specifier,
+        Some(JwksSourceSpecifier::LocalJwks(_))
+    ));
+    // Two providers: one verifies, or each is absent or valid (istiod's requirement).
+    let Some(RequirementType::Requires(r)) = &jwt.rules[0].requirement_type else {
+        panic!()
+    };
+    let Some(RequiresType::RequiresAny(any)) = &r.requires_type else {
+        panic!("{r:?}")
+    };
+    assert_eq!(any.requirements.len(), 3);
+    assert!(matches!(
+        &any.requirements[2].requires_type,
+        Some(RequiresType::RequiresAll(all)) if all.requirements.len() == 2
+    ));
+    assert!(jwt.bypass_cors_preflight);
+}
+
+#[test]
+fn a_rule_without_its_key_set_yet_fails_closed_and_a_fetched_one_is_used() {
+    use envoy_types::pb::envoy::config::core::v3::data_source::Specifier;
+    use envoy_types::pb::envoy::extensions::filters::http::jwt_authn::v3::jwt_provider::JwksSourceSpecifier;
+    let yaml = ra(
+        "reviews",
+        "shop",
+        "{jwtRules: [{issuer: a.example, jwksUri: 'https://a.example/keys'}]}",
+    );
+    let key_set = |ctx: &PushContext| -> String {
+        let jwt = inbound_http_filters(ctx).1.unwrap();
+        match &jwt.providers["origins-0"].jwks_source_specifier {
+            Some(JwksSourceSpecifier::LocalJwks(d)) => match &d.specifier {
+                Some(Specifier::InlineString(s)) => s.clone(),
+                other => panic!("{other:?}"),
+            },
+            other => panic!("{other:?}"),
+        }
+    };
+    let ctx = context(&yaml);
+    assert_eq!(key_set(&ctx), crate::jwks::fail_closed());
+    let wanted = ctx.jwks_sources();
+    let (source, (timeout, named_by)) = wanted.iter().next().unwrap();
+    assert_eq!(source.uri, "https://a.example/keys");
+    assert_eq!(*timeout, crate::jwks::DEFAULT_TIMEOUT);
+    assert_eq!(named_by.iter().next().unwrap().name, "reviews");
+    // What meshd fetched, once in the store.
+    let mut store = crate::model::Store::default();
+    for o in crate::config::parse::parse_file("m.yaml", &format!("{MESH}\n---\n{yaml}")).objects {
+        store.apply(o);
+    }
+    store.set_jwks(&source.key(), Some(r#"{"keys": [{"kty": "EC"}]}"#.into()));
+    let fetched = PushContext::build(&store, "v1".into());
+    assert_eq!(key_set(&fetched), r#"{"keys": [{"kty": "EC"}]}"#);
+}
+
+#[test]
+fn request_principals_and_claims_are_read_from_the_jwt_payload() {
+    use envoy_types::pb::envoy::config::rbac::v3::principal::Identifier;
+    let policy = |spec: &str| context(&ap("p", spec));
+    let rules = |ctx: &PushContext, http: bool| {
+        let policies = ctx.authorization_policies_for(&reviews_proxy());
+        authz::rbac_rules(&policies, http)
+    };
+    let ctx = policy(
+        "{rules: [{from: [{source: {requestPrincipals: ['https://a.example/alice']}}], when: [{key: 'request.auth.claims[groups]', values: [admins]}]}]}",
+    );
+    let http = rules(&ctx, true);
+    let p = &http[0].enforced.as_ref().unwrap().policies["ns[shop]-policy[p]-rule[0]"];
+    let text = format!("{:?}", p.principals);
+    for expected in [
+        "\"payload\"",
+        "\"iss\"",
+        "\"https://a.example\"",
+        "\"sub\"",
+        "\"alice\"",
+        "\"groups\"",
+        "\"admins\"",
+        "envoy.filters.http.jwt_authn",
+    ] {
+        assert!(text.contains(expected), "{expected}: {text}");
+    }
+    let Some(Identifier::AndIds(and)) = &p.principals[0].identifier else {
+        panic!("{p:?}")
+    };
+    assert_eq!(and.ids.len(), 2, "the source and the condition");
+    // On TCP an ALLOW rule needing a request principal matches nothing; a DENY rule is
+    // applied without it.
+    let tcp = rules(&ctx, false);
+    assert!(tcp[0].enforced.as_ref().unwrap().policies.is_empty());
+    let deny = policy(
+        "{action: DENY, rules: [{from: [{source: {requestPrincipals: ['*'], namespaces: [web]}}]}]}",
+    );
+    let tcp = rules(&deny, false);
+    let text = format!("{:?}", tcp[0].enforced.as_ref().unwrap().policies);
+    assert!(text.contains("web") && !text.contains("payload"), "{text}");
+}

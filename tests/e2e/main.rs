@@ -12,6 +12,7 @@ mod dns;
 mod gateway;
 mod gateway_tls;
 mod istioctl;
+mod jwt;
 mod kubernetes;
 mod loadgen;
 mod mtls;

@@ -859,3 +859,77 @@ fn the_meshs_listener_and_route_settings_must_be_what_envoy_takes() {
         ]
     );
 }
+
+#[test]
+fn request_authentication_is_checked_as_istio_checks_it() {
+    let ra = |spec: &str| {
+        parse_file(
+            "ra.yaml",
+            &format!(
+                "apiVersion: security.istio.io/v1beta1\nkind: RequestAuthentication\nmetadata: {{name: jwt, namespace: shop}}\nspec:\n{spec}"
+            ),
+        )
+    };
+    let good = ra(
+        "  selector: {matchLabels: {app: web}}\n  jwtRules:\n  - issuer: https://a.example\n    jwksUri: https://a.example/keys\n    timeout: 2s\n  - issuer: b\n    jwks: '{\"keys\": [{\"kty\": \"EC\"}]}'\n",
+    );
+    assert!(good.issues.is_empty(), "{:?}", good.issues);
+    assert_eq!(good.objects.len(), 1);
+    let bad = ra(
+        "  targetRefs: [{kind: Gateway, name: g}]\n  jwtRules:\n  - audiences: ['']\n    fromHeaders: [{name: ''}]\n    fromParams: ['']\n    fromCookies: ['']\n    outputClaimToHeaders: [{header: 'x sub', claim: sub}]\n    timeout: soon\n  - issuer: c\n    jwksUri: ftp://c.example/keys\n    jwks: '{\"keys\": {}}'\n",
+    );
+    assert!(bad.objects.is_empty());
+    let fields: Vec<&str> = bad.errors().map(|e| e.field.as_str()).collect();
+    assert_eq!(
+        fields,
+        [
+            "spec.targetRefs",
+            "spec.jwtRules[0].issuer",
+            "spec.jwtRules[0].audiences[0]",
+            "spec.jwtRules[0].fromHeaders[0].name",
+            "spec.jwtRules[0].fromParams[0]",
+            "spec.jwtRules[0].fromCookies[0]",
+            "spec.jwtRules[0].outputClaimToHeaders[0]",
+            "spec.jwtRules[0].timeout",
+            "spec.jwtRules[1].jwksUri",
+            "spec.jwtRules[1].jwks",
+        ]
+    );
+}
+
+#[test]
+fn request_principals_and_request_auth_keys_are_accepted_and_malformed_claims_refused() {
+    let ap = |rule: &str| {
+        parse_file(
+            "ap.yaml",
+            &format!(
+                "apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {{name: p, namespace: shop}}\nspec:\n  rules:\n  - {rule}\n"
+            ),
+        )
+    };
+    for rule in [
+        "from: [{source: {requestPrincipals: ['*'], notRequestPrincipals: ['a/b']}}]",
+        "when: [{key: request.auth.principal, values: ['a/*']}]",
+        "when: [{key: request.auth.audiences, values: [api]}]",
+        "when: [{key: request.auth.presenter, values: [app]}]",
+        "when: [{key: 'request.auth.claims[groups]', values: [admins]}]",
+        "when: [{key: 'request.auth.claims[nested][key]', values: [v]}]",
+    ] {
+        let parsed = ap(rule);
+        assert!(
+            parsed.errors().next().is_none(),
+            "{rule}: {:?}",
+            parsed.issues
+        );
+    }
+    for key in [
+        "request.auth.claims[]",
+        "request.auth.claims",
+        "request.auth.claims[a]x",
+        "request.auth.raw",
+    ] {
+        let parsed = ap(&format!("when: [{{key: '{key}', values: [v]}}]"));
+        let fields: Vec<&str> = parsed.errors().map(|e| e.field.as_str()).collect();
+        assert_eq!(fields, ["spec.rules[0].when[0].key"], "{key}");
+    }
+}
