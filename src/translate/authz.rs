@@ -545,35 +545,26 @@ fn condition(c: &Condition, http: bool) -> Side {
 /// One rule as an RBAC policy, or `None` if it can match nothing here.
 pub(super) fn rule_policy(r: &Rule, http: bool, action: AuthorizationAction) -> Option<Policy> {
     let deny = action == AuthorizationAction::Deny;
+    // A rule's sources or operations, each with whether it needed HTTP it did not get: an
+    // ALLOW one that cannot be checked matches nothing (`None` if none is left).
+    fn checkable<T>(parts: impl Iterator<Item = (T, bool)>, deny: bool) -> Option<Vec<T>> {
+        let kept: Vec<T> = parts
+            .filter(|(_, needed_http)| deny || !needed_http)
+            .map(|(p, _)| p)
+            .collect();
+        (!kept.is_empty()).then_some(kept)
+    }
     let mut principals = Vec::new();
     if !r.from.is_empty() {
-        let mut sources = Vec::new();
-        for f in &r.from {
-            let (p, needed_http) = source_principal(&f.source, http);
-            if needed_http && !deny {
-                continue; // an ALLOW source that cannot be checked matches nothing
-            }
-            sources.push(p);
-        }
-        if sources.is_empty() {
-            return None;
-        }
-        principals.push(any_of_ids(sources));
+        let sources = r.from.iter().map(|f| source_principal(&f.source, http));
+        principals.push(any_of_ids(checkable(sources, deny)?));
     }
     let mut permissions = Vec::new();
     if !r.to.is_empty() {
-        let mut ops = Vec::new();
-        for t in &r.to {
-            let (p, needed_http) = operation_permission(&t.operation, http);
-            if needed_http && !deny {
-                continue; // an ALLOW operation that cannot be checked matches nothing
-            }
-            ops.push(p);
-        }
-        if ops.is_empty() {
-            return None;
-        }
-        permissions.push(any_of_rules(ops));
+        let ops =
+            r.to.iter()
+                .map(|t| operation_permission(&t.operation, http));
+        permissions.push(any_of_rules(checkable(ops, deny)?));
     }
     for c in &r.when {
         match condition(c, http) {

@@ -254,18 +254,21 @@ fn inbound_chains_follow_the_peer_authentication_mode() {
     assert!(ep.contains("127.0.0.1") && ep.contains("8080"), "{ep}");
 }
 
-fn rbac_of_http(ctx: &PushContext) -> Vec<(i32, Vec<String>)> {
+/// The reviews proxy's inbound HTTP connection manager on 9080.
+fn inbound_hcm(ctx: &PushContext) -> HttpConnectionManager {
     let cfg = proxy_config(ctx, &reviews_proxy());
-    let l = cfg
-        .listeners
-        .iter()
+    let l = (cfg.listeners.iter())
         .find(|l| l.name == "127.0.0.9_9080")
         .unwrap();
     let Some(ConfigType::TypedConfig(any)) = &l.filter_chains[0].filters[0].config_type else {
         panic!()
     };
-    let hcm = HttpConnectionManager::decode(any.value.as_slice()).unwrap();
-    hcm.http_filters
+    HttpConnectionManager::decode(any.value.as_slice()).unwrap()
+}
+
+fn rbac_of_http(ctx: &PushContext) -> Vec<(i32, Vec<String>)> {
+    inbound_hcm(ctx)
+        .http_filters
         .iter()
         .filter(|f| f.name == "envoy.filters.http.rbac")
         .map(|f| {
@@ -864,14 +867,7 @@ fn inbound_http_filters(
     Option<envoy_types::pb::envoy::extensions::filters::http::jwt_authn::v3::JwtAuthentication>,
 ) {
     use envoy_types::pb::envoy::extensions::filters::http::jwt_authn::v3::JwtAuthentication;
-    let cfg = proxy_config(ctx, &reviews_proxy());
-    let l = (cfg.listeners.iter())
-        .find(|l| l.name == "127.0.0.9_9080")
-        .unwrap();
-    let Some(ConfigType::TypedConfig(any)) = &l.filter_chains[0].filters[0].config_type else {
-        panic!()
-    };
-    let hcm = HttpConnectionManager::decode(any.value.as_slice()).unwrap();
+    let hcm = inbound_hcm(ctx);
     let names = hcm.http_filters.iter().map(|f| f.name.clone()).collect();
     let jwt = (hcm.http_filters.iter())
         .find(|f| f.name == "envoy.filters.http.jwt_authn")

@@ -380,18 +380,12 @@ fn a_sidecar_forwards_tls_by_sni() {
     );
 }
 
-/// db is a TCP service (port named `tcp`) with a v1 and a v2 pod and a DestinationRule
-/// with both subsets. Without a VirtualService the sidecar's TCP listener spreads
-/// connections over both; a VirtualService `tcp` route sends every connection to v2; one
-/// whose match names another port leaves the default; a 50/50 route reaches both again
-/// through Envoy's weighted clusters. (Each request is a new connection, forwarded by
-/// tcp_proxy: the upstreams answer HTTP, which passes through unchanged.)
-#[test]
-fn a_virtual_service_tcp_route_chooses_where_connections_go() {
+/// Writes into `dir` (made here) a TCP service db in shop (port named `tcp`) with a v1 and
+/// a v2 pod, and a DestinationRule with both subsets; its port and upstreams.
+fn db_with_subsets(dir: &std::path::Path) -> (u16, [Upstream; 2]) {
     let v1 = Upstream::start("db-v1");
     let v2 = Upstream::start("db-v2");
-    let dir = temp_dir("sc-tcp").join("config");
-    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::create_dir_all(dir).unwrap();
     let port = free_port();
     let service = service_yaml(
         "shop",
@@ -406,6 +400,19 @@ fn a_virtual_service_tcp_route_chooses_where_connections_go() {
         "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: db, namespace: shop}\nspec:\n  host: db\n  subsets:\n  - {name: v1, labels: {version: v1}}\n  - {name: v2, labels: {version: v2}}\n",
     )
     .unwrap();
+    (port, [v1, v2])
+}
+
+/// db is a TCP service (port named `tcp`) with a v1 and a v2 pod and a DestinationRule
+/// with both subsets. Without a VirtualService the sidecar's TCP listener spreads
+/// connections over both; a VirtualService `tcp` route sends every connection to v2; one
+/// whose match names another port leaves the default; a 50/50 route reaches both again
+/// through Envoy's weighted clusters. (Each request is a new connection, forwarded by
+/// tcp_proxy: the upstreams answer HTTP, which passes through unchanged.)
+#[test]
+fn a_virtual_service_tcp_route_chooses_where_connections_go() {
+    let dir = temp_dir("sc-tcp").join("config");
+    let (port, _upstreams) = db_with_subsets(&dir);
     let meshd = Meshd::start(&dir);
     let envoy = Envoy::sidecar(&meshd, Ads::Delta, "shop", "productpage");
     // What twenty connections reach (the Host header is irrelevant to tcp_proxy).
@@ -477,24 +484,10 @@ fn a_virtual_service_tcp_route_chooses_where_connections_go() {
 /// own cluster (both pods), as istiod's `buildSidecarOutboundTCPFilterChainOpts` adds it.
 #[test]
 fn a_tcp_routes_destination_subnets_choose_by_the_address_connected_to() {
-    let v1 = Upstream::start("db-v1");
-    let v2 = Upstream::start("db-v2");
     let dir = temp_dir("sc-subnets").join("config");
-    std::fs::create_dir_all(&dir).unwrap();
-    let (port, egress) = (free_port(), free_port());
-    let service = service_yaml(
-        "shop",
-        "db",
-        port,
-        &[(&v1, &[("version", "v1")]), (&v2, &[("version", "v2")])],
-    )
-    .replace("{name: http,", "{name: tcp,");
+    let (_port, _upstreams) = db_with_subsets(&dir);
+    let egress = free_port();
     let write = |file: &str, text: &str| std::fs::write(dir.join(file), text).unwrap();
-    write("db.yaml", &service);
-    write(
-        "dr.yaml",
-        "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: db, namespace: shop}\nspec:\n  host: db\n  subsets:\n  - {name: v1, labels: {version: v1}}\n  - {name: v2, labels: {version: v2}}\n",
-    );
     write(
         "sidecar.yaml",
         &format!(
