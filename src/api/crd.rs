@@ -11,11 +11,14 @@ use super::networking::{
     DestinationRule, Gateway, ServiceEntry, Sidecar, VirtualService, WorkloadEntry,
 };
 use super::security::{AuthorizationPolicy, PeerAuthentication, RequestAuthentication};
+use super::telemetry::Telemetry;
 
 /// apiVersions served for `networking.istio.io` kinds (the first is stored).
 pub const NETWORKING_VERSIONS: &[&str] = &["v1", "v1beta1", "v1alpha3"];
 /// apiVersions served for `security.istio.io` kinds (the first is stored).
 pub const SECURITY_VERSIONS: &[&str] = &["v1", "v1beta1"];
+/// apiVersions served for `telemetry.istio.io` kinds (the first is stored).
+pub const TELEMETRY_VERSIONS: &[&str] = &["v1", "v1alpha1"];
 
 /// Every CRD, in a stable order.
 pub fn all() -> Vec<CustomResourceDefinition> {
@@ -29,6 +32,7 @@ pub fn all() -> Vec<CustomResourceDefinition> {
         served(AuthorizationPolicy::crd(), SECURITY_VERSIONS),
         served(PeerAuthentication::crd(), SECURITY_VERSIONS),
         served(RequestAuthentication::crd(), SECURITY_VERSIONS),
+        served(Telemetry::crd(), TELEMETRY_VERSIONS),
     ]
 }
 
@@ -69,13 +73,13 @@ mod tests {
     #[test]
     fn every_kind_is_served_under_each_istio_api_version() {
         let crds = all();
-        assert_eq!(crds.len(), 9);
+        assert_eq!(crds.len(), 10);
         for crd in &crds {
             let names: Vec<_> = crd.spec.versions.iter().map(|v| v.name.as_str()).collect();
-            let expected = if crd.spec.group == "security.istio.io" {
-                SECURITY_VERSIONS
-            } else {
-                NETWORKING_VERSIONS
+            let expected = match crd.spec.group.as_str() {
+                "security.istio.io" => SECURITY_VERSIONS,
+                "telemetry.istio.io" => TELEMETRY_VERSIONS,
+                _ => NETWORKING_VERSIONS,
             };
             assert_eq!(names, expected, "{}", crd.spec.names.kind);
             assert_eq!(crd.spec.versions.iter().filter(|v| v.storage).count(), 1);

@@ -10,6 +10,7 @@
 pub mod crd;
 pub mod networking;
 pub mod security;
+pub mod telemetry;
 
 use std::collections::BTreeMap;
 

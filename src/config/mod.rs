@@ -18,6 +18,7 @@ use crate::api::networking::{
 use crate::api::security::{
     AuthorizationPolicySpec, PeerAuthenticationSpec, RequestAuthenticationSpec,
 };
+use crate::api::telemetry::TelemetrySpec;
 
 /// The kinds meshd reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -31,6 +32,7 @@ pub enum Kind {
     PeerAuthentication,
     RequestAuthentication,
     AuthorizationPolicy,
+    Telemetry,
     Service,
     EndpointSlice,
     /// Core v1 Endpoints: read when `PILOT_USE_ENDPOINT_SLICE=false`, and for a Service
@@ -46,7 +48,7 @@ pub enum Kind {
 }
 
 impl Kind {
-    pub const ALL: [Kind; 17] = [
+    pub const ALL: [Kind; 18] = [
         Kind::VirtualService,
         Kind::DestinationRule,
         Kind::Gateway,
@@ -56,6 +58,7 @@ impl Kind {
         Kind::PeerAuthentication,
         Kind::RequestAuthentication,
         Kind::AuthorizationPolicy,
+        Kind::Telemetry,
         Kind::Service,
         Kind::EndpointSlice,
         Kind::Endpoints,
@@ -77,6 +80,7 @@ impl Kind {
             Kind::PeerAuthentication => "PeerAuthentication",
             Kind::RequestAuthentication => "RequestAuthentication",
             Kind::AuthorizationPolicy => "AuthorizationPolicy",
+            Kind::Telemetry => "Telemetry",
             Kind::Service => "Service",
             Kind::EndpointSlice => "EndpointSlice",
             Kind::Endpoints => "Endpoints",
@@ -94,6 +98,7 @@ impl Kind {
             Kind::PeerAuthentication | Kind::RequestAuthentication | Kind::AuthorizationPolicy => {
                 "security.istio.io"
             }
+            Kind::Telemetry => "telemetry.istio.io",
             Kind::Service
             | Kind::Endpoints
             | Kind::Pod
@@ -111,6 +116,7 @@ impl Kind {
         match self.group() {
             "networking.istio.io" => crate::api::crd::NETWORKING_VERSIONS,
             "security.istio.io" => crate::api::crd::SECURITY_VERSIONS,
+            "telemetry.istio.io" => crate::api::crd::TELEMETRY_VERSIONS,
             _ => &["v1"],
         }
     }
@@ -127,6 +133,7 @@ impl Kind {
             Kind::PeerAuthentication => "peerauthentications",
             Kind::RequestAuthentication => "requestauthentications",
             Kind::AuthorizationPolicy => "authorizationpolicies",
+            Kind::Telemetry => "telemetries",
             Kind::Service => "services",
             Kind::EndpointSlice => "endpointslices",
             Kind::Endpoints => "endpoints",
@@ -155,6 +162,7 @@ impl Kind {
             Kind::PeerAuthentication => "peer-authentication",
             Kind::RequestAuthentication => "request-authentication",
             Kind::AuthorizationPolicy => "authorization-policy",
+            Kind::Telemetry => "telemetry",
             _ => "",
         }
     }
@@ -325,6 +333,7 @@ pub enum Spec {
     PeerAuthentication(PeerAuthenticationSpec),
     RequestAuthentication(RequestAuthenticationSpec),
     AuthorizationPolicy(AuthorizationPolicySpec),
+    Telemetry(TelemetrySpec),
     Service(ServiceDef),
     EndpointSlice(EndpointSliceDef),
     /// Core v1 Endpoints, one slice-shaped entry per subset.

@@ -338,6 +338,7 @@ fn decode_spec(
         Kind::PeerAuthentication => Spec::PeerAuthentication(typed(spec, "spec", unknown)?),
         Kind::RequestAuthentication => Spec::RequestAuthentication(typed(spec, "spec", unknown)?),
         Kind::AuthorizationPolicy => Spec::AuthorizationPolicy(typed(spec, "spec", unknown)?),
+        Kind::Telemetry => Spec::Telemetry(typed(spec, "spec", unknown)?),
         Kind::Service => {
             let s: core::Service = typed(value, "", unknown)?;
             Spec::Service(service_def(s))

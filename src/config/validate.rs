@@ -488,6 +488,50 @@ fn request_authentication(r: &mut Report, ra: &crate::api::security::RequestAuth
     }
 }
 
+/// Telemetry, as istiod's `validateTelemetry` checks `accessLogging`: a mode Istio knows,
+/// named providers, a filter with an expression; `targetRef(s)` are refused. `tracing`
+/// and `metrics` are kept but not applied (warned).
+fn telemetry(r: &mut Report, t: &crate::api::telemetry::TelemetrySpec) {
+    if t.target_ref.is_some() || !t.target_refs.is_empty() {
+        r.error(
+            "spec.targetRefs",
+            "targetRef(s) (waypoints and gateways) are not supported by meshd; use selector",
+        );
+    }
+    for (i, l) in t.access_logging.iter().enumerate() {
+        let f = format!("spec.accessLogging[{i}]");
+        if let Some(mode) = l.r#match.as_ref().and_then(|m| m.mode.as_deref())
+            && !matches!(mode, "CLIENT" | "SERVER" | "CLIENT_AND_SERVER")
+        {
+            let message = format!("{mode:?} is not CLIENT, SERVER or CLIENT_AND_SERVER");
+            r.error(format!("{f}.match.mode"), message);
+        }
+        for (j, p) in l.providers.iter().enumerate() {
+            if p.name.is_empty() {
+                r.error(format!("{f}.providers[{j}].name"), "must not be empty");
+            }
+        }
+        if l.filter
+            .as_ref()
+            .is_some_and(|x| x.expression.trim().is_empty())
+        {
+            r.error(format!("{f}.filter.expression"), "must not be empty");
+        }
+    }
+    if !t.tracing.is_empty() {
+        r.warn(
+            "spec.tracing",
+            format!("{NOT_APPLIED}: tracing comes from MeshConfig"),
+        );
+    }
+    if !t.metrics.is_empty() {
+        r.warn(
+            "spec.metrics",
+            format!("{NOT_APPLIED}: Istio's stats filter is not in stock Envoy"),
+        );
+    }
+}
+
 /// AuthorizationPolicy: what meshd cannot enforce is refused, never applied in part.
 fn authorization_policy(r: &mut Report, ap: &crate::api::security::AuthorizationPolicySpec) {
     use crate::api::security::AuthorizationAction;
@@ -1097,6 +1141,7 @@ pub fn validate(object: &ConfigObject) -> Vec<Problem> {
             }
         }
         Spec::RequestAuthentication(ra) => request_authentication(&mut r, ra),
+        Spec::Telemetry(t) => telemetry(&mut r, t),
         Spec::PeerAuthentication(_)
         | Spec::EndpointSlice(_)
         | Spec::Pod(_)

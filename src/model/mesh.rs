@@ -93,7 +93,8 @@ pub struct MeshConfig {
     /// ProxyConfig defaults; only `tracing` is read here (the agent reads the rest).
     #[serde(default)]
     pub default_config: ProxyConfig,
-    /// The providers used when no Telemetry resource names one; only `tracing` is read.
+    /// The providers used when no Telemetry resource names one: `tracing` and
+    /// `accessLogging`.
     #[serde(default)]
     pub default_providers: DefaultProviders,
     /// MeshNetworks, from the ConfigMap's `meshNetworks` key (not part of `mesh`).
@@ -110,7 +111,31 @@ pub struct ExtensionProvider {
     pub envoy_ext_authz_grpc: Option<ExtAuthzGrpc>,
     pub zipkin: Option<ZipkinProvider>,
     pub opentelemetry: Option<OpenTelemetryProvider>,
+    pub envoy_file_access_log: Option<FileAccessLogProvider>,
 }
+
+/// `envoyFileAccessLog`: Envoy's file access logger.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct FileAccessLogProvider {
+    /// `/dev/stdout` when empty.
+    pub path: String,
+    pub log_format: Option<FileLogFormat>,
+    pub omit_empty_values: bool,
+}
+
+/// `envoyFileAccessLog.logFormat`: a text format, or JSON `labels` (key → command
+/// operator).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct FileLogFormat {
+    pub text: Option<String>,
+    pub labels: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
+/// The access log provider every mesh has, as istiod's default MeshConfig lists it (a
+/// ConfigMap's provider of that name takes its place).
+pub const BUILTIN_ACCESS_LOG_PROVIDER: &str = "envoy";
 
 impl ExtensionProvider {
     /// The service (`[namespace/]hostname`) and port of an external authorizer; `None`
@@ -125,6 +150,30 @@ impl ExtensionProvider {
 }
 
 impl MeshConfig {
+    /// The extension provider named `name` (case-insensitive, as istiod's
+    /// `fetchProvider`), the built-in `envoy` access log provider included.
+    pub fn extension_provider(
+        &self,
+        name: &str,
+    ) -> Option<std::borrow::Cow<'_, ExtensionProvider>> {
+        if let Some(p) =
+            (self.extension_providers.iter()).find(|p| p.name.eq_ignore_ascii_case(name))
+        {
+            return Some(std::borrow::Cow::Borrowed(p));
+        }
+        name.eq_ignore_ascii_case(BUILTIN_ACCESS_LOG_PROVIDER)
+            .then(|| {
+                std::borrow::Cow::Owned(ExtensionProvider {
+                    name: BUILTIN_ACCESS_LOG_PROVIDER.into(),
+                    envoy_file_access_log: Some(FileAccessLogProvider {
+                        path: "/dev/stdout".into(),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                })
+            })
+    }
+
     /// `enableTracing`, on unless set false.
     pub fn tracing_enabled(&self) -> bool {
         self.enable_tracing != Some(false)
@@ -197,6 +246,9 @@ pub struct NamedTag {
 pub struct DefaultProviders {
     /// The tracer every proxy reports spans to: the first name counts, as in istiod.
     pub tracing: Vec<String>,
+    /// The access log providers of every proxy no Telemetry resource gives others
+    /// ([`crate::translate::access_log`]).
+    pub access_logging: Vec<String>,
 }
 
 /// `zipkin`: a Zipkin collector (Jaeger takes the same API).

@@ -83,6 +83,8 @@ pub struct PushContext {
     pub request_authentications: Arc<Vec<Arc<ConfigObject>>>,
     /// Oldest first, then by key.
     pub authorization_policies: Arc<Vec<Arc<ConfigObject>>>,
+    /// Oldest first, then by key.
+    pub telemetries: Arc<Vec<Arc<ConfigObject>>>,
     /// TLS Secrets by (namespace, name), for gateway credentials.
     pub secrets: Arc<HashMap<(String, String), Arc<ConfigObject>>>,
     pub pod_labels: PodLabels,
@@ -309,6 +311,7 @@ impl PushContext {
             peer_authentications: oldest_first(store, Kind::PeerAuthentication),
             request_authentications: oldest_first(store, Kind::RequestAuthentication),
             authorization_policies: oldest_first(store, Kind::AuthorizationPolicy),
+            telemetries: oldest_first(store, Kind::Telemetry),
             secrets: secrets(store),
             pod_labels: {
                 let mut by_namespace = PodLabels::default();
@@ -437,6 +440,9 @@ impl PushContext {
                 &self.authorization_policies,
                 || oldest_first(store, Kind::AuthorizationPolicy),
             ),
+            telemetries: rebuilt_if(any(Kind::Telemetry), &self.telemetries, || {
+                oldest_first(store, Kind::Telemetry)
+            }),
             secrets: rebuilt_if(any(Kind::Secret), &self.secrets, || secrets(store)),
             pod_labels,
             namespace_labels: rebuilt_if(any(Kind::Namespace), &self.namespace_labels, || {
@@ -1000,6 +1006,10 @@ impl PushContext {
                 (proxy.kind == ProxyKind::Sidecar || key.kind != Kind::PeerAuthentication)
                     && (key.namespace == proxy.namespace
                         || key.namespace == self.mesh.root_namespace())
+            }
+            // Telemetry: the proxy's namespace, or mesh-wide from the root namespace.
+            Kind::Telemetry => {
+                key.namespace == proxy.namespace || key.namespace == self.mesh.root_namespace()
             }
             // A Sidecar can only select proxies of its own namespace.
             Kind::Sidecar => key.namespace == proxy.namespace,

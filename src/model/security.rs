@@ -172,6 +172,47 @@ impl PushContext {
         }
     }
 
+    /// The `accessLogging` lists of the Telemetry resources that apply to `proxy`, least
+    /// specific first, as istiod's `applicableTelemetries` orders them: the root
+    /// namespace's first selector-less one, then the proxy's namespace's, then each of its
+    /// namespace's that selects it.
+    pub fn access_logging_for(
+        &self,
+        proxy: &Proxy,
+    ) -> Vec<&[crate::api::telemetry::AccessLogging]> {
+        let labels = self.proxy_labels(proxy);
+        let root = self.mesh.root_namespace();
+        let specs = || {
+            (self.telemetries.iter()).filter_map(|o| match &o.spec {
+                Spec::Telemetry(t) => Some((&o.key.namespace, t)),
+                _ => None,
+            })
+        };
+        let selectorless = |t: &crate::api::telemetry::TelemetrySpec| {
+            t.selector
+                .as_ref()
+                .is_none_or(|s| s.match_labels.is_empty())
+        };
+        let namespace_wide = |ns: &str| {
+            specs()
+                .find(|(n, t)| n.as_str() == ns && selectorless(t))
+                .map(|(_, t)| t)
+        };
+        let mut out = Vec::new();
+        out.extend(namespace_wide(root));
+        if proxy.namespace != root {
+            out.extend(namespace_wide(&proxy.namespace));
+        }
+        out.extend(specs().filter_map(|(n, t)| {
+            let sel = t.selector.as_ref().filter(|s| !s.match_labels.is_empty())?;
+            (*n == proxy.namespace && labels_match(&sel.match_labels, labels)).then_some(t)
+        }));
+        (out.into_iter())
+            .map(|t| t.access_logging.as_slice())
+            .filter(|l| !l.is_empty())
+            .collect()
+    }
+
     /// The AuthorizationPolicies that apply to `proxy`: the root namespace's selector-less
     /// ones (mesh-wide), its namespace's selector-less ones, and those whose selector
     /// matches it; in namespace/name order.

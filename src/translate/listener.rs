@@ -70,7 +70,7 @@ pub(super) struct ViewSettings {
     /// and that of every tcp_proxy no DestinationRule gave one (inbound, outbound,
     /// passthrough and blackhole alike).
     pub idle_timeout: Option<envoy_types::pb::google::protobuf::Duration>,
-    /// MeshConfig's access log ([`access_log`](super::access_log)) on every listener, and
+    /// The proxy's access logs ([`access_log`](super::access_log)) on every listener, and
     /// on every connection manager and tcp_proxy in them, as istiod's `AccessLogBuilder`
     /// puts it there.
     pub access_logs: Option<super::access_log::AccessLogs>,
@@ -88,15 +88,16 @@ pub(super) fn apply_view_settings(listeners: &mut [Listener], settings: &ViewSet
         access_logs,
         tracing,
     } = settings;
-    if let Some(log) = access_logs.as_ref().and_then(|l| l.listener.as_ref()) {
+    if let Some(logs) = access_logs {
         for l in listeners.iter_mut() {
-            l.access_log.push(log.clone());
+            let side = logs.side(l.traffic_direction);
+            l.access_log.extend(side.listener.iter().cloned());
         }
     }
     if idle_timeout.is_some() || access_logs.is_some() {
         edit_filters(
             listeners,
-            |hcm| {
+            |hcm, direction| {
                 if let Some(timeout) = idle_timeout {
                     let common = hcm
                         .common_http_protocol_options
@@ -104,11 +105,12 @@ pub(super) fn apply_view_settings(listeners: &mut [Listener], settings: &ViewSet
                     common.idle_timeout = Some(*timeout);
                 }
                 if let Some(logs) = access_logs {
-                    hcm.access_log.push(logs.core.clone());
+                    hcm.access_log
+                        .extend(logs.side(direction).core.iter().cloned());
                 }
                 true
             },
-            |tp| {
+            |tp, direction| {
                 let mut changed = false;
                 if let Some(timeout) = idle_timeout
                     && tp.idle_timeout.is_none()
@@ -117,8 +119,9 @@ pub(super) fn apply_view_settings(listeners: &mut [Listener], settings: &ViewSet
                     changed = true;
                 }
                 if let Some(logs) = access_logs {
-                    tp.access_log.push(logs.core.clone());
-                    changed = true;
+                    let core = &logs.side(direction).core;
+                    tp.access_log.extend(core.iter().cloned());
+                    changed |= !core.is_empty();
                 }
                 changed
             },
@@ -153,15 +156,17 @@ fn append_tracing(listeners: &mut [Listener], tracing: &HcmTracing) {
 }
 
 /// Runs `hcm` on every HTTP connection manager of `listeners` and `tcp` on every
-/// tcp_proxy, encoding again those they changed (they say whether they did).
+/// tcp_proxy, with their listener's traffic direction, encoding again those they changed
+/// (they say whether they did).
 fn edit_filters(
     listeners: &mut [Listener],
-    mut hcm: impl FnMut(&mut HttpConnectionManager) -> bool,
-    mut tcp: impl FnMut(&mut TcpProxy) -> bool,
+    mut hcm: impl FnMut(&mut HttpConnectionManager, i32) -> bool,
+    mut tcp: impl FnMut(&mut TcpProxy, i32) -> bool,
 ) {
     use envoy_types::pb::envoy::config::listener::v3::filter::ConfigType as FilterConfig;
     use prost::Message;
     for listener in listeners {
+        let direction = listener.traffic_direction;
         let chains =
             (listener.filter_chains.iter_mut()).chain(listener.default_filter_chain.iter_mut());
         for filter in chains.flat_map(|c| c.filters.iter_mut()) {
@@ -173,7 +178,7 @@ fn edit_filters(
                     let Ok(mut tp) = TcpProxy::decode(any.value.as_slice()) else {
                         continue;
                     };
-                    if tcp(&mut tp) {
+                    if tcp(&mut tp, direction) {
                         *any = pack_any(tp);
                     }
                 }
@@ -182,7 +187,7 @@ fn edit_filters(
                     else {
                         continue;
                     };
-                    if hcm(&mut manager) {
+                    if hcm(&mut manager, direction) {
                         *any = pack_any(manager);
                     }
                 }

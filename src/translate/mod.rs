@@ -153,7 +153,7 @@ pub fn plan<'a>(ctx: &'a PushContext, proxy: &Proxy) -> Plan<'a> {
     }
     let settings = listener::ViewSettings {
         idle_timeout: proxy.idle_timeout.map(duration),
-        access_logs: access_log::AccessLogs::of(&ctx.mesh),
+        access_logs: access_log::AccessLogs::for_proxy(ctx, proxy),
         tracing: tracing::of(ctx, proxy),
     };
     listener::apply_view_settings(&mut plan.listeners, &settings);

@@ -726,6 +726,70 @@ fn the_mesh_config_access_log_is_written_by_the_sidecar() {
     assert_eq!(envoy.rejected_updates(), Vec::<String>::new());
 }
 
+/// The Telemetry API: a mesh-wide Telemetry names a MeshConfig provider writing JSON lines
+/// to a file and a CEL filter; the real Envoy sidecar logs the request that failed and not
+/// the one that did not.
+#[test]
+fn a_telemetry_resource_chooses_the_provider_and_filters_what_is_logged() {
+    let root = temp_dir("telemetry-log");
+    let dir = root.join("config");
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = root.join("access.json");
+    let mesh = mesh_configmap(&format!(
+        "extensionProviders:\n- name: json-log\n  envoyFileAccessLog:\n    path: {}\n    logFormat: {{labels: {{path: '%REQ(:PATH)%', code: '%RESPONSE_CODE%'}}}}",
+        log.display()
+    ));
+    std::fs::write(dir.join("mesh.yaml"), mesh).unwrap();
+    std::fs::write(
+        dir.join("telemetry.yaml"),
+        "apiVersion: telemetry.istio.io/v1\nkind: Telemetry\nmetadata: {name: mesh-default, namespace: istio-system}\nspec:\n  accessLogging:\n  - providers: [{name: json-log}]\n    filter: {expression: 'response.code >= 400'}\n",
+    )
+    .unwrap();
+    let up = Upstream::deciding("reviews", |path| {
+        if path.starts_with("/missing") {
+            "404 Not Found"
+        } else {
+            "200 OK"
+        }
+    });
+    let port = free_port();
+    std::fs::write(
+        dir.join("reviews.yaml"),
+        service_yaml("shop", "reviews", port, &[(&up, &[])]),
+    )
+    .unwrap();
+    let meshd = Meshd::start(&dir);
+    let envoy = Envoy::sidecar(&meshd, Ads::Delta, "shop", "productpage");
+    let get = |path: &str| http_get(&format!("{}:{port}", envoy.ip), "reviews", path, &[]);
+    let lines = || -> Vec<serde_json::Value> {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        text.lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    };
+    wait_until("the sidecar to route", Duration::from_secs(10), || {
+        get("/ok").is_ok_and(|r| r.status == 200)
+    });
+    // Envoy writes its access log out about once a second.
+    wait_until(
+        "a line for the failed request",
+        Duration::from_secs(15),
+        || {
+            let _ = get("/ok");
+            let _ = get("/missing");
+            lines()
+                .iter()
+                .any(|l| l["path"] == "/missing" && l["code"] == 404)
+        },
+    );
+    assert!(
+        lines().iter().all(|l| l["path"] != "/ok"),
+        "the filter keeps successful requests out: {:?}",
+        lines()
+    );
+    assert_eq!(envoy.rejected_updates(), Vec::<String>::new());
+}
+
 /// MeshConfig `connectTimeout`, `tcpKeepalive` and `h2UpgradePolicy`: a real Envoy holds
 /// its clusters with them (its own config_dump), and takes the change when the ConfigMap
 /// drops them.

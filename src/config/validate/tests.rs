@@ -933,3 +933,39 @@ fn request_principals_and_request_auth_keys_are_accepted_and_malformed_claims_re
         assert_eq!(fields, ["spec.rules[0].when[0].key"], "{key}");
     }
 }
+
+#[test]
+fn telemetry_access_logging_is_checked_and_tracing_and_metrics_reported_unapplied() {
+    let tel = |spec: &str| {
+        parse_file(
+            "t.yaml",
+            &format!(
+                "apiVersion: telemetry.istio.io/v1alpha1\nkind: Telemetry\nmetadata: {{name: t, namespace: shop}}\nspec:\n{spec}"
+            ),
+        )
+    };
+    let good = tel(
+        "  selector: {matchLabels: {app: web}}\n  accessLogging:\n  - match: {mode: SERVER}\n    providers: [{name: envoy}]\n    filter: {expression: 'response.code >= 400'}\n  - disabled: true\n",
+    );
+    assert!(good.issues.is_empty(), "{:?}", good.issues);
+    assert_eq!(good.objects.len(), 1);
+    let bad = tel(
+        "  targetRef: {kind: Gateway, name: g}\n  accessLogging:\n  - match: {mode: BOTH}\n    providers: [{name: ''}]\n    filter: {expression: ' '}\n",
+    );
+    let fields: Vec<&str> = bad.errors().map(|e| e.field.as_str()).collect();
+    assert_eq!(
+        fields,
+        [
+            "spec.targetRefs",
+            "spec.accessLogging[0].match.mode",
+            "spec.accessLogging[0].providers[0].name",
+            "spec.accessLogging[0].filter.expression",
+        ]
+    );
+    let unapplied = tel(
+        "  tracing: [{randomSamplingPercentage: 10}]\n  metrics: [{providers: [{name: prometheus}]}]\n",
+    );
+    assert_eq!(unapplied.objects.len(), 1);
+    let warned: Vec<&str> = unapplied.issues.iter().map(|i| i.field.as_str()).collect();
+    assert_eq!(warned, ["spec.tracing", "spec.metrics"]);
+}

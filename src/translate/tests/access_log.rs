@@ -1,8 +1,12 @@
-//! MeshConfig's access log: a file logger on every listener (for connections no chain
-//! takes), connection manager and tcp_proxy, in Istio's text or JSON format.
+//! Access logs: a file logger on every listener (for connections no chain takes),
+//! connection manager and tcp_proxy, from MeshConfig's `accessLogFile` in Istio's text or
+//! JSON format, or from the providers MeshConfig's `defaultProviders` and Telemetry
+//! resources choose for each side of the proxy's traffic.
 
 use envoy_types::pb::envoy::config::accesslog::v3::{AccessLog, access_log, access_log_filter};
-use envoy_types::pb::envoy::config::core::v3::{data_source, substitution_format_string::Format};
+use envoy_types::pb::envoy::config::core::v3::{
+    TrafficDirection, data_source, substitution_format_string::Format,
+};
 use envoy_types::pb::envoy::config::listener::v3::filter::ConfigType;
 use envoy_types::pb::envoy::extensions::access_loggers::file::v3::{
     FileAccessLog, file_access_log::AccessLogFormat,
@@ -18,8 +22,13 @@ use crate::translate::{ProxyConfig, proxy_config};
 
 /// A mesh ConfigMap with these `mesh` lines, a TCP service and an HTTP one.
 fn config(mesh: &str) -> ProxyConfig {
+    config_with(mesh, "")
+}
+
+/// [`config`] with more objects (`extra`, ending in a newline, or empty).
+fn config_with(mesh: &str, extra: &str) -> ProxyConfig {
     let yaml = format!(
-        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: istio, namespace: istio-system}}\ndata:\n  mesh: |\n{mesh}---\napiVersion: v1\nkind: Service\nmetadata: {{name: db, namespace: shop}}\nspec: {{clusterIP: 10.96.0.50, ports: [{{name: tcp, port: 5432}}]}}\n"
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: istio, namespace: istio-system}}\ndata:\n  mesh: |\n{mesh}---\napiVersion: v1\nkind: Service\nmetadata: {{name: db, namespace: shop}}\nspec: {{clusterIP: 10.96.0.50, ports: [{{name: tcp, port: 5432}}]}}\n{extra}"
     );
     proxy_config(&context(&yaml), &sidecar("shop", json!({"app": "web"})))
 }
@@ -147,4 +156,118 @@ fn a_format_of_ones_own_gets_a_newline_and_json_its_fields() {
     let mut keys: Vec<&String> = s.fields.keys().collect();
     keys.sort();
     assert_eq!(keys, ["code", "to"]);
+}
+
+fn telemetry(name: &str, namespace: &str, spec: &str) -> String {
+    format!(
+        "---\napiVersion: telemetry.istio.io/v1\nkind: Telemetry\nmetadata: {{name: {name}, namespace: {namespace}}}\nspec: {spec}\n"
+    )
+}
+
+/// The paths the connection managers and tcp_proxies of listeners of `direction` log
+/// to (each filter's, joined by `+`), and whether any listener of it logs itself.
+fn paths(cfg: &ProxyConfig, direction: TrafficDirection) -> (Vec<String>, bool) {
+    let of_direction = ProxyConfig {
+        listeners: (cfg.listeners.iter())
+            .filter(|l| l.traffic_direction == direction as i32)
+            .cloned()
+            .collect(),
+        ..Default::default()
+    };
+    let (listener_logs, filters) = logs(&of_direction);
+    let mut out: Vec<String> = (filters.iter())
+        .map(|f| f.iter().map(|l| file(l).path).collect::<Vec<_>>().join("+"))
+        .collect();
+    out.sort();
+    out.dedup();
+    (out, !listener_logs.is_empty())
+}
+
+#[test]
+fn default_providers_log_without_an_access_log_file() {
+    let cfg = config("    defaultProviders: {accessLogging: [envoy]}\n");
+    let (listener_logs, filters) = logs(&cfg);
+    assert!(!listener_logs.is_empty());
+    assert!(filters.iter().all(|f| f.len() == 1), "{filters:?}");
+    // The built-in provider writes MeshConfig's format to standard output.
+    assert_eq!(file(&filters[0][0]).path, "/dev/stdout");
+    assert_eq!(text(&filters[0][0]), ISTIO_TEXT_FORMAT);
+    // An unknown provider logs nothing; neither does one that is not a logger.
+    let cfg = config("    defaultProviders: {accessLogging: [nowhere]}\n");
+    assert!(logs(&cfg).1.iter().all(Vec::is_empty));
+}
+
+#[test]
+fn telemetry_resources_choose_providers_per_side_and_namespace() {
+    let mesh = "    accessLogFile: /var/log/legacy\n    extensionProviders:\n    - name: json-log\n      envoyFileAccessLog:\n        path: /var/log/json\n        logFormat: {labels: {code: '%RESPONSE_CODE%'}}\n";
+    // A mesh-wide Telemetry takes over from accessLogFile.
+    let root = telemetry(
+        "mesh",
+        "istio-system",
+        "{accessLogging: [{providers: [{name: json-log}]}]}",
+    );
+    let cfg = config_with(mesh, &root);
+    assert_eq!(paths(&cfg, TrafficDirection::Outbound).0, ["/var/log/json"]);
+    assert_eq!(paths(&cfg, TrafficDirection::Inbound).0, ["/var/log/json"]);
+    let (_, filters) = logs(&cfg);
+    match format(&filters[0][0]) {
+        Format::JsonFormat(f) => assert_eq!(f.fields.keys().collect::<Vec<_>>(), ["code"]),
+        other => panic!("{other:?}"),
+    }
+    // The namespace's resource logs its server side only, with the built-in provider
+    // too; the client side keeps the mesh's.
+    let shop = telemetry(
+        "shop",
+        "shop",
+        "{accessLogging: [{match: {mode: SERVER}, providers: [{name: envoy}, {name: json-log}]}]}",
+    );
+    let cfg = config_with(mesh, &format!("{root}{shop}"));
+    assert_eq!(
+        paths(&cfg, TrafficDirection::Inbound).0,
+        ["/dev/stdout+/var/log/json"]
+    );
+    assert_eq!(paths(&cfg, TrafficDirection::Outbound).0, ["/var/log/json"]);
+    // A workload's resource disables what it inherits.
+    let off = telemetry(
+        "web",
+        "shop",
+        "{selector: {matchLabels: {app: web}}, accessLogging: [{disabled: true}]}",
+    );
+    let cfg = config_with(mesh, &format!("{root}{off}"));
+    assert_eq!(
+        paths(&cfg, TrafficDirection::Outbound),
+        (vec![String::new()], false)
+    );
+    // Another workload's resource does not apply.
+    let other = off.replace("app: web", "app: db");
+    let cfg = config_with(mesh, &format!("{root}{other}"));
+    assert_eq!(paths(&cfg, TrafficDirection::Outbound).0, ["/var/log/json"]);
+}
+
+#[test]
+fn a_telemetry_filter_is_a_cel_filter_and_listeners_log_unrouted_connections_only() {
+    use envoy_types::pb::envoy::config::accesslog::v3::extension_filter;
+    use envoy_types::pb::envoy::extensions::access_loggers::filters::cel::v3::ExpressionFilter;
+    let root = telemetry(
+        "mesh",
+        "istio-system",
+        "{accessLogging: [{providers: [{name: envoy}], filter: {expression: 'response.code >= 400'}}]}",
+    );
+    let cfg = config_with("    enableTracing: true\n", &root);
+    let (listener_logs, filters) = logs(&cfg);
+    let Some(access_log_filter::FilterSpecifier::ExtensionFilter(f)) =
+        &filters[0][0].filter.as_ref().unwrap().filter_specifier
+    else {
+        panic!("{:?}", filters[0][0])
+    };
+    assert_eq!(f.name, "envoy.access_loggers.extension_filters.cel");
+    let Some(extension_filter::ConfigType::TypedConfig(any)) = &f.config_type else {
+        panic!()
+    };
+    let cel = ExpressionFilter::decode(any.value.as_slice()).unwrap();
+    assert_eq!(cel.expression, "response.code >= 400");
+    assert!(matches!(
+        &listener_logs[0].filter.as_ref().unwrap().filter_specifier,
+        Some(access_log_filter::FilterSpecifier::ResponseFlagFilter(r)) if r.flags == ["NR"]
+    ));
 }
