@@ -1,6 +1,9 @@
 //! `telemetry.istio.io`: Telemetry, served as `v1` and `v1alpha1`, with Istio's field
-//! names. meshd applies its `accessLogging` ([`crate::translate::access_log`]); `tracing`
-//! and `metrics` are kept and reported as not applied.
+//! names. meshd applies its `accessLogging` ([`crate::translate::access_log`]) and
+//! `tracing` ([`crate::translate::tracing`]); `metrics` are kept and reported as not
+//! applied.
+
+use std::collections::BTreeMap;
 
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -33,8 +36,7 @@ pub struct TelemetrySpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub access_logging: Vec<AccessLogging>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(schema_with = "any_object_list")]
-    pub tracing: Vec<AnyObject>,
+    pub tracing: Vec<TracingEntry>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "any_object_list")]
     pub metrics: Vec<AnyObject>,
@@ -74,4 +76,50 @@ pub struct ProviderRef {
 pub struct LogFilter {
     #[serde(default)]
     pub expression: String,
+}
+
+/// `Tracing`: which provider reports spans, and how, for which side of the traffic.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TracingEntry {
+    #[serde(default, rename = "match", skip_serializing_if = "Option::is_none")]
+    pub r#match: Option<LogSelector>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub providers: Vec<ProviderRef>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub random_sampling_percentage: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disable_span_reporting: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub custom_tags: Option<BTreeMap<String, CustomTag>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub use_request_id_for_trace_sampling: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enable_istio_tags: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disable_context_propagation: Option<bool>,
+}
+
+/// A custom span tag (Telemetry's, and MeshConfig `defaultConfig.tracing.customTags`):
+/// exactly one of a literal, an environment variable of the proxy, or a request header.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default, rename_all = "camelCase")]
+pub struct CustomTag {
+    pub literal: Option<LiteralTag>,
+    pub environment: Option<NamedTag>,
+    pub header: Option<NamedTag>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default, rename_all = "camelCase")]
+pub struct LiteralTag {
+    pub value: String,
+}
+
+/// An environment variable or request header, and the value used when it is absent.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default, rename_all = "camelCase")]
+pub struct NamedTag {
+    pub name: String,
+    pub default_value: String,
 }

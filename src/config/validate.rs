@@ -488,9 +488,10 @@ fn request_authentication(r: &mut Report, ra: &crate::api::security::RequestAuth
     }
 }
 
-/// Telemetry, as istiod's `validateTelemetry` checks `accessLogging`: a mode Istio knows,
-/// named providers, a filter with an expression; `targetRef(s)` are refused. `tracing`
-/// and `metrics` are kept but not applied (warned).
+/// Telemetry, as istiod's `validateTelemetry` checks it: a mode Istio knows, named
+/// providers, a filter with an expression, a sampling percentage; `targetRef(s)` are
+/// refused. `metrics`, and tracing's `useRequestIdForTraceSampling: false` and
+/// `disableContextPropagation`, are kept but not applied (warned).
 fn telemetry(r: &mut Report, t: &crate::api::telemetry::TelemetrySpec) {
     if t.target_ref.is_some() || !t.target_refs.is_empty() {
         r.error(
@@ -518,11 +519,31 @@ fn telemetry(r: &mut Report, t: &crate::api::telemetry::TelemetrySpec) {
             r.error(format!("{f}.filter.expression"), "must not be empty");
         }
     }
-    if !t.tracing.is_empty() {
-        r.warn(
-            "spec.tracing",
-            format!("{NOT_APPLIED}: tracing comes from MeshConfig"),
-        );
+    for (i, e) in t.tracing.iter().enumerate() {
+        let f = format!("spec.tracing[{i}]");
+        if let Some(mode) = e.r#match.as_ref().and_then(|m| m.mode.as_deref())
+            && !matches!(mode, "CLIENT" | "SERVER" | "CLIENT_AND_SERVER")
+        {
+            let message = format!("{mode:?} is not CLIENT, SERVER or CLIENT_AND_SERVER");
+            r.error(format!("{f}.match.mode"), message);
+        }
+        for (j, p) in e.providers.iter().enumerate() {
+            if p.name.is_empty() {
+                r.error(format!("{f}.providers[{j}].name"), "must not be empty");
+            }
+        }
+        if let Some(p) = e.random_sampling_percentage
+            && !(0.0..=100.0).contains(&p)
+        {
+            let message = format!("{p} is not a percentage between 0 and 100");
+            r.error(format!("{f}.randomSamplingPercentage"), message);
+        }
+        if e.use_request_id_for_trace_sampling == Some(false) {
+            r.warn(format!("{f}.useRequestIdForTraceSampling"), NOT_APPLIED);
+        }
+        if e.disable_context_propagation == Some(true) {
+            r.warn(format!("{f}.disableContextPropagation"), NOT_APPLIED);
+        }
     }
     if !t.metrics.is_empty() {
         r.warn(

@@ -216,29 +216,7 @@ pub struct ProxyTracing {
     pub enable_istio_tags: Option<bool>,
 }
 
-/// A custom span tag: exactly one of a literal, an environment variable of the proxy, or
-/// a request header.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default, rename_all = "camelCase")]
-pub struct CustomTag {
-    pub literal: Option<LiteralTag>,
-    pub environment: Option<NamedTag>,
-    pub header: Option<NamedTag>,
-}
-
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default, rename_all = "camelCase")]
-pub struct LiteralTag {
-    pub value: String,
-}
-
-/// An environment variable or request header, and the value used when it is absent.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default, rename_all = "camelCase")]
-pub struct NamedTag {
-    pub name: String,
-    pub default_value: String,
-}
+pub use crate::api::telemetry::{CustomTag, LiteralTag, NamedTag};
 
 /// MeshConfig `defaultProviders`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

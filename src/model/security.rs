@@ -172,14 +172,13 @@ impl PushContext {
         }
     }
 
-    /// The `accessLogging` lists of the Telemetry resources that apply to `proxy`, least
-    /// specific first, as istiod's `applicableTelemetries` orders them: the root
-    /// namespace's first selector-less one, then the proxy's namespace's, then each of its
-    /// namespace's that selects it.
-    pub fn access_logging_for(
-        &self,
-        proxy: &Proxy,
-    ) -> Vec<&[crate::api::telemetry::AccessLogging]> {
+    /// The Telemetry resources that apply to `proxy`, least specific first, as istiod's
+    /// `applicableTelemetries` orders them: the root namespace's first selector-less one,
+    /// then the proxy's namespace's, then each of its namespace's that selects it.
+    pub fn telemetries_for(&self, proxy: &Proxy) -> Vec<&crate::api::telemetry::TelemetrySpec> {
+        if self.telemetries.is_empty() {
+            return Vec::new();
+        }
         let labels = self.proxy_labels(proxy);
         let root = self.mesh.root_namespace();
         let specs = || {
@@ -207,10 +206,31 @@ impl PushContext {
             let sel = t.selector.as_ref().filter(|s| !s.match_labels.is_empty())?;
             (*n == proxy.namespace && labels_match(&sel.match_labels, labels)).then_some(t)
         }));
-        (out.into_iter())
+        out
+    }
+
+    /// The `accessLogging` lists of [`Self::telemetries_for`] that have entries.
+    pub fn access_logging_for(
+        &self,
+        proxy: &Proxy,
+    ) -> Vec<&[crate::api::telemetry::AccessLogging]> {
+        (self.telemetries_for(proxy).into_iter())
             .map(|t| t.access_logging.as_slice())
             .filter(|l| !l.is_empty())
             .collect()
+    }
+
+    /// The `tracing` entries of [`Self::telemetries_for`], least specific first.
+    pub fn tracing_for(&self, proxy: &Proxy) -> Vec<&crate::api::telemetry::TracingEntry> {
+        (self.telemetries_for(proxy).into_iter())
+            .flat_map(|t| t.tracing.iter())
+            .collect()
+    }
+
+    /// Whether any Telemetry resource configures tracing.
+    pub fn telemetry_traces(&self) -> bool {
+        (self.telemetries.iter())
+            .any(|o| matches!(&o.spec, Spec::Telemetry(t) if !t.tracing.is_empty()))
     }
 
     /// The AuthorizationPolicies that apply to `proxy`: the root namespace's selector-less

@@ -74,8 +74,9 @@ pub(super) struct ViewSettings {
     /// on every connection manager and tcp_proxy in them, as istiod's `AccessLogBuilder`
     /// puts it there.
     pub access_logs: Option<super::access_log::AccessLogs>,
-    /// The proxy's tracing ([`tracing`](super::tracing)) on every connection manager.
-    pub tracing: Option<HcmTracing>,
+    /// The proxy's tracing ([`tracing`](super::tracing)) on every connection manager, by
+    /// its listener's side.
+    pub tracing: super::tracing::Sides,
 }
 
 /// Applies `settings` to `listeners`. The idle timeout and access logs decode each filter
@@ -127,29 +128,48 @@ pub(super) fn apply_view_settings(listeners: &mut [Listener], settings: &ViewSet
             },
         );
     }
-    if let Some(t) = tracing {
-        append_tracing(listeners, t);
-    }
+    append_tracing(listeners, tracing);
 }
 
 /// `HttpConnectionManager.tracing`'s field number.
 const HCM_TRACING_FIELD: u32 = 7;
 
-/// Sets `tracing` on every connection manager of `listeners` without decoding them: a
-/// message field appended to an encoded message is read as set (protobuf merges
-/// repeated occurrences, and no builder sets the field).
-fn append_tracing(listeners: &mut [Listener], tracing: &HcmTracing) {
+/// Sets each side's tracing on every connection manager of `listeners` of that side
+/// without decoding them: a message field appended to an encoded message is read as set
+/// (protobuf merges repeated occurrences, and no builder sets the field). Each side is
+/// encoded once.
+fn append_tracing(listeners: &mut [Listener], tracing: &super::tracing::Sides) {
     use envoy_types::pb::envoy::config::listener::v3::filter::ConfigType as FilterConfig;
-    let mut field = Vec::new();
-    prost::encoding::message::encode(HCM_TRACING_FIELD, tracing, &mut field);
+    let encode = |t: Option<&HcmTracing>| {
+        t.map(|t| {
+            let mut field = Vec::new();
+            prost::encoding::message::encode(HCM_TRACING_FIELD, t, &mut field);
+            field
+        })
+    };
+    let client = encode(tracing.client.as_ref());
+    let server = if tracing.server == tracing.client {
+        client.clone()
+    } else {
+        encode(tracing.server.as_ref())
+    };
+    let inbound = envoy_types::pb::envoy::config::core::v3::TrafficDirection::Inbound as i32;
     for listener in listeners {
+        let side = if listener.traffic_direction == inbound {
+            &server
+        } else {
+            &client
+        };
+        let Some(field) = side else {
+            continue;
+        };
         let chains =
             (listener.filter_chains.iter_mut()).chain(listener.default_filter_chain.iter_mut());
         for filter in chains.flat_map(|c| c.filters.iter_mut()) {
             if let (HCM, Some(FilterConfig::TypedConfig(any))) =
                 (filter.name.as_str(), &mut filter.config_type)
             {
-                any.value.extend_from_slice(&field);
+                any.value.extend_from_slice(field);
             }
         }
     }

@@ -1,5 +1,6 @@
-//! Tracing on every HTTP connection manager, as istiod configures it from MeshConfig when
-//! no Telemetry resource says otherwise (`configureTracingFromTelemetry`):
+//! Tracing on every HTTP connection manager, as istiod's `configureTracingFromTelemetry`
+//! sets it: from the proxy's Telemetry resources' `tracing` when it has any ([`of`], per
+//! side of its traffic), else from MeshConfig:
 //! - with `defaultProviders.tracing`, each manager reports spans to that provider (Zipkin
 //!   or OpenTelemetry), through the outbound cluster of the provider's service;
 //! - else, with `enableTracing` (on by default), each manager samples requests for the
@@ -37,7 +38,7 @@ use envoy_types::pb::google::protobuf::{BoolValue, UInt32Value};
 use envoy_types::util::pack_any;
 
 use crate::model::mesh::{
-    self, MeshConfig, OpenTelemetryProvider, ProviderHeader, ProxyTracing, ZipkinProvider,
+    self, OpenTelemetryProvider, ProviderHeader, ProxyTracing, ZipkinProvider,
 };
 use crate::model::{Proxy, ProxyKind, PushContext};
 
@@ -88,9 +89,122 @@ impl TraceIds<'_> {
     }
 }
 
-/// Whether the mesh traces at all: with a default provider, or `enableTracing`.
-pub fn enabled(mesh: &MeshConfig) -> bool {
-    !mesh.default_providers.tracing.is_empty() || mesh.tracing_enabled()
+/// Whether the mesh may trace at all: with a default provider, `enableTracing`, or a
+/// Telemetry resource's `tracing`.
+pub fn enabled(ctx: &PushContext) -> bool {
+    let mesh = &ctx.mesh;
+    !mesh.default_providers.tracing.is_empty() || mesh.tracing_enabled() || ctx.telemetry_traces()
+}
+
+/// The tracing of a proxy's outbound and gateway connection managers (`client`) and of
+/// its inbound ones (`server`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Sides {
+    pub client: Option<Tracing>,
+    pub server: Option<Tracing>,
+}
+
+/// One side's tracing as istiod's `Telemetries.Tracing` merges it (`TracingSpec`):
+/// the default provider, then each Telemetry entry for the side overriding what it sets.
+struct Spec<'a> {
+    provider: Option<&'a str>,
+    disabled: bool,
+    sampling: Option<f64>,
+    custom_tags: Option<&'a std::collections::BTreeMap<String, mesh::CustomTag>>,
+    istio_tags: bool,
+}
+
+/// The tracing of `proxy`'s connection managers on each side: from its Telemetry
+/// resources' `tracing` when it has any (istiod's `configureTracingFromTelemetry`), else
+/// from MeshConfig alone, the same on both sides.
+pub fn of(ctx: &PushContext, proxy: &Proxy) -> Sides {
+    let entries = ctx.tracing_for(proxy);
+    if entries.is_empty() {
+        let tracing = of_mesh(ctx, proxy);
+        return Sides {
+            client: tracing.clone(),
+            server: tracing,
+        };
+    }
+    let mesh = &ctx.mesh;
+    let side = |mode: &str| {
+        let mut spec = Spec {
+            provider: mesh.default_providers.tracing.first().map(String::as_str),
+            disabled: false,
+            sampling: None,
+            custom_tags: None,
+            istio_tags: true,
+        };
+        for e in &entries {
+            let m = e.r#match.as_ref().and_then(|m| m.mode.as_deref());
+            if !m.is_none_or(|m| m == "CLIENT_AND_SERVER" || m == mode) {
+                continue;
+            }
+            if let Some(p) = e.providers.first() {
+                spec.provider = Some(&p.name);
+            }
+            if let Some(d) = e.disable_span_reporting {
+                spec.disabled = d;
+            }
+            if let Some(tags) = &e.custom_tags {
+                spec.custom_tags = Some(tags);
+            }
+            if let Some(p) = e.random_sampling_percentage {
+                spec.sampling = Some(p);
+            }
+            if let Some(t) = e.enable_istio_tags {
+                spec.istio_tags = t;
+            }
+        }
+        of_spec(ctx, proxy, &spec)
+    };
+    let client = side("CLIENT");
+    let server = match proxy.kind {
+        crate::model::ProxyKind::Router => client.clone(),
+        crate::model::ProxyKind::Sidecar => side("SERVER"),
+    };
+    Sides { client, server }
+}
+
+/// A side's tracing from its merged spec: none when disabled or without a provider that
+/// works (as istiod disables a spec whose provider lookup fails); sampling from the spec,
+/// else MeshConfig's; the spec's custom tags, else MeshConfig's.
+fn of_spec(ctx: &PushContext, proxy: &Proxy, spec: &Spec) -> Option<Tracing> {
+    let mesh = &ctx.mesh;
+    if spec.disabled {
+        return None;
+    }
+    let provider = mesh.extension_provider(spec.provider?)?;
+    let mut tracing = provider_tracing(ctx, proxy, &provider).ok()?;
+    let unset = ProxyTracing::default();
+    let settings = mesh.default_config.tracing.as_ref().unwrap_or(&unset);
+    let sampling = match spec.sampling {
+        Some(p) if (0.0..=100.0).contains(&p) => p,
+        _ => sampling(settings),
+    };
+    finish(&mut tracing, sampling, settings);
+    let configured = spec.custom_tags.unwrap_or(&settings.custom_tags);
+    let configured = if configured.is_empty() {
+        &settings.custom_tags
+    } else {
+        configured
+    };
+    tracing.custom_tags = custom_tags(ctx, proxy, spec.istio_tags, configured);
+    Some(tracing)
+}
+
+/// Sampling as istiod's `configureSampling`, and MeshConfig's path tag length when the
+/// provider set none.
+fn finish(tracing: &mut Tracing, sampling: f64, settings: &ProxyTracing) {
+    let percent = |value| Some(Percent { value });
+    tracing.client_sampling = percent(100.0);
+    tracing.overall_sampling = percent(100.0);
+    tracing.random_sampling = percent(sampling);
+    if tracing.max_path_tag_length.is_none() && settings.max_path_tag_length != 0 {
+        tracing.max_path_tag_length = Some(UInt32Value {
+            value: settings.max_path_tag_length,
+        });
+    }
 }
 
 /// The request id extension every connection manager has (istiod's
@@ -105,10 +219,10 @@ pub fn request_id_extension() -> RequestIdExtension {
     }
 }
 
-/// The tracing of `proxy`'s connection managers; `None` when the mesh traces nothing, or
-/// when its default provider cannot be used
+/// The tracing of `proxy`'s connection managers from MeshConfig alone; `None` when the
+/// mesh traces nothing, or when its default provider cannot be used
 /// ([`PushContext::tracing_problem`]).
-pub fn of(ctx: &PushContext, proxy: &Proxy) -> Option<Tracing> {
+fn of_mesh(ctx: &PushContext, proxy: &Proxy) -> Option<Tracing> {
     let mesh = &ctx.mesh;
     let unset = ProxyTracing::default();
     let settings = mesh.default_config.tracing.as_ref().unwrap_or(&unset);
@@ -120,16 +234,9 @@ pub fn of(ctx: &PushContext, proxy: &Proxy) -> Option<Tracing> {
         None if mesh.tracing_enabled() => Tracing::default(),
         None => return None,
     };
-    let percent = |value| Some(Percent { value });
-    tracing.client_sampling = percent(100.0);
-    tracing.overall_sampling = percent(100.0);
-    tracing.random_sampling = percent(sampling(settings));
-    if tracing.max_path_tag_length.is_none() && settings.max_path_tag_length != 0 {
-        tracing.max_path_tag_length = Some(UInt32Value {
-            value: settings.max_path_tag_length,
-        });
-    }
-    tracing.custom_tags = custom_tags(ctx, proxy, settings);
+    finish(&mut tracing, sampling(settings), settings);
+    let istio_tags = settings.enable_istio_tags != Some(false);
+    tracing.custom_tags = custom_tags(ctx, proxy, istio_tags, &settings.custom_tags);
     Some(tracing)
 }
 
@@ -146,10 +253,15 @@ fn sampling(settings: &ProxyTracing) -> f64 {
     }
 }
 
-/// Istio's tags (unless `enableIstioTags: false`) and the configured ones, by tag name.
-fn custom_tags(ctx: &PushContext, proxy: &Proxy, settings: &ProxyTracing) -> Vec<CustomTag> {
+/// Istio's tags (with `istio_tags`) and the `configured` ones, by tag name.
+fn custom_tags(
+    ctx: &PushContext,
+    proxy: &Proxy,
+    istio_tags: bool,
+    configured: &std::collections::BTreeMap<String, mesh::CustomTag>,
+) -> Vec<CustomTag> {
     let mut tags = Vec::new();
-    if settings.enable_istio_tags != Some(false) {
+    if istio_tags {
         let labels = ctx.proxy_labels(proxy);
         let or = |v: Option<&str>, default: &'static str| {
             v.filter(|v| !v.is_empty()).unwrap_or(default).to_string()
@@ -171,7 +283,7 @@ fn custom_tags(ctx: &PushContext, proxy: &Proxy, settings: &ProxyTracing) -> Vec
         tags.extend(literals.into_iter().map(|(tag, value)| literal(tag, value)));
         tags.extend(dry_run_policy_tags());
     }
-    for (tag, t) in &settings.custom_tags {
+    for (tag, t) in configured {
         let named = |n: &mesh::NamedTag| (n.name.clone(), n.default_value.clone());
         // Exactly one kind, as the field is a oneof (validation warns otherwise).
         let kind = match (&t.literal, &t.environment, &t.header) {

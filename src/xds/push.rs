@@ -272,7 +272,7 @@ impl Push {
         cache.retain_services_of(&context, changed.as_ref());
         let locality_aware = cache.locality_aware(&context);
         let node_aware = cache.node_aware(&context);
-        let trace_aware = crate::translate::tracing::enabled(&context.mesh);
+        let trace_aware = crate::translate::tracing::enabled(&context);
         Push {
             trace_aware,
             locality_aware,

@@ -873,6 +873,58 @@ fn recording_server(answer: &'static [u8]) -> (u16, Reports) {
     (port, seen)
 }
 
+/// The Telemetry API's tracing: with no default provider and `enableTracing: false`, a
+/// mesh-wide Telemetry names the Zipkin provider, samples every request and tags spans;
+/// a real sidecar reports the spans of the requests it routes, with that tag.
+#[test]
+fn a_telemetry_resource_turns_tracing_on_with_its_provider_sampling_and_tags() {
+    let dir = temp_dir("telemetry-tracing").join("config");
+    std::fs::create_dir_all(&dir).unwrap();
+    let (collector_port, seen) =
+        recording_server(b"HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\n\r\n");
+    let port = free_port();
+    let collector = Upstream {
+        name: "collector-0".into(),
+        port: collector_port,
+    };
+    let service = service_yaml("istio-system", "collector", port, &[(&collector, &[])]);
+    std::fs::write(dir.join("collector.yaml"), service).unwrap();
+    let mesh = mesh_configmap(&format!(
+        "enableTracing: false\nextensionProviders:\n- name: zipkin\n  zipkin: {{service: collector.istio-system.svc.cluster.local, port: {port}}}\n"
+    ));
+    std::fs::write(dir.join("mesh.yaml"), mesh).unwrap();
+    std::fs::write(
+        dir.join("telemetry.yaml"),
+        "apiVersion: telemetry.istio.io/v1\nkind: Telemetry\nmetadata: {name: mesh-default, namespace: istio-system}\nspec:\n  tracing:\n  - providers: [{name: zipkin}]\n    randomSamplingPercentage: 100\n    customTags: {team: {literal: {value: checkout}}}\n",
+    )
+    .unwrap();
+    let (_up, reviews_port) = write_reviews(&dir);
+    let meshd = Meshd::start(&dir);
+    let envoy = Envoy::sidecar(&meshd, Ads::Delta, "shop", "productpage");
+    let get = || http_get(&format!("{}:{reviews_port}", envoy.ip), "reviews", "/", &[]);
+    let reviews = format!("outbound|{reviews_port}||reviews.shop.svc.cluster.local");
+    let span = || {
+        let seen = seen.lock().unwrap();
+        (seen.iter())
+            .filter(|(path, _)| path == "/api/v2/spans")
+            .flat_map(|(_, body)| serde_json::from_slice::<Vec<Value>>(body).unwrap_or_default())
+            .find(|span| span["tags"]["upstream_cluster"] == *reviews)
+    };
+    // Envoy reports spans in batches of five, or every five seconds.
+    wait_until(
+        "a Zipkin span of a request",
+        Duration::from_secs(30),
+        || {
+            let _ = get();
+            span().is_some()
+        },
+    );
+    let span = span().unwrap();
+    assert_eq!(span["tags"]["team"], "checkout", "{span}");
+    assert_eq!(span["tags"]["istio.namespace"], "shop", "{span}");
+    assert_eq!(envoy.rejected_updates(), Vec::<String>::new());
+}
+
 /// MeshConfig's default tracing provider: a real sidecar reports the spans of requests it
 /// routes to the Zipkin collector's service, with Istio's and the configured tags, then,
 /// after a live switch, to an OpenTelemetry collector over OTLP/HTTP; once the

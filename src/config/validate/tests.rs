@@ -935,7 +935,7 @@ fn request_principals_and_request_auth_keys_are_accepted_and_malformed_claims_re
 }
 
 #[test]
-fn telemetry_access_logging_is_checked_and_tracing_and_metrics_reported_unapplied() {
+fn telemetry_is_checked_and_what_meshd_does_not_apply_reported() {
     let tel = |spec: &str| {
         parse_file(
             "t.yaml",
@@ -962,10 +962,28 @@ fn telemetry_access_logging_is_checked_and_tracing_and_metrics_reported_unapplie
             "spec.accessLogging[0].filter.expression",
         ]
     );
+    let tracing = tel(
+        "  tracing:\n  - {match: {mode: CLIENT}, providers: [{name: zipkin}], randomSamplingPercentage: 10}\n  - {randomSamplingPercentage: 101, match: {mode: ALL}}\n",
+    );
+    let fields: Vec<&str> = tracing.errors().map(|e| e.field.as_str()).collect();
+    assert_eq!(
+        fields,
+        [
+            "spec.tracing[1].match.mode",
+            "spec.tracing[1].randomSamplingPercentage"
+        ]
+    );
     let unapplied = tel(
-        "  tracing: [{randomSamplingPercentage: 10}]\n  metrics: [{providers: [{name: prometheus}]}]\n",
+        "  tracing: [{useRequestIdForTraceSampling: false, disableContextPropagation: true}]\n  metrics: [{providers: [{name: prometheus}]}]\n",
     );
     assert_eq!(unapplied.objects.len(), 1);
     let warned: Vec<&str> = unapplied.issues.iter().map(|i| i.field.as_str()).collect();
-    assert_eq!(warned, ["spec.tracing", "spec.metrics"]);
+    assert_eq!(
+        warned,
+        [
+            "spec.tracing[0].useRequestIdForTraceSampling",
+            "spec.tracing[0].disableContextPropagation",
+            "spec.metrics"
+        ]
+    );
 }

@@ -335,3 +335,99 @@ fn an_opentelemetry_provider_exports_over_grpc_or_http_as_the_proxys_service_clu
     assert_eq!(uri.timeout.unwrap().seconds, 5);
     assert_eq!(o.grpc_service, None);
 }
+
+fn telemetry(name: &str, namespace: &str, spec: &str) -> String {
+    format!(
+        "---\napiVersion: telemetry.istio.io/v1\nkind: Telemetry\nmetadata: {{name: {name}, namespace: {namespace}}}\nspec: {spec}\n"
+    )
+}
+
+/// A Service of web's, so that its sidecar has an inbound connection manager.
+const WEB: &str = "---\napiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: shop}\nspec: {clusterIP: 10.96.8.8, selector: {app: web}, ports: [{name: http, port: 8080}]}\n";
+
+/// web's sidecar's connection managers' tracing on each side: (outbound, inbound), each
+/// the set of distinct tracings its managers have.
+fn sides(
+    mesh_lines: &str,
+    extra: &str,
+) -> (
+    Vec<Option<envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::http_connection_manager::Tracing>>,
+    Vec<Option<envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::http_connection_manager::Tracing>>,
+){
+    use envoy_types::pb::envoy::config::core::v3::TrafficDirection;
+    let yaml = format!("{MESH}{mesh_lines}{COLLECTORS}{WEB}{extra}");
+    let cfg = proxy_config(&context(&yaml), &web());
+    let of = |direction: TrafficDirection| {
+        let listeners = (cfg.listeners.iter())
+            .filter(|l| l.traffic_direction == direction as i32)
+            .cloned()
+            .collect();
+        let mut out: Vec<_> = managers(&ProxyConfig {
+            listeners,
+            ..Default::default()
+        })
+        .into_iter()
+        .map(|h| h.tracing)
+        .collect();
+        out.dedup();
+        out
+    };
+    (
+        of(TrafficDirection::Outbound),
+        of(TrafficDirection::Inbound),
+    )
+}
+
+const PROVIDER: &str = "    extensionProviders:\n    - name: zipkin\n      zipkin: {service: collector.istio-system.svc.cluster.local, port: 9411}\n";
+
+#[test]
+fn telemetry_tracing_overrides_the_mesh_per_side_namespace_and_workload() {
+    let root = telemetry(
+        "mesh",
+        "istio-system",
+        "{tracing: [{providers: [{name: zipkin}], randomSamplingPercentage: 25}]}",
+    );
+    let (outbound, inbound) = sides(PROVIDER, &root);
+    assert_eq!(outbound, inbound);
+    let t = outbound[0].as_ref().unwrap();
+    assert_eq!(t.random_sampling.unwrap().value, 25.0);
+    assert_eq!(t.provider.as_ref().unwrap().name, "envoy.tracers.zipkin");
+    assert!(
+        t.custom_tags
+            .iter()
+            .any(|t| t.tag == "istio.canonical_service")
+    );
+    // The namespace stops its server side reporting; the client side keeps the mesh's.
+    let shop = telemetry(
+        "shop",
+        "shop",
+        "{tracing: [{match: {mode: SERVER}, disableSpanReporting: true}]}",
+    );
+    let (outbound, inbound) = sides(PROVIDER, &format!("{root}{shop}"));
+    assert_eq!(inbound, [None]);
+    assert_eq!(
+        outbound[0].as_ref().unwrap().random_sampling.unwrap().value,
+        25.0
+    );
+    // The workload's own tags replace Istio's.
+    let own = telemetry(
+        "web",
+        "shop",
+        "{selector: {matchLabels: {app: web}}, tracing: [{enableIstioTags: false, customTags: {team: {literal: {value: shop}}}}]}",
+    );
+    let (outbound, _) = sides(PROVIDER, &format!("{root}{own}"));
+    let tags: Vec<(&str, Option<custom_tag::Type>)> =
+        (outbound[0].as_ref().unwrap().custom_tags.iter())
+            .map(|t| (t.tag.as_str(), t.r#type.clone()))
+            .collect();
+    assert_eq!(tags, [("team", literal("shop"))]);
+    // Telemetry tracing without a provider anywhere traces nothing, as istiod disables it,
+    // whatever enableTracing says.
+    let no_provider = telemetry(
+        "mesh",
+        "istio-system",
+        "{tracing: [{randomSamplingPercentage: 50}]}",
+    );
+    let (outbound, inbound) = sides("    enableTracing: true\n", &no_provider);
+    assert_eq!((outbound, inbound), (vec![None], vec![None]));
+}
