@@ -14,26 +14,26 @@ use p256::elliptic_curve::Generate;
 use crate::gateway::gateway_mesh;
 use crate::harness::*;
 
-const ISSUER: &str = "https://issuer.example";
+pub const ISSUER: &str = "https://issuer.example";
 
 fn b64(bytes: &[u8]) -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
 }
 
 /// An identity provider's signing key.
-struct Issuer {
+pub struct Issuer {
     key: SigningKey,
 }
 
 impl Issuer {
-    fn new() -> Issuer {
+    pub fn new() -> Issuer {
         Issuer {
             key: SigningKey::generate(),
         }
     }
 
     /// Its public key as a JSON Web Key Set.
-    fn jwks(&self) -> String {
+    pub fn jwks(&self) -> String {
         let point = self.key.verifying_key().to_sec1_point(false);
         serde_json::json!({"keys": [{"kty": "EC", "crv": "P-256", "alg": "ES256", "kid": "k1",
             "x": b64(point.x().unwrap()), "y": b64(point.y().unwrap())}]})
@@ -41,7 +41,7 @@ impl Issuer {
     }
 
     /// An ES256 token for `sub` with `claims`, expiring in an hour (or an hour ago).
-    fn token(&self, sub: &str, claims: serde_json::Value, expired: bool) -> String {
+    pub fn token(&self, sub: &str, claims: serde_json::Value, expired: bool) -> String {
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap()

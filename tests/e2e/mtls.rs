@@ -222,6 +222,45 @@ fn two_workloads_talk_mutual_tls_and_peer_authentication_decides_about_plaintext
     assert_eq!(authn["ports"][0]["policy"], "shop/default", "{authn}");
 }
 
+/// RequestAuthentication on a sidecar's inbound side: the reviews workload's JWT filter
+/// (a RequestAuthentication selecting it, its key set inline) refuses a bad token (401)
+/// and passes the payload to its AuthorizationPolicy, which lets alice alone in.
+#[test]
+fn a_workloads_request_authentication_guards_its_inbound_port() {
+    use crate::jwt::{ISSUER, Issuer};
+    let m = mesh("mtls-jwt");
+    let _server = m.reviews(&[]);
+    wait_until("reviews' inbound listener", Duration::from_secs(15), || {
+        m.direct().is_ok_and(|r| r.status == 200)
+    });
+    let issuer = Issuer::new();
+    m.meshd.write(
+        "jwt.yaml",
+        &format!(
+            "apiVersion: security.istio.io/v1\nkind: RequestAuthentication\nmetadata: {{name: reviews, namespace: shop}}\nspec:\n  selector: {{matchLabels: {{app: reviews}}}}\n  jwtRules:\n  - issuer: {ISSUER}\n    jwks: '{}'\n---\napiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {{name: reviews-users, namespace: shop}}\nspec:\n  selector: {{matchLabels: {{app: reviews}}}}\n  rules:\n  - from: [{{source: {{requestPrincipals: ['{ISSUER}/alice']}}}}]\n",
+            issuer.jwks()
+        ),
+    );
+    let with = |token: &str| {
+        let auth = format!("Bearer {token}");
+        let headers = [("authorization", auth.as_str())];
+        let addr = format!("{}:9080", m.server_ip);
+        http_get(&addr, "reviews.shop.svc.cluster.local", "/", &headers).map_or(0, |r| r.status)
+    };
+    let alice = issuer.token("alice", serde_json::json!({}), false);
+    wait_until("alice alone to be let in", Duration::from_secs(15), || {
+        m.direct().is_ok_and(|r| r.status == 403) && with(&alice) == 200
+    });
+    assert_eq!(
+        with(&issuer.token("bob", serde_json::json!({}), false)),
+        403
+    );
+    assert_eq!(
+        with(&Issuer::new().token("alice", serde_json::json!({}), false)),
+        401
+    );
+}
+
 #[test]
 fn an_authorization_policy_allows_one_caller_and_denies_another() {
     let m = mesh("mtls-authz");
