@@ -117,8 +117,10 @@ pub fn parse_uri(uri: &str) -> Result<Uri, String> {
     })
 }
 
-/// Whether `text` is a JSON Web Key Set: an object whose `keys` is an array of objects,
-/// each with a `kty`.
+/// Whether `text` is a JSON Web Key Set Envoy takes: an object whose `keys` is a non-empty
+/// array of public keys it can build. Envoy refuses a listener whose JWT provider holds
+/// anything else (an empty set, an EC point not on its curve), so a set that fails here is
+/// never sent: refused at validation when inline, not used when fetched.
 pub fn check_key_set(text: &str) -> Result<(), String> {
     let doc: serde_json::Value =
         serde_json::from_str(text).map_err(|e| format!("not valid JSON: {e}"))?;
@@ -126,9 +128,74 @@ pub fn check_key_set(text: &str) -> Result<(), String> {
         .get("keys")
         .and_then(|k| k.as_array())
         .ok_or("no \"keys\" array")?;
+    if keys.is_empty() {
+        return Err("no keys".into());
+    }
     for (i, key) in keys.iter().enumerate() {
-        if key.get("kty").and_then(|k| k.as_str()).is_none() {
-            return Err(format!("key {i} has no \"kty\""));
+        check_key(key).map_err(|e| format!("key {i}: {e}"))?;
+    }
+    Ok(())
+}
+
+/// One JSON Web Key (RFC 7518): its members decode, and an EC point of P-256 or P-384 is
+/// on its curve.
+fn check_key(key: &serde_json::Value) -> Result<(), String> {
+    use base64::Engine;
+    let member = |name: &str| -> Result<Vec<u8>, String> {
+        let text =
+            (key.get(name).and_then(|v| v.as_str())).ok_or_else(|| format!("no \"{name}\""))?;
+        let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(text.trim_end_matches('='))
+            .map_err(|_| format!("\"{name}\" is not base64url"))?;
+        if bytes.is_empty() {
+            return Err(format!("\"{name}\" is empty"));
+        }
+        Ok(bytes)
+    };
+    let kty = key
+        .get("kty")
+        .and_then(|k| k.as_str())
+        .ok_or("no \"kty\"")?;
+    let crv = key.get("crv").and_then(|k| k.as_str()).unwrap_or("");
+    match kty {
+        "RSA" => {
+            member("n")?;
+            member("e")?;
+        }
+        "oct" => {
+            member("k")?;
+        }
+        "OKP" if crv == "Ed25519" => {
+            if member("x")?.len() != 32 {
+                return Err("an Ed25519 \"x\" has 32 bytes".into());
+            }
+        }
+        "EC" => {
+            let (x, y) = (member("x")?, member("y")?);
+            let (size, alg) = match crv {
+                "P-256" => (32, Some(&ring::agreement::ECDH_P256)),
+                "P-384" => (48, Some(&ring::agreement::ECDH_P384)),
+                "P-521" => (66, None),
+                other => return Err(format!("curve {other:?} is not P-256, P-384 or P-521")),
+            };
+            if x.len() != size || y.len() != size {
+                return Err(format!("{crv} coordinates have {size} bytes"));
+            }
+            // ring checks a peer's point when agreeing on a key with it.
+            if let Some(alg) = alg {
+                let point = [&[4u8][..], &x, &y].concat();
+                let rng = ring::rand::SystemRandom::new();
+                let mine = ring::agreement::EphemeralPrivateKey::generate(alg, &rng)
+                    .map_err(|_| "no randomness")?;
+                let peer = ring::agreement::UnparsedPublicKey::new(alg, point);
+                ring::agreement::agree_ephemeral(mine, &peer, |_| ())
+                    .map_err(|_| format!("the point is not on {crv}"))?;
+            }
+        }
+        other => {
+            return Err(format!(
+                "key type {other:?} is not RSA, EC, oct or OKP Ed25519"
+            ));
         }
     }
     Ok(())
@@ -385,19 +452,33 @@ mod tests {
     }
 
     #[test]
-    fn key_sets_need_keys_with_a_type() {
-        assert!(check_key_set(r#"{"keys": [{"kty": "EC"}]}"#).is_ok());
-        assert!(check_key_set(r#"{"keys": []}"#).is_ok());
+    fn key_sets_need_keys_envoy_can_build() {
+        check_key_set(fail_closed()).unwrap();
+        let rsa = r#"{"keys": [{"kty": "RSA", "n": "0vx7agoebGcQSuuPiLJXZptN9nndrQmbXEps2aiAFbWhM78LhWx4cbbfAAtVT86zwu1RK7aPFFxuhDR1L6tSoc_BJECPebWKRXjBZCiFV4n3oknjhMstn64tZ_2W-5JsGY4Hc5n9yBXArwl93lqt7_RN5w6Cf0h4QyQ5v-65YGjQR0_FDW2QvzqY368QQMicAtaSqzs8KJZgnYb9c7d0zgdAZHzu6qMQvRL5hajrn1n91CbOpbISD08qNLyrdkt-bFTWhAI4vMQFh6WeZu0fM4lFd2NcRwr3XPksINHaQ-G_xBniIqbw0Ls1jF44-csFCur-kEgU8awapJzKnqDKgw", "e": "AQAB"}]}"#;
+        check_key_set(rsa).unwrap();
+        check_key_set(r#"{"keys": [{"kty": "oct", "k": "c2VjcmV0"}]}"#).unwrap();
         for bad in [
             "[]",
             "{}",
             r#"{"keys": {}}"#,
+            r#"{"keys": []}"#,
             r#"{"keys": [{"n": "x"}]}"#,
+            r#"{"keys": [{"kty": "EC"}]}"#,
+            r#"{"keys": [{"kty": "EC", "crv": "P-256", "x": "AAAA", "y": "AAAA"}]}"#,
+            r#"{"keys": [{"kty": "RSA", "n": "not base64!", "e": "AQAB"}]}"#,
+            r#"{"keys": [{"kty": "XYZ"}]}"#,
             "not json",
         ] {
             assert!(check_key_set(bad).is_err(), "{bad}");
         }
-        check_key_set(fail_closed()).unwrap();
+        // A P-256 point off the curve: the right sizes, a wrong point.
+        let off = format!(
+            r#"{{"keys": [{{"kty": "EC", "crv": "P-256", "x": "{}", "y": "{}"}}]}}"#,
+            "A".repeat(42) + "E",
+            "B".repeat(42) + "E"
+        );
+        let err = check_key_set(&off).unwrap_err();
+        assert!(err.contains("not on P-256"), "{err}");
     }
 
     /// A server answering `/.well-known/openid-configuration` with `jwks_uri` on itself and
@@ -421,7 +502,7 @@ mod tests {
                     "/.well-known/openid-configuration" => {
                         ("200 OK", format!(r#"{{"jwks_uri": "{jwks_uri}"}}"#))
                     }
-                    "/keys" => ("200 OK", r#"{"keys": [{"kty": "EC"}]}"#.to_string()),
+                    "/keys" => ("200 OK", fail_closed().to_string()),
                     "/html" => ("200 OK", "<html></html>".to_string()),
                     _ => ("404 Not Found", String::new()),
                 };
@@ -443,7 +524,7 @@ mod tests {
             uri: uri.into(),
         };
         let t = DEFAULT_TIMEOUT;
-        let keys = r#"{"keys": [{"kty": "EC"}]}"#;
+        let keys = fail_closed();
         assert_eq!(
             fetch(&source("i", &format!("{base}/keys")), t)
                 .await

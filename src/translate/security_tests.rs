@@ -852,9 +852,11 @@ fn a_custom_policy_asks_its_provider_only_about_what_its_rules_match() {
     );
 }
 
+/// A RequestAuthentication; `JWKS` in `spec` stands for a valid key set.
 fn ra(name: &str, namespace: &str, spec: &str) -> String {
     format!(
-        "apiVersion: security.istio.io/v1\nkind: RequestAuthentication\nmetadata: {{name: {name}, namespace: {namespace}}}\nspec: {spec}\n---\n"
+        "apiVersion: security.istio.io/v1\nkind: RequestAuthentication\nmetadata: {{name: {name}, namespace: {namespace}}}\nspec: {}\n---\n",
+        spec.replace("JWKS", crate::jwks::fail_closed())
     )
 }
 
@@ -892,14 +894,14 @@ fn request_authentications_that_apply_become_one_jwt_filter_before_authorization
         "no RequestAuthentication, no JWT filter: {names:?}"
     );
     let policies = [
-        ra("mesh", "istio-system", "{jwtRules: [{issuer: z.example, jwks: '{\"keys\": []}'}]}"),
+        ra("mesh", "istio-system", "{jwtRules: [{issuer: z.example, jwks: 'JWKS'}]}"),
         ra(
             "reviews",
             "shop",
-            "{selector: {matchLabels: {app: reviews}}, jwtRules: [{issuer: a.example, jwks: '{\"keys\": []}', audiences: [api], fromHeaders: [{name: x-token, prefix: 'Token '}], outputClaimToHeaders: [{header: x-sub, claim: sub}], forwardOriginalToken: true, spaceDelimitedClaims: [roles]}]}",
+            "{selector: {matchLabels: {app: reviews}}, jwtRules: [{issuer: a.example, jwks: 'JWKS', audiences: [api], fromHeaders: [{name: x-token, prefix: 'Token '}], outputClaimToHeaders: [{header: x-sub, claim: sub}], forwardOriginalToken: true, spaceDelimitedClaims: [roles]}]}",
         ),
-        ra("other", "shop", "{selector: {matchLabels: {app: ratings}}, jwtRules: [{issuer: b.example, jwks: '{\"keys\": []}'}]}"),
-        ra("elsewhere", "web", "{jwtRules: [{issuer: c.example, jwks: '{\"keys\": []}'}]}"),
+        ra("other", "shop", "{selector: {matchLabels: {app: ratings}}, jwtRules: [{issuer: b.example, jwks: 'JWKS'}]}"),
+        ra("elsewhere", "web", "{jwtRules: [{issuer: c.example, jwks: 'JWKS'}]}"),
         ap("allow", "{rules: [{from: [{source: {requestPrincipals: ['*']}}]}]}"),
     ]
     .concat();

@@ -138,8 +138,8 @@ fn key_set_server(body: String) -> (u16, std::sync::Arc<std::sync::atomic::Atomi
 }
 
 /// With a `jwksUri`, meshd fetches the key set and Envoy gets it inline; while the URI
-/// answers nothing, every token is refused (fail closed), and the failed fetches are
-/// counted.
+/// answers with a key set Envoy would refuse, meshd does not send it, every token is
+/// refused (fail closed), and the failed fetches are counted.
 #[test]
 fn meshd_fetches_a_rules_jwks_uri_and_fails_closed_without_it() {
     let m = gateway_mesh(
@@ -149,11 +149,12 @@ fn meshd_fetches_a_rules_jwks_uri_and_fails_closed_without_it() {
     );
     let issuer = Issuer::new();
     let alice = issuer.token("alice", serde_json::json!({}), false);
-    // Nothing listens on this port: every fetch fails.
-    let nowhere = free_port();
+    // A server answering with a key set Envoy would refuse (an EC key without its
+    // point): meshd does not use it.
+    let (broken, _) = key_set_server(r#"{"keys": [{"kty": "EC", "crv": "P-256"}]}"#.into());
     let rule = |port: u16| format!("    jwksUri: http://127.0.0.1:{port}/keys.json\n");
     m.meshd
-        .write("ra.yaml", &request_authentication(&rule(nowhere)));
+        .write("ra.yaml", &request_authentication(&rule(broken)));
     m.meshd.write("policy.yaml", POLICY);
     wait_until(
         "the failed fetch to be counted",
@@ -187,4 +188,6 @@ fn meshd_fetches_a_rules_jwks_uri_and_fails_closed_without_it() {
     // The key set reached Envoy inline: it never fetched anything itself.
     let dump = m.envoy.config_dump("dynamic_listeners");
     assert!(dump.contains("local_jwks"), "{dump}");
+    let rejected = m.envoy.rejected_updates();
+    assert!(rejected.is_empty(), "{rejected:?}");
 }
