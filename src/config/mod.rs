@@ -3,6 +3,7 @@
 //! model uses. Both sources (the YAML directory here, the Kubernetes API later) produce these
 //! and apply them through one path.
 
+pub mod cel;
 pub mod parse;
 pub mod validate;
 

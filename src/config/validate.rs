@@ -489,7 +489,8 @@ fn request_authentication(r: &mut Report, ra: &crate::api::security::RequestAuth
 }
 
 /// Telemetry, as istiod's `validateTelemetry` checks it: a mode Istio knows, named
-/// providers, a filter with an expression, a sampling percentage; `targetRef(s)` are
+/// providers, a filter whose expression parses as CEL ([`super::cel`]; Envoy refuses the
+/// whole listener update otherwise), a sampling percentage; `targetRef(s)` are
 /// refused. `metrics`, and tracing's `useRequestIdForTraceSampling: false` and
 /// `disableContextPropagation`, are kept but not applied (warned).
 fn telemetry(r: &mut Report, t: &crate::api::telemetry::TelemetrySpec) {
@@ -512,11 +513,13 @@ fn telemetry(r: &mut Report, t: &crate::api::telemetry::TelemetrySpec) {
                 r.error(format!("{f}.providers[{j}].name"), "must not be empty");
             }
         }
-        if l.filter
-            .as_ref()
-            .is_some_and(|x| x.expression.trim().is_empty())
-        {
-            r.error(format!("{f}.filter.expression"), "must not be empty");
+        if let Some(filter) = &l.filter {
+            let field = format!("{f}.filter.expression");
+            if filter.expression.trim().is_empty() {
+                r.error(field, "must not be empty");
+            } else if let Err(e) = super::cel::check(&filter.expression) {
+                r.error(field, format!("not a CEL expression: {e}"));
+            }
         }
     }
     for (i, e) in t.tracing.iter().enumerate() {

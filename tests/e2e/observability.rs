@@ -787,6 +787,25 @@ fn a_telemetry_resource_chooses_the_provider_and_filters_what_is_logged() {
         "the filter keeps successful requests out: {:?}",
         lines()
     );
+    // An expression that does not parse is refused by meshd, so the sidecar keeps the
+    // resource it had (Envoy would refuse the whole listener update).
+    meshd.write(
+        "telemetry.yaml",
+        "apiVersion: telemetry.istio.io/v1\nkind: Telemetry\nmetadata: {name: mesh-default, namespace: istio-system}\nspec:\n  accessLogging:\n  - providers: [{name: json-log}]\n    filter: {expression: 'response.code >='}\n",
+    );
+    wait_until(
+        "the refusal to be reported",
+        Duration::from_secs(10),
+        || meshd.log().contains("not a CEL expression"),
+    );
+    wait_until(
+        "a line for a later failed request",
+        Duration::from_secs(15),
+        || {
+            let _ = get("/missing-later");
+            lines().iter().any(|l| l["path"] == "/missing-later")
+        },
+    );
     assert_eq!(envoy.rejected_updates(), Vec::<String>::new());
 }
 

@@ -951,7 +951,7 @@ fn telemetry_is_checked_and_what_meshd_does_not_apply_reported() {
     assert!(good.issues.is_empty(), "{:?}", good.issues);
     assert_eq!(good.objects.len(), 1);
     let bad = tel(
-        "  targetRef: {kind: Gateway, name: g}\n  accessLogging:\n  - match: {mode: BOTH}\n    providers: [{name: ''}]\n    filter: {expression: ' '}\n",
+        "  targetRef: {kind: Gateway, name: g}\n  accessLogging:\n  - match: {mode: BOTH}\n    providers: [{name: ''}]\n    filter: {expression: ' '}\n  - filter: {expression: 'response.code >='}\n",
     );
     let fields: Vec<&str> = bad.errors().map(|e| e.field.as_str()).collect();
     assert_eq!(
@@ -961,6 +961,7 @@ fn telemetry_is_checked_and_what_meshd_does_not_apply_reported() {
             "spec.accessLogging[0].match.mode",
             "spec.accessLogging[0].providers[0].name",
             "spec.accessLogging[0].filter.expression",
+            "spec.accessLogging[1].filter.expression",
         ]
     );
     let tracing = tel(
