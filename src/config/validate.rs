@@ -502,17 +502,7 @@ fn telemetry(r: &mut Report, t: &crate::api::telemetry::TelemetrySpec) {
     }
     for (i, l) in t.access_logging.iter().enumerate() {
         let f = format!("spec.accessLogging[{i}]");
-        if let Some(mode) = l.r#match.as_ref().and_then(|m| m.mode.as_deref())
-            && !matches!(mode, "CLIENT" | "SERVER" | "CLIENT_AND_SERVER")
-        {
-            let message = format!("{mode:?} is not CLIENT, SERVER or CLIENT_AND_SERVER");
-            r.error(format!("{f}.match.mode"), message);
-        }
-        for (j, p) in l.providers.iter().enumerate() {
-            if p.name.is_empty() {
-                r.error(format!("{f}.providers[{j}].name"), "must not be empty");
-            }
-        }
+        telemetry_entry(r, &f, &l.r#match, &l.providers);
         if let Some(filter) = &l.filter {
             let field = format!("{f}.filter.expression");
             if filter.expression.trim().is_empty() {
@@ -524,17 +514,7 @@ fn telemetry(r: &mut Report, t: &crate::api::telemetry::TelemetrySpec) {
     }
     for (i, e) in t.tracing.iter().enumerate() {
         let f = format!("spec.tracing[{i}]");
-        if let Some(mode) = e.r#match.as_ref().and_then(|m| m.mode.as_deref())
-            && !matches!(mode, "CLIENT" | "SERVER" | "CLIENT_AND_SERVER")
-        {
-            let message = format!("{mode:?} is not CLIENT, SERVER or CLIENT_AND_SERVER");
-            r.error(format!("{f}.match.mode"), message);
-        }
-        for (j, p) in e.providers.iter().enumerate() {
-            if p.name.is_empty() {
-                r.error(format!("{f}.providers[{j}].name"), "must not be empty");
-            }
-        }
+        telemetry_entry(r, &f, &e.r#match, &e.providers);
         if let Some(p) = e.random_sampling_percentage
             && !(0.0..=100.0).contains(&p)
         {
@@ -553,6 +533,26 @@ fn telemetry(r: &mut Report, t: &crate::api::telemetry::TelemetrySpec) {
             "spec.metrics",
             format!("{NOT_APPLIED}: Istio's stats filter is not in stock Envoy"),
         );
+    }
+}
+
+/// A Telemetry entry's `match.mode` (one Istio knows) and `providers` (named).
+fn telemetry_entry(
+    r: &mut Report,
+    field: &str,
+    selector: &Option<crate::api::telemetry::LogSelector>,
+    providers: &[crate::api::telemetry::ProviderRef],
+) {
+    if let Some(mode) = selector.as_ref().and_then(|m| m.mode.as_deref())
+        && !matches!(mode, "CLIENT" | "SERVER" | "CLIENT_AND_SERVER")
+    {
+        let message = format!("{mode:?} is not CLIENT, SERVER or CLIENT_AND_SERVER");
+        r.error(format!("{field}.match.mode"), message);
+    }
+    for (j, p) in providers.iter().enumerate() {
+        if p.name.is_empty() {
+            r.error(format!("{field}.providers[{j}].name"), "must not be empty");
+        }
     }
 }
 

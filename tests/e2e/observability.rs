@@ -892,13 +892,10 @@ fn recording_server(answer: &'static [u8]) -> (u16, Reports) {
     (port, seen)
 }
 
-/// The Telemetry API's tracing: with no default provider and `enableTracing: false`, a
-/// mesh-wide Telemetry names the Zipkin provider, samples every request and tags spans;
-/// a real sidecar reports the spans of the requests it routes, with that tag.
-#[test]
-fn a_telemetry_resource_turns_tracing_on_with_its_provider_sampling_and_tags() {
-    let dir = temp_dir("telemetry-tracing").join("config");
-    std::fs::create_dir_all(&dir).unwrap();
+/// A span collector (a recording server answering 202) in `dir` (made here) as the
+/// Service `collector` of istio-system: the Service's port, and what it received.
+fn span_collector(dir: &std::path::Path) -> (u16, Reports) {
+    std::fs::create_dir_all(dir).unwrap();
     let (collector_port, seen) =
         recording_server(b"HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\n\r\n");
     let port = free_port();
@@ -908,6 +905,25 @@ fn a_telemetry_resource_turns_tracing_on_with_its_provider_sampling_and_tags() {
     };
     let service = service_yaml("istio-system", "collector", port, &[(&collector, &[])]);
     std::fs::write(dir.join("collector.yaml"), service).unwrap();
+    (port, seen)
+}
+
+/// The first Zipkin span `seen` of a request routed to `cluster`.
+fn zipkin_span(seen: &Reports, cluster: &str) -> Option<Value> {
+    let seen = seen.lock().unwrap();
+    (seen.iter())
+        .filter(|(path, _)| path == "/api/v2/spans")
+        .flat_map(|(_, body)| serde_json::from_slice::<Vec<Value>>(body).unwrap_or_default())
+        .find(|span| span["tags"]["upstream_cluster"] == cluster)
+}
+
+/// The Telemetry API's tracing: with no default provider and `enableTracing: false`, a
+/// mesh-wide Telemetry names the Zipkin provider, samples every request and tags spans;
+/// a real sidecar reports the spans of the requests it routes, with that tag.
+#[test]
+fn a_telemetry_resource_turns_tracing_on_with_its_provider_sampling_and_tags() {
+    let dir = temp_dir("telemetry-tracing").join("config");
+    let (port, seen) = span_collector(&dir);
     let mesh = mesh_configmap(&format!(
         "enableTracing: false\nextensionProviders:\n- name: zipkin\n  zipkin: {{service: collector.istio-system.svc.cluster.local, port: {port}}}\n"
     ));
@@ -922,13 +938,7 @@ fn a_telemetry_resource_turns_tracing_on_with_its_provider_sampling_and_tags() {
     let envoy = Envoy::sidecar(&meshd, Ads::Delta, "shop", "productpage");
     let get = || http_get(&format!("{}:{reviews_port}", envoy.ip), "reviews", "/", &[]);
     let reviews = format!("outbound|{reviews_port}||reviews.shop.svc.cluster.local");
-    let span = || {
-        let seen = seen.lock().unwrap();
-        (seen.iter())
-            .filter(|(path, _)| path == "/api/v2/spans")
-            .flat_map(|(_, body)| serde_json::from_slice::<Vec<Value>>(body).unwrap_or_default())
-            .find(|span| span["tags"]["upstream_cluster"] == *reviews)
-    };
+    let span = || zipkin_span(&seen, &reviews);
     // Envoy reports spans in batches of five, or every five seconds.
     wait_until(
         "a Zipkin span of a request",
@@ -951,16 +961,7 @@ fn a_telemetry_resource_turns_tracing_on_with_its_provider_sampling_and_tags() {
 #[test]
 fn spans_reach_the_meshs_default_tracing_provider() {
     let dir = temp_dir("tracing").join("config");
-    std::fs::create_dir_all(&dir).unwrap();
-    let (collector_port, seen) =
-        recording_server(b"HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\n\r\n");
-    let port = free_port();
-    let collector = Upstream {
-        name: "collector-0".into(),
-        port: collector_port,
-    };
-    let service = service_yaml("istio-system", "collector", port, &[(&collector, &[])]);
-    std::fs::write(dir.join("collector.yaml"), service).unwrap();
+    let (port, seen) = span_collector(&dir);
     let mesh = |provider: &str| {
         mesh_configmap(&format!(
             "defaultProviders: {{tracing: [{provider}]}}\ndefaultConfig:\n  tracing:\n    sampling: 100\n    customTags: {{team: {{literal: {{value: payments}}}}}}\nextensionProviders:\n- name: zipkin\n  zipkin: {{service: collector.istio-system.svc.cluster.local, port: {port}}}\n- name: otel\n  opentelemetry: {{service: collector.istio-system.svc.cluster.local, port: {port}, http: {{path: /v1/traces}}}}\n"
@@ -973,13 +974,7 @@ fn spans_reach_the_meshs_default_tracing_provider() {
     let get = || http_get(&format!("{}:{reviews_port}", envoy.ip), "reviews", "/", &[]);
     let reviews = format!("outbound|{reviews_port}||reviews.shop.svc.cluster.local");
     // Envoy reports spans in batches of five, or every five seconds.
-    let zipkin_span = || {
-        let seen = seen.lock().unwrap();
-        (seen.iter())
-            .filter(|(path, _)| path == "/api/v2/spans")
-            .flat_map(|(_, body)| serde_json::from_slice::<Vec<Value>>(body).unwrap_or_default())
-            .find(|span| span["tags"]["upstream_cluster"] == *reviews)
-    };
+    let zipkin_span = || zipkin_span(&seen, &reviews);
     wait_until(
         "a Zipkin span of a request",
         Duration::from_secs(30),
