@@ -5,7 +5,7 @@
 //! A rule's `jwksUri` (or, without one, the `jwks_uri` its issuer's OpenID discovery
 //! document `ISSUER/.well-known/openid-configuration` names) is fetched as soon as a push
 //! names it, and every `PILOT_JWT_PUB_KEY_REFRESH_INTERVAL` (20 minutes) after; a failed
-//! fetch is retried every [`RETRY`]. An answer goes into the store
+//! fetch is retried every [`RETRY`]. The sources due are fetched together. An answer goes into the store
 //! ([`crate::model::Store::set_jwks`]), and a new one is a change to the objects naming
 //! the source, so the next push carries it. A failed refresh keeps the last key set;
 //! until one fetch succeeds a rule gets [`fail_closed`], a key nobody can sign for, so
@@ -249,15 +249,15 @@ pub async fn run(
         fetched.retain(|source, _| wanted.contains_key(source));
         let mut changed = BTreeSet::new();
         let now = Instant::now();
-        for (source, (timeout, named_by)) in &wanted {
-            let due = match fetched.get(source) {
+        let due: Vec<_> = (wanted.iter())
+            .filter(|(source, _)| match fetched.get(*source) {
                 None => true,
                 Some((at, ok)) => now.duration_since(*at) >= if *ok { refresh } else { RETRY },
-            };
-            if !due {
-                continue;
-            }
-            let answer = fetch(source, *timeout).await;
+            })
+            .collect();
+        // All at once: a slow identity provider does not hold up the others.
+        let answers = fetch_all(due.iter().map(|(source, (timeout, _))| (*source, *timeout))).await;
+        for ((source, (_, named_by)), answer) in due.into_iter().zip(answers) {
             match &answer {
                 Ok(_) => metrics.jwks_fetch_success.inc(),
                 Err(_) => metrics.jwks_fetch_fail.inc(),
@@ -300,6 +300,13 @@ pub async fn run(
             _ = shutdown.changed() => return,
         }
     }
+}
+
+/// The key sets of `sources`, fetched concurrently, in their order.
+async fn fetch_all<'a>(
+    sources: impl Iterator<Item = (&'a JwksSource, Duration)>,
+) -> Vec<Result<String, String>> {
+    futures::future::join_all(sources.map(|(source, timeout)| fetch(source, timeout))).await
 }
 
 /// The key set of `source`: its URI, or the one its issuer's discovery document names.
@@ -541,6 +548,50 @@ mod tests {
         assert!(html.unwrap_err().contains("not a key set"));
         let metadata = fetch(&source("i", "http://169.254.169.254/keys"), t).await;
         assert!(metadata.unwrap_err().contains("no address"));
+    }
+
+    /// Two identity providers, the first of which answers only once the second has been
+    /// asked: fetched one after the other, the first would time out.
+    #[tokio::test]
+    async fn key_sets_are_fetched_together() {
+        use std::io::{BufRead, BufReader, Write};
+        use std::sync::mpsc;
+        let (asked, wait) = mpsc::channel::<()>();
+        let serve = |gate: Option<mpsc::Receiver<()>>, notify: Option<mpsc::Sender<()>>| {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let port = listener.local_addr().unwrap().port();
+            std::thread::spawn(move || {
+                let (mut conn, _) = listener.accept().unwrap();
+                let mut reader = BufReader::new(conn.try_clone().unwrap());
+                let mut line = String::new();
+                while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
+                    line.clear();
+                }
+                if let Some(n) = notify {
+                    n.send(()).unwrap();
+                }
+                if let Some(g) = gate {
+                    g.recv().unwrap();
+                }
+                let body = fail_closed();
+                let _ = write!(
+                    conn,
+                    "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            });
+            port
+        };
+        let first = serve(Some(wait), None);
+        let second = serve(None, Some(asked));
+        let source = |port: u16| JwksSource {
+            issuer: "i".into(),
+            uri: format!("http://127.0.0.1:{port}/keys"),
+        };
+        let (a, b) = (source(first), source(second));
+        let timeout = Duration::from_secs(5);
+        let answers = fetch_all([(&a, timeout), (&b, timeout)].into_iter()).await;
+        assert!(answers.iter().all(Result::is_ok), "{answers:?}");
     }
 
     #[test]
