@@ -47,6 +47,14 @@ pub struct JwksSource {
 }
 
 impl JwksSource {
+    /// Where `rule`'s key set comes from.
+    pub fn of(rule: &crate::api::security::JwtRule) -> JwksSource {
+        JwksSource {
+            issuer: rule.issuer.clone(),
+            uri: rule.jwks_uri.clone().unwrap_or_default(),
+        }
+    }
+
     /// Its key in the store.
     pub fn key(&self) -> String {
         format!("{}|{}", self.issuer, self.uri)

@@ -64,6 +64,13 @@ pub struct LogSelector {
     pub mode: Option<String>,
 }
 
+/// Whether an access logging or tracing entry with this `match` applies to `mode`
+/// (`CLIENT` or `SERVER`), as istiod's `matchWorkloadMode`.
+pub fn applies(selector: &Option<LogSelector>, mode: &str) -> bool {
+    let m = selector.as_ref().and_then(|s| s.mode.as_deref());
+    m.is_none_or(|m| m == "CLIENT_AND_SERVER" || m == mode)
+}
+
 /// `ProviderRef`: a MeshConfig `extensionProviders` name.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 pub struct ProviderRef {

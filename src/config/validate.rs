@@ -418,17 +418,27 @@ fn hosts(r: &mut Report, field: &str, hosts: &[String]) {
     }
 }
 
-/// RequestAuthentication, as istiod's `ValidateRequestAuthentication`: each rule names an
-/// issuer or a `jwksUri`, the URI is an http(s) URL, inline `jwks` is a key set, header,
-/// parameter and cookie names and audiences are not empty, `timeout` is a duration.
-/// `targetRef(s)` are refused, as for AuthorizationPolicy.
-fn request_authentication(r: &mut Report, ra: &crate::api::security::RequestAuthenticationSpec) {
-    if ra.target_ref.is_some() || !ra.target_refs.is_empty() {
+/// A policy's `targetRef(s)` (waypoints and gateways of the Gateway API) are refused:
+/// meshd attaches policies by `selector` only.
+fn no_target_refs(
+    r: &mut Report,
+    target_ref: &Option<crate::api::AnyObject>,
+    target_refs: &[crate::api::AnyObject],
+) {
+    if target_ref.is_some() || !target_refs.is_empty() {
         r.error(
             "spec.targetRefs",
             "targetRef(s) (waypoints and gateways) are not supported by meshd; use selector",
         );
     }
+}
+
+/// RequestAuthentication, as istiod's `ValidateRequestAuthentication`: each rule names an
+/// issuer or a `jwksUri`, the URI is an http(s) URL, inline `jwks` is a key set, header,
+/// parameter and cookie names and audiences are not empty, `timeout` is a duration.
+/// `targetRef(s)` are refused, as for AuthorizationPolicy.
+fn request_authentication(r: &mut Report, ra: &crate::api::security::RequestAuthenticationSpec) {
+    no_target_refs(r, &ra.target_ref, &ra.target_refs);
     for (i, rule) in ra.jwt_rules.iter().enumerate() {
         let f = format!("spec.jwtRules[{i}]");
         let uri = rule.jwks_uri.as_deref().unwrap_or("");
@@ -494,12 +504,7 @@ fn request_authentication(r: &mut Report, ra: &crate::api::security::RequestAuth
 /// refused. `metrics`, and tracing's `useRequestIdForTraceSampling: false` and
 /// `disableContextPropagation`, are kept but not applied (warned).
 fn telemetry(r: &mut Report, t: &crate::api::telemetry::TelemetrySpec) {
-    if t.target_ref.is_some() || !t.target_refs.is_empty() {
-        r.error(
-            "spec.targetRefs",
-            "targetRef(s) (waypoints and gateways) are not supported by meshd; use selector",
-        );
-    }
+    no_target_refs(r, &t.target_ref, &t.target_refs);
     for (i, l) in t.access_logging.iter().enumerate() {
         let f = format!("spec.accessLogging[{i}]");
         telemetry_entry(r, &f, &l.r#match, &l.providers);
@@ -575,12 +580,7 @@ fn authorization_policy(r: &mut Report, ap: &crate::api::security::Authorization
         ),
         _ => {}
     }
-    if ap.target_ref.is_some() || !ap.target_refs.is_empty() {
-        r.error(
-            "spec.targetRefs",
-            "targetRef(s) (waypoints and gateways) are not supported by meshd; use selector",
-        );
-    }
+    no_target_refs(r, &ap.target_ref, &ap.target_refs);
     for (i, rule) in ap.rules.iter().enumerate() {
         for (j, from) in rule.from.iter().enumerate() {
             let s = &from.source;

@@ -140,10 +140,7 @@ impl PushContext {
                 continue;
             };
             for rule in spec.jwt_rules.iter().filter(|r| r.jwks.is_none()) {
-                let source = crate::jwks::JwksSource {
-                    issuer: rule.issuer.clone(),
-                    uri: rule.jwks_uri.clone().unwrap_or_default(),
-                };
+                let source = crate::jwks::JwksSource::of(rule);
                 let timeout = (rule.timeout.as_deref())
                     .and_then(|t| crate::duration::parse(t).ok())
                     .unwrap_or(crate::jwks::DEFAULT_TIMEOUT);
@@ -162,10 +159,7 @@ impl PushContext {
         if let Some(inline) = &rule.jwks {
             return inline;
         }
-        let source = crate::jwks::JwksSource {
-            issuer: rule.issuer.clone(),
-            uri: rule.jwks_uri.clone().unwrap_or_default(),
-        };
+        let source = crate::jwks::JwksSource::of(rule);
         match self.store.jwks(&source.key()) {
             Some(Some(fetched)) => fetched,
             _ => crate::jwks::fail_closed(),

@@ -204,17 +204,11 @@ impl AccessLogs {
                 );
                 (side.clone(), side)
             } else {
-                let side = |mode: &str| {
+                super::per_side(proxy, |mode| {
                     let logs = (merge_logs(&logging, mesh, mode).into_iter())
                         .filter_map(|(name, filter)| Some((provider_log(mesh, &name)?, filter?)));
                     side_of(mesh, logs.collect())
-                };
-                let client = side("CLIENT");
-                let server = match proxy.kind {
-                    crate::model::ProxyKind::Router => client.clone(),
-                    crate::model::ProxyKind::Sidecar => side("SERVER"),
-                };
-                (client, server)
+                })
             };
         (!client.core.is_empty() || !server.core.is_empty())
             .then_some(AccessLogs { client, server })
@@ -222,7 +216,7 @@ impl AccessLogs {
 
     /// The side a listener of `direction` logs (gateways log `client` on both).
     pub fn side(&self, direction: i32) -> &Side {
-        if direction == envoy_types::pb::envoy::config::core::v3::TrafficDirection::Inbound as i32 {
+        if super::is_inbound(direction) {
             &self.server
         } else {
             &self.client
@@ -281,10 +275,7 @@ fn merge_logs(
         }
         return providers;
     }
-    let fits = |l: &AccessLogging| {
-        let m = l.r#match.as_ref().and_then(|m| m.mode.as_deref());
-        m.is_none_or(|m| m == "CLIENT_AND_SERVER" || m == mode)
-    };
+    let fits = |l: &AccessLogging| crate::api::telemetry::applies(&l.r#match, mode);
     let names =
         |l: &AccessLogging| -> Vec<String> { l.providers.iter().map(|p| p.name.clone()).collect() };
     // The providers in scope: the most specific resource's that names any for this mode.
@@ -345,11 +336,7 @@ fn provider_log(mesh: &MeshConfig, name: &str) -> Option<AccessLog> {
     }
     let labels = (file.log_format.as_ref()).and_then(|f| f.labels.as_ref());
     let format = match labels {
-        Some(labels) if !labels.is_empty() => Format::JsonFormat(Struct {
-            fields: (labels.iter())
-                .map(|(k, v)| (k.clone(), super::json_value(v)))
-                .collect(),
-        }),
+        Some(labels) if !labels.is_empty() => json_format(labels.iter()),
         Some(_) => istio_json_format(),
         None => {
             let text = file.log_format.as_ref().and_then(|f| f.text.as_deref());

@@ -153,9 +153,8 @@ fn append_tracing(listeners: &mut [Listener], tracing: &super::tracing::Sides) {
     } else {
         encode(tracing.server.as_ref())
     };
-    let inbound = envoy_types::pb::envoy::config::core::v3::TrafficDirection::Inbound as i32;
     for listener in listeners {
-        let side = if listener.traffic_direction == inbound {
+        let side = if super::is_inbound(listener.traffic_direction) {
             &server
         } else {
             &client

@@ -303,6 +303,24 @@ pub fn ads_config_source() -> ConfigSource {
     }
 }
 
+/// What a Telemetry-shaped setting gives each side of `proxy`'s traffic: `side("CLIENT")`
+/// for its outbound (and a gateway's) connections and `side("SERVER")` for its inbound
+/// ones; a gateway has only the client side, as istiod's `workloadMode` has it.
+pub(crate) fn per_side<T: Clone>(proxy: &Proxy, side: impl Fn(&str) -> T) -> (T, T) {
+    let client = side("CLIENT");
+    let server = match proxy.kind {
+        ProxyKind::Router => client.clone(),
+        ProxyKind::Sidecar => side("SERVER"),
+    };
+    (client, server)
+}
+
+/// Whether a listener of `direction` (its `traffic_direction`) takes inbound traffic, and
+/// so the server side of [`per_side`].
+pub(crate) fn is_inbound(direction: i32) -> bool {
+    direction == envoy_types::pb::envoy::config::core::v3::TrafficDirection::Inbound as i32
+}
+
 pub fn duration(d: std::time::Duration) -> pbp::Duration {
     pbp::Duration {
         seconds: d.as_secs() as i64,

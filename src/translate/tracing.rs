@@ -135,11 +135,7 @@ pub fn of(ctx: &PushContext, proxy: &Proxy) -> Sides {
             custom_tags: None,
             istio_tags: true,
         };
-        for e in &entries {
-            let m = e.r#match.as_ref().and_then(|m| m.mode.as_deref());
-            if !m.is_none_or(|m| m == "CLIENT_AND_SERVER" || m == mode) {
-                continue;
-            }
+        for e in (entries.iter()).filter(|e| crate::api::telemetry::applies(&e.r#match, mode)) {
             if let Some(p) = e.providers.first() {
                 spec.provider = Some(&p.name);
             }
@@ -158,11 +154,7 @@ pub fn of(ctx: &PushContext, proxy: &Proxy) -> Sides {
         }
         of_spec(ctx, proxy, &spec)
     };
-    let client = side("CLIENT");
-    let server = match proxy.kind {
-        crate::model::ProxyKind::Router => client.clone(),
-        crate::model::ProxyKind::Sidecar => side("SERVER"),
-    };
+    let (client, server) = super::per_side(proxy, side);
     Sides { client, server }
 }
 
@@ -183,12 +175,8 @@ fn of_spec(ctx: &PushContext, proxy: &Proxy, spec: &Spec) -> Option<Tracing> {
         _ => sampling(settings),
     };
     finish(&mut tracing, sampling, settings);
-    let configured = spec.custom_tags.unwrap_or(&settings.custom_tags);
-    let configured = if configured.is_empty() {
-        &settings.custom_tags
-    } else {
-        configured
-    };
+    let own = spec.custom_tags.filter(|tags| !tags.is_empty());
+    let configured = own.unwrap_or(&settings.custom_tags);
     tracing.custom_tags = custom_tags(ctx, proxy, spec.istio_tags, configured);
     Some(tracing)
 }
