@@ -120,6 +120,15 @@ cpu-fleet proxies="10000":
     cargo build --release --locked
     scripts/fleet-cpu.sh endpoint "change 1/" --services 1000 --namespaces 50 --proxies {{proxies}} --change endpoint --changes 10 --init-timeout 600s
 
+# Under BENCHMARKS.md's verdicts on targets 4 and 6 ("Session 41"): two one-thread
+# processes, no HTTP/2, gRPC or protobuf. The endpoint push as bare loopback writes, reads
+# and ACKs to 10,000 connections; the secure storm as 1.98 MB of sealed records per new
+# connection, and one mutual-TLS handshake's public-key operations.
+# The floor: what the system calls and cryptography of a push cost on this machine.
+bench-floor:
+    cargo bench --locked --bench floor -- push 10000 10 420 90
+    cargo bench --locked --bench floor -- storm 2000 1985236 sealed
+
 # Connect storm: new proxies per second, each receiving its full initial config.
 bench-connect proxies="5000" rate="2000":
     just loadgen --services 1000 --namespaces 50 --proxies {{proxies}} --connect-rate {{rate}} --change none --json target/loadgen/connect.json
