@@ -512,12 +512,11 @@ impl PushContext {
     /// used, if it cannot: istiod then configures no tracing at all, and so does meshd.
     pub fn tracing_problem(&self) -> Option<ProviderProblem> {
         let name = self.mesh.default_providers.tracing.first()?;
-        let all = &self.mesh.extension_providers;
         let problem = |message| ProviderProblem {
             lookup_failed: None,
             message,
         };
-        let Some(p) = all.iter().find(|p| &p.name == name) else {
+        let Some(p) = self.mesh.extension_provider(name) else {
             return Some(problem(format!(
                 "extension provider {name:?} is not defined in MeshConfig extensionProviders"
             )));

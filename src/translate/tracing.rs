@@ -216,8 +216,8 @@ fn of_mesh(ctx: &PushContext, proxy: &Proxy) -> Option<Tracing> {
     let settings = mesh.default_config.tracing.as_ref().unwrap_or(&unset);
     let mut tracing = match mesh.default_providers.tracing.first() {
         Some(name) => {
-            let provider = (mesh.extension_providers.iter()).find(|p| &p.name == name)?;
-            provider_tracing(ctx, proxy, provider).ok()?
+            let provider = mesh.extension_provider(name)?;
+            provider_tracing(ctx, proxy, &provider).ok()?
         }
         None if mesh.tracing_enabled() => Tracing::default(),
         None => return None,

@@ -267,6 +267,27 @@ fn a_default_zipkin_provider_reports_through_its_services_outbound_cluster() {
 }
 
 #[test]
+fn the_default_provider_is_found_whatever_the_case_of_its_name() {
+    // istiod's fetchProvider compares names with strings.EqualFold.
+    let lines = ZIPKIN.replace("tracing: [zipkin]", "tracing: [Zipkin]");
+    let yaml = format!("{MESH}{lines}{COLLECTORS}");
+    let ctx = context(&yaml);
+    let cfg = proxy_config(&ctx, &web());
+    for hcm in managers(&cfg) {
+        let service = zipkin_of(&hcm).collector_service.unwrap();
+        assert_eq!(
+            service.http_uri.unwrap().uri,
+            "http://collector.istio-system.svc.cluster.local/api/v2/spans"
+        );
+    }
+    assert!(
+        !(ctx.issues.iter()).any(|i| i.field == "data.mesh.defaultProviders.tracing[0]"),
+        "{:?}",
+        ctx.issues
+    );
+}
+
+#[test]
 fn a_default_provider_that_cannot_be_used_configures_no_tracing_and_says_why() {
     for (lines, problem) in [
         (
