@@ -85,6 +85,14 @@ pub struct MeshConfig {
     /// reached the application when unset; `attempts: 0` turns them off).
     #[serde(default)]
     pub default_inbound_http_retry_policy: Option<crate::api::networking::HttpRetry>,
+    /// A pattern naming outbound clusters and tcp_proxies in Envoy's statistics instead
+    /// of `outbound|PORT|SUBSET|HOST` (`%SERVICE%`, `%SERVICE_PORT%`, ...;
+    /// [`crate::translate::stat_name`]); their Istio names when empty.
+    #[serde(default)]
+    pub outbound_cluster_stat_name: String,
+    /// The same for inbound clusters and tcp_proxies (`inbound|PORT||`).
+    #[serde(default)]
+    pub inbound_cluster_stat_name: String,
     /// istiod's legacy tracing switch (default on): with no `defaultProviders.tracing`,
     /// every connection manager samples requests for the tracer the proxy's bootstrap
     /// names ([`crate::translate::tracing`]).

@@ -112,6 +112,7 @@ pub fn service(
         if secure {
             mutual_tls(&mut c, ctx, svc, port, "", base_policy);
         }
+        stat_name(&mut c, ctx, svc, port.port, "");
         proxy_protocol(&mut c, base_policy);
         let lb = locality::lb(&ctx.mesh, base_policy, svc.traffic_distribution).map(|lb| (lb, at));
         balance(&mut c, lb, svc, port.port, |_| true);
@@ -132,6 +133,7 @@ pub fn service(
             if secure {
                 mutual_tls(&mut c, ctx, svc, port, &subset.name, policy);
             }
+            stat_name(&mut c, ctx, svc, port.port, &subset.name);
             proxy_protocol(&mut c, policy);
             let in_subset = |e: &crate::model::Endpoint| labels_match(&subset.labels, &e.labels);
             let lb = locality::lb(&ctx.mesh, policy, svc.traffic_distribution).map(|lb| (lb, at));
@@ -143,6 +145,20 @@ pub fn service(
         }
     }
     (clusters, assignments)
+}
+
+/// MeshConfig's `outboundClusterStatName` for the cluster of `svc`'s `port` and `subset`,
+/// as istiod's `buildCluster` sets it on every outbound cluster (SNI-DNAT ones too).
+fn stat_name(c: &mut Cluster, ctx: &PushContext, svc: &Service, port: u32, subset: &str) {
+    let target = super::stat_name::Target {
+        subset,
+        ..super::stat_name::Target::outbound(svc, port)
+    };
+    if let Some(name) =
+        super::stat_name::alt_stat_name(&ctx.mesh.outbound_cluster_stat_name, &target)
+    {
+        c.alt_stat_name = name;
+    }
 }
 
 /// A gateway's SNI-DNAT clusters for `svc`, for its AUTO_PASSTHROUGH servers (istiod's

@@ -49,7 +49,8 @@ use envoy_types::pb::google::protobuf::{BoolValue, UInt32Value};
 use envoy_types::util::pack_any;
 
 use super::endpoint::socket_address;
-use super::listener::tcp_proxy;
+use super::listener::{tcp_proxy, tcp_proxy_named};
+use super::stat_name;
 use super::{authz, duration, sniff, tls};
 use crate::api::networking::SidecarSpec;
 use crate::api::networking::{HttpRetry, IstioIngressListener};
@@ -89,7 +90,32 @@ fn default_endpoint(ingress: &IstioIngressListener) -> Option<Address> {
 struct Served<'a> {
     service: &'a Service,
     port: u32,
+    port_name: &'a str,
     protocol: Protocol,
+}
+
+impl<'a> Served<'a> {
+    /// What MeshConfig's `inboundClusterStatName` is filled with for it; `target_port`
+    /// as [`stat_name::Target::target_port`].
+    fn stat_target(self, target_port: Option<u32>) -> stat_name::Target<'a> {
+        stat_name::Target {
+            port_name: self.port_name,
+            target_port,
+            ..stat_name::Target::outbound(self.service, self.port)
+        }
+    }
+}
+
+/// The `inbound|PORT||` cluster `c` of workload port `port`, named in Envoy's stats by
+/// MeshConfig's `inboundClusterStatName` when a service serves it (istiod's
+/// `buildInboundCluster`).
+fn with_stat_name(mut c: Cluster, ctx: &PushContext, port: u32, served: Option<Served>) -> Cluster {
+    let pattern = &ctx.mesh.inbound_cluster_stat_name;
+    let name = served.and_then(|s| stat_name::alt_stat_name(pattern, &s.stat_target(Some(port))));
+    if let Some(name) = name {
+        c.alt_stat_name = name;
+    }
+    c
 }
 
 /// An `inbound|PORT||` cluster's connection pool and circuit breakers, as istiod's
@@ -352,7 +378,11 @@ fn port_chains(
             )]
         } else {
             let mut f = authorization.tcp.clone();
-            f.push(tcp_proxy(cluster));
+            // istiod's `BuildInboundStatPrefix` leaves `%TARGET_PORT%` as written.
+            let target = served.map(|s| s.stat_target(None));
+            let pattern = &ctx.mesh.inbound_cluster_stat_name;
+            let stat_prefix = stat_name::stat_prefix(pattern, target.as_ref(), cluster);
+            f.push(tcp_proxy_named(&stat_prefix, cluster));
             f
         }
     };
@@ -524,9 +554,10 @@ pub fn sidecar(ctx: &PushContext, proxy: &Proxy) -> (Vec<Listener>, Vec<Cluster>
             .map(|service| Served {
                 service,
                 port,
+                port_name: &ingress.port.name,
                 protocol,
             });
-        let c = inbound_cluster(&cluster, target);
+        let c = with_stat_name(inbound_cluster(&cluster, target), ctx, port, served);
         clusters.push(with_pool(c, ctx, proxy, sidecar, port, served));
         let chains = port_chains(
             ctx,
@@ -613,6 +644,7 @@ fn virtual_inbound(ctx: &PushContext, proxy: &Proxy) -> (Vec<Listener>, Vec<Clus
                 let served = Served {
                     service: svc,
                     port: p.port,
+                    port_name: &p.name,
                     protocol: p.protocol,
                 };
                 (Serve::Tcp, served)
@@ -652,6 +684,7 @@ fn virtual_inbound(ctx: &PushContext, proxy: &Proxy) -> (Vec<Listener>, Vec<Clus
                 c
             }
         };
+        let c = with_stat_name(c, ctx, port, Some(served));
         clusters.push(with_pool(c, ctx, proxy, sidecar, port, Some(served)));
         let stat = format!("0.0.0.0_{port}");
         chains.extend(port_chains(

@@ -40,6 +40,7 @@ use envoy_types::pb::google::protobuf::BoolValue;
 use envoy_types::util::pack_any;
 
 use super::endpoint::socket_address;
+use super::stat_name;
 use super::{
     BLACKHOLE_CLUSTER, ads_config_source, cidr_range, optional_duration, outbound_cluster_name,
     route, sniff,
@@ -342,7 +343,12 @@ fn http_connection_manager(
 const HCM: &str = "envoy.filters.network.http_connection_manager";
 
 pub(super) fn tcp_proxy(cluster: &str) -> Filter {
-    tcp_proxy_to(cluster, &[(cluster.to_string(), 100)], None)
+    tcp_proxy_named(cluster, cluster)
+}
+
+/// A tcp_proxy to `cluster` whose stats are named `stat_prefix`.
+pub(super) fn tcp_proxy_named(stat_prefix: &str, cluster: &str) -> Filter {
+    tcp_proxy_to(stat_prefix, &[(cluster.to_string(), 100)], None)
 }
 
 /// A tcp_proxy to `targets` (cluster, weight): one cluster, or weighted clusters; with
@@ -443,12 +449,25 @@ impl TcpPolicy {
     }
 }
 
-/// The tcp_proxy of the service `host`'s own cluster on `port`, with what its
-/// DestinationRule sets.
-fn service_tcp_proxy(ctx: &PushContext, proxy: &Proxy, host: &str, port: u32) -> Filter {
+/// The tcp_proxy of `svc`'s own cluster on `port`, with what its DestinationRule sets;
+/// its stats are named after the cluster, or by MeshConfig's `outboundClusterStatName`
+/// with `port_name` (istiod's TLS chains fill it with none).
+fn service_tcp_proxy(
+    ctx: &PushContext,
+    proxy: &Proxy,
+    svc: &Service,
+    port: u32,
+    port_name: &str,
+) -> Filter {
+    let host = &svc.hostname;
     let cluster = outbound_cluster_name(port, "", host);
+    let target = stat_name::Target {
+        port_name,
+        ..stat_name::Target::outbound(svc, port)
+    };
+    let pattern = &ctx.mesh.outbound_cluster_stat_name;
     tcp_proxy_to(
-        &cluster,
+        &stat_name::stat_prefix(pattern, Some(&target), &cluster),
         &[(cluster.clone(), 100)],
         TcpPolicy::of(ctx, proxy, host, ""),
     )
@@ -502,6 +521,20 @@ fn route_proxy(
         .collect();
     let stat_prefix = match &targets[..] {
         [] => BLACKHOLE_CLUSTER.to_string(),
+        [(one, _)] if single => {
+            // The destination's service named by MeshConfig's pattern, as istiod's
+            // `buildOutboundNetworkFilters` fills it: the host as the route writes it,
+            // the listener's port.
+            let d = &route[0].destination;
+            let host = resolve_host(&d.host, &obj.key.namespace);
+            let target = (ctx.service_for(proxy, &host)).map(|service| stat_name::Target {
+                host: &d.host,
+                subset: d.subset.as_deref().unwrap_or(""),
+                ..stat_name::Target::outbound(service, port)
+            });
+            let pattern = &ctx.mesh.outbound_cluster_stat_name;
+            stat_name::stat_prefix(pattern, target.as_ref(), one)
+        }
         [(one, _)] => one.clone(),
         _ => format!("{}.{}", obj.key.name, obj.key.namespace),
     };
@@ -584,11 +617,9 @@ fn sidecar_tcp_chains(
             }
         }
     }
+    let port_name = stat_name::port_name(svc, port);
     chains.push(Chain::any(service_tcp_proxy(
-        ctx,
-        proxy,
-        &svc.hostname,
-        port,
+        ctx, proxy, svc, port, port_name,
     )));
     chains
 }
@@ -680,7 +711,7 @@ fn sidecar_tls_chains(
         };
         chains.push(Chain::sni(
             names,
-            service_tcp_proxy(ctx, proxy, &svc.hostname, port),
+            service_tcp_proxy(ctx, proxy, svc, port, ""),
         ));
     }
     chains

@@ -18,6 +18,7 @@ pub mod policy;
 pub mod pool;
 pub mod route;
 pub mod sniff;
+pub mod stat_name;
 pub mod tls;
 pub mod tracing;
 

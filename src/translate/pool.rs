@@ -37,9 +37,9 @@ pub fn mesh_connect_timeout(mesh: &MeshConfig) -> envoy_types::pb::google::proto
 }
 
 /// What MeshConfig sets on clusters before their DestinationRule: `connectTimeout`,
-/// `tcpKeepalive` and `h2UpgradePolicy`; and on routes without their own retries,
-/// `defaultHttpRetryPolicy`. A service's cached clusters and virtual hosts are valid
-/// while these are the same.
+/// `tcpKeepalive` and `h2UpgradePolicy`; on routes without their own retries,
+/// `defaultHttpRetryPolicy`; and the clusters' stat names, `outboundClusterStatName`. A
+/// service's cached clusters and virtual hosts are valid while these are the same.
 #[derive(Clone, Debug, PartialEq)]
 pub struct MeshPool {
     connect_timeout: Option<String>,
@@ -48,6 +48,7 @@ pub struct MeshPool {
     /// Not a cluster default, but what the cached default virtual hosts and routed
     /// virtual hosts are built with.
     default_http_retry_policy: Option<crate::api::networking::HttpRetry>,
+    outbound_cluster_stat_name: String,
 }
 
 /// Whether `mesh` sets none of [`MeshPool`] (the usual case).
@@ -56,6 +57,7 @@ fn no_mesh_pool(mesh: &MeshConfig) -> bool {
         && mesh.tcp_keepalive.is_none()
         && mesh.h2_upgrade_policy.is_none()
         && mesh.default_http_retry_policy.is_none()
+        && mesh.outbound_cluster_stat_name.is_empty()
 }
 
 /// `mesh`'s [`MeshPool`], boxed; `None` when it sets none of it.
@@ -66,6 +68,7 @@ pub fn mesh_pool(mesh: &MeshConfig) -> Option<Box<MeshPool>> {
             tcp_keepalive: mesh.tcp_keepalive.clone(),
             h2_upgrade_policy: mesh.h2_upgrade_policy.clone(),
             default_http_retry_policy: mesh.default_http_retry_policy.clone(),
+            outbound_cluster_stat_name: mesh.outbound_cluster_stat_name.clone(),
         })
     })
 }
@@ -79,6 +82,7 @@ pub fn same_mesh_pool(pool: Option<&MeshPool>, mesh: &MeshConfig) -> bool {
                 && p.tcp_keepalive == mesh.tcp_keepalive
                 && p.h2_upgrade_policy == mesh.h2_upgrade_policy
                 && p.default_http_retry_policy == mesh.default_http_retry_policy
+                && p.outbound_cluster_stat_name == mesh.outbound_cluster_stat_name
         }
     }
 }

@@ -1980,4 +1980,5 @@ mod protocol_detection;
 mod retries;
 mod service_entry_addresses;
 mod shared_hosts;
+mod stat_names;
 mod tracing;

@@ -1081,3 +1081,37 @@ fn grpc_requests_are_counted_per_cluster() {
     });
     assert_eq!(grpc("success"), 1);
 }
+
+/// MeshConfig's `outboundClusterStatName`: a real sidecar counts a service's requests
+/// under the name the pattern gives its cluster in Envoy's stats (what dashboards built on
+/// it read), and under the Istio cluster name again once the pattern goes.
+#[test]
+fn a_real_sidecar_counts_requests_under_the_meshs_cluster_stat_name() {
+    let dir = temp_dir("stat-names").join("config");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mesh = |lines: &str| mesh_configmap(&format!("trustDomain: cluster.local\n{lines}"));
+    let pattern = "outboundClusterStatName: '%SERVICE%_%SERVICE_PORT%'";
+    std::fs::write(dir.join("mesh.yaml"), mesh(pattern)).unwrap();
+    let (_up, port) = write_reviews(&dir);
+    let meshd = Meshd::start(&dir);
+    let envoy = Envoy::sidecar(&meshd, Ads::Delta, "shop", "productpage");
+    let get = || http_get(&format!("{}:{port}", envoy.ip), "reviews", "/", &[]);
+    // The requests Envoy counted for the cluster whose stats are named `name`.
+    let total = |name: &str| envoy.stat(&format!("cluster.{name}.upstream_rq_total"));
+    let named = format!("reviews.shop_{port};");
+    let istio = format!("outbound|{port}||reviews.shop.svc.cluster.local");
+    wait_until(
+        "a request counted under the pattern's name",
+        Duration::from_secs(10),
+        || get().is_ok_and(|r| r.body == "reviews-1") && total(&named) > 0,
+    );
+    assert_eq!(total(&istio), 0);
+
+    meshd.write("mesh.yaml", &mesh(""));
+    wait_until(
+        "a request counted under the Istio name",
+        Duration::from_secs(10),
+        || get().is_ok_and(|r| r.body == "reviews-1") && total(&istio) > 0,
+    );
+    assert_eq!(envoy.rejected_updates(), Vec::<String>::new());
+}

@@ -11,14 +11,14 @@ use envoy_types::pb::envoy::config::listener::v3::{
 };
 
 use super::{
-    Chain, HCM, Hcm, filter_chain, http_connection_manager, listener, route_proxy, tcp_proxy,
+    Chain, HCM, Hcm, filter_chain, http_connection_manager, listener, route_proxy, tcp_proxy_named,
     tcp_route_proxy, tls_inspector,
 };
 use crate::api::networking::{L4MatchAttributes, VirtualServiceSpec};
 use crate::config::ConfigObject;
 use crate::model::{Proxy, PushContext, Service, host_matches};
 use crate::translate::credentials::{self, CredentialUse, ServerTls};
-use crate::translate::{authz, cluster, route, sniff};
+use crate::translate::{authz, cluster, route, sniff, stat_name};
 
 /// A Gateway server that takes TLS: an HTTPS server terminating it (with its route
 /// configuration's name), a TLS server terminating it before a TCP route, or a
@@ -174,13 +174,19 @@ fn auto_passthrough_chains(
                 if !taken.insert(sni.clone()) {
                     continue;
                 }
+                let target = stat_name::Target {
+                    subset,
+                    ..stat_name::Target::outbound(svc, port.port)
+                };
+                let pattern = &ctx.mesh.outbound_cluster_stat_name;
+                let stat_prefix = stat_name::stat_prefix(pattern, Some(&target), &sni);
                 chains.push(FilterChain {
                     filter_chain_match: Some(FilterChainMatch {
                         server_names: vec![sni.clone()],
                         application_protocols: alpns.clone(),
                         ..Default::default()
                     }),
-                    filters: vec![tcp_proxy(&sni)],
+                    filters: vec![tcp_proxy_named(&stat_prefix, &sni)],
                     ..Default::default()
                 });
             }

@@ -84,6 +84,24 @@ fn first_push(store: &Store) -> (PushContext, ResourceCache) {
     (ctx, cache)
 }
 
+/// The `istio` ConfigMap whose `mesh` is `lines` (each indented by four spaces).
+fn mesh_config_map(lines: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: istio, namespace: istio-system}}\ndata:\n  mesh: |\n{lines}"
+    )
+}
+
+/// The clusters of the first of [`proxies`]' cached view.
+fn view_clusters(
+    ctx: &PushContext,
+    cache: &ResourceCache,
+) -> Vec<envoy_types::pb::envoy::config::cluster::v3::Cluster> {
+    let v = view(ctx, &proxies()[0], cache);
+    (v.all(TypeKind::Cluster).values())
+        .map(|r| envoy_types::pb::envoy::config::cluster::v3::Cluster::decode(&*r.value()).unwrap())
+        .collect()
+}
+
 #[test]
 fn a_gateways_sni_dnat_clusters_and_assignments_are_in_its_cached_view() {
     let mut store = Shape::new(40, 4, 2).store();
@@ -802,18 +820,9 @@ fn a_gateways_cached_virtual_hosts_follow_its_servers_https_redirect() {
 fn cached_clusters_follow_the_meshs_connect_timeout_keepalive_and_h2_upgrade() {
     let mut store = Shape::new(40, 4, 2).store();
     let (_, cache) = first_push(&store);
-    let mesh = |lines: &str| {
-        format!(
-            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: istio, namespace: istio-system}}\ndata:\n  mesh: |\n{lines}"
-        )
-    };
     let timeouts = |ctx: &PushContext| -> BTreeSet<i64> {
-        let v = view(ctx, &proxies()[0], &cache);
-        (v.all(TypeKind::Cluster).values())
-            .map(|r| {
-                let c = envoy_types::pb::envoy::config::cluster::v3::Cluster::decode(&*r.value());
-                c.unwrap().connect_timeout.unwrap().seconds
-            })
+        (view_clusters(ctx, &cache).iter())
+            .map(|c| c.connect_timeout.unwrap().seconds)
             .collect()
     };
     for (version, lines, expected) in [
@@ -831,10 +840,37 @@ fn cached_clusters_follow_the_meshs_connect_timeout_keepalive_and_h2_upgrade() {
         ),
         (5, "    trustDomain: cluster.local\n", [10]),
     ] {
-        apply(&mut store, &mesh(lines));
+        apply(&mut store, &mesh_config_map(lines));
         let ctx = PushContext::build(&store, format!("v/{version}"));
         assert_views_agree(&ctx, &cache);
         assert_eq!(timeouts(&ctx), BTreeSet::from(expected), "v/{version}");
+    }
+}
+
+#[test]
+fn cached_clusters_follow_the_meshs_outbound_cluster_stat_name() {
+    let mut store = Shape::new(40, 4, 2).store();
+    let (_, cache) = first_push(&store);
+    // The stat names of the proxy's outbound clusters.
+    let names = |ctx: &PushContext| -> BTreeSet<String> {
+        (view_clusters(ctx, &cache).into_iter())
+            .filter(|c| c.name.starts_with("outbound|"))
+            .map(|c| c.alt_stat_name.split('_').next_back().unwrap().to_string())
+            .collect()
+    };
+    for (version, lines, expected) in [
+        (2, "    outboundClusterStatName: '%SERVICE%_A'\n", "A;"),
+        (3, "    outboundClusterStatName: '%SERVICE%_B'\n", "B;"),
+        (4, "    trustDomain: cluster.local\n", ""),
+    ] {
+        apply(&mut store, &mesh_config_map(lines));
+        let ctx = PushContext::build(&store, format!("v/{version}"));
+        assert_views_agree(&ctx, &cache);
+        assert_eq!(
+            names(&ctx),
+            BTreeSet::from([expected.to_string()]),
+            "v/{version}"
+        );
     }
 }
 
@@ -870,11 +906,7 @@ fn cached_virtual_hosts_and_gateway_routes_follow_the_meshs_default_retry_policy
     apply(&mut store, &routing);
     let (first, cache) = first_push(&store);
     cache.retain_services_of(&first, None);
-    let mesh = |lines: &str| {
-        format!(
-            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: istio, namespace: istio-system}}\ndata:\n  mesh: |\n    {lines}\n"
-        )
-    };
+    let mesh = |lines: &str| mesh_config_map(&format!("    {lines}\n"));
     // The retry counts of every route every proxy gets.
     let attempts = |ctx: &PushContext| -> BTreeSet<Option<u32>> {
         let mut all = BTreeSet::new();
