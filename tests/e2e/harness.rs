@@ -1073,10 +1073,17 @@ static_resources:
             .collect()
     }
 
-    /// An Envoy counter from `/stats`, or 0 if absent.
+    /// An Envoy counter from `/stats`, or 0 if absent. `name` is matched as written (an
+    /// Istio cluster name's `|` too).
     pub fn stat(&self, name: &str) -> u64 {
+        let escaped: String = (name.chars())
+            .flat_map(|c| {
+                let meta = "\\.|()[]{}*+?^$".contains(c);
+                meta.then_some('\\').into_iter().chain([c])
+            })
+            .collect();
         let text = self
-            .admin(&format!("/stats?filter=^{}$", name.replace('.', "\\.")))
+            .admin(&format!("/stats?filter=^{escaped}$"))
             .unwrap()
             .body;
         text.lines()

@@ -989,14 +989,9 @@ fn an_inbound_request_reset_before_the_application_took_it_is_retried_twice() {
         m.direct().is_ok_and(|r| r.status == 200)
     });
     let retries = || {
-        let stats = server
+        server
             .envoy
-            .admin("/stats?filter=upstream_rq_retry$")
-            .unwrap()
-            .body;
-        (stats.lines())
-            .find_map(|l| l.strip_prefix("cluster.inbound|9080||.upstream_rq_retry: "))
-            .map_or(0, |v| v.trim().parse::<u64>().unwrap())
+            .stat("cluster.inbound|9080||.upstream_rq_retry")
     };
     assert_eq!(retries(), 0);
     // Envoy holds the rest of istiod's inbound settings: idle streams are never cut, and

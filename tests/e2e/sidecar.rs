@@ -879,16 +879,7 @@ fn the_meshs_default_retry_policy_decides_how_often_a_failing_request_is_retried
     let meshd = Meshd::start(&dir);
     let envoy = Envoy::sidecar(&meshd, Ads::Delta, "shop", "productpage");
     let cluster = format!("outbound|{port}||reviews.shop.svc.cluster.local");
-    let retries = || {
-        let stats = envoy
-            .admin("/stats?filter=upstream_rq_retry$")
-            .unwrap()
-            .body;
-        let prefix = format!("cluster.{cluster}.upstream_rq_retry: ");
-        (stats.lines())
-            .find_map(|l| l.strip_prefix(&prefix))
-            .map_or(0, |v| v.trim().parse::<u64>().unwrap())
-    };
+    let retries = || envoy.stat(&format!("cluster.{cluster}.upstream_rq_retry"));
     let get = || http_get(&format!("{}:{port}", envoy.ip), "reviews", "/", &[]);
     // The retries one failing request makes under the route's current policy.
     let retried = || {
