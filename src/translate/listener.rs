@@ -519,9 +519,10 @@ fn route_proxy(
             (weight > 0).then(|| (outbound_cluster_name(p, subset, &host), weight))
         })
         .collect();
+    let pattern = &ctx.mesh.outbound_cluster_stat_name;
     let stat_prefix = match &targets[..] {
         [] => BLACKHOLE_CLUSTER.to_string(),
-        [(one, _)] if single => {
+        [(one, _)] if single && !pattern.is_empty() => {
             // The destination's service named by MeshConfig's pattern, as istiod's
             // `buildOutboundNetworkFilters` fills it: the host as the route writes it,
             // the listener's port.
@@ -532,7 +533,6 @@ fn route_proxy(
                 subset: d.subset.as_deref().unwrap_or(""),
                 ..stat_name::Target::outbound(service, port)
             });
-            let pattern = &ctx.mesh.outbound_cluster_stat_name;
             stat_name::stat_prefix(pattern, target.as_ref(), one)
         }
         [(one, _)] => one.clone(),
