@@ -942,6 +942,16 @@ impl Binding {
         svc.address_for(self.auto).is_none()
     }
 
+    /// Whether the TCP of `svc`'s sniffed port on the shared listener goes to the
+    /// service rather than to its original destination: on a real bind, or when the
+    /// proxy knows the service by no address (a headless Service, a ServiceEntry without
+    /// addresses), as istiod's `0.0.0.0_PORT` listener for it takes it (of two such
+    /// services on a port, the first). A CIDR's chain is not added: matched on the
+    /// destination before the HTTP inspector's protocol, it would take the HTTP too.
+    fn tcp_to_service(&self, svc: &Service) -> bool {
+        self.bind.is_some() || self.addressless(svc)
+    }
+
     /// Whether `svc` has a listener of its own, at an IP address (not a CIDR).
     fn own_address(&self, svc: &Service) -> bool {
         self.bind.is_none() && svc.address_for(self.auto).is_some_and(|a| !a.contains('/'))
@@ -1024,10 +1034,11 @@ impl<'a> SidecarOutbound<'a, '_> {
                     self.add_own(binding, svc, port, chains);
                 }
                 _ => {
-                    // Sniffed on a real bind, other traffic goes to the service (as the
-                    // catch-all's), not to an original destination that is the listener.
+                    // Sniffed on a real bind, or for a service without an address, other
+                    // traffic goes to the service (as the catch-all's), not to an original
+                    // destination.
                     let sniffed = protocol == Protocol::Unknown;
-                    let tcp = (sniffed && binding.bind.is_some())
+                    let tcp = (sniffed && binding.tcp_to_service(svc))
                         .then(|| sidecar_tcp_chains(ctx, proxy, &egress, svc, target));
                     if let Some(o) = self.at(binding.shared(), port, bind_to_port) {
                         o.sniffed |= sniffed || !o.chains.is_empty();
@@ -1091,7 +1102,7 @@ impl<'a> SidecarOutbound<'a, '_> {
                             continue;
                         };
                         o.sniffed = true;
-                        if binding.bind.is_some() {
+                        if binding.tcp_to_service(svc) {
                             o.add(tcp());
                         }
                         http_ports.entry(p.port).or_default().push(svc);
@@ -1137,7 +1148,7 @@ impl<'a> SidecarOutbound<'a, '_> {
 /// - an undeclared protocol is sniffed: the service's `VIP_PORT` takes HTTP, told apart by
 ///   the HTTP inspector, to its own route configuration `HOST:PORT`, and everything else
 ///   as TCP. Without an address (or without capture) the service's HTTP joins `"PORT"`
-///   and its listener sniffs;
+///   on the shared listener, which sniffs and sends other traffic to the service;
 /// - a listener that HTTP and TCP services would both take sniffs too.
 pub fn sidecar_listeners<'a>(
     ctx: &'a PushContext,

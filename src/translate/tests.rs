@@ -1971,6 +1971,7 @@ fn an_auto_passthrough_server_forwards_each_mtls_sni_to_its_sni_dnat_cluster() {
 }
 
 mod access_log;
+mod addressless_sniffed;
 mod destination_subnets;
 mod gateway_redirect;
 mod inbound_route;

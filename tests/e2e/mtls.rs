@@ -462,6 +462,48 @@ fn with_traffic_capture_envoy_accepts_virtual_inbound_under_strict_mtls() {
     assert!(details.envoy.stat("listener_manager.lds.update_success") > 0);
 }
 
+/// A headless Service's port without a protocol, at a sidecar with traffic capture under
+/// `REGISTRY_ONLY`: Envoy takes the shared `0.0.0.0_PORT` listener whose HTTP goes by the
+/// port's route configuration and whose other traffic goes to the service's own cluster,
+/// as istiod's, not to BlackHoleCluster. (Traffic capture itself needs iptables, which
+/// the tests do not set up; the unit tests `addressless_sniffed::*` hold the mapping.)
+#[test]
+fn a_captured_sidecar_sends_a_headless_services_sniffed_tcp_to_the_service() {
+    let m = mesh("headless-sniffed");
+    let kafka = "apiVersion: v1\nkind: Service\nmetadata: {name: kafka, namespace: shop}\nspec: {clusterIP: None, ports: [{name: broker, port: 9092}]}\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: kafka-1, namespace: shop, labels: {kubernetes.io/service-name: kafka}}\naddressType: IPv4\nports: [{name: broker, port: 9092}]\nendpoints: [{addresses: [10.0.9.1], conditions: {ready: true}}]\n";
+    let registry_only = mesh_configmap("outboundTrafficPolicy: {mode: REGISTRY_ONLY}");
+    m.meshd
+        .write("kafka.yaml", &format!("{registry_only}\n---\n{kafka}"));
+    let client = Workload::start(
+        &m.meshd,
+        "shop",
+        "details",
+        "details",
+        "dt-token",
+        &loopback_ip(),
+        &["--interception-mode", "REDIRECT"],
+    );
+    let listener = || -> Option<serde_json::Value> {
+        let dump = client.envoy.config_dump("dynamic_listeners");
+        let dump: serde_json::Value = serde_json::from_str(&dump).ok()?;
+        (dump["configs"].as_array()?.iter())
+            .map(|c| c["active_state"]["listener"].clone())
+            .find(|l| l["name"] == "0.0.0.0_9092")
+    };
+    wait_until("kafka's listener in LDS", Duration::from_secs(15), || {
+        listener().is_some()
+    });
+    let l = listener().unwrap();
+    let default = l["default_filter_chain"].to_string();
+    assert!(
+        default.contains("outbound|9092||kafka.shop.svc.cluster.local"),
+        "{l}"
+    );
+    let chains = l["filter_chains"].to_string();
+    assert!(chains.contains("\"route_config_name\":\"9092\""), "{l}");
+    assert_eq!(client.envoy.rejected_updates(), Vec::<String>::new());
+}
+
 /// A Gateway server with `tls.mode: ISTIO_MUTUAL` (an east-west or egress gateway's):
 /// the gateway, bootstrapped by `meshd agent --proxy-type router`, serves its own workload
 /// certificate and requires a mesh client's. productpage's sidecar reaches it with auto
