@@ -395,6 +395,20 @@ fn certificates_rotate_under_live_traffic_without_a_failed_request() {
 /// listeners at both ends: details' own port 7070 has no declared protocol, so its
 /// outbound listener on the service address sniffs (with its own route configuration
 /// `HOST:PORT`) and virtualInbound has the sniffed mTLS chains for it.
+/// The `details` workload of shop with traffic capture (REDIRECT): Envoy binds
+/// virtualOutbound (15001) and virtualInbound (15006) for real.
+fn captured_details(m: &Mesh) -> Workload {
+    Workload::start(
+        &m.meshd,
+        "shop",
+        "details",
+        "details",
+        "dt-token",
+        &loopback_ip(),
+        &["--interception-mode", "REDIRECT"],
+    )
+}
+
 #[test]
 fn with_traffic_capture_envoy_accepts_virtual_inbound_under_strict_mtls() {
     let m = mesh("mtls-capture");
@@ -405,16 +419,7 @@ fn with_traffic_capture_envoy_accepts_virtual_inbound_under_strict_mtls() {
             pa("STRICT")
         ),
     );
-    // REDIRECT: Envoy binds virtualOutbound (15001) and virtualInbound (15006) for real.
-    let details = Workload::start(
-        &m.meshd,
-        "shop",
-        "details",
-        "details",
-        "dt-token",
-        &loopback_ip(),
-        &["--interception-mode", "REDIRECT"],
-    );
+    let details = captured_details(&m);
     let listeners = || details.envoy.config_dump("dynamic_listeners");
     // The workload is up once its certificate is served; its listeners follow over LDS.
     // The proxy may connect before meshd has read details.yaml, so its first
@@ -474,15 +479,7 @@ fn a_captured_sidecar_sends_a_headless_services_sniffed_tcp_to_the_service() {
     let registry_only = mesh_configmap("outboundTrafficPolicy: {mode: REGISTRY_ONLY}");
     m.meshd
         .write("kafka.yaml", &format!("{registry_only}\n---\n{kafka}"));
-    let client = Workload::start(
-        &m.meshd,
-        "shop",
-        "details",
-        "details",
-        "dt-token",
-        &loopback_ip(),
-        &["--interception-mode", "REDIRECT"],
-    );
+    let client = captured_details(&m);
     let listener = || -> Option<serde_json::Value> {
         let dump = client.envoy.config_dump("dynamic_listeners");
         let dump: serde_json::Value = serde_json::from_str(&dump).ok()?;
