@@ -150,15 +150,17 @@ pub fn service(
 /// MeshConfig's `outboundClusterStatName` for the cluster of `svc`'s `port` and `subset`,
 /// as istiod's `buildCluster` sets it on every outbound cluster (SNI-DNAT ones too).
 fn stat_name(c: &mut Cluster, ctx: &PushContext, svc: &Service, port: u32, subset: &str) {
-    let pattern = &ctx.mesh.outbound_cluster_stat_name;
-    if pattern.is_empty() {
-        return; // the usual case: nothing to fill
-    }
-    let target = super::stat_name::Target {
-        subset,
-        ..super::stat_name::Target::outbound(svc, port)
+    let target = || {
+        Some(super::stat_name::Target {
+            subset,
+            ..super::stat_name::Target::outbound(svc, port)
+        })
     };
-    c.alt_stat_name = super::stat_name::alt_stat_name(pattern, &target).unwrap_or_default();
+    if let Some(name) =
+        super::stat_name::alt_stat_name(&ctx.mesh.outbound_cluster_stat_name, target)
+    {
+        c.alt_stat_name = name;
+    }
 }
 
 /// A gateway's SNI-DNAT clusters for `svc`, for its AUTO_PASSTHROUGH servers (istiod's

@@ -111,7 +111,7 @@ impl<'a> Served<'a> {
 /// `buildInboundCluster`).
 fn with_stat_name(mut c: Cluster, ctx: &PushContext, port: u32, served: Option<Served>) -> Cluster {
     let pattern = &ctx.mesh.inbound_cluster_stat_name;
-    let name = served.and_then(|s| stat_name::alt_stat_name(pattern, &s.stat_target(Some(port))));
+    let name = stat_name::alt_stat_name(pattern, || served.map(|s| s.stat_target(Some(port))));
     if let Some(name) = name {
         c.alt_stat_name = name;
     }
@@ -379,9 +379,9 @@ fn port_chains(
         } else {
             let mut f = authorization.tcp.clone();
             // istiod's `BuildInboundStatPrefix` leaves `%TARGET_PORT%` as written.
-            let target = served.map(|s| s.stat_target(None));
+            let target = || served.map(|s| s.stat_target(None));
             let pattern = &ctx.mesh.inbound_cluster_stat_name;
-            let stat_prefix = stat_name::stat_prefix(pattern, target.as_ref(), cluster);
+            let stat_prefix = stat_name::stat_prefix(pattern, target, cluster);
             f.push(tcp_proxy_named(&stat_prefix, cluster));
             f
         }

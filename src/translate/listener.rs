@@ -461,13 +461,15 @@ fn service_tcp_proxy(
 ) -> Filter {
     let host = &svc.hostname;
     let cluster = outbound_cluster_name(port, "", host);
-    let target = stat_name::Target {
-        port_name,
-        ..stat_name::Target::outbound(svc, port)
+    let target = || {
+        Some(stat_name::Target {
+            port_name,
+            ..stat_name::Target::outbound(svc, port)
+        })
     };
     let pattern = &ctx.mesh.outbound_cluster_stat_name;
     tcp_proxy_to(
-        &stat_name::stat_prefix(pattern, Some(&target), &cluster),
+        &stat_name::stat_prefix(pattern, target, &cluster),
         &[(cluster.clone(), 100)],
         TcpPolicy::of(ctx, proxy, host, ""),
     )
@@ -519,21 +521,22 @@ fn route_proxy(
             (weight > 0).then(|| (outbound_cluster_name(p, subset, &host), weight))
         })
         .collect();
-    let pattern = &ctx.mesh.outbound_cluster_stat_name;
     let stat_prefix = match &targets[..] {
         [] => BLACKHOLE_CLUSTER.to_string(),
-        [(one, _)] if single && !pattern.is_empty() => {
+        [(one, _)] if single => {
             // The destination's service named by MeshConfig's pattern, as istiod's
             // `buildOutboundNetworkFilters` fills it: the host as the route writes it,
             // the listener's port.
             let d = &route[0].destination;
-            let host = resolve_host(&d.host, &obj.key.namespace);
-            let target = (ctx.service_for(proxy, &host)).map(|service| stat_name::Target {
-                host: &d.host,
-                subset: d.subset.as_deref().unwrap_or(""),
-                ..stat_name::Target::outbound(service, port)
-            });
-            stat_name::stat_prefix(pattern, target.as_ref(), one)
+            let target = || {
+                let host = resolve_host(&d.host, &obj.key.namespace);
+                (ctx.service_for(proxy, &host)).map(|service| stat_name::Target {
+                    host: &d.host,
+                    subset: d.subset.as_deref().unwrap_or(""),
+                    ..stat_name::Target::outbound(service, port)
+                })
+            };
+            stat_name::stat_prefix(&ctx.mesh.outbound_cluster_stat_name, target, one)
         }
         [(one, _)] => one.clone(),
         _ => format!("{}.{}", obj.key.name, obj.key.namespace),

@@ -73,19 +73,33 @@ pub fn fill(pattern: &str, t: &Target) -> String {
     s.replace("%SERVICE_PORT_NAME%", t.port_name)
 }
 
-/// A cluster's `alt_stat_name` under `pattern`; `None` when the pattern is empty (the
-/// cluster's stats keep its name).
-pub fn alt_stat_name(pattern: &str, t: &Target) -> Option<String> {
-    (!pattern.is_empty()).then(|| fill(pattern, t) + DELIMITER)
+/// A cluster's `alt_stat_name` under `pattern` for what `target` names; `None` when the
+/// pattern is empty or `target` names nothing (the cluster's stats keep its name).
+/// `target` is called only for a pattern, so the usual mesh, which sets none, pays
+/// nothing for it.
+pub fn alt_stat_name<'a>(
+    pattern: &str,
+    target: impl FnOnce() -> Option<Target<'a>>,
+) -> Option<String> {
+    if pattern.is_empty() {
+        return None;
+    }
+    Some(fill(pattern, &target()?) + DELIMITER)
 }
 
-/// A tcp_proxy's `stat_prefix` under `pattern`, else `default` (its cluster's name, as
-/// istiod's).
-pub fn stat_prefix(pattern: &str, t: Option<&Target>, default: &str) -> String {
-    match t {
-        Some(t) if !pattern.is_empty() => fill(pattern, t),
-        _ => default.to_string(),
+/// A tcp_proxy's `stat_prefix` under `pattern` for what `target` names, else `default`
+/// (its cluster's name, as istiod's); `target` is called only for a pattern.
+pub fn stat_prefix<'a>(
+    pattern: &str,
+    target: impl FnOnce() -> Option<Target<'a>>,
+    default: &str,
+) -> String {
+    if !pattern.is_empty()
+        && let Some(t) = target()
+    {
+        return fill(pattern, &t);
     }
+    default.to_string()
 }
 
 #[cfg(test)]
@@ -147,20 +161,24 @@ mod tests {
     #[test]
     fn an_empty_pattern_keeps_the_istio_names() {
         let svc = service(true);
-        let t = Target::outbound(&svc, 9080);
-        assert_eq!(alt_stat_name("", &t), None);
+        let some = || Some(Target::outbound(&svc, 9080));
+        assert_eq!(alt_stat_name("", some), None);
+        assert_eq!(alt_stat_name("%SERVICE%", || None), None);
+        // Without a pattern the target is never built (a mesh that sets none pays nothing).
+        assert_eq!(alt_stat_name("", || unreachable!()), None);
+        assert_eq!(stat_prefix("", || unreachable!(), "c"), "c");
         assert_eq!(
-            alt_stat_name("%SERVICE%_%SERVICE_PORT%", &t).as_deref(),
+            alt_stat_name("%SERVICE%_%SERVICE_PORT%", some).as_deref(),
             Some("reviews.shop_9080;")
         );
         assert_eq!(
-            stat_prefix("", Some(&t), "outbound|9080||x"),
+            stat_prefix("", some, "outbound|9080||x"),
             "outbound|9080||x"
         );
         assert_eq!(
-            stat_prefix("%SERVICE%", None, "outbound|9080||x"),
+            stat_prefix("%SERVICE%", || None, "outbound|9080||x"),
             "outbound|9080||x"
         );
-        assert_eq!(stat_prefix("%SERVICE%", Some(&t), "x"), "reviews.shop");
+        assert_eq!(stat_prefix("%SERVICE%", some, "x"), "reviews.shop");
     }
 }

@@ -174,12 +174,14 @@ fn auto_passthrough_chains(
                 if !taken.insert(sni.clone()) {
                     continue;
                 }
-                let target = stat_name::Target {
-                    subset,
-                    ..stat_name::Target::outbound(svc, port.port)
+                let target = || {
+                    Some(stat_name::Target {
+                        subset,
+                        ..stat_name::Target::outbound(svc, port.port)
+                    })
                 };
                 let pattern = &ctx.mesh.outbound_cluster_stat_name;
-                let stat_prefix = stat_name::stat_prefix(pattern, Some(&target), &sni);
+                let stat_prefix = stat_name::stat_prefix(pattern, target, &sni);
                 chains.push(FilterChain {
                     filter_chain_match: Some(FilterChainMatch {
                         server_names: vec![sni.clone()],
