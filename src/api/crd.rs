@@ -63,7 +63,40 @@ fn served(mut crd: CustomResourceDefinition, versions: &[&str]) -> CustomResourc
         .labels
         .get_or_insert_with(Default::default)
         .insert("app.kubernetes.io/part-of".into(), "meshd".into());
-    crd
+    structural(crd)
+}
+
+/// The schema in the form kube-apiserver accepts: the derive's `patternProperties` (a map
+/// keyed by port numbers) become `additionalProperties`, which structural schemas allow, and
+/// the unsigned formats the API server does not know become bounds on a plain integer.
+fn structural(crd: CustomResourceDefinition) -> CustomResourceDefinition {
+    fn walk(v: &mut serde_json::Value) {
+        match v {
+            serde_json::Value::Object(map) => {
+                if let Some(serde_json::Value::Object(patterns)) = map.remove("patternProperties")
+                    && let Some((_, schema)) = patterns.into_iter().next()
+                {
+                    map.insert("additionalProperties".into(), schema);
+                }
+                match map.get("format").and_then(|f| f.as_str()) {
+                    Some("uint32") => {
+                        map.remove("format");
+                        map.insert("maximum".into(), serde_json::json!(u32::MAX));
+                    }
+                    Some("uint64") => {
+                        map.remove("format");
+                    }
+                    _ => {}
+                }
+                map.values_mut().for_each(walk);
+            }
+            serde_json::Value::Array(items) => items.iter_mut().for_each(walk),
+            _ => {}
+        }
+    }
+    let mut value = serde_json::to_value(&crd).expect("BUG: a CRD always serialises");
+    walk(&mut value);
+    serde_json::from_value(value).expect("BUG: a structural CRD is still a CRD")
 }
 
 #[cfg(test)]
@@ -108,6 +141,14 @@ mod tests {
                     v.name
                 );
             }
+        }
+    }
+
+    #[test]
+    fn schemas_use_only_what_structural_schemas_allow() {
+        let text = to_yaml();
+        for refused in ["patternProperties", "format: uint32", "format: uint64"] {
+            assert!(!text.contains(refused), "{refused} in the CRDs");
         }
     }
 
