@@ -266,8 +266,20 @@ async fn configz(State(s): State<DebugState>) -> impl IntoResponse {
         .collect();
     let issues = s.issues.read().unwrap().clone();
     let push = s.xds.current_push();
+    let missing: Vec<_> = crate::config::Kind::ALL
+        .into_iter()
+        .filter(|k| {
+            let labels = vec![("type", k.to_string())];
+            s.metrics
+                .k8s_crd_missing
+                .get(&labels)
+                .is_some_and(|g| g.get() == 1)
+        })
+        .map(crate::k8s::crds::crd_name)
+        .collect();
     Json(json!({
         "objects": objects,
+        "missingCrds": missing,
         "errors": issues,
         "crossObjectWarnings": &*push.context.issues,
     }))

@@ -54,6 +54,8 @@ pub struct Metrics {
     /// Watch events from Kubernetes by `type` and `event`: Istio config, and the registry.
     pub k8s_cfg_events: Family<Labels, Counter>,
     pub k8s_reg_events: Family<Labels, Counter>,
+    /// 1 for each Istio kind whose CRD the cluster lacks (served as empty until installed).
+    pub k8s_crd_missing: Family<Labels, Gauge>,
     /// Configuration meshd failed to build or encode for a proxy (none expected).
     pub xds_internal_errors: Counter,
     pub xds_connection_errors: Family<Labels, Counter>,
@@ -127,6 +129,7 @@ impl Metrics {
             virt_services: Gauge::default(),
             config_errors: Family::default(),
             k8s_cfg_events: Family::default(),
+            k8s_crd_missing: Family::default(),
             k8s_reg_events: Family::default(),
             xds_internal_errors: Counter::default(),
             xds_connection_errors: Family::default(),
@@ -279,6 +282,11 @@ impl Metrics {
             "meshd_config_errors",
             "Configuration documents rejected, by kind",
             m.config_errors.clone(),
+        );
+        registry.register(
+            "meshd_k8s_crd_missing",
+            "Istio kinds whose CustomResourceDefinition is not installed: served as empty, watched once installed",
+            m.k8s_crd_missing.clone(),
         );
         registry.register(
             "meshd_xds_send_buffer_bytes",

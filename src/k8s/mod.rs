@@ -10,6 +10,7 @@
 //!   as absent; unlabelled objects apply to every revision, as in Istio.
 //! - Bad objects keep their last good version and are reported like bad files.
 
+pub mod crds;
 pub mod ipallocate;
 pub mod lease;
 pub mod status;
@@ -74,7 +75,8 @@ impl Scope {
     }
 }
 
-fn api_resource(kind: Kind) -> ApiResource {
+/// The API resource of `kind` (its group, first version and plural).
+pub fn api_resource(kind: Kind) -> ApiResource {
     let version = kind.versions()[0];
     ApiResource::from_gvk_with_plural(
         &GroupVersionKind::gvk(kind.group(), version, kind.as_str()),
@@ -90,6 +92,15 @@ struct NamespaceScope {
     /// Namespaces owned by another revision (`istio.io/rev`, or `istio-injection=enabled`
     /// for `default`): their unlabelled Istio objects belong to that revision.
     other_revision: BTreeSet<String>,
+}
+
+/// Which instance of an Istio object the API holds, and its generation.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Seen {
+    /// `metadata.uid`: an object deleted and created again under the same name is a new
+    /// instance, whose status is written afresh.
+    pub uid: String,
+    pub generation: Option<i64>,
 }
 
 /// What became of one object from the API.
@@ -108,14 +119,17 @@ pub struct KubeSource {
     scope: Scope,
     issues: IssueBoard,
     hook: IssueHook,
-    /// Kinds listed at least once.
+    /// Kinds listed at least once (or whose CRD is not installed).
     synced: watch::Sender<BTreeSet<Kind>>,
+    /// The Istio CRDs the cluster has.
+    crds: watch::Sender<crds::Installed>,
     /// Which namespaces' objects this instance keeps.
     selection: RwLock<NamespaceScope>,
     /// Bumped when the selection changes: namespaced watchers relist.
     rescope: watch::Sender<u64>,
-    /// The latest generation seen per Istio object, accepted or not (for status).
-    pub generations: Arc<RwLock<HashMap<ObjectKey, i64>>>,
+    /// The instance and latest generation seen per Istio object, accepted or not (for
+    /// status).
+    pub generations: Arc<RwLock<HashMap<ObjectKey, Seen>>>,
     metrics: Arc<Metrics>,
 }
 
@@ -171,6 +185,7 @@ impl KubeSource {
             issues,
             hook,
             synced: watch::channel(BTreeSet::new()).0,
+            crds: watch::channel(crds::Installed::Unknown).0,
             selection: RwLock::new(NamespaceScope::default()),
             rescope: watch::channel(0).0,
             metrics,
@@ -180,6 +195,8 @@ impl KubeSource {
     /// Starts one watcher per kind (Namespaces and the mesh ConfigMap first, as they decide
     /// what the others keep); `on_change` receives the keys each event changed.
     pub fn start(self: &Arc<Self>, on_change: OnChange) {
+        let this = self.clone();
+        tokio::spawn(async move { crds::run(this.client.clone(), &this.crds).await });
         let this = self.clone();
         tokio::spawn(async move {
             for kind in SCOPING_KINDS {
@@ -276,7 +293,39 @@ impl KubeSource {
         (Api::all_with(self.client.clone(), ar), config)
     }
 
+    /// Returns once `kind`'s CRD is installed. Until then the kind counts as listed and
+    /// empty, and is reported missing.
+    async fn await_crd(&self, kind: Kind) {
+        let mut rx = self.crds.subscribe();
+        let Ok(installed) = rx
+            .wait_for(|i| i.has(kind).is_some())
+            .await
+            .map(|i| i.has(kind))
+        else {
+            return;
+        };
+        if installed == Some(true) {
+            return;
+        }
+        let labels = vec![("type", kind.to_string())];
+        self.metrics.k8s_crd_missing.get_or_create(&labels).set(1);
+        tracing::warn!(
+            kind = %kind,
+            crd = %crds::crd_name(kind),
+            "CRD not installed: serving without this kind; it is watched once the CRD is installed"
+        );
+        self.synced.send_modify(|s| {
+            s.insert(kind);
+        });
+        let _ = rx.wait_for(|i| i.has(kind) == Some(true)).await;
+        self.metrics.k8s_crd_missing.get_or_create(&labels).set(0);
+        tracing::info!(kind = %kind, "CRD installed: watching this kind");
+    }
+
     async fn watch(&self, kind: Kind, on_change: OnChange) {
+        if kind.is_istio() {
+            self.await_crd(kind).await;
+        }
         let ar = api_resource(kind);
         let (api, config) = self.api(kind, &ar);
         let rescopable = kind.namespaced() && !SCOPING_KINDS.contains(&kind);
@@ -343,11 +392,12 @@ impl KubeSource {
 
     /// Parses one object (whose key is `key`), reporting its problems.
     fn convert(&self, key: &ObjectKey, ar: &ApiResource, obj: DynamicObject) -> Outcome {
-        if let (true, Some(generation)) = (key.kind.is_istio(), obj.metadata.generation) {
-            self.generations
-                .write()
-                .unwrap()
-                .insert(key.clone(), generation);
+        if key.kind.is_istio() {
+            let seen = Seen {
+                uid: obj.metadata.uid.clone().unwrap_or_default(),
+                generation: obj.metadata.generation,
+            };
+            self.generations.write().unwrap().insert(key.clone(), seen);
         }
         let Ok(mut value) = serde_json::to_value(&obj) else {
             return Outcome::Rejected;
@@ -390,7 +440,14 @@ impl KubeSource {
         let mut changed = BTreeSet::new();
         let known = self.store.read().unwrap().get(&key).is_some();
         let outcome = self.convert(&key, ar, obj);
-        if !matches!(outcome, Outcome::Keep(_)) {
+        // Objects outside this instance's namespaces are not events for it (istiod filters
+        // them before its handlers count), unless one held leaves the scope.
+        let counted = match outcome {
+            Outcome::Keep(_) => false,
+            Outcome::OutOfScope => known,
+            Outcome::Rejected => true,
+        };
+        if counted {
             count_event(&self.metrics, kind, if known { "update" } else { "add" });
         }
         match outcome {

@@ -16,6 +16,7 @@ use tokio::sync::watch;
 
 use crate::config::{ConfigIssue, Kind, Level, ObjectKey};
 use crate::filesource::IssueBoard;
+use crate::k8s::Seen;
 use crate::model::Store;
 use crate::model::push_context::ModelIssue;
 use crate::xds::push::{ChangeLog, Push};
@@ -24,12 +25,15 @@ use crate::xds::{Rejection, XdsShared};
 /// Writes in flight at once.
 const CONCURRENT_WRITES: usize = 8;
 
+/// One instance of an object: its key and `metadata.uid`.
+type Instance = (ObjectKey, String);
+
 pub struct StatusWriter {
     pub client: Client,
     pub store: Arc<RwLock<Store>>,
     pub issues: IssueBoard,
-    /// The latest generation seen per object, accepted or not.
-    pub generations: Arc<RwLock<HashMap<ObjectKey, i64>>>,
+    /// The instance and latest generation seen per object, accepted or not.
+    pub generations: Arc<RwLock<HashMap<ObjectKey, Seen>>>,
     pub pushes: watch::Receiver<Arc<Push>>,
     /// Connected proxies and how far each is in sync (for the ACK count).
     pub xds: Arc<XdsShared>,
@@ -106,7 +110,8 @@ pub fn desired_status(
 
 impl StatusWriter {
     pub async fn run(mut self) {
-        let mut written: HashMap<ObjectKey, Value> = HashMap::new();
+        // What was written, per object instance (key and uid): a recreated object is new.
+        let mut written: HashMap<Instance, Value> = HashMap::new();
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         loop {
             tokio::select! {
@@ -124,16 +129,17 @@ impl StatusWriter {
                 continue;
             }
             let push = self.pushes.borrow_and_update().clone();
-            let desired = self.desired(&push.context.issues);
-            let todo: Vec<(ObjectKey, Value)> = desired
+            let desired: HashMap<_, _> = self.desired(&push.context.issues).into_iter().collect();
+            written.retain(|k, _| desired.contains_key(k));
+            let todo: Vec<(Instance, Value)> = desired
                 .into_iter()
                 .filter(|(k, v)| written.get(k) != Some(v))
                 .collect();
             let this = &self;
-            let results: Vec<(ObjectKey, Value, Result<(), kube::Error>)> =
+            let results: Vec<(Instance, Value, Result<(), kube::Error>)> =
                 futures::stream::iter(todo)
                     .map(|(key, status)| async move {
-                        let r = this.write(&key, &status).await;
+                        let r = this.write(&key.0, &status).await;
                         (key, status, r)
                     })
                     .buffer_unordered(CONCURRENT_WRITES)
@@ -144,13 +150,14 @@ impl StatusWriter {
                     Ok(()) => {
                         written.insert(key, status);
                     }
-                    Err(e) => tracing::warn!(object = %key, "writing status: {e}"),
+                    Err(e) => tracing::warn!(object = %key.0, "writing status: {e}"),
                 }
             }
         }
     }
 
-    fn desired(&self, model_issues: &[ModelIssue]) -> Vec<(ObjectKey, Value)> {
+    /// The status each object instance (key and uid) should carry.
+    fn desired(&self, model_issues: &[ModelIssue]) -> Vec<(Instance, Value)> {
         let generations = self.generations.read().unwrap();
         let proxies: Vec<u64> = self
             .xds
@@ -209,9 +216,10 @@ impl StatusWriter {
                 );
                 // A NACK counts while it concerns the object's current generation.
                 let rejection = rejections.get(&key).filter(|r| r.push >= since);
-                let generation = generations.get(&key).copied();
-                let status = desired_status(generation, &errors, &warnings, in_sync, rejection);
-                (key, status)
+                let seen = generations.get(&key).cloned().unwrap_or_default();
+                let status =
+                    desired_status(seen.generation, &errors, &warnings, in_sync, rejection);
+                ((key, seen.uid), status)
             })
             .collect()
     }

@@ -4,12 +4,13 @@
 //! proxy, the time from the change to the moment it holds the resource that reflects it.
 //! A change carries a marker string (a header value, an endpoint address) that only the
 //! resources built from it contain, so "converged" means the bytes arrived, not that a
-//! response did. With `--kubernetes` the mesh lives in the Kubernetes fake
-//! ([`apiserver`]) instead: meshd watches it through kube-runtime, and the changes are
-//! applied to it as kubectl would.
+//! response did. With `--kubernetes` the mesh lives in a Kubernetes API server instead
+//! (`--kubeconfig`; the test bed's real kube-apiserver in the tests and benchmarks): meshd
+//! watches it through kube-runtime, and the mesh and every change are written to it by
+//! server-side apply ([`kube_writer`]).
 
-pub mod apiserver;
 mod h2c;
+mod kube_writer;
 mod meshd;
 pub mod proxy;
 mod read_ahead;
@@ -25,7 +26,7 @@ use serde::Serialize;
 use serde_json::{Map, Value as Json};
 use tokio::sync::watch;
 
-use self::apiserver::FakeApiServer;
+use self::kube_writer::KubeWriter;
 use self::meshd::{Probe, Spawned, meshd_figures, metric, out_of_sync, spawn_meshd, with_identity};
 use self::proxy::{Marker, ProxyStats, Spec};
 use crate::model::testmesh::Shape;
@@ -53,11 +54,14 @@ pub struct LoadgenArgs {
     /// of using a running one at --xds / --monitoring.
     #[arg(long)]
     pub spawn_meshd: bool,
-    /// Serve the mesh from the Kubernetes fake, started in this process, instead of the
-    /// config directory: meshd watches it as it watches a cluster, and each change is
-    /// applied to it as `kubectl apply` would.
-    #[arg(long, requires = "spawn_meshd")]
+    /// Serve the mesh from the Kubernetes API server of `--kubeconfig` instead of the
+    /// config directory: the mesh and each change are written to it by server-side apply,
+    /// and meshd watches it as it watches a cluster.
+    #[arg(long, requires_all = ["spawn_meshd", "kubeconfig"])]
     pub kubernetes: bool,
+    /// The cluster `--kubernetes` writes to and the spawned meshd watches.
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
     /// A running meshd's xDS address.
     #[arg(long, default_value = "127.0.0.1:15010")]
     pub xds: String,
@@ -222,26 +226,25 @@ impl LoadgenArgs {
 enum Source {
     /// YAML files in the config directory.
     Files(PathBuf),
-    /// The Kubernetes fake, and the kubeconfig that points at it.
-    Kubernetes(FakeApiServer, PathBuf),
+    /// A Kubernetes API server, and the kubeconfig that points at it.
+    Kubernetes(KubeWriter, PathBuf),
 }
 
 impl Source {
-    fn new(args: &LoadgenArgs) -> Result<Source, String> {
+    async fn new(args: &LoadgenArgs) -> Result<Source, String> {
         std::fs::create_dir_all(&args.config_dir).map_err(|e| e.to_string())?;
-        if !args.kubernetes {
-            return Ok(Source::Files(args.config_dir.clone()));
+        match (&args.kubeconfig, args.kubernetes) {
+            (Some(kubeconfig), true) => Ok(Source::Kubernetes(
+                KubeWriter::connect(kubeconfig).await?,
+                kubeconfig.clone(),
+            )),
+            _ => Ok(Source::Files(args.config_dir.clone())),
         }
-        let api = FakeApiServer::start().map_err(|e| format!("the Kubernetes fake: {e}"))?;
-        let kubeconfig = api
-            .kubeconfig(&args.config_dir)
-            .map_err(|e| format!("writing a kubeconfig: {e}"))?;
-        Ok(Source::Kubernetes(api, kubeconfig))
     }
 
     /// The whole mesh (replacing the directory's *.yaml files), or its Namespaces and
-    /// objects applied to the fake.
-    fn put_mesh(&self, shape: &Shape) -> Result<(), String> {
+    /// objects applied to the API server.
+    async fn put_mesh(&self, shape: &Shape) -> Result<(), String> {
         match self {
             Source::Files(dir) => {
                 for entry in std::fs::read_dir(dir).map_err(|e| e.to_string())? {
@@ -258,26 +261,30 @@ impl Source {
                 for ns in namespaces {
                     api.apply_yaml(&format!(
                         "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {ns}}}\n"
-                    ))?;
+                    ))
+                    .await?;
                 }
             }
         }
         for (name, yaml) in shape.files() {
-            self.put(&name, &yaml)?;
+            self.put(&name, &yaml).await?;
         }
         Ok(())
     }
 
     /// One file's objects: written then renamed into place, as editors and config sync
-    /// tools do, or applied to the fake.
-    fn put(&self, name: &str, yaml: &str) -> Result<(), String> {
+    /// tools do, or applied to the API server.
+    async fn put(&self, name: &str, yaml: &str) -> Result<(), String> {
         match self {
             Source::Files(dir) => {
                 let tmp = dir.join(format!(".{name}.tmp"));
                 std::fs::write(&tmp, yaml).map_err(|e| e.to_string())?;
                 std::fs::rename(&tmp, dir.join(name)).map_err(|e| e.to_string())
             }
-            Source::Kubernetes(api, _) => api.apply_yaml(yaml).map_err(|e| format!("{name}: {e}")),
+            Source::Kubernetes(api, _) => api
+                .apply_yaml(yaml)
+                .await
+                .map_err(|e| format!("{name}: {e}")),
         }
     }
 
@@ -538,10 +545,12 @@ async fn storm(
                 at: Instant::now(),
             }));
         }
-        source.put(
-            &format!("svc-{service}.yaml"),
-            &shape.service_yaml(service, Some(&address)),
-        )?;
+        source
+            .put(
+                &format!("svc-{service}.yaml"),
+                &shape.service_yaml(service, Some(&address)),
+            )
+            .await?;
         last_write = Instant::now();
         if sampled.elapsed() > Duration::from_millis(250) {
             sampled = Instant::now();
@@ -612,15 +621,17 @@ pub fn run(mut args: LoadgenArgs) -> Result<Json, String> {
         sidecar_scoped: args.sidecar_scoped,
         gateway_routed: args.gateway_routes,
     };
-    let source = Source::new(&args)?;
-    source.put_mesh(&shape)?;
-    let meshd = if args.spawn_meshd {
-        Some(spawn_meshd(&mut args, &source)?)
-    } else {
-        None
-    };
     let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
-    runtime.block_on(simulate(args, source, shape, meshd))
+    runtime.block_on(async move {
+        let source = Source::new(&args).await?;
+        source.put_mesh(&shape).await?;
+        let meshd = if args.spawn_meshd {
+            Some(spawn_meshd(&mut args, &source)?)
+        } else {
+            None
+        };
+        simulate(args, source, shape, meshd).await
+    })
 }
 
 /// Waits until every proxy of `fleet` holds its initial configuration (CDS, EDS, LDS
@@ -907,7 +918,7 @@ async fn simulate(
             at: Instant::now(),
         }));
         for (name, yaml) in &files {
-            source.put(name, yaml)?;
+            source.put(name, yaml).await?;
         }
         let want = affected.iter().filter(|a| **a).count();
         let what = format!("change {c}/{}", args.changes);

@@ -1,5 +1,5 @@
 //! The CA on the secure port: real gRPC over real TLS, local (bootstrap tokens) and
-//! Kubernetes (TokenReview against the in-process API server) authentication, and every
+//! Kubernetes (TokenReview against the test bed's real API server) authentication, and every
 //! way a request can be bad.
 
 use std::time::Duration;
@@ -13,7 +13,7 @@ use p256::ecdsa::SigningKey;
 use p256::elliptic_curve::Generate;
 use tonic::Code;
 
-use crate::apiserver::FakeApiServer;
+use crate::cluster::Tenant;
 use crate::harness::*;
 
 /// meshd in local mode with a bootstrap token for `shop/reviews`.
@@ -237,60 +237,84 @@ async fn a_local_root_survives_a_restart() {
     assert!(second.secure_channel(&root, None).await.is_ok());
 }
 
+/// On the real API server: workload tokens minted by the TokenRequest API are checked by
+/// the real TokenReview API with the audience `istio-ca`; the root is kept in the
+/// `istio-ca-secret` Secret of meshd's namespace, which a second replica reuses.
 #[tokio::test(flavor = "multi_thread")]
 async fn in_kubernetes_tokens_are_checked_by_token_review_and_the_root_lives_in_a_secret() {
-    let api = FakeApiServer::start().unwrap();
-    let dir = temp_dir("ca-k8s");
-    api.apply_yaml("apiVersion: v1\nkind: Namespace\nmetadata: {name: shop}\n")
+    let t = tokio::task::spawn_blocking(|| Tenant::new("ca-k8s", ""))
+        .await
         .unwrap();
-    api.add_token("good", "shop", "reviews", &["istio-ca"], false);
-    api.add_token("old", "shop", "reviews", &["istio-ca"], true);
-    api.add_token("other-audience", "shop", "reviews", &["vault"], false);
-    let meshd = Meshd::start_kubernetes(
-        &dir.join("meshd"),
-        &api.kubeconfig(&dir).unwrap(),
-        "default",
-    );
-    let secret = api.object("Secret", "istio-system", "istio-ca-secret");
+    let t = std::sync::Arc::new(t);
+    let app = t.app.clone();
+    let tokens = {
+        let t = t.clone();
+        tokio::task::spawn_blocking(move || {
+            for sa in ["reviews", "gone"] {
+                t.apply(&format!(
+                    "apiVersion: v1\nkind: ServiceAccount\nmetadata: {{name: {sa}, namespace: shop}}\n"
+                ))
+                .unwrap();
+            }
+            let good = t.cluster.token(&t.app, "reviews", "istio-ca", 3600);
+            let vault = t.cluster.token(&t.app, "reviews", "vault", 3600);
+            let gone = t.cluster.token(&t.app, "gone", "istio-ca", 3600);
+            t.delete("ServiceAccount", "gone");
+            [("good", good), ("other-audience", vault), ("deleted-account", gone)]
+        })
+        .await
+        .unwrap()
+    };
+    let meshd = {
+        let t = t.clone();
+        tokio::task::spawn_blocking(move || Meshd::start_tenant(&t, "meshd", &[], &[]))
+            .await
+            .unwrap()
+    };
+    let secret = t.cluster.object("Secret", &t.system, "istio-ca-secret");
     let root_b64 = secret["data"]["root-cert.pem"]
         .as_str()
         .unwrap()
         .to_string();
     let root = String::from_utf8(base64_decode(&root_b64)).unwrap();
 
-    let opts = |token: &str| {
-        client_options(
-            &meshd,
-            root.clone(),
-            Some(&token_file(&dir, token)),
-            REVIEWS,
-        )
+    let id = format!("spiffe://cluster.local/ns/{app}/sa/reviews");
+    let opts = |name: &str, token: &str| {
+        let path = t.dir.join(format!("token-{name}"));
+        std::fs::write(&path, token).unwrap();
+        client_options(&meshd, root.clone(), Some(&path), &id)
     };
-    let cert = request_certificate(&opts("good"), None, 1).await.unwrap();
+    let cert = request_certificate(&opts("good", &tokens[0].1), None, 1)
+        .await
+        .unwrap();
     assert_eq!(cert.roots_pem, root);
-    for (token, expected) in [
-        ("old", "token has expired"),
-        ("other-audience", "invalid for the target audiences"),
-        ("forged", "invalid bearer token"),
-    ] {
-        let e = request_certificate(&opts(token), None, 1)
+    for ((name, token), expected) in tokens[1..]
+        .iter()
+        .chain(&[("forged", "not.a.jwt".to_string())])
+        .zip([
+            "invalid for the target audiences",
+            "serviceaccounts",
+            "invalid bearer token",
+        ])
+    {
+        let e = request_certificate(&opts(name, token), None, 1)
             .await
             .unwrap_err();
-        assert!(format!("{e:#}").contains(expected), "{token}: {e:#}");
+        assert!(format!("{e:#}").contains(expected), "{name}: {e:#}");
     }
-    assert_eq!(api.token_reviews(), 4);
 
     // A second replica (or a restart) uses the same root.
-    let again = Meshd::start_kubernetes(
-        &dir.join("meshd2"),
-        &api.kubeconfig(&dir).unwrap(),
-        "default",
-    );
+    let again = {
+        let t = t.clone();
+        tokio::task::spawn_blocking(move || Meshd::start_tenant(&t, "meshd2", &[], &[]))
+            .await
+            .unwrap()
+    };
     assert!(again.secure_channel(&root, None).await.is_ok());
     let cert2 = request_certificate(
         &CaClientOptions {
             address: format!("https://127.0.0.1:{}", again.secure_port),
-            ..opts("good")
+            ..opts("good", &tokens[0].1)
         },
         None,
         1,

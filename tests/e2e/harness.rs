@@ -395,7 +395,7 @@ pub fn read_request(reader: &mut impl BufRead, line: &str) -> Option<Request> {
 /// path, the upstream's name and `extra` response headers (each ending in CRLF). A
 /// connection whose first line is not an HTTP/1 request line is an echo: each line comes
 /// back as `NAME echo: LINE`.
-fn serve_connection(
+pub fn serve_connection(
     conn: impl Read + Write,
     name: &str,
     decide: impl Fn(&str) -> &'static str,
@@ -578,39 +578,31 @@ impl Meshd {
             .await
     }
 
-    /// meshd in Kubernetes mode against `kubeconfig`, serving `revision`; `dir` holds its
-    /// log (and is where tests would write files, which this mode ignores).
-    pub fn start_kubernetes(dir: &Path, kubeconfig: &Path, revision: &str) -> Meshd {
-        start_retrying(|| Meshd::spawn_kubernetes(dir, kubeconfig, revision))
+    /// Kubernetes mode as `tenant`'s meshd (its ServiceAccount, namespaces and
+    /// `POD_NAMESPACE`), with extra flags and environment.
+    pub fn start_tenant(
+        tenant: &crate::cluster::Tenant,
+        name: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Meshd {
+        start_retrying(|| Meshd::spawn_tenant(tenant, name, args, env))
     }
 
-    /// As [`Meshd::start_kubernetes`], without waiting for readiness.
-    pub fn spawn_kubernetes(dir: &Path, kubeconfig: &Path, revision: &str) -> Meshd {
-        Meshd::spawn_kubernetes_with(dir, kubeconfig, &["--revision", revision])
-    }
-
-    /// A status-writing replica named `pod` with a short leader lease.
-    pub fn start_replica(dir: &Path, kubeconfig: &Path, pod: &str) -> Meshd {
-        let args = [
-            "--pod-name",
-            pod,
-            "--pod-namespace",
-            "istio-system",
-            "--leader-lease-duration",
-            "2s",
-        ];
-        start_retrying(|| Meshd::spawn_kubernetes_with(dir, kubeconfig, &args))
-    }
-
-    /// Kubernetes mode with extra flags.
-    pub fn start_kubernetes_with(dir: &Path, kubeconfig: &Path, args: &[&str]) -> Meshd {
-        start_retrying(|| Meshd::spawn_kubernetes_with(dir, kubeconfig, args))
-    }
-
-    fn spawn_kubernetes_with(dir: &Path, kubeconfig: &Path, args: &[&str]) -> Meshd {
-        std::fs::create_dir_all(dir).unwrap();
+    /// As [`Meshd::start_tenant`], without waiting for readiness.
+    pub fn spawn_tenant(
+        tenant: &crate::cluster::Tenant,
+        name: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Meshd {
+        let dir = tenant.dir.join(name);
+        std::fs::create_dir_all(&dir).unwrap();
         let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-        Meshd::spawn(dir, &args, Some(kubeconfig))
+        let mut all = tenant.env();
+        all.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        let all: Vec<(&str, &str)> = all.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        Meshd::spawn_env(&dir, &args, Some(&tenant.kubeconfig), &all)
     }
 
     /// File mode with extra flags and environment variables (Istio's `PILOT_*` settings).
@@ -860,8 +852,15 @@ pub const NONE_ON_OWN_IP: &str = "INTERCEPTION_MODE: NONE, MESHD_OUTBOUND_BIND_I
 impl Envoy {
     /// An ingress gateway (`router~...`) in istio-system labelled `istio: ingressgateway`.
     pub fn gateway(meshd: &Meshd, ads: Ads, name: &str) -> Envoy {
-        let id = format!("router~127.0.0.1~{name}-0.istio-system~istio-system.svc.cluster.local");
-        let meta = r#"{NAMESPACE: istio-system, LABELS: {istio: ingressgateway, app: istio-ingressgateway}, ISTIO_VERSION: "1.28.0", CLUSTER_ID: Kubernetes}"#.to_string();
+        Envoy::gateway_in(meshd, ads, name, "istio-system")
+    }
+
+    /// The ingress gateway, running in `namespace`.
+    pub fn gateway_in(meshd: &Meshd, ads: Ads, name: &str, namespace: &str) -> Envoy {
+        let id = format!("router~127.0.0.1~{name}-0.{namespace}~{namespace}.svc.cluster.local");
+        let meta = format!(
+            r#"{{NAMESPACE: {namespace}, LABELS: {{istio: ingressgateway, app: istio-ingressgateway}}, ISTIO_VERSION: "1.28.0", CLUSTER_ID: Kubernetes}}"#
+        );
         Envoy::start(meshd, ads, id, meta, "127.0.0.1".into(), meshd.xds_port)
     }
 

@@ -1,9 +1,8 @@
 //! End-to-end tests: meshd as a process, the real Envoy binary (installed by the harness),
 //! real upstream HTTP servers and real requests. One test binary, modules per area.
 
+mod cluster;
 mod harness;
-
-use meshd::loadgen::apiserver;
 
 mod bad_config;
 mod ca;
@@ -14,6 +13,8 @@ mod gateway_tls;
 mod istioctl;
 mod jwt;
 mod kubernetes;
+mod kubernetes_crds;
+mod kubernetes_webhook;
 mod loadgen;
 mod mtls;
 mod observability;

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use envoy_types::pb::google::protobuf::{Value, value::Kind};
 
-use crate::apiserver::FakeApiServer;
+use crate::cluster::Tenant;
 use crate::harness::*;
 
 fn entry(name: &str, host: &str, port: u32, protocol: &str, labels: &str) -> String {
@@ -22,8 +22,8 @@ fn entry(name: &str, host: &str, port: u32, protocol: &str, labels: &str) -> Str
 }
 
 /// `host=ip` for each of an entry's `status.addresses`.
-fn addresses(api: &FakeApiServer, name: &str) -> Vec<String> {
-    let se = api.object("ServiceEntry", "shop", name);
+fn addresses(t: &Tenant, name: &str) -> Vec<String> {
+    let se = t.object("ServiceEntry", name);
     (se["status"]["addresses"].as_array().into_iter().flatten())
         .map(|a| {
             format!(
@@ -35,14 +35,14 @@ fn addresses(api: &FakeApiServer, name: &str) -> Vec<String> {
         .collect()
 }
 
-/// The listener names of the first delta answer to a sidecar of `shop` labelled `app:
-/// test` (traffic captured) whose agent runs a DNS proxy, capturing DNS or only serving it
-/// (`ENABLE_DNS_SERVER`: a name table, but no auto-allocated addresses).
-async fn listeners(meshd: &Meshd, dns_capture: bool) -> Vec<String> {
+/// The listener names of the first delta answer to a sidecar of `namespace` labelled
+/// `app: test` (traffic captured) whose agent runs a DNS proxy, capturing DNS or only
+/// serving it (`ENABLE_DNS_SERVER`: a name table, but no auto-allocated addresses).
+async fn listeners(meshd: &Meshd, namespace: &str, dns_capture: bool) -> Vec<String> {
     let last = u8::from(dns_capture) + 7;
     let mut node = xds_node(
-        &format!("sidecar~10.2.0.{last}~client-x.shop~shop.svc.cluster.local"),
-        "shop",
+        &format!("sidecar~10.2.0.{last}~client-x.{namespace}~{namespace}.svc.cluster.local"),
+        namespace,
     );
     let flag = if dns_capture {
         "DNS_CAPTURE"
@@ -64,15 +64,12 @@ async fn listeners(meshd: &Meshd, dns_capture: bool) -> Vec<String> {
 
 #[test]
 fn service_entries_get_addresses_and_dns_capturing_sidecars_listen_on_them() {
-    let api = FakeApiServer::start().unwrap();
-    let dir = temp_dir("autoallocate");
-    api.apply_yaml("apiVersion: v1\nkind: Namespace\nmetadata: {name: shop}\n")
+    let t = Tenant::new("autoallocate", "");
+    t.apply(&entry("api", "api.example.com", 80, "HTTP", ""))
         .unwrap();
-    api.apply_yaml(&entry("api", "api.example.com", 80, "HTTP", ""))
+    t.apply(&entry("db-a", "db-a.example.com", 3306, "TCP", ""))
         .unwrap();
-    api.apply_yaml(&entry("db-a", "db-a.example.com", 3306, "TCP", ""))
-        .unwrap();
-    api.apply_yaml(&entry("db-b", "db-b.example.com", 3306, "TCP", ""))
+    t.apply(&entry("db-b", "db-b.example.com", 3306, "TCP", ""))
         .unwrap();
     let opted_out = entry(
         "legacy",
@@ -81,48 +78,41 @@ fn service_entries_get_addresses_and_dns_capturing_sidecars_listen_on_them() {
         "TCP",
         "networking.istio.io/enable-autoallocate-ip: \"false\"",
     );
-    api.apply_yaml(&opted_out).unwrap();
-    let meshd = Meshd::start_kubernetes(
-        &dir.join("meshd"),
-        &api.kubeconfig(&dir).unwrap(),
-        "default",
-    );
+    t.apply(&opted_out).unwrap();
+    let meshd = Meshd::start_tenant(&t, "meshd", &[], &[]);
 
     // The leader allocates in order of creation, then of name; IPv4 and IPv6 per host.
     wait_until("status.addresses on db-b", Duration::from_secs(20), || {
-        !addresses(&api, "db-b").is_empty()
+        !addresses(&t, "db-b").is_empty()
     });
     assert_eq!(
-        addresses(&api, "api"),
+        addresses(&t, "api"),
         ["api.example.com=240.240.0.1", "api.example.com=2001:2::1"]
     );
     assert_eq!(
-        addresses(&api, "db-a"),
+        addresses(&t, "db-a"),
         ["db-a.example.com=240.240.0.2", "db-a.example.com=2001:2::2"]
     );
     assert_eq!(
-        addresses(&api, "db-b"),
+        addresses(&t, "db-b"),
         ["db-b.example.com=240.240.0.3", "db-b.example.com=2001:2::3"]
     );
-    assert!(addresses(&api, "legacy").is_empty());
+    assert!(addresses(&t, "legacy").is_empty());
     // The Reconciled condition is written beside them, by another field manager.
     wait_until(
         "db-a's Reconciled condition",
         Duration::from_secs(20),
-        || {
-            api.object("ServiceEntry", "shop", "db-a")["status"]["conditions"][0]["type"]
-                == "Reconciled"
-        },
+        || t.object("ServiceEntry", "db-a")["status"]["conditions"][0]["type"] == "Reconciled",
     );
     assert_eq!(
-        addresses(&api, "db-a").len(),
+        addresses(&t, "db-a").len(),
         2,
         "the condition kept the addresses"
     );
 
     // Labelled as the scripted clients below are (`xds_node`'s `app: test`).
     let envoy =
-        Envoy::captured_sidecar(&meshd, Ads::Delta, "shop", "test", "DNS_CAPTURE: \"true\"");
+        Envoy::captured_sidecar(&meshd, Ads::Delta, &t.app, "test", "DNS_CAPTURE: \"true\"");
     let dump = || envoy.config_dump("dynamic_listeners");
     wait_until("db-b's listener in Envoy", Duration::from_secs(15), || {
         dump().contains("\"240.240.0.3_3306\"")
@@ -156,13 +146,13 @@ fn service_entries_get_addresses_and_dns_capturing_sidecars_listen_on_them() {
     // Same namespace and labels, a DNS proxy without DNS capture: the addresses are not
     // used.
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let plain = rt.block_on(listeners(&meshd, false));
+    let plain = rt.block_on(listeners(&meshd, &t.app, false));
     assert!(plain.contains(&"0.0.0.0_3306".to_string()), "{plain:?}");
     assert!(
         !plain.iter().any(|l| l.starts_with("240.240.")),
         "{plain:?}"
     );
-    let capturing = rt.block_on(listeners(&meshd, true));
+    let capturing = rt.block_on(listeners(&meshd, &t.app, true));
     assert!(
         capturing.contains(&"240.240.0.2_3306".to_string()),
         "{capturing:?}"
@@ -176,9 +166,9 @@ fn service_entries_get_addresses_and_dns_capturing_sidecars_listen_on_them() {
         "TCP",
         "networking.istio.io/enable-autoallocate-ip: \"false\"",
     );
-    api.apply_yaml(&db_b).unwrap();
+    t.apply(&db_b).unwrap();
     wait_until("db-b's addresses cleared", Duration::from_secs(20), || {
-        addresses(&api, "db-b").is_empty()
+        addresses(&t, "db-b").is_empty()
     });
     // Envoy drains a removed listener: it stays in the dump, without an active state.
     let active = || -> Vec<String> {
@@ -208,11 +198,11 @@ fn addresses_istiod_wrote_are_used_unless_auto_allocation_is_off() {
     std::fs::write(config.join("db.yaml"), with_status).unwrap();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let on = Meshd::start(&config);
-    let names = rt.block_on(listeners(&on, true));
+    let names = rt.block_on(listeners(&on, "shop", true));
     assert!(names.contains(&"240.240.7.7_3306".to_string()), "{names:?}");
     drop(on);
     let off = Meshd::start_with_env(&config, &[], &[("PILOT_ENABLE_IP_AUTOALLOCATE", "false")]);
-    let names = rt.block_on(listeners(&off, true));
+    let names = rt.block_on(listeners(&off, "shop", true));
     assert!(names.contains(&"0.0.0.0_3306".to_string()), "{names:?}");
     assert!(
         !names.iter().any(|n| n.starts_with("240.240.")),
