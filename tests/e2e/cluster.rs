@@ -301,6 +301,13 @@ impl Cluster {
         }
     }
 
+    /// The process ids of kube-apiserver and etcd (for `benches/kube_source.rs`).
+    #[allow(dead_code)]
+    pub fn pids(&self) -> (u32, u32) {
+        let apiserver = self.apiserver.lock().unwrap().as_ref().map_or(0, Child::id);
+        (apiserver, self.etcd.lock().unwrap().id())
+    }
+
     /// Stops kube-apiserver (etcd keeps running), as a crash would.
     pub fn stop_apiserver(&self) {
         if let Some(mut c) = self.apiserver.lock().unwrap().take() {

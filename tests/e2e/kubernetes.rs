@@ -118,6 +118,21 @@ fn kubernetes_objects_route_real_traffic_and_follow_live_changes() {
         "{front}"
     );
 
+    // Another field manager's part of the status, written through the status subresource.
+    let other = "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: front, namespace: shop}\nstatus: {other: kept}\n";
+    m.t.cluster
+        .kubectl(
+            &[
+                "apply",
+                "--server-side",
+                "--subresource=status",
+                "--field-manager=other",
+                "-f",
+                "-",
+            ],
+            Some(&m.t.yaml(other)),
+        )
+        .unwrap();
     m.t.apply(&front_vs(&[("/productpage", "reviews")]))
         .unwrap();
     wait_until("the change to route", Duration::from_secs(5), || {
@@ -134,6 +149,21 @@ fn kubernetes_objects_route_real_traffic_and_follow_live_changes() {
                     .as_str()
                     .is_some_and(|t| t.ends_with("1/1 connected proxies in sync"))
         },
+    );
+
+    // meshd's server-side apply left the other manager's field alone.
+    let front = m.t.object("VirtualService", "front");
+    assert_eq!(front["status"]["other"], "kept", "{front}");
+    let managers: Vec<&str> = front["metadata"]["managedFields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["subresource"] == "status")
+        .map(|f| f["manager"].as_str().unwrap())
+        .collect();
+    assert!(
+        managers.contains(&"meshd") && managers.contains(&"other"),
+        "{managers:?}"
     );
 
     m.t.delete("VirtualService", "front");
