@@ -74,7 +74,7 @@ bench-convergence-vhds proxies="5000":
 # Kubernetes source has no file settle (BENCHMARKS.md, session 34).
 # The endpoint change to 10,000 proxies from the Kubernetes source, EDS debounce off.
 bench-convergence-eds proxies="10000":
-    PILOT_ENABLE_EDS_DEBOUNCE=false just loadgen --services 1000 --namespaces 50 --proxies {{proxies}} --change endpoint --changes 10 --kubernetes --init-timeout 600s --json target/loadgen/convergence-endpoint-eds.json
+    PILOT_ENABLE_EDS_DEBOUNCE=false cargo bench --locked --bench kube_source -- --services 1000 --namespaces 50 --proxies {{proxies}} --change endpoint --changes 10 --init-timeout 600s --json target/loadgen/convergence-endpoint-eds.json
 
 # Wire efficiency: 3 of 400 services' endpoints change, delta then state of the world.
 bench-wire proxies="200":
@@ -91,10 +91,11 @@ bench-storm proxies="1000" rate="1000" duration="60s":
 bench-restart proxies="10000":
     just loadgen --services 1000 --namespaces 50 --proxies {{proxies}} --change none --restart --init-timeout 600s --json target/loadgen/restart.json
 
-# Endpoint changes served from files, then from the Kubernetes fake (changes through the API).
+# Endpoint changes served from files, then from the test bed's real kube-apiserver (the
+# mesh and its changes written through the API; its CPU and memory added to the summary).
 bench-kubernetes proxies="2000":
     just loadgen --services 1000 --namespaces 50 --proxies {{proxies}} --change endpoint --changes 5 --json target/loadgen/source-files.json
-    just loadgen --services 1000 --namespaces 50 --proxies {{proxies}} --change endpoint --changes 5 --kubernetes --json target/loadgen/source-kubernetes.json
+    cargo bench --locked --bench kube_source -- --services 1000 --namespaces 50 --proxies {{proxies}} --change endpoint --changes 5 --json target/loadgen/source-kubernetes.json
 
 # Needs perf and `cargo install inferno`; SVGs in target/flamegraphs/.
 # Flamegraphs of the push-context build and of a cached sidecar view.

@@ -700,22 +700,13 @@ pub fn test_host() -> &'static TestHost {
     TEST_HOST.get_or_init(|| {
         // Namespaces left by test processes that are gone.
         let listed = Command::new("ip").args(["netns", "list"]).output();
-        for line in listed.iter().flat_map(|o| {
-            String::from_utf8_lossy(&o.stdout)
-                .into_owned()
-                .lines()
-                .map(str::to_string)
-                .collect::<Vec<_>>()
-        }) {
-            let name = line
-                .split_whitespace()
-                .next()
-                .unwrap_or_default()
-                .to_string();
+        let listed = listed.map(|o| String::from_utf8_lossy(&o.stdout).into_owned());
+        for line in listed.unwrap_or_default().lines() {
+            let name = line.split_whitespace().next().unwrap_or_default();
             if let Some(pid) = name.strip_prefix("meshd-e2e-")
                 && !Path::new(&format!("/proc/{pid}")).exists()
             {
-                let _ = Command::new("ip").args(["netns", "del", &name]).status();
+                let _ = Command::new("ip").args(["netns", "del", name]).status();
             }
         }
         let pid = std::process::id();
