@@ -32,9 +32,6 @@ type ResponseBody = tonic::body::Body;
 const STREAM_WINDOW: i64 = 1 << 20;
 const CONNECTION_WINDOW: i64 = 16 << 20;
 
-/// Streams open at once per connection (hyper's server default too).
-const MAX_STREAMS: usize = 200;
-
 /// The largest header block accepted (HEADERS and its CONTINUATIONs).
 const MAX_HEADER_BLOCK: usize = 64 * 1024;
 
@@ -182,6 +179,7 @@ where
         // it may index request headers in the default 4,096-byte table.
         let mut decoder = loona_hpack::Decoder::new();
         decoder.set_max_allowed_table_size(frame::DEFAULT_HEADER_TABLE);
+        let max_streams = u32::try_from(settings.max_streams).unwrap_or(u32::MAX);
         let mut conn = Connection {
             io,
             service,
@@ -218,7 +216,7 @@ where
                 b,
                 &[
                     (frame::SETTINGS_HEADER_TABLE_SIZE, 0),
-                    (frame::SETTINGS_MAX_CONCURRENT_STREAMS, MAX_STREAMS as u32),
+                    (frame::SETTINGS_MAX_CONCURRENT_STREAMS, max_streams),
                     (frame::SETTINGS_INITIAL_WINDOW_SIZE, STREAM_WINDOW as u32),
                     (
                         frame::SETTINGS_MAX_HEADER_LIST_SIZE,
@@ -651,7 +649,7 @@ where
             ));
         }
         self.last_stream = id;
-        if self.goaway_received || self.streams.len() >= MAX_STREAMS {
+        if self.goaway_received || self.streams.len() >= self.settings.max_streams {
             self.control(|b| frame::put_rst_stream(b, id, Reason::RefusedStream));
             return Ok(());
         }

@@ -45,6 +45,9 @@ pub use body::RecvBody;
 pub struct Settings {
     pub keepalive_interval: Duration,
     pub keepalive_timeout: Duration,
+    /// Streams open at once per connection (SETTINGS_MAX_CONCURRENT_STREAMS); a stream
+    /// opened past it is refused (REFUSED_STREAM).
+    pub max_streams: usize,
     pub on_error: ErrorHook,
 }
 

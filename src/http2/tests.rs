@@ -190,6 +190,7 @@ fn settings() -> Settings {
     Settings {
         keepalive_interval: Duration::from_secs(30),
         keepalive_timeout: Duration::from_secs(10),
+        max_streams: 100,
         on_error: Default::default(),
     }
 }

@@ -98,6 +98,7 @@ impl XdsShared {
         crate::http2::Settings {
             keepalive_interval: self.settings.keepalive_interval,
             keepalive_timeout: self.settings.keepalive_timeout,
+            max_streams: self.settings.max_streams as usize,
             on_error: crate::http2::ErrorHook::new(move |reason| {
                 errors
                     .get_or_create(&vec![("reason", reason.to_string())])
@@ -396,7 +397,8 @@ impl AdsService {
             self.shared.settings.send_buffer.map(|bytes| {
                 wire::SendBudget::new(bytes, self.shared.metrics.xds_send_buffer.clone())
             });
-        wire::AdsServer::new(self, 16 << 20, budget)
+        let max = self.shared.settings.max_recv_msg_size;
+        wire::AdsServer::new(self, max, budget)
     }
 }
 
@@ -406,6 +408,7 @@ pub fn server_builder(settings: &PushSettings) -> tonic::transport::Server {
     tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(settings.keepalive_interval))
         .http2_keepalive_timeout(Some(settings.keepalive_timeout))
+        .max_concurrent_streams(Some(settings.max_streams))
 }
 
 /// The connections accepted on the plaintext xDS port, with `TCP_NODELAY` set as Go (and

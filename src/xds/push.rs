@@ -57,6 +57,14 @@ pub struct PushSettings {
     /// true, as in istiod): the leader writes them into their status
     /// ([`crate::k8s::ipallocate`]), and proxies that capture DNS use them.
     pub ip_autoallocate: bool,
+    /// Streams open at once on one connection, advertised in SETTINGS
+    /// (`ISTIO_GPRC_MAXSTREAMS`, default 100,000 as in istiod). A client that shares one
+    /// connection among many xDS streams (gRPC C-core shares one per address) queues the
+    /// streams past it, and long-lived xDS streams never make room.
+    pub max_streams: u32,
+    /// The largest request message accepted (`ISTIO_GPRC_MAXRECVMSGSIZE`, default 4 MiB
+    /// as in istiod); a larger one ends its stream with `RESOURCE_EXHAUSTED`.
+    pub max_recv_msg_size: usize,
 }
 
 impl Default for PushSettings {
@@ -73,6 +81,8 @@ impl Default for PushSettings {
             vhds: false,
             own_http2: true,
             ip_autoallocate: true,
+            max_streams: 100_000,
+            max_recv_msg_size: 4 << 20,
         }
     }
 }
@@ -130,6 +140,18 @@ impl PushSettings {
                 "hyper" => false,
                 _ => anyhow::bail!("MESHD_XDS_HTTP2_SERVER: {v:?} is neither meshd nor hyper"),
             };
+        }
+        if let Some(v) = var("ISTIO_GPRC_MAXSTREAMS") {
+            s.max_streams = v.parse().ok().filter(|n| *n > 0).ok_or_else(|| {
+                anyhow::anyhow!("ISTIO_GPRC_MAXSTREAMS: {v:?} is not a positive number")
+            })?;
+        }
+        if let Some(v) = var("ISTIO_GPRC_MAXRECVMSGSIZE") {
+            s.max_recv_msg_size = v.parse().ok().filter(|n| *n > 0).ok_or_else(|| {
+                anyhow::anyhow!(
+                    "ISTIO_GPRC_MAXRECVMSGSIZE: {v:?} is not a positive number of bytes"
+                )
+            })?;
         }
         if let Some(v) = var("MESHD_XDS_SEND_BUFFER_MB") {
             let mb: usize = v.parse().map_err(|_| {

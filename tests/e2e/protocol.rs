@@ -510,3 +510,147 @@ async fn a_request_that_does_not_decode_ends_only_its_stream_with_a_clear_status
     let mut c = Delta::open(&m, cds_request(HashMap::new())).await;
     assert!(!c.recv().await.resources.is_empty());
 }
+
+/// Opens a delta stream over `channel` as sidecar `i` of `shop`, asks for clusters and
+/// returns the stream (held open by the caller) with its first answer.
+async fn held_delta_stream(
+    channel: tonic::transport::Channel,
+    i: usize,
+) -> Result<
+    (
+        mpsc::Sender<DeltaDiscoveryRequest>,
+        Streaming<DeltaDiscoveryResponse>,
+        usize,
+    ),
+    tonic::Status,
+> {
+    let (tx, rx) = mpsc::channel(4);
+    let node = xds_node(
+        &format!(
+            "sidecar~10.3.{}.{}~c-{i}.shop~shop.svc.cluster.local",
+            i / 250,
+            i % 250 + 1
+        ),
+        "shop",
+    );
+    tx.send(DeltaDiscoveryRequest {
+        node: Some(node),
+        type_url: CDS.into(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let mut stream = envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient::new(channel)
+        .delta_aggregated_resources(ReceiverStream::new(rx))
+        .await?
+        .into_inner();
+    let first = stream.message().await?.expect("stream closed");
+    Ok((tx, stream, first.resources.len()))
+}
+
+/// A client that shares one connection among many xDS streams (gRPC C-core shares one per
+/// address) opens 500 delta streams on it and keeps them open: every one gets its
+/// configuration, on both HTTP/2 servers, as istiod allows 100,000 streams per connection
+/// (`ISTIO_GPRC_MAXSTREAMS`). Before, the server advertised 200 and the other 300 waited
+/// for ever. With `ISTIO_GPRC_MAXSTREAMS=10`, the eleventh waits for a slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_hundred_streams_on_one_connection_all_get_their_configuration() {
+    let dir = temp_dir("many-streams").join("config");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("reviews.yaml"), svc("reviews")).unwrap();
+    for server in ["meshd", "hyper"] {
+        let d = dir.clone();
+        let meshd = tokio::task::spawn_blocking(move || {
+            Meshd::start_with_env(&d, &[], &[("MESHD_XDS_HTTP2_SERVER", server)])
+        })
+        .await
+        .unwrap();
+        let channel = meshd.plain_channel().await; // one HTTP/2 connection
+        let opened = futures::future::join_all((0..500).map(|i| {
+            let channel = channel.clone();
+            tokio::time::timeout(Duration::from_secs(30), held_delta_stream(channel, i))
+        }))
+        .await;
+        let answered = opened
+            .iter()
+            .filter(|r| matches!(r, Ok(Ok((_, _, n))) if *n > 0))
+            .count();
+        assert_eq!(
+            answered, 500,
+            "{server}: streams answered on one connection"
+        );
+        drop(opened);
+        drop(meshd);
+
+        let d = dir.clone();
+        let limited = tokio::task::spawn_blocking(move || {
+            Meshd::start_with_env(
+                &d,
+                &[],
+                &[
+                    ("MESHD_XDS_HTTP2_SERVER", server),
+                    ("ISTIO_GPRC_MAXSTREAMS", "10"),
+                ],
+            )
+        })
+        .await
+        .unwrap();
+        let channel = limited.plain_channel().await;
+        let mut held = Vec::new();
+        for i in 0..10 {
+            held.push(held_delta_stream(channel.clone(), i).await.unwrap());
+        }
+        let eleventh = tokio::time::timeout(
+            Duration::from_secs(1),
+            held_delta_stream(channel.clone(), 10),
+        )
+        .await;
+        assert!(
+            eleventh.is_err(),
+            "{server}: the eleventh stream was served past the limit"
+        );
+        held.pop(); // a slot frees
+        let eleventh =
+            tokio::time::timeout(Duration::from_secs(10), held_delta_stream(channel, 10)).await;
+        assert!(
+            matches!(eleventh, Ok(Ok(_))),
+            "{server}: the eleventh stream after a slot freed"
+        );
+    }
+}
+
+/// A request over `ISTIO_GPRC_MAXRECVMSGSIZE` (4 MiB by default, as istiod) ends its own
+/// stream with RESOURCE_EXHAUSTED; another stream on the same connection is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_over_the_message_size_limit_ends_only_its_stream() {
+    let meshd = tokio::task::spawn_blocking(|| meshd("big-request"))
+        .await
+        .unwrap();
+    let channel = meshd.plain_channel().await;
+    let (tx, rx) = mpsc::channel(4);
+    let mut node = xds_node(NODE, "shop");
+    node.user_agent_name = "x".repeat(5 << 20);
+    tx.send(DeltaDiscoveryRequest {
+        node: Some(node),
+        type_url: CDS.into(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let refused = async {
+        let mut stream = envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient::new(channel.clone())
+            .delta_aggregated_resources(ReceiverStream::new(rx))
+            .await?
+            .into_inner();
+        stream.message().await
+    }
+    .await
+    .unwrap_err();
+    assert_eq!(
+        refused.code(),
+        tonic::Code::ResourceExhausted,
+        "{refused:?}"
+    );
+    let (_, _, clusters) = held_delta_stream(channel, 1).await.unwrap();
+    assert!(clusters > 0);
+}

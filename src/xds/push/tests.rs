@@ -265,6 +265,14 @@ fn settings_come_from_istios_variables() {
             .unwrap()
             .ip_autoallocate
     );
+    assert_eq!((d.max_streams, d.max_recv_msg_size), (100_000, 4 << 20));
+    assert_eq!(only("ISTIO_GPRC_MAXSTREAMS", "7").unwrap().max_streams, 7);
+    assert_eq!(
+        only("ISTIO_GPRC_MAXRECVMSGSIZE", "1024")
+            .unwrap()
+            .max_recv_msg_size,
+        1024
+    );
     let auto = only("PILOT_PUSH_THROTTLE", "0").unwrap();
     assert!((20..=100).contains(&auto.push_throttle));
     for (name, bad) in [
@@ -273,6 +281,8 @@ fn settings_come_from_istios_variables() {
         ("PILOT_ENABLE_EDS_DEBOUNCE", "no"),
         ("MESHD_XDS_HTTP2_SERVER", "h2"),
         ("PILOT_ENABLE_IP_AUTOALLOCATE", "maybe"),
+        ("ISTIO_GPRC_MAXSTREAMS", "0"),
+        ("ISTIO_GPRC_MAXRECVMSGSIZE", "4MB"),
     ] {
         let err = only(name, bad).unwrap_err().to_string();
         assert!(err.contains(name), "{err}");
