@@ -7,7 +7,8 @@
 use std::path::Path;
 use std::process::Command;
 
-use crate::cluster::{Tenant, test_host};
+use crate::cluster::Tenant;
+use crate::test_host::test_host;
 
 /// Whether `meshd validate` accepts `yaml` (its output on refusal).
 fn meshd_accepts(dir: &Path, name: &str, yaml: &str) -> Result<(), String> {

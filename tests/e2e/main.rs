@@ -3,6 +3,7 @@
 
 mod cluster;
 mod harness;
+mod test_host;
 
 mod bad_config;
 mod ca;
@@ -14,6 +15,8 @@ mod istioctl;
 mod jwt;
 mod kubernetes;
 mod kubernetes_crds;
+mod kubernetes_scope;
+mod kubernetes_tls;
 mod kubernetes_webhook;
 mod loadgen;
 mod mtls;
