@@ -210,10 +210,10 @@ fn debug_view(name: &str, status: u16, body: Vec<u8>) -> Arc<Resource> {
 fn syncz(shared: &XdsShared, only: Option<&str>) -> Vec<Arc<Resource>> {
     let mut statuses = shared.sync_status();
     statuses.retain(|s| only.is_none_or(|ns| s.model.namespace == ns));
-    statuses.sort_by(|a, b| a.model.id.cmp(&b.model.id));
+    statuses.sort_by(|a, b| proxy_id(&a.model.id).cmp(proxy_id(&b.model.id)));
     statuses
         .iter()
-        .map(|s| resource::encode(&s.model.id, &client_config(s)))
+        .map(|s| resource::encode(proxy_id(&s.model.id), &client_config(s)))
         .collect()
 }
 
@@ -257,7 +257,7 @@ pub fn client_config(s: &SyncStatus) -> ClientConfig {
     configs.sort_by(|a, b| a.type_url.cmp(&b.type_url));
     ClientConfig {
         node: Some(Node {
-            id: p.id.clone(),
+            id: proxy_id(&p.id).to_string(),
             metadata: Some(metadata),
             ..Default::default()
         }),
@@ -286,6 +286,12 @@ fn timestamp(at: SystemTime) -> Timestamp {
         seconds: since.as_secs() as i64,
         nanos: since.subsec_nanos() as i32,
     }
+}
+
+/// The proxy's id as istiod names it in its debug answers (its `model.Proxy.ID`): the
+/// node id's third part, `POD.NAMESPACE`, or the whole node id if it has no such part.
+pub fn proxy_id(node: &str) -> &str {
+    node.split('~').nth(2).unwrap_or(node)
 }
 
 /// Whether node id `node` is what an operator called `id`: the whole id, or `POD.NAMESPACE`
@@ -466,7 +472,8 @@ mod tests {
         assert_eq!(status_of(&conn), (ConfigStatus::Synced as i32, None));
         let config = client_config(&conn.status.lock().unwrap());
         assert!(config.generic_xds_configs[0].last_updated.is_some());
-        assert_eq!(config.node.unwrap().id, conn.proxy.id);
+        // Named as istiod names a proxy (`model.Proxy.ID`): POD.NAMESPACE.
+        assert_eq!(config.node.unwrap().id, "a-0.ns-1");
     }
 
     #[test]

@@ -39,8 +39,12 @@ impl Framing for Delta {
         push_to(conn, tx).await
     }
 
-    fn asks(request: &DeltaDiscoveryRequest) -> Option<(&str, &[String])> {
-        (request.response_nonce.is_empty()).then_some((
+    fn asks<'r>(
+        request: &'r DeltaDiscoveryRequest,
+        last_sent: Option<&str>,
+    ) -> Option<(&'r str, &'r [String])> {
+        let nonce = request.response_nonce.as_str();
+        (nonce.is_empty() || last_sent != Some(nonce)).then_some((
             request.type_url.as_str(),
             &request.resource_names_subscribe[..],
         ))

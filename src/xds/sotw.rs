@@ -40,8 +40,12 @@ impl Framing for Sotw {
         push_to(conn, tx).await
     }
 
-    fn asks(request: &DiscoveryRequest) -> Option<(&str, &[String])> {
-        (request.response_nonce.is_empty())
+    fn asks<'r>(
+        request: &'r DiscoveryRequest,
+        last_sent: Option<&str>,
+    ) -> Option<(&'r str, &'r [String])> {
+        let nonce = request.response_nonce.as_str();
+        (nonce.is_empty() || last_sent != Some(nonce))
             .then_some((request.type_url.as_str(), &request.resource_names[..]))
     }
 
@@ -63,7 +67,13 @@ async fn handle(conn: &mut Connection, req: DiscoveryRequest, tx: &Tx) -> Result
         return Ok(());
     }
     let nonce = req.response_nonce.clone();
-    if !nonce.is_empty() && conn.watches[idx].nonce_sent.as_deref() != Some(nonce.as_str()) {
+    // A nonce for a type this stream never answered is the previous server's (a client
+    // that reconnected) or the client's own: a first request, as istiod takes it.
+    let never_sent = conn.watches[idx].nonce_sent.is_none();
+    if !nonce.is_empty()
+        && !never_sent
+        && conn.watches[idx].nonce_sent.as_deref() != Some(nonce.as_str())
+    {
         conn.record_expired_nonce(kind, &nonce);
         return Ok(());
     }
@@ -87,7 +97,7 @@ async fn handle(conn: &mut Connection, req: DiscoveryRequest, tx: &Tx) -> Result
             .collect();
     }
     let w = &mut conn.watches[idx];
-    let first = nonce.is_empty();
+    let first = nonce.is_empty() || never_sent;
     if kind.wildcard() {
         w.wildcard = req.resource_names.is_empty() || req.resource_names.iter().any(|n| n == "*");
     }

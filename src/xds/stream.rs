@@ -41,9 +41,15 @@ pub trait Framing: 'static {
         tx: &Tx<Self::Response>,
     ) -> impl Future<Output = Result<(), Closed>> + Send;
 
-    /// A request's type URL and the names it asks for; `None` for an ACK or NACK (for
-    /// debug clients, [`super::debug`]).
-    fn asks(request: &Self::Request) -> Option<(&str, &[String])>;
+    /// A request's type URL and the names it asks for; `None` for an ACK or NACK of
+    /// `last_sent`, the last nonce this stream sent (for debug clients,
+    /// [`super::debug`]). A request with a nonce this stream never sent asks anew, as
+    /// istiod answers it: istioctl's first request carries a nonce of its own, and a
+    /// client that reconnects carries the previous server's.
+    fn asks<'r>(
+        request: &'r Self::Request,
+        last_sent: Option<&str>,
+    ) -> Option<(&'r str, &'r [String])>;
 
     /// The answer to a debug client's request, in this framing.
     fn debug_response(answer: debug::Answer) -> Self::Response;
@@ -89,7 +95,7 @@ async fn start<F: Framing>(
         }
         Ok(Ok(None)) => return None,
     };
-    if F::asks(&first).is_some_and(|(url, _)| debug::is_debug(url)) {
+    if F::asks(&first, None).is_some_and(|(url, _)| debug::is_debug(url)) {
         serve_debug::<F>(shared, first, requests, tx, caller.as_ref()).await;
         return None;
     }
@@ -125,6 +131,7 @@ async fn serve_debug<F: Framing>(
 ) {
     let mut next = Some(first);
     let mut answered = 0u64;
+    let mut last_sent: Option<String> = None;
     loop {
         let request = match next.take() {
             Some(r) => r,
@@ -133,7 +140,7 @@ async fn serve_debug<F: Framing>(
                 Ok(None) | Err(_) => return,
             },
         };
-        let Some((type_url, names)) = F::asks(&request) else {
+        let Some((type_url, names)) = F::asks(&request, last_sent.as_deref()) else {
             continue; // an ACK
         };
         if !debug::is_debug(type_url) {
@@ -148,10 +155,12 @@ async fn serve_debug<F: Framing>(
                 answered += 1;
                 let push = shared.current_push();
                 let control_plane = (served == debug::SYNCZ).then(|| shared.control_plane());
+                let nonce = format!("debug-{answered}");
+                last_sent = Some(nonce.clone());
                 let response = F::debug_response(debug::Answer {
                     type_url: served,
                     version: push.version().to_string(),
-                    nonce: format!("debug-{answered}"),
+                    nonce,
                     resources,
                     control_plane,
                 });

@@ -802,6 +802,30 @@ pub async fn first_delta_answer(
     type_url: &str,
     token: Option<&str>,
 ) -> Result<envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryResponse, tonic::Status> {
+    let opened = open_delta(channel, node, type_url, token);
+    let (_, _, first) = tokio::time::timeout(Duration::from_secs(5), opened)
+        .await
+        .expect("no answer in 5s")?;
+    Ok(first)
+}
+
+/// A delta ADS stream that asked for `type_url` as `node`: its request sender and its
+/// answers (for the caller to hold open), and its first answer.
+pub async fn open_delta(
+    channel: tonic::transport::Channel,
+    node: Node,
+    type_url: &str,
+    token: Option<&str>,
+) -> Result<
+    (
+        tokio::sync::mpsc::Sender<
+            envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest,
+        >,
+        tonic::Streaming<envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryResponse>,
+        envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryResponse,
+    ),
+    tonic::Status,
+> {
     use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
     let (tx, rx) = tokio::sync::mpsc::channel(4);
     tx.send(DeltaDiscoveryRequest {
@@ -821,10 +845,8 @@ pub async fn first_delta_answer(
         .delta_aggregated_resources(request)
         .await?
         .into_inner();
-    let first = tokio::time::timeout(Duration::from_secs(5), stream.message())
-        .await
-        .expect("no answer in 5s")?;
-    Ok(first.expect("stream closed"))
+    let first = stream.message().await?.expect("stream closed");
+    Ok((tx, stream, first))
 }
 
 // ------------------------------------------------------------------ Envoy

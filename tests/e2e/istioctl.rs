@@ -192,7 +192,10 @@ async fn istioctl_reads_proxy_status_and_config_dumps_over_xds() {
     .unwrap();
     assert_eq!(answer.type_url, SYNCZ);
     let got = statuses(&answer.resources);
-    let mut both = [gateway.id.as_str(), sidecar.id.as_str()];
+    // Named as istiod names them: `POD.NAMESPACE`, the node id's third part.
+    let pod = |id: &str| id.split('~').nth(2).unwrap().to_string();
+    let (gateway_pod, sidecar_pod) = (pod(&gateway.id), pod(&sidecar.id));
+    let mut both = [gateway_pod.as_str(), sidecar_pod.as_str()];
     both.sort();
     let ids: Vec<&str> = got.iter().map(|(id, _)| id.as_str()).collect();
     assert_eq!(ids, both, "every proxy, by id");
@@ -202,7 +205,7 @@ async fn istioctl_reads_proxy_status_and_config_dumps_over_xds() {
             "{id}: {types:?}"
         );
     }
-    let sidecar_types: Vec<&str> = (got.iter().find(|(id, _)| *id == sidecar.id))
+    let sidecar_types: Vec<&str> = (got.iter().find(|(id, _)| *id == sidecar_pod))
         .unwrap()
         .1
         .iter()
@@ -219,7 +222,7 @@ async fn istioctl_reads_proxy_status_and_config_dumps_over_xds() {
     );
     let c = (answer.resources.iter())
         .map(|r| ClientConfig::decode(&r.value[..]).unwrap())
-        .find(|c| c.node.as_ref().unwrap().id == sidecar.id)
+        .find(|c| c.node.as_ref().unwrap().id == sidecar_pod)
         .unwrap();
     assert!(
         c.generic_xds_configs
@@ -250,7 +253,7 @@ async fn istioctl_reads_proxy_status_and_config_dumps_over_xds() {
         .await
         .unwrap();
     let ids: Vec<&str> = answer.resources.iter().map(|r| r.name.as_str()).collect();
-    assert_eq!(ids, [sidecar.id.as_str()]);
+    assert_eq!(ids, [sidecar_pod.as_str()]);
 
     // config_dump, as `istioctl proxy-status POD` compares it with the proxy's own:
     // resource for resource what Envoy reports holding.
@@ -567,7 +570,11 @@ async fn a_rejected_type_shows_as_error_in_proxy_status() {
         .await
         .unwrap();
     let c = ClientConfig::decode(&answer.resources[0].value[..]).unwrap();
-    assert_eq!(c.node.as_ref().unwrap().id, id);
+    assert_eq!(
+        c.node.as_ref().unwrap().id,
+        "picky-0.shop",
+        "istiod's POD.NAMESPACE"
+    );
     let cds = &c.generic_xds_configs[0];
     assert_eq!(cds.type_url, CDS);
     assert_eq!(cds.config_status, ConfigStatus::Error as i32);

@@ -11,16 +11,16 @@ use crate::gateway::{front_vs, gateway_yaml};
 use crate::harness::*;
 use crate::test_host::{service_yaml, test_host, upstream};
 
-struct KubeMesh {
-    t: Tenant,
-    meshd: Meshd,
-    envoy: Envoy,
+pub struct KubeMesh {
+    pub t: Tenant,
+    pub meshd: Meshd,
+    pub envoy: Envoy,
     addr: String,
     _upstreams: Vec<Upstream>,
 }
 
 /// productpage and reviews behind a gateway, meshd serving them from `t`'s namespaces.
-fn kube_mesh_on(t: Tenant, name: &str) -> KubeMesh {
+pub fn kube_mesh_on(t: Tenant, name: &str) -> KubeMesh {
     let product = upstream("productpage");
     let reviews = upstream("reviews");
     let port = free_port();

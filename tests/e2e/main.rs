@@ -11,6 +11,7 @@ mod cli;
 mod dns;
 mod gateway;
 mod gateway_tls;
+mod istio;
 mod istioctl;
 mod jwt;
 mod kubernetes;

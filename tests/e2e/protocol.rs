@@ -309,6 +309,19 @@ struct Sotw {
 }
 
 impl Sotw {
+    /// A SotW stream to `m` whose first request is `first`.
+    async fn open(m: &Meshd, first: DiscoveryRequest) -> Sotw {
+        let (tx, rx) = mpsc::channel(16);
+        tx.send(first).await.unwrap();
+        let rx = xds_client(m)
+            .await
+            .stream_aggregated_resources(ReceiverStream::new(rx))
+            .await
+            .unwrap()
+            .into_inner();
+        Sotw { tx, rx }
+    }
+
     async fn recv(&mut self) -> DiscoveryResponse {
         recv(&mut self.rx).await
     }
@@ -320,21 +333,12 @@ impl Sotw {
 #[tokio::test]
 async fn a_sotw_nack_is_counted_and_a_stale_nonce_is_ignored() {
     let m = meshd("proto-nack");
-    let (tx, rx) = mpsc::channel(16);
-    tx.send(DiscoveryRequest {
+    let first = DiscoveryRequest {
         node: Some(xds_node(NODE, "shop")),
         type_url: CDS.into(),
         ..Default::default()
-    })
-    .await
-    .unwrap();
-    let rx = xds_client(&m)
-        .await
-        .stream_aggregated_resources(ReceiverStream::new(rx))
-        .await
-        .unwrap()
-        .into_inner();
-    let mut c = Sotw { tx, rx };
+    };
+    let mut c = Sotw::open(&m, first).await;
     let first = c.recv().await;
     assert_eq!(
         first.resources.len(),
@@ -512,7 +516,7 @@ async fn a_request_that_does_not_decode_ends_only_its_stream_with_a_clear_status
 }
 
 /// Opens a delta stream over `channel` as sidecar `i` of `shop`, asks for clusters and
-/// returns the stream (held open by the caller) with its first answer.
+/// returns the stream (held open by the caller) with the number of clusters it first got.
 async fn held_delta_stream(
     channel: tonic::transport::Channel,
     i: usize,
@@ -524,27 +528,12 @@ async fn held_delta_stream(
     ),
     tonic::Status,
 > {
-    let (tx, rx) = mpsc::channel(4);
-    let node = xds_node(
-        &format!(
-            "sidecar~10.3.{}.{}~c-{i}.shop~shop.svc.cluster.local",
-            i / 250,
-            i % 250 + 1
-        ),
-        "shop",
+    let id = format!(
+        "sidecar~10.3.{}.{}~c-{i}.shop~shop.svc.cluster.local",
+        i / 250,
+        i % 250 + 1
     );
-    tx.send(DeltaDiscoveryRequest {
-        node: Some(node),
-        type_url: CDS.into(),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-    let mut stream = envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient::new(channel)
-        .delta_aggregated_resources(ReceiverStream::new(rx))
-        .await?
-        .into_inner();
-    let first = stream.message().await?.expect("stream closed");
+    let (tx, stream, first) = open_delta(channel, xds_node(&id, "shop"), CDS, None).await?;
     Ok((tx, stream, first.resources.len()))
 }
 
@@ -653,4 +642,30 @@ async fn a_request_over_the_message_size_limit_ends_only_its_stream() {
     );
     let (_, _, clusters) = held_delta_stream(channel, 1).await.unwrap();
     assert!(clusters > 0);
+}
+
+/// A SotW client that reconnects after its server went (or asks with a nonce of its own,
+/// as istioctl does) carries a nonce this stream never sent: istiod answers it as a first
+/// request, and so does meshd. A stale nonce after an answer is still ignored.
+#[tokio::test]
+async fn a_sotw_first_request_with_a_nonce_from_elsewhere_is_answered() {
+    let m = meshd("proto-foreign-nonce");
+    let request = DiscoveryRequest {
+        node: Some(xds_node(NODE, "shop")),
+        type_url: CDS.into(),
+        response_nonce: "from-the-previous-server".into(),
+        version_info: "2026-01-01T00:00:00Z/7".into(),
+        ..Default::default()
+    };
+    let mut c = Sotw::open(&m, request).await;
+    let first = c.recv().await;
+    assert_eq!(first.resources.len(), 5, "{first:?}");
+    c.tx.send(DiscoveryRequest {
+        type_url: CDS.into(),
+        response_nonce: "from-the-previous-server".into(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    c.expect_silence().await;
 }
