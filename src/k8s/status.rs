@@ -9,7 +9,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use futures::StreamExt;
-use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use kube::api::{DynamicObject, Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 use tokio::sync::watch;
@@ -237,8 +237,7 @@ pub async fn apply_status(
     manager: &str,
     status: &Value,
 ) -> Result<(), kube::Error> {
-    let gvk = GroupVersionKind::gvk(key.kind.group(), key.kind.versions()[0], key.kind.as_str());
-    let ar = ApiResource::from_gvk_with_plural(&gvk, key.kind.plural());
+    let ar = super::api_resource(key.kind);
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &key.namespace, &ar);
     let body = json!({"apiVersion": ar.api_version, "kind": ar.kind, "status": status});
     let params = PatchParams::apply(manager).force();

@@ -37,10 +37,9 @@ impl KubeWriter {
 
     async fn apply(&self, doc: &Value) -> Result<(), String> {
         let kind_name = doc["kind"].as_str().unwrap_or_default();
-        let kind = Kind::ALL
-            .into_iter()
-            .find(|k| k.as_str() == kind_name)
-            .ok_or_else(|| format!("kind {kind_name:?} is not one meshd reads"))?;
+        let api_version = doc["apiVersion"].as_str().unwrap_or_default();
+        let (kind, _) = Kind::from_api(api_version, kind_name)
+            .ok_or_else(|| format!("{api_version} {kind_name} is not a kind meshd reads"))?;
         let name = doc["metadata"]["name"].as_str().unwrap_or_default();
         let ar = crate::k8s::api_resource(kind);
         let api: Api<DynamicObject> = match doc["metadata"]["namespace"].as_str() {

@@ -27,25 +27,29 @@ use base64::Engine;
 use crate::harness::{free_port, parse_response, temp_dir, wait_until};
 
 /// The folder holding `etcd`, `kube-apiserver`, `kubectl` and `helm`, built once per
-/// checkout by `tools/build.sh`. A missing Go or module proxy fails the test with the
-/// script's reason.
+/// checkout by `tools/build.sh`.
 pub fn tools_bin() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/build.sh");
-        let out = Command::new("bash")
-            .arg(&script)
-            .stderr(Stdio::inherit())
-            .output()
-            .unwrap_or_else(|e| panic!("cannot run {}: {e}", script.display()));
-        assert!(
-            out.status.success(),
-            "the Kubernetes test bed could not be built: {} failed (see its output above); \
-             it needs Go and the Go module proxy",
-            script.display()
-        );
-        PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
-    })
+    BIN.get_or_init(|| built("kube"))
+}
+
+/// The folder of a set of binaries `tools/build.sh SET` builds (and caches). A missing Go
+/// or module proxy fails the test with the script's reason.
+pub fn built(set: &str) -> PathBuf {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/build.sh");
+    let out = Command::new("bash")
+        .arg(&script)
+        .arg(set)
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", script.display()));
+    assert!(
+        out.status.success(),
+        "the test bed's {set} binaries could not be built: {} {set} failed (see its output \
+         above); it needs Go and the Go module proxy",
+        script.display()
+    );
+    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
 }
 
 /// `bin` with its parent dying taking it along (the kernel sends SIGKILL).

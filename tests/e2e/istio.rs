@@ -13,22 +13,7 @@ use crate::kubernetes::kube_mesh_on;
 /// The folder holding `pilot-discovery`, `pilot-agent` and `istioctl`.
 fn istio_bin() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/build.sh");
-        let out = Command::new("bash")
-            .arg(&script)
-            .arg("istio")
-            .stderr(std::process::Stdio::inherit())
-            .output()
-            .unwrap_or_else(|e| panic!("cannot run {}: {e}", script.display()));
-        assert!(
-            out.status.success(),
-            "Istio's binaries could not be built: {} istio failed (see its output above); \
-             it needs Go and the Go module proxy",
-            script.display()
-        );
-        PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
-    })
+    BIN.get_or_init(|| crate::cluster::built("istio"))
 }
 
 /// `istioctl ARGS` as the test bed's admin, against meshd's secure port; its stdout.
