@@ -16,7 +16,7 @@ pub mod lease;
 pub mod status;
 pub mod webhook_ca;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, RwLock};
 
 use futures::StreamExt;
@@ -59,15 +59,16 @@ impl Scope {
         Kind::ALL.into_iter().filter(|k| *k != unused).collect()
     }
 
-    fn keeps(&self, object: &ConfigObject) -> bool {
+    /// Whether the object `key`, labelled `labels`, is this instance's to keep.
+    fn keeps(&self, key: &ObjectKey, labels: &BTreeMap<String, String>) -> bool {
         if !self.namespaces.is_empty()
-            && object.key.kind.namespaced()
-            && !self.namespaces.contains(&object.key.namespace)
+            && key.kind.namespaced()
+            && !self.namespaces.contains(&key.namespace)
         {
             return false;
         }
-        if object.key.kind.is_istio()
-            && let Some(rev) = object.meta.labels.get(REVISION_LABEL)
+        if key.kind.is_istio()
+            && let Some(rev) = labels.get(REVISION_LABEL)
         {
             return *rev == self.revision;
         }
@@ -257,20 +258,20 @@ impl KubeSource {
         }
     }
 
-    fn selected(&self, object: &ConfigObject) -> bool {
-        let kind = object.key.kind;
+    fn selected(&self, key: &ObjectKey, labels: &BTreeMap<String, String>) -> bool {
+        let kind = key.kind;
         if !kind.namespaced() || SCOPING_KINDS.contains(&kind) {
             return true;
         }
         let scope = self.selection.read().unwrap();
-        let ns = &object.key.namespace;
+        let ns = &key.namespace;
         if scope.selected.as_ref().is_some_and(|s| !s.contains(ns)) {
             return false;
         }
         // An object's own revision label decides (Scope::keeps); unlabelled Istio
         // config belongs to its namespace's revision.
         !(kind.is_istio()
-            && !object.meta.labels.contains_key(REVISION_LABEL)
+            && !labels.contains_key(REVISION_LABEL)
             && scope.other_revision.contains(ns))
     }
 
@@ -390,8 +391,15 @@ impl KubeSource {
         format!("kubernetes:{key}")
     }
 
-    /// Parses one object (whose key is `key`), reporting its problems.
+    /// Parses one object (whose key is `key`), reporting its problems. An object outside
+    /// this instance's scope is neither parsed nor reported: another instance (or none)
+    /// owns it.
     fn convert(&self, key: &ObjectKey, ar: &ApiResource, obj: DynamicObject) -> Outcome {
+        let labels = obj.metadata.labels.clone().unwrap_or_default();
+        if !(self.scope.keeps(key, &labels) && self.selected(key, &labels)) {
+            self.issues.write().unwrap().remove(&Self::board_key(key));
+            return Outcome::OutOfScope;
+        }
         if key.kind.is_istio() {
             let seen = Seen {
                 uid: obj.metadata.uid.clone().unwrap_or_default(),
@@ -417,8 +425,7 @@ impl KubeSource {
             (self.hook)(issue);
         }
         match parsed.objects.into_iter().next() {
-            Some(o) if self.scope.keeps(&o) && self.selected(&o) => Outcome::Keep(Box::new(o)),
-            Some(_) => Outcome::OutOfScope,
+            Some(o) => Outcome::Keep(Box::new(o)),
             None => Outcome::Rejected,
         }
     }
@@ -537,6 +544,10 @@ mod tests {
         parse_file("t.yaml", yaml).objects.remove(0)
     }
 
+    fn keeps(scope: &Scope, o: &ConfigObject) -> bool {
+        scope.keeps(&o.key, &o.meta.labels)
+    }
+
     #[test]
     fn a_revision_label_and_the_namespace_allow_list_decide_what_is_kept() {
         let scope = Scope {
@@ -546,18 +557,21 @@ mod tests {
             use_endpoint_slice: true,
         };
         let vs = "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: a, namespace: shop, labels: {istio.io/rev: REV}}\nspec: {hosts: [a]}\n";
-        assert!(scope.keeps(&object(&vs.replace("REV", "blue"))));
+        assert!(keeps(&scope, &object(&vs.replace("REV", "blue"))));
         assert!(
-            !scope.keeps(&object(&vs.replace("REV", "green"))),
+            !keeps(&scope, &object(&vs.replace("REV", "green"))),
             "another revision's object"
         );
         assert!(
-            scope.keeps(&object(&vs.replace(", labels: {istio.io/rev: REV}", ""))),
+            keeps(
+                &scope,
+                &object(&vs.replace(", labels: {istio.io/rev: REV}", ""))
+            ),
             "unlabelled: every revision"
         );
         let svc = "apiVersion: v1\nkind: Service\nmetadata: {name: a, namespace: shop, labels: {istio.io/rev: green}}\nspec: {ports: [{port: 80}]}\n";
         assert!(
-            scope.keeps(&object(svc)),
+            keeps(&scope, &object(svc)),
             "workload kinds are not sharded by revision"
         );
         let only_other = Scope {
@@ -566,10 +580,10 @@ mod tests {
             config_namespace: "istio-system".into(),
             use_endpoint_slice: true,
         };
-        assert!(!only_other.keeps(&object(svc)));
+        assert!(!keeps(&only_other, &object(svc)));
         let ns = "apiVersion: v1\nkind: Namespace\nmetadata: {name: shop}\n";
         assert!(
-            only_other.keeps(&object(ns)),
+            keeps(&only_other, &object(ns)),
             "namespaces themselves are cluster-scoped"
         );
     }
