@@ -75,12 +75,28 @@ async fn grpc_rate(seconds: f64) -> f64 {
     let (_tx, configs) = tokio::sync::watch::channel(config);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
-    let service = CaService::new(ca.clone(), authn, Arc::new(Metrics::new()));
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(service.into_server())
-            .serve_with_incoming(meshd::tls::incoming(listener, configs)),
-    );
+    // Served as meshd serves its secure port.
+    let metrics = Arc::new(Metrics::new());
+    let service = CaService::new(ca.clone(), authn, metrics.clone());
+    let errors = meshd::tls::HandshakeErrors {
+        family: metrics.tls_handshake_errors.clone(),
+        port: "secure",
+    };
+    let settings = meshd::grpc::Settings {
+        keepalive_interval: Duration::from_secs(30),
+        keepalive_timeout: Duration::from_secs(10),
+        max_streams: 100_000,
+        errors: metrics.xds_connection_errors.clone(),
+        at_limit: metrics.xds_streams_at_limit.clone(),
+    };
+    let (_serving, shutdown) = tokio::sync::watch::channel(false);
+    tokio::spawn(meshd::grpc::serve(
+        meshd::tls::incoming(listener, configs, errors),
+        tonic::service::Routes::new(service.into_server()),
+        settings,
+        meshd::tls::peer_identities,
+        shutdown,
+    ));
 
     // The client authenticates with a workload certificate (renewal), as agents do.
     let id = Identity::new("cluster.local", "bench", "client");

@@ -457,7 +457,8 @@ fn service_accounts(ctx: &crate::model::push_context::PushContext) -> Value {
     Value::Object(out)
 }
 
-/// Every connected proxy and, per type, the resource names its configuration holds now.
+/// Every connected proxy, its HTTP/2 connection and, per type, the resource names its
+/// configuration holds now.
 async fn adsz(
     State(s): State<DebugState>,
     axum::extract::Query(q): axum::extract::Query<OptionalProxyQuery>,
@@ -481,11 +482,16 @@ async fn adsz(
                 (k.short().to_string(), json!(names))
             })
             .collect();
+            // The HTTP/2 connection the stream is on, and the streams open on it (at
+            // most `ISTIO_GPRC_MAXSTREAMS`: a client's further streams wait).
+            let transport = c.transport.as_ref();
             json!({
                 "connectionId": c.connection_id(),
                 "proxy": c.model.id,
                 "delta": c.delta,
                 "inSyncPush": c.in_sync_push,
+                "http2Connection": transport.map(|t| t.number),
+                "http2OpenStreams": transport.map(|t| t.open_streams()),
                 "resources": watched,
             })
         })

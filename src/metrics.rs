@@ -59,6 +59,10 @@ pub struct Metrics {
     /// Configuration meshd failed to build or encode for a proxy (none expected).
     pub xds_internal_errors: Counter,
     pub xds_connection_errors: Family<Labels, Counter>,
+    /// TLS handshakes that failed or timed out, by `port` and `reason`.
+    pub tls_handshake_errors: Family<Labels, Counter>,
+    /// HTTP/2 connections that reached `ISTIO_GPRC_MAXSTREAMS` open streams.
+    pub xds_streams_at_limit: Counter,
     pub csr_count: Counter,
     pub cert_issued: Counter,
     pub ca_auth_failures: Counter,
@@ -133,6 +137,8 @@ impl Metrics {
             k8s_reg_events: Family::default(),
             xds_internal_errors: Counter::default(),
             xds_connection_errors: Family::default(),
+            xds_streams_at_limit: Counter::default(),
+            tls_handshake_errors: Family::default(),
             csr_count: Counter::default(),
             cert_issued: Counter::default(),
             ca_auth_failures: Counter::default(),
@@ -297,6 +303,16 @@ impl Metrics {
             "meshd_xds_connection_errors",
             "xDS streams refused or broken, by reason",
             m.xds_connection_errors.clone(),
+        );
+        registry.register(
+            "meshd_tls_handshake_errors",
+            "TLS handshakes on the secure and webhook ports that failed or timed out, by port and reason",
+            m.tls_handshake_errors.clone(),
+        );
+        registry.register(
+            "meshd_xds_streams_at_limit",
+            "Times an HTTP/2 connection reached ISTIO_GPRC_MAXSTREAMS open streams (its client's next streams wait)",
+            m.xds_streams_at_limit.clone(),
         );
         registry.register(
             "citadel_server_csr_count",

@@ -133,8 +133,15 @@ impl Security {
         mut shutdown: watch::Receiver<bool>,
     ) -> anyhow::Result<tokio::task::JoinHandle<std::io::Result<()>>> {
         let local = listener.local_addr()?;
-        let incoming =
-            crate::tls::incoming_with_alpn(listener, self.configs.clone(), Some(&[b"http/1.1"]));
+        let incoming = crate::tls::incoming_with_alpn(
+            listener,
+            self.configs.clone(),
+            Some(&[b"http/1.1"]),
+            crate::tls::HandshakeErrors {
+                family: metrics.tls_handshake_errors.clone(),
+                port: "webhook",
+            },
+        );
         let listener = crate::webhook::TlsListener { incoming, local };
         let router = crate::webhook::router(metrics);
         Ok(tokio::spawn(async move {
@@ -152,37 +159,29 @@ impl Security {
         listener: tokio::net::TcpListener,
         xds: Arc<XdsShared>,
         metrics: Arc<Metrics>,
-        mut shutdown: watch::Receiver<bool>,
-    ) -> tokio::task::JoinHandle<Result<(), tonic::transport::Error>> {
+        shutdown: watch::Receiver<bool>,
+    ) -> tokio::task::JoinHandle<()> {
         (self.ca).report_expiry(
             metrics.root_cert_expiry.clone(),
             metrics.cert_chain_expiry.clone(),
         );
         let ca = CaService::new(self.ca.clone(), self.authn.clone(), metrics)
             .forwarding_to(self.upstream.clone());
-        let settings = xds.settings.clone();
-        let http2 = xds.http2_settings();
+        let settings = xds.grpc_settings();
+        let errors = crate::tls::HandshakeErrors {
+            family: xds.metrics.tls_handshake_errors.clone(),
+            port: "secure",
+        };
         let ads = AdsService::secure(xds, self.authn.clone());
-        if settings.own_http2 {
-            let incoming = crate::tls::incoming_records(listener, self.configs.clone());
-            let routes =
-                tonic::service::Routes::new(ca.into_server()).add_service(ads.into_server());
-            return tokio::spawn(async move {
-                let peer = crate::tls::Secure::peer;
-                crate::http2::serve_incoming(incoming, routes, http2, peer, shutdown).await;
-                Ok(())
-            });
-        }
-        let incoming = crate::tls::incoming(listener, self.configs.clone());
-        let mut server = crate::xds::server_builder(&settings);
-        tokio::spawn(
-            server
-                .add_service(ca.into_server())
-                .add_service(ads.into_server())
-                .serve_with_incoming_shutdown(incoming, async move {
-                    let _ = shutdown.changed().await;
-                }),
-        )
+        let routes = tonic::service::Routes::new(ca.into_server()).add_service(ads.into_server());
+        let incoming = crate::tls::incoming(listener, self.configs.clone(), errors);
+        tokio::spawn(crate::grpc::serve(
+            incoming,
+            routes,
+            settings,
+            crate::tls::peer_identities,
+            shutdown,
+        ))
     }
 }
 

@@ -263,27 +263,17 @@ pub async fn run(opts: ServeOptions) -> anyhow::Result<()> {
         let listener = tokio::net::TcpListener::bind(address)
             .await
             .with_context(|| format!("binding the xDS port {address}"))?;
-        let ads = AdsService::new(xds.clone()).into_server();
-        if xds.settings.own_http2 {
-            let settings = xds.http2_settings();
-            let shutdown = shutdown_rx.clone();
-            servers.push(tokio::spawn(async move {
-                crate::http2::serve(listener, ads, settings, shutdown).await;
-                Ok(())
-            }));
-        } else {
-            let mut xds_shutdown = shutdown_rx.clone();
-            servers.push(tokio::spawn(
-                crate::xds::server_builder(&xds.settings)
-                    .add_service(ads)
-                    .serve_with_incoming_shutdown(
-                        crate::xds::plaintext_incoming(listener),
-                        async move {
-                            let _ = xds_shutdown.changed().await;
-                        },
-                    ),
-            ));
-        }
+        let ads = tonic::service::Routes::new(AdsService::new(xds.clone()).into_server());
+        let settings = xds.grpc_settings();
+        let incoming = crate::xds::plaintext_incoming(listener);
+        let shutdown = shutdown_rx.clone();
+        servers.push(tokio::spawn(crate::grpc::serve(
+            incoming,
+            ads,
+            settings,
+            |_| None,
+            shutdown,
+        )));
     }
     if let (Some(security), Some(address)) = (&security, opts.security.address) {
         let listener = tokio::net::TcpListener::bind(address)
@@ -300,7 +290,6 @@ pub async fn run(opts: ServeOptions) -> anyhow::Result<()> {
     }
     tracing::info!(
         xds = ?opts.xds_address,
-        xds_http2 = if xds.settings.own_http2 { "meshd" } else { "hyper" },
         secure_xds = ?opts.security.address,
         webhook = ?opts.security.webhook_address,
         monitoring = %opts.monitoring_address,

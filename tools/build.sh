@@ -5,6 +5,8 @@
 #                          target/tools/bin/
 #   tools/build.sh istio   pilot-discovery (istiod), pilot-agent and istioctl
 #                          (tools/istio/go.mod) into target/tools/istio/bin/
+#   tools/build.sh h2spec  h2spec, the HTTP/2 conformance suite (tools/h2spec/go.mod),
+#                          into target/tools/h2spec/bin/
 #
 # Each set is keyed by the hash of its go.mod, its go.sum and this script: a second run
 # with the same pins prints the folder and builds nothing. Prints the bin folder on stdout;
@@ -17,8 +19,9 @@ set_name="${1:-kube}"
 case "$set_name" in
 kube) module="$here" out="${MESHD_TOOLS_DIR:-$root/target/tools}" ;;
 istio) module="$here/istio" out="${MESHD_TOOLS_DIR:-$root/target/tools}/istio" ;;
+h2spec) module="$here/h2spec" out="${MESHD_TOOLS_DIR:-$root/target/tools}/h2spec" ;;
 *)
-    echo "tools/build.sh: unknown set '$set_name' (kube or istio)" >&2
+    echo "tools/build.sh: unknown set '$set_name' (kube, istio or h2spec)" >&2
     exit 2
     ;;
 esac
@@ -79,6 +82,9 @@ istio)
     for cmd in pilot/cmd/pilot-discovery pilot/cmd/pilot-agent istioctl/cmd/istioctl; do
         build "$(basename "$cmd")" "istio.io/istio/$cmd" -tags=vtprotobuf,disable_pgv -ldflags "$stamp"
     done
+    ;;
+h2spec)
+    build h2spec github.com/summerwind/h2spec/cmd/h2spec -ldflags "-s -w"
     ;;
 esac
 echo "$key" >"$bin.new/.key"

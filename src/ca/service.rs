@@ -139,14 +139,10 @@ async fn forward(
 }
 
 /// The SPIFFE identities of the certificate the TLS client presented, if it presented
-/// one: as meshd's own HTTP/2 server hands them over, or read from the certificate tonic's
-/// server hands over.
+/// one, as its connection ([`crate::grpc::Connection`]) holds them.
 pub fn peer_identities<T>(request: &Request<T>) -> Option<Vec<Identity>> {
-    if let Some(peer) = request.extensions().get::<crate::http2::PeerIdentities>() {
-        return Some(peer.0.to_vec());
-    }
-    let certs = request.peer_certs()?;
-    Some(Identity::from_certificate_der(certs.first()?))
+    let connection = request.extensions().get::<Arc<crate::grpc::Connection>>()?;
+    Some(connection.identities.as_deref()?.to_vec())
 }
 
 #[tonic::async_trait]

@@ -27,8 +27,7 @@ use tokio::io::AsyncWrite;
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
-use crate::http2::frame::{self, Head};
-use crate::http2::headers::literal;
+use super::frame::{self, Head, literal};
 use crate::xds::wire;
 
 /// Its one stream's id (the first a client opens).
@@ -302,7 +301,7 @@ impl<Req: prost::Message> Stream<Req> {
 /// workload certificate (the secure port, as sidecars connect in Istio).
 pub enum Io {
     Plain(TcpStream),
-    Tls(Box<crate::tls::records::Records<TcpStream>>),
+    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
 }
 
 impl AsyncWrite for Io {
@@ -430,7 +429,7 @@ where
     let io = match tls {
         None => Io::Plain(tcp),
         Some(tls) => Io::Tls(Box::new(
-            crate::tls::records::connect(tcp, &tls.connector, tls.server_name.clone()).await?,
+            tls.connector.connect(tls.server_name.clone(), tcp).await?,
         )),
     };
     Ok(wire::Messages::new(

@@ -9,6 +9,7 @@
 //! watches it through kube-runtime, and the mesh and every change are written to it by
 //! server-side apply ([`kube_writer`]).
 
+mod frame;
 mod h2c;
 mod kube_writer;
 mod meshd;

@@ -44,11 +44,8 @@ pub(super) fn workload_tls(
                 .map_err(|e| e.to_string())?
                 .concat();
             let key = key_to_pem(&key).map_err(|e| e.to_string())?;
-            let mut config = crate::tls::client_config(&roots, Some((&chain, &key)))
+            let config = crate::tls::client_config(&roots, Some((&chain, &key)))
                 .map_err(|e| e.to_string())?;
-            // Once connected, a proxy keeps only its keys (`tls::records`), as meshd does.
-            config.enable_secret_extraction = true;
-            config.key_log = Arc::new(crate::tls::records::TrafficSecrets);
             let tls = Tls {
                 connector: tokio_rustls::TlsConnector::from(Arc::new(config)),
                 server_name: server_name.clone(),

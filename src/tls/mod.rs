@@ -2,12 +2,13 @@
 //! and an accept loop that handshakes each connection on its own task (a slow or silent
 //! client never holds up the others) with the config current at that moment, so a renewed
 //! serving certificate or a rotated root applies to new connections without a restart.
-//! With meshd's own HTTP/2 server a TLS 1.3 connection keeps only its keys once the
-//! handshake is done ([`records`]).
+//! Records, alerts, key updates and the key schedule are rustls's (through tokio-rustls).
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use rustls::RootCertStore;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -19,10 +20,6 @@ use tokio_rustls::server::TlsStream;
 use tokio_stream::wrappers::ReceiverStream;
 
 use crate::xds::cork::Corked;
-
-pub mod records;
-
-pub use records::Secure;
 
 /// How long a client has to finish the TLS handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -77,10 +74,6 @@ pub fn server_config(
         .with_client_cert_verifier(verifier)
         .with_single_cert(certs(chain_pem)?, key)?;
     config.alpn_protocols = vec![b"h2".to_vec()];
-    // The secure xDS port takes each TLS 1.3 connection's keys from rustls once the
-    // handshake is done and keeps no more of it (see [`records`]).
-    config.enable_secret_extraction = true;
-    config.key_log = Arc::new(records::TrafficSecrets);
     // Resumption as istiod's Go server offers it: one stateless ticket per handshake, sealed
     // with keys that rotate, so that a proxy reconnecting skips the signatures and meshd
     // keeps nothing per session (rustls's default keeps 256 sessions in memory, of no use
@@ -114,13 +107,39 @@ pub fn client_config(
     Ok(config)
 }
 
+/// The SPIFFE identities of the certificate a TLS client presented (its chain verified in
+/// the handshake), if it presented one.
+pub fn peer_identities(tls: &TlsStream<Corked<TcpStream>>) -> Option<Arc<[crate::ca::Identity]>> {
+    let certs = tls.get_ref().1.peer_certificates()?;
+    Some(crate::ca::Identity::from_certificate_der(certs.first()?).into())
+}
+
 /// Accepts TCP connections on `listener` and yields those whose TLS handshake (with the
 /// config current when they connected) succeeds.
 pub fn incoming(
     listener: TcpListener,
     configs: watch::Receiver<Arc<rustls::ServerConfig>>,
+    errors: HandshakeErrors,
 ) -> ReceiverStream<std::io::Result<TlsStream<Corked<TcpStream>>>> {
-    incoming_with_alpn(listener, configs, None)
+    incoming_with_alpn(listener, configs, None, errors)
+}
+
+/// Where a port's failed handshakes are counted: `meshd_tls_handshake_errors{port, reason}`
+/// (`reason` is `failed` or `timed_out`).
+#[derive(Clone)]
+pub struct HandshakeErrors {
+    pub family: Family<crate::metrics::Labels, Counter>,
+    pub port: &'static str,
+}
+
+impl HandshakeErrors {
+    fn count(&self, reason: &str) {
+        let labels = vec![
+            ("port", self.port.to_string()),
+            ("reason", reason.to_string()),
+        ];
+        self.family.get_or_create(&labels).inc();
+    }
 }
 
 /// [`incoming`], offering the `alpn` protocols instead of the configs' own (h2).
@@ -128,8 +147,9 @@ pub fn incoming_with_alpn(
     listener: TcpListener,
     configs: watch::Receiver<Arc<rustls::ServerConfig>>,
     alpn: Option<&'static [&'static [u8]]>,
+    errors: HandshakeErrors,
 ) -> ReceiverStream<std::io::Result<TlsStream<Corked<TcpStream>>>> {
-    accept_each(listener, configs, move |tcp, config| {
+    accept_each(listener, configs, errors, move |tcp, config| {
         let acceptor = TlsAcceptor::from(match alpn {
             None => config,
             Some(protocols) => {
@@ -142,20 +162,12 @@ pub fn incoming_with_alpn(
     })
 }
 
-/// [`incoming`] for meshd's own HTTP/2 server: TLS 1.3 connections keep only their keys
-/// after the handshake ([`records`]).
-pub fn incoming_records(
-    listener: TcpListener,
-    configs: watch::Receiver<Arc<rustls::ServerConfig>>,
-) -> ReceiverStream<std::io::Result<Secure<Corked<TcpStream>>>> {
-    accept_each(listener, configs, records::accept)
-}
-
 /// Accepts TCP connections on `listener` and yields those whose `handshake` (with the
 /// config current when they connected) succeeds, each handshake on its own task.
 fn accept_each<T, F, H>(
     listener: TcpListener,
     configs: watch::Receiver<Arc<rustls::ServerConfig>>,
+    errors: HandshakeErrors,
     handshake: H,
 ) -> ReceiverStream<std::io::Result<T>>
 where
@@ -183,13 +195,20 @@ where
             let _ = tcp.set_nodelay(true);
             let handshake = handshake(Corked::new(tcp), configs.borrow().clone());
             let tx = tx.clone();
+            let errors = errors.clone();
             tokio::spawn(async move {
                 match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await {
                     Ok(Ok(tls)) => {
                         let _ = tx.send(Ok(tls)).await;
                     }
-                    Ok(Err(e)) => tracing::info!(%peer, "TLS handshake failed: {e}"),
-                    Err(_) => tracing::info!(%peer, "TLS handshake timed out"),
+                    Ok(Err(e)) => {
+                        errors.count("failed");
+                        tracing::info!(%peer, "TLS handshake failed: {e}");
+                    }
+                    Err(_) => {
+                        errors.count("timed_out");
+                        tracing::info!(%peer, "TLS handshake timed out");
+                    }
                 }
             });
         }

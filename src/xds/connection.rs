@@ -239,6 +239,8 @@ pub struct SyncStatus {
     pub in_sync_push: u64,
     /// The proxy, as the connection and the model see it.
     pub model: Arc<Proxy>,
+    /// The HTTP/2 connection its stream is on.
+    pub transport: Option<Arc<crate::grpc::Connection>>,
 }
 
 impl SyncStatus {
@@ -295,6 +297,7 @@ impl Connection {
             types: Default::default(),
             in_sync_push: 0,
             model: proxy.clone(),
+            transport: None,
         }));
         shared.register(id, &proxy, status.clone());
         let push = shared.current_push();
@@ -675,6 +678,7 @@ mod tests {
             types: Default::default(),
             in_sync_push: 3,
             model: Arc::new(proxy),
+            transport: None,
         };
         let rds = status.of(TypeKind::Route);
         rds.nonce_sent = "3-2".into();

@@ -131,14 +131,6 @@ impl<T: AsRawFd + AsyncWrite + Unpin> AsyncWrite for Corked<T> {
     }
 }
 
-impl tonic::transport::server::Connected for Corked<tokio::net::TcpStream> {
-    type ConnectInfo = tonic::transport::server::TcpConnectInfo;
-
-    fn connect_info(&self) -> Self::ConnectInfo {
-        self.io.connect_info()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;

@@ -90,20 +90,15 @@ pub struct Rejection {
 }
 
 impl XdsShared {
-    /// What meshd's own HTTP/2 server takes from the push settings (the keepalive), and
-    /// the connections it closes for a client's fault counted in
-    /// `meshd_xds_connection_errors` by their HTTP/2 error code.
-    pub fn http2_settings(&self) -> crate::http2::Settings {
-        let errors = self.metrics.xds_connection_errors.clone();
-        crate::http2::Settings {
+    /// What each HTTP/2 connection of the gRPC ports is given: the keepalive and stream
+    /// limit of the push settings, and where its errors are counted.
+    pub fn grpc_settings(&self) -> crate::grpc::Settings {
+        crate::grpc::Settings {
             keepalive_interval: self.settings.keepalive_interval,
             keepalive_timeout: self.settings.keepalive_timeout,
-            max_streams: self.settings.max_streams as usize,
-            on_error: crate::http2::ErrorHook::new(move |reason| {
-                errors
-                    .get_or_create(&vec![("reason", reason.to_string())])
-                    .inc();
-            }),
+            max_streams: self.settings.max_streams,
+            errors: self.metrics.xds_connection_errors.clone(),
+            at_limit: self.metrics.xds_streams_at_limit.clone(),
         }
     }
 
@@ -343,6 +338,13 @@ fn proxy_from_node(
     Ok(proxy)
 }
 
+/// Who opened a stream: the identity it proved on the secure port (`None` on the
+/// plaintext one), and the HTTP/2 connection it came on.
+pub struct Caller {
+    pub identity: Option<Identity>,
+    pub transport: Option<Arc<crate::grpc::Connection>>,
+}
+
 /// The tonic service.
 #[derive(Clone)]
 pub struct AdsService {
@@ -369,17 +371,30 @@ impl AdsService {
         }
     }
 
-    /// The caller's identity on the secure port (`None` on the plaintext one).
     /// Who opened the stream, and the requests it carries (split before authenticating,
     /// so that the requests need not be shared across the await).
-    async fn caller<T>(&self, request: Request<T>) -> Result<(Option<Identity>, T), Status> {
+    async fn caller<T>(&self, request: Request<T>) -> Result<(Caller, T), Status> {
         let peer = crate::ca::service::peer_identities(&request);
+        let transport = request
+            .extensions()
+            .get::<Arc<crate::grpc::Connection>>()
+            .cloned();
         let (metadata, _, requests) = request.into_parts();
         let Some(authn) = &self.authn else {
-            return Ok((None, requests));
+            let caller = Caller {
+                identity: None,
+                transport,
+            };
+            return Ok((caller, requests));
         };
         match authn.authenticate(peer.as_deref(), &metadata).await {
-            Ok(identity) => Ok((Some(identity), requests)),
+            Ok(identity) => {
+                let caller = Caller {
+                    identity: Some(identity),
+                    transport,
+                };
+                Ok((caller, requests))
+            }
             Err(e) => {
                 self.shared
                     .metrics
@@ -402,26 +417,25 @@ impl AdsService {
     }
 }
 
-/// A gRPC server for xDS with the keepalive that frees the state of proxies that vanished
-/// without closing their connection.
-pub fn server_builder(settings: &PushSettings) -> tonic::transport::Server {
-    tonic::transport::Server::builder()
-        .http2_keepalive_interval(Some(settings.keepalive_interval))
-        .http2_keepalive_timeout(Some(settings.keepalive_timeout))
-        .max_concurrent_streams(Some(settings.max_streams))
-}
-
 /// The connections accepted on the plaintext xDS port, with `TCP_NODELAY` set as Go (and
 /// so istiod), Envoy and meshd's TLS port set it: without it, a small response written
 /// while an earlier one is still unacknowledged waits for the proxy's ACK (Nagle). Bursts
 /// of writes are [`cork::Corked`], so that a large response still leaves in full segments.
 pub fn plaintext_incoming(
     listener: tokio::net::TcpListener,
-) -> impl tokio_stream::Stream<Item = std::io::Result<cork::Corked<tokio::net::TcpStream>>> {
-    use tokio_stream::StreamExt;
-    tonic::transport::server::TcpIncoming::from(listener)
-        .with_nodelay(Some(true))
-        .map(|accepted| accepted.map(cork::Corked::new))
+) -> impl tokio_stream::Stream<Item = std::io::Result<cork::Corked<tokio::net::TcpStream>>> + Unpin
+{
+    use futures::StreamExt;
+    futures::stream::unfold(listener, |listener| async move {
+        let accepted = listener.accept().await.map(|(tcp, _)| {
+            if let Err(e) = tcp.set_nodelay(true) {
+                tracing::debug!("TCP_NODELAY: {e}");
+            }
+            cork::Corked::new(tcp)
+        });
+        Some((accepted, listener))
+    })
+    .boxed()
 }
 
 /// Responses buffered per stream before back-pressure holds the sender.

@@ -49,10 +49,6 @@ pub struct PushSettings {
     /// VirtualService change then sends the virtual hosts it changed, not every route
     /// configuration that holds them.
     pub vhds: bool,
-    /// The xDS ports are served by meshd's own HTTP/2 server ([`crate::http2`]) rather
-    /// than tonic's and hyper's (`MESHD_XDS_HTTP2_SERVER`: `meshd`, the default, or
-    /// `hyper`).
-    pub own_http2: bool,
     /// ServiceEntries without addresses get some (`PILOT_ENABLE_IP_AUTOALLOCATE`, default
     /// true, as in istiod): the leader writes them into their status
     /// ([`crate::k8s::ipallocate`]), and proxies that capture DNS use them.
@@ -79,7 +75,6 @@ impl Default for PushSettings {
             keepalive_timeout: Duration::from_secs(10),
             send_buffer: Some(256 << 20),
             vhds: false,
-            own_http2: true,
             ip_autoallocate: true,
             max_streams: 100_000,
             max_recv_msg_size: 4 << 20,
@@ -133,13 +128,6 @@ impl PushSettings {
             s.ip_autoallocate = crate::duration::parse_bool(&v).ok_or_else(|| {
                 anyhow::anyhow!("PILOT_ENABLE_IP_AUTOALLOCATE: {v:?} is not true or false")
             })?;
-        }
-        if let Some(v) = var("MESHD_XDS_HTTP2_SERVER") {
-            s.own_http2 = match v.as_str() {
-                "meshd" => true,
-                "hyper" => false,
-                _ => anyhow::bail!("MESHD_XDS_HTTP2_SERVER: {v:?} is neither meshd nor hyper"),
-            };
         }
         if let Some(v) = var("ISTIO_GPRC_MAXSTREAMS") {
             s.max_streams = v.parse().ok().filter(|n| *n > 0).ok_or_else(|| {

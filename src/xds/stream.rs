@@ -63,7 +63,7 @@ pub async fn run<F: Framing>(
     shared: Arc<XdsShared>,
     mut requests: super::wire::Messages<F::Request>,
     tx: Tx<F::Response>,
-    caller: Option<crate::ca::Identity>,
+    caller: super::Caller,
 ) {
     if let Some((conn, pushes)) = start::<F>(&shared, &mut requests, &tx, caller).await {
         tokio::spawn(serve::<F>(conn, pushes, requests, tx));
@@ -76,7 +76,10 @@ async fn start<F: Framing>(
     shared: &Arc<XdsShared>,
     requests: &mut super::wire::Messages<F::Request>,
     tx: &Tx<F::Response>,
-    caller: Option<crate::ca::Identity>,
+    super::Caller {
+        identity: caller,
+        transport,
+    }: super::Caller,
 ) -> Option<(Connection, tokio::sync::watch::Receiver<Arc<Push>>)> {
     // A stream that never says who it is holds nothing for long.
     let idle = shared.settings.keepalive_interval + shared.settings.keepalive_timeout;
@@ -115,6 +118,7 @@ async fn start<F: Framing>(
     let mut pushes = shared.subscribe();
     let mut conn = Connection::new(shared.clone(), proxy, F::NAME == "delta");
     conn.push = pushes.borrow_and_update().clone();
+    conn.status.lock().expect("BUG: status lock").transport = transport;
     tracing::info!(proxy = %conn.proxy.id, "proxy connected ({})", F::NAME);
     F::handle(&mut conn, first, tx).await.ok()?;
     Some((conn, pushes))

@@ -359,22 +359,7 @@ async fn secure_ads(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_secure_xds_port_serves_only_proxies_of_the_proven_identity() {
-    // Served by meshd's own HTTP/2 server (the default), then by hyper's.
-    secure_port_checks_identity(local_ca("ca-xds")).await;
-    let dir = temp_dir("ca-xds-hyper");
-    let tokens = dir.join("tokens");
-    std::fs::write(&tokens, "reviews-token shop reviews\n").unwrap();
-    let config = dir.join("config");
-    std::fs::create_dir_all(&config).unwrap();
-    let hyper = Meshd::start_with_env(
-        &config,
-        &["--ca-token-file", tokens.to_str().unwrap()],
-        &[("MESHD_XDS_HTTP2_SERVER", "hyper")],
-    );
-    secure_port_checks_identity(hyper).await;
-}
-
-async fn secure_port_checks_identity(meshd: Meshd) {
+    let meshd = local_ca("ca-xds");
     let dir = meshd.config_dir.parent().unwrap().to_path_buf();
     let opts = client_options(
         &meshd,

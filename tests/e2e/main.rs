@@ -11,6 +11,8 @@ mod cli;
 mod dns;
 mod gateway;
 mod gateway_tls;
+mod h2spec;
+mod hostile;
 mod istio;
 mod istioctl;
 mod jwt;

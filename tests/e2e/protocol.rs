@@ -539,73 +539,75 @@ async fn held_delta_stream(
 
 /// A client that shares one connection among many xDS streams (gRPC C-core shares one per
 /// address) opens 500 delta streams on it and keeps them open: every one gets its
-/// configuration, on both HTTP/2 servers, as istiod allows 100,000 streams per connection
-/// (`ISTIO_GPRC_MAXSTREAMS`). Before, the server advertised 200 and the other 300 waited
-/// for ever. With `ISTIO_GPRC_MAXSTREAMS=10`, the eleventh waits for a slot.
+/// configuration, as istiod allows 100,000 streams per connection
+/// (`ISTIO_GPRC_MAXSTREAMS`), and `/debug/adsz` shows all 500 on one HTTP/2 connection.
+/// With `ISTIO_GPRC_MAXSTREAMS=10` the eleventh waits for a slot, and the connection
+/// reaching its limit is counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn five_hundred_streams_on_one_connection_all_get_their_configuration() {
     let dir = temp_dir("many-streams").join("config");
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("reviews.yaml"), svc("reviews")).unwrap();
-    for server in ["meshd", "hyper"] {
-        let d = dir.clone();
-        let meshd = tokio::task::spawn_blocking(move || {
-            Meshd::start_with_env(&d, &[], &[("MESHD_XDS_HTTP2_SERVER", server)])
-        })
+    let d = dir.clone();
+    let meshd = tokio::task::spawn_blocking(move || Meshd::start_with_env(&d, &[], &[]))
         .await
         .unwrap();
-        let channel = meshd.plain_channel().await; // one HTTP/2 connection
-        let opened = futures::future::join_all((0..500).map(|i| {
-            let channel = channel.clone();
-            tokio::time::timeout(Duration::from_secs(30), held_delta_stream(channel, i))
-        }))
-        .await;
-        let answered = opened
-            .iter()
-            .filter(|r| matches!(r, Ok(Ok((_, _, n))) if *n > 0))
-            .count();
-        assert_eq!(
-            answered, 500,
-            "{server}: streams answered on one connection"
-        );
-        drop(opened);
-        drop(meshd);
+    let channel = meshd.plain_channel().await; // one HTTP/2 connection
+    let opened = futures::future::join_all((0..500).map(|i| {
+        let channel = channel.clone();
+        tokio::time::timeout(Duration::from_secs(30), held_delta_stream(channel, i))
+    }))
+    .await;
+    let answered = opened
+        .iter()
+        .filter(|r| matches!(r, Ok(Ok((_, _, n))) if *n > 0))
+        .count();
+    assert_eq!(answered, 500, "streams answered on one connection");
+    let adsz = meshd.json("/debug/adsz");
+    let clients = adsz["clients"].as_array().expect("adsz lists clients");
+    assert_eq!(clients.len(), 500);
+    let connections: std::collections::BTreeSet<_> = clients
+        .iter()
+        .map(|c| c["http2Connection"].as_u64().expect("http2Connection"))
+        .collect();
+    assert_eq!(connections.len(), 1, "{connections:?}");
+    assert!(
+        clients.iter().all(|c| c["http2OpenStreams"] == 500),
+        "{:?}",
+        clients[0]
+    );
+    assert_eq!(meshd.metric("meshd_xds_streams_at_limit"), 0.0);
+    drop(opened);
+    drop(meshd);
 
-        let d = dir.clone();
-        let limited = tokio::task::spawn_blocking(move || {
-            Meshd::start_with_env(
-                &d,
-                &[],
-                &[
-                    ("MESHD_XDS_HTTP2_SERVER", server),
-                    ("ISTIO_GPRC_MAXSTREAMS", "10"),
-                ],
-            )
-        })
-        .await
-        .unwrap();
-        let channel = limited.plain_channel().await;
-        let mut held = Vec::new();
-        for i in 0..10 {
-            held.push(held_delta_stream(channel.clone(), i).await.unwrap());
-        }
-        let eleventh = tokio::time::timeout(
-            Duration::from_secs(1),
-            held_delta_stream(channel.clone(), 10),
-        )
-        .await;
-        assert!(
-            eleventh.is_err(),
-            "{server}: the eleventh stream was served past the limit"
-        );
-        held.pop(); // a slot frees
-        let eleventh =
-            tokio::time::timeout(Duration::from_secs(10), held_delta_stream(channel, 10)).await;
-        assert!(
-            matches!(eleventh, Ok(Ok(_))),
-            "{server}: the eleventh stream after a slot freed"
-        );
+    let d = dir.clone();
+    let limited = tokio::task::spawn_blocking(move || {
+        Meshd::start_with_env(&d, &[], &[("ISTIO_GPRC_MAXSTREAMS", "10")])
+    })
+    .await
+    .unwrap();
+    let channel = limited.plain_channel().await;
+    let mut held = Vec::new();
+    for i in 0..10 {
+        held.push(held_delta_stream(channel.clone(), i).await.unwrap());
     }
+    let eleventh = tokio::time::timeout(
+        Duration::from_secs(1),
+        held_delta_stream(channel.clone(), 10),
+    )
+    .await;
+    assert!(
+        eleventh.is_err(),
+        "the eleventh stream was served past the limit"
+    );
+    assert_eq!(limited.metric("meshd_xds_streams_at_limit"), 1.0);
+    held.pop(); // a slot frees
+    let eleventh =
+        tokio::time::timeout(Duration::from_secs(10), held_delta_stream(channel, 10)).await;
+    assert!(
+        matches!(eleventh, Ok(Ok(_))),
+        "the eleventh stream after a slot freed"
+    );
 }
 
 /// A request over `ISTIO_GPRC_MAXRECVMSGSIZE` (4 MiB by default, as istiod) ends its own

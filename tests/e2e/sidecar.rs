@@ -99,42 +99,6 @@ fn a_header_match_sends_jason_to_v2_and_everyone_else_to_v1() {
     }
 }
 
-/// The plaintext port served by hyper's HTTP/2 server instead of meshd's own
-/// (`MESHD_XDS_HTTP2_SERVER=hyper`): Envoy, delta and state of the world, is configured
-/// and follows a change. Every other test on that port runs meshd's own server.
-#[test]
-fn hypers_http2_server_still_serves_the_plaintext_port_when_chosen() {
-    let route = |subset: &str| {
-        format!(
-            "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: reviews, namespace: shop}}\nspec:\n  hosts: [reviews]\n  http:\n  - route: [{{destination: {{host: reviews, subset: {subset}}}}}]\n"
-        )
-    };
-    for (ads, name) in [(Ads::Delta, "sc-hyper-delta"), (Ads::Sotw, "sc-hyper-sotw")] {
-        let m = reviews_mesh_with_env(
-            name,
-            ads,
-            &route("v1"),
-            &[("MESHD_XDS_HTTP2_SERVER", "hyper")],
-        );
-        assert_eq!(m.get(&[]).unwrap().body, "reviews-v1");
-        m.meshd.write("vs.yaml", &route("v2"));
-        wait_until(
-            "the sidecar to follow the change",
-            Duration::from_secs(10),
-            || m.get(&[]).is_ok_and(|r| r.body == "reviews-v2"),
-        );
-        let log = m.meshd.log(); // `xds_http2="hyper"`, coloured
-        assert!(
-            log.contains("xds_http2") && log.contains("\"hyper\""),
-            "{log}"
-        );
-    }
-}
-
-/// Sidecars of one namespace on a mesh large enough that their configuration goes out as
-/// shared runs of encoded resources (`src/xds/joined.rs`): each Envoy, delta or state of
-/// the world, accepts it and routes, the second delta sidecar is sent the first one's
-/// runs, and once nothing carries them meshd lets them go.
 /// Istio's Bookinfo fault-injection task: requests from jason are delayed and then
 /// aborted by the sidecar itself (Envoy's fault filter answers, reviews never sees them);
 /// everyone else reaches reviews untouched, as do jason's once the fault is gone.

@@ -253,9 +253,6 @@ fn settings_come_from_istios_variables() {
         let s = only("PILOT_ENABLE_EDS_DEBOUNCE", value).unwrap();
         assert_eq!(s.eds_debounce, on, "{value}");
     }
-    assert!(d.own_http2, "meshd's own HTTP/2 server by default");
-    assert!(!only("MESHD_XDS_HTTP2_SERVER", "hyper").unwrap().own_http2);
-    assert!(only("MESHD_XDS_HTTP2_SERVER", "meshd").unwrap().own_http2);
     assert!(
         d.ip_autoallocate,
         "istiod allocates ServiceEntry addresses by default"
@@ -279,7 +276,6 @@ fn settings_come_from_istios_variables() {
         ("PILOT_DEBOUNCE_AFTER", "soon"),
         ("MESHD_XDS_SEND_BUFFER_MB", "256Mi"),
         ("PILOT_ENABLE_EDS_DEBOUNCE", "no"),
-        ("MESHD_XDS_HTTP2_SERVER", "h2"),
         ("PILOT_ENABLE_IP_AUTOALLOCATE", "maybe"),
         ("ISTIO_GPRC_MAXSTREAMS", "0"),
         ("ISTIO_GPRC_MAXRECVMSGSIZE", "4MB"),
