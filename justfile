@@ -33,13 +33,11 @@ bench:
 bench-ca seconds="5":
     cargo bench --locked --bench ca -- {{seconds}}
 
-# Fuzz CSR parsing and verification (cargo install cargo-fuzz; needs a nightly toolchain).
-fuzz-csr seconds="60":
-    cd fuzz && cargo +nightly fuzz run csr -- -max_total_time={{seconds}}
-
-# Fuzz the CA request handler (protobuf body -> verify -> sign or refuse).
-fuzz-ca seconds="60":
-    cd fuzz && cargo +nightly fuzz run ca_request -- -max_total_time={{seconds}}
+# Fuzz one target for SECONDS (cargo install cargo-fuzz; nightly, or RUSTC_BOOTSTRAP=1
+# on stable): csr, ca_request, xds_stream, webhook, config_yaml, k8s_object. Runs and
+# corpora in docs/fuzzing.md.
+fuzz target seconds="600":
+    cd fuzz && cargo +nightly fuzz run {{target}} -- -max_total_time={{seconds}} -rss_limit_mb=4096
 
 # Fleet-simulator scenarios (issue 5); each prints a JSON summary. Figures and machine in
 # BENCHMARKS.md.

@@ -26,7 +26,7 @@ use kube::{Api, Client};
 use serde_json::Value;
 use tokio::sync::watch;
 
-use crate::config::parse::parse_value;
+use crate::config::parse::{Parsed, parse_value};
 use crate::config::{ConfigObject, Kind, ObjectKey};
 use crate::filesource::{IssueBoard, IssueHook, OnChange};
 use crate::metrics::Metrics;
@@ -407,12 +407,9 @@ impl KubeSource {
             };
             self.generations.write().unwrap().insert(key.clone(), seen);
         }
-        let Ok(mut value) = serde_json::to_value(&obj) else {
+        let Some(parsed) = parse_object(key.kind, ar, &obj) else {
             return Outcome::Rejected;
         };
-        value["apiVersion"] = Value::String(ar.api_version.clone());
-        value["kind"] = Value::String(ar.kind.clone());
-        let parsed = parse_value(&format!("kubernetes:{}", key.kind.plural()), value);
         {
             let mut board = self.issues.write().unwrap();
             if parsed.issues.is_empty() {
@@ -533,6 +530,16 @@ impl KubeSource {
         }
         changed
     }
+}
+
+/// One object as the API server sent it, parsed into the model with its problems: the
+/// watch's `apiVersion` and `kind` put back (a watch of many kinds leaves them out), then
+/// parsed as the same YAML from a file would be. `None` if the object does not serialize.
+pub fn parse_object(kind: Kind, ar: &ApiResource, obj: &DynamicObject) -> Option<Parsed> {
+    let mut value = serde_json::to_value(obj).ok()?;
+    value["apiVersion"] = Value::String(ar.api_version.clone());
+    value["kind"] = Value::String(ar.kind.clone());
+    Some(parse_value(&format!("kubernetes:{}", kind.plural()), value))
 }
 
 #[cfg(test)]
