@@ -125,7 +125,11 @@ impl Spawned {
         kubeconfig: Option<PathBuf>,
         ports: [u16; 3],
     ) -> Result<Spawned, String> {
-        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        // Another build of meshd, to compare servers under the same simulator.
+        let exe = match std::env::var_os("MESHD_LOADGEN_SERVER") {
+            Some(path) => PathBuf::from(path),
+            None => std::env::current_exe().map_err(|e| e.to_string())?,
+        };
         let log = config_dir.with_extension("meshd.log");
         let [xds, secure, monitoring] = ports;
         let mut command = Command::new(exe);
