@@ -486,7 +486,7 @@ async fn a_client_that_sends_only_the_preface_is_dropped() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_garbage_first_byte_on_each_port_is_refused() {
     let (m, mut healthy) = target("hostile-garbage").await;
-    for port in [m.xds_port, m.secure_port, m.monitoring_port] {
+    for port in [m.xds_port, m.secure_port, m.monitoring_port, m.webhook_port] {
         let mut s = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
         let _ = s
             .write_all(&[0x16, 0xff, 0x00, 0x13, 0x37, 0xff, 0xff, 0xff])
@@ -495,10 +495,10 @@ async fn a_garbage_first_byte_on_each_port_is_refused() {
         let end = outcome(&mut s, 0, Duration::from_secs(12)).await;
         assert_ne!(end, Outcome::Open { data: 0 }, "port {port} left it open");
     }
-    assert_eq!(
-        m.metric(r#"meshd_tls_handshake_errors{port="secure",reason="failed"}"#),
-        1.0
-    );
+    for port in ["secure", "webhook"] {
+        let series = format!(r#"meshd_tls_handshake_errors{{port="{port}",reason="failed"}}"#);
+        assert_eq!(m.metric(&series), 1.0, "{series}");
+    }
     assert_eq!(m.get("/ready").unwrap().status, 200);
     healthy.still_served(&m, "details", 2).await;
 }
@@ -613,4 +613,59 @@ async fn a_hundred_megabyte_request_ends_its_stream_only() {
         .expect("no response in 10 s");
     assert!(data.is_some_and(|d| d.is_ok_and(|d| d.len() > 5)));
     healthy.still_served(&m, "details", 2).await;
+}
+
+/// A client limited to TLS 1.2 (istiod's Go server accepts 1.2 and 1.3) still gets gRPC
+/// over the secure port: its ADS stream, with no credentials, is refused with
+/// UNAUTHENTICATED by meshd itself, not by the handshake.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_1_2_client_is_served_on_the_secure_port() {
+    let (m, _healthy) = target("hostile-tls12").await;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in meshd::tls::certs(&m.root_pem()).unwrap() {
+        roots.add(cert).unwrap();
+    }
+    let mut config = rustls::ClientConfig::builder_with_provider(meshd::tls::provider())
+        .with_protocol_versions(&[&rustls::version::TLS12])
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+    let tcp = TcpStream::connect(("127.0.0.1", m.secure_port))
+        .await
+        .unwrap();
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let tls = connector.connect(name, tcp).await.unwrap();
+    assert_eq!(
+        tls.get_ref().1.protocol_version(),
+        Some(rustls::ProtocolVersion::TLSv1_2)
+    );
+    let (mut client, conn) = h2::client::handshake(tls).await.unwrap();
+    tokio::spawn(conn);
+    let request = http::Request::post(format!("https://localhost{DELTA_PATH}"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(())
+        .unwrap();
+    let (response, mut body) = client.send_request(request, false).unwrap();
+    let message =
+        cds_request("sidecar~10.1.9.4~tls12-0.shop~shop.svc.cluster.local").encode_to_vec();
+    let mut framed = vec![0];
+    framed.extend_from_slice(&(message.len() as u32).to_be_bytes());
+    framed.extend_from_slice(&message);
+    body.send_data(framed.into(), false).unwrap();
+    let response = tokio::time::timeout(Duration::from_secs(10), response)
+        .await
+        .expect("no answer in 10 s")
+        .unwrap();
+    let status = match response.headers().get("grpc-status") {
+        Some(status) => status.clone(),
+        None => {
+            let mut rx = response.into_body();
+            while rx.data().await.is_some() {}
+            rx.trailers().await.unwrap().expect("trailers")["grpc-status"].clone()
+        }
+    };
+    assert_eq!(status, "16", "UNAUTHENTICATED");
 }
