@@ -183,12 +183,33 @@ fn header_frames(stream: u32, block: &[u8]) -> Vec<u8> {
     out
 }
 
+/// A gRPC message: uncompressed, its length, its bytes.
+fn grpc_message(message: &[u8]) -> Vec<u8> {
+    let mut framed = vec![0];
+    framed.extend_from_slice(&(message.len() as u32).to_be_bytes());
+    framed.extend_from_slice(message);
+    framed
+}
+
 /// A gRPC message in a DATA frame.
 fn grpc_data(stream: u32, message: &[u8]) -> Vec<u8> {
-    let mut payload = vec![0];
-    payload.extend_from_slice(&(message.len() as u32).to_be_bytes());
-    payload.extend_from_slice(message);
-    frame(DATA, 0, stream, &payload)
+    frame(DATA, 0, stream, &grpc_message(message))
+}
+
+/// The frames complete at the front of `buf` as (type, flags, stream, payload), taken off
+/// it; a partial frame stays.
+fn take_frames(buf: &mut Vec<u8>) -> Vec<(u8, u8, u32, Vec<u8>)> {
+    let mut frames = Vec::new();
+    while buf.len() >= 9 {
+        let len = u32::from_be_bytes([0, buf[0], buf[1], buf[2]]) as usize;
+        if buf.len() < 9 + len {
+            break;
+        }
+        let stream = u32::from_be_bytes([buf[5], buf[6], buf[7], buf[8]]) & 0x7fff_ffff;
+        frames.push((buf[3], buf[4], stream, buf[9..9 + len].to_vec()));
+        buf.drain(..9 + len);
+    }
+    frames
 }
 
 /// A plaintext connection that has sent the preface and an empty SETTINGS.
@@ -217,20 +238,14 @@ async fn outcome(s: &mut TcpStream, stream: u32, wait: Duration) -> Outcome {
     let mut data = 0;
     let deadline = tokio::time::Instant::now() + wait;
     loop {
-        while buf.len() >= 9 {
-            let len = u32::from_be_bytes([0, buf[0], buf[1], buf[2]]) as usize;
-            if buf.len() < 9 + len {
-                break;
+        for (kind, _, id, payload) in take_frames(&mut buf) {
+            if kind == GOAWAY && payload.len() >= 8 {
+                let code = [payload[4], payload[5], payload[6], payload[7]];
+                return Outcome::GoAway(u32::from_be_bytes(code));
             }
-            let kind = buf[3];
-            let id = u32::from_be_bytes([buf[5], buf[6], buf[7], buf[8]]) & 0x7fff_ffff;
-            if kind == GOAWAY && len >= 8 {
-                return Outcome::GoAway(u32::from_be_bytes([buf[13], buf[14], buf[15], buf[16]]));
-            }
-            if kind == DATA && id == stream && len > 0 {
+            if kind == DATA && id == stream && !payload.is_empty() {
                 data += 1;
             }
-            buf.drain(..9 + len);
         }
         let mut chunk = [0u8; 16 << 10];
         match tokio::time::timeout_at(deadline, s.read(&mut chunk)).await {
@@ -246,6 +261,56 @@ async fn send(s: &mut TcpStream, bytes: &[u8]) -> bool {
     s.write_all(bytes).await.is_ok()
 }
 
+/// Writes `frames` in batches of about 64 KiB until they run out or meshd closes the
+/// connection.
+async fn send_batched(s: &mut TcpStream, frames: impl Iterator<Item = Vec<u8>>) {
+    let mut batch = Vec::new();
+    for f in frames {
+        batch.extend(f);
+        if batch.len() > 64 << 10 {
+            if !send(s, &batch).await {
+                return;
+            }
+            batch.clear();
+        }
+    }
+    let _ = send(s, &batch).await;
+}
+
+// ------------------------------------------------------------------ HTTP/2 clients (h2)
+
+/// Opens a delta ADS stream on `client` (`origin` is `http://HOST` or `https://HOST`) and
+/// sends `bytes` on it, keeping it open; its response.
+fn open_ads(
+    client: &mut h2::client::SendRequest<prost::bytes::Bytes>,
+    origin: &str,
+    bytes: Vec<u8>,
+) -> h2::client::ResponseFuture {
+    let request = http::Request::post(format!("{origin}{DELTA_PATH}"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(())
+        .unwrap();
+    let (response, mut body) = client.send_request(request, false).unwrap();
+    body.send_data(bytes.into(), false).unwrap();
+    response
+}
+
+/// A stream's gRPC status: in its headers when meshd answered with trailers only, else in
+/// its trailers.
+async fn grpc_status(response: h2::client::ResponseFuture) -> http::HeaderValue {
+    let response = tokio::time::timeout(Duration::from_secs(10), response)
+        .await
+        .expect("no answer in 10 s")
+        .unwrap();
+    if let Some(status) = response.headers().get("grpc-status") {
+        return status.clone();
+    }
+    let mut rx = response.into_body();
+    while rx.data().await.is_some() {}
+    rx.trailers().await.unwrap().expect("trailers")["grpc-status"].clone()
+}
+
 // ------------------------------------------------------------------ attacks
 
 /// Rapid reset (CVE-2023-44487): streams opened and reset at once, in a loop. meshd
@@ -256,19 +321,13 @@ async fn rapid_reset_is_cut_off() {
     let before = rss_mib(&m);
     let mut s = raw(&m).await;
     let block = request_block();
-    let mut batch = Vec::new();
-    for i in 0..20_000u32 {
+    let frames = (0..20_000u32).map(|i| {
         let id = 2 * i + 1;
-        batch.extend(header_frames(id, &block));
-        batch.extend(frame(RST_STREAM, 0, id, &8u32.to_be_bytes()));
-        if batch.len() > 64 << 10 {
-            if !send(&mut s, &batch).await {
-                break;
-            }
-            batch.clear();
-        }
-    }
-    let _ = send(&mut s, &batch).await;
+        let mut f = header_frames(id, &block);
+        f.extend(frame(RST_STREAM, 0, id, &8u32.to_be_bytes()));
+        f
+    });
+    send_batched(&mut s, frames).await;
     let end = outcome(&mut s, 0, Duration::from_secs(10)).await;
     assert_eq!(end, Outcome::GoAway(ENHANCE_YOUR_CALM));
     assert!(m.metric(r#"meshd_xds_connection_errors{reason="http2_enhance_your_calm"}"#) >= 1.0);
@@ -302,17 +361,7 @@ async fn resets_provoked_from_the_server_side_are_cut_off() {
     ];
     for (provoke, code) in cases {
         let mut s = raw(&m).await;
-        let mut batch = Vec::new();
-        for i in 0..5_000u32 {
-            batch.extend(provoke(2 * i + 1));
-            if batch.len() > 64 << 10 {
-                if !send(&mut s, &batch).await {
-                    break;
-                }
-                batch.clear();
-            }
-        }
-        let _ = send(&mut s, &batch).await;
+        send_batched(&mut s, (0..5_000u32).map(|i| provoke(2 * i + 1))).await;
         let end = outcome(&mut s, 0, Duration::from_secs(10)).await;
         assert_eq!(end, Outcome::GoAway(code));
     }
@@ -431,20 +480,14 @@ async fn ten_thousand_idle_streams_on_one_connection_stay_cheap_and_end() {
         };
         pending.extend_from_slice(&buf[..n]);
         let mut pongs = Vec::new();
-        while pending.len() >= 9 {
-            let len = u32::from_be_bytes([0, pending[0], pending[1], pending[2]]) as usize;
-            if pending.len() < 9 + len {
-                break;
-            }
-            let (kind, flags) = (pending[3], pending[4]);
+        for (kind, flags, _, payload) in take_frames(&mut pending) {
             // A stream ends with END_STREAM on its trailers (HEADERS) or a RST_STREAM.
             if (kind == HEADERS && flags & 0x1 != 0) || kind == RST_STREAM {
                 ended += 1;
             }
             if kind == PING && flags & 0x1 == 0 {
-                pongs.extend(frame(PING, 0x1, 0, &pending[9..9 + len]));
+                pongs.extend(frame(PING, 0x1, 0, &payload));
             }
-            pending.drain(..9 + len);
         }
         if !pongs.is_empty() {
             assert!(send(&mut s, &pongs).await);
@@ -568,45 +611,17 @@ async fn a_hundred_megabyte_request_ends_its_stream_only() {
     let tcp = TcpStream::connect(("127.0.0.1", m.xds_port)).await.unwrap();
     let (mut client, conn) = h2::client::handshake(tcp).await.unwrap();
     tokio::spawn(conn);
-    let request = http::Request::post(format!("http://meshd{DELTA_PATH}"))
-        .header("content-type", "application/grpc")
-        .header("te", "trailers")
-        .body(())
-        .unwrap();
-    let (response, mut body) = client.send_request(request, false).unwrap();
     // The gRPC message header, announcing 100 MB, and the first 16 KB of it.
     let mut first = vec![0];
     first.extend_from_slice(&(100_000_000u32).to_be_bytes());
     first.extend(std::iter::repeat_n(0u8, 16_000));
-    body.send_data(first.into(), false).unwrap();
-    let response = tokio::time::timeout(Duration::from_secs(10), response)
-        .await
-        .expect("no answer in 10 s")
-        .unwrap();
-    let status = match response.headers().get("grpc-status") {
-        Some(status) => status.clone(),
-        None => {
-            let mut rx = response.into_body();
-            while rx.data().await.is_some() {}
-            let trailers = rx.trailers().await.unwrap().expect("trailers");
-            trailers["grpc-status"].clone()
-        }
-    };
+    let status = grpc_status(open_ads(&mut client, "http://meshd", first)).await;
     assert_eq!(status, "8", "RESOURCE_EXHAUSTED");
     let grew = rss_mib(&m) - before;
     assert!(grew < 32.0, "meshd grew by {grew:.1} MiB");
     // The same connection still opens a stream and is answered.
-    let request = http::Request::post(format!("http://meshd{DELTA_PATH}"))
-        .header("content-type", "application/grpc")
-        .header("te", "trailers")
-        .body(())
-        .unwrap();
-    let (response, mut body) = client.send_request(request, false).unwrap();
     let message = cds_request("sidecar~10.1.9.5~big-0.shop~shop.svc.cluster.local").encode_to_vec();
-    let mut framed = vec![0];
-    framed.extend_from_slice(&(message.len() as u32).to_be_bytes());
-    framed.extend_from_slice(&message);
-    body.send_data(framed.into(), false).unwrap();
+    let response = open_ads(&mut client, "http://meshd", grpc_message(&message));
     let mut rx = response.await.unwrap().into_body();
     let data = tokio::time::timeout(Duration::from_secs(10), rx.data())
         .await
@@ -643,29 +658,9 @@ async fn a_tls_1_2_client_is_served_on_the_secure_port() {
     );
     let (mut client, conn) = h2::client::handshake(tls).await.unwrap();
     tokio::spawn(conn);
-    let request = http::Request::post(format!("https://localhost{DELTA_PATH}"))
-        .header("content-type", "application/grpc")
-        .header("te", "trailers")
-        .body(())
-        .unwrap();
-    let (response, mut body) = client.send_request(request, false).unwrap();
     let message =
         cds_request("sidecar~10.1.9.4~tls12-0.shop~shop.svc.cluster.local").encode_to_vec();
-    let mut framed = vec![0];
-    framed.extend_from_slice(&(message.len() as u32).to_be_bytes());
-    framed.extend_from_slice(&message);
-    body.send_data(framed.into(), false).unwrap();
-    let response = tokio::time::timeout(Duration::from_secs(10), response)
-        .await
-        .expect("no answer in 10 s")
-        .unwrap();
-    let status = match response.headers().get("grpc-status") {
-        Some(status) => status.clone(),
-        None => {
-            let mut rx = response.into_body();
-            while rx.data().await.is_some() {}
-            rx.trailers().await.unwrap().expect("trailers")["grpc-status"].clone()
-        }
-    };
+    let response = open_ads(&mut client, "https://localhost", grpc_message(&message));
+    let status = grpc_status(response).await;
     assert_eq!(status, "16", "UNAUTHENTICATED");
 }
