@@ -140,9 +140,9 @@ async fn forward(
 
 /// The SPIFFE identities of the certificate the TLS client presented, if it presented
 /// one, as its connection ([`crate::grpc::Connection`]) holds them.
-pub fn peer_identities<T>(request: &Request<T>) -> Option<Vec<Identity>> {
+fn peer_identities<T>(request: &Request<T>) -> Option<Arc<[Identity]>> {
     let connection = request.extensions().get::<Arc<crate::grpc::Connection>>()?;
-    Some(connection.identities.as_deref()?.to_vec())
+    connection.identities.clone()
 }
 
 #[tonic::async_trait]

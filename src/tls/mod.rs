@@ -142,39 +142,14 @@ impl HandshakeErrors {
     }
 }
 
-/// [`incoming`], offering the `alpn` protocols instead of the configs' own (h2).
+/// [`incoming`], offering the `alpn` protocols instead of the configs' own (h2). Each
+/// handshake runs on its own task, so a slow client holds up no other.
 pub fn incoming_with_alpn(
     listener: TcpListener,
     configs: watch::Receiver<Arc<rustls::ServerConfig>>,
     alpn: Option<&'static [&'static [u8]]>,
     errors: HandshakeErrors,
 ) -> ReceiverStream<std::io::Result<TlsStream<Corked<TcpStream>>>> {
-    accept_each(listener, configs, errors, move |tcp, config| {
-        let acceptor = TlsAcceptor::from(match alpn {
-            None => config,
-            Some(protocols) => {
-                let mut config = (*config).clone();
-                config.alpn_protocols = protocols.iter().map(|p| p.to_vec()).collect();
-                Arc::new(config)
-            }
-        });
-        acceptor.accept(tcp)
-    })
-}
-
-/// Accepts TCP connections on `listener` and yields those whose `handshake` (with the
-/// config current when they connected) succeeds, each handshake on its own task.
-fn accept_each<T, F, H>(
-    listener: TcpListener,
-    configs: watch::Receiver<Arc<rustls::ServerConfig>>,
-    errors: HandshakeErrors,
-    handshake: H,
-) -> ReceiverStream<std::io::Result<T>>
-where
-    T: Send + 'static,
-    F: Future<Output = std::io::Result<T>> + Send + 'static,
-    H: Fn(Corked<TcpStream>, Arc<rustls::ServerConfig>) -> F + Send + 'static,
-{
     let (tx, rx) = mpsc::channel(64);
     tokio::spawn(async move {
         loop {
@@ -193,7 +168,15 @@ where
             // Nagle's algorithm and the peer's delayed ACK (40 ms a response).
             // Large responses are still sent in full segments: see [`Corked`].
             let _ = tcp.set_nodelay(true);
-            let handshake = handshake(Corked::new(tcp), configs.borrow().clone());
+            let acceptor = TlsAcceptor::from(match alpn {
+                None => configs.borrow().clone(),
+                Some(protocols) => {
+                    let mut config = (**configs.borrow()).clone();
+                    config.alpn_protocols = protocols.iter().map(|p| p.to_vec()).collect();
+                    Arc::new(config)
+                }
+            });
+            let handshake = acceptor.accept(Corked::new(tcp));
             let tx = tx.clone();
             let errors = errors.clone();
             tokio::spawn(async move {

@@ -374,11 +374,11 @@ impl AdsService {
     /// Who opened the stream, and the requests it carries (split before authenticating,
     /// so that the requests need not be shared across the await).
     async fn caller<T>(&self, request: Request<T>) -> Result<(Caller, T), Status> {
-        let peer = crate::ca::service::peer_identities(&request);
         let transport = request
             .extensions()
             .get::<Arc<crate::grpc::Connection>>()
             .cloned();
+        let peer = transport.as_ref().and_then(|t| t.identities.clone());
         let (metadata, _, requests) = request.into_parts();
         let Some(authn) = &self.authn else {
             let caller = Caller {
