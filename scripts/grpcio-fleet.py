@@ -8,7 +8,8 @@ prints a JSON line: proxies, RSS before and after, and bytes per added proxy.
 
     python3 scripts/grpcio-fleet.py --xds 127.0.0.1:15010 --pid PID --proxies 500
 
-Needs `pip install grpcio` (scripts/grpcio-fleet.sh sets up a venv). Messages are encoded
+Needs `pip install grpcio` (in a venv; scripts/server-compare.sh takes its python as
+PYTHON). Messages are encoded
 and decoded here with the few protobuf fields xDS subscription needs, so no generated
 code is required.
 """
