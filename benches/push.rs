@@ -9,20 +9,32 @@ use serde_json::json;
 
 use meshd::config::ObjectKey;
 use meshd::config::parse::parse_file;
-use meshd::model::{Proxy, PushContext, Store, testmesh};
+use meshd::model::{Proxy, PushContext, Store};
 use meshd::translate::proxy_config;
 use meshd::xds::cache::{self, ResourceCache};
 use meshd::xds::resource::View;
 use prost::Message;
+use testkit::mesh::Shape;
 
 /// The allocator the `meshd` binary ships with, so the figures are what it does.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// `store` (a `testmesh` of `services` over 50 namespaces) with one endpoint added to
+/// The mesh of `Shape::new(services, namespaces, endpoints)`, loaded.
+fn generate(services: usize, namespaces: usize, endpoints: usize) -> Store {
+    load(&Shape::new(services, namespaces, endpoints))
+}
+
+fn load(shape: &Shape) -> Store {
+    let parsed = parse_file("generated.yaml", &shape.yaml());
+    assert!(parsed.errors().next().is_none(), "{:?}", parsed.issues);
+    parsed.objects.into_iter().collect()
+}
+
+/// `store` (a generated mesh of `services` over 50 namespaces) with one endpoint added to
 /// svc-1, and the keys that changed, as the sources report them (only what differs).
 fn one_endpoint_added(store: &Store, services: usize) -> (Store, BTreeSet<ObjectKey>) {
-    let shape = testmesh::Shape::new(services, 50, 3);
+    let shape = Shape::new(services, 50, 3);
     let (changed, keys) = changed(store, &shape.service_yaml(1, Some("10.200.0.1")));
     assert_eq!(keys.len(), 1, "one EndpointSlice");
     (changed, keys)
@@ -52,7 +64,7 @@ struct Alternating {
 }
 
 impl Alternating {
-    /// `store` holds the mesh of `testmesh::generate(services, 50, 3)` (and possibly more),
+    /// `store` holds the mesh of `generate(services, 50, 3)` (and possibly more),
     /// `first` is its context.
     fn new(store: Store, services: usize, first: PushContext) -> Alternating {
         let (changed, keys) = one_endpoint_added(&store, services);
@@ -86,7 +98,7 @@ fn push_context_build(c: &mut Criterion) {
     let mut group = c.benchmark_group("push_context_build");
     group.sample_size(20);
     for services in [1_000, 10_000] {
-        let store = testmesh::generate(services, 50, 3);
+        let store = generate(services, 50, 3);
         group.bench_with_input(BenchmarkId::from_parameter(services), &store, |b, store| {
             b.iter(|| PushContext::build(store, "bench/1".into()))
         });
@@ -97,7 +109,7 @@ fn push_context_build(c: &mut Criterion) {
     let mut group = c.benchmark_group("push_context_update");
     group.sample_size(50);
     for services in [1_000, 10_000] {
-        let store = testmesh::generate(services, 50, 3);
+        let store = generate(services, 50, 3);
         let before = PushContext::build(&store, "bench/1".into());
         let (changed_store, changed) = one_endpoint_added(&store, services);
         group.bench_function(BenchmarkId::new("one_endpoint_change", services), |b| {
@@ -108,7 +120,7 @@ fn push_context_build(c: &mut Criterion) {
 }
 
 fn sidecar_generation(c: &mut Criterion) {
-    let store = testmesh::generate(1_000, 50, 3);
+    let store = generate(1_000, 50, 3);
     let ctx = PushContext::build(&store, "bench/1".into());
     let sidecar = |ns: &str| {
         let meta = json!({"NAMESPACE": ns, "LABELS": {"app": "client"}});
@@ -255,8 +267,8 @@ fn sidecar_generation(c: &mut Criterion) {
 /// bound to the ingress Gateway, each its own host: the full build, and what the gateway
 /// is sent (`http.80` holds 1,000 virtual hosts), translated and encoded, then cached.
 fn gateway_virtual_services(c: &mut Criterion) {
-    let shape = testmesh::Shape::new(1_000, 50, 3);
-    let mut store = shape.store();
+    let shape = Shape::new(1_000, 50, 3);
+    let mut store = load(&shape);
     let yaml: String = (0..1_000).map(|i| shape.gateway_routing_yaml(i)).collect();
     let parsed = parse_file("gateway.yaml", &yaml);
     assert!(parsed.errors().next().is_none(), "{:?}", parsed.issues);

@@ -6,9 +6,7 @@
 //! of its small blocks is live. With them off, a Sidecar-scoped proxy costs 39 KB of
 //! meshd's RSS instead of 57 KB, and meshd starts at 37 MB instead of 43 MB. mimalloc
 //! also returns freed memory to the OS only while it allocates, so idle runtime threads
-//! ask it to ([`on_idle`]). The fleet simulator, also without huge pages, keeps what it
-//! frees for speed instead ([`keep_freed_memory`]). Figures: BENCHMARKS.md, sessions 9
-//! and 33.
+//! ask it to ([`on_idle`]).
 
 /// mimalloc's own switch for transparent huge pages. An operator who sets it has chosen;
 /// mimalloc applies that choice when the process starts, and meshd leaves it alone.
@@ -29,39 +27,6 @@ pub fn disable_huge_pages_unless_configured() -> bool {
     }
 }
 
-/// mimalloc v3's `mi_option_purge_delay` (its index in `mi_option_e`, `mimalloc.h`; the
-/// Rust bindings name no constant for it): milliseconds before freed memory is returned to
-/// the OS, 1,000 by default (`options.c`), -1 for never.
-const PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
-const DEFAULT_PURGE_DELAY: libc::c_long = 1000;
-
-/// For the fleet simulator (`meshd loadgen`): freed memory stays with the allocator
-/// instead of going back to the OS a second later. The simulator frees each proxy's
-/// received configuration (1.4 MB unscoped) as fast as it takes the next, and with the
-/// default it spent a large part of a connect storm re-faulting and zeroing memory. Like
-/// meshd it runs without transparent huge pages ([`disable_huge_pages_unless_configured`]):
-/// with them, zeroing fresh 2 MiB pages as mimalloc extended its pages was 43% of the
-/// simulator's CPU in a 5,000-proxy storm, and a 10,000-proxy storm connected 742–859
-/// proxies/s against 1,048–1,383/s without (BENCHMARKS.md, session 33). meshd itself
-/// keeps mimalloc's default purge delay, so that its RSS shows what it holds. Does nothing
-/// when `MIMALLOC_PURGE_DELAY` is set, or when the option does not read as mimalloc v3's
-/// default (a different mimalloc); returns whether it changed the option.
-pub fn keep_freed_memory() -> bool {
-    if std::env::var_os("MIMALLOC_PURGE_DELAY").is_some() {
-        return false;
-    }
-    // SAFETY: mi_option_get and mi_option_set take and return plain integers; meshd calls
-    // this first thing in main, before any other thread exists (mimalloc's options are not
-    // synchronised).
-    unsafe {
-        if libmimalloc_sys::mi_option_get(PURGE_DELAY) != DEFAULT_PURGE_DELAY {
-            return false;
-        }
-        libmimalloc_sys::mi_option_set(PURGE_DELAY, -1);
-    }
-    true
-}
-
 /// How often at most a runtime thread hands back the memory it freed (see [`on_idle`]).
 const COLLECT_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
@@ -70,7 +35,6 @@ const COLLECT_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 /// out the purge delay (`mi_collect(false)`). mimalloc does that only while allocating,
 /// so an idle meshd kept the response frames a connect storm had freed: with 1,000
 /// unscoped proxies connected it stayed at 109–111 MB, and with this it settles at 98 MB
-/// (BENCHMARKS.md, session 9).
 pub fn on_idle() {
     use std::cell::Cell;
     use std::time::Instant;
@@ -122,22 +86,6 @@ fn set_huge_pages_disabled(_: bool) -> std::io::Result<()> {
 
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
-    #[test]
-    fn the_simulator_keeps_freed_memory_unless_told_otherwise() {
-        let get = || unsafe { libmimalloc_sys::mi_option_get(super::PURGE_DELAY) };
-        if std::env::var_os("MIMALLOC_PURGE_DELAY").is_some() {
-            assert!(!super::keep_freed_memory());
-            return;
-        }
-        assert_eq!(
-            get(),
-            super::DEFAULT_PURGE_DELAY,
-            "not mimalloc v3's purge delay"
-        );
-        assert!(super::keep_freed_memory());
-        assert_eq!(get(), -1);
-    }
-
     #[test]
     fn the_process_switch_for_transparent_huge_pages_is_set_both_ways() {
         super::set_huge_pages_disabled(false).unwrap();

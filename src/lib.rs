@@ -14,7 +14,6 @@ pub mod grpc;
 pub mod heap;
 pub mod jwks;
 pub mod k8s;
-pub mod loadgen;
 pub mod metrics;
 pub mod model;
 pub mod resolve;

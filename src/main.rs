@@ -128,7 +128,8 @@ enum Command {
     },
     /// A fleet simulator: N proxies over real gRPC against a meshd, config changes made
     /// through its config directory, per-proxy convergence measured; prints a JSON summary.
-    Loadgen(meshd::loadgen::LoadgenArgs),
+    #[cfg(feature = "loadgen")]
+    Loadgen(loadgen::LoadgenArgs),
     /// Check Istio YAML offline, like `istioctl validate`; exits 1 if anything is invalid.
     Validate {
         /// Files or directories to check.
@@ -159,12 +160,14 @@ fn print_or_fail(command: &str, result: Result<String, String>) -> ExitCode {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     // Before any other thread starts (mimalloc's options are not synchronised).
+    #[cfg(feature = "loadgen")]
     if matches!(cli.command, Command::Loadgen(_)) {
-        meshd::heap::keep_freed_memory();
+        loadgen::process::keep_freed_memory();
     }
     meshd::heap::disable_huge_pages_unless_configured();
     match cli.command {
-        Command::Loadgen(args) => match meshd::loadgen::run(args) {
+        #[cfg(feature = "loadgen")]
+        Command::Loadgen(args) => match loadgen::run(args) {
             Ok(summary) => {
                 println!("{summary:#}");
                 ExitCode::SUCCESS

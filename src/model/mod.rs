@@ -12,6 +12,7 @@ pub mod push_context;
 pub mod security;
 pub mod service;
 pub mod shared_hosts;
+#[cfg(test)]
 pub mod testmesh;
 
 use std::collections::BTreeMap;
@@ -131,6 +132,17 @@ impl Store {
 
 /// Label naming the control-plane revision an object, pod or namespace belongs to.
 pub const REVISION_LABEL: &str = "istio.io/rev";
+
+/// A store holding these objects; of two with the same key, the later.
+impl FromIterator<ConfigObject> for Store {
+    fn from_iter<I: IntoIterator<Item = ConfigObject>>(objects: I) -> Store {
+        let mut store = Store::default();
+        for object in objects {
+            store.apply(object);
+        }
+        store
+    }
+}
 
 /// The revision a namespace belongs to, if any, as Istio's injector decides it: its
 /// `istio.io/rev` label, or `default` for `istio-injection=enabled`.

@@ -742,7 +742,7 @@ mod tests {
 
     #[test]
     fn a_proxy_holding_an_earlier_view_gets_the_views_difference_computed_once() {
-        use crate::model::testmesh::Shape;
+        use crate::model::testmesh::{Load, Shape};
         use crate::xds::testing;
         let shape = Shape::new(30, 3, 2);
         let mut store = shape.store();
@@ -824,7 +824,7 @@ mod tests {
 
     #[test]
     fn a_connection_that_skipped_a_push_blames_the_skipped_pushs_change() {
-        use crate::model::testmesh::Shape;
+        use crate::model::testmesh::{Load, Shape};
         use crate::xds::push::Push;
         let store = Shape::new(3, 1, 1).store();
         let cache = Arc::new(crate::xds::cache::ResourceCache::default());

@@ -437,6 +437,7 @@ mod tests {
 
     #[test]
     fn a_type_is_stale_until_acked_and_an_error_only_while_its_last_response_is_rejected() {
+        use crate::model::testmesh::Load;
         let store = crate::model::testmesh::Shape::new(3, 1, 1).store();
         let (_tx, rx) = tokio::sync::watch::channel(testing::Pushes::default().build(&store, 1));
         let shared = testing::shared(rx);

@@ -379,7 +379,7 @@ mod tests {
     /// configuration it does not hold yet).
     #[tokio::test]
     async fn vhds_sends_every_virtual_host_then_only_the_changed_ones() {
-        use crate::model::testmesh::Shape;
+        use crate::model::testmesh::{Load, Shape};
         use crate::xds::resource::vhds_route_config;
         use crate::xds::testing;
 

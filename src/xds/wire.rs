@@ -30,9 +30,7 @@ use tonic::codegen::{BoxFuture, Service, StdError, http};
 use super::joined::{self, Entry};
 use super::resource::Resource;
 
-mod messages;
-pub(crate) use messages::Received;
-pub use messages::{Messages, prost_frame};
+pub use grpc_messages::{FRAME_HEADER, Messages, prost_frame, put_frame_header};
 
 /// The resources one response carries, as one shared list. A view's whole set is one
 /// batch for every proxy sent all of it (each proxy that connects: ~2,400 resources on an
@@ -470,15 +468,6 @@ impl WireMessage for DeltaResponse {
             sink.run(run);
         }
     }
-}
-
-/// A gRPC message's frame header: the compressed flag and the length (big-endian).
-pub(crate) const FRAME_HEADER: usize = 5;
-
-/// The frame header of an uncompressed message of `len` bytes.
-pub(crate) fn put_frame_header(buf: &mut BytesMut, len: usize) {
-    buf.put_u8(0);
-    buf.put_u32(u32::try_from(len).unwrap_or(u32::MAX));
 }
 
 /// A bound on the response bytes framed for the wire and not yet written to a socket,

@@ -75,6 +75,7 @@ fn mesh_default_export_to_keeps_services_and_virtual_services_without_one_at_hom
 
 #[test]
 fn an_update_equals_a_full_build_and_shares_what_it_did_not_touch() {
+    use crate::model::testmesh::Load;
     let shape = crate::model::testmesh::Shape::new(40, 4, 2);
     let mut store = shape.store();
     let pod = "---\napiVersion: v1\nkind: Pod\nmetadata: {name: web-1, namespace: ns-1, labels: {app: web, version: v1}}\nspec: {serviceAccountName: web}\n";

@@ -4,7 +4,7 @@ use super::*;
 use crate::config::Kind;
 use crate::config::parse::parse_file;
 use crate::model::Store;
-use crate::model::testmesh::Shape;
+use crate::model::testmesh::{Load, Shape};
 
 /// The Service svc-6 of `Shape`'s mesh (in `ns`) with one port, `port`.
 fn svc6_on_port(ns: &str, port: u32) -> String {

@@ -8,7 +8,7 @@ use crate::config::Kind;
 #[test]
 fn a_view_after_an_endpoint_change_keeps_its_listeners_and_routes() {
     use crate::config::parse::parse_file;
-    use crate::model::testmesh::Shape;
+    use crate::model::testmesh::{Load, Shape};
     let shape = Shape::new(20, 4, 2);
     let mut store = shape.store();
     let apply = |store: &mut Store, yaml: &str| -> BTreeSet<ObjectKey> {

@@ -1,4 +1,5 @@
-//! `meshd loadgen`: a fleet simulator. It writes a generated mesh into the config
+//! `meshd loadgen`: a fleet simulator, outside the product (the `meshd` binary offers it
+//! only with its `loadgen` feature). It writes a generated mesh into the config
 //! directory a meshd serves (or starts that meshd itself), connects N simulated proxies
 //! over real gRPC at a chosen rate, then makes changes one at a time and measures, per
 //! proxy, the time from the change to the moment it holds the resource that reflects it.
@@ -13,10 +14,13 @@ mod frame;
 mod h2c;
 mod kube_writer;
 mod meshd;
+mod node;
+pub mod process;
 pub mod proxy;
 mod read_ahead;
 mod response;
 mod secure;
+mod types;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -29,8 +33,9 @@ use tokio::sync::watch;
 
 use self::kube_writer::KubeWriter;
 use self::meshd::{Probe, Spawned, meshd_figures, metric, out_of_sync, spawn_meshd, with_identity};
+use self::node::node;
 use self::proxy::{Marker, ProxyStats, Spec};
-use crate::model::testmesh::Shape;
+use testkit::mesh::Shape;
 
 /// What each change touches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
@@ -131,7 +136,7 @@ pub struct LoadgenArgs {
     #[arg(long, default_value_t = 3)]
     pub storm_services: usize,
     /// How long the change storm lasts.
-    #[arg(long, default_value = "60s", value_parser = crate::duration::parse)]
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
     pub storm_duration: Duration,
     /// Connect to meshd's secure port (15012's counterpart) over TLS, each proxy
     /// presenting a workload certificate of its namespace signed by meshd's CA, as
@@ -152,14 +157,14 @@ pub struct LoadgenArgs {
     #[arg(long, default_value_t = 0)]
     pub warm_proxies: usize,
     /// How long the whole fleet may take to hold its initial configuration.
-    #[arg(long, default_value = "300s", value_parser = crate::duration::parse)]
+    #[arg(long, default_value = "300s", value_parser = humantime::parse_duration)]
     pub init_timeout: Duration,
     /// How long a change may take to reach every affected proxy.
-    #[arg(long, default_value = "60s", value_parser = crate::duration::parse)]
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
     pub change_timeout: Duration,
     /// After a change converged, how long to keep watching for pushes to proxies it does
     /// not affect.
-    #[arg(long, default_value = "500ms", value_parser = crate::duration::parse)]
+    #[arg(long, default_value = "500ms", value_parser = humantime::parse_duration)]
     pub settle: Duration,
     /// At the end, restart the meshd this run started (--spawn-meshd) on the same ports
     /// and measure how long the fleet takes to reconnect and hold its configuration
@@ -525,7 +530,7 @@ async fn storm(
         return Err("a storm has at most 62,500 writes (one address each)".into());
     }
     let recomputes = |m: &str| {
-        crate::cli::http_get(m, "/metrics")
+        crate::process::http_get(m, "/metrics")
             .map(|t| metric(&t, "pilot_push_context_recompute_count"))
             .unwrap_or(0.0)
     };
@@ -1010,7 +1015,7 @@ async fn simulate(
         "change": args.change, "changes": args.changes, "services_per_change": args.services_per_change,
         // Whether the simulator's own heap may use transparent huge pages (off unless
         // MIMALLOC_ALLOW_THP says otherwise; see `heap`).
-        "simulator_huge_pages": crate::heap::huge_pages_allowed("self"),
+        "simulator_huge_pages": crate::process::huge_pages_allowed("self"),
     }));
     summary.insert(
         "connect".into(),
@@ -1063,20 +1068,6 @@ async fn simulate(
         std::fs::write(path, format!("{summary:#}\n")).map_err(|e| e.to_string())?;
     }
     Ok(summary)
-}
-
-/// A node as a sidecar agent sends it.
-fn node(id: &str, metadata: &Json) -> envoy_types::pb::envoy::config::core::v3::Node {
-    use envoy_types::pb::google::protobuf::value::Kind;
-    let fields = match crate::translate::json_value(metadata).kind {
-        Some(Kind::StructValue(s)) => Some(s),
-        _ => None,
-    };
-    envoy_types::pb::envoy::config::core::v3::Node {
-        id: id.to_string(),
-        metadata: fields,
-        ..Default::default()
-    }
 }
 
 #[cfg(test)]

@@ -25,10 +25,10 @@ use tonic::Status;
 use tonic::codegen::{Context, Pin, Poll, Service, http};
 
 use super::response::{Body, DeltaResponse, SotwResponse};
-use crate::xds::resource::{
+use super::types::{
     CLUSTER_TYPE, ENDPOINT_TYPE, LISTENER_TYPE, NAME_TABLE_TYPE, ROUTE_TYPE, VIRTUAL_HOST_TYPE,
 };
-use crate::xds::wire::{self, Messages};
+use grpc_messages::{self as wire, Messages};
 
 /// The change being measured: a marker string that only resources reflecting it contain,
 /// and when it was made.
@@ -718,7 +718,7 @@ mod tests {
     use envoy_types::pb::envoy::service::discovery::v3::Resource;
 
     use super::*;
-    use crate::loadgen::response::Encoded;
+    use crate::response::Encoded;
 
     /// A `Resource` as meshd encodes it, without a body.
     fn encoded(name: &str, version: &str) -> Encoded {

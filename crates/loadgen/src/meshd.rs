@@ -32,7 +32,7 @@ pub(super) fn metric(text: &str, name: &str) -> f64 {
 }
 
 pub(super) fn meshd_figures(monitoring: &str) -> MeshdFigures {
-    match crate::cli::http_get(monitoring, "/metrics") {
+    match crate::process::http_get(monitoring, "/metrics") {
         Ok(text) => MeshdFigures {
             rss_bytes: metric(&text, "process_resident_memory_bytes"),
             cpu_seconds: metric(&text, "process_cpu_seconds_total"),
@@ -58,7 +58,7 @@ pub(super) struct Probe {
 impl Probe {
     pub(super) async fn rss(&self) -> f64 {
         let proc = self.pid.map(|pid| pid.to_string());
-        if let Some(bytes) = proc.as_deref().and_then(crate::metrics::resident_bytes) {
+        if let Some(bytes) = proc.as_deref().and_then(crate::process::resident_bytes) {
             return bytes as f64;
         }
         let m = self.monitoring.clone();
@@ -157,7 +157,7 @@ impl Spawned {
         };
         let monitoring = format!("127.0.0.1:{monitoring}");
         let deadline = Instant::now() + Duration::from_secs(120);
-        while crate::cli::http_get(&monitoring, "/ready").is_err() {
+        while crate::process::http_get(&monitoring, "/ready").is_err() {
             if Instant::now() > deadline {
                 return Err(format!("meshd not ready in 120s; see {}", log.display()));
             }
@@ -181,7 +181,7 @@ impl Spawned {
 
 /// Connections whose last response of some type is not ACKed, from `/debug/syncz`.
 pub(super) fn out_of_sync(monitoring: &str) -> Result<usize, String> {
-    let text = crate::cli::http_get(monitoring, "/debug/syncz")?;
+    let text = crate::process::http_get(monitoring, "/debug/syncz")?;
     let all: Vec<Json> = serde_json::from_str(&text).map_err(|e| e.to_string())?;
     Ok(all
         .iter()
@@ -196,7 +196,7 @@ pub(super) fn out_of_sync(monitoring: &str) -> Result<usize, String> {
 /// Connected proxies meshd holds a proven identity for (their connection's client
 /// certificate, on the secure port), from `/debug/workloadz`.
 pub(super) fn with_identity(monitoring: &str) -> Result<usize, String> {
-    let text = crate::cli::http_get(monitoring, "/debug/workloadz")?;
+    let text = crate::process::http_get(monitoring, "/debug/workloadz")?;
     let all: Vec<Json> = serde_json::from_str(&text).map_err(|e| e.to_string())?;
     Ok(all.iter().filter(|w| w["identity"].is_string()).count())
 }

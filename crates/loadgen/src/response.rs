@@ -19,7 +19,7 @@ use prost::encoding::{
 };
 use prost::{DecodeError, Message};
 
-use crate::xds::wire::Received;
+use grpc_messages::Received;
 
 /// `google.protobuf.Any`, its fields slices of the received frame (state of the world).
 #[derive(Clone, PartialEq, Message)]
@@ -402,7 +402,7 @@ mod tests {
     use envoy_types::pb::google::protobuf::Any;
 
     use super::*;
-    use crate::xds::resource::ROUTE_TYPE;
+    use crate::types::ROUTE_TYPE;
 
     fn any(value: &[u8]) -> Any {
         Any {

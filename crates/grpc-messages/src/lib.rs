@@ -1,5 +1,6 @@
-//! The request side of an ADS stream: gRPC messages decoded from their frames as each
-//! completes, and (for the fleet simulator) a request framed.
+//! gRPC messages decoded from the frames of an HTTP/2 body as each completes, without
+//! joining the chunks they arrived in, and a message framed for sending. meshd decodes
+//! the requests of its ADS streams with it, and the fleet simulator the responses.
 
 use std::collections::VecDeque;
 use std::marker::PhantomData;
@@ -10,7 +11,14 @@ use prost::bytes::{Buf, BufMut, Bytes, BytesMut};
 use tonic::codegen::StdError;
 use tonic::{Code, Status};
 
-use super::{FRAME_HEADER, put_frame_header};
+/// A gRPC message's frame header: the compressed flag and the length (big-endian).
+pub const FRAME_HEADER: usize = 5;
+
+/// The frame header of an uncompressed message of `len` bytes.
+pub fn put_frame_header(buf: &mut BytesMut, len: usize) {
+    buf.put_u8(0);
+    buf.put_u32(u32::try_from(len).unwrap_or(u32::MAX));
+}
 
 /// The messages of one side of a gRPC stream, decoded from their frames as each completes:
 /// the requests of an ADS stream in meshd, the responses in the fleet simulator. Unlike
@@ -29,7 +37,7 @@ pub struct Messages<M> {
     _message: PhantomData<fn() -> M>,
 }
 
-/// `message` as one gRPC frame (the request side of the fleet simulator's streams).
+/// `message` as one uncompressed gRPC frame.
 pub fn prost_frame(message: &impl prost::Message) -> Bytes {
     let len = message.encoded_len();
     let mut frame = BytesMut::with_capacity(FRAME_HEADER + len);
@@ -143,7 +151,7 @@ impl<M: prost::Message + Default> Messages<M> {
 /// bytes of one frame (or of a field of one: the fleet simulator reads a resource that
 /// spans chunks with it). `copy_to_bytes` slices a chunk, and copies only across chunks.
 #[derive(Default)]
-pub(crate) struct Received {
+pub struct Received {
     parts: VecDeque<Bytes>,
     len: usize,
 }
@@ -153,7 +161,7 @@ impl Received {
     /// chunks is released with it).
     const KEPT_PARTS: usize = 4;
 
-    pub(crate) fn push(&mut self, chunk: Bytes) {
+    pub fn push(&mut self, chunk: Bytes) {
         if !chunk.is_empty() {
             self.len += chunk.len();
             self.parts.push_back(chunk);

@@ -15,7 +15,7 @@
 //! decoder): the status line and a trailer's `grpc-status` are not examined, and the end
 //! of the stream is the END_STREAM flag, as a simulated proxy reconnects either way.
 //!
-//! [`Messages`]: crate::xds::wire::Messages
+//! [`Messages`]: grpc_messages::Messages
 
 use std::io;
 use std::pin::Pin;
@@ -28,7 +28,7 @@ use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
 use super::frame::{self, Head, literal};
-use crate::xds::wire;
+use grpc_messages as wire;
 
 /// Its one stream's id (the first a client opens).
 const STREAM: u32 = 1;

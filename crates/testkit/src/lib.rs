@@ -1,0 +1,4 @@
+//! Test support shared by meshd's tests, benchmarks and the fleet simulator. The product
+//! never depends on it.
+
+pub mod mesh;
