@@ -348,9 +348,7 @@ async fn authenticationz(
     let applying = ctx.authorization_policies_for(&proxy);
     let names = |dry: bool| -> Vec<String> {
         (applying.iter())
-            .filter(|(o, _)| {
-                (crate::api::security::dry_run(&o.meta.annotations) == Some(true)) == dry
-            })
+            .filter(|(o, _)| (api::security::dry_run(&o.meta.annotations) == Some(true)) == dry)
             .map(|(o, _)| o.key.namespaced_name())
             .collect()
     };

@@ -48,7 +48,7 @@ pub struct JwksSource {
 
 impl JwksSource {
     /// Where `rule`'s key set comes from.
-    pub fn of(rule: &crate::api::security::JwtRule) -> JwksSource {
+    pub fn of(rule: &api::security::JwtRule) -> JwksSource {
         JwksSource {
             issuer: rule.issuer.clone(),
             uri: rule.jwks_uri.clone().unwrap_or_default(),
@@ -232,7 +232,7 @@ pub fn fail_closed() -> &'static str {
 /// `PILOT_JWT_PUB_KEY_REFRESH_INTERVAL` (a Go duration), 20 minutes when unset or invalid.
 fn refresh_interval() -> Duration {
     match std::env::var(REFRESH_ENV) {
-        Ok(v) => crate::duration::parse(&v).unwrap_or_else(|e| {
+        Ok(v) => api::duration::parse(&v).unwrap_or_else(|e| {
             tracing::warn!("{REFRESH_ENV}: {e}; 20m is used");
             DEFAULT_REFRESH
         }),

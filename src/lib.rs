@@ -3,12 +3,10 @@
 //! Flow: `filesource` (and later `k8s`) → `model` → `translate` (pure) → `xds` → Envoy.
 
 pub mod agent;
-pub mod api;
 pub mod ca;
 pub mod cli;
 pub mod config;
 pub mod debug;
-pub mod duration;
 pub mod filesource;
 pub mod grpc;
 pub mod heap;

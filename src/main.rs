@@ -203,7 +203,7 @@ fn main() -> ExitCode {
             meshd::cli::proxy_config(&meshd, kind, &proxy, output == Output::Json),
         ),
         Command::Crds => {
-            print!("{}", meshd::api::crd::to_yaml());
+            print!("{}", api::crd::to_yaml());
             ExitCode::SUCCESS
         }
         Command::Validate { paths } => validate(&paths),
@@ -621,5 +621,5 @@ fn validate(paths: &[PathBuf]) -> ExitCode {
 }
 
 fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
-    meshd::duration::parse(text)
+    api::duration::parse(text)
 }

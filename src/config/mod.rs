@@ -12,14 +12,12 @@ use std::fmt;
 
 use serde::Serialize;
 
-use crate::api::networking::{
+use api::networking::{
     DestinationRuleSpec, GatewaySpec, ServiceEntrySpec, SidecarSpec, VirtualServiceSpec,
     WorkloadEntrySpec,
 };
-use crate::api::security::{
-    AuthorizationPolicySpec, PeerAuthenticationSpec, RequestAuthenticationSpec,
-};
-use crate::api::telemetry::TelemetrySpec;
+use api::security::{AuthorizationPolicySpec, PeerAuthenticationSpec, RequestAuthenticationSpec};
+use api::telemetry::TelemetrySpec;
 
 /// The kinds meshd reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -115,9 +113,9 @@ impl Kind {
     /// The apiVersions under which this kind is accepted.
     pub fn versions(self) -> &'static [&'static str] {
         match self.group() {
-            "networking.istio.io" => crate::api::crd::NETWORKING_VERSIONS,
-            "security.istio.io" => crate::api::crd::SECURITY_VERSIONS,
-            "telemetry.istio.io" => crate::api::crd::TELEMETRY_VERSIONS,
+            "networking.istio.io" => api::crd::NETWORKING_VERSIONS,
+            "security.istio.io" => api::crd::SECURITY_VERSIONS,
+            "telemetry.istio.io" => api::crd::TELEMETRY_VERSIONS,
             _ => &["v1"],
         }
     }

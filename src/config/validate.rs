@@ -6,7 +6,7 @@ use regex::RegexBuilder;
 
 use self::traffic_policy::{connection_pool, traffic_policy};
 use super::{ConfigObject, Level, Spec};
-use crate::api::networking::{HttpRoute, StringMatch};
+use api::networking::{HttpRoute, StringMatch};
 
 mod traffic_policy;
 
@@ -47,7 +47,7 @@ impl Report {
     }
     fn duration(&mut self, field: String, value: &Option<String>) {
         if let Some(v) = value
-            && let Err(e) = crate::duration::parse(v)
+            && let Err(e) = api::duration::parse(v)
         {
             self.error(field, e);
         }
@@ -228,7 +228,7 @@ fn http_route(r: &mut Report, field: &str, route: &HttpRoute) {
 /// `httpsRedirect` (no mode but PASSTHROUGH, no certificate files), and other servers
 /// that are neither HTTPS nor TLS none; `httpsRedirect` elsewhere than on an HTTP server
 /// is warned about.
-fn server_tls(r: &mut Report, field: &str, server: &crate::api::networking::Server) {
+fn server_tls(r: &mut Report, field: &str, server: &api::networking::Server) {
     use crate::translate::credentials::{https_redirect, server_tls_field, server_tls_mode};
     let Some(tls) = &server.tls else {
         return;
@@ -305,7 +305,7 @@ fn server_tls(r: &mut Report, field: &str, server: &crate::api::networking::Serv
 }
 
 /// An Istio `Percent`, if set, within 0–100.
-fn percent(r: &mut Report, field: String, p: Option<&crate::api::networking::Percent>) {
+fn percent(r: &mut Report, field: String, p: Option<&api::networking::Percent>) {
     if let Some(p) = p
         && !(0.0..=100.0).contains(&p.value)
     {
@@ -315,7 +315,7 @@ fn percent(r: &mut Report, field: String, p: Option<&crate::api::networking::Per
 
 /// Mirrors, as Istio validates them: `mirror` or `mirrors`, not both; each destination
 /// with a host; percentages within 0–100.
-fn mirrors(r: &mut Report, field: &str, route: &crate::api::networking::HttpRoute) {
+fn mirrors(r: &mut Report, field: &str, route: &api::networking::HttpRoute) {
     if route.mirror.is_some() && !route.mirrors.is_empty() {
         r.error(
             format!("{field}.mirrors"),
@@ -351,11 +351,7 @@ fn mirrors(r: &mut Report, field: &str, route: &crate::api::networking::HttpRout
 /// percentages within 0–100; an abort's HTTP status within 200–599 or a gRPC status by
 /// name. An exponential delay or an HTTP/2 error is accepted and not applied (istiod
 /// drops them too).
-fn fault_injection(
-    r: &mut Report,
-    field: &str,
-    fault: &crate::api::networking::HttpFaultInjection,
-) {
+fn fault_injection(r: &mut Report, field: &str, fault: &api::networking::HttpFaultInjection) {
     if fault.delay.is_none() && fault.abort.is_none() {
         r.error(
             field.to_string(),
@@ -422,8 +418,8 @@ fn hosts(r: &mut Report, field: &str, hosts: &[String]) {
 /// meshd attaches policies by `selector` only.
 fn no_target_refs(
     r: &mut Report,
-    target_ref: &Option<crate::api::AnyObject>,
-    target_refs: &[crate::api::AnyObject],
+    target_ref: &Option<api::AnyObject>,
+    target_refs: &[api::AnyObject],
 ) {
     if target_ref.is_some() || !target_refs.is_empty() {
         r.error(
@@ -437,7 +433,7 @@ fn no_target_refs(
 /// issuer or a `jwksUri`, the URI is an http(s) URL, inline `jwks` is a key set, header,
 /// parameter and cookie names and audiences are not empty, `timeout` is a duration.
 /// `targetRef(s)` are refused, as for AuthorizationPolicy.
-fn request_authentication(r: &mut Report, ra: &crate::api::security::RequestAuthenticationSpec) {
+fn request_authentication(r: &mut Report, ra: &api::security::RequestAuthenticationSpec) {
     no_target_refs(r, &ra.target_ref, &ra.target_refs);
     for (i, rule) in ra.jwt_rules.iter().enumerate() {
         let f = format!("spec.jwtRules[{i}]");
@@ -503,7 +499,7 @@ fn request_authentication(r: &mut Report, ra: &crate::api::security::RequestAuth
 /// whole listener update otherwise), a sampling percentage; `targetRef(s)` are
 /// refused. `metrics`, and tracing's `useRequestIdForTraceSampling: false` and
 /// `disableContextPropagation`, are kept but not applied (warned).
-fn telemetry(r: &mut Report, t: &crate::api::telemetry::TelemetrySpec) {
+fn telemetry(r: &mut Report, t: &api::telemetry::TelemetrySpec) {
     no_target_refs(r, &t.target_ref, &t.target_refs);
     for (i, l) in t.access_logging.iter().enumerate() {
         let f = format!("spec.accessLogging[{i}]");
@@ -545,8 +541,8 @@ fn telemetry(r: &mut Report, t: &crate::api::telemetry::TelemetrySpec) {
 fn telemetry_entry(
     r: &mut Report,
     field: &str,
-    selector: &Option<crate::api::telemetry::LogSelector>,
-    providers: &[crate::api::telemetry::ProviderRef],
+    selector: &Option<api::telemetry::LogSelector>,
+    providers: &[api::telemetry::ProviderRef],
 ) {
     if let Some(mode) = selector.as_ref().and_then(|m| m.mode.as_deref())
         && !matches!(mode, "CLIENT" | "SERVER" | "CLIENT_AND_SERVER")
@@ -562,8 +558,8 @@ fn telemetry_entry(
 }
 
 /// AuthorizationPolicy: what meshd cannot enforce is refused, never applied in part.
-fn authorization_policy(r: &mut Report, ap: &crate::api::security::AuthorizationPolicySpec) {
-    use crate::api::security::AuthorizationAction;
+fn authorization_policy(r: &mut Report, ap: &api::security::AuthorizationPolicySpec) {
+    use api::security::AuthorizationAction;
     // As istiod's validation: CUSTOM names its provider, and only CUSTOM does.
     let custom = ap.action == Some(AuthorizationAction::Custom);
     match &ap.provider {
@@ -625,7 +621,7 @@ fn authorization_policy(r: &mut Report, ap: &crate::api::security::Authorization
 fn tcp_route(
     r: &mut Report,
     field: &str,
-    route: &crate::api::networking::TcpRoute,
+    route: &api::networking::TcpRoute,
     vs_gateways: &[String],
 ) {
     route_destinations(r, field, &route.route);
@@ -655,8 +651,8 @@ fn bound_to<'g>(match_gateways: &'g [String], vs_gateways: &'g [String]) -> &'g 
 fn tls_route(
     r: &mut Report,
     field: &str,
-    route: &crate::api::networking::TlsRoute,
-    vs: &crate::api::networking::VirtualServiceSpec,
+    route: &api::networking::TlsRoute,
+    vs: &api::networking::VirtualServiceSpec,
 ) {
     let vs_hosts = &vs.hosts;
     if route.r#match.is_empty() {
@@ -703,11 +699,7 @@ fn tls_route(
 
 /// The destinations of a TCP or TLS route: a host each, weights within 0–100, summing to
 /// 100 when there are several.
-fn route_destinations(
-    r: &mut Report,
-    field: &str,
-    route: &[crate::api::networking::RouteDestination],
-) {
+fn route_destinations(r: &mut Report, field: &str, route: &[api::networking::RouteDestination]) {
     if route.is_empty() {
         r.error(
             format!("{field}.route"),
@@ -736,8 +728,8 @@ fn route_destinations(
 
 /// A Sidecar's `outboundTrafficPolicy.egressProxy`, as istiod checks it: only with mode
 /// ALLOW_ANY (an unset mode is REGISTRY_ONLY in Istio's API), a DNS host, a port.
-fn egress_proxy(r: &mut Report, policy: &crate::api::networking::OutboundTrafficPolicy) {
-    use crate::api::networking::OutboundMode;
+fn egress_proxy(r: &mut Report, policy: &api::networking::OutboundTrafficPolicy) {
+    use api::networking::OutboundMode;
     let Some(proxy) = &policy.egress_proxy else {
         return;
     };
@@ -779,7 +771,7 @@ fn dns_name(host: &str) -> bool {
 /// of a known protocol, unique among IP-bound listeners; `bind` an IP address;
 /// `captureMode` one of Istio's. A Unix domain socket `bind` and the `HTTP_PROXY`
 /// protocol are accepted with a warning: meshd builds no listener for them.
-fn sidecar_egress(r: &mut Report, egress: &[crate::api::networking::IstioEgressListener]) {
+fn sidecar_egress(r: &mut Report, egress: &[api::networking::IstioEgressListener]) {
     use crate::model::egress::UNIX_PREFIX;
     let mut ports = Vec::new();
     for (i, e) in egress.iter().enumerate() {
@@ -963,7 +955,7 @@ pub const ALWAYS_REJECT: &str = "istio.io/alwaysReject";
 /// istiod's `checkDryRunAnnotation`: only an ALLOW or DENY AuthorizationPolicy may be a
 /// dry run, and the value must be a boolean.
 fn dry_run_annotation(r: &mut Report, object: &ConfigObject) {
-    use crate::api::security::{AuthorizationAction, DRY_RUN_ANNOTATION, dry_run_value};
+    use api::security::{AuthorizationAction, DRY_RUN_ANNOTATION, dry_run_value};
     let Some(value) = dry_run_value(&object.meta.annotations) else {
         return;
     };
@@ -1229,7 +1221,7 @@ pub fn validate(object: &ConfigObject) -> Vec<Problem> {
 
 /// A retry policy (a route's `retries`, MeshConfig's default ones): attempts and
 /// durations Envoy can take.
-fn retries(r: &mut Report, field: &str, policy: &crate::api::networking::HttpRetry) {
+fn retries(r: &mut Report, field: &str, policy: &api::networking::HttpRetry) {
     if policy.attempts < 0 {
         r.error(format!("{field}.attempts"), "must not be negative");
     }

@@ -162,7 +162,7 @@ impl Controller {
         if self.ready {
             return true;
         }
-        let probe = crate::api::networking::Gateway {
+        let probe = api::networking::Gateway {
             metadata: ObjectMeta {
                 name: Some("invalid-gateway".into()),
                 namespace: Some(self.namespace.clone()),
@@ -179,7 +179,7 @@ impl Controller {
             spec: Default::default(),
             status: None,
         };
-        let api: Api<crate::api::networking::Gateway> =
+        let api: Api<api::networking::Gateway> =
             Api::namespaced(self.client.clone(), &self.namespace);
         let params = PostParams {
             dry_run: true,

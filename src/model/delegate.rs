@@ -18,8 +18,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use super::resolve_host;
-use crate::api::networking::{HttpMatchRequest, HttpRoute, StringMatch, VirtualServiceSpec};
 use crate::config::{ConfigObject, Spec};
+use api::networking::{HttpMatchRequest, HttpRoute, StringMatch, VirtualServiceSpec};
 
 /// The VirtualServices of a push context after delegation.
 #[derive(Debug, Default, PartialEq)]
@@ -40,17 +40,14 @@ fn spec(vs: &ConfigObject) -> Option<&VirtualServiceSpec> {
 
 /// The namespace of the delegate a root in `root_namespace` names: its own unless the
 /// reference says another.
-pub fn namespace_of<'a>(
-    target: &'a crate::api::networking::Delegate,
-    root_namespace: &'a str,
-) -> &'a str {
+pub fn namespace_of<'a>(target: &'a api::networking::Delegate, root_namespace: &'a str) -> &'a str {
     target.namespace.as_deref().unwrap_or(root_namespace)
 }
 
 /// Why a root route's delegate was not merged, if it was not.
 pub fn unusable(
     root_namespace: &str,
-    target: &crate::api::networking::Delegate,
+    target: &api::networking::Delegate,
     found: Option<&ConfigObject>,
     default_export_to: &[String],
 ) -> Option<String> {

@@ -19,11 +19,11 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
-use crate::api::labels_match;
-use crate::api::networking::DestinationRuleSpec;
 use crate::config::{ConfigObject, ObjectKey, Spec};
 use crate::model::mesh::MeshConfig;
 use crate::model::{host_covers, resolve_host};
+use api::labels_match;
+use api::networking::DestinationRuleSpec;
 
 /// One merged rule and how far it is seen.
 #[derive(Debug, PartialEq)]

@@ -3,7 +3,7 @@
 //! listener takes. A proxy without a Sidecar (or a Sidecar without `egress`) has one
 //! catch-all listener that imports everything.
 
-use crate::api::networking::{IstioEgressListener, SidecarSpec};
+use api::networking::{IstioEgressListener, SidecarSpec};
 
 use super::{Protocol, host_matches};
 

@@ -8,8 +8,8 @@ use serde::{Deserialize, Serialize};
 
 use super::Store;
 use super::network::MeshNetworks;
-use crate::api::networking::{LocalityLoadBalancerSetting, OutboundMode, OutboundTrafficPolicy};
 use crate::config::{ConfigObject, Kind, Spec};
+use api::networking::{LocalityLoadBalancerSetting, OutboundMode, OutboundTrafficPolicy};
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -61,7 +61,7 @@ pub struct MeshConfig {
     /// TCP keepalive on every cluster's upstream connections; a DestinationRule's
     /// `connectionPool.tcp.tcpKeepalive` overrides what it sets, field by field.
     #[serde(default)]
-    pub tcp_keepalive: Option<crate::api::networking::TcpKeepalive>,
+    pub tcp_keepalive: Option<api::networking::TcpKeepalive>,
     /// `UPGRADE`: outbound clusters of ports declared HTTP speak HTTP/2 upstream unless
     /// their DestinationRule says `DO_NOT_UPGRADE` (default `DO_NOT_UPGRADE`).
     #[serde(default)]
@@ -80,11 +80,11 @@ pub struct MeshConfig {
     /// The retry policy of routes no VirtualService `retries` configures (Istio's default
     /// policy when unset; `attempts: 0` turns retries off).
     #[serde(default)]
-    pub default_http_retry_policy: Option<crate::api::networking::HttpRetry>,
+    pub default_http_retry_policy: Option<api::networking::HttpRetry>,
     /// The retry policy of inbound routes (two retries of requests reset before they
     /// reached the application when unset; `attempts: 0` turns them off).
     #[serde(default)]
-    pub default_inbound_http_retry_policy: Option<crate::api::networking::HttpRetry>,
+    pub default_inbound_http_retry_policy: Option<api::networking::HttpRetry>,
     /// A pattern naming outbound clusters and tcp_proxies in Envoy's statistics instead
     /// of `outbound|PORT|SUBSET|HOST` (`%SERVICE%`, `%SERVICE_PORT%`, ...;
     /// [`crate::translate::stat_name`]); their Istio names when empty.
@@ -224,7 +224,7 @@ pub struct ProxyTracing {
     pub enable_istio_tags: Option<bool>,
 }
 
-pub use crate::api::telemetry::{CustomTag, LiteralTag, NamedTag};
+pub use api::telemetry::{CustomTag, LiteralTag, NamedTag};
 
 /// MeshConfig `defaultProviders`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -354,7 +354,7 @@ pub struct LabelRequirement {
 
 impl LabelSelector {
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
-        crate::api::labels_match(&self.match_labels, labels)
+        api::labels_match(&self.match_labels, labels)
             && self.match_expressions.iter().all(|r| {
                 let value = labels.get(&r.key);
                 match r.operator.as_str() {

@@ -109,7 +109,7 @@ impl Proxy {
             }
         };
         let text = |k: &str| metadata.get(k).and_then(Value::as_str).map(str::to_string);
-        let flag = |k: &str| text(k).and_then(|v| crate::duration::parse_bool(&v)) == Some(true);
+        let flag = |k: &str| text(k).and_then(|v| api::duration::parse_bool(&v)) == Some(true);
         let ips: Vec<String> = match text("INSTANCE_IPS") {
             Some(list) if list.split(',').all(|s| s.trim().parse::<IpAddr>().is_ok()) => {
                 list.split(',').map(|s| s.trim().to_string()).collect()
@@ -166,7 +166,7 @@ impl Proxy {
             identity: None,
             locality: Locality::default(),
             // Unparsable: ignored, as istiod's `parseDuration` does.
-            idle_timeout: text("IDLE_TIMEOUT").and_then(|t| crate::duration::parse(&t).ok()),
+            idle_timeout: text("IDLE_TIMEOUT").and_then(|t| api::duration::parse(&t).ok()),
             network: text("NETWORK").unwrap_or_default(),
             network_view: text("REQUESTED_NETWORK_VIEW")
                 .map(|v| {

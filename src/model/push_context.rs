@@ -14,14 +14,14 @@ use super::{
     Proxy, ProxyKind, REVISION_LABEL, Service, Store, host_covers, host_matches,
     namespace_revision, resolve_host,
 };
-use crate::api::labels_match;
-use crate::api::networking::{
-    Destination, DestinationRuleSpec, GatewaySpec, OutboundMode, SidecarSpec, VirtualServiceSpec,
-};
 use crate::config::{ConfigObject, EndpointSliceDef, Kind, ObjectKey, Spec};
 use crate::model::Locality;
 use crate::model::mesh::MeshConfig;
 use crate::model::network::{EndpointNetworks, NETWORK_LABEL, NetworkGateways};
+use api::labels_match;
+use api::networking::{
+    Destination, DestinationRuleSpec, GatewaySpec, OutboundMode, SidecarSpec, VirtualServiceSpec,
+};
 
 /// A problem that only shows when objects are put together (a route to a missing host).
 #[derive(Clone, Debug, PartialEq, Serialize)]

@@ -9,11 +9,11 @@
 use serde::Serialize;
 
 use super::{Proxy, PushContext};
-use crate::api::labels_match;
-use crate::api::security::{
+use crate::config::{ConfigObject, Spec};
+use api::labels_match;
+use api::security::{
     AuthorizationPolicySpec, JwtRule, MtlsMode, PeerAuthenticationSpec, RequestAuthenticationSpec,
 };
-use crate::config::{ConfigObject, Spec};
 
 /// The effective mTLS mode of one inbound port.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -142,7 +142,7 @@ impl PushContext {
             for rule in spec.jwt_rules.iter().filter(|r| r.jwks.is_none()) {
                 let source = crate::jwks::JwksSource::of(rule);
                 let timeout = (rule.timeout.as_deref())
-                    .and_then(|t| crate::duration::parse(t).ok())
+                    .and_then(|t| api::duration::parse(t).ok())
                     .unwrap_or(crate::jwks::DEFAULT_TIMEOUT);
                 let entry = wanted.entry(source).or_default();
                 entry.0 = entry.0.max(timeout);
@@ -169,7 +169,7 @@ impl PushContext {
     /// The Telemetry resources that apply to `proxy`, least specific first, as istiod's
     /// `applicableTelemetries` orders them: the root namespace's first selector-less one,
     /// then the proxy's namespace's, then each of its namespace's that selects it.
-    pub fn telemetries_for(&self, proxy: &Proxy) -> Vec<&crate::api::telemetry::TelemetrySpec> {
+    pub fn telemetries_for(&self, proxy: &Proxy) -> Vec<&api::telemetry::TelemetrySpec> {
         if self.telemetries.is_empty() {
             return Vec::new();
         }
@@ -181,7 +181,7 @@ impl PushContext {
                 _ => None,
             })
         };
-        let selectorless = |t: &crate::api::telemetry::TelemetrySpec| {
+        let selectorless = |t: &api::telemetry::TelemetrySpec| {
             t.selector
                 .as_ref()
                 .is_none_or(|s| s.match_labels.is_empty())
@@ -204,10 +204,7 @@ impl PushContext {
     }
 
     /// The `accessLogging` lists of [`Self::telemetries_for`] that have entries.
-    pub fn access_logging_for(
-        &self,
-        proxy: &Proxy,
-    ) -> Vec<&[crate::api::telemetry::AccessLogging]> {
+    pub fn access_logging_for(&self, proxy: &Proxy) -> Vec<&[api::telemetry::AccessLogging]> {
         (self.telemetries_for(proxy).into_iter())
             .map(|t| t.access_logging.as_slice())
             .filter(|l| !l.is_empty())
@@ -215,7 +212,7 @@ impl PushContext {
     }
 
     /// The `tracing` entries of [`Self::telemetries_for`], least specific first.
-    pub fn tracing_for(&self, proxy: &Proxy) -> Vec<&crate::api::telemetry::TracingEntry> {
+    pub fn tracing_for(&self, proxy: &Proxy) -> Vec<&api::telemetry::TracingEntry> {
         (self.telemetries_for(proxy).into_iter())
             .flat_map(|t| t.tracing.iter())
             .collect()

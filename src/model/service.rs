@@ -10,9 +10,9 @@ use super::mesh::MeshConfig;
 use super::network::EndpointNetworks;
 use super::shared_hosts::SharedHosts;
 use super::{DOMAIN_SUFFIX, Store};
-use crate::api::labels_match;
-use crate::api::networking::{Location, Resolution, ServiceEntrySpec, WorkloadEntrySpec};
 use crate::config::{AllocatedAddress, ConfigObject, EndpointSliceDef, Kind, ObjectKey, Spec};
+use api::labels_match;
+use api::networking::{Location, Resolution, ServiceEntrySpec, WorkloadEntrySpec};
 
 /// Protocol of a service port, from its name prefix or appProtocol, as Istio infers it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -610,7 +610,7 @@ pub(crate) fn endpoint_locality(
 fn workload_endpoint(
     we: &WorkloadEntrySpec,
     ports: &[ServicePort],
-    se_ports: &[crate::api::networking::Port],
+    se_ports: &[api::networking::Port],
 ) -> Endpoint {
     let mut map = BTreeMap::new();
     for (p, sp) in ports.iter().zip(se_ports) {

@@ -31,8 +31,8 @@ use envoy_types::pb::envoy::extensions::formatter::req_without_query::v3::ReqWit
 use envoy_types::pb::google::protobuf::Struct;
 use envoy_types::util::pack_any;
 
-use crate::api::telemetry::AccessLogging;
 use crate::model::mesh::{BUILTIN_ACCESS_LOG_PROVIDER, MeshConfig};
+use api::telemetry::AccessLogging;
 
 /// istiod's text format (`EnvoyTextLogFormat`, Istio 1.9 onwards).
 pub const ISTIO_TEXT_FORMAT: &str = concat!(
@@ -275,7 +275,7 @@ fn merge_logs(
         }
         return providers;
     }
-    let fits = |l: &AccessLogging| crate::api::telemetry::applies(&l.r#match, mode);
+    let fits = |l: &AccessLogging| api::telemetry::applies(&l.r#match, mode);
     let names =
         |l: &AccessLogging| -> Vec<String> { l.providers.iter().map(|p| p.name.clone()).collect() };
     // The providers in scope: the most specific resource's that names any for this mode.

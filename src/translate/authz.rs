@@ -25,9 +25,9 @@ use envoy_types::pb::envoy::r#type::matcher::v3::{
 use envoy_types::pb::google::protobuf::Any;
 
 use super::cidr_range;
-use crate::api::security::{AuthorizationAction, AuthorizationPolicySpec, Condition, Rule};
 use crate::config::ConfigObject;
 use crate::xds::canonical;
+use api::security::{AuthorizationAction, AuthorizationPolicySpec, Condition, Rule};
 
 /// The `when` keys meshd evaluates: Istio's documented keys.
 pub const SUPPORTED_CONDITION_KEYS: [&str; 12] = [
@@ -295,7 +295,7 @@ fn field<T>(
 
 /// A rule source's principal, and whether it named request principals, which only an
 /// HTTP connection can have (left out of it when `http` is false).
-fn source_principal(s: &crate::api::security::Source, http: bool) -> (Principal, bool) {
+fn source_principal(s: &api::security::Source, http: bool) -> (Principal, bool) {
     let mut and = Vec::new();
     let needs_http = !s.request_principals.is_empty() || !s.not_request_principals.is_empty();
     if http {
@@ -412,7 +412,7 @@ fn host(value: &str) -> Permission {
 
 /// The permission of one operation; `None` if it needs HTTP on a TCP port and `drop_http`
 /// says such rules match nothing (ALLOW).
-fn operation_permission(op: &crate::api::security::Operation, http: bool) -> (Permission, bool) {
+fn operation_permission(op: &api::security::Operation, http: bool) -> (Permission, bool) {
     let mut and = Vec::new();
     let uses_http = !(op.hosts.is_empty()
         && op.not_hosts.is_empty()
@@ -630,7 +630,7 @@ pub fn rbac_rules(
             if spec.action.unwrap_or(AuthorizationAction::Allow) != action {
                 continue;
             }
-            let set = if crate::api::security::dry_run(&obj.meta.annotations) == Some(true) {
+            let set = if api::security::dry_run(&obj.meta.annotations) == Some(true) {
                 &mut rules.shadow
             } else {
                 &mut rules.enforced

@@ -27,15 +27,15 @@ use super::{
     outbound_cluster_name, string_value, struct_value,
 };
 use super::{policy, pool};
-use crate::api::labels_match;
-use crate::api::networking::{
-    ClientTlsMode, ClientTlsSettings, ConsistentHashLb, SimpleLb, TrafficPolicy,
-};
 use crate::config::ConfigObject;
 use crate::model::destination_rule;
 use crate::model::mesh::MeshConfig;
 use crate::model::service::Discovery;
 use crate::model::{Protocol, Proxy, ProxyKind, PushContext, Service, ServicePort};
+use api::labels_match;
+use api::networking::{
+    ClientTlsMode, ClientTlsSettings, ConsistentHashLb, SimpleLb, TrafficPolicy,
+};
 
 /// Outbound clusters for `services`, and the load assignments of the EDS ones.
 ///
@@ -464,7 +464,7 @@ fn proxy_protocol(c: &mut Cluster, policy: Option<&TrafficPolicy>) {
 /// A round-robin or least-request cluster's slow start from the rule's `warmup` (else the
 /// deprecated `warmupDurationSecs`), as istiod's `setWarmup`: the window, the minimum
 /// weight (10% unless set) and the aggression (1, linear, unless set).
-fn warm_up(c: &mut Cluster, lb: &crate::api::networking::LoadBalancerSettings) {
+fn warm_up(c: &mut Cluster, lb: &api::networking::LoadBalancerSettings) {
     use envoy_types::pb::envoy::config::cluster::v3::cluster::{
         LeastRequestLbConfig, RoundRobinLbConfig, SlowStartConfig,
     };

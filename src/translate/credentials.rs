@@ -16,10 +16,10 @@ use super::ads_config_source;
 use super::tls::{certificate_secret, tls_transport_socket, validation_secret};
 use std::sync::Arc;
 
-use crate::api::AnyObject;
-use crate::api::networking::{ClientTlsMode, ClientTlsSettings};
 use crate::config::Spec;
 use crate::model::{Proxy, PushContext, Service};
+use api::AnyObject;
+use api::networking::{ClientTlsMode, ClientTlsSettings};
 
 /// A Gateway server's `tls` string field `key`, unless unset or empty.
 pub fn server_tls_field<'a>(tls: &'a AnyObject, key: &str) -> Option<&'a str> {

@@ -40,11 +40,11 @@ use envoy_types::pb::envoy::r#type::v3::{HttpStatus, StatusCode};
 use envoy_types::util::pack_any;
 
 use super::{authz, outbound_cluster_name};
-use crate::api::security::{AuthorizationAction, AuthorizationPolicySpec};
 use crate::config::ConfigObject;
 use crate::model::PushContext;
 use crate::model::mesh::{ExtAuthzRequestBody, ExtensionProvider};
 use crate::xds::canonical;
+use api::security::{AuthorizationAction, AuthorizationPolicySpec};
 
 const MATCH_PREFIX: &str = "istio-ext-authz";
 /// The RBAC filter's shadow rules' stat prefix, and so its dynamic metadata keys' prefix.
@@ -115,7 +115,7 @@ pub fn check(p: &ExtensionProvider, all: &[ExtensionProvider]) -> Result<(), Str
     }
     status_on_error(status)?;
     if let Some(t) = timeout {
-        crate::duration::parse(t).map_err(|e| format!("invalid timeout {t:?}: {e}"))?;
+        api::duration::parse(t).map_err(|e| format!("invalid timeout {t:?}: {e}"))?;
     }
     Ok(())
 }
@@ -159,7 +159,7 @@ fn build(ctx: &PushContext, name: &str) -> Result<Built, String> {
     })?;
     check(p, all)?;
     let timeout = |t: &Option<String>| {
-        let t = t.as_deref().and_then(|t| crate::duration::parse(t).ok());
+        let t = t.as_deref().and_then(|t| api::duration::parse(t).ok());
         Some(super::duration(
             t.unwrap_or(std::time::Duration::from_secs(600)),
         ))

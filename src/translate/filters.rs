@@ -25,7 +25,7 @@ use envoy_types::pb::google::protobuf::BoolValue;
 use envoy_types::util::pack_any;
 
 use super::optional_duration;
-use crate::api::networking::{CorsPolicy, HttpFaultInjection, Percent, StringMatch};
+use api::networking::{CorsPolicy, HttpFaultInjection, Percent, StringMatch};
 
 /// The fault filter's name, in the connection manager and in a route's per-filter config.
 pub const FAULT_FILTER: &str = "envoy.filters.http.fault";
@@ -89,7 +89,7 @@ pub fn cors_config(
         allow_headers: cors.allow_headers.join(","),
         expose_headers: cors.expose_headers.join(","),
         max_age: (cors.max_age.as_deref())
-            .and_then(|m| crate::duration::parse(m).ok())
+            .and_then(|m| api::duration::parse(m).ok())
             .map(|d| d.as_secs().to_string())
             .unwrap_or_default(),
         allow_credentials: cors.allow_credentials.map(|value| BoolValue { value }),

@@ -45,8 +45,6 @@ use super::{
     BLACKHOLE_CLUSTER, ads_config_source, cidr_range, optional_duration, outbound_cluster_name,
     route, sniff,
 };
-use crate::api::labels_match;
-use crate::api::networking::{L4MatchAttributes, RouteDestination, VirtualServiceSpec};
 use crate::config::ConfigObject;
 use crate::model::egress::Egress;
 use crate::model::mesh::MeshConfig;
@@ -54,6 +52,8 @@ use crate::model::service::AutoAddresses;
 use crate::model::{
     Interception, Protocol, Proxy, PushContext, Service, host_matches, resolve_host,
 };
+use api::labels_match;
+use api::networking::{L4MatchAttributes, RouteDestination, VirtualServiceSpec};
 
 mod gateway;
 

@@ -19,12 +19,12 @@ use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::LazyLock;
 
-use crate::api::networking::{
+use crate::model::mesh::MeshConfig;
+use crate::model::{Endpoint, Locality, Proxy, PushContext, TrafficDistribution};
+use api::networking::{
     DestinationRuleSpec, LoadBalancerSettings, LocalityDistribute, LocalityFailover,
     LocalityLoadBalancerSetting, TrafficPolicy,
 };
-use crate::model::mesh::MeshConfig;
-use crate::model::{Endpoint, Locality, Proxy, PushContext, TrafficDistribution};
 
 use super::endpoint::Group;
 
@@ -461,8 +461,8 @@ fn renumber(groups: &mut [Group<'_>]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::networking::{LoadBalancerSettings, OutlierDetection};
     use crate::translate::endpoint::{assignment, groups};
+    use api::networking::{LoadBalancerSettings, OutlierDetection};
 
     /// `(address, locality, labels)` of each endpoint.
     type Endpoints<'a> = &'a [(&'a str, &'a str, &'a [(&'a str, &'a str)])];

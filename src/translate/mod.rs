@@ -332,7 +332,7 @@ pub fn duration(d: std::time::Duration) -> pbp::Duration {
 /// An Istio duration field (`"1.5s"`, `"250ms"`), unset or one the validator has accepted;
 /// an unparsable one is left out.
 pub fn optional_duration(text: Option<&str>) -> Option<pbp::Duration> {
-    text.and_then(|t| crate::duration::parse(t).ok())
+    text.and_then(|t| api::duration::parse(t).ok())
         .map(duration)
 }
 

@@ -6,9 +6,7 @@
 
 use std::borrow::Cow;
 
-use crate::api::networking::{
-    ConsistentHashLb, DestinationRuleSpec, PortTrafficPolicy, TrafficPolicy,
-};
+use api::networking::{ConsistentHashLb, DestinationRuleSpec, PortTrafficPolicy, TrafficPolicy};
 
 /// The policy's `portLevelSettings` entry for `port`: the first that names it.
 fn port_entry(policy: &TrafficPolicy, port: u32) -> Option<&PortTrafficPolicy> {
@@ -100,7 +98,7 @@ pub fn consistent_hash<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::networking::{
+    use api::networking::{
         ConnectionPoolSettings, LoadBalancerSettings, OutlierDetection, PortSelector,
         PortTrafficPolicy, SimpleLb, Subset, TcpSettings,
     };

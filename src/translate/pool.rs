@@ -24,15 +24,15 @@ use envoy_types::pb::envoy::r#type::v3::Percent;
 use envoy_types::pb::google::protobuf::UInt32Value;
 
 use super::optional_duration;
-use crate::api::networking::{ConnectionPoolSettings, OutlierDetection, TcpKeepalive};
 use crate::model::mesh::MeshConfig;
+use api::networking::{ConnectionPoolSettings, OutlierDetection, TcpKeepalive};
 
 /// Istio's default connect timeout (MeshConfig `connectTimeout`).
 const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// MeshConfig's `connectTimeout`, else 10s (validation refuses one that does not parse).
 pub fn mesh_connect_timeout(mesh: &MeshConfig) -> envoy_types::pb::google::protobuf::Duration {
-    let parsed = mesh.connect_timeout.as_deref().map(crate::duration::parse);
+    let parsed = mesh.connect_timeout.as_deref().map(api::duration::parse);
     super::duration(parsed.and_then(Result::ok).unwrap_or(CONNECT_TIMEOUT))
 }
 
@@ -47,7 +47,7 @@ pub struct MeshPool {
     h2_upgrade_policy: Option<String>,
     /// Not a cluster default, but what the cached default virtual hosts and routed
     /// virtual hosts are built with.
-    default_http_retry_policy: Option<crate::api::networking::HttpRetry>,
+    default_http_retry_policy: Option<api::networking::HttpRetry>,
     outbound_cluster_stat_name: String,
 }
 
@@ -266,7 +266,7 @@ pub fn keepalive(c: &mut Cluster, mesh: &MeshConfig, policy: Option<&TcpKeepaliv
 /// Sets what `k` sets. Envoy counts keepalive time and interval in whole seconds.
 fn merge_keepalive(out: &mut EnvoyTcpKeepalive, k: &TcpKeepalive) {
     let seconds = |d: Option<&str>| {
-        let d = crate::duration::parse(d?).ok()?;
+        let d = api::duration::parse(d?).ok()?;
         Some(UInt32Value {
             value: u32::try_from(d.as_secs()).unwrap_or(u32::MAX),
         })

@@ -36,15 +36,15 @@ use envoy_types::util::pack_any;
 
 use super::listener::RouteServices;
 use super::{duration, istio_metadata, optional_duration, outbound_cluster_name, string_value};
-use crate::api::labels_match;
-use crate::api::networking::{
-    ConsistentHashLb, DestinationRuleSpec, HeaderOperations, HttpMatchRequest, HttpRetry,
-    HttpRoute, StringMatch, VirtualServiceSpec,
-};
 use crate::config::{ConfigObject, Spec};
 use crate::model::destination_rule;
 use crate::model::service::AutoAddresses;
 use crate::model::{Proxy, PushContext, Service, host_matches, resolve_host};
+use api::labels_match;
+use api::networking::{
+    ConsistentHashLb, DestinationRuleSpec, HeaderOperations, HttpMatchRequest, HttpRetry,
+    HttpRoute, StringMatch, VirtualServiceSpec,
+};
 
 mod gateway;
 
@@ -821,7 +821,7 @@ fn mirror_policies(
     port: u32,
 ) -> Vec<route_action::RequestMirrorPolicy> {
     let whole = super::filters::per_hundred;
-    let share = |p: Option<&crate::api::networking::Percent>| match p {
+    let share = |p: Option<&api::networking::Percent>| match p {
         Some(p) if p.value > 0.0 => Some(super::filters::per_million(p)),
         Some(_) => None,
         None => Some(whole(100)),

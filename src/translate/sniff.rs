@@ -44,7 +44,7 @@ const APPLICATION_PROTOCOLS: &str = "envoy.network.application_protocols";
 /// is 0s (validation refuses it).
 pub fn detection_timeout(mesh: &crate::model::mesh::MeshConfig) -> std::time::Duration {
     (mesh.protocol_detection_timeout.as_deref())
-        .and_then(|t| crate::duration::parse(t).ok())
+        .and_then(|t| api::duration::parse(t).ok())
         .unwrap_or_default()
 }
 

@@ -21,7 +21,7 @@ use envoy_types::pb::google::protobuf::BoolValue;
 use envoy_types::util::pack_any;
 
 use super::duration;
-use crate::api::networking::ClientTlsSettings;
+use api::networking::ClientTlsSettings;
 
 /// The SDS secret names the agent serves.
 pub const WORKLOAD_SECRET: &str = "default";

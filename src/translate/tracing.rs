@@ -135,7 +135,7 @@ pub fn of(ctx: &PushContext, proxy: &Proxy) -> Sides {
             custom_tags: None,
             istio_tags: true,
         };
-        for e in (entries.iter()).filter(|e| crate::api::telemetry::applies(&e.r#match, mode)) {
+        for e in (entries.iter()).filter(|e| api::telemetry::applies(&e.r#match, mode)) {
             if let Some(p) = e.providers.first() {
                 spec.provider = Some(&p.name);
             }

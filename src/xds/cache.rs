@@ -34,7 +34,6 @@ use super::resource::{
     Resource, ResourceSet, TypeKind, View, encode, encode_cluster, from_bytes, from_pieces,
     resource_map,
 };
-use crate::api::networking::LocalityLoadBalancerSetting;
 use crate::config::{ConfigObject, ObjectKey, Spec};
 use crate::metrics::{Metrics, type_label};
 use crate::model::network::NetworkGateways;
@@ -43,6 +42,7 @@ use crate::model::{Proxy, ProxyKind, PushContext, Service};
 use crate::translate::locality::{self, Place};
 use crate::translate::route::{Audience, VirtualHostPlan};
 use crate::translate::{self};
+use api::networking::LocalityLoadBalancerSetting;
 
 mod gateway;
 
@@ -238,7 +238,7 @@ pub struct ResourceCache {
     /// By [`gateway_routes_key`].
     gateway_routes: Mutex<foldhash::HashMap<u64, Vec<GatewayRoutesEntry>>>,
     /// MeshConfig's `defaultHttpRetryPolicy` the gateway routes were built with.
-    gateway_routes_retries: Mutex<Option<crate::api::networking::HttpRetry>>,
+    gateway_routes_retries: Mutex<Option<api::networking::HttpRetry>>,
     gateway_hosts: Mutex<GatewayHostMemo>,
     names: Mutex<NameMemo>,
     tables: Mutex<Vec<TableEntry>>,

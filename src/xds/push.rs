@@ -96,20 +96,20 @@ impl PushSettings {
         let mut s = PushSettings::default();
         let var = |name: &str| var(name).filter(|v| !v.is_empty());
         if let Some(v) = var("PILOT_DEBOUNCE_AFTER") {
-            s.debounce_after = crate::duration::parse(&v)
+            s.debounce_after = api::duration::parse(&v)
                 .map_err(|e| anyhow::anyhow!("PILOT_DEBOUNCE_AFTER: {e}"))?;
         }
         if let Some(v) = var("PILOT_DEBOUNCE_MAX") {
-            s.debounce_max = crate::duration::parse(&v)
-                .map_err(|e| anyhow::anyhow!("PILOT_DEBOUNCE_MAX: {e}"))?;
+            s.debounce_max =
+                api::duration::parse(&v).map_err(|e| anyhow::anyhow!("PILOT_DEBOUNCE_MAX: {e}"))?;
         }
         if let Some(v) = var("PILOT_ENABLE_EDS_DEBOUNCE") {
-            s.eds_debounce = crate::duration::parse_bool(&v).ok_or_else(|| {
+            s.eds_debounce = api::duration::parse_bool(&v).ok_or_else(|| {
                 anyhow::anyhow!("PILOT_ENABLE_EDS_DEBOUNCE: {v:?} is not true or false")
             })?;
         }
         if let Some(v) = var("PILOT_XDS_SEND_TIMEOUT") {
-            let t = crate::duration::parse(&v)
+            let t = api::duration::parse(&v)
                 .map_err(|e| anyhow::anyhow!("PILOT_XDS_SEND_TIMEOUT: {e}"))?;
             s.send_timeout = (!t.is_zero()).then_some(t);
         }
@@ -121,11 +121,11 @@ impl PushSettings {
             s.push_throttle = if n == 0 { (15 + 5 * cores).min(100) } else { n };
         }
         if let Some(v) = var("MESHD_ENABLE_VHDS") {
-            s.vhds = crate::duration::parse_bool(&v)
+            s.vhds = api::duration::parse_bool(&v)
                 .ok_or_else(|| anyhow::anyhow!("MESHD_ENABLE_VHDS: {v:?} is not true or false"))?;
         }
         if let Some(v) = var("PILOT_ENABLE_IP_AUTOALLOCATE") {
-            s.ip_autoallocate = crate::duration::parse_bool(&v).ok_or_else(|| {
+            s.ip_autoallocate = api::duration::parse_bool(&v).ok_or_else(|| {
                 anyhow::anyhow!("PILOT_ENABLE_IP_AUTOALLOCATE: {v:?} is not true or false")
             })?;
         }

@@ -4,7 +4,7 @@
 //! connection pools are checked by the same [`connection_pool`].
 
 use super::{Report, dns_name};
-use crate::api::networking::{
+use api::networking::{
     ClientTlsMode, ClientTlsSettings, ConnectionPoolSettings, ConsistentHashLb,
     LoadBalancerSettings, OutlierDetection, TrafficPolicy,
 };
@@ -215,7 +215,7 @@ fn policy_components(
 fn locality_lb(
     r: &mut Report,
     field: &str,
-    l: &crate::api::networking::LocalityLoadBalancerSetting,
+    l: &api::networking::LocalityLoadBalancerSetting,
     outlier: bool,
 ) {
     if !l.distribute.is_empty() && !l.failover.is_empty() {
@@ -350,7 +350,7 @@ fn is_prime(n: u64) -> bool {
 }
 
 /// istiod's `validateTunnelSettings`.
-fn tunnel(r: &mut Report, field: &str, t: &crate::api::networking::TunnelSettings) {
+fn tunnel(r: &mut Report, field: &str, t: &api::networking::TunnelSettings) {
     if let Some(p) = t
         .protocol
         .as_deref()

@@ -14,11 +14,11 @@ use super::{
     Chain, HCM, Hcm, filter_chain, http_connection_manager, listener, route_proxy, tcp_proxy_named,
     tcp_route_proxy, tls_inspector,
 };
-use crate::api::networking::{L4MatchAttributes, VirtualServiceSpec};
 use crate::config::ConfigObject;
 use crate::model::{Proxy, PushContext, Service, host_matches};
 use crate::translate::credentials::{self, CredentialUse, ServerTls};
 use crate::translate::{authz, cluster, route, sniff, stat_name};
+use api::networking::{L4MatchAttributes, VirtualServiceSpec};
 
 /// A Gateway server that takes TLS: an HTTPS server terminating it (with its route
 /// configuration's name), a TLS server terminating it before a TCP route, or a
@@ -205,7 +205,7 @@ pub fn has_auto_passthrough(ctx: &PushContext, proxy: &Proxy) -> bool {
         .any(auto_passthrough)
 }
 
-fn auto_passthrough(server: &crate::api::networking::Server) -> bool {
+fn auto_passthrough(server: &api::networking::Server) -> bool {
     server.port.protocol.eq_ignore_ascii_case("TLS")
         && (server.tls.as_ref())
             .is_some_and(|t| credentials::server_tls_mode(t) == "AUTO_PASSTHROUGH")

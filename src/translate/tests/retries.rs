@@ -10,10 +10,10 @@ use prost::Message;
 use serde_json::json;
 
 use super::{context, sidecar};
-use crate::api::networking::HttpRetry;
 use crate::translate::ProxyConfig;
 use crate::translate::proxy_config;
 use crate::translate::route::{inbound_retry_policy, retry_policy};
+use api::networking::HttpRetry;
 
 #[test]
 fn a_retry_policy_sets_what_it_says_over_istios_default() {

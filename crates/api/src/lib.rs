@@ -8,6 +8,7 @@
 //! than dropped, so they round-trip and never trigger an "unknown field" warning.
 
 pub mod crd;
+pub mod duration;
 pub mod networking;
 pub mod security;
 pub mod telemetry;

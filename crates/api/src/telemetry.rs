@@ -1,6 +1,6 @@
 //! `telemetry.istio.io`: Telemetry, served as `v1` and `v1alpha1`, with Istio's field
-//! names. meshd applies its `accessLogging` ([`crate::translate::access_log`]) and
-//! `tracing` ([`crate::translate::tracing`]); `metrics` are kept and reported as not
+//! names. meshd applies its `accessLogging` (`translate::access_log`) and
+//! `tracing` (`translate::tracing`); `metrics` are kept and reported as not
 //! applied.
 
 use std::collections::BTreeMap;
