@@ -308,7 +308,7 @@ pub struct PodDef {
 }
 
 /// An address IP auto-allocation (istiod's controller, or meshd's
-/// [`crate::k8s::ipallocate`]) gave one host of a ServiceEntry: an entry of its
+/// `k8s::ipallocate`) gave one host of a ServiceEntry: an entry of its
 /// `status.addresses`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct AllocatedAddress {

@@ -229,7 +229,7 @@ fn http_route(r: &mut Report, field: &str, route: &HttpRoute) {
 /// that are neither HTTPS nor TLS none; `httpsRedirect` elsewhere than on an HTTP server
 /// is warned about.
 fn server_tls(r: &mut Report, field: &str, server: &api::networking::Server) {
-    use crate::translate::credentials::{https_redirect, server_tls_field, server_tls_mode};
+    use api::values::{https_redirect, server_tls_field, server_tls_mode};
     let Some(tls) = &server.tls else {
         return;
     };
@@ -378,7 +378,7 @@ fn fault_injection(r: &mut Report, field: &str, fault: &api::networking::HttpFau
                 format!("HTTP status {s} is not in range 200-599"),
             ),
             (Some(_), _, _) => {}
-            (None, Some(g), _) if crate::translate::filters::grpc_code(g).is_none() => r.error(
+            (None, Some(g), _) if api::values::grpc_code(g).is_none() => r.error(
                 format!("{f}.grpcStatus"),
                 format!("{g:?} is not a gRPC status name"),
             ),
@@ -445,12 +445,12 @@ fn request_authentication(r: &mut Report, ra: &api::security::RequestAuthenticat
             );
         }
         if !uri.is_empty()
-            && let Err(e) = crate::jwks::parse_uri(uri)
+            && let Err(e) = crate::model::jwks::parse_uri(uri)
         {
             r.error(format!("{f}.jwksUri"), e);
         }
         if let Some(jwks) = rule.jwks.as_deref()
-            && let Err(e) = crate::jwks::check_key_set(jwks)
+            && let Err(e) = crate::model::jwks::check_key_set(jwks)
         {
             r.error(format!("{f}.jwks"), format!("jwks parse error: {e}"));
         }
@@ -606,7 +606,7 @@ fn authorization_policy(r: &mut Report, ap: &api::security::AuthorizationPolicyS
             }
         }
         for (j, c) in rule.when.iter().enumerate() {
-            if !crate::translate::authz::condition_key_supported(&c.key) {
+            if !api::values::condition_key_supported(&c.key) {
                 r.error(
                     format!("spec.rules[{i}].when[{j}].key"),
                     format!("{:?} is not a condition key meshd supports", c.key),
@@ -1178,7 +1178,7 @@ pub fn validate(object: &ConfigObject) -> Vec<Problem> {
                 r.duration("data.mesh.tcpKeepalive.time".into(), &k.time);
                 r.duration("data.mesh.tcpKeepalive.interval".into(), &k.interval);
             }
-            if let (_, Some((field, message))) = crate::translate::access_log::format_of(mesh) {
+            if let (_, Some((field, message))) = mesh.access_log_format() {
                 r.warn(format!("data.mesh.{field}"), message);
             }
             r.duration(
@@ -1256,7 +1256,7 @@ fn proxy_tracing(r: &mut Report, t: &crate::model::mesh::ProxyTracing) {
 fn extension_providers(r: &mut Report, providers: &[crate::model::mesh::ExtensionProvider]) {
     for (i, e) in providers.iter().enumerate() {
         let f = format!("data.mesh.extensionProviders[{i}]");
-        if let Err(problem) = crate::translate::ext_authz::check(e, providers) {
+        if let Err(problem) = crate::model::ext_authz::check(e, providers) {
             r.warn(f, problem);
         }
     }

@@ -87,7 +87,7 @@ pub struct MeshConfig {
     pub default_inbound_http_retry_policy: Option<api::networking::HttpRetry>,
     /// A pattern naming outbound clusters and tcp_proxies in Envoy's statistics instead
     /// of `outbound|PORT|SUBSET|HOST` (`%SERVICE%`, `%SERVICE_PORT%`, ...;
-    /// [`crate::translate::stat_name`]); their Istio names when empty.
+    /// `translate::stat_name`); their Istio names when empty.
     #[serde(default)]
     pub outbound_cluster_stat_name: String,
     /// The same for inbound clusters and tcp_proxies (`inbound|PORT||`).
@@ -95,7 +95,7 @@ pub struct MeshConfig {
     pub inbound_cluster_stat_name: String,
     /// istiod's legacy tracing switch (default on): with no `defaultProviders.tracing`,
     /// every connection manager samples requests for the tracer the proxy's bootstrap
-    /// names ([`crate::translate::tracing`]).
+    /// names (`translate::tracing`).
     #[serde(default)]
     pub enable_tracing: Option<bool>,
     /// ProxyConfig defaults; only `tracing` is read here (the agent reads the rest).
@@ -233,7 +233,7 @@ pub struct DefaultProviders {
     /// The tracer every proxy reports spans to: the first name counts, as in istiod.
     pub tracing: Vec<String>,
     /// The access log providers of every proxy no Telemetry resource gives others
-    /// ([`crate::translate::access_log`]).
+    /// (`translate::access_log`).
     pub access_logging: Vec<String>,
 }
 
@@ -370,6 +370,48 @@ impl LabelSelector {
 
 /// The namespace holding mesh-wide config when MeshConfig does not name one.
 pub const DEFAULT_ROOT_NAMESPACE: &str = "istio-system";
+
+/// The access log format `accessLogEncoding` and `accessLogFormat` ask for.
+#[derive(Clone, Debug, PartialEq)]
+pub enum AccessLogFormat {
+    /// Envoy's command operators as text; Istio's text format when empty.
+    Text(String),
+    /// A JSON object of command operators.
+    Json(serde_json::Map<String, serde_json::Value>),
+    /// Istio's JSON format.
+    IstioJson,
+}
+
+impl MeshConfig {
+    /// The access log format, and what is wrong with the settings if anything (field,
+    /// message): Istio's format of the encoding then applies, as with istiod.
+    pub fn access_log_format(&self) -> (AccessLogFormat, Option<(&'static str, String)>) {
+        let encoding = self.access_log_encoding.as_deref().unwrap_or("TEXT");
+        let format = &self.access_log_format;
+        match encoding.to_ascii_uppercase().as_str() {
+            "TEXT" => (AccessLogFormat::Text(format.clone()), None),
+            "JSON" if format.is_empty() => (AccessLogFormat::IstioJson, None),
+            "JSON" => match serde_json::from_str::<serde_json::Value>(format) {
+                Ok(serde_json::Value::Object(map)) => (AccessLogFormat::Json(map), None),
+                _ => (
+                    AccessLogFormat::IstioJson,
+                    Some((
+                        "accessLogFormat",
+                        "is not a JSON object of command operators; Istio's JSON format is used"
+                            .into(),
+                    )),
+                ),
+            },
+            other => (
+                AccessLogFormat::Text(String::new()),
+                Some((
+                    "accessLogEncoding",
+                    format!("{other:?} is neither TEXT nor JSON; TEXT is used"),
+                )),
+            ),
+        }
+    }
+}
 
 impl MeshConfig {
     /// Parses the `mesh` key's YAML; unknown MeshConfig fields are ignored.

@@ -5,6 +5,8 @@
 pub mod delegate;
 pub mod destination_rule;
 pub mod egress;
+pub mod ext_authz;
+pub mod jwks;
 pub mod mesh;
 pub mod network;
 pub mod proxy;
@@ -37,7 +39,7 @@ pub struct Store {
     /// IPs (network gateways behind a load balancer's hostname), by hostname.
     resolved: Arc<BTreeMap<String, Vec<String>>>,
     /// JSON Web Key Sets meshd fetched for RequestAuthentication rules, by
-    /// [`crate::jwks::JwksSource::key`]; `None`: the fetch failed before any succeeded.
+    /// [`crate::model::jwks::JwksSource::key`]; `None`: the fetch failed before any succeeded.
     jwks: Arc<BTreeMap<String, Option<String>>>,
 }
 

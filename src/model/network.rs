@@ -12,7 +12,7 @@
 //!   must be one of theirs), at their external addresses (load-balancer ingress IPs and
 //!   `externalIPs`), and MeshNetworks' gateways, by address or by `registryServiceName`.
 //! - Multi-network is on when some network has a gateway; only then does a proxy's
-//!   network change its load assignments ([`crate::translate::network`]).
+//!   network change its load assignments (`translate::network`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
@@ -232,7 +232,7 @@ pub struct NetworkGateways {
     #[serde(skip)]
     pub issues: Vec<ModelIssue>,
     /// The hostnames gateways are known by (a cloud load balancer's), with the object
-    /// naming each: meshd resolves them ([`crate::resolve`]), and a new answer is a
+    /// naming each: meshd resolves them (`resolve`), and a new answer is a
     /// change to that object.
     #[serde(skip)]
     pub hostnames: BTreeMap<String, ObjectKey>,

@@ -36,7 +36,7 @@ pub struct Proxy {
     pub namespace: String,
     pub dns_domain: String,
     /// Shared with the other connected proxies of the same labels
-    /// ([`crate::xds::label_sets`]).
+    /// (`xds::label_sets`).
     #[serde(serialize_with = "shared_labels")]
     pub labels: std::sync::Arc<BTreeMap<String, String>>,
     pub cluster_id: String,
@@ -69,7 +69,7 @@ pub struct Proxy {
     /// `MESHD_ENABLE_VHDS` is on (VHDS needs delta ADS).
     pub vhds: bool,
     /// Its agent runs a DNS proxy, which answers from the name table it asks for over NDS
-    /// ([`crate::translate::name_table`]): metadata `DNS_CAPTURE` on a sidecar, or
+    /// (`translate::name_table`): metadata `DNS_CAPTURE` on a sidecar, or
     /// `ENABLE_DNS_SERVER` (Go booleans), as istio-agent decides.
     pub dns_proxy: bool,
     /// The auto-allocated ServiceEntry addresses it knows services by (in its name table,

@@ -258,6 +258,12 @@ pub const TRAFFIC_DISTRIBUTION_ANNOTATION: &str = "networking.istio.io/traffic-d
 /// proxies' labels).
 pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
 
+/// The labels that carry an endpoint's (or proxy's) locality.
+pub const REGION_LABEL: &str = "topology.kubernetes.io/region";
+pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
+pub const SUBZONE_LABEL: &str = "topology.istio.io/subzone";
+pub const TOPOLOGY_LABELS: [&str; 3] = [REGION_LABEL, ZONE_LABEL, SUBZONE_LABEL];
+
 impl Service {
     pub fn port(&self, number: u32) -> Option<&ServicePort> {
         self.ports.iter().find(|p| p.port == number)

@@ -89,31 +89,13 @@ const FILE_ACCESS_LOG: &str = "envoy.access_loggers.file";
 /// The command operator that needs a formatter extension of its own.
 const REQ_WITHOUT_QUERY: &str = "%REQ_WITHOUT_QUERY";
 
-/// The format `accessLogEncoding` and `accessLogFormat` give, and what is wrong with
-/// them if anything (field, message): Istio's format of the encoding then applies, as
-/// with istiod.
-pub fn format_of(mesh: &MeshConfig) -> (Format, Option<(&'static str, String)>) {
-    let encoding = mesh.access_log_encoding.as_deref().unwrap_or("TEXT");
-    match encoding.to_ascii_uppercase().as_str() {
-        "TEXT" => (text_format(&mesh.access_log_format), None),
-        "JSON" if mesh.access_log_format.is_empty() => (istio_json_format(), None),
-        "JSON" => match serde_json::from_str::<serde_json::Value>(&mesh.access_log_format) {
-            Ok(serde_json::Value::Object(map)) => (json_format(map.iter()), None),
-            _ => (
-                istio_json_format(),
-                Some((
-                    "accessLogFormat",
-                    "is not a JSON object of command operators; Istio's JSON format is used".into(),
-                )),
-            ),
-        },
-        other => (
-            text_format(""),
-            Some((
-                "accessLogEncoding",
-                format!("{other:?} is neither TEXT nor JSON; TEXT is used"),
-            )),
-        ),
+/// The Envoy format of the mesh's access log settings (Istio's when they are wrong).
+pub fn format_of(mesh: &MeshConfig) -> Format {
+    use crate::model::mesh::AccessLogFormat as MeshLogFormat;
+    match mesh.access_log_format().0 {
+        MeshLogFormat::Text(text) => text_format(&text),
+        MeshLogFormat::Json(map) => json_format(map.iter()),
+        MeshLogFormat::IstioJson => istio_json_format(),
     }
 }
 
@@ -348,7 +330,7 @@ fn provider_log(mesh: &MeshConfig, name: &str) -> Option<AccessLog> {
 
 /// MeshConfig's file log at `path`, in its `accessLogFormat` and `accessLogEncoding`.
 fn mesh_file_log(path: &str, mesh: &MeshConfig) -> AccessLog {
-    file_log(path, format_of(mesh).0, false)
+    file_log(path, format_of(mesh), false)
 }
 
 /// Envoy's file logger writing `format` to `path`.

@@ -28,53 +28,7 @@ use super::cidr_range;
 use crate::config::ConfigObject;
 use crate::xds::canonical;
 use api::security::{AuthorizationAction, AuthorizationPolicySpec, Condition, Rule};
-
-/// The `when` keys meshd evaluates: Istio's documented keys.
-pub const SUPPORTED_CONDITION_KEYS: [&str; 12] = [
-    "source.ip",
-    "remote.ip",
-    "source.namespace",
-    "source.principal",
-    "destination.ip",
-    "destination.port",
-    "connection.sni",
-    "request.headers[",
-    "request.auth.principal",
-    "request.auth.audiences",
-    "request.auth.presenter",
-    "request.auth.claims[",
-];
-
-pub fn condition_key_supported(key: &str) -> bool {
-    SUPPORTED_CONDITION_KEYS.iter().any(|k| {
-        if *k == "request.auth.claims[" {
-            key.strip_prefix(k)
-                .is_some_and(|rest| claim_path(&format!("[{rest}")).is_some())
-        } else if k.ends_with('[') {
-            key.starts_with(k) && key.ends_with(']') && key.len() > k.len() + 1
-        } else {
-            key == *k
-        }
-    })
-}
-
-/// The claim names of `[a][b]` (a nested claim), or of `[a.b]` (one claim with a dot), as
-/// istiod's `extractNameInNestedBrackets`; `None` when it is not such a path.
-fn claim_path(brackets: &str) -> Option<Vec<String>> {
-    let mut names = Vec::new();
-    let mut rest = brackets;
-    while !rest.is_empty() {
-        let inner = rest.strip_prefix('[')?;
-        let end = inner.find(']')?;
-        let name = &inner[..end];
-        if name.is_empty() || name.contains('[') {
-            return None;
-        }
-        names.push(name.to_string());
-        rest = &inner[end + 1..];
-    }
-    (!names.is_empty()).then_some(names)
-}
+use api::values::claim_path;
 
 // ---------------------------------------------------------------- request authentication
 

@@ -20,27 +20,7 @@ use crate::config::Spec;
 use crate::model::{Proxy, PushContext, Service};
 use api::AnyObject;
 use api::networking::{ClientTlsMode, ClientTlsSettings};
-
-/// A Gateway server's `tls` string field `key`, unless unset or empty.
-pub fn server_tls_field<'a>(tls: &'a AnyObject, key: &str) -> Option<&'a str> {
-    tls.get(key)
-        .and_then(|v| v.as_str())
-        .filter(|v| !v.is_empty())
-}
-
-/// Whether a Gateway server's `tls` asks for `httpsRedirect`: its HTTP virtual hosts then
-/// answer every plaintext request with a redirect to HTTPS.
-pub fn https_redirect(tls: Option<&AnyObject>) -> bool {
-    tls.and_then(|t| t.get("httpsRedirect"))
-        .and_then(|v| v.as_bool())
-        .unwrap_or(false)
-}
-
-/// A Gateway server's `tls.mode`, upper-case: PASSTHROUGH when unset or empty, Istio's
-/// default (the enum's zero value).
-pub fn server_tls_mode(tls: &AnyObject) -> String {
-    server_tls_field(tls, "mode").map_or_else(|| "PASSTHROUGH".to_string(), str::to_ascii_uppercase)
-}
+use api::values::{server_tls_field, server_tls_mode};
 
 /// A Gateway server's `tls` block, as far as meshd serves it.
 #[derive(Clone, Debug, PartialEq)]

@@ -36,13 +36,13 @@ use envoy_types::pb::envoy::r#type::matcher::v3::{
     ListStringMatcher, MetadataMatcher, StringMatcher, ValueMatcher, metadata_matcher,
     string_matcher::MatchPattern, value_matcher,
 };
-use envoy_types::pb::envoy::r#type::v3::{HttpStatus, StatusCode};
+use envoy_types::pb::envoy::r#type::v3::HttpStatus;
 use envoy_types::util::pack_any;
 
 use super::{authz, outbound_cluster_name};
 use crate::config::ConfigObject;
 use crate::model::PushContext;
-use crate::model::mesh::{ExtAuthzRequestBody, ExtensionProvider};
+use crate::model::mesh::ExtAuthzRequestBody;
 use crate::xds::canonical;
 use api::security::{AuthorizationAction, AuthorizationPolicySpec};
 
@@ -51,86 +51,9 @@ const MATCH_PREFIX: &str = "istio-ext-authz";
 const SHADOW_PREFIX: &str = "istio_ext_authz_";
 const BAD_CUSTOM_SUFFIX: &str = "-deny-due-to-bad-CUSTOM-action";
 
-/// What istiod finds wrong with a provider before looking up its service
-/// (`processExtensionProvider`): its name, its port, `statusOnError`, `pathPrefix`, and a
-/// lone `*` in a header list. `Ok` for providers that are not authorizers.
-pub fn check(p: &ExtensionProvider, all: &[ExtensionProvider]) -> Result<(), String> {
-    if p.name.is_empty() {
-        return Err("extension provider name must not be empty".into());
-    }
-    if all.iter().filter(|o| o.name == p.name).count() > 1 {
-        return Err(format!(
-            "extension provider name must be unique, found duplicate: {}",
-            p.name
-        ));
-    }
-    let name_ok = p.name.len() <= 63
-        && (p.name.bytes()).all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
-        && !p.name.starts_with('-')
-        && !p.name.ends_with('-');
-    if !name_ok {
-        return Err(format!(
-            "invalid provider name {:?}: lowercase letters, digits and hyphens, at most 63, not starting or ending with a hyphen",
-            p.name
-        ));
-    }
-    let (port, status, timeout) = match (&p.envoy_ext_authz_http, &p.envoy_ext_authz_grpc) {
-        (Some(h), _) => {
-            if !h.path_prefix.is_empty() && !h.path_prefix.starts_with('/') {
-                return Err(format!(
-                    "pathPrefix must begin with `/`, found: {:?}",
-                    h.path_prefix
-                ));
-            }
-            let lists = [
-                (
-                    "includeRequestHeadersInCheck",
-                    &h.include_request_headers_in_check,
-                ),
-                ("includeHeadersInCheck", &h.include_headers_in_check),
-                ("headersToUpstreamOnAllow", &h.headers_to_upstream_on_allow),
-                (
-                    "headersToDownstreamOnDeny",
-                    &h.headers_to_downstream_on_deny,
-                ),
-                (
-                    "headersToDownstreamOnAllow",
-                    &h.headers_to_downstream_on_allow,
-                ),
-            ];
-            if let Some((field, _)) = lists.iter().find(|(_, v)| v.iter().any(|h| h == "*")) {
-                return Err(format!(
-                    "a single wildcard (\"*\") is not supported, change it to either prefix or suffix match: {field}"
-                ));
-            }
-            (h.port, &h.status_on_error, &h.timeout)
-        }
-        (None, Some(g)) => (g.port, &g.status_on_error, &g.timeout),
-        (None, None) => return Ok(()),
-    };
-    if !(1..=65535).contains(&port) {
-        return Err(format!(
-            "port must be in the range [1, 65535], found: {port}"
-        ));
-    }
-    status_on_error(status)?;
-    if let Some(t) = timeout {
-        api::duration::parse(t).map_err(|e| format!("invalid timeout {t:?}: {e}"))?;
-    }
-    Ok(())
-}
-
+/// A provider's `statusOnError` as Envoy's status.
 fn status_on_error(status: &str) -> Result<Option<HttpStatus>, String> {
-    if status.is_empty() {
-        return Ok(None);
-    }
-    let code: i32 = status
-        .parse()
-        .map_err(|e| format!("invalid statusOnError {status:?}: {e}"))?;
-    if StatusCode::try_from(code).is_err() || code == 0 {
-        return Err(format!("unsupported statusOnError {status}"));
-    }
-    Ok(Some(HttpStatus { code }))
+    Ok(crate::model::ext_authz::status_on_error(status)?.map(|code| HttpStatus { code }))
 }
 
 /// istiod's `LookupCluster`: `[namespace/]hostname` to its host and `outbound|PORT||HOST`.
@@ -157,7 +80,7 @@ fn build(ctx: &PushContext, name: &str) -> Result<Built, String> {
         let known: Vec<&str> = all.iter().map(|p| p.name.as_str()).collect();
         format!("available providers are {known:?} but found {name:?}")
     })?;
-    check(p, all)?;
+    crate::model::ext_authz::check(p, all)?;
     let timeout = |t: &Option<String>| {
         let t = t.as_deref().and_then(|t| api::duration::parse(t).ok());
         Some(super::duration(
@@ -456,5 +379,18 @@ pub fn network_filters(
                 ))
             })
             .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use envoy_types::pb::envoy::r#type::v3::StatusCode;
+
+    #[test]
+    fn the_models_status_codes_are_envoys() {
+        let envoys: Vec<i32> = (1..1000)
+            .filter(|c| StatusCode::try_from(*c).is_ok())
+            .collect();
+        assert_eq!(envoys, crate::model::ext_authz::ENVOY_STATUS_CODES);
     }
 }

@@ -104,32 +104,6 @@ pub fn cors_config(
     })
 }
 
-/// gRPC status codes by the names Istio's `grpcStatus` takes.
-const GRPC_CODES: [&str; 17] = [
-    "OK",
-    "CANCELLED",
-    "UNKNOWN",
-    "INVALID_ARGUMENT",
-    "DEADLINE_EXCEEDED",
-    "NOT_FOUND",
-    "ALREADY_EXISTS",
-    "PERMISSION_DENIED",
-    "RESOURCE_EXHAUSTED",
-    "FAILED_PRECONDITION",
-    "ABORTED",
-    "OUT_OF_RANGE",
-    "UNIMPLEMENTED",
-    "INTERNAL",
-    "UNAVAILABLE",
-    "DATA_LOSS",
-    "UNAUTHENTICATED",
-];
-
-/// The gRPC code a status name stands for.
-pub fn grpc_code(name: &str) -> Option<u32> {
-    GRPC_CODES.iter().position(|c| *c == name).map(|i| i as u32)
-}
-
 /// A whole percentage as Envoy's.
 pub(super) fn per_hundred(percent: u32) -> FractionalPercent {
     FractionalPercent {
@@ -162,7 +136,7 @@ pub fn route_config(fault: &HttpFaultInjection) -> Option<Any> {
     let abort = fault.abort.as_ref().and_then(|a| {
         let error = match (a.http_status, &a.grpc_status) {
             (Some(status), _) => ErrorType::HttpStatus(status.max(0) as u32),
-            (None, Some(name)) => ErrorType::GrpcStatus(grpc_code(name)?),
+            (None, Some(name)) => ErrorType::GrpcStatus(api::values::grpc_code(name)?),
             (None, None) => return None,
         };
         Some(FaultAbort {

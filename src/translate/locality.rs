@@ -28,15 +28,8 @@ use api::networking::{
 
 use super::endpoint::Group;
 
-/// The labels that carry an endpoint's (or proxy's) locality.
-pub const REGION_LABEL: &str = "topology.kubernetes.io/region";
-pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
-pub const SUBZONE_LABEL: &str = "topology.istio.io/subzone";
-pub const TOPOLOGY_LABELS: [&str; 3] = [REGION_LABEL, ZONE_LABEL, SUBZONE_LABEL];
-
-/// The labels istiod's forced failover for a service's `trafficDistribution` compares.
-pub use crate::model::network::NETWORK_LABEL;
-pub use crate::model::service::HOSTNAME_LABEL;
+use crate::model::network::NETWORK_LABEL;
+use crate::model::service::{HOSTNAME_LABEL, REGION_LABEL, SUBZONE_LABEL, ZONE_LABEL};
 
 /// What a service's `trafficDistribution` balances by when no DestinationRule sets a
 /// locality setting (istiod's `GetEffectiveLbSetting`): failover priorities on the

@@ -856,7 +856,7 @@ fn a_custom_policy_asks_its_provider_only_about_what_its_rules_match() {
 fn ra(name: &str, namespace: &str, spec: &str) -> String {
     format!(
         "apiVersion: security.istio.io/v1\nkind: RequestAuthentication\nmetadata: {{name: {name}, namespace: {namespace}}}\nspec: {}\n---\n",
-        spec.replace("JWKS", crate::jwks::fail_closed())
+        spec.replace("JWKS", crate::model::jwks::fail_closed())
     )
 }
 
@@ -987,11 +987,11 @@ fn a_rule_without_its_key_set_yet_fails_closed_and_a_fetched_one_is_used() {
         }
     };
     let ctx = context(&yaml);
-    assert_eq!(key_set(&ctx), crate::jwks::fail_closed());
+    assert_eq!(key_set(&ctx), crate::model::jwks::fail_closed());
     let wanted = ctx.jwks_sources();
     let (source, (timeout, named_by)) = wanted.iter().next().unwrap();
     assert_eq!(source.uri, "https://a.example/keys");
-    assert_eq!(*timeout, crate::jwks::DEFAULT_TIMEOUT);
+    assert_eq!(*timeout, crate::model::jwks::DEFAULT_TIMEOUT);
     assert_eq!(named_by.iter().next().unwrap().name, "reviews");
     // What meshd fetched, once in the store.
     let mut store = crate::model::Store::default();

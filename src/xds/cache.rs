@@ -553,7 +553,8 @@ impl ResourceCache {
     /// Whether some failover priority of `ctx` compares the node a proxy runs on (a
     /// service preferring the same node): then proxies are told apart by node too.
     pub fn node_aware(&self, ctx: &PushContext) -> bool {
-        (self.locality_labels(ctx)).is_some_and(|l| l.iter().any(|k| k == locality::HOSTNAME_LABEL))
+        (self.locality_labels(ctx))
+            .is_some_and(|l| l.iter().any(|k| k == crate::model::service::HOSTNAME_LABEL))
     }
 
     /// With [`ResourceCache::locality_aware`], the proxy labels any `failoverPriority` of

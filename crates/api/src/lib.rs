@@ -12,6 +12,7 @@ pub mod duration;
 pub mod networking;
 pub mod security;
 pub mod telemetry;
+pub mod values;
 
 use std::collections::BTreeMap;
 

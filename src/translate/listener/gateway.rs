@@ -208,7 +208,7 @@ pub fn has_auto_passthrough(ctx: &PushContext, proxy: &Proxy) -> bool {
 fn auto_passthrough(server: &api::networking::Server) -> bool {
     server.port.protocol.eq_ignore_ascii_case("TLS")
         && (server.tls.as_ref())
-            .is_some_and(|t| credentials::server_tls_mode(t) == "AUTO_PASSTHROUGH")
+            .is_some_and(|t| api::values::server_tls_mode(t) == "AUTO_PASSTHROUGH")
 }
 
 /// One HTTP server of a Gateway, as the route builder needs it.
@@ -248,9 +248,9 @@ pub fn gateway(
                 gateway: gw_obj.key.namespaced_name(),
                 hosts: server.hosts.clone(),
                 port: server.port.number,
-                https_redirect: credentials::https_redirect(server.tls.as_ref()),
+                https_redirect: api::values::https_redirect(server.tls.as_ref()),
             };
-            let tls_mode = server.tls.as_ref().map(credentials::server_tls_mode);
+            let tls_mode = server.tls.as_ref().map(api::values::server_tls_mode);
             // Credentials go only to a gateway with a proven identity.
             let credential = || {
                 (proxy.identity.as_ref())
