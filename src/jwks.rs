@@ -8,7 +8,7 @@
 //! fetch is retried every [`RETRY`]. The sources due are fetched together. An answer goes into the store
 //! ([`crate::model::Store::set_jwks`]), and a new one is a change to the objects naming
 //! the source, so the next push carries it. A failed refresh keeps the last key set;
-//! until one fetch succeeds a rule gets [`fail_closed`], a key nobody can sign for, so
+//! until one fetch succeeds a rule gets [`fail_closed`](crate::model::jwks::fail_closed), a key nobody can sign for, so
 //! its tokens are refused rather than let through. Link-local addresses (cloud metadata
 //! services) are never fetched from, as istiod's `jwksBlockedIP`.
 
