@@ -7,12 +7,12 @@ use std::sync::Arc;
 use criterion::{BatchSize, BenchmarkId, Criterion, criterion_group};
 use serde_json::json;
 
-use meshd::config::ObjectKey;
-use meshd::config::parse::parse_file;
-use meshd::model::{Proxy, PushContext, Store};
 use meshd::translate::proxy_config;
 use meshd::xds::cache::{self, ResourceCache};
 use meshd::xds::resource::View;
+use model::config::ObjectKey;
+use model::config::parse::parse_file;
+use model::{Proxy, PushContext, Store};
 use prost::Message;
 use testkit::mesh::Shape;
 

@@ -18,13 +18,13 @@ use serde_json::{Value, json};
 
 use crate::filesource::IssueBoard;
 use crate::metrics::Metrics;
-use crate::model::Service;
-use crate::model::Store;
 use crate::xds::XdsShared;
 use crate::xds::connection::SyncStatus;
 use crate::xds::debug::{DebugViews, proxy_matches};
 use crate::xds::dump;
 use crate::xds::resource::{TypeKind, encode};
+use model::Service;
+use model::Store;
 
 #[derive(Clone)]
 pub struct DebugState {
@@ -266,7 +266,7 @@ async fn configz(State(s): State<DebugState>) -> impl IntoResponse {
         .collect();
     let issues = s.issues.read().unwrap().clone();
     let push = s.xds.current_push();
-    let missing: Vec<_> = crate::config::Kind::ALL
+    let missing: Vec<_> = model::config::Kind::ALL
         .into_iter()
         .filter(|k| {
             let labels = vec![("type", k.to_string())];
@@ -421,7 +421,7 @@ async fn push_status(State(s): State<DebugState>) -> impl IntoResponse {
 }
 
 /// istiod's `pilot_destrule_subsets` map: host -> `{"message": ...}`.
-fn duplicate_subsets(ctx: &crate::model::push_context::PushContext) -> Value {
+fn duplicate_subsets(ctx: &model::push_context::PushContext) -> Value {
     let map = &ctx.destination_rules.duplicate_subsets;
     let entries = map
         .iter()
@@ -431,7 +431,7 @@ fn duplicate_subsets(ctx: &crate::model::push_context::PushContext) -> Value {
 
 /// The workload identities serving each port of each service (from its endpoints'
 /// service accounts), as SPIFFE URIs: host -> port -> identities.
-fn service_accounts(ctx: &crate::model::push_context::PushContext) -> Value {
+fn service_accounts(ctx: &model::push_context::PushContext) -> Value {
     let trust_domain = ctx.mesh.trust_domain.as_deref().unwrap_or("cluster.local");
     let mut out = serde_json::Map::new();
     for svc in ctx.services.values() {

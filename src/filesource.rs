@@ -16,9 +16,9 @@ use std::time::Duration;
 use notify::{RecursiveMode, Watcher};
 use tokio::sync::mpsc;
 
-use crate::config::parse::{Parsed, parse_file};
-use crate::config::{ConfigIssue, Level, ObjectKey};
-use crate::model::Store;
+use model::Store;
+use model::config::parse::{Parsed, parse_file};
+use model::config::{ConfigIssue, Level, ObjectKey};
 
 /// Problems found per file, for `/debug/configz`.
 pub type IssueBoard = Arc<RwLock<BTreeMap<String, Vec<ConfigIssue>>>>;
@@ -438,7 +438,7 @@ mod tests {
                 .unwrap()
                 .iter()
                 .map(|o| match &o.spec {
-                    crate::config::Spec::VirtualService(vs) => vs.hosts[0].clone(),
+                    model::config::Spec::VirtualService(vs) => vs.hosts[0].clone(),
                     other => panic!("{other:?}"),
                 })
                 .collect();

@@ -6,9 +6,9 @@
 //! document `ISSUER/.well-known/openid-configuration` names) is fetched as soon as a push
 //! names it, and every `PILOT_JWT_PUB_KEY_REFRESH_INTERVAL` (20 minutes) after; a failed
 //! fetch is retried every [`RETRY`]. The sources due are fetched together. An answer goes into the store
-//! ([`crate::model::Store::set_jwks`]), and a new one is a change to the objects naming
+//! ([`model::Store::set_jwks`]), and a new one is a change to the objects naming
 //! the source, so the next push carries it. A failed refresh keeps the last key set;
-//! until one fetch succeeds a rule gets [`fail_closed`](crate::model::jwks::fail_closed), a key nobody can sign for, so
+//! until one fetch succeeds a rule gets [`fail_closed`](model::jwks::fail_closed), a key nobody can sign for, so
 //! its tokens are refused rather than let through. Link-local addresses (cloud metadata
 //! services) are never fetched from, as istiod's `jwksBlockedIP`.
 
@@ -24,9 +24,9 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::watch;
 
 use crate::filesource::OnChange;
-use crate::model::Store;
-use crate::model::jwks::{JwksSource, Uri, check_key_set, parse_uri};
 use crate::xds::push::Push;
+use model::Store;
+use model::jwks::{JwksSource, Uri, check_key_set, parse_uri};
 
 /// istiod's variable for how often every key set is fetched again.
 pub const REFRESH_ENV: &str = "PILOT_JWT_PUB_KEY_REFRESH_INTERVAL";
@@ -244,7 +244,7 @@ fn system_roots() -> Result<Arc<rustls::ClientConfig>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::jwks::{DEFAULT_TIMEOUT, fail_closed};
+    use model::jwks::{DEFAULT_TIMEOUT, fail_closed};
 
     /// A server answering `/.well-known/openid-configuration` with `jwks_uri` on itself and
     /// `/keys` with a key set; anything else 404.

@@ -5,7 +5,6 @@
 pub mod agent;
 pub mod ca;
 pub mod cli;
-pub mod config;
 pub mod debug;
 pub mod filesource;
 pub mod grpc;
@@ -13,7 +12,6 @@ pub mod heap;
 pub mod jwks;
 pub mod k8s;
 pub mod metrics;
-pub mod model;
 pub mod resolve;
 pub mod secure;
 pub mod serve;

@@ -7,13 +7,13 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use meshd::ca::CertTtl;
-use meshd::config::Level;
-use meshd::config::parse::parse_file;
 use meshd::filesource::yaml_files;
 use meshd::k8s::Scope;
 use meshd::secure::SecurityOptions;
 use meshd::serve::{LeaderOptions, ServeOptions, Source, run};
 use meshd::xds::push::PushSettings;
+use model::config::Level;
+use model::config::parse::parse_file;
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;

@@ -16,8 +16,8 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use crate::filesource::OnChange;
-use crate::model::Store;
 use crate::xds::push::Push;
+use model::Store;
 
 /// How often every gateway hostname is resolved again.
 pub const REFRESH: Duration = Duration::from_secs(30);

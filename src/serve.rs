@@ -10,8 +10,6 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use tokio::sync::{mpsc, watch};
 
-use crate::config::ObjectKey;
-use crate::config::{ConfigIssue, Level};
 use crate::debug::{self, DebugState};
 use crate::filesource::{FileSource, IssueBoard, IssueHook, OnChange};
 use crate::k8s::ipallocate::{Allocator, IpAllocator};
@@ -19,11 +17,13 @@ use crate::k8s::lease::LeaderElection;
 use crate::k8s::status::StatusWriter;
 use crate::k8s::{KubeSource, Scope};
 use crate::metrics::Metrics;
-use crate::model::Store;
 use crate::secure::{Security, SecurityOptions};
 use crate::xds::cache::ResourceCache;
 use crate::xds::push::{ChangeLog, ConfigEvent, PushSettings, build_push, debounce_loop};
 use crate::xds::{AdsService, XdsShared};
+use model::Store;
+use model::config::ObjectKey;
+use model::config::{ConfigIssue, Level};
 use std::collections::BTreeSet;
 
 /// Where configuration comes from.

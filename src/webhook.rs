@@ -18,9 +18,9 @@ use axum::routing::post;
 use serde_json::{Value, json};
 use tokio_stream::StreamExt;
 
-use crate::config::parse::parse_value;
-use crate::config::{ConfigIssue, Kind, Level};
 use crate::metrics::{Labels, Metrics};
+use model::config::parse::parse_value;
+use model::config::{ConfigIssue, Kind, Level};
 
 /// The webhook's routes: `/validate` and `/validate/`, as istiod's.
 pub fn router(metrics: Arc<Metrics>) -> Router {

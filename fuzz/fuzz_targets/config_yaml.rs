@@ -6,5 +6,5 @@ use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);
-    let _ = meshd::config::parse::parse_file("fuzz.yaml", &text);
+    let _ = model::config::parse::parse_file("fuzz.yaml", &text);
 });

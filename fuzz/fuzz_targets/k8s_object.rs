@@ -5,7 +5,7 @@
 
 use kube::api::DynamicObject;
 use libfuzzer_sys::fuzz_target;
-use meshd::config::Kind;
+use model::config::Kind;
 
 fuzz_target!(|data: &[u8]| {
     let Some((&pick, json)) = data.split_first() else {

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use http_body_util::BodyExt;
 use libfuzzer_sys::fuzz_target;
-use meshd::model::{PushContext, Store};
+use model::{PushContext, Store};
 use meshd::xds::push::{Push, PushSettings};
 use meshd::xds::{AdsService, XdsShared};
 use tower::ServiceExt;
@@ -28,7 +28,7 @@ fn fixture() -> &'static Fixture {
             .build()
             .unwrap();
         let yaml = testkit::mesh::Shape::new(20, 3, 2).yaml();
-        let store: Store = meshd::config::parse::parse_file("mesh.yaml", &yaml)
+        let store: Store = model::config::parse::parse_file("mesh.yaml", &yaml)
             .objects
             .into_iter()
             .collect();

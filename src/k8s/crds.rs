@@ -17,7 +17,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use tokio::sync::watch;
 
-use crate::config::Kind;
+use model::config::Kind;
 
 /// What is known of the installed CRDs.
 #[derive(Clone, Debug, PartialEq)]

@@ -27,10 +27,10 @@ use kube::Client;
 use serde_json::json;
 use tokio::sync::watch;
 
-use crate::config::{AllocatedAddress, Kind, ObjectKey, Spec};
-use crate::model::Store;
-use crate::model::service::{allocatable_hosts, auto_allocates};
 use crate::xds::push::Push;
+use model::Store;
+use model::config::{AllocatedAddress, Kind, ObjectKey, Spec};
+use model::service::{allocatable_hosts, auto_allocates};
 
 /// The field manager of the addresses' writes.
 const FIELD_MANAGER: &str = "meshd-ip-autoallocate";
@@ -126,7 +126,7 @@ pub struct Entry {
 
 impl Entry {
     /// The allocator's view of a stored ServiceEntry; `None` for any other object.
-    pub fn of(obj: &crate::config::ConfigObject) -> Option<Entry> {
+    pub fn of(obj: &model::config::ConfigObject) -> Option<Entry> {
         let Spec::ServiceEntry(se, status) = &obj.spec else {
             return None;
         };

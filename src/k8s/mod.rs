@@ -26,13 +26,13 @@ use kube::{Api, Client};
 use serde_json::Value;
 use tokio::sync::watch;
 
-use crate::config::parse::{Parsed, parse_value};
-use crate::config::{ConfigObject, Kind, ObjectKey};
 use crate::filesource::{IssueBoard, IssueHook, OnChange};
 use crate::metrics::Metrics;
-use crate::model::Store;
-use crate::model::mesh::MeshConfig;
-use crate::model::{REVISION_LABEL, namespace_revision};
+use model::Store;
+use model::config::parse::{Parsed, parse_value};
+use model::config::{ConfigObject, Kind, ObjectKey};
+use model::mesh::MeshConfig;
+use model::{REVISION_LABEL, namespace_revision};
 
 /// What this instance watches and keeps.
 #[derive(Clone, Debug)]
@@ -545,7 +545,7 @@ pub fn parse_object(kind: Kind, ar: &ApiResource, obj: &DynamicObject) -> Option
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::parse::parse_file;
+    use model::config::parse::parse_file;
 
     fn object(yaml: &str) -> ConfigObject {
         parse_file("t.yaml", yaml).objects.remove(0)

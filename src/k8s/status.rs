@@ -14,13 +14,13 @@ use kube::{Api, Client};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
-use crate::config::{ConfigIssue, Kind, Level, ObjectKey};
 use crate::filesource::IssueBoard;
 use crate::k8s::Seen;
-use crate::model::Store;
-use crate::model::push_context::ModelIssue;
 use crate::xds::push::{ChangeLog, Push};
 use crate::xds::{Rejection, XdsShared};
+use model::Store;
+use model::config::{ConfigIssue, Kind, Level, ObjectKey};
+use model::push_context::ModelIssue;
 
 /// Writes in flight at once.
 const CONCURRENT_WRITES: usize = 8;

@@ -169,7 +169,7 @@ impl Controller {
                 labels: Some([("istio.io/rev".to_string(), self.revision.clone())].into()),
                 annotations: Some(
                     [(
-                        crate::config::validate::ALWAYS_REJECT.to_string(),
+                        model::config::validate::ALWAYS_REJECT.to_string(),
                         "true".to_string(),
                     )]
                     .into(),

@@ -31,8 +31,8 @@ use envoy_types::pb::envoy::extensions::formatter::req_without_query::v3::ReqWit
 use envoy_types::pb::google::protobuf::Struct;
 use envoy_types::util::pack_any;
 
-use crate::model::mesh::{BUILTIN_ACCESS_LOG_PROVIDER, MeshConfig};
 use api::telemetry::AccessLogging;
+use model::mesh::{BUILTIN_ACCESS_LOG_PROVIDER, MeshConfig};
 
 /// istiod's text format (`EnvoyTextLogFormat`, Istio 1.9 onwards).
 pub const ISTIO_TEXT_FORMAT: &str = concat!(
@@ -91,7 +91,7 @@ const REQ_WITHOUT_QUERY: &str = "%REQ_WITHOUT_QUERY";
 
 /// The Envoy format of the mesh's access log settings (Istio's when they are wrong).
 pub fn format_of(mesh: &MeshConfig) -> Format {
-    use crate::model::mesh::AccessLogFormat as MeshLogFormat;
+    use model::mesh::AccessLogFormat as MeshLogFormat;
     match mesh.access_log_format().0 {
         MeshLogFormat::Text(text) => text_format(&text),
         MeshLogFormat::Json(map) => json_format(map.iter()),
@@ -169,10 +169,7 @@ const CEL_FILTER: &str = "envoy.access_loggers.extension_filters.cel";
 
 impl AccessLogs {
     /// What `proxy` logs; `None` when it logs nothing.
-    pub fn for_proxy(
-        ctx: &crate::model::PushContext,
-        proxy: &crate::model::Proxy,
-    ) -> Option<AccessLogs> {
+    pub fn for_proxy(ctx: &model::PushContext, proxy: &model::Proxy) -> Option<AccessLogs> {
         let mesh = &ctx.mesh;
         let logging = ctx.access_logging_for(proxy);
         let (client, server) =

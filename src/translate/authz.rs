@@ -25,10 +25,10 @@ use envoy_types::pb::envoy::r#type::matcher::v3::{
 use envoy_types::pb::google::protobuf::Any;
 
 use super::cidr_range;
-use crate::config::ConfigObject;
 use crate::xds::canonical;
 use api::security::{AuthorizationAction, AuthorizationPolicySpec, Condition, Rule};
 use api::values::claim_path;
+use model::config::ConfigObject;
 
 // ---------------------------------------------------------------- request authentication
 
@@ -669,10 +669,7 @@ pub struct Authorization {
 impl Authorization {
     /// The filters of every policy applying to `proxy`: the same on each of its ports (a
     /// rule's `ports` are matched by the filters themselves), so built once per view.
-    pub fn for_proxy(
-        ctx: &crate::model::PushContext,
-        proxy: &crate::model::Proxy,
-    ) -> Authorization {
+    pub fn for_proxy(ctx: &model::PushContext, proxy: &model::Proxy) -> Authorization {
         let policies = ctx.authorization_policies_for(proxy);
         // Request authentication first, so that authorization sees who sent the request.
         let mut http: Vec<HttpFilter> = super::jwt::http_filter(ctx, proxy).into_iter().collect();
@@ -703,8 +700,8 @@ mod tests {
     use prost::Message;
 
     use super::*;
-    use crate::config::Spec;
-    use crate::config::parse::parse_file;
+    use model::config::Spec;
+    use model::config::parse::parse_file;
 
     #[test]
     fn dry_run_policies_are_shadow_rules_and_enforce_nothing() {

@@ -27,15 +27,15 @@ use super::{
     outbound_cluster_name, string_value, struct_value,
 };
 use super::{policy, pool};
-use crate::config::ConfigObject;
-use crate::model::destination_rule;
-use crate::model::mesh::MeshConfig;
-use crate::model::service::Discovery;
-use crate::model::{Protocol, Proxy, ProxyKind, PushContext, Service, ServicePort};
 use api::labels_match;
 use api::networking::{
     ClientTlsMode, ClientTlsSettings, ConsistentHashLb, SimpleLb, TrafficPolicy,
 };
+use model::config::ConfigObject;
+use model::destination_rule;
+use model::mesh::MeshConfig;
+use model::service::Discovery;
+use model::{Protocol, Proxy, ProxyKind, PushContext, Service, ServicePort};
 
 /// Outbound clusters for `services`, and the load assignments of the EDS ones.
 ///
@@ -135,7 +135,7 @@ pub fn service(
             }
             stat_name(&mut c, ctx, svc, port.port, &subset.name);
             proxy_protocol(&mut c, policy);
-            let in_subset = |e: &crate::model::Endpoint| labels_match(&subset.labels, &e.labels);
+            let in_subset = |e: &model::Endpoint| labels_match(&subset.labels, &e.labels);
             let lb = locality::lb(&ctx.mesh, policy, svc.traffic_distribution).map(|lb| (lb, at));
             balance(&mut c, lb, svc, port.port, in_subset);
             if is_eds(&c) {
@@ -237,7 +237,7 @@ fn balance(
     lb: Option<(locality::Lb<'_>, &Place)>,
     svc: &Service,
     port: u32,
-    filter: impl Fn(&crate::model::Endpoint) -> bool,
+    filter: impl Fn(&model::Endpoint) -> bool,
 ) {
     let Some((balancing, _)) = lb else {
         return;

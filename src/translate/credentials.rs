@@ -16,11 +16,11 @@ use super::ads_config_source;
 use super::tls::{certificate_secret, tls_transport_socket, validation_secret};
 use std::sync::Arc;
 
-use crate::config::Spec;
-use crate::model::{Proxy, PushContext, Service};
 use api::AnyObject;
 use api::networking::{ClientTlsMode, ClientTlsSettings};
 use api::values::{server_tls_field, server_tls_mode};
+use model::config::Spec;
+use model::{Proxy, PushContext, Service};
 
 /// A Gateway server's `tls` block, as far as meshd serves it.
 #[derive(Clone, Debug, PartialEq)]

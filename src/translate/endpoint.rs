@@ -13,7 +13,7 @@ use envoy_types::pb::envoy::config::endpoint::v3::{
 };
 use envoy_types::pb::google::protobuf::UInt32Value;
 
-use crate::model::{Endpoint, Locality, Service};
+use model::{Endpoint, Locality, Service};
 
 pub fn socket_address(ip: &str, port: u32) -> Address {
     Address {

@@ -40,11 +40,11 @@ use envoy_types::pb::envoy::r#type::v3::HttpStatus;
 use envoy_types::util::pack_any;
 
 use super::{authz, outbound_cluster_name};
-use crate::config::ConfigObject;
-use crate::model::PushContext;
-use crate::model::mesh::ExtAuthzRequestBody;
 use crate::xds::canonical;
 use api::security::{AuthorizationAction, AuthorizationPolicySpec};
+use model::PushContext;
+use model::config::ConfigObject;
+use model::mesh::ExtAuthzRequestBody;
 
 const MATCH_PREFIX: &str = "istio-ext-authz";
 /// The RBAC filter's shadow rules' stat prefix, and so its dynamic metadata keys' prefix.
@@ -53,7 +53,7 @@ const BAD_CUSTOM_SUFFIX: &str = "-deny-due-to-bad-CUSTOM-action";
 
 /// A provider's `statusOnError` as Envoy's status.
 fn status_on_error(status: &str) -> Result<Option<HttpStatus>, String> {
-    Ok(crate::model::ext_authz::status_on_error(status)?.map(|code| HttpStatus { code }))
+    Ok(model::ext_authz::status_on_error(status)?.map(|code| HttpStatus { code }))
 }
 
 /// istiod's `LookupCluster`: `[namespace/]hostname` to its host and `outbound|PORT||HOST`.
@@ -80,7 +80,7 @@ fn build(ctx: &PushContext, name: &str) -> Result<Built, String> {
         let known: Vec<&str> = all.iter().map(|p| p.name.as_str()).collect();
         format!("available providers are {known:?} but found {name:?}")
     })?;
-    crate::model::ext_authz::check(p, all)?;
+    model::ext_authz::check(p, all)?;
     let timeout = |t: &Option<String>| {
         let t = t.as_deref().and_then(|t| api::duration::parse(t).ok());
         Some(super::duration(
@@ -391,6 +391,6 @@ mod tests {
         let envoys: Vec<i32> = (1..1000)
             .filter(|c| StatusCode::try_from(*c).is_ok())
             .collect();
-        assert_eq!(envoys, crate::model::ext_authz::ENVOY_STATUS_CODES);
+        assert_eq!(envoys, model::ext_authz::ENVOY_STATUS_CODES);
     }
 }

@@ -52,13 +52,13 @@ use super::endpoint::socket_address;
 use super::listener::{tcp_proxy, tcp_proxy_named};
 use super::stat_name;
 use super::{authz, duration, sniff, tls};
-use crate::model::destination_rule;
-use crate::model::mesh::MeshConfig;
-use crate::model::security::Mtls;
-use crate::model::service::AutoAddresses;
-use crate::model::{Interception, Protocol, Proxy, PushContext, Service, ServicePort};
 use api::networking::SidecarSpec;
 use api::networking::{HttpRetry, IstioIngressListener};
+use model::destination_rule;
+use model::mesh::MeshConfig;
+use model::security::Mtls;
+use model::service::AutoAddresses;
+use model::{Interception, Protocol, Proxy, PushContext, Service, ServicePort};
 use std::collections::BTreeMap;
 
 /// Istio's inbound cluster name: `inbound|PORT||`.

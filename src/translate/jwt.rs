@@ -1,7 +1,7 @@
 //! RequestAuthentication → Envoy's `jwt_authn` HTTP filter, as istiod's
 //! `convertToEnvoyJwtConfig` builds it for a sidecar's inbound connection managers and a
 //! gateway's: one provider `origins-N` per JWT rule (rules sorted by issuer), its key set
-//! inline ([`crate::model::PushContext::key_set`]), the verified payload written to the
+//! inline ([`model::PushContext::key_set`]), the verified payload written to the
 //! request's metadata under `payload`, where AuthorizationPolicy's `requestPrincipals` and
 //! `request.auth.*` conditions read it ([`super::authz`]). A request with a token that
 //! does not verify is refused (401); one without a token passes, for authorization to
@@ -20,7 +20,7 @@ use envoy_types::pb::envoy::extensions::filters::network::http_connection_manage
 use envoy_types::pb::google::protobuf::{Any, Empty};
 use prost::Message;
 
-use crate::model::{Proxy, ProxyKind, PushContext};
+use model::{Proxy, ProxyKind, PushContext};
 
 /// Envoy's JWT filter, by name; also the namespace of the request metadata it writes.
 pub const JWT_FILTER: &str = "envoy.filters.http.jwt_authn";

@@ -45,15 +45,13 @@ use super::{
     BLACKHOLE_CLUSTER, ads_config_source, cidr_range, optional_duration, outbound_cluster_name,
     route, sniff,
 };
-use crate::config::ConfigObject;
-use crate::model::egress::Egress;
-use crate::model::mesh::MeshConfig;
-use crate::model::service::AutoAddresses;
-use crate::model::{
-    Interception, Protocol, Proxy, PushContext, Service, host_matches, resolve_host,
-};
 use api::labels_match;
 use api::networking::{L4MatchAttributes, RouteDestination, VirtualServiceSpec};
+use model::config::ConfigObject;
+use model::egress::Egress;
+use model::mesh::MeshConfig;
+use model::service::AutoAddresses;
+use model::{Interception, Protocol, Proxy, PushContext, Service, host_matches, resolve_host};
 
 mod gateway;
 

@@ -19,17 +19,17 @@ use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::LazyLock;
 
-use crate::model::mesh::MeshConfig;
-use crate::model::{Endpoint, Locality, Proxy, PushContext, TrafficDistribution};
 use api::networking::{
     DestinationRuleSpec, LoadBalancerSettings, LocalityDistribute, LocalityFailover,
     LocalityLoadBalancerSetting, TrafficPolicy,
 };
+use model::mesh::MeshConfig;
+use model::{Endpoint, Locality, Proxy, PushContext, TrafficDistribution};
 
 use super::endpoint::Group;
 
-use crate::model::network::NETWORK_LABEL;
-use crate::model::service::{HOSTNAME_LABEL, REGION_LABEL, SUBZONE_LABEL, ZONE_LABEL};
+use model::network::NETWORK_LABEL;
+use model::service::{HOSTNAME_LABEL, REGION_LABEL, SUBZONE_LABEL, ZONE_LABEL};
 
 /// What a service's `trafficDistribution` balances by when no DestinationRule sets a
 /// locality setting (istiod's `GetEffectiveLbSetting`): failover priorities on the
@@ -460,8 +460,8 @@ mod tests {
     /// `(address, locality, labels)` of each endpoint.
     type Endpoints<'a> = &'a [(&'a str, &'a str, &'a [(&'a str, &'a str)])];
 
-    fn service(endpoints: Endpoints<'_>) -> crate::model::Service {
-        crate::model::Service {
+    fn service(endpoints: Endpoints<'_>) -> model::Service {
+        model::Service {
             hostname: "api.shop.svc.cluster.local".into(),
             namespace: "shop".into(),
             name: "api".into(),
@@ -488,7 +488,7 @@ mod tests {
             more_addresses: Vec::new(),
             auto_allocated: Default::default(),
             ports: Vec::new(),
-            discovery: crate::model::service::Discovery::Eds,
+            discovery: model::service::Discovery::Eds,
             mesh_external: false,
             export_to: Vec::new(),
             creation: None,
@@ -523,7 +523,7 @@ mod tests {
 
     /// `(locality, priority, weight, endpoint addresses)` of each group.
     fn applied(
-        svc: &crate::model::Service,
+        svc: &model::Service,
         policy: &TrafficPolicy,
         place: &Place,
     ) -> Vec<(String, u32, u32, Vec<String>)> {
@@ -562,7 +562,7 @@ mod tests {
 
     /// `(locality, priority)` of each group with failover (outlier detection) on.
     fn priorities(
-        svc: &crate::model::Service,
+        svc: &model::Service,
         setting: Option<LocalityLoadBalancerSetting>,
         place: &Place,
     ) -> Vec<(String, u32)> {
@@ -571,7 +571,7 @@ mod tests {
             .collect()
     }
 
-    fn three_zones() -> crate::model::Service {
+    fn three_zones() -> model::Service {
         service(&[
             ("10.0.0.1", "us-east/a/r1", &[]),
             ("10.0.0.2", "us-east/a/r2", &[]),

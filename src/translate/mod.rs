@@ -35,7 +35,7 @@ use envoy_types::pb::google::protobuf::{self as pbp, Struct, value::Kind as Valu
 
 use std::sync::Arc;
 
-use crate::model::{Proxy, ProxyKind, PushContext, Service};
+use model::{Proxy, ProxyKind, PushContext, Service};
 
 /// Everything one proxy is sent, before encoding.
 #[derive(Debug, Default, Clone)]

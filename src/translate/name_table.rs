@@ -16,8 +16,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use crate::model::service::{AutoAddresses, Discovery};
-use crate::model::{Proxy, Service};
+use model::service::{AutoAddresses, Discovery};
+use model::{Proxy, Service};
 
 /// The messages of `proto/nds.proto`.
 pub mod proto {
@@ -179,7 +179,7 @@ fn is_unspecified(ip: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::PushContext;
+    use model::PushContext;
 
     const MESH: &str = r#"
 apiVersion: v1

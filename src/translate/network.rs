@@ -1,7 +1,7 @@
 //! Split-horizon EDS: a load assignment as a proxy on one network sees it, as istiod's
 //! `EndpointsByNetworkFilter` builds it for sidecars and gateways
 //! (`pilot/pkg/xds/endpoints/ep_filters.go`). Only when multi-network is on (some
-//! network has a gateway, [`crate::model::network`]):
+//! network has a gateway, [`model::network`]):
 //!
 //! - an endpoint on the proxy's network, on no network, or on a network without a
 //!   gateway is sent as it is; so is any endpoint to a proxy on no network, unless the
@@ -26,8 +26,8 @@ use envoy_types::pb::google::protobuf::UInt32Value;
 
 use super::endpoint::{Group, is_mtls, istio_mtls_metadata, socket_address};
 use super::locality::Place;
-use crate::model::PushContext;
-use crate::model::network::{NetworkGateway, NetworkGateways};
+use model::PushContext;
+use model::network::{NetworkGateway, NetworkGateways};
 
 /// What a proxy at some place sees of the networks: its view, and the split when
 /// multi-network is on.
@@ -129,7 +129,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::model::Proxy;
+    use model::Proxy;
 
     /// `api` has endpoints on net-a and net-b (two mTLS, one plaintext), and on net-c and
     /// no network; net-b has two gateways (so weights are doubled), net-c none.

@@ -24,8 +24,8 @@ use envoy_types::pb::envoy::r#type::v3::Percent;
 use envoy_types::pb::google::protobuf::UInt32Value;
 
 use super::optional_duration;
-use crate::model::mesh::MeshConfig;
 use api::networking::{ConnectionPoolSettings, OutlierDetection, TcpKeepalive};
+use model::mesh::MeshConfig;
 
 /// Istio's default connect timeout (MeshConfig `connectTimeout`).
 const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
@@ -91,8 +91,8 @@ pub fn same_mesh_pool(pool: Option<&MeshPool>, mesh: &MeshConfig) -> bool {
 /// of `protocol` HTTP/2 when its DestinationRule does not decide: only ports declared
 /// HTTP (not sniffed ones, whose clients' protocol goes upstream), as istiod's
 /// `shouldH2Upgrade`.
-pub fn mesh_upgrades(mesh: &MeshConfig, protocol: crate::model::Protocol) -> bool {
-    use crate::model::Protocol;
+pub fn mesh_upgrades(mesh: &MeshConfig, protocol: model::Protocol) -> bool {
+    use model::Protocol;
     mesh.h2_upgrade_policy.as_deref() == Some("UPGRADE")
         && matches!(protocol, Protocol::Http | Protocol::Http2 | Protocol::Grpc)
 }

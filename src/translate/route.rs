@@ -36,15 +36,15 @@ use envoy_types::util::pack_any;
 
 use super::listener::RouteServices;
 use super::{duration, istio_metadata, optional_duration, outbound_cluster_name, string_value};
-use crate::config::{ConfigObject, Spec};
-use crate::model::destination_rule;
-use crate::model::service::AutoAddresses;
-use crate::model::{Proxy, PushContext, Service, host_matches, resolve_host};
 use api::labels_match;
 use api::networking::{
     ConsistentHashLb, DestinationRuleSpec, HeaderOperations, HttpMatchRequest, HttpRetry,
     HttpRoute, StringMatch, VirtualServiceSpec,
 };
+use model::config::{ConfigObject, Spec};
+use model::destination_rule;
+use model::service::AutoAddresses;
+use model::{Proxy, PushContext, Service, host_matches, resolve_host};
 
 mod gateway;
 

@@ -13,8 +13,8 @@ use prost::Message;
 use serde_json::json;
 
 use super::*;
-use crate::model::{Proxy, PushContext};
 use envoy_types::pb::envoy::config::core::v3::transport_socket;
+use model::{Proxy, PushContext};
 
 const MESH: &str = r#"
 apiVersion: v1
@@ -856,7 +856,7 @@ fn a_custom_policy_asks_its_provider_only_about_what_its_rules_match() {
 fn ra(name: &str, namespace: &str, spec: &str) -> String {
     format!(
         "apiVersion: security.istio.io/v1\nkind: RequestAuthentication\nmetadata: {{name: {name}, namespace: {namespace}}}\nspec: {}\n---\n",
-        spec.replace("JWKS", crate::model::jwks::fail_closed())
+        spec.replace("JWKS", model::jwks::fail_closed())
     )
 }
 
@@ -987,15 +987,15 @@ fn a_rule_without_its_key_set_yet_fails_closed_and_a_fetched_one_is_used() {
         }
     };
     let ctx = context(&yaml);
-    assert_eq!(key_set(&ctx), crate::model::jwks::fail_closed());
+    assert_eq!(key_set(&ctx), model::jwks::fail_closed());
     let wanted = ctx.jwks_sources();
     let (source, (timeout, named_by)) = wanted.iter().next().unwrap();
     assert_eq!(source.uri, "https://a.example/keys");
-    assert_eq!(*timeout, crate::model::jwks::DEFAULT_TIMEOUT);
+    assert_eq!(*timeout, model::jwks::DEFAULT_TIMEOUT);
     assert_eq!(named_by.iter().next().unwrap().name, "reviews");
     // What meshd fetched, once in the store.
-    let mut store = crate::model::Store::default();
-    for o in crate::config::parse::parse_file("m.yaml", &format!("{MESH}\n---\n{yaml}")).objects {
+    let mut store = model::Store::default();
+    for o in model::config::parse::parse_file("m.yaml", &format!("{MESH}\n---\n{yaml}")).objects {
         store.apply(o);
     }
     store.set_jwks(&source.key(), Some(r#"{"keys": [{"kty": "EC"}]}"#.into()));

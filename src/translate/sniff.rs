@@ -42,7 +42,7 @@ const APPLICATION_PROTOCOLS: &str = "envoy.network.application_protocols";
 /// the connection is served as TCP: MeshConfig `protocolDetectionTimeout` (0s, the
 /// default: no limit, so a server-first protocol needs a named port). An unparsable value
 /// is 0s (validation refuses it).
-pub fn detection_timeout(mesh: &crate::model::mesh::MeshConfig) -> std::time::Duration {
+pub fn detection_timeout(mesh: &model::mesh::MeshConfig) -> std::time::Duration {
     (mesh.protocol_detection_timeout.as_deref())
         .and_then(|t| api::duration::parse(t).ok())
         .unwrap_or_default()

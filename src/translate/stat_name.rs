@@ -15,7 +15,7 @@
 //! A cluster's `alt_stat_name` is the filled pattern and Istio's stat prefix delimiter
 //! ([`alt_stat_name`]); a tcp_proxy's `stat_prefix` is the filled pattern alone.
 
-use crate::model::Service;
+use model::Service;
 
 /// Istio's `StatPrefixDelimiter`, after a cluster's alternative stat name.
 const DELIMITER: &str = ";";
@@ -115,20 +115,20 @@ mod tests {
             vip: None,
             more_addresses: Vec::new(),
             auto_allocated: Default::default(),
-            ports: vec![crate::model::ServicePort {
+            ports: vec![model::ServicePort {
                 name: "http-web".into(),
                 port: 9080,
-                protocol: crate::model::Protocol::Http,
+                protocol: model::Protocol::Http,
                 target_port: Some(8080),
             }],
             endpoints: Vec::new(),
-            discovery: crate::model::service::Discovery::Eds,
+            discovery: model::service::Discovery::Eds,
             mesh_external: false,
             export_to: Vec::new(),
             creation: None,
             selector: Default::default(),
             labels: Default::default(),
-            traffic_distribution: crate::model::TrafficDistribution::Any,
+            traffic_distribution: model::TrafficDistribution::Any,
         }
     }
 

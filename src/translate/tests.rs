@@ -12,8 +12,8 @@ use envoy_types::pb::envoy::extensions::upstreams::http::v3::{
 use serde_json::json;
 
 use super::*;
-use crate::model::{Proxy, PushContext};
 use crate::xds::resource::{TypeKind, View};
+use model::{Proxy, PushContext};
 
 const MESH: &str = r#"
 apiVersion: v1

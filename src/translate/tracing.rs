@@ -37,10 +37,8 @@ use envoy_types::pb::envoy::r#type::v3::Percent;
 use envoy_types::pb::google::protobuf::{BoolValue, UInt32Value};
 use envoy_types::util::pack_any;
 
-use crate::model::mesh::{
-    self, OpenTelemetryProvider, ProviderHeader, ProxyTracing, ZipkinProvider,
-};
-use crate::model::{Proxy, ProxyKind, PushContext};
+use model::mesh::{self, OpenTelemetryProvider, ProviderHeader, ProxyTracing, ZipkinProvider};
+use model::{Proxy, ProxyKind, PushContext};
 
 /// The mesh-wide sampling percentage when `defaultConfig.tracing.sampling` is unset.
 pub const TRACE_SAMPLING_ENV: &str = "PILOT_TRACE_SAMPLING";

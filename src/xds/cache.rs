@@ -34,15 +34,15 @@ use super::resource::{
     Resource, ResourceSet, TypeKind, View, encode, encode_cluster, from_bytes, from_pieces,
     resource_map,
 };
-use crate::config::{ConfigObject, ObjectKey, Spec};
 use crate::metrics::{Metrics, type_label};
-use crate::model::network::NetworkGateways;
-use crate::model::service::AutoAddresses;
-use crate::model::{Proxy, ProxyKind, PushContext, Service};
 use crate::translate::locality::{self, Place};
 use crate::translate::route::{Audience, VirtualHostPlan};
 use crate::translate::{self};
 use api::networking::LocalityLoadBalancerSetting;
+use model::config::{ConfigObject, ObjectKey, Spec};
+use model::network::NetworkGateways;
+use model::service::AutoAddresses;
+use model::{Proxy, ProxyKind, PushContext, Service};
 
 mod gateway;
 
@@ -554,7 +554,7 @@ impl ResourceCache {
     /// service preferring the same node): then proxies are told apart by node too.
     pub fn node_aware(&self, ctx: &PushContext) -> bool {
         (self.locality_labels(ctx))
-            .is_some_and(|l| l.iter().any(|k| k == crate::model::service::HOSTNAME_LABEL))
+            .is_some_and(|l| l.iter().any(|k| k == model::service::HOSTNAME_LABEL))
     }
 
     /// With [`ResourceCache::locality_aware`], the proxy labels any `failoverPriority` of

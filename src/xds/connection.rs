@@ -15,9 +15,9 @@ use super::XdsShared;
 use super::push::{ChangeSet, Push};
 use super::resource::{PUSH_ORDER, Resource, ResourceMap, TYPES, TypeKind, View};
 use super::wire::Batch;
-use crate::config::ObjectKey;
 use crate::metrics::type_label;
-use crate::model::Proxy;
+use model::Proxy;
+use model::config::ObjectKey;
 
 /// One type's watch on one stream.
 #[derive(Debug, Default)]
@@ -662,7 +662,7 @@ impl Drop for Connection {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Kind;
+    use model::config::Kind;
 
     #[test]
     fn sync_status_shows_the_proxys_names_and_its_types_by_name() {
@@ -742,8 +742,8 @@ mod tests {
 
     #[test]
     fn a_proxy_holding_an_earlier_view_gets_the_views_difference_computed_once() {
-        use crate::model::testmesh::{Load, Shape};
         use crate::xds::testing;
+        use model::testmesh::{Load, Shape};
         let shape = Shape::new(30, 3, 2);
         let mut store = shape.store();
         let pushes = testing::Pushes::default();
@@ -753,7 +753,7 @@ mod tests {
 
         // One endpoint added to svc-4.
         let parsed =
-            crate::config::parse::parse_file("c.yaml", &shape.service_yaml(4, Some("10.200.0.1")));
+            model::config::parse::parse_file("c.yaml", &shape.service_yaml(4, Some("10.200.0.1")));
         for o in parsed.objects {
             store.apply(o);
         }
@@ -824,12 +824,12 @@ mod tests {
 
     #[test]
     fn a_connection_that_skipped_a_push_blames_the_skipped_pushs_change() {
-        use crate::model::testmesh::{Load, Shape};
         use crate::xds::push::Push;
+        use model::testmesh::{Load, Shape};
         let store = Shape::new(3, 1, 1).store();
         let cache = Arc::new(crate::xds::cache::ResourceCache::default());
         let push = |n: u64, changed: Option<ObjectKey>, previous: Option<&Push>| {
-            let ctx = crate::model::PushContext::build(&store, format!("v/{n}"));
+            let ctx = model::PushContext::build(&store, format!("v/{n}"));
             let p = Push::new(
                 ctx,
                 n,

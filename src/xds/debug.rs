@@ -422,10 +422,10 @@ fn redacted(r: &Resource) -> Any {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::Proxy;
     use crate::xds::connection::Connection;
     use crate::xds::testing;
     use crate::xds::wire::Batch;
+    use model::Proxy;
 
     fn status_of(conn: &Connection) -> (i32, Option<String>) {
         let config = client_config(&conn.status.lock().unwrap());
@@ -437,8 +437,8 @@ mod tests {
 
     #[test]
     fn a_type_is_stale_until_acked_and_an_error_only_while_its_last_response_is_rejected() {
-        use crate::model::testmesh::Load;
-        let store = crate::model::testmesh::Shape::new(3, 1, 1).store();
+        use model::testmesh::Load;
+        let store = model::testmesh::Shape::new(3, 1, 1).store();
         let (_tx, rx) = tokio::sync::watch::channel(testing::Pushes::default().build(&store, 1));
         let shared = testing::shared(rx);
         let meta = serde_json::json!({"NAMESPACE": "ns-1"});

@@ -379,9 +379,9 @@ mod tests {
     /// configuration it does not hold yet).
     #[tokio::test]
     async fn vhds_sends_every_virtual_host_then_only_the_changed_ones() {
-        use crate::model::testmesh::{Load, Shape};
         use crate::xds::resource::vhds_route_config;
         use crate::xds::testing;
+        use model::testmesh::{Load, Shape};
 
         let shape = Shape::new(30, 3, 2);
         let mut store = shape.store();
@@ -389,7 +389,7 @@ mod tests {
         let (pushed, rx) = tokio::sync::watch::channel(pushes.build(&store, 1));
         let shared = testing::shared(rx);
         let meta = serde_json::json!({"NAMESPACE": "ns-1", "LABELS": {"app": "a"}});
-        let mut proxy = crate::model::Proxy::from_node(
+        let mut proxy = model::Proxy::from_node(
             "sidecar~10.9.0.1~a-0.ns-1~ns-1.svc.cluster.local",
             meta.as_object().unwrap(),
         )
@@ -450,7 +450,7 @@ mod tests {
         assert_eq!(answer(&mut plain_rx).0, TypeKind::Route.url());
 
         // A VirtualService of svc-0 changes: its virtual host alone is pushed.
-        let parsed = crate::config::parse::parse_file("vs.yaml", &shape.routing_yaml(0, "bob"));
+        let parsed = model::config::parse::parse_file("vs.yaml", &shape.routing_yaml(0, "bob"));
         for o in parsed.objects {
             store.apply(o);
         }

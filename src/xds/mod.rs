@@ -38,9 +38,9 @@ use self::push::{Push, PushSettings};
 use self::resource::{TYPES, TypeKind};
 use crate::ca::Identity;
 use crate::ca::authn::Authenticator;
-use crate::config::ObjectKey;
 use crate::metrics::{Metrics, type_label};
-use crate::model::{Locality, Proxy};
+use model::config::ObjectKey;
+use model::{Locality, Proxy};
 
 /// The response stream went away.
 #[derive(Debug)]
@@ -477,7 +477,7 @@ pub(crate) mod testing {
     use super::XdsShared;
     use super::cache::ResourceCache;
     use super::push::{Push, PushSettings};
-    use crate::model::{PushContext, Store};
+    use model::{PushContext, Store};
 
     /// Pushes of a test store sharing one resource cache, as the push pipeline's do.
     #[derive(Default)]

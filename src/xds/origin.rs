@@ -10,7 +10,7 @@ use envoy_types::pb::google::protobuf::value::Kind as ValueKind;
 use prost::Message;
 
 use super::resource::{Resource, TypeKind};
-use crate::config::{Kind, ObjectKey};
+use model::config::{Kind, ObjectKey};
 
 /// `/apis/GROUP/VERSION/namespaces/NS/SEGMENT/NAME` back to the object's key.
 pub fn parse_config_path(path: &str) -> Option<ObjectKey> {

@@ -13,11 +13,11 @@ use tokio::sync::{mpsc, watch};
 use super::cache::{self, ResourceCache};
 use super::resource::{ResourceMap, TypeKind, View};
 use super::wire::Batch;
-use crate::config::{Kind, ObjectKey};
 use crate::metrics::{Metrics, type_label};
-use crate::model::service::AutoAddresses;
-use crate::model::{Interception, Locality, Proxy, ProxyKind, PushContext, Store};
 use crate::translate::tracing::TraceIds;
+use model::config::{Kind, ObjectKey};
+use model::service::AutoAddresses;
+use model::{Interception, Locality, Proxy, ProxyKind, PushContext, Store};
 
 /// Pipeline settings, from Istio's environment variables.
 #[derive(Clone, Debug)]

@@ -33,7 +33,7 @@ pub enum TypeKind {
     /// (see [`vhds_route_config`]).
     VirtualHost = 5,
     /// NDS: the DNS name table of a proxy whose agent runs a DNS proxy
-    /// ([`crate::model::Proxy::dns_proxy`]); one resource, named `""` as istiod's is.
+    /// ([`model::Proxy::dns_proxy`]); one resource, named `""` as istiod's is.
     NameTable = 6,
 }
 

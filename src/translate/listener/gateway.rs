@@ -14,11 +14,11 @@ use super::{
     Chain, HCM, Hcm, filter_chain, http_connection_manager, listener, route_proxy, tcp_proxy_named,
     tcp_route_proxy, tls_inspector,
 };
-use crate::config::ConfigObject;
-use crate::model::{Proxy, PushContext, Service, host_matches};
 use crate::translate::credentials::{self, CredentialUse, ServerTls};
 use crate::translate::{authz, cluster, route, sniff, stat_name};
 use api::networking::{L4MatchAttributes, VirtualServiceSpec};
+use model::config::ConfigObject;
+use model::{Proxy, PushContext, Service, host_matches};
 
 /// A Gateway server that takes TLS: an HTTPS server terminating it (with its route
 /// configuration's name), a TLS server terminating it before a TCP route, or a
@@ -160,7 +160,7 @@ fn auto_passthrough_chains(
     let covered = |svc: &Service| hosts.iter().any(|h| host_matches(h, &svc.hostname));
     for svc in services.iter().filter(|s| !s.mesh_external && covered(s)) {
         let rule = ctx.service_rule(proxy, svc);
-        let subsets = (rule.and_then(|r| crate::model::destination_rule::spec(r)))
+        let subsets = (rule.and_then(|r| model::destination_rule::spec(r)))
             .map(|d| {
                 d.subsets
                     .iter()

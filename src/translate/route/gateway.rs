@@ -9,10 +9,10 @@ use std::sync::Arc;
 use envoy_types::pb::envoy::config::route::v3::{Route, RouteConfiguration, VirtualHost};
 
 use super::{depends_on_proxy, http_routes, kept_matches, route_configuration};
-use crate::config::ConfigObject;
-use crate::model::{Proxy, PushContext, host_matches};
 use crate::translate::listener::{GatewayServer, server_host_pattern};
 use api::networking::VirtualServiceSpec;
+use model::config::ConfigObject;
+use model::{Proxy, PushContext, host_matches};
 
 /// A gateway route configuration before assembly: `http.PORT` for the HTTP servers of a
 /// listener port, or `https.PORT.NAME.GATEWAY.NS` for one HTTPS server.

@@ -5,8 +5,8 @@ use envoy_types::pb::envoy::config::route::v3::virtual_host::TlsRequirementType;
 use serde_json::json;
 
 use super::context;
-use crate::model::Proxy;
 use crate::translate::proxy_config;
+use model::Proxy;
 
 const MESH: &str = r#"
 apiVersion: networking.istio.io/v1

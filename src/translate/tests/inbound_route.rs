@@ -112,7 +112,7 @@ fn inbound_clusters_reach_the_application_at_its_original_destination_or_on_loop
             "{SERVICES}---\napiVersion: v1\nkind: ConfigMap\nmetadata: {{name: istio, namespace: istio-system}}\ndata:\n  mesh: |\n    {mesh}\n"
         );
         let meta = json!({"NAMESPACE": "shop", "LABELS": {"app": "web"}});
-        let proxy = crate::model::Proxy::from_node(
+        let proxy = model::Proxy::from_node(
             &format!("sidecar~{ip}~web-1.shop~shop.svc.cluster.local"),
             meta.as_object().unwrap(),
         )

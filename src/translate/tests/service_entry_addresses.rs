@@ -6,8 +6,8 @@
 use serde_json::json;
 
 use super::{chains_to_clusters, context};
-use crate::model::Proxy;
 use crate::translate::proxy_config;
+use model::Proxy;
 
 /// Two TCP databases on one port and an HTTP API, none with an address of its own, each
 /// given addresses by auto-allocation; one entry that opted out and one that resolves

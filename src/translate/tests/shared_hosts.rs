@@ -5,8 +5,8 @@
 use serde_json::json;
 
 use super::{context, sidecar};
-use crate::model::PushContext;
 use crate::translate::{ProxyConfig, proxy_config};
+use model::PushContext;
 
 const HOST: &str = "api.partner.example";
 
@@ -114,7 +114,7 @@ fn a_gateway_gets_the_entry_its_namespace_would() {
     let ctx = mesh();
     let meta = json!({"NAMESPACE": "team-b", "LABELS": {"istio": "ingressgateway"}});
     let id = "router~10.9.9.8~gw.team-b~team-b.svc.cluster.local";
-    let gateway = crate::model::Proxy::from_node(id, meta.as_object().unwrap()).unwrap();
+    let gateway = model::Proxy::from_node(id, meta.as_object().unwrap()).unwrap();
     let cfg = proxy_config(&ctx, &gateway);
     assert_eq!(
         partner_endpoints(&cfg),
@@ -140,7 +140,7 @@ fn a_dns_proxy_answers_with_the_entry_its_namespace_gets() {
     let ips = |ns: &str| {
         let meta = json!({"NAMESPACE": ns, "DNS_CAPTURE": "true"});
         let id = format!("sidecar~10.9.9.9~p.{ns}~{ns}.svc.cluster.local");
-        let p = crate::model::Proxy::from_node(&id, meta.as_object().unwrap()).unwrap();
+        let p = model::Proxy::from_node(&id, meta.as_object().unwrap()).unwrap();
         let table = proxy_config(&ctx, &p).name_table.unwrap().table;
         table[HOST].ips.clone()
     };

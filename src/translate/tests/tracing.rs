@@ -14,8 +14,8 @@ use prost::Message;
 use serde_json::json;
 
 use super::context;
-use crate::model::Proxy;
 use crate::translate::{ProxyConfig, proxy_config};
+use model::Proxy;
 
 const MESH: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: istio, namespace: istio-system}\ndata:\n  mesh: |\n";
 

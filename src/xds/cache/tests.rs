@@ -1,10 +1,10 @@
 use serde_json::json;
 
 use super::*;
-use crate::config::Kind;
-use crate::config::parse::parse_file;
-use crate::model::Store;
-use crate::model::testmesh::{Load, Shape};
+use model::Store;
+use model::config::Kind;
+use model::config::parse::parse_file;
+use model::testmesh::{Load, Shape};
 
 /// The Service svc-6 of `Shape`'s mesh (in `ns`) with one port, `port`.
 fn svc6_on_port(ns: &str, port: u32) -> String {
@@ -473,7 +473,7 @@ fn load_assignments_balanced_by_locality_are_shared_per_place_only() {
     let rule = "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: api, namespace: shop}\nspec:\n  host: api.example.com\n  trafficPolicy: {outlierDetection: {consecutive5xxErrors: 1}}\n";
     let at = |zone: &str, app: &str| {
         let mut p = proxy("sidecar", "shop", json!({ "app": app }), false);
-        p.locality = crate::model::Locality::parse(&format!("r/{zone}"));
+        p.locality = model::Locality::parse(&format!("r/{zone}"));
         p
     };
     let (a, b, c) = (at("z1", "a"), at("z1", "b"), at("z2", "a"));
@@ -557,8 +557,8 @@ fn with_network_gateways_load_assignments_are_shared_per_network_only() {
     // A new gateway address is a change to the Service alone: the update rebuilds the
     // gateways, and the cache serves no load assignment of the old ones.
     let before = ctx;
-    let changed = [crate::config::ObjectKey::new(
-        crate::config::Kind::Service,
+    let changed = [model::config::ObjectKey::new(
+        model::config::Kind::Service,
         "istio-system",
         "eastwest",
     )];
@@ -694,8 +694,8 @@ fn a_dns_capturing_proxys_view_holds_its_name_table_kept_current_by_endpoint_pus
 
 #[test]
 fn views_of_proxies_that_know_service_entries_by_auto_allocated_addresses_are_cached_apart() {
-    use crate::model::service::AutoAddresses;
     use crate::translate::name_table::NameTable;
+    use model::service::AutoAddresses;
     let mut store = Shape::new(40, 4, 2).store();
     let entry = |ip: &str| {
         format!(

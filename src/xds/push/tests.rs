@@ -1,5 +1,5 @@
 use super::*;
-use crate::config::Kind;
+use model::config::Kind;
 
 /// After a push that changed endpoints only, a proxy's view shares the listeners,
 /// routes and secrets of its view of the push before, and is still exactly the view
@@ -7,8 +7,8 @@ use crate::config::Kind;
 /// (its inbound listeners follow them), and no view after any other change.
 #[test]
 fn a_view_after_an_endpoint_change_keeps_its_listeners_and_routes() {
-    use crate::config::parse::parse_file;
-    use crate::model::testmesh::{Load, Shape};
+    use model::config::parse::parse_file;
+    use model::testmesh::{Load, Shape};
     let shape = Shape::new(20, 4, 2);
     let mut store = shape.store();
     let apply = |store: &mut Store, yaml: &str| -> BTreeSet<ObjectKey> {

@@ -445,12 +445,12 @@ fn request_authentication(r: &mut Report, ra: &api::security::RequestAuthenticat
             );
         }
         if !uri.is_empty()
-            && let Err(e) = crate::model::jwks::parse_uri(uri)
+            && let Err(e) = crate::jwks::parse_uri(uri)
         {
             r.error(format!("{f}.jwksUri"), e);
         }
         if let Some(jwks) = rule.jwks.as_deref()
-            && let Err(e) = crate::model::jwks::check_key_set(jwks)
+            && let Err(e) = crate::jwks::check_key_set(jwks)
         {
             r.error(format!("{f}.jwks"), format!("jwks parse error: {e}"));
         }
@@ -682,7 +682,7 @@ fn tls_route(
                     sf,
                     format!("using an IP address ({sni:?}) goes against the SNI spec and most clients do not support it"),
                 );
-            } else if !vs_hosts.iter().any(|h| crate::model::host_covers(h, sni)) {
+            } else if !vs_hosts.iter().any(|h| crate::host_covers(h, sni)) {
                 r.error(
                     sf,
                     format!(
@@ -772,7 +772,7 @@ fn dns_name(host: &str) -> bool {
 /// `captureMode` one of Istio's. A Unix domain socket `bind` and the `HTTP_PROXY`
 /// protocol are accepted with a warning: meshd builds no listener for them.
 fn sidecar_egress(r: &mut Report, egress: &[api::networking::IstioEgressListener]) {
-    use crate::model::egress::UNIX_PREFIX;
+    use crate::egress::UNIX_PREFIX;
     let mut ports = Vec::new();
     for (i, e) in egress.iter().enumerate() {
         let f = format!("spec.egress[{i}]");
@@ -1231,7 +1231,7 @@ fn retries(r: &mut Report, field: &str, policy: &api::networking::HttpRetry) {
 
 /// `defaultConfig.tracing`: a sampling percentage istiod would replace, and custom tags
 /// that say nothing, are warned about.
-fn proxy_tracing(r: &mut Report, t: &crate::model::mesh::ProxyTracing) {
+fn proxy_tracing(r: &mut Report, t: &crate::mesh::ProxyTracing) {
     let f = "data.mesh.defaultConfig.tracing";
     if !(0.0..=100.0).contains(&t.sampling) {
         let message = format!("{} is not a percentage; 1 is used", t.sampling);
@@ -1253,10 +1253,10 @@ fn proxy_tracing(r: &mut Report, t: &crate::model::mesh::ProxyTracing) {
 /// MeshConfig's external authorizers. istiod keeps the mesh config and refuses only what
 /// uses a broken provider, so these are warnings: a CUSTOM policy naming a provider with
 /// a problem denies the requests it matches (see `translate::ext_authz`).
-fn extension_providers(r: &mut Report, providers: &[crate::model::mesh::ExtensionProvider]) {
+fn extension_providers(r: &mut Report, providers: &[crate::mesh::ExtensionProvider]) {
     for (i, e) in providers.iter().enumerate() {
         let f = format!("data.mesh.extensionProviders[{i}]");
-        if let Err(problem) = crate::model::ext_authz::check(e, providers) {
+        if let Err(problem) = crate::ext_authz::check(e, providers) {
             r.warn(f, problem);
         }
     }

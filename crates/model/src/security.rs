@@ -133,17 +133,17 @@ impl PushContext {
 
     /// The key sets meshd must fetch: those of every rule without an inline `jwks`, with
     /// the longest `timeout` a rule gives each and the objects naming it.
-    pub fn jwks_sources(&self) -> crate::model::jwks::Wanted {
-        let mut wanted = crate::model::jwks::Wanted::new();
+    pub fn jwks_sources(&self) -> crate::jwks::Wanted {
+        let mut wanted = crate::jwks::Wanted::new();
         for o in self.request_authentications.iter() {
             let Spec::RequestAuthentication(spec) = &o.spec else {
                 continue;
             };
             for rule in spec.jwt_rules.iter().filter(|r| r.jwks.is_none()) {
-                let source = crate::model::jwks::JwksSource::of(rule);
+                let source = crate::jwks::JwksSource::of(rule);
                 let timeout = (rule.timeout.as_deref())
                     .and_then(|t| api::duration::parse(t).ok())
-                    .unwrap_or(crate::model::jwks::DEFAULT_TIMEOUT);
+                    .unwrap_or(crate::jwks::DEFAULT_TIMEOUT);
                 let entry = wanted.entry(source).or_default();
                 entry.0 = entry.0.max(timeout);
                 entry.1.insert(o.key.clone());
@@ -159,10 +159,10 @@ impl PushContext {
         if let Some(inline) = &rule.jwks {
             return inline;
         }
-        let source = crate::model::jwks::JwksSource::of(rule);
+        let source = crate::jwks::JwksSource::of(rule);
         match self.store.jwks(&source.key()) {
             Some(Some(fetched)) => fetched,
-            _ => crate::model::jwks::fail_closed(),
+            _ => crate::jwks::fail_closed(),
         }
     }
 

@@ -371,10 +371,10 @@ fn decode_spec(
             let cm: core::ConfigMap = typed(value, "", unknown)?;
             let mut data = cm.data.unwrap_or_default();
             let mesh = data.remove("mesh").unwrap_or_default();
-            let mut mesh = crate::model::mesh::MeshConfig::parse(&mesh)
-                .map_err(|e| ("data.mesh".to_string(), e))?;
+            let mut mesh =
+                crate::mesh::MeshConfig::parse(&mesh).map_err(|e| ("data.mesh".to_string(), e))?;
             let networks = data.remove("meshNetworks").unwrap_or_default();
-            mesh.mesh_networks = crate::model::network::MeshNetworks::parse(&networks)
+            mesh.mesh_networks = crate::network::MeshNetworks::parse(&networks)
                 .map_err(|e| ("data.meshNetworks".to_string(), e))?;
             Spec::MeshConfig(mesh)
         }

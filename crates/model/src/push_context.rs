@@ -14,10 +14,10 @@ use super::{
     Proxy, ProxyKind, REVISION_LABEL, Service, Store, host_covers, host_matches,
     namespace_revision, resolve_host,
 };
+use crate::Locality;
 use crate::config::{ConfigObject, EndpointSliceDef, Kind, ObjectKey, Spec};
-use crate::model::Locality;
-use crate::model::mesh::MeshConfig;
-use crate::model::network::{EndpointNetworks, NETWORK_LABEL, NetworkGateways};
+use crate::mesh::MeshConfig;
+use crate::network::{EndpointNetworks, NETWORK_LABEL, NetworkGateways};
 use api::labels_match;
 use api::networking::{
     Destination, DestinationRuleSpec, GatewaySpec, OutboundMode, SidecarSpec, VirtualServiceSpec,
@@ -244,7 +244,7 @@ impl PushContext {
         };
         let mut by_host: HashMap<&str, Vec<&Service>> = HashMap::new();
         let eds = self.all_services();
-        for svc in eds.filter(|s| s.discovery == crate::model::service::Discovery::Eds) {
+        for svc in eds.filter(|s| s.discovery == crate::service::Discovery::Eds) {
             by_host.entry(&svc.hostname).or_default().push(svc);
             for p in &svc.ports {
                 if !serving(svc, p.port, &BTreeMap::new()) {
@@ -253,10 +253,10 @@ impl PushContext {
             }
         }
         for rule in self.destination_rules.values() {
-            let Some(spec) = crate::model::destination_rule::spec(rule) else {
+            let Some(spec) = crate::destination_rule::spec(rule) else {
                 continue;
             };
-            let host = crate::model::resolve_host(&spec.host, &rule.key.namespace);
+            let host = crate::resolve_host(&spec.host, &rule.key.namespace);
             for svc in by_host.get(host.as_str()).into_iter().flatten() {
                 for subset in &spec.subsets {
                     for p in &svc.ports {
@@ -281,7 +281,7 @@ impl PushContext {
     }
 
     /// A push context from YAML that must be free of errors (tests).
-    #[cfg(test)]
+    #[cfg(any(test, feature = "testmesh"))]
     pub fn from_yaml(yaml: &str) -> PushContext {
         let mut store = Store::default();
         let parsed = crate::config::parse::parse_file("test.yaml", yaml);

@@ -343,7 +343,7 @@ pub enum Spec {
     Node,
     Secret(SecretDef),
     /// Istio's mesh ConfigMap, its `mesh` key parsed.
-    MeshConfig(crate::model::mesh::MeshConfig),
+    MeshConfig(crate::mesh::MeshConfig),
 }
 
 /// One accepted configuration object.

@@ -75,8 +75,8 @@ fn mesh_default_export_to_keeps_services_and_virtual_services_without_one_at_hom
 
 #[test]
 fn an_update_equals_a_full_build_and_shares_what_it_did_not_touch() {
-    use crate::model::testmesh::Load;
-    let shape = crate::model::testmesh::Shape::new(40, 4, 2);
+    use crate::testmesh::Load;
+    let shape = crate::testmesh::Shape::new(40, 4, 2);
     let mut store = shape.store();
     let pod = "---\napiVersion: v1\nkind: Pod\nmetadata: {name: web-1, namespace: ns-1, labels: {app: web, version: v1}}\nspec: {serviceAccountName: web}\n";
     let web_service = "---\napiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: ns-1}\nspec:\n  clusterIP: 10.96.9.9\n  ports: [{name: http, port: 80}]\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: web-a, namespace: ns-1, labels: {kubernetes.io/service-name: web}}\naddressType: IPv4\nports: [{name: http, port: 80}]\nendpoints:\n- {addresses: [10.1.0.1], targetRef: {kind: Pod, name: web-1}}\n";

@@ -227,7 +227,7 @@ fn locality_lb(
     }
     if !l.failover.is_empty() {
         for (i, label) in l.failover_priority.iter().enumerate() {
-            if crate::model::service::TOPOLOGY_LABELS.contains(&label.as_str()) {
+            if crate::service::TOPOLOGY_LABELS.contains(&label.as_str()) {
                 r.error(
                     format!("{field}.failoverPriority[{i}]"),
                     format!("can not simultaneously set 'failover' and topology label '{label}' in 'failover_priority'"),

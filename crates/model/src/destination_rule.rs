@@ -20,8 +20,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use crate::config::{ConfigObject, ObjectKey, Spec};
-use crate::model::mesh::MeshConfig;
-use crate::model::{host_covers, resolve_host};
+use crate::mesh::MeshConfig;
+use crate::{host_covers, resolve_host};
 use api::labels_match;
 use api::networking::DestinationRuleSpec;
 
@@ -435,7 +435,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::model::{Proxy, PushContext};
+    use crate::{Proxy, PushContext};
 
     const SERVICES: &str = "apiVersion: v1\nkind: Service\nmetadata: {name: reviews, namespace: shop}\nspec:\n  clusterIP: 10.96.0.10\n  ports: [{name: http, port: 9080}]\n---\napiVersion: v1\nkind: Service\nmetadata: {name: ratings, namespace: shop}\nspec:\n  clusterIP: 10.96.0.11\n  ports: [{name: http, port: 9080}]\n---\napiVersion: v1\nkind: Service\nmetadata: {name: details, namespace: shop}\nspec:\n  clusterIP: 10.96.0.12\n  ports: [{name: http, port: 9080}]\n";
 

@@ -2,6 +2,7 @@
 //! views a push needs ([`PushContext`]). Sources write here through [`Store::apply`] and
 //! [`Store::delete`]; nothing here knows about files, Kubernetes or protobuf.
 
+pub mod config;
 pub mod delegate;
 pub mod destination_rule;
 pub mod egress;
@@ -14,7 +15,7 @@ pub mod push_context;
 pub mod security;
 pub mod service;
 pub mod shared_hosts;
-#[cfg(test)]
+#[cfg(any(test, feature = "testmesh"))]
 pub mod testmesh;
 
 use std::collections::BTreeMap;
@@ -39,7 +40,7 @@ pub struct Store {
     /// IPs (network gateways behind a load balancer's hostname), by hostname.
     resolved: Arc<BTreeMap<String, Vec<String>>>,
     /// JSON Web Key Sets meshd fetched for RequestAuthentication rules, by
-    /// [`crate::model::jwks::JwksSource::key`]; `None`: the fetch failed before any succeeded.
+    /// [`crate::jwks::JwksSource::key`]; `None`: the fetch failed before any succeeded.
     jwks: Arc<BTreeMap<String, Option<String>>>,
 }
 

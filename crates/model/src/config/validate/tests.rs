@@ -872,7 +872,7 @@ fn request_authentication_is_checked_as_istio_checks_it() {
     };
     let good = ra(&format!(
         "  selector: {{matchLabels: {{app: web}}}}\n  jwtRules:\n  - issuer: https://a.example\n    jwksUri: https://a.example/keys\n    timeout: 2s\n  - issuer: b\n    jwks: '{}'\n",
-        crate::model::jwks::fail_closed()
+        crate::jwks::fail_closed()
     ));
     assert!(good.issues.is_empty(), "{:?}", good.issues);
     assert_eq!(good.objects.len(), 1);

@@ -181,7 +181,7 @@ impl HostServices {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::PushContext;
+    use crate::PushContext;
 
     /// A ServiceEntry of `api.example.com` in `namespace`, created on day `day` of 2024.
     fn entry(namespace: &str, name: &str, day: u32, export_to: &str) -> String {

@@ -337,7 +337,7 @@ fn string_conflict(root: Option<&StringMatch>, leaf: Option<&StringMatch>) -> bo
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::PushContext;
+    use crate::PushContext;
 
     fn vs(ns: &str, name: &str, body: &str) -> String {
         format!(

@@ -908,7 +908,7 @@ mod tests {
 
     #[test]
     fn a_build_spread_over_threads_equals_one_on_a_single_thread() {
-        let store = crate::model::testmesh::generate(PARALLEL_FROM + 501, 7, 2);
+        let store = crate::testmesh::generate(PARALLEL_FROM + 501, 7, 2);
         let one = build_services_on(&store, &MeshConfig::default(), 1);
         assert_eq!(one.0.len(), PARALLEL_FROM + 501);
         assert_eq!(build_services_on(&store, &MeshConfig::default(), 3), one);

@@ -447,7 +447,7 @@ fn lcm(a: u32, b: u32) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::PushContext;
+    use crate::PushContext;
 
     const GATEWAY: &str = "apiVersion: v1\nkind: Service\nmetadata: {name: eastwest, namespace: istio-system, labels: {topology.istio.io/network: net-b}}\nspec:\n  externalIPs: [192.0.2.7]\n  ports: [{name: tls, port: 15443}]\n";
 
