@@ -1,4 +1,4 @@
-//! Compiles `proto/` (Istio's CA service, NDS's name table) with protox, so no protoc
+//! Compiles `proto/ca.proto` (Istio's CA service) with protox, so no protoc
 //! binary is needed, and copies the descriptor set envoy-types ships (every Envoy
 //! message) for the debug views' JSON, which must read like Envoy's own admin
 //! `/config_dump`.
@@ -9,9 +9,7 @@ use std::process::Command;
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed=proto");
     println!("cargo:rerun-if-changed=Cargo.lock");
-    let descriptors = protox::compile(["proto/ca.proto", "proto/nds.proto"], ["proto"])?;
-    // Maps in name order, so that an unchanged table encodes to the same bytes (and the
-    // same version) every time.
+    let descriptors = protox::compile(["proto/ca.proto"], ["proto"])?;
     tonic_prost_build::configure()
         .btree_map(".")
         .compile_fds(descriptors)?;

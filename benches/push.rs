@@ -7,7 +7,6 @@ use std::sync::Arc;
 use criterion::{BatchSize, BenchmarkId, Criterion, criterion_group};
 use serde_json::json;
 
-use meshd::translate::proxy_config;
 use meshd::xds::cache::{self, ResourceCache};
 use meshd::xds::resource::View;
 use model::config::ObjectKey;
@@ -15,6 +14,7 @@ use model::config::parse::parse_file;
 use model::{Proxy, PushContext, Store};
 use prost::Message;
 use testkit::mesh::Shape;
+use translate::proxy_config;
 
 /// The allocator the `meshd` binary ships with, so the figures are what it does.
 #[global_allocator]
@@ -140,14 +140,14 @@ fn sidecar_generation(c: &mut Criterion) {
     // and encoded for each such view of each push.
     group.bench_function("1000_services_name_table", |b| {
         b.iter(|| {
-            let services = meshd::translate::services(&ctx, &proxy);
-            meshd::translate::name_table::name_table(&proxy, &services).encode_to_vec()
+            let services = translate::services(&ctx, &proxy);
+            translate::name_table::name_table(&proxy, &services).encode_to_vec()
         })
     });
     // The part of a cached view that is not cached: which services, listeners, the
     // VirtualService routes.
     group.bench_function("1000_services_plan_only", |b| {
-        b.iter(|| meshd::translate::plan(&ctx, &proxy).services.len())
+        b.iter(|| translate::plan(&ctx, &proxy).services.len())
     });
     // What a push costs per view once the per-service cache holds the mesh and the push
     // has built one view: the unscoped sidecars of the 50 namespaces in turn (views of

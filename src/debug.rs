@@ -558,13 +558,13 @@ async fn ndsz(
     State(s): State<DebugState>,
     axum::extract::Query(q): axum::extract::Query<ProxyQuery>,
 ) -> impl IntoResponse {
-    use crate::translate::name_table::{name_table, to_json};
+    use translate::name_table::{name_table, to_json};
     let c = match connection(&s, &q.proxy_id) {
         Ok(c) => c,
         Err(none) => return none,
     };
     let push = s.xds.current_push();
-    let services = crate::translate::services(&push.context, &c.model);
+    let services = translate::services(&push.context, &c.model);
     let table = name_table(&c.model, &services);
     let configs = json!({"configs": [to_json(&table)]});
     (StatusCode::OK, Json(configs))
@@ -647,14 +647,8 @@ async fn endpoint_shardz(State(s): State<DebugState>) -> impl IntoResponse {
             .iter()
             .map(|p| {
                 let name = format!("outbound|{}||{}", p.port, svc.hostname);
-                let cla = crate::translate::endpoint::load_assignment(
-                    &name,
-                    svc,
-                    p.port,
-                    |_| true,
-                    None,
-                    None,
-                );
+                let cla =
+                    translate::endpoint::load_assignment(&name, svc, p.port, |_| true, None, None);
                 let json = dump::any_to_json(&encode(&name, &cla).any())
                     .unwrap_or_else(|e| json!({"error": e}));
                 (name, json)

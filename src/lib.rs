@@ -16,6 +16,5 @@ pub mod resolve;
 pub mod secure;
 pub mod serve;
 pub mod tls;
-pub mod translate;
 pub mod webhook;
 pub mod xds;

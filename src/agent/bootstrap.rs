@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
-use crate::translate::tls::{ROOT_SECRET, SDS_CLUSTER, WORKLOAD_SECRET};
+use translate::tls::{ROOT_SECRET, SDS_CLUSTER, WORKLOAD_SECRET};
 
 /// What the bootstrap says.
 #[derive(Clone, Debug)]

@@ -16,7 +16,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::certs::WorkloadCert;
-use crate::translate::tls::{
+use translate::tls::{
     FILE_CERT_PREFIX, FILE_PAIR_SEPARATOR, FILE_ROOT_PREFIX, ROOT_SECRET, SYSTEM_ROOTS,
     WORKLOAD_SECRET, certificate_secret, validation_secret,
 };

@@ -35,14 +35,14 @@ use super::resource::{
     resource_map,
 };
 use crate::metrics::{Metrics, type_label};
-use crate::translate::locality::{self, Place};
-use crate::translate::route::{Audience, VirtualHostPlan};
-use crate::translate::{self};
 use api::networking::LocalityLoadBalancerSetting;
 use model::config::{ConfigObject, ObjectKey, Spec};
 use model::network::NetworkGateways;
 use model::service::AutoAddresses;
 use model::{Proxy, ProxyKind, PushContext, Service};
+use translate::locality::{self, Place};
+use translate::route::{Audience, VirtualHostPlan};
+use translate::{self};
 
 mod gateway;
 

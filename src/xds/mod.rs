@@ -5,7 +5,6 @@
 //! per-connection status; each connection's state is owned by its task.
 
 pub mod cache;
-pub mod canonical;
 pub mod connection;
 pub mod cork;
 pub mod debug;

@@ -14,10 +14,10 @@ use super::cache::{self, ResourceCache};
 use super::resource::{ResourceMap, TypeKind, View};
 use super::wire::Batch;
 use crate::metrics::{Metrics, type_label};
-use crate::translate::tracing::TraceIds;
 use model::config::{Kind, ObjectKey};
 use model::service::AutoAddresses;
 use model::{Interception, Locality, Proxy, ProxyKind, PushContext, Store};
+use translate::tracing::TraceIds;
 
 /// Pipeline settings, from Istio's environment variables.
 #[derive(Clone, Debug)]
@@ -162,8 +162,7 @@ fn workload_ports_kept(before: &PushContext, after: &PushContext, changed: &Chan
     (after.touched_services_since(before, changed).into_iter()).all(|pair| match pair {
         (Some(a), Some(b)) => {
             Arc::ptr_eq(a, b)
-                || crate::translate::inbound::workload_ports(a)
-                    == crate::translate::inbound::workload_ports(b)
+                || translate::inbound::workload_ports(a) == translate::inbound::workload_ports(b)
         }
         (None, None) => true,
         _ => false,
@@ -282,7 +281,7 @@ impl Push {
         cache.retain_services_of(&context, changed.as_ref());
         let locality_aware = cache.locality_aware(&context);
         let node_aware = cache.node_aware(&context);
-        let trace_aware = crate::translate::tracing::enabled(&context);
+        let trace_aware = translate::tracing::enabled(&context);
         Push {
             trace_aware,
             locality_aware,

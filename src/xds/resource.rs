@@ -17,7 +17,7 @@ use envoy_types::pb::envoy::config::route::v3::RouteConfiguration;
 use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::Secret;
 
 use super::wire::Batch;
-use crate::translate::{self, ProxyConfig};
+use translate::{self, ProxyConfig};
 
 /// The xDS types meshd serves, in push order (make-before-break: CDS, EDS, LDS, RDS).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -197,9 +197,9 @@ pub fn encode<T: Message + Name>(name: &str, message: &T) -> Arc<Resource> {
     from_bytes::<T>(name, message.encode_to_vec())
 }
 
-/// A cluster, in the canonical encoding (see [`super::canonical`]).
+/// A cluster, in the canonical encoding (see [`translate::canonical`]).
 pub(super) fn encode_cluster(c: &Cluster) -> Arc<Resource> {
-    from_bytes::<Cluster>(&c.name, super::canonical::encode_cluster(c))
+    from_bytes::<Cluster>(&c.name, translate::canonical::encode_cluster(c))
 }
 
 pub(super) fn from_bytes<T: Name>(name: &str, value: Vec<u8>) -> Arc<Resource> {

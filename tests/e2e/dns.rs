@@ -15,10 +15,10 @@ use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service
 use envoy_types::pb::envoy::service::discovery::v3::{
     DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
 };
-use meshd::translate::name_table::NameTable;
 use prost::{Message, Name};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
+use translate::name_table::NameTable;
 
 use crate::harness::*;
 

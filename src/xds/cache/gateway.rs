@@ -8,9 +8,9 @@ use std::sync::Arc;
 use prost::Message;
 
 use super::{Destination, Generations, ResourceCache, VIRTUAL_HOSTS, encode_routes, same};
-use crate::translate::{self, route::GatewayRoutes, route::GatewayVirtualHost};
 use model::config::{ConfigObject, Kind, ObjectKey, Spec};
 use model::{Proxy, PushContext};
+use translate::{self, route::GatewayRoutes, route::GatewayVirtualHost};
 
 /// The routes one VirtualService gives a gateway server ([`GatewayRoutes`]), encoded as
 /// a run of `VirtualHost.routes` fields, and what they were built from.

@@ -621,7 +621,7 @@ fn a_sniffed_ports_own_route_configuration_is_cached_apart_from_the_ports() {
 
 #[test]
 fn a_dns_capturing_proxys_view_holds_its_name_table_kept_current_by_endpoint_pushes() {
-    use crate::translate::name_table::NameTable;
+    use translate::name_table::NameTable;
     let headless = |ips: &str| {
         format!(
             "apiVersion: v1\nkind: Service\nmetadata: {{name: db, namespace: ns-0, annotations: {{networking.istio.io/exportTo: .}}}}\nspec: {{clusterIP: None, ports: [{{name: tcp, port: 5432}}]}}\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: db-a, namespace: ns-0, labels: {{kubernetes.io/service-name: db}}}}\naddressType: IPv4\nports: [{{name: tcp, port: 5432}}]\nendpoints: [{ips}]\n"
@@ -694,8 +694,8 @@ fn a_dns_capturing_proxys_view_holds_its_name_table_kept_current_by_endpoint_pus
 
 #[test]
 fn views_of_proxies_that_know_service_entries_by_auto_allocated_addresses_are_cached_apart() {
-    use crate::translate::name_table::NameTable;
     use model::service::AutoAddresses;
+    use translate::name_table::NameTable;
     let mut store = Shape::new(40, 4, 2).store();
     let entry = |ip: &str| {
         format!(

@@ -3,7 +3,7 @@
 use serde_json::json;
 
 use super::{context, sidecar};
-use crate::translate::proxy_config;
+use crate::proxy_config;
 
 /// An unnamed port (sniffed) selecting the sidecar, and the mesh `lines`; the listener
 /// filter timeouts of the sidecar's sniffing outbound listener and its virtualInbound,

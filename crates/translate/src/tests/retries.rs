@@ -10,9 +10,9 @@ use prost::Message;
 use serde_json::json;
 
 use super::{context, sidecar};
-use crate::translate::ProxyConfig;
-use crate::translate::proxy_config;
-use crate::translate::route::{inbound_retry_policy, retry_policy};
+use crate::ProxyConfig;
+use crate::proxy_config;
+use crate::route::{inbound_retry_policy, retry_policy};
 use api::networking::HttpRetry;
 
 #[test]

@@ -5,7 +5,7 @@
 use serde_json::json;
 
 use super::{context, sidecar};
-use crate::translate::{ProxyConfig, proxy_config};
+use crate::{ProxyConfig, proxy_config};
 use model::PushContext;
 
 const HOST: &str = "api.partner.example";

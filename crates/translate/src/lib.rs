@@ -3,6 +3,7 @@
 
 pub mod access_log;
 pub mod authz;
+pub mod canonical;
 pub mod cluster;
 pub mod credentials;
 pub mod endpoint;

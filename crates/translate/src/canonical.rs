@@ -146,7 +146,7 @@ fn rbac_message(rules: &envoy_types::pb::envoy::config::rbac::v3::Rbac) -> Vec<u
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::translate::{istio_metadata, string_value, struct_value};
+    use crate::{istio_metadata, string_value, struct_value};
 
     fn cluster() -> Cluster {
         let services = struct_value(vec![

@@ -9,7 +9,7 @@ use prost::Message;
 use serde_json::json;
 
 use super::{context, sidecar};
-use crate::translate::{ProxyConfig, proxy_config};
+use crate::{ProxyConfig, proxy_config};
 
 const PATTERNS: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: istio, namespace: istio-system}\ndata:\n  mesh: |\n    outboundClusterStatName: '%SERVICE%_%SUBSET_NAME%_%SERVICE_PORT_NAME%_%SERVICE_PORT%_%TARGET_PORT%'\n    inboundClusterStatName: 'LocalService_%SERVICE_NAME%_%SERVICE_PORT%_%TARGET_PORT%'\n";
 

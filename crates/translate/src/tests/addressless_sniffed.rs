@@ -12,7 +12,7 @@ use prost::Message;
 use serde_json::json;
 
 use super::{context, sidecar};
-use crate::translate::proxy_config;
+use crate::proxy_config;
 
 /// `kafka` in shop: headless, its port named for no protocol meshd knows (sniffed).
 const KAFKA: &str = "---\napiVersion: v1\nkind: Service\nmetadata: {name: kafka, namespace: shop}\nspec: {clusterIP: None, ports: [{name: broker, port: 9092}]}\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: kafka-1, namespace: shop, labels: {kubernetes.io/service-name: kafka}}\naddressType: IPv4\nports: [{name: broker, port: 9092}]\nendpoints: [{addresses: [10.0.9.1], conditions: {ready: true}}]\n";

@@ -6,7 +6,7 @@ use envoy_types::pb::envoy::config::listener::v3::{FilterChain, Listener};
 use serde_json::json;
 
 use super::{chains_to_clusters, context, sidecar};
-use crate::translate::proxy_config;
+use crate::proxy_config;
 
 /// Each chain of `l` (the default last): its SNI names, its destination CIDRs
 /// (`ADDRESS/LENGTH`) and the cluster its tcp_proxy forwards to.
@@ -31,7 +31,7 @@ fn chains(l: &Listener) -> Vec<(Vec<String>, Vec<String>, String)> {
         .collect()
 }
 
-fn listener<'c>(cfg: &'c crate::translate::ProxyConfig, name: &str) -> &'c Listener {
+fn listener<'c>(cfg: &'c crate::ProxyConfig, name: &str) -> &'c Listener {
     (cfg.listeners.iter()).find(|l| l.name == name).unwrap()
 }
 

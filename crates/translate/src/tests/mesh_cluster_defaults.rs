@@ -5,7 +5,7 @@ use envoy_types::pb::envoy::config::cluster::v3::Cluster;
 use serde_json::json;
 
 use super::{context, sidecar};
-use crate::translate::proxy_config;
+use crate::proxy_config;
 
 /// (connect timeout in seconds, keepalive probes, time, interval) of a cluster.
 fn pool(c: &Cluster) -> (i64, Option<u32>, Option<u32>, Option<u32>) {

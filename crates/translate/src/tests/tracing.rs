@@ -14,7 +14,7 @@ use prost::Message;
 use serde_json::json;
 
 use super::context;
-use crate::translate::{ProxyConfig, proxy_config};
+use crate::{ProxyConfig, proxy_config};
 use model::Proxy;
 
 const MESH: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: istio, namespace: istio-system}\ndata:\n  mesh: |\n";

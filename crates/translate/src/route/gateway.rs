@@ -9,7 +9,7 @@ use std::sync::Arc;
 use envoy_types::pb::envoy::config::route::v3::{Route, RouteConfiguration, VirtualHost};
 
 use super::{depends_on_proxy, http_routes, kept_matches, route_configuration};
-use crate::translate::listener::{GatewayServer, server_host_pattern};
+use crate::listener::{GatewayServer, server_host_pattern};
 use api::networking::VirtualServiceSpec;
 use model::config::ConfigObject;
 use model::{Proxy, PushContext, host_matches};

@@ -25,7 +25,7 @@ use envoy_types::pb::envoy::r#type::matcher::v3::{
 use envoy_types::pb::google::protobuf::Any;
 
 use super::cidr_range;
-use crate::xds::canonical;
+use crate::canonical;
 use api::security::{AuthorizationAction, AuthorizationPolicySpec, Condition, Rule};
 use api::values::claim_path;
 use model::config::ConfigObject;

@@ -17,8 +17,8 @@ use prost::Message;
 use serde_json::json;
 
 use super::{context, sidecar};
-use crate::translate::access_log::ISTIO_TEXT_FORMAT;
-use crate::translate::{ProxyConfig, proxy_config};
+use crate::access_log::ISTIO_TEXT_FORMAT;
+use crate::{ProxyConfig, proxy_config};
 
 /// A mesh ConfigMap with these `mesh` lines, a TCP service and an HTTP one.
 fn config(mesh: &str) -> ProxyConfig {

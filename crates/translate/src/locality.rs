@@ -82,7 +82,7 @@ pub struct Place {
     pub locality: Locality,
     pub labels: BTreeMap<String, String>,
     /// `Some` (empty when the proxy names none) only when some network has a gateway:
-    /// then every load assignment depends on it ([`crate::translate::network`]).
+    /// then every load assignment depends on it ([`crate::network`]).
     pub network: Option<String>,
     /// The networks whose endpoints the proxy asked to see (`REQUESTED_NETWORK_VIEW`).
     pub network_view: Option<Box<[String]>>,
@@ -454,7 +454,7 @@ fn renumber(groups: &mut [Group<'_>]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::translate::endpoint::{assignment, groups};
+    use crate::endpoint::{assignment, groups};
     use api::networking::{LoadBalancerSettings, OutlierDetection};
 
     /// `(address, locality, labels)` of each endpoint.

@@ -10,7 +10,7 @@ use prost::Message;
 use serde_json::json;
 
 use super::{context, sidecar};
-use crate::translate::proxy_config;
+use crate::proxy_config;
 
 const SERVICES: &str = "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: shop}\nspec: {clusterIP: 10.96.5.1, selector: {app: web}, ports: [{name: http, port: 80, targetPort: 8080}]}\n---\napiVersion: v1\nkind: Service\nmetadata: {name: rpc, namespace: shop}\nspec: {clusterIP: 10.96.5.2, selector: {app: web}, ports: [{name: grpc-api, port: 9000}]}\n";
 

@@ -40,7 +40,7 @@ use envoy_types::pb::envoy::r#type::v3::HttpStatus;
 use envoy_types::util::pack_any;
 
 use super::{authz, outbound_cluster_name};
-use crate::xds::canonical;
+use crate::canonical;
 use api::security::{AuthorizationAction, AuthorizationPolicySpec};
 use model::PushContext;
 use model::config::ConfigObject;

@@ -14,8 +14,8 @@ use super::{
     Chain, HCM, Hcm, filter_chain, http_connection_manager, listener, route_proxy, tcp_proxy_named,
     tcp_route_proxy, tls_inspector,
 };
-use crate::translate::credentials::{self, CredentialUse, ServerTls};
-use crate::translate::{authz, cluster, route, sniff, stat_name};
+use crate::credentials::{self, CredentialUse, ServerTls};
+use crate::{authz, cluster, route, sniff, stat_name};
 use api::networking::{L4MatchAttributes, VirtualServiceSpec};
 use model::config::ConfigObject;
 use model::{Proxy, PushContext, Service, host_matches};
@@ -72,7 +72,7 @@ fn gateway_routes<'a>(
 /// The host pattern of a Gateway server host (`ns/host`, `./host`, `*/host` or `host`)
 /// when its namespace part admits VirtualServices of `vs_ns` (`.` is the Gateway's own
 /// namespace `gw_ns`); `None` when it does not.
-pub(in crate::translate) fn server_host_pattern<'h>(
+pub(crate) fn server_host_pattern<'h>(
     server_host: &'h str,
     vs_ns: &str,
     gw_ns: &str,

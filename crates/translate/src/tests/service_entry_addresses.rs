@@ -6,7 +6,7 @@
 use serde_json::json;
 
 use super::{chains_to_clusters, context};
-use crate::translate::proxy_config;
+use crate::proxy_config;
 use model::Proxy;
 
 /// Two TCP databases on one port and an HTTP API, none with an address of its own, each

@@ -5,7 +5,7 @@ use envoy_types::pb::envoy::config::route::v3::virtual_host::TlsRequirementType;
 use serde_json::json;
 
 use super::context;
-use crate::translate::proxy_config;
+use crate::proxy_config;
 use model::Proxy;
 
 const MESH: &str = r#"

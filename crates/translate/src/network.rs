@@ -151,7 +151,7 @@ mod tests {
     /// `(address:port, weight)` of the load assignment's endpoints, for `proxy`.
     fn endpoints(ctx: &PushContext, proxy: &Proxy) -> Vec<(String, u32)> {
         let svc = &ctx.services["api.example.com"];
-        let at = crate::translate::locality::place(ctx, proxy);
+        let at = crate::locality::place(ctx, proxy);
         let cla =
             super::super::endpoint::load_assignment("c", svc, 80, |_| true, split(ctx, &at), None);
         let mut out: Vec<(String, u32)> = (cla.endpoints.iter().flat_map(|g| &g.lb_endpoints))
@@ -191,13 +191,7 @@ mod tests {
             ("10.4.0.1:80", 1),
         ]);
         assert_eq!(endpoints(&ctx, &proxy(Some("net-a"))), all);
-        assert!(
-            split(
-                &ctx,
-                &crate::translate::locality::place(&ctx, &proxy(Some("net-a")))
-            )
-            .is_none()
-        );
+        assert!(split(&ctx, &crate::locality::place(&ctx, &proxy(Some("net-a")))).is_none());
     }
 
     #[test]
@@ -272,7 +266,7 @@ mod tests {
         let ctx = PushContext::from_yaml(&yaml);
         let svc = &ctx.services["api.example.com"];
         let p = proxy(Some("net-a"));
-        let at = crate::translate::locality::place(&ctx, &p);
+        let at = crate::locality::place(&ctx, &p);
         let cla =
             super::super::endpoint::load_assignment("c", svc, 80, |_| true, split(&ctx, &at), None);
         let zoned = cla

@@ -9,7 +9,7 @@ use prost::Message;
 use serde_json::json;
 
 use super::{context, sidecar};
-use crate::translate::proxy_config;
+use crate::proxy_config;
 use model::Proxy;
 
 const OBJECTS: &str = "---\napiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: shop}\nspec: {clusterIP: 10.96.5.1, selector: {app: web}, ports: [{name: http, port: 80}]}\n---\napiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: gw, namespace: istio-system}\nspec:\n  selector: {istio: ingressgateway}\n  servers: [{port: {number: 80, name: http, protocol: HTTP}, hosts: ['*']}]\n";
