@@ -69,7 +69,7 @@ bench-convergence-vhds proxies="5000":
     MESHD_ENABLE_VHDS=true just loadgen --services 1000 --namespaces 50 --proxies {{proxies}} --change vs --changes 5 --json target/loadgen/convergence-vs-vhds.json
 
 # Endpoint-only changes are then pushed without waiting out PILOT_DEBOUNCE_AFTER, and the
-# Kubernetes source has no file settle (BENCHMARKS.md, session 34).
+# Kubernetes source has no file settle.
 # The endpoint change to 10,000 proxies from the Kubernetes source, EDS debounce off.
 bench-convergence-eds proxies="10000":
     PILOT_ENABLE_EDS_DEBOUNCE=false cargo bench --locked --bench kube_source -- --services 1000 --namespaces 50 --proxies {{proxies}} --change endpoint --changes 10 --init-timeout 600s --json target/loadgen/convergence-endpoint-eds.json
@@ -113,14 +113,13 @@ flamegraph-fleet:
     FREQ=499 scripts/fleet-flamegraph.sh vs "change 1/" 7 --services 1000 --namespaces 50 --proxies 5000 --change vs --changes 5
     FREQ=499 scripts/fleet-flamegraph.sh endpoint "change 1/" 9 --services 1000 --namespaces 50 --proxies 10000 --change endpoint --changes 10 --init-timeout 600s
 
-# Needs perf. The budget of target 4 in BENCHMARKS.md ("Session 27", "Session 34").
+# Needs perf.
 # CPU per proxy per endpoint change to 10,000 proxies: meshd and the simulator, user and kernel.
 cpu-fleet proxies="10000":
     cargo build --release --locked
     scripts/fleet-cpu.sh endpoint "change 1/" --services 1000 --namespaces 50 --proxies {{proxies}} --change endpoint --changes 10 --init-timeout 600s
 
-# Under BENCHMARKS.md's verdicts on targets 4 and 6 ("Session 41"): two one-thread
-# processes, no HTTP/2, gRPC or protobuf. The endpoint push as bare loopback writes, reads
+# Two one-thread processes, no HTTP/2, gRPC or protobuf. The endpoint push as bare loopback writes, reads
 # and ACKs to 10,000 connections; the secure storm as 1.98 MB of sealed records per new
 # connection, and one mutual-TLS handshake's public-key operations.
 # The floor: what the system calls and cryptography of a push cost on this machine.

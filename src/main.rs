@@ -6,6 +6,9 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+#[cfg(test)]
+mod options_doc;
+
 use meshd::ca::CertTtl;
 use meshd::filesource::yaml_files;
 use meshd::k8s::Scope;

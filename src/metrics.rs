@@ -472,7 +472,7 @@ pub fn unix_seconds(at: std::time::SystemTime) -> i64 {
 /// proxy's configuration) tokio ends that task alone, its sender goes with it, and the
 /// proxy sees its stream end and reconnects, while every other stream carries on. A
 /// process-wide hook rather than a wrapper around each stream's task, which made every
-/// connected proxy's task larger (BENCHMARKS.md, session 35).
+/// connected proxy's task larger.
 pub fn count_panics(counter: Counter) {
     let report = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {

@@ -990,7 +990,7 @@ fn clusters_and_endpoints(
 /// The name table does when the proxy may reach a headless service (whose entry is its
 /// endpoints): it is built again then, and kept otherwise.
 /// A gateway bound to many VirtualServices is most of a push's translation otherwise
-/// (1,000 virtual hosts: see BENCHMARKS.md), and a sidecar's plan most of its view.
+/// (1,000 virtual hosts on the benchmarks' gateway), and a sidecar's plan most of its view.
 pub fn view_after_endpoints(
     ctx: &PushContext,
     proxy: &Proxy,

@@ -91,7 +91,7 @@ pub struct LoadgenArgs {
     #[arg(long, default_value_t = 1)]
     pub proxies_per_connection: usize,
     /// Each proxy's connection through hyper's HTTP/2 client instead of the simulator's
-    /// own (`src/loadgen/h2c.rs`), to compare what the simulator costs.
+    /// own (`h2c.rs`), to compare what the simulator costs.
     #[arg(long)]
     pub hyper_client: bool,
     /// The first N sidecars NACK every route configuration.
@@ -677,8 +677,8 @@ async fn await_initialised(
 /// meshd's figures once what a connect storm freed has gone: once meshd has let go of
 /// the encoded runs it shared between the storm's responses (src/xds/joined.rs), a
 /// second more, and then until its RSS stops falling as the heap hands the freed memory
-/// back. Now and then a run sampled RSS near its storm's peak (BENCHMARKS.md, sessions
-/// 17 and 28); the progress line tells whether RSS was still falling then.
+/// back. Sampled sooner, a run could read RSS near its storm's peak; the progress line
+/// tells whether RSS was still falling then.
 async fn settled(args: &LoadgenArgs, probe: &Probe) -> self::meshd::MeshdFigures {
     let drained = Instant::now() + Duration::from_secs(10);
     while meshd_figures(&args.monitoring).shared_run_bytes > 0.0 && Instant::now() < drained {

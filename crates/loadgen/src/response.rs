@@ -8,7 +8,7 @@
 //! configuration on a 1,000-service mesh spans ~35 chunks — is kept as its pieces
 //! ([`Encoded::Spanning`]): prost would copy it into one new buffer, and filling that copy
 //! and faulting in its pages was a quarter of the simulator's CPU while meshd pushed a
-//! VirtualService change to 5,000 proxies (BENCHMARKS.md, session 15).
+//! VirtualService change to 5,000 proxies.
 
 use std::borrow::Cow;
 

@@ -23,7 +23,8 @@ pub enum Protocol {
     Https,
     Tls,
     Tcp,
-    /// Unnamed port: Istio sniffs it; meshd treats it as HTTP (see README).
+    /// A port whose name and appProtocol name no protocol: its traffic is sniffed, as
+    /// Istio sniffs it (HTTP on one filter chain, anything else on another).
     Unknown,
 }
 

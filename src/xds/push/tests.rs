@@ -471,3 +471,23 @@ fn proxies_of_other_meshes_or_service_clusters_share_a_view_only_while_nothing_t
     assert!(!Arc::ptr_eq(&on.view(&a), &on.view(&c)));
     assert!(Arc::ptr_eq(&on.view(&a), &on.view(&proxy("m1", "web"))));
 }
+
+#[test]
+fn every_variable_the_push_settings_read_is_documented() {
+    let asked = std::cell::RefCell::new(Vec::new());
+    PushSettings::from_lookup(|name| {
+        asked.borrow_mut().push(name.to_string());
+        None
+    })
+    .unwrap();
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/configuration.md");
+    let doc = std::fs::read_to_string(path).unwrap();
+    let asked = asked.into_inner();
+    assert!(asked.len() >= 10, "{asked:?}");
+    for name in asked {
+        assert!(
+            doc.contains(&format!("`{name}`")),
+            "{name} is not in docs/configuration.md"
+        );
+    }
+}
