@@ -15,6 +15,7 @@ mod h2c;
 mod kube_writer;
 mod meshd;
 mod node;
+mod percentiles;
 pub mod process;
 pub mod proxy;
 mod read_ahead;
@@ -34,6 +35,7 @@ use tokio::sync::watch;
 use self::kube_writer::KubeWriter;
 use self::meshd::{Probe, Spawned, meshd_figures, metric, out_of_sync, spawn_meshd, with_identity};
 use self::node::node;
+pub use self::percentiles::Percentiles;
 use self::proxy::{Marker, ProxyStats, Spec};
 use testkit::mesh::Shape;
 
@@ -178,33 +180,6 @@ pub struct LoadgenArgs {
     /// wait for a phase, such as scripts/fleet-flamegraph.sh).
     #[arg(long)]
     pub progress_lines: bool,
-}
-
-/// Percentiles of a sample, in milliseconds.
-#[derive(Debug, Default, Serialize)]
-pub struct Percentiles {
-    pub count: usize,
-    pub p50: f64,
-    pub p95: f64,
-    pub p99: f64,
-    pub max: f64,
-}
-
-impl Percentiles {
-    pub fn of(mut ms: Vec<f64>) -> Percentiles {
-        if ms.is_empty() {
-            return Percentiles::default();
-        }
-        ms.sort_by(f64::total_cmp);
-        let at = |q: f64| ms[((ms.len() as f64 * q).ceil() as usize).clamp(1, ms.len()) - 1];
-        Percentiles {
-            count: ms.len(),
-            p50: at(0.50),
-            p95: at(0.95),
-            p99: at(0.99),
-            max: ms[ms.len() - 1],
-        }
-    }
 }
 
 #[derive(Debug, Serialize)]

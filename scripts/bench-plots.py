@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""Draws BENCHMARKS.md's plots from the JSON summaries `meshd loadgen --json` writes.
+
+Usage: scripts/bench-plots.py [DATA_DIR] [OUT_DIR]  (defaults: docs/plots/data, docs/plots)
+
+Each summary is placed by its own settings, not by its file name:
+- no changes and a warm-up (`--change none --warm-proxies K`): a point of meshd's memory
+  against connected proxies, one line per kind of fleet (unscoped or Sidecar-scoped,
+  plaintext or secure);
+- changes (`--change vs|endpoint`): the distribution of convergence times over every
+  affected proxy of every change;
+- every summary with a connect storm of 1,000 proxies or more: the distribution of the
+  time each proxy took to hold its whole initial configuration.
+Needs matplotlib (`pip install matplotlib`).
+"""
+
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+MB = 1024 * 1024
+
+
+def fleet(settings):
+    scope = "Sidecar-scoped" if settings["sidecar_scoped"] else "unscoped"
+    port = "secure port" if settings["secure"] else "plaintext"
+    return f"{scope}, {port}"
+
+
+def cdf(ax, percentiles, label):
+    """One line of a distribution: the sample at each whole percentile."""
+    by_percent = percentiles.get("by_percent") or []
+    if by_percent:
+        ax.plot(by_percent, range(1, len(by_percent) + 1), label=label)
+
+
+def main():
+    data = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/plots/data")
+    out = Path(sys.argv[2] if len(sys.argv) > 2 else "docs/plots")
+    summaries = [(p.name, json.loads(p.read_text())) for p in sorted(data.glob("*.json"))]
+    if not summaries:
+        sys.exit(f"no JSON summaries in {data}")
+
+    memory = defaultdict(list)
+    fig_conv, ax_conv = plt.subplots(figsize=(7, 4))
+    fig_conn, ax_conn = plt.subplots(figsize=(7, 4))
+    for name, s in summaries:
+        settings = s["settings"]
+        if settings["change"] == "none" and settings["warm_proxies"]:
+            proxies = settings["proxies"] + settings["gateways"]
+            memory[fleet(settings)].append((proxies, s["meshd"]["rss_connected_bytes"] / MB))
+        if settings["change"] in ("vs", "endpoint"):
+            what = "VirtualService" if settings["change"] == "vs" else "endpoint"
+            label = f"{what} change, {settings['proxies']} proxies ({name})"
+            cdf(ax_conv, s["convergence_ms"], label)
+        if settings["proxies"] >= 1000:
+            rate = s["connect"]["initialised_per_second"]
+            label = f"{settings['proxies']} {fleet(settings)}: {rate:,.0f}/s ({name})"
+            cdf(ax_conn, s["connect"]["initial_config_ms"], label)
+
+    out.mkdir(parents=True, exist_ok=True)
+    if memory:
+        fig, ax = plt.subplots(figsize=(7, 4))
+        for label, points in sorted(memory.items()):
+            points.sort()
+            ax.plot([p for p, _ in points], [m for _, m in points], marker="o", label=label)
+        ax.set_xlabel("connected proxies")
+        ax.set_ylabel("meshd RSS (MiB)")
+        ax.set_title("meshd's memory against connected proxies (1,000 services)")
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize="small")
+        fig.tight_layout()
+        fig.savefig(out / "memory.svg")
+    for fig, ax, file, title, xlabel in [
+        (fig_conv, ax_conv, "convergence.svg", "Time from a change to each affected proxy holding it", "ms after the change"),
+        (fig_conn, ax_conn, "connect.svg", "Time for each new proxy to hold its initial configuration", "ms after it connected"),
+    ]:
+        if not ax.lines:
+            continue
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("% of proxies")
+        ax.set_title(title)
+        ax.set_ylim(0, 100)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize="x-small")
+        fig.tight_layout()
+        fig.savefig(out / file)
+
+
+if __name__ == "__main__":
+    main()
