@@ -8,8 +8,9 @@
 //! response did. With `--kubernetes` the mesh lives in a Kubernetes API server instead
 //! (`--kubeconfig`; the test bed's real kube-apiserver in the tests and benchmarks): meshd
 //! watches it through kube-runtime, and the mesh and every change are written to it by
-//! server-side apply ([`kube_writer`]).
+//! server-side apply (`kube_writer`).
 
+mod args;
 mod frame;
 mod h2c;
 mod kube_writer;
@@ -20,6 +21,7 @@ pub mod process;
 pub mod proxy;
 mod read_ahead;
 mod response;
+mod scenarios;
 mod secure;
 mod types;
 
@@ -32,155 +34,14 @@ use serde::Serialize;
 use serde_json::{Map, Value as Json};
 use tokio::sync::watch;
 
+pub use self::args::*;
 use self::kube_writer::KubeWriter;
 use self::meshd::{Probe, Spawned, meshd_figures, metric, out_of_sync, spawn_meshd, with_identity};
 use self::node::node;
 pub use self::percentiles::Percentiles;
 use self::proxy::{Marker, ProxyStats, Spec};
+use self::scenarios::*;
 use testkit::mesh::Shape;
-
-/// What each change touches.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Change {
-    /// A VirtualService's header match (RDS).
-    Vs,
-    /// One endpoint added to a service (EDS only).
-    Endpoint,
-    /// No changes: connect, measure memory, disconnect.
-    None,
-}
-
-#[derive(Clone, Debug, clap::Args)]
-pub struct LoadgenArgs {
-    /// The config directory meshd serves; the generated mesh and every change are written
-    /// there (its *.yaml files are replaced). With --kubernetes it holds only the
-    /// kubeconfig; meshd's log and CA directory go next to it.
-    #[arg(long)]
-    pub config_dir: PathBuf,
-    /// Start meshd (this binary) on the config directory, on free local ports, instead
-    /// of using a running one at --xds / --monitoring.
-    #[arg(long)]
-    pub spawn_meshd: bool,
-    /// Serve the mesh from the Kubernetes API server of `--kubeconfig` instead of the
-    /// config directory: the mesh and each change are written to it by server-side apply,
-    /// and meshd watches it as it watches a cluster.
-    #[arg(long, requires_all = ["spawn_meshd", "kubeconfig"])]
-    pub kubernetes: bool,
-    /// The cluster `--kubernetes` writes to and the spawned meshd watches.
-    #[arg(long)]
-    pub kubeconfig: Option<PathBuf>,
-    /// A running meshd's xDS address.
-    #[arg(long, default_value = "127.0.0.1:15010")]
-    pub xds: String,
-    /// A running meshd's monitoring address (metrics: RSS, CPU).
-    #[arg(long, default_value = "127.0.0.1:15014")]
-    pub monitoring: String,
-    /// Simulated sidecars, spread over the namespaces.
-    #[arg(long, default_value_t = 100)]
-    pub proxies: usize,
-    /// Simulated ingress gateways (istio-system, `istio: ingressgateway`).
-    #[arg(long, default_value_t = 0)]
-    pub gateways: usize,
-    /// State of the world instead of delta.
-    #[arg(long)]
-    pub sotw: bool,
-    /// New proxies per second.
-    #[arg(long, default_value_t = 1000.0)]
-    pub connect_rate: f64,
-    /// Proxies sharing one gRPC connection (1: one each, as real Envoys). Shared
-    /// connections go through hyper's HTTP/2 client.
-    #[arg(long, default_value_t = 1)]
-    pub proxies_per_connection: usize,
-    /// Each proxy's connection through hyper's HTTP/2 client instead of the simulator's
-    /// own (`h2c.rs`), to compare what the simulator costs.
-    #[arg(long)]
-    pub hyper_client: bool,
-    /// The first N sidecars NACK every route configuration.
-    #[arg(long, default_value_t = 0)]
-    pub nack_proxies: usize,
-    /// Sidecars whose agents capture DNS, as `ISTIO_META_DNS_CAPTURE=true` makes them:
-    /// their nodes say `DNS_CAPTURE`, and each asks for its DNS name table (NDS) after its
-    /// listeners, as istio-agent does, and ACKs it.
-    #[arg(long)]
-    pub dns_capture: bool,
-    #[arg(long, default_value_t = 100)]
-    pub services: usize,
-    #[arg(long, default_value_t = 10)]
-    pub namespaces: usize,
-    #[arg(long, default_value_t = 3)]
-    pub endpoints: usize,
-    /// Every Nth service gets a VirtualService and DestinationRule.
-    #[arg(long, default_value_t = 10)]
-    pub routed_every: usize,
-    /// A Sidecar per namespace scoping its proxies to that namespace.
-    #[arg(long)]
-    pub sidecar_scoped: bool,
-    /// Bind the routed services' VirtualServices to the ingress Gateway too (host
-    /// `svc-N.example.com`). The gateways are then measured like sidecars: a
-    /// VirtualService change reaches them, and they hold every service's endpoints.
-    /// Without it the gateways are connected but not measured.
-    #[arg(long)]
-    pub gateway_routes: bool,
-    #[arg(long, value_enum, default_value = "vs")]
-    pub change: Change,
-    /// Changes to make, one at a time.
-    #[arg(long, default_value_t = 5)]
-    pub changes: usize,
-    /// Services each change touches (written together, inside one debounce window).
-    #[arg(long, default_value_t = 1)]
-    pub services_per_change: usize,
-    /// After the changes, a change storm: this many config writes per second (0: none),
-    /// each adding a new endpoint address to one of --storm-services services.
-    #[arg(long, default_value_t = 0.0)]
-    pub storm_rate: f64,
-    /// Services the storm's writes cycle over.
-    #[arg(long, default_value_t = 3)]
-    pub storm_services: usize,
-    /// How long the change storm lasts.
-    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
-    pub storm_duration: Duration,
-    /// Connect to meshd's secure port (15012's counterpart) over TLS, each proxy
-    /// presenting a workload certificate of its namespace signed by meshd's CA, as
-    /// sidecars connect in Istio. The certificates are signed with the CA key of the
-    /// meshd it spawns, or of the running one whose --ca-dir is given (--xds is then its
-    /// secure port). Uses the simulator's own HTTP/2 client.
-    #[arg(long, conflicts_with_all = ["hyper_client", "proxies_per_connection"])]
-    pub secure: bool,
-    /// With --secure and a running meshd: that meshd's CA directory.
-    #[arg(long)]
-    pub ca_dir: Option<PathBuf>,
-    /// Connect this many proxies first, wait until they hold their configuration and
-    /// meshd's RSS has settled, then connect the rest and report what each of those cost
-    /// (`meshd.rss_per_added_proxy_bytes`): memory per proxy without what the first proxy
-    /// of a namespace makes meshd build once for all of them (the view of its Sidecar
-    /// scope). With --namespaces N, N warm proxies are one per namespace. The connect rate
-    /// and initial-config times are then the other proxies'. 0: no warm-up.
-    #[arg(long, default_value_t = 0)]
-    pub warm_proxies: usize,
-    /// How long the whole fleet may take to hold its initial configuration.
-    #[arg(long, default_value = "300s", value_parser = humantime::parse_duration)]
-    pub init_timeout: Duration,
-    /// How long a change may take to reach every affected proxy.
-    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
-    pub change_timeout: Duration,
-    /// After a change converged, how long to keep watching for pushes to proxies it does
-    /// not affect.
-    #[arg(long, default_value = "500ms", value_parser = humantime::parse_duration)]
-    pub settle: Duration,
-    /// At the end, restart the meshd this run started (--spawn-meshd) on the same ports
-    /// and measure how long the fleet takes to reconnect and hold its configuration
-    /// again, and meshd's memory meanwhile.
-    #[arg(long, requires = "spawn_meshd")]
-    pub restart: bool,
-    /// Write the JSON summary here (it is always printed on stdout).
-    #[arg(long)]
-    pub json: Option<PathBuf>,
-    /// Progress as plain lines on stderr even when it is not a terminal (for scripts that
-    /// wait for a phase, such as scripts/fleet-flamegraph.sh).
-    #[arg(long)]
-    pub progress_lines: bool,
-}
 
 #[derive(Debug, Serialize)]
 struct ChangeReport {
@@ -193,14 +54,6 @@ struct ChangeReport {
     responses_per_affected_proxy: f64,
     /// Proxies the change does not concern that were sent anything meanwhile (must be 0).
     unaffected_pushed: usize,
-}
-
-impl LoadgenArgs {
-    /// Whether the proxies' streams go through hyper's HTTP/2 client: asked for, or
-    /// needed for connections shared by several proxies.
-    fn through_hyper(&self) -> bool {
-        self.hyper_client || self.proxies_per_connection > 1
-    }
 }
 
 /// Where the mesh and its changes are written, and so what meshd watches.
@@ -377,219 +230,6 @@ async fn await_marker(
             None => tokio::time::sleep(Duration::from_millis(20)).await,
         }
     }
-}
-
-/// How long a proxy waits before it opens a new stream: Envoy's xDS backoff (its
-/// `GrpcStream`'s jittered exponential strategy), each wait drawn uniformly from below an
-/// interval that starts at 500 ms and doubles up to 30 s. The jitter spreads a fleet whose
-/// streams all broke at once (a meshd restart) over each interval, as real sidecars are.
-#[derive(Clone, Copy, Debug, PartialEq)]
-struct Backoff {
-    interval: Duration,
-}
-
-impl Backoff {
-    const BASE: Duration = Duration::from_millis(500);
-    const MAX: Duration = Duration::from_secs(30);
-
-    /// The next wait, from `random` (uniform over `u64`), and the interval doubled.
-    fn next(&mut self, random: u64) -> Duration {
-        let interval = self.interval.as_millis() as u64;
-        self.interval = (self.interval * 2).min(Self::MAX);
-        Duration::from_millis(random % interval)
-    }
-}
-
-impl Default for Backoff {
-    fn default() -> Self {
-        Backoff {
-            interval: Self::BASE,
-        }
-    }
-}
-
-fn random() -> u64 {
-    getrandom::u64().expect("BUG: the OS has no random source")
-}
-
-/// The restart scenario: meshd is killed and started again on the same ports while the
-/// fleet is connected. Every proxy reconnects (with backoff, as Envoy) and must hold its
-/// configuration again; a delta proxy names what it holds, so only differences are sent.
-/// Reports how long until every proxy's new stream held its configuration, and the new
-/// meshd's RSS peak during the reconnection against its steady state after it.
-async fn restart(
-    args: &LoadgenArgs,
-    fleet: &[Simulated],
-    meshd: Spawned,
-) -> Result<(Json, Spawned), String> {
-    let before: Vec<u64> = fleet
-        .iter()
-        .map(|p| p.stats.streams_initialised.load(Ordering::Relaxed))
-        .collect();
-    let bytes = || -> u64 {
-        fleet
-            .iter()
-            .map(|p| p.stats.bytes.load(Ordering::Relaxed))
-            .sum()
-    };
-    let bytes_before = bytes();
-    let rss_before = meshd_figures(&args.monitoring).rss_bytes;
-    let killed = Instant::now();
-    // Blocking (process start, readiness polling): off the runtime's threads.
-    let meshd = tokio::task::spawn_blocking(move || meshd.restarted())
-        .await
-        .map_err(|e| e.to_string())??;
-    let ready_ms = killed.elapsed().as_secs_f64() * 1000.0;
-    let probe = Probe {
-        monitoring: args.monitoring.clone(),
-        pid: Some(meshd.child.id()),
-    };
-    let total = fleet.len();
-    let deadline = Instant::now() + args.init_timeout;
-    let mut rss_peak: f64 = 0.0;
-    let reconnected = loop {
-        let done = fleet
-            .iter()
-            .zip(&before)
-            .filter(|(p, b)| p.stats.streams_initialised.load(Ordering::Relaxed) > **b)
-            .count();
-        progress(&format!(
-            "restart: {done}/{total} proxies hold their config again"
-        ));
-        rss_peak = rss_peak.max(probe.rss().await);
-        if done == total || Instant::now() > deadline {
-            break done;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
-    let reconnect_ms = killed.elapsed().as_secs_f64() * 1000.0;
-    let resent = (bytes() - bytes_before) as f64 / total.max(1) as f64;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let steady = meshd_figures(&args.monitoring).rss_bytes;
-    let report = serde_json::json!({
-        "meshd_ready_after_ms": ready_ms,
-        "proxies": total,
-        "reconnected": reconnected,
-        "all_reconnected_after_ms": reconnect_ms,
-        "bytes_per_proxy": resent,
-        "rss_before_restart_bytes": rss_before,
-        "rss_peak_bytes": rss_peak.max(steady),
-        "rss_steady_bytes": steady,
-        "rss_peak_over_steady": rss_peak.max(steady) / steady.max(1.0),
-    });
-    Ok((report, meshd))
-}
-
-/// The change storm: `--storm-rate` writes per second for `--storm-duration`, cycling
-/// over `--storm-services` services, each write a new endpoint address. The last
-/// write's address is the marker every affected proxy must end up holding; then meshd's
-/// own `/debug/syncz` must show every connection ACKed.
-async fn storm(
-    args: &LoadgenArgs,
-    probe: &Probe,
-    source: &Source,
-    shape: &Shape,
-    fleet: &[Simulated],
-    marker_tx: &watch::Sender<Option<Marker>>,
-    id: u64,
-) -> Result<Json, String> {
-    let targets: Vec<usize> = (0..args.storm_services.max(1))
-        .map(|k| (k * 104_729 + 13) % shape.services)
-        .collect::<std::collections::BTreeSet<_>>()
-        .into_iter()
-        .collect();
-    let writes = ((args.storm_rate * args.storm_duration.as_secs_f64()) as usize).max(1);
-    // The marker is in the last-written service: proxies that can see it must hold it.
-    let last_namespace = shape.namespace_of(targets[(writes - 1) % targets.len()]);
-    if writes > 62_500 {
-        return Err("a storm has at most 62,500 writes (one address each)".into());
-    }
-    let recomputes = |m: &str| {
-        crate::process::http_get(m, "/metrics")
-            .map(|t| metric(&t, "pilot_push_context_recompute_count"))
-            .unwrap_or(0.0)
-    };
-    let pushes_before = recomputes(&args.monitoring);
-    let interval = Duration::from_secs_f64(1.0 / args.storm_rate);
-    let started = tokio::time::Instant::now();
-    let mut rss_peak: f64 = 0.0;
-    let mut sampled = Instant::now();
-    let mut last_write = Instant::now();
-    for n in 0..writes {
-        let service = targets[n % targets.len()];
-        let address = format!("10.253.{}.{}", n / 250 % 250, n % 250 + 1);
-        if n + 1 == writes {
-            // Published before the write, so no proxy can hold it before it is looked for.
-            let _ = marker_tx.send(Some(Marker {
-                id,
-                text: address.as_bytes().into(),
-                at: Instant::now(),
-            }));
-        }
-        source
-            .put(
-                &format!("svc-{service}.yaml"),
-                &shape.service_yaml(service, Some(&address)),
-            )
-            .await?;
-        last_write = Instant::now();
-        if sampled.elapsed() > Duration::from_millis(250) {
-            sampled = Instant::now();
-            rss_peak = rss_peak.max(probe.rss().await);
-            progress(&format!("storm: {n}/{writes} writes"));
-        }
-        tokio::time::sleep_until(started + interval * (n as u32 + 1)).await;
-    }
-    let storm_seconds = started.elapsed().as_secs_f64();
-    let affected: Vec<bool> = fleet
-        .iter()
-        .map(|p| match &p.namespace {
-            None => shape.gateway_routed,
-            Some(ns) => !shape.sidecar_scoped || *ns == last_namespace,
-        })
-        .collect();
-    let want = affected.iter().filter(|a| **a).count();
-    let (converged, peak) = await_marker(
-        fleet,
-        &affected,
-        id,
-        args.change_timeout,
-        "storm over",
-        Some(probe),
-    )
-    .await;
-    rss_peak = rss_peak.max(peak);
-    let after_last_write_ms = last_write.elapsed().as_secs_f64() * 1000.0;
-    tokio::time::sleep(args.settle).await;
-    let ms: Vec<f64> = holding(fleet, &affected, id)
-        .map(|p| p.stats.converged_after_us.load(Ordering::Relaxed) as f64 / 1000.0)
-        .collect();
-    // Every ACK in (the proxies told to NACK never ACK their routes), or the timeout.
-    let deadline = Instant::now() + args.change_timeout;
-    let unsynced = loop {
-        let monitoring = args.monitoring.clone();
-        let n = tokio::task::spawn_blocking(move || out_of_sync(&monitoring))
-            .await
-            .map_err(|e| e.to_string())??;
-        if n <= args.nack_proxies || Instant::now() > deadline {
-            break n;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    Ok(serde_json::json!({
-        "writes": writes,
-        "seconds": storm_seconds,
-        "writes_per_second": writes as f64 / storm_seconds,
-        "services": targets.len(),
-        "pushes": recomputes(&args.monitoring) - pushes_before,
-        "pushes_per_second": (recomputes(&args.monitoring) - pushes_before) / storm_seconds,
-        "rss_peak_bytes": rss_peak,
-        "affected": want,
-        "holding_final_config": converged,
-        "final_config_after_last_write_ms": Percentiles::of(ms),
-        "all_converged_after_last_write_ms": after_last_write_ms,
-        "connections_not_acked": unsynced,
-    }))
 }
 
 pub fn run(mut args: LoadgenArgs) -> Result<Json, String> {

@@ -47,76 +47,17 @@ use model::service::AutoAddresses;
 use model::{Proxy, PushContext, Service, host_matches, resolve_host};
 
 mod gateway;
+mod matching;
+mod retry;
+mod vhds;
+
+pub use self::matching::*;
+pub use self::retry::*;
+pub use self::vhds::*;
 
 pub use self::gateway::{
     GatewayRoute, GatewayRoutes, GatewayVirtualHost, gateway, gateway_blackhole, gateway_plan,
 };
-
-/// Istio's default retry policy, as the seeds specify it (older Istio: 3 host-selection
-/// attempts, retriable status 503).
-pub const DEFAULT_RETRY_ON: &str =
-    "connect-failure,refused-stream,unavailable,cancelled,retriable-status-codes";
-pub const DEFAULT_RETRIES: u32 = 2;
-pub const DEFAULT_HOST_SELECTION_ATTEMPTS: i64 = 3;
-pub const DEFAULT_RETRIABLE_STATUS: u32 = 503;
-
-fn route_configuration(name: String, virtual_hosts: Vec<VirtualHost>) -> RouteConfiguration {
-    RouteConfiguration {
-        name,
-        virtual_hosts,
-        validate_clusters: Some(BoolValue { value: false }),
-        ignore_port_in_host_matching: true,
-        max_direct_response_body_size_bytes: Some(UInt32Value { value: 1_048_576 }),
-        ..Default::default()
-    }
-}
-
-/// A route configuration whose virtual hosts are sent over VHDS
-/// (`vhds_virtual_host`): no virtual hosts of its own, and VHDS over ADS. It stays the
-/// same while its virtual hosts change, so Envoy keeps them (a changed route configuration
-/// would drop them).
-pub fn vhds_shell(name: String) -> RouteConfiguration {
-    RouteConfiguration {
-        vhds: vhds_over_ads(),
-        ..route_configuration(name, Vec::new())
-    }
-}
-
-fn vhds_over_ads() -> Option<Vhds> {
-    Some(Vhds {
-        config_source: Some(super::ads_config_source()),
-    })
-}
-
-/// A route configuration split for VHDS: its shell ([`vhds_shell`]'s shape: every field
-/// but the virtual hosts, and VHDS over ADS) and its virtual hosts as VHDS resources.
-pub fn into_vhds(mut rc: RouteConfiguration) -> (RouteConfiguration, Vec<VirtualHost>) {
-    let vhosts = std::mem::take(&mut rc.virtual_hosts);
-    let vhosts = (vhosts.into_iter())
-        .map(|vh| vhds_virtual_host(&rc.name, vh))
-        .collect();
-    rc.vhds = vhds_over_ads();
-    (rc, vhosts)
-}
-
-/// A VHDS resource's name: `ROUTE_CONFIGURATION/VIRTUAL_HOST`, as Envoy's VHDS names them.
-/// Envoy subscribes to a route configuration's name and takes every resource under it
-/// (namespace matching), and removes a virtual host by the resource's name, so the virtual
-/// host carries this name too (`vhds_virtual_host`).
-pub fn vhds_name(route_config: &str, virtual_host: &str) -> String {
-    format!("{route_config}/{virtual_host}")
-}
-
-/// A virtual host of `route_config` as sent over VHDS: named [`vhds_name`].
-fn vhds_virtual_host(route_config: &str, mut vh: VirtualHost) -> VirtualHost {
-    vh.name = vhds_name(route_config, &vh.name);
-    vh
-}
-
-/// An empty route configuration, for a name no listener defines (so listeners finish warming).
-pub fn empty(name: &str) -> RouteConfiguration {
-    route_configuration(name.to_string(), Vec::new())
-}
 
 /// Who reads a service's virtual host, which decides its domains: a proxy in the
 /// service's namespace (the short name too), a proxy elsewhere, or a sniffed listener's
@@ -384,11 +325,6 @@ pub fn sidecar_catch_all(ctx: &PushContext, proxy: &Proxy) -> VirtualHost {
     catch_all(super::unknown_destination(ctx, proxy).as_deref())
 }
 
-/// A route configuration with the given virtual hosts (sidecar and gateway alike).
-pub fn with_virtual_hosts(name: String, virtual_hosts: Vec<VirtualHost>) -> RouteConfiguration {
-    route_configuration(name, virtual_hosts)
-}
-
 /// A sidecar's route configuration: `"PORT"` (the port's services' virtual hosts, then
 /// the catch-all), or a sniffed listener's `HOST:PORT` (its service's virtual host alone,
 /// for every domain).
@@ -446,125 +382,6 @@ fn prefix_match(prefix: &str) -> RouteMatch {
     }
 }
 
-fn default_retry_policy() -> RetryPolicy {
-    RetryPolicy {
-        retry_on: DEFAULT_RETRY_ON.into(),
-        num_retries: Some(UInt32Value {
-            value: DEFAULT_RETRIES,
-        }),
-        retry_host_predicate: vec![previous_hosts()],
-        host_selection_retry_max_attempts: DEFAULT_HOST_SELECTION_ATTEMPTS,
-        retriable_status_codes: vec![DEFAULT_RETRIABLE_STATUS],
-        ..Default::default()
-    }
-}
-
-/// A route's retry policy, as istiod's `ConvertPolicy`: Istio's default without a policy
-/// (no VirtualService `retries`, no MeshConfig `defaultHttpRetryPolicy`), none with 0
-/// attempts, else the default with what the policy sets: `retryOn` (its status codes as
-/// retriable ones), `perTryTimeout`, `retryIgnorePreviousHosts`, `retryRemoteLocalities`
-/// and `backoff`.
-pub fn retry_policy(retries: Option<&HttpRetry>) -> Option<RetryPolicy> {
-    let Some(r) = retries else {
-        return Some(default_retry_policy());
-    };
-    if r.attempts <= 0 {
-        return None;
-    }
-    let (retry_on, retriable_status_codes) =
-        parse_retry_on(r.retry_on.as_deref().unwrap_or(DEFAULT_RETRY_ON));
-    Some(RetryPolicy {
-        retry_on,
-        num_retries: Some(UInt32Value {
-            value: r.attempts as u32,
-        }),
-        per_try_timeout: optional_duration(r.per_try_timeout.as_deref()),
-        retry_host_predicate: if r.retry_ignore_previous_hosts == Some(false) {
-            Vec::new()
-        } else {
-            vec![previous_hosts()]
-        },
-        host_selection_retry_max_attempts: DEFAULT_HOST_SELECTION_ATTEMPTS,
-        retriable_status_codes,
-        retry_priority: (r.retry_remote_localities == Some(true)).then(previous_priorities),
-        retry_back_off: back_off(r),
-        ..Default::default()
-    })
-}
-
-/// An inbound route's retry policy, as istiod's `ConvertInboundPolicy`: without MeshConfig
-/// `defaultInboundHttpRetryPolicy`, two retries of requests reset before they reached the
-/// application; none with 0 attempts; else its attempts, `retryOn` and `backoff` (host
-/// selection and per-try timeouts mean nothing for the one local application).
-pub fn inbound_retry_policy(retries: Option<&HttpRetry>) -> Option<RetryPolicy> {
-    let attempts = retries.map_or(DEFAULT_RETRIES as i32, |r| r.attempts);
-    if attempts <= 0 {
-        return None;
-    }
-    let retry_on = retries.and_then(|r| r.retry_on.as_deref());
-    let (retry_on, retriable_status_codes) = parse_retry_on(retry_on.unwrap_or(INBOUND_RETRY_ON));
-    Some(RetryPolicy {
-        retry_on,
-        num_retries: Some(UInt32Value {
-            value: attempts as u32,
-        }),
-        retriable_status_codes,
-        retry_back_off: retries.and_then(back_off),
-        ..Default::default()
-    })
-}
-
-/// What istiod retries on an inbound route by default: a request reset before it reached
-/// the application was never processed, so retrying it is safe for any method.
-pub const INBOUND_RETRY_ON: &str = "reset-before-request";
-
-/// `retryOn`'s conditions, and its numbers as retriable status codes (adding the
-/// `retriable-status-codes` condition when they need it).
-fn parse_retry_on(text: &str) -> (String, Vec<u32>) {
-    let mut codes = Vec::new();
-    let mut on: Vec<&str> = Vec::new();
-    for tok in text.split(',').map(str::trim).filter(|t| !t.is_empty()) {
-        match tok.parse::<u32>() {
-            Ok(code) => codes.push(code),
-            Err(_) => on.push(tok),
-        }
-    }
-    if !codes.is_empty() && !on.contains(&"retriable-status-codes") {
-        on.push("retriable-status-codes");
-    }
-    (on.join(","), codes)
-}
-
-fn back_off(r: &HttpRetry) -> Option<RetryBackOff> {
-    optional_duration(r.backoff.as_deref()).map(|base| RetryBackOff {
-        base_interval: Some(base),
-        ..Default::default()
-    })
-}
-
-/// `retryRemoteLocalities`: retries go to other localities' endpoints (istiod's
-/// `previous_priorities` with update frequency 2).
-fn previous_priorities() -> RetryPriority {
-    use envoy_types::pb::envoy::extensions::retry::priority::previous_priorities::v3::PreviousPrioritiesConfig;
-    RetryPriority {
-        name: "envoy.retry_priorities.previous_priorities".into(),
-        config_type: Some(retry_policy::retry_priority::ConfigType::TypedConfig(
-            pack_any(PreviousPrioritiesConfig {
-                update_frequency: 2,
-            }),
-        )),
-    }
-}
-
-fn previous_hosts() -> RetryHostPredicate {
-    RetryHostPredicate {
-        name: "envoy.retry_host_predicates.previous_hosts".into(),
-        config_type: Some(envoy_types::pb::envoy::config::route::v3::retry_policy::retry_host_predicate::ConfigType::TypedConfig(
-            pack_any(PreviousHostsPredicate {}),
-        )),
-    }
-}
-
 fn default_route(host: &str, port: u32, mesh_retries: Option<&HttpRetry>) -> Route {
     Route {
         name: "default".into(),
@@ -583,155 +400,6 @@ fn default_route(host: &str, port: u32, mesh_retries: Option<&HttpRetry>) -> Rou
         }),
         ..Default::default()
     }
-}
-
-/// The hash policy of a route to `port` (and `subset`) of a host, if its DestinationRule
-/// `rule` hashes consistently there: `Some(vec![])` when it hashes on no key.
-fn destination_hash(
-    rule: Option<&DestinationRuleSpec>,
-    subset: &str,
-    port: u32,
-) -> Option<Vec<HashPolicy>> {
-    let rule = rule?;
-    let hash = super::policy::consistent_hash(rule, subset, port)?;
-    Some(hash_policy(hash).into_iter().collect())
-}
-
-/// The request key a consistent hash hashes on, as istiod's `ConsistentHashToHashPolicy`
-/// writes it.
-pub fn hash_policy(hash: &ConsistentHashLb) -> Option<HashPolicy> {
-    let specifier = if let Some(name) = &hash.http_header_name {
-        PolicySpecifier::Header(hash_policy::Header {
-            header_name: name.clone(),
-            ..Default::default()
-        })
-    } else if let Some(cookie) = &hash.http_cookie {
-        PolicySpecifier::Cookie(hash_policy::Cookie {
-            name: cookie.name.clone(),
-            ttl: optional_duration(cookie.ttl.as_deref()),
-            path: cookie.path.clone().unwrap_or_default(),
-            attributes: (cookie.attributes.iter())
-                .map(|a| hash_policy::CookieAttribute {
-                    name: a.name.clone(),
-                    value: a.value.clone().unwrap_or_default(),
-                })
-                .collect(),
-        })
-    } else if hash.use_source_ip == Some(true) {
-        PolicySpecifier::ConnectionProperties(hash_policy::ConnectionProperties { source_ip: true })
-    } else if let Some(name) = &hash.http_query_parameter_name {
-        PolicySpecifier::QueryParameter(hash_policy::QueryParameter { name: name.clone() })
-    } else {
-        return None;
-    };
-    Some(HashPolicy {
-        policy_specifier: Some(specifier),
-        terminal: false,
-    })
-}
-
-fn string_matcher(m: &StringMatch, ignore_case: bool) -> Option<StringMatcher> {
-    let pattern = if let Some(e) = &m.exact {
-        MatchPattern::Exact(e.clone())
-    } else if let Some(p) = &m.prefix {
-        MatchPattern::Prefix(p.clone())
-    } else if let Some(r) = &m.regex {
-        MatchPattern::SafeRegex(RegexMatcher {
-            regex: r.clone(),
-            ..Default::default()
-        })
-    } else {
-        return None;
-    };
-    Some(StringMatcher {
-        match_pattern: Some(pattern),
-        ignore_case,
-    })
-}
-
-fn header_matcher(name: &str, m: &StringMatch, invert: bool) -> HeaderMatcher {
-    let presence = m == &StringMatch::default() || m.regex.as_deref() == Some("*");
-    HeaderMatcher {
-        name: name.to_string(),
-        header_match_specifier: Some(match string_matcher(m, false) {
-            Some(sm) if !presence => HeaderMatchSpecifier::StringMatch(sm),
-            _ => HeaderMatchSpecifier::PresentMatch(true),
-        }),
-        invert_match: invert,
-        treat_missing_header_as_empty: invert && !presence,
-    }
-}
-
-fn route_match(m: Option<&HttpMatchRequest>) -> RouteMatch {
-    let Some(m) = m else { return prefix_match("/") };
-    let ignore_case = m.ignore_uri_case.unwrap_or(false);
-    let path_specifier = match &m.uri {
-        Some(StringMatch { exact: Some(e), .. }) => PathSpecifier::Path(e.clone()),
-        Some(StringMatch {
-            prefix: Some(p), ..
-        }) => PathSpecifier::Prefix(p.clone()),
-        Some(StringMatch { regex: Some(r), .. }) => PathSpecifier::SafeRegex(RegexMatcher {
-            regex: r.clone(),
-            ..Default::default()
-        }),
-        _ => PathSpecifier::Prefix("/".into()),
-    };
-    let mut headers: Vec<HeaderMatcher> = m
-        .headers
-        .iter()
-        .map(|(n, sm)| header_matcher(n, sm, false))
-        .collect();
-    headers.extend(
-        m.without_headers
-            .iter()
-            .map(|(n, sm)| header_matcher(n, sm, true)),
-    );
-    for (pseudo, sm) in [
-        (":method", &m.method),
-        (":authority", &m.authority),
-        (":scheme", &m.scheme),
-    ] {
-        if let Some(sm) = sm {
-            headers.push(header_matcher(pseudo, sm, false));
-        }
-    }
-    headers.sort_by(|a, b| a.name.cmp(&b.name));
-    RouteMatch {
-        path_specifier: Some(path_specifier),
-        case_sensitive: ignore_case.then_some(BoolValue { value: false }),
-        headers,
-        query_parameters: m
-            .query_params
-            .iter()
-            .map(|(name, sm)| QueryParameterMatcher {
-                name: name.clone(),
-                query_parameter_match_specifier: string_matcher(sm, false)
-                    .map(QueryParameterMatchSpecifier::StringMatch),
-            })
-            .collect(),
-        ..Default::default()
-    }
-}
-
-fn header_options(ops: &HeaderOperations) -> (Vec<HeaderValueOption>, Vec<String>) {
-    let mut add: Vec<HeaderValueOption> = Vec::new();
-    for (set, action) in [
-        (&ops.set, HeaderAppendAction::OverwriteIfExistsOrAdd),
-        (&ops.add, HeaderAppendAction::AppendIfExistsOrAdd),
-    ] {
-        for (k, v) in set {
-            add.push(HeaderValueOption {
-                header: Some(HeaderValue {
-                    key: k.clone(),
-                    value: v.clone(),
-                    ..Default::default()
-                }),
-                append_action: action as i32,
-                ..Default::default()
-            });
-        }
-    }
-    (add, ops.remove.clone())
 }
 
 /// Routes from a VirtualService's `http` list for one listener port and gateway.
@@ -757,38 +425,6 @@ pub fn http_routes(
         }
     }
     out
-}
-
-/// The matches of an `http` entry that apply to this port, gateway and proxy (`[None]`
-/// for an entry without matches); `None` when none does and the entry gives no route.
-fn kept_matches<'h>(
-    http: &'h HttpRoute,
-    vs_obj: &ConfigObject,
-    port: u32,
-    gateway: &str,
-    labels: &BTreeMap<String, String>,
-    proxy: &Proxy,
-) -> Option<Vec<Option<&'h HttpMatchRequest>>> {
-    if http.match_.is_empty() {
-        return Some(vec![None]);
-    }
-    let kept: Vec<_> = (http.match_.iter())
-        .filter(|m| m.port.is_none_or(|p| p == port))
-        .filter(|m| {
-            m.gateways.is_empty()
-                || m.gateways
-                    .iter()
-                    .any(|g| g == gateway || format!("{}/{g}", vs_obj.key.namespace) == gateway)
-        })
-        .filter(|m| labels_match(&m.source_labels, labels))
-        .filter(|m| {
-            m.source_namespace
-                .as_ref()
-                .is_none_or(|ns| ns == &proxy.namespace)
-        })
-        .map(Some)
-        .collect();
-    (!kept.is_empty()).then_some(kept)
 }
 
 /// A route destination's port: its own, else the one port of the host's service (as the

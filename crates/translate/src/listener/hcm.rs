@@ -1,0 +1,283 @@
+//! The HTTP connection manager of a listener's filter chain, and what a view sets on
+//! every connection manager and tcp_proxy: idle timeout, access logs, tracing.
+
+use super::*;
+
+/// What a view sets on every connection manager and tcp_proxy of its listeners, beyond
+/// what each listener's builder put there.
+#[derive(Default)]
+pub(crate) struct ViewSettings {
+    /// istiod's `IDLE_TIMEOUT` node metadata: every connection manager's idle timeout,
+    /// and that of every tcp_proxy no DestinationRule gave one (inbound, outbound,
+    /// passthrough and blackhole alike).
+    pub idle_timeout: Option<envoy_types::pb::google::protobuf::Duration>,
+    /// The proxy's access logs ([`access_log`](crate::access_log)) on every listener, and
+    /// on every connection manager and tcp_proxy in them, as istiod's `AccessLogBuilder`
+    /// puts it there.
+    pub access_logs: Option<crate::access_log::AccessLogs>,
+    /// The proxy's tracing ([`tracing`](crate::tracing)) on every connection manager, by
+    /// its listener's side.
+    pub tracing: crate::tracing::Sides,
+}
+
+/// Applies `settings` to `listeners`. The idle timeout and access logs decode each filter
+/// they change once; the tracing is encoded once and appended to every connection
+/// manager's bytes (below).
+pub(crate) fn apply_view_settings(listeners: &mut [Listener], settings: &ViewSettings) {
+    use envoy_types::pb::envoy::config::core::v3::HttpProtocolOptions as CommonHttpOptions;
+    let ViewSettings {
+        idle_timeout,
+        access_logs,
+        tracing,
+    } = settings;
+    if let Some(logs) = access_logs {
+        for l in listeners.iter_mut() {
+            let side = logs.side(l.traffic_direction);
+            l.access_log.extend(side.listener.iter().cloned());
+        }
+    }
+    if idle_timeout.is_some() || access_logs.is_some() {
+        edit_filters(
+            listeners,
+            |hcm, direction| {
+                if let Some(timeout) = idle_timeout {
+                    let common = hcm
+                        .common_http_protocol_options
+                        .get_or_insert_with(CommonHttpOptions::default);
+                    common.idle_timeout = Some(*timeout);
+                }
+                if let Some(logs) = access_logs {
+                    hcm.access_log
+                        .extend(logs.side(direction).core.iter().cloned());
+                }
+                true
+            },
+            |tp, direction| {
+                let mut changed = false;
+                if let Some(timeout) = idle_timeout
+                    && tp.idle_timeout.is_none()
+                {
+                    tp.idle_timeout = Some(*timeout);
+                    changed = true;
+                }
+                if let Some(logs) = access_logs {
+                    let core = &logs.side(direction).core;
+                    tp.access_log.extend(core.iter().cloned());
+                    changed |= !core.is_empty();
+                }
+                changed
+            },
+        );
+    }
+    append_tracing(listeners, tracing);
+}
+
+/// `HttpConnectionManager.tracing`'s field number.
+pub(super) const HCM_TRACING_FIELD: u32 = 7;
+
+/// Sets each side's tracing on every connection manager of `listeners` of that side
+/// without decoding them: a message field appended to an encoded message is read as set
+/// (protobuf merges repeated occurrences, and no builder sets the field). Each side is
+/// encoded once.
+pub(super) fn append_tracing(listeners: &mut [Listener], tracing: &crate::tracing::Sides) {
+    use envoy_types::pb::envoy::config::listener::v3::filter::ConfigType as FilterConfig;
+    let encode = |t: Option<&HcmTracing>| {
+        t.map(|t| {
+            let mut field = Vec::new();
+            prost::encoding::message::encode(HCM_TRACING_FIELD, t, &mut field);
+            field
+        })
+    };
+    let client = encode(tracing.client.as_ref());
+    let server = if tracing.server == tracing.client {
+        client.clone()
+    } else {
+        encode(tracing.server.as_ref())
+    };
+    for listener in listeners {
+        let side = if crate::is_inbound(listener.traffic_direction) {
+            &server
+        } else {
+            &client
+        };
+        let Some(field) = side else {
+            continue;
+        };
+        let chains =
+            (listener.filter_chains.iter_mut()).chain(listener.default_filter_chain.iter_mut());
+        for filter in chains.flat_map(|c| c.filters.iter_mut()) {
+            if let (HCM, Some(FilterConfig::TypedConfig(any))) =
+                (filter.name.as_str(), &mut filter.config_type)
+            {
+                any.value.extend_from_slice(field);
+            }
+        }
+    }
+}
+
+/// Runs `hcm` on every HTTP connection manager of `listeners` and `tcp` on every
+/// tcp_proxy, with their listener's traffic direction, encoding again those they changed
+/// (they say whether they did).
+pub(super) fn edit_filters(
+    listeners: &mut [Listener],
+    mut hcm: impl FnMut(&mut HttpConnectionManager, i32) -> bool,
+    mut tcp: impl FnMut(&mut TcpProxy, i32) -> bool,
+) {
+    use envoy_types::pb::envoy::config::listener::v3::filter::ConfigType as FilterConfig;
+    use prost::Message;
+    for listener in listeners {
+        let direction = listener.traffic_direction;
+        let chains =
+            (listener.filter_chains.iter_mut()).chain(listener.default_filter_chain.iter_mut());
+        for filter in chains.flat_map(|c| c.filters.iter_mut()) {
+            let Some(FilterConfig::TypedConfig(any)) = &mut filter.config_type else {
+                continue;
+            };
+            match filter.name.as_str() {
+                "envoy.filters.network.tcp_proxy" => {
+                    let Ok(mut tp) = TcpProxy::decode(any.value.as_slice()) else {
+                        continue;
+                    };
+                    if tcp(&mut tp, direction) {
+                        *any = pack_any(tp);
+                    }
+                }
+                HCM => {
+                    let Ok(mut manager) = HttpConnectionManager::decode(any.value.as_slice())
+                    else {
+                        continue;
+                    };
+                    if hcm(&mut manager, direction) {
+                        *any = pack_any(manager);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+/// Whose connection manager: a sidecar's outbound one, a sniffed listener's (which marks
+/// its requests' upstream mTLS as HTTP, [`sniff::mtls_http_alpn_filter`]), or a
+/// gateway's, with the AuthorizationPolicy filters that apply to the gateway first.
+pub(super) enum Hcm {
+    Outbound,
+    Sniffed,
+    Gateway(Vec<HttpFilter>),
+}
+
+/// How a connection manager normalizes request paths before routing and authorization,
+/// as istiod sets it from MeshConfig `pathNormalization.normalization`: `BASE` (the
+/// default: RFC 3986 normalization), `NONE`, `MERGE_SLASHES` (also `//` to `/`), or
+/// `DECODE_AND_MERGE_SLASHES` (also `%2F` and `%5C` decoded first). An unknown value is
+/// the default (validation reports it).
+#[derive(Clone, Copy)]
+pub(crate) struct PathNormalization {
+    pub normalize_path: bool,
+    pub merge_slashes: bool,
+    pub escaped_slashes: PathWithEscapedSlashesAction,
+}
+
+impl PathNormalization {
+    pub fn of(mesh: &MeshConfig) -> PathNormalization {
+        let mode = (mesh.path_normalization.as_ref()).and_then(|p| p.normalization.as_deref());
+        let (normalize_path, merge_slashes, escaped_slashes) = match mode {
+            Some("NONE") => (false, false, PathWithEscapedSlashesAction::KeepUnchanged),
+            Some("MERGE_SLASHES") => (true, true, PathWithEscapedSlashesAction::KeepUnchanged),
+            Some("DECODE_AND_MERGE_SLASHES") => {
+                (true, true, PathWithEscapedSlashesAction::UnescapeAndForward)
+            }
+            _ => (true, false, PathWithEscapedSlashesAction::KeepUnchanged),
+        };
+        PathNormalization {
+            normalize_path,
+            merge_slashes,
+            escaped_slashes,
+        }
+    }
+
+    /// Sets it on `hcm`.
+    pub fn apply(self, hcm: &mut HttpConnectionManager) {
+        hcm.normalize_path = Some(BoolValue {
+            value: self.normalize_path,
+        });
+        hcm.merge_slashes = self.merge_slashes;
+        hcm.path_with_escaped_slashes_action = self.escaped_slashes as i32;
+    }
+}
+
+/// An HCM over RDS `route_name`.
+pub(super) fn http_connection_manager(
+    stat_prefix: String,
+    route_name: String,
+    kind: Hcm,
+    mesh: &MeshConfig,
+) -> Filter {
+    let gateway = matches!(kind, Hcm::Gateway(_));
+    let (authorization, alpn) = match kind {
+        Hcm::Outbound => (Vec::new(), None),
+        Hcm::Sniffed => (Vec::new(), Some(sniff::mtls_http_alpn_filter())),
+        Hcm::Gateway(filters) => (filters, None),
+    };
+    let mut hcm = HttpConnectionManager {
+        stat_prefix,
+        codec_type: CodecType::Auto as i32,
+        route_specifier: Some(RouteSpecifier::Rds(Rds {
+            config_source: Some(ads_config_source()),
+            route_config_name: route_name,
+        })),
+        // Authorization first; routes with a VirtualService `fault` or `corsPolicy`
+        // configure those filters (istiod's order: authorization, gRPC statistics,
+        // fault, CORS, router).
+        http_filters: authorization
+            .into_iter()
+            .chain([
+                crate::filters::grpc_stats(),
+                HttpFilter {
+                    name: crate::filters::FAULT_FILTER.into(),
+                    config_type: Some(http_filter::ConfigType::TypedConfig(
+                        crate::filters::filter_config(),
+                    )),
+                    ..Default::default()
+                },
+                HttpFilter {
+                    name: crate::filters::CORS_FILTER.into(),
+                    config_type: Some(http_filter::ConfigType::TypedConfig(
+                        crate::filters::cors_filter_config(),
+                    )),
+                    ..Default::default()
+                },
+            ])
+            .chain(alpn)
+            .chain(std::iter::once(HttpFilter {
+                name: "envoy.filters.http.router".into(),
+                config_type: Some(http_filter::ConfigType::TypedConfig(pack_any(
+                    Router::default(),
+                ))),
+                ..Default::default()
+            }))
+            .collect(),
+        use_remote_address: Some(BoolValue { value: gateway }),
+        upgrade_configs: vec![UpgradeConfig {
+            upgrade_type: "websocket".into(),
+            ..Default::default()
+        }],
+        server_name: if gateway {
+            "istio-envoy".into()
+        } else {
+            String::new()
+        },
+        server_header_transformation: ServerHeaderTransformation::Overwrite as i32,
+        request_id_extension: Some(crate::tracing::request_id_extension()),
+        // Streams idle for long (server streaming, long polls) stay open, as istiod's.
+        stream_idle_timeout: Some(crate::duration(std::time::Duration::ZERO)),
+        ..Default::default()
+    };
+    PathNormalization::of(mesh).apply(&mut hcm);
+    Filter {
+        name: HCM.into(),
+        config_type: Some(ConfigType::TypedConfig(pack_any(hcm))),
+    }
+}
+
+pub(super) const HCM: &str = "envoy.filters.network.http_connection_manager";
