@@ -130,3 +130,10 @@ bench-floor:
 # Connect storm: new proxies per second, each receiving its full initial config.
 bench-connect proxies="5000" rate="2000":
     just loadgen --services 1000 --namespaces 50 --proxies {{proxies}} --connect-rate {{rate}} --change none --json target/loadgen/connect.json
+
+# The runs behind BENCHMARKS.md's plots (JSON into docs/plots/data), then the plots
+# themselves (docs/plots/*.svg; needs matplotlib).
+bench-plots:
+    cargo build --release --locked
+    scripts/bench-plot-data.sh
+    python3 scripts/bench-plots.py

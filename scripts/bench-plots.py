@@ -9,8 +9,9 @@ Each summary is placed by its own settings, not by its file name:
   plaintext or secure);
 - changes (`--change vs|endpoint`): the distribution of convergence times over every
   affected proxy of every change;
-- every summary with a connect storm of 1,000 proxies or more: the distribution of the
-  time each proxy took to hold its whole initial configuration.
+- every summary with a fleet of 1,000 proxies or more and no warm-up: the share of the
+  fleet holding its whole initial configuration against the time since the simulator
+  began connecting it, at the connect rate it offered (the connect storm's curve).
 Needs matplotlib (`pip install matplotlib`).
 """
 
@@ -59,9 +60,10 @@ def main():
             what = "VirtualService" if settings["change"] == "vs" else "endpoint"
             label = f"{what} change, {settings['proxies']} proxies ({name})"
             cdf(ax_conv, s["convergence_ms"], label)
-        if settings["proxies"] >= 1000:
+        if settings["proxies"] >= 1000 and not settings["warm_proxies"]:
             rate = s["connect"]["initialised_per_second"]
-            label = f"{settings['proxies']} {fleet(settings)}: {rate:,.0f}/s ({name})"
+            offered = settings["connect_rate"]
+            label = f"{settings['proxies']} {fleet(settings)}, {offered:,.0f}/s offered: {rate:,.0f}/s ({name})"
             cdf(ax_conn, s["connect"]["initial_config_ms"], label)
 
     out.mkdir(parents=True, exist_ok=True)
@@ -80,7 +82,7 @@ def main():
         fig.savefig(out / "memory.svg")
     for fig, ax, file, title, xlabel in [
         (fig_conv, ax_conv, "convergence.svg", "Time from a change to each affected proxy holding it", "ms after the change"),
-        (fig_conn, ax_conn, "connect.svg", "Time for each new proxy to hold its initial configuration", "ms after it connected"),
+        (fig_conn, ax_conn, "connect.svg", "Connect storm: proxies holding their initial configuration", "ms since the simulator began connecting"),
     ]:
         if not ax.lines:
             continue
