@@ -93,6 +93,9 @@ pub struct Metrics {
     pub jwks_fetch_fail: Counter,
     pub xds_cache_reads: Family<Labels, Counter>,
     pub xds_push_diffs: Family<Labels, Counter>,
+    /// Pushes a connection took without a diff: the change index found nothing in them
+    /// for its proxy.
+    pub xds_pushes_skipped: Counter,
     pub xds_send_buffer: Gauge,
     /// The validation webhook's verdicts and HTTP errors (istiod's `galley_validation_*`).
     pub validation_passed: Family<Labels, Counter>,
@@ -128,6 +131,7 @@ impl Metrics {
             push_triggers: Family::default(),
             xds_cache_reads: Family::default(),
             xds_push_diffs: Family::default(),
+            xds_pushes_skipped: Counter::default(),
             xds_send_buffer: Gauge::default(),
             services: Gauge::default(),
             virt_services: Gauge::default(),
@@ -245,6 +249,11 @@ impl Metrics {
             "pilot_xds_cache_reads",
             "Total xds cache reads, by hit or miss",
             m.xds_cache_reads.clone(),
+        );
+        registry.register(
+            "meshd_xds_pushes_skipped",
+            "Pushes a connection took without comparing anything, because none of the push's changes can reach its proxy",
+            m.xds_pushes_skipped.clone(),
         );
         registry.register(
             "meshd_xds_push_diffs",

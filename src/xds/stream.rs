@@ -311,6 +311,7 @@ async fn deliver<F: Framing>(
     // missed some, whose changes `push.changed` does not list. Then only a diff can tell.
     let skipped = push.number > conn.push.number + 1;
     if !skipped && !push.affects(&conn.proxy) {
+        conn.shared.metrics.xds_pushes_skipped.inc();
         conn.push = push; // nothing it depends on changed: no queue, no diff, no send
         conn.caught_up();
         conn.note_sync();

@@ -266,15 +266,18 @@ fn a_tls_gateway_server_terminates_and_forwards_by_its_tcp_route() {
     assert!(!r.headers.contains_key("x-tls-sni"), "{:?}", r.headers);
 }
 
-/// MUTUAL against OPTIONAL_MUTUAL at an HTTPS server whose credential carries a CA: a
-/// client without a certificate is refused by MUTUAL, and served once the server says
-/// OPTIONAL_MUTUAL (the CA still verifies a certificate when one is presented).
+/// MUTUAL against OPTIONAL_MUTUAL at an HTTPS server whose credential carries a CA. Under
+/// MUTUAL a client presenting a certificate from that CA is served and one without a
+/// certificate is refused; under OPTIONAL_MUTUAL the one without is served too, while a
+/// certificate from another CA is still refused.
 #[test]
 fn optional_mutual_serves_a_client_without_a_certificate_that_mutual_refuses() {
     let dir = temp_dir("gateway-optional-mutual");
     let product = Upstream::start("productpage");
     let port = free_port();
-    let (root, chain, key) = site_certificate("shop.example.com");
+    let (root, chain, key, (client_chain, client_key)) =
+        site_certificate_and_client("shop.example.com");
+    let (_, _, _, (stranger_chain, stranger_key)) = site_certificate_and_client("stranger");
     let yaml = |mode: &str| {
         format!(
             "{svc}---\napiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {{name: web, namespace: istio-system}}\nspec:\n  selector: {{istio: ingressgateway}}\n  servers:\n  - port: {{number: {port}, name: https, protocol: HTTPS}}\n    hosts: [\"shop/shop.example.com\"]\n    tls: {{mode: {mode}, credentialName: shop-cert}}\n---\napiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: front, namespace: shop}}\nspec:\n  hosts: [shop.example.com]\n  gateways: [istio-system/web]\n  http: [{{route: [{{destination: {{host: productpage}}}}]}}]\n---\n{secret}  ca.crt: |\n{ca}",
@@ -291,20 +294,38 @@ fn optional_mutual_serves_a_client_without_a_certificate_that_mutual_refuses() {
     );
     let addr = format!("127.0.0.1:{port}");
     let get = || https_get(&addr, "shop.example.com", &root, "/");
-    // The listener is up (its port accepts connections), and refuses the handshake.
-    wait_until("the MUTUAL listener", Duration::from_secs(10), || {
-        std::net::TcpStream::connect(&addr).is_ok()
-    });
-    std::thread::sleep(Duration::from_millis(500));
+    let get_presenting = |chain: &str, key: &str| {
+        let mut config = meshd::tls::client_config(&root, Some((chain, key))).unwrap();
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        tls_request(&addr, "shop.example.com", config, "GET /", &[], "")
+    };
+    wait_until(
+        "MUTUAL to serve a client certificate of its CA",
+        Duration::from_secs(10),
+        || get_presenting(&client_chain, &client_key).is_ok_and(|r| r.status == 200),
+    );
     assert!(
         get().is_err(),
         "MUTUAL served a client without a certificate"
+    );
+    assert!(
+        get_presenting(&stranger_chain, &stranger_key).is_err(),
+        "MUTUAL served a client certificate of another CA"
     );
     meshd.write("mesh.yaml", &yaml("OPTIONAL_MUTUAL"));
     wait_until("OPTIONAL_MUTUAL to serve", Duration::from_secs(10), || {
         get().is_ok_and(|r| r.status == 200)
     });
     assert_eq!(get().unwrap().body, "productpage");
+    let presenting = get_presenting(&client_chain, &client_key).unwrap();
+    assert_eq!(
+        (presenting.status, presenting.body.as_str()),
+        (200, "productpage")
+    );
+    assert!(
+        get_presenting(&stranger_chain, &stranger_key).is_err(),
+        "OPTIONAL_MUTUAL served a client certificate of another CA"
+    );
 }
 
 /// An HTTPS server whose certificate is files in the gateway's container

@@ -240,6 +240,13 @@ fn dechunk(mut body: &str) -> String {
 /// A test CA (not the mesh's) and a serving certificate for `host` from it: (root PEM,
 /// chain PEM, key PEM).
 pub fn site_certificate(host: &str) -> (String, String, String) {
+    let (root, chain, key, _) = site_certificate_and_client(host);
+    (root, chain, key)
+}
+
+/// As [`site_certificate`], and a client certificate from the same CA (a SPIFFE
+/// workload certificate, valid for client authentication): (chain PEM, key PEM).
+pub fn site_certificate_and_client(host: &str) -> (String, String, String, (String, String)) {
     let material =
         meshd::ca::material::Material::self_signed("example-ca", Duration::from_secs(3600))
             .unwrap();
@@ -248,7 +255,15 @@ pub fn site_certificate(host: &str) -> (String, String, String) {
     let (chain, key) = ca
         .issue_server_certificate(&[host.to_string()], Duration::from_secs(3600))
         .unwrap();
-    (ca.roots_pem(), chain, key)
+    let client_key = {
+        use p256::elliptic_curve::Generate;
+        p256::ecdsa::SigningKey::generate()
+    };
+    let identity = meshd::ca::Identity::new("example-ca", "clients", "client");
+    let csr = meshd::ca::csr::build(&client_key, &identity.to_string()).unwrap();
+    let client_chain = ca.sign_workload(&csr, &identity, 3600).unwrap().concat();
+    let client_key = meshd::ca::material::key_to_pem(&client_key).unwrap();
+    (ca.roots_pem(), chain, key, (client_chain, client_key))
 }
 
 /// A real HTTP/1.1 server answering every request with its own name (keep-alive aware).

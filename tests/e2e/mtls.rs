@@ -468,12 +468,12 @@ fn with_traffic_capture_envoy_accepts_virtual_inbound_under_strict_mtls() {
 }
 
 /// A headless Service's port without a protocol, at a sidecar with traffic capture under
-/// `REGISTRY_ONLY`: Envoy takes the shared `0.0.0.0_PORT` listener whose HTTP goes by the
-/// port's route configuration and whose other traffic goes to the service's own cluster,
-/// as istiod's, not to BlackHoleCluster. (Traffic capture itself needs iptables, which
-/// the tests do not set up; the unit tests `addressless_sniffed::*` hold the mapping.)
+/// `REGISTRY_ONLY`: Envoy accepts the shared `0.0.0.0_PORT` listener whose HTTP goes by
+/// the port's route configuration and whose other traffic goes to the service's own
+/// cluster, as istiod's, not to BlackHoleCluster. The listener is checked, not traffic:
+/// capture needs iptables, which these tests do not set up.
 #[test]
-fn a_captured_sidecar_sends_a_headless_services_sniffed_tcp_to_the_service() {
+fn a_captured_sidecars_listener_for_a_headless_sniffed_port_sends_tcp_to_the_service_cluster() {
     let m = mesh("headless-sniffed");
     let kafka = "apiVersion: v1\nkind: Service\nmetadata: {name: kafka, namespace: shop}\nspec: {clusterIP: None, ports: [{name: broker, port: 9092}]}\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: kafka-1, namespace: shop, labels: {kubernetes.io/service-name: kafka}}\naddressType: IPv4\nports: [{name: broker, port: 9092}]\nendpoints: [{addresses: [10.0.9.1], conditions: {ready: true}}]\n";
     let registry_only = mesh_configmap("outboundTrafficPolicy: {mode: REGISTRY_ONLY}");

@@ -66,6 +66,7 @@ fn a_proxy_whose_config_an_edit_does_not_touch_receives_no_push() {
         b.stat("listener_manager.lds.update_attempt"),
     );
     let pushes_before = meshd.metric("pilot_push_context_recompute_count");
+    let skipped_before = meshd.metric("meshd_xds_pushes_skipped");
 
     meshd.write("alpha-vs.yaml", &vs("alpha", "alpha-svc", "two"));
     wait_until(
@@ -95,6 +96,12 @@ fn a_proxy_whose_config_an_edit_does_not_touch_receives_no_push() {
     );
     let rds_b = meshd.syncz(&b.id)["types"]["rds"].clone();
     assert_eq!(rds_b["nonce_sent"], rds_b["nonce_acked"]);
+    // Nothing was sent to beta because the change index left it out, not because a diff
+    // of its whole view found nothing (which costs a view per proxy per push).
+    assert!(
+        meshd.metric("meshd_xds_pushes_skipped") > skipped_before,
+        "beta's connection compared its view instead of skipping the push"
+    );
 }
 
 fn thread_settle() {

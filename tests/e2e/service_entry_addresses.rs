@@ -63,7 +63,7 @@ async fn listeners(meshd: &Meshd, namespace: &str, dns_capture: bool) -> Vec<Str
 }
 
 #[test]
-fn service_entries_get_addresses_and_dns_capturing_sidecars_listen_on_them() {
+fn service_entries_get_addresses_and_dns_capturing_sidecars_are_sent_listeners_for_them() {
     let t = Tenant::new("autoallocate", "");
     t.apply(&entry("api", "api.example.com", 80, "HTTP", ""))
         .unwrap();

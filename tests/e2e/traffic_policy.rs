@@ -104,6 +104,29 @@ fn a_mesh_wide_wildcard_destination_rule_applies_to_services_without_their_own()
         "{failures} failures: the failing endpoint was not ejected"
     );
     let cluster = format!("outbound|{port}||reviews.shop.svc.cluster.local");
+    // Istio's default retry on 503 would hide a missing ejection from the client: the
+    // ejection itself is what Envoy counts, and what its /clusters shows of the endpoint.
+    let stat = format!("cluster.{cluster}.outlier_detection.ejections_enforced_total: ");
+    let ejections = || {
+        let stats = envoy
+            .admin("/stats?filter=ejections_enforced_total")
+            .unwrap()
+            .body;
+        (stats.lines())
+            .find_map(|l| l.strip_prefix(&stat)?.trim().parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    wait_until(
+        "Envoy to eject the failing endpoint",
+        Duration::from_secs(10),
+        || ejections() >= 1,
+    );
+    let bad_host = format!(
+        "{cluster}::127.0.0.1:{}::health_flags::/failed_outlier_check",
+        bad.port
+    );
+    let clusters = envoy.admin("/clusters").unwrap().body;
+    assert!(clusters.contains(&bad_host), "{bad_host} not in {clusters}");
     let limit = |value: &str| format!("{cluster}::default_priority::max_connections::{value}");
     let clusters = envoy.admin("/clusters").unwrap().body;
     assert!(clusters.contains(&limit("7")), "{clusters}");
