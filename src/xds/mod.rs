@@ -10,6 +10,8 @@ pub mod cork;
 pub mod debug;
 pub mod delta;
 pub mod dump;
+#[cfg(test)]
+mod golden;
 pub mod joined;
 pub mod label_sets;
 pub mod origin;
