@@ -24,7 +24,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::watch;
 use tonic::codegen::{Service, http};
 
-use crate::ca::Identity;
+use crate::identity::Identity;
 
 /// The largest header list a request may carry once decoded (SETTINGS_MAX_HEADER_LIST_SIZE).
 /// An xDS or CA request carries a few short headers and at most one service-account token.

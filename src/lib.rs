@@ -9,6 +9,7 @@ pub mod debug;
 pub mod filesource;
 pub mod grpc;
 pub mod heap;
+pub mod identity;
 pub mod jwks;
 pub mod k8s;
 pub mod metrics;

@@ -429,18 +429,6 @@ impl Metrics {
             let _ = m.xds_expired_nonce.get_or_create(&label);
             let _ = m.xds_push_time.get_or_create(&label);
         }
-        use crate::xds::resource::{
-            CLUSTER_TYPE, ENDPOINT_TYPE, LISTENER_TYPE, ROUTE_TYPE, SECRET_TYPE,
-        };
-        for url in [
-            CLUSTER_TYPE,
-            ENDPOINT_TYPE,
-            LISTENER_TYPE,
-            ROUTE_TYPE,
-            SECRET_TYPE,
-        ] {
-            let _ = m.xds_config_size.get_or_create(&type_label(url));
-        }
         for t in ["hit", "miss"] {
             let _ = m.xds_cache_reads.get_or_create(&type_label(t));
         }
@@ -550,19 +538,6 @@ pub fn process_text() -> String {
             runtime.num_workers() as f64,
         );
     }
-    let runs = &crate::xds::joined::RUNS;
-    metric(
-        "meshd_xds_shared_run_bytes",
-        "gauge",
-        "Encoded runs of resources kept to be shared by the responses that carry them.",
-        runs.bytes() as f64,
-    );
-    let _ = write!(
-        out,
-        "# HELP meshd_xds_shared_runs Responses whose resources went out as a shared run: encoded for the response, or reused from an earlier one.\n# TYPE meshd_xds_shared_runs counter\nmeshd_xds_shared_runs_total{{use=\"encoded\"}} {}\nmeshd_xds_shared_runs_total{{use=\"reused\"}} {}\n",
-        runs.encoded.load(std::sync::atomic::Ordering::Relaxed),
-        runs.reused.load(std::sync::atomic::Ordering::Relaxed),
-    );
     out
 }
 

@@ -7,7 +7,7 @@
 
 pub mod authn;
 pub mod csr;
-pub mod identity;
+pub use crate::identity;
 pub mod material;
 pub mod persist;
 pub mod service;
@@ -35,8 +35,8 @@ use x509_cert::serial_number::SerialNumber;
 use x509_cert::spki::{SubjectPublicKeyInfoOwned, SubjectPublicKeyInfoRef};
 use x509_cert::time::{Time, Validity};
 
-pub use self::identity::Identity;
 use self::material::Material;
+pub use crate::identity::Identity;
 
 /// Why a certificate request was refused; the label is the `reason` of
 /// `meshd_ca_errors{reason}`.

@@ -109,9 +109,11 @@ pub fn client_config(
 
 /// The SPIFFE identities of the certificate a TLS client presented (its chain verified in
 /// the handshake), if it presented one.
-pub fn peer_identities(tls: &TlsStream<Corked<TcpStream>>) -> Option<Arc<[crate::ca::Identity]>> {
+pub fn peer_identities(
+    tls: &TlsStream<Corked<TcpStream>>,
+) -> Option<Arc<[crate::identity::Identity]>> {
     let certs = tls.get_ref().1.peer_certificates()?;
-    Some(crate::ca::Identity::from_certificate_der(certs.first()?).into())
+    Some(crate::identity::Identity::from_certificate_der(certs.first()?).into())
 }
 
 /// Accepts TCP connections on `listener` and yields those whose TLS handshake (with the

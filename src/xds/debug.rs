@@ -33,7 +33,7 @@ use tonic::Status;
 use super::XdsShared;
 use super::connection::{SyncStatus, TypeStatus};
 use super::resource::{self, PUSH_ORDER, Resource, TypeKind, View};
-use crate::ca::Identity;
+use crate::identity::Identity;
 
 /// `istio.io/debug`: any debug view by name (`syncz`, `config_dump?proxyID=...`).
 pub const DEBUG: &str = "istio.io/debug";

@@ -170,6 +170,18 @@ pub fn spawn_sweeper() -> tokio::task::JoinHandle<()> {
     })
 }
 
+/// The shared runs' figures in Prometheus text, read at scrape time: the bytes kept, and
+/// how responses' runs were had.
+pub fn metrics_text() -> String {
+    let runs = &RUNS;
+    format!(
+        "# HELP meshd_xds_shared_run_bytes Encoded runs of resources kept to be shared by the responses that carry them.\n# TYPE meshd_xds_shared_run_bytes gauge\nmeshd_xds_shared_run_bytes {}\n# HELP meshd_xds_shared_runs Responses whose resources went out as a shared run: encoded for the response, or reused from an earlier one.\n# TYPE meshd_xds_shared_runs counter\nmeshd_xds_shared_runs_total{{use=\"encoded\"}} {}\nmeshd_xds_shared_runs_total{{use=\"reused\"}} {}\n",
+        runs.bytes() as f64,
+        runs.encoded.load(Ordering::Relaxed),
+        runs.reused.load(Ordering::Relaxed),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

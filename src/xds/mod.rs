@@ -37,8 +37,8 @@ use tonic::{Request, Response, Status};
 use self::connection::SyncStatus;
 use self::push::{Push, PushSettings};
 use self::resource::{TYPES, TypeKind};
-use crate::ca::Identity;
 use crate::ca::authn::Authenticator;
+use crate::identity::Identity;
 use crate::metrics::{Metrics, type_label};
 use model::config::ObjectKey;
 use model::{Locality, Proxy};
@@ -109,6 +109,18 @@ impl XdsShared {
         settings: &PushSettings,
         revision: String,
     ) -> Arc<XdsShared> {
+        // Every type's config size series exists from the start, as istiod's do.
+        for url in [
+            resource::CLUSTER_TYPE,
+            resource::ENDPOINT_TYPE,
+            resource::LISTENER_TYPE,
+            resource::ROUTE_TYPE,
+            resource::SECRET_TYPE,
+        ] {
+            let _ = metrics
+                .xds_config_size
+                .get_or_create(&crate::metrics::type_label(url));
+        }
         Arc::new(XdsShared {
             metrics,
             revision,
