@@ -79,7 +79,7 @@ fn log_issue(metrics: &Metrics, issue: &ConfigIssue) {
 pub async fn run(opts: ServeOptions) -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::new());
     crate::metrics::count_panics(metrics.xds_internal_errors.clone());
-    let store = Arc::new(RwLock::new(Store::default()));
+    let store = Arc::new(RwLock::new(control_plane_store()));
     let hook_metrics = metrics.clone();
     let hook: IssueHook = Arc::new(move |i| log_issue(&hook_metrics, i));
     let (event_tx, mut event_rx) = mpsc::unbounded_channel();
@@ -320,4 +320,16 @@ pub async fn shutdown_signal() {
         _ = tokio::signal::ctrl_c() => {}
         _ = term.recv() => {}
     }
+}
+
+/// An empty store holding this process's environment, which configuration reads as
+/// istiod reads its own (`PILOT_TRACE_SAMPLING`, tracing providers' `envName`).
+fn control_plane_store() -> Store {
+    let mut store = Store::default();
+    store.set_environment(std::env::vars().collect());
+    let sampling = store.environment_var(model::mesh::TRACE_SAMPLING_ENV);
+    if let Err(e) = model::mesh::trace_sampling(sampling) {
+        tracing::warn!("{e}");
+    }
+    store
 }

@@ -42,9 +42,23 @@ pub struct Store {
     /// JSON Web Key Sets meshd fetched for RequestAuthentication rules, by
     /// [`crate::jwks::JwksSource::key`]; `None`: the fetch failed before any succeeded.
     jwks: Arc<BTreeMap<String, Option<String>>>,
+    /// The control plane's environment variables that configuration reads as istiod
+    /// reads its own: `PILOT_TRACE_SAMPLING`, and the variables tracing providers'
+    /// headers name (`envName`). Set once by the binary; empty in tests unless set.
+    environment: Arc<BTreeMap<String, String>>,
 }
 
 impl Store {
+    /// Sets the environment variables configuration may read ([`Store::environment_var`]).
+    pub fn set_environment(&mut self, vars: BTreeMap<String, String>) {
+        self.environment = Arc::new(vars);
+    }
+
+    /// An environment variable of the control plane's, as the store was given it.
+    pub fn environment_var(&self, name: &str) -> Option<&str> {
+        self.environment.get(name).map(String::as_str)
+    }
+
     /// The addresses `host` was last resolved to.
     pub fn resolved(&self, host: &str) -> Option<&[String]> {
         self.resolved.get(host).map(Vec::as_slice)

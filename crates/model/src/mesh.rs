@@ -368,6 +368,22 @@ impl LabelSelector {
     }
 }
 
+/// istiod's variable for the percentage of requests traced when MeshConfig's
+/// `defaultConfig.tracing.sampling` is unset.
+pub const TRACE_SAMPLING_ENV: &str = "PILOT_TRACE_SAMPLING";
+
+/// `PILOT_TRACE_SAMPLING`'s value as a percentage: 1 when unset, an error naming the
+/// variable when not a number from 0 to 100.
+pub fn trace_sampling(value: Option<&str>) -> Result<f64, String> {
+    let Some(v) = value else { return Ok(1.0) };
+    match v.trim().parse::<f64>() {
+        Ok(f) if (0.0..=100.0).contains(&f) => Ok(f),
+        _ => Err(format!(
+            "{TRACE_SAMPLING_ENV} {v:?} is not a percentage from 0 to 100; 1 is used"
+        )),
+    }
+}
+
 /// The namespace holding mesh-wide config when MeshConfig does not name one.
 pub const DEFAULT_ROOT_NAMESPACE: &str = "istio-system";
 

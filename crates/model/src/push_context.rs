@@ -131,6 +131,13 @@ impl PartialEq for ContextId {
 }
 
 impl PushContext {
+    /// An environment variable of the control plane's, from the store it was built from.
+    pub fn environment_var(&self, name: &str) -> Option<&str> {
+        self.store.environment_var(name)
+    }
+}
+
+impl PushContext {
     /// The clusters whose load assignment holds no endpoint, by name (istiod's
     /// `pilot_eds_no_instances`): each port of an EDS service that no endpoint serves, and
     /// each DestinationRule subset of an EDS service whose labels select no endpoint

@@ -14,8 +14,6 @@
 //! configuration is the proxy's own: views tell proxies apart by [`TraceIds`] while
 //! tracing is on.
 
-use std::sync::OnceLock;
-
 use envoy_types::pb::envoy::config::core::v3::{
     GrpcService, HeaderValue, HeaderValueOption, HttpService, HttpUri, grpc_service,
     header_value_option::HeaderAppendAction, http_uri,
@@ -40,24 +38,11 @@ use envoy_types::util::pack_any;
 use model::mesh::{self, OpenTelemetryProvider, ProviderHeader, ProxyTracing, ZipkinProvider};
 use model::{Proxy, ProxyKind, PushContext};
 
-/// The mesh-wide sampling percentage when `defaultConfig.tracing.sampling` is unset.
-pub const TRACE_SAMPLING_ENV: &str = "PILOT_TRACE_SAMPLING";
-
-/// `PILOT_TRACE_SAMPLING`, read once: 1.0 when unset, and when not a percentage (warned).
-fn trace_sampling() -> f64 {
-    static SAMPLING: OnceLock<f64> = OnceLock::new();
-    *SAMPLING.get_or_init(|| {
-        let Ok(v) = std::env::var(TRACE_SAMPLING_ENV) else {
-            return 1.0;
-        };
-        match v.trim().parse::<f64>() {
-            Ok(f) if (0.0..=100.0).contains(&f) => f,
-            _ => {
-                tracing::warn!("{TRACE_SAMPLING_ENV} {v:?} is not a percentage; 1.0 is used");
-                1.0
-            }
-        }
-    })
+/// The mesh-wide sampling percentage when `defaultConfig.tracing.sampling` is unset:
+/// `PILOT_TRACE_SAMPLING` from the control plane's environment, 1 when unset or not a
+/// percentage (meshd warns of that at start-up).
+fn trace_sampling(ctx: &PushContext) -> f64 {
+    mesh::trace_sampling(ctx.environment_var(mesh::TRACE_SAMPLING_ENV)).unwrap_or(1.0)
 }
 
 /// What tells two proxies' tracing apart besides their labels and namespace: their
@@ -170,7 +155,7 @@ fn of_spec(ctx: &PushContext, proxy: &Proxy, spec: &Spec) -> Option<Tracing> {
     let settings = mesh.default_config.tracing.as_ref().unwrap_or(&unset);
     let sampling = match spec.sampling {
         Some(p) if (0.0..=100.0).contains(&p) => p,
-        _ => sampling(settings),
+        _ => sampling(ctx, settings),
     };
     finish(&mut tracing, sampling, settings);
     let own = spec.custom_tags.filter(|tags| !tags.is_empty());
@@ -220,7 +205,7 @@ fn of_mesh(ctx: &PushContext, proxy: &Proxy) -> Option<Tracing> {
         None if mesh.tracing_enabled() => Tracing::default(),
         None => return None,
     };
-    finish(&mut tracing, sampling(settings), settings);
+    finish(&mut tracing, sampling(ctx, settings), settings);
     let istio_tags = settings.enable_istio_tags != Some(false);
     tracing.custom_tags = custom_tags(ctx, proxy, istio_tags, &settings.custom_tags);
     Some(tracing)
@@ -228,10 +213,10 @@ fn of_mesh(ctx: &PushContext, proxy: &Proxy) -> Option<Tracing> {
 
 /// istiod's `proxyConfigSamplingValue`: the setting when set (1% outside 0–100, where
 /// istiod would send what Envoy refuses below 0), else `PILOT_TRACE_SAMPLING`.
-fn sampling(settings: &ProxyTracing) -> f64 {
+fn sampling(ctx: &PushContext, settings: &ProxyTracing) -> f64 {
     let s = settings.sampling;
     if s == 0.0 {
-        trace_sampling()
+        trace_sampling(ctx)
     } else if (0.0..=100.0).contains(&s) {
         s
     } else {
@@ -423,7 +408,7 @@ fn zipkin(
                 timeout: report_timeout(&z.timeout),
                 http_upstream_type: Some(http_uri::HttpUpstreamType::Cluster(cluster)),
             }),
-            request_headers_to_add: header_options(&z.headers),
+            request_headers_to_add: header_options(ctx, &z.headers),
             ..Default::default()
         }),
         ..Default::default()
@@ -457,7 +442,7 @@ fn opentelemetry(
                 timeout: report_timeout(&http.timeout),
                 http_upstream_type: Some(http_uri::HttpUpstreamType::Cluster(cluster)),
             }),
-            request_headers_to_add: header_options(&http.headers),
+            request_headers_to_add: header_options(ctx, &http.headers),
             ..Default::default()
         });
     } else {
@@ -471,18 +456,24 @@ fn opentelemetry(
                 },
             )),
             timeout: super::optional_duration(grpc.timeout.as_deref()),
-            initial_metadata: grpc.initial_metadata.iter().map(header_value).collect(),
+            initial_metadata: (grpc.initial_metadata.iter())
+                .map(|h| header_value(ctx, h))
+                .collect(),
             ..Default::default()
         });
     }
     Ok(pack_any(config))
 }
 
-fn header_value(h: &ProviderHeader) -> HeaderValue {
+/// A provider's header; one that names `envName` carries that variable of the control
+/// plane's environment, as istiod reads its own.
+fn header_value(ctx: &PushContext, h: &ProviderHeader) -> HeaderValue {
     let value = if h.env_name.is_empty() {
         h.value.clone()
     } else {
-        std::env::var(&h.env_name).unwrap_or_default()
+        ctx.environment_var(&h.env_name)
+            .unwrap_or_default()
+            .to_string()
     };
     HeaderValue {
         key: h.name.clone(),
@@ -491,10 +482,10 @@ fn header_value(h: &ProviderHeader) -> HeaderValue {
     }
 }
 
-fn header_options(headers: &[ProviderHeader]) -> Vec<HeaderValueOption> {
+fn header_options(ctx: &PushContext, headers: &[ProviderHeader]) -> Vec<HeaderValueOption> {
     (headers.iter())
         .map(|h| HeaderValueOption {
-            header: Some(header_value(h)),
+            header: Some(header_value(ctx, h)),
             append_action: HeaderAppendAction::OverwriteIfExistsOrAdd as i32,
             ..Default::default()
         })

@@ -452,3 +452,30 @@ fn telemetry_tracing_overrides_the_mesh_per_side_namespace_and_workload() {
     let (outbound, inbound) = sides("    enableTracing: true\n", &no_provider);
     assert_eq!((outbound, inbound), (vec![None], vec![None]));
 }
+
+/// `PILOT_TRACE_SAMPLING` and a provider header's `envName` come from the control plane's
+/// environment as the store was given it, not from the process translating: the same
+/// configuration translates alike wherever it runs.
+#[test]
+fn the_sampling_default_and_env_headers_come_from_the_stores_environment() {
+    let mesh = "    defaultProviders: {tracing: [otel]}\n    extensionProviders:\n    - name: otel\n      opentelemetry: {service: istio-system/collector.istio-system.svc.cluster.local, port: 4317, grpc: {initialMetadata: [{name: authorization, envName: OTEL_TOKEN}]}}\n";
+    let yaml = format!("{MESH}{mesh}{COLLECTORS}{GATEWAY}");
+    let parsed = model::config::parse::parse_file("mesh.yaml", &yaml);
+    assert!(parsed.errors().next().is_none(), "{:?}", parsed.issues);
+    let with = |vars: &[(&str, &str)]| {
+        let mut store: model::Store = parsed.objects.clone().into_iter().collect();
+        let env = vars.iter().map(|(k, v)| (k.to_string(), v.to_string()));
+        store.set_environment(env.collect());
+        let ctx = model::PushContext::build(&store, "t/1".into());
+        let hcm = managers(&proxy_config(&ctx, &web())).remove(0);
+        let sampling = hcm.tracing.as_ref().unwrap().random_sampling.unwrap().value;
+        let metadata = otel_of(&hcm).grpc_service.unwrap().initial_metadata;
+        (sampling, metadata[0].value.clone())
+    };
+    assert_eq!(with(&[]), (1.0, String::new()));
+    assert_eq!(
+        with(&[("PILOT_TRACE_SAMPLING", "12.5"), ("OTEL_TOKEN", "secret")]),
+        (12.5, "secret".to_string())
+    );
+    assert_eq!(with(&[("PILOT_TRACE_SAMPLING", "250")]).0, 1.0);
+}
