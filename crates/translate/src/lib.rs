@@ -411,6 +411,4 @@ pub const BLACKHOLE_CLUSTER: &str = "BlackHoleCluster";
 pub const PASSTHROUGH_CLUSTER: &str = "PassthroughCluster";
 
 #[cfg(test)]
-mod security_tests;
-#[cfg(test)]
 mod tests;

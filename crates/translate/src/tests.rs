@@ -1978,6 +1978,7 @@ mod mesh_cluster_defaults;
 mod path_normalization;
 mod protocol_detection;
 mod retries;
+mod security;
 mod service_entry_addresses;
 mod shared_hosts;
 mod stat_names;

@@ -12,7 +12,7 @@ use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
 use prost::Message;
 use serde_json::json;
 
-use super::*;
+use crate::*;
 use envoy_types::pb::envoy::config::core::v3::transport_socket;
 use model::{Proxy, PushContext};
 
