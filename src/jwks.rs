@@ -154,7 +154,7 @@ async fn get(uri: &str, timeout: Duration) -> Result<Vec<u8>, String> {
 }
 
 async fn get_now(uri: &str) -> Result<Vec<u8>, String> {
-    let parsed = parse_uri(uri)?;
+    let parsed = parse_uri(uri).map_err(|e| e.to_string())?;
     let addresses = tokio::net::lookup_host((parsed.host.as_str(), parsed.port))
         .await
         .map_err(|e| format!("{uri}: {e}"))?;

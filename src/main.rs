@@ -623,6 +623,6 @@ fn validate(paths: &[PathBuf]) -> ExitCode {
     }
 }
 
-fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+fn parse_duration(text: &str) -> Result<std::time::Duration, api::duration::DurationError> {
     api::duration::parse(text)
 }

@@ -309,7 +309,7 @@ fn proxy_from_node(
         .map(struct_to_json)
         .unwrap_or_default();
     let mut proxy = Proxy::from_node(&node.id, &metadata)
-        .map_err(|e| Status::invalid_argument(refuse("bad_node", e)))?;
+        .map_err(|e| Status::invalid_argument(refuse("bad_node", e.to_string())))?;
     proxy.labels = shared.label_sets.intern(proxy.labels.clone());
     proxy.service_cluster = node.cluster.clone();
     if let Some(l) = &node.locality {

@@ -5,6 +5,15 @@
 
 use std::time::Duration;
 
+/// A duration that is not one of Go's `time.ParseDuration` forms.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum DurationError {
+    #[error("invalid duration {0:?}: write a number and a unit, e.g. 100ms, 1.5s or 1m30s")]
+    Invalid(String),
+    #[error("invalid duration {0:?}: missing or unknown unit (ns, us, ms, s, m or h)")]
+    Unit(String),
+}
+
 /// A boolean as Go's `strconv.ParseBool` reads it; `None` when it is none.
 pub fn parse_bool(v: &str) -> Option<bool> {
     match v {
@@ -15,13 +24,13 @@ pub fn parse_bool(v: &str) -> Option<bool> {
 }
 
 /// Parses `"10s"`, `"100ms"`, `"1.5s"`, `"1h2m"`, `"0"`.
-pub fn parse(text: &str) -> Result<Duration, String> {
+pub fn parse(text: &str) -> Result<Duration, DurationError> {
     let s = text.trim();
     if s == "0" {
         return Ok(Duration::ZERO);
     }
     if s.is_empty() || s.starts_with('-') {
-        return Err(format!("invalid duration {text:?}"));
+        return Err(DurationError::Invalid(text.to_string()));
     }
     let mut total = 0f64;
     let mut rest = s;
@@ -30,11 +39,11 @@ pub fn parse(text: &str) -> Result<Duration, String> {
             .find(|c: char| !(c.is_ascii_digit() || c == '.'))
             .unwrap_or(rest.len());
         if num_len == 0 {
-            return Err(format!("invalid duration {text:?}"));
+            return Err(DurationError::Invalid(text.to_string()));
         }
         let value: f64 = rest[..num_len]
             .parse()
-            .map_err(|_| format!("invalid duration {text:?}"))?;
+            .map_err(|_| DurationError::Invalid(text.to_string()))?;
         rest = &rest[num_len..];
         let unit_len = rest
             .find(|c: char| c.is_ascii_digit() || c == '.')
@@ -47,9 +56,7 @@ pub fn parse(text: &str) -> Result<Duration, String> {
             "m" => 60.0,
             "h" => 3600.0,
             _ => {
-                return Err(format!(
-                    "invalid duration {text:?}: missing or unknown unit"
-                ));
+                return Err(DurationError::Unit(text.to_string()));
             }
         };
         rest = &rest[unit_len..];

@@ -15,7 +15,16 @@ pub const ENVOY_STATUS_CODES: [i32; 56] = [
 /// What istiod finds wrong with a provider before looking up its service
 /// (`processExtensionProvider`): its name, its port, `statusOnError`, `pathPrefix`, and a
 /// lone `*` in a header list. `Ok` for providers that are not authorizers.
-pub fn check(p: &ExtensionProvider, all: &[ExtensionProvider]) -> Result<(), String> {
+pub fn check(p: &ExtensionProvider, all: &[ExtensionProvider]) -> Result<(), ProviderError> {
+    check_provider(p, all).map_err(ProviderError)
+}
+
+/// What istiod finds wrong with an extension provider, in istiod's words.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{0}")]
+pub struct ProviderError(String);
+
+fn check_provider(p: &ExtensionProvider, all: &[ExtensionProvider]) -> Result<(), String> {
     if p.name.is_empty() {
         return Err("extension provider name must not be empty".into());
     }
@@ -74,7 +83,7 @@ pub fn check(p: &ExtensionProvider, all: &[ExtensionProvider]) -> Result<(), Str
             "port must be in the range [1, 65535], found: {port}"
         ));
     }
-    status_on_error(status)?;
+    status_on_error(status).map_err(|e| e.0)?;
     if let Some(t) = timeout {
         api::duration::parse(t).map_err(|e| format!("invalid timeout {t:?}: {e}"))?;
     }
@@ -82,15 +91,15 @@ pub fn check(p: &ExtensionProvider, all: &[ExtensionProvider]) -> Result<(), Str
 }
 
 /// A provider's `statusOnError`: `None` when unset, else an HTTP status Envoy names.
-pub fn status_on_error(status: &str) -> Result<Option<i32>, String> {
+pub fn status_on_error(status: &str) -> Result<Option<i32>, ProviderError> {
     if status.is_empty() {
         return Ok(None);
     }
     let code: i32 = status
         .parse()
-        .map_err(|e| format!("invalid statusOnError {status:?}: {e}"))?;
+        .map_err(|e| ProviderError(format!("invalid statusOnError {status:?}: {e}")))?;
     if !ENVOY_STATUS_CODES.contains(&code) {
-        return Err(format!("unsupported statusOnError {status}"));
+        return Err(ProviderError(format!("unsupported statusOnError {status}")));
     }
     Ok(Some(code))
 }

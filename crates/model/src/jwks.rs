@@ -39,6 +39,15 @@ impl JwksSource {
 /// objects naming it.
 pub type Wanted = BTreeMap<JwksSource, (Duration, BTreeSet<ObjectKey>)>;
 
+/// Why a `jwksUri` or a key set cannot be used.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum JwksError {
+    #[error("jwksUri {uri:?}: {problem}")]
+    Uri { uri: String, problem: &'static str },
+    #[error("{0}")]
+    KeySet(String),
+}
+
 /// An http(s) URL, as istiod's `ParseJwksURI` accepts it.
 #[derive(Debug, PartialEq)]
 pub struct Uri {
@@ -49,13 +58,17 @@ pub struct Uri {
     pub path: String,
 }
 
-pub fn parse_uri(uri: &str) -> Result<Uri, String> {
+pub fn parse_uri(uri: &str) -> Result<Uri, JwksError> {
+    let bad = |problem| JwksError::Uri {
+        uri: uri.to_string(),
+        problem,
+    };
     let (tls, rest) = if let Some(rest) = uri.strip_prefix("https://") {
         (true, rest)
     } else if let Some(rest) = uri.strip_prefix("http://") {
         (false, rest)
     } else {
-        return Err(format!("jwksUri {uri:?}: scheme must be http or https"));
+        return Err(bad("the scheme must be http or https"));
     };
     let (authority, path) = match rest.find(['/', '?']) {
         Some(i) => (&rest[..i], &rest[i..]),
@@ -70,11 +83,11 @@ pub fn parse_uri(uri: &str) -> Result<Uri, String> {
     let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
         let (host, after) = v6
             .split_once(']')
-            .ok_or_else(|| format!("jwksUri {uri:?}: unclosed IPv6 address"))?;
+            .ok_or_else(|| bad("an IPv6 address without its closing ]"))?;
         let port = match after.strip_prefix(':') {
             Some(p) => p
                 .parse()
-                .map_err(|_| format!("jwksUri {uri:?}: bad port"))?,
+                .map_err(|_| bad("the port is not a number from 0 to 65535"))?,
             None => default_port,
         };
         (host.to_string(), port)
@@ -83,13 +96,13 @@ pub fn parse_uri(uri: &str) -> Result<Uri, String> {
             Some((h, p)) => (
                 h.to_string(),
                 p.parse()
-                    .map_err(|_| format!("jwksUri {uri:?}: bad port"))?,
+                    .map_err(|_| bad("the port is not a number from 0 to 65535"))?,
             ),
             None => (authority.to_string(), default_port),
         }
     };
     if host.is_empty() || host.contains('@') {
-        return Err(format!("jwksUri {uri:?}: no host"));
+        return Err(bad("no host"));
     }
     Ok(Uri {
         tls,
@@ -103,18 +116,19 @@ pub fn parse_uri(uri: &str) -> Result<Uri, String> {
 /// array of public keys it can build. Envoy refuses a listener whose JWT provider holds
 /// anything else (an empty set, an EC point not on its curve), so a set that fails here is
 /// never sent: refused at validation when inline, not used when fetched.
-pub fn check_key_set(text: &str) -> Result<(), String> {
+pub fn check_key_set(text: &str) -> Result<(), JwksError> {
+    let bad = |problem: String| JwksError::KeySet(problem);
     let doc: serde_json::Value =
-        serde_json::from_str(text).map_err(|e| format!("not valid JSON: {e}"))?;
+        serde_json::from_str(text).map_err(|e| bad(format!("not valid JSON: {e}")))?;
     let keys = doc
         .get("keys")
         .and_then(|k| k.as_array())
-        .ok_or("no \"keys\" array")?;
+        .ok_or_else(|| bad("no \"keys\" array".into()))?;
     if keys.is_empty() {
-        return Err("no keys".into());
+        return Err(bad("no keys".into()));
     }
     for (i, key) in keys.iter().enumerate() {
-        check_key(key).map_err(|e| format!("key {i}: {e}"))?;
+        check_key(key).map_err(|e| bad(format!("key {i}: {e}")))?;
     }
     Ok(())
 }
@@ -262,6 +276,6 @@ mod tests {
             "B".repeat(42) + "E"
         );
         let err = check_key_set(&off).unwrap_err();
-        assert!(err.contains("not on P-256"), "{err}");
+        assert!(err.to_string().contains("not on P-256"), "{err}");
     }
 }

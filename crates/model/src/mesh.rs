@@ -372,15 +372,22 @@ impl LabelSelector {
 /// `defaultConfig.tracing.sampling` is unset.
 pub const TRACE_SAMPLING_ENV: &str = "PILOT_TRACE_SAMPLING";
 
+/// What is wrong with MeshConfig or a setting that stands in for it.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum MeshConfigError {
+    #[error("{0} (MeshConfig's fields are Istio's camelCase names)")]
+    Yaml(String),
+    #[error("{TRACE_SAMPLING_ENV} {0:?} is not a percentage from 0 to 100; 1 is used")]
+    TraceSampling(String),
+}
+
 /// `PILOT_TRACE_SAMPLING`'s value as a percentage: 1 when unset, an error naming the
 /// variable when not a number from 0 to 100.
-pub fn trace_sampling(value: Option<&str>) -> Result<f64, String> {
+pub fn trace_sampling(value: Option<&str>) -> Result<f64, MeshConfigError> {
     let Some(v) = value else { return Ok(1.0) };
     match v.trim().parse::<f64>() {
         Ok(f) if (0.0..=100.0).contains(&f) => Ok(f),
-        _ => Err(format!(
-            "{TRACE_SAMPLING_ENV} {v:?} is not a percentage from 0 to 100; 1 is used"
-        )),
+        _ => Err(MeshConfigError::TraceSampling(v.to_string())),
     }
 }
 
@@ -431,11 +438,11 @@ impl MeshConfig {
 
 impl MeshConfig {
     /// Parses the `mesh` key's YAML; unknown MeshConfig fields are ignored.
-    pub fn parse(yaml: &str) -> Result<MeshConfig, String> {
+    pub fn parse(yaml: &str) -> Result<MeshConfig, MeshConfigError> {
         if yaml.trim().is_empty() {
             return Ok(MeshConfig::default());
         }
-        serde_saphyr::from_str(yaml).map_err(|e| e.to_string())
+        serde_saphyr::from_str(yaml).map_err(|e| MeshConfigError::Yaml(e.to_string()))
     }
 
     /// Whether objects in a namespace with these labels are kept (`discoverySelectors`).

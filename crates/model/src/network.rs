@@ -70,8 +70,17 @@ pub struct GatewayConfig {
     pub locality: Option<String>,
 }
 
+/// What is wrong with `meshNetworks`: the field and the problem.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{0}")]
+pub struct MeshNetworksError(String);
+
 impl MeshNetworks {
-    pub fn parse(yaml: &str) -> Result<MeshNetworks, String> {
+    pub fn parse(yaml: &str) -> Result<MeshNetworks, MeshNetworksError> {
+        Self::parse_checked(yaml).map_err(MeshNetworksError)
+    }
+
+    fn parse_checked(yaml: &str) -> Result<MeshNetworks, String> {
         if yaml.trim().is_empty() {
             return Ok(MeshNetworks::default());
         }
@@ -551,7 +560,7 @@ mod tests {
 
     #[test]
     fn mesh_networks_name_the_field_they_get_wrong() {
-        let err = |yaml: &str| MeshNetworks::parse(yaml).unwrap_err();
+        let err = |yaml: &str| MeshNetworks::parse(yaml).unwrap_err().to_string();
         assert!(
             err("networks: {a: {endpoints: [{fromCidr: 10.0.0.0}]}}")
                 .contains("networks.a.endpoints[0].fromCidr")

@@ -90,22 +90,34 @@ fn shared_labels<S: serde::Serializer>(
     serde::Serialize::serialize(labels.as_ref(), out)
 }
 
+/// A node id meshd cannot serve, said for the client (its bootstrap sets the id).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum NodeError {
+    #[error("node id {0:?} must have 4 parts TYPE~IP~POD.NAMESPACE~DOMAIN")]
+    Parts(String),
+    #[error("node id {id:?}: unsupported proxy type {kind:?} (sidecar or router)")]
+    Type { id: String, kind: String },
+    #[error("node id {id:?}: {ip:?} is not an IP address")]
+    Ip { id: String, ip: String },
+    #[error("node id {0:?}: no namespace in metadata (NAMESPACE) or DNS domain")]
+    Namespace(String),
+}
+
 impl Proxy {
     /// Parses a node id and its metadata; the error says what is wrong, for the client.
-    pub fn from_node(id: &str, metadata: &Map<String, Value>) -> Result<Proxy, String> {
+    pub fn from_node(id: &str, metadata: &Map<String, Value>) -> Result<Proxy, NodeError> {
         let parts: Vec<&str> = id.split('~').collect();
         let [kind, ip, pod_id, domain] = parts[..] else {
-            return Err(format!(
-                "node id {id:?} must have 4 parts TYPE~IP~POD.NAMESPACE~DOMAIN"
-            ));
+            return Err(NodeError::Parts(id.to_string()));
         };
         let kind = match kind {
             "sidecar" => ProxyKind::Sidecar,
             "router" => ProxyKind::Router,
             other => {
-                return Err(format!(
-                    "node id {id:?}: unsupported proxy type {other:?} (sidecar or router)"
-                ));
+                return Err(NodeError::Type {
+                    id: id.to_string(),
+                    kind: other.to_string(),
+                });
             }
         };
         let text = |k: &str| metadata.get(k).and_then(Value::as_str).map(str::to_string);
@@ -117,7 +129,10 @@ impl Proxy {
             _ => vec![ip.to_string()],
         };
         if ips.iter().any(|ip| ip.parse::<IpAddr>().is_err()) {
-            return Err(format!("node id {id:?}: {ip:?} is not an IP address"));
+            return Err(NodeError::Ip {
+                id: id.to_string(),
+                ip: ip.to_string(),
+            });
         }
         let (pod_name, id_namespace) = pod_id.split_once('.').unwrap_or((pod_id, ""));
         let namespace = text("NAMESPACE")
@@ -129,7 +144,7 @@ impl Proxy {
                     .filter(|s| !s.is_empty())
             })
             .or_else(|| Some(id_namespace.to_string()).filter(|s| !s.is_empty()))
-            .ok_or_else(|| format!("node id {id:?}: no namespace in metadata or DNS domain"))?;
+            .ok_or_else(|| NodeError::Namespace(id.to_string()))?;
         let labels = match metadata.get("LABELS") {
             Some(Value::Object(m)) => m
                 .iter()
@@ -315,16 +330,19 @@ mod tests {
         assert!(
             Proxy::from_node("sidecar~10.0.0.1", &empty)
                 .unwrap_err()
+                .to_string()
                 .contains("4 parts")
         );
         assert!(
             Proxy::from_node("waiter~10.0.0.1~a.b~b.svc.cluster.local", &empty)
                 .unwrap_err()
+                .to_string()
                 .contains("unsupported")
         );
         assert!(
             Proxy::from_node("router~nope~a.b~b.svc.cluster.local", &empty)
                 .unwrap_err()
+                .to_string()
                 .contains("not an IP")
         );
     }

@@ -53,7 +53,8 @@ const BAD_CUSTOM_SUFFIX: &str = "-deny-due-to-bad-CUSTOM-action";
 
 /// A provider's `statusOnError` as Envoy's status.
 fn status_on_error(status: &str) -> Result<Option<HttpStatus>, String> {
-    Ok(model::ext_authz::status_on_error(status)?.map(|code| HttpStatus { code }))
+    let code = model::ext_authz::status_on_error(status).map_err(|e| e.to_string())?;
+    Ok(code.map(|code| HttpStatus { code }))
 }
 
 /// istiod's `LookupCluster`: `[namespace/]hostname` to its host and `outbound|PORT||HOST`.
@@ -80,7 +81,7 @@ fn build(ctx: &PushContext, name: &str) -> Result<Built, String> {
         let known: Vec<&str> = all.iter().map(|p| p.name.as_str()).collect();
         format!("available providers are {known:?} but found {name:?}")
     })?;
-    model::ext_authz::check(p, all)?;
+    model::ext_authz::check(p, all).map_err(|e| e.to_string())?;
     let timeout = |t: &Option<String>| {
         let t = t.as_deref().and_then(|t| api::duration::parse(t).ok());
         Some(super::duration(

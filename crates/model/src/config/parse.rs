@@ -371,11 +371,11 @@ fn decode_spec(
             let cm: core::ConfigMap = typed(value, "", unknown)?;
             let mut data = cm.data.unwrap_or_default();
             let mesh = data.remove("mesh").unwrap_or_default();
-            let mut mesh =
-                crate::mesh::MeshConfig::parse(&mesh).map_err(|e| ("data.mesh".to_string(), e))?;
+            let mut mesh = crate::mesh::MeshConfig::parse(&mesh)
+                .map_err(|e| ("data.mesh".to_string(), e.to_string()))?;
             let networks = data.remove("meshNetworks").unwrap_or_default();
             mesh.mesh_networks = crate::network::MeshNetworks::parse(&networks)
-                .map_err(|e| ("data.meshNetworks".to_string(), e))?;
+                .map_err(|e| ("data.meshNetworks".to_string(), e.to_string()))?;
             Spec::MeshConfig(mesh)
         }
     })

@@ -60,7 +60,7 @@ impl Report {
         if let Some(v) = value
             && let Err(e) = api::duration::parse(v)
         {
-            self.error(field, e);
+            self.error(field, e.to_string());
         }
     }
 }

@@ -23,7 +23,7 @@ pub(super) fn request_authentication(
         if !uri.is_empty()
             && let Err(e) = crate::jwks::parse_uri(uri)
         {
-            r.error(format!("{f}.jwksUri"), e);
+            r.error(format!("{f}.jwksUri"), e.to_string());
         }
         if let Some(jwks) = rule.jwks.as_deref()
             && let Err(e) = crate::jwks::check_key_set(jwks)

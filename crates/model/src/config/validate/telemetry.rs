@@ -93,7 +93,7 @@ pub(super) fn extension_providers(r: &mut Report, providers: &[crate::mesh::Exte
     for (i, e) in providers.iter().enumerate() {
         let f = format!("data.mesh.extensionProviders[{i}]");
         if let Err(problem) = crate::ext_authz::check(e, providers) {
-            r.warn(f, problem);
+            r.warn(f, problem.to_string());
         }
     }
 }
