@@ -2,6 +2,8 @@
 //! views a push needs ([`PushContext`]). Sources write here through [`Store::apply`] and
 //! [`Store::delete`]; nothing here knows about files, Kubernetes or protobuf.
 
+#[cfg(any(test, feature = "testing"))]
+pub mod builders;
 pub mod config;
 pub mod delegate;
 pub mod destination_rule;
@@ -15,7 +17,7 @@ pub mod push_context;
 pub mod security;
 pub mod service;
 pub mod shared_hosts;
-#[cfg(any(test, feature = "testmesh"))]
+#[cfg(any(test, feature = "testing"))]
 pub mod testmesh;
 
 use std::collections::BTreeMap;

@@ -103,7 +103,7 @@ pub(super) fn touched_services(
 }
 impl PushContext {
     /// A push context from YAML that must be free of errors (tests).
-    #[cfg(any(test, feature = "testmesh"))]
+    #[cfg(any(test, feature = "testing"))]
     pub fn from_yaml(yaml: &str) -> PushContext {
         let mut store = Store::default();
         let parsed = crate::config::parse::parse_file("test.yaml", yaml);

@@ -194,23 +194,19 @@ fn a_proxys_labels_and_locality_come_from_its_pod_its_node_or_its_metadata() {
 
 #[test]
 fn a_change_names_the_proxies_it_can_affect() {
-    let yaml = "apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {name: default, namespace: shop}\nspec:\n  egress: [{hosts: [\"./*\", \"istio-system/*\"]}]\n";
-    let mut store = Store::default();
-    for o in parse_file("s.yaml", yaml).objects {
-        store.apply(o);
-    }
-    let ctx = PushContext::build(&store, "v".into());
+    use crate::builders::{context, object, sidecar};
+    use api::networking::{IstioEgressListener, SidecarSpec};
+    let scope = SidecarSpec {
+        egress: vec![IstioEgressListener {
+            hosts: vec!["./*".into(), "istio-system/*".into()],
+            ..IstioEgressListener::default()
+        }],
+        ..SidecarSpec::default()
+    };
+    let ctx = context([object("shop", "default", Spec::Sidecar(scope))]);
+    let scoped = sidecar("shop", "web-1", "10.0.0.1", &[("app", "web")]);
+    let open = sidecar("lab", "web-1", "10.0.0.2", &[("app", "web")]);
     let meta = json!({"LABELS": {"app": "web"}});
-    let scoped = Proxy::from_node(
-        "sidecar~10.0.0.1~web-1.shop~shop.svc.cluster.local",
-        meta.as_object().unwrap(),
-    )
-    .unwrap();
-    let open = Proxy::from_node(
-        "sidecar~10.0.0.2~web-1.lab~lab.svc.cluster.local",
-        meta.as_object().unwrap(),
-    )
-    .unwrap();
     let router = Proxy::from_node(
         "router~10.0.0.3~gw-1.istio-system~istio-system.svc.cluster.local",
         meta.as_object().unwrap(),
@@ -283,4 +279,39 @@ fn clusters_without_endpoints_are_the_ports_and_subsets_no_endpoint_serves() {
         ],
         "a DNS service has no load assignment to be empty"
     );
+}
+
+#[test]
+fn a_services_endpoints_come_from_its_slices_with_their_pods_labels() {
+    use crate::builders::{context, endpoints, pod, service, sidecar};
+    let version_v1 = [("app", "reviews"), ("version", "v1")];
+    let ctx = context([
+        service("shop", "reviews", "10.96.0.10")
+            .port("http", 9080)
+            .selector("app", "reviews")
+            .build(),
+        endpoints("shop", "reviews")
+            .port("http", 9080)
+            .ready("10.1.0.1", Some("reviews-v1"))
+            .ready("10.1.0.2", None)
+            .build(),
+        pod("shop", "reviews-v1", "10.1.0.1", &version_v1),
+    ]);
+    let proxy = sidecar("shop", "web-1", "10.1.9.9", &[("app", "web")]);
+    let svc = ctx
+        .service_for(&proxy, "reviews.shop.svc.cluster.local")
+        .expect("reviews is in scope");
+    assert_eq!(svc.ports[0].port, 9080);
+    let mut endpoints: Vec<(&str, Option<&str>)> = svc
+        .endpoints
+        .iter()
+        .map(|e| {
+            (
+                e.address.as_str(),
+                e.labels.get("version").map(String::as_str),
+            )
+        })
+        .collect();
+    endpoints.sort();
+    assert_eq!(endpoints, [("10.1.0.1", Some("v1")), ("10.1.0.2", None)]);
 }
