@@ -3,8 +3,6 @@
 //! the JSON with `-o json`.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -38,58 +36,28 @@ pub fn table<R: AsRef<[String]>>(rows: &[R]) -> String {
     out
 }
 
+/// The largest debug view read (a 10,000-service mesh's `config_dump` is tens of MB).
+const MAX_BODY: u64 = 512 << 20;
+
 /// One GET against the monitoring port; the body of a 200, or the error it carried.
 pub fn http_get(address: &str, path: &str) -> Result<String, String> {
-    let mut stream = TcpStream::connect(address)
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(Duration::from_secs(30)))
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let mut response = agent
+        .get(format!("http://{address}{path}"))
+        .call()
         .map_err(|e| format!("cannot reach meshd's monitoring port at {address}: {e}"))?;
-    stream
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .map_err(|e| e.to_string())?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
-    )
-    .map_err(|e| e.to_string())?;
-    let mut raw = Vec::new();
-    stream
-        .read_to_end(&mut raw)
+    let status = response.status();
+    let body = (response.body_mut().with_config().limit(MAX_BODY))
+        .read_to_string()
         .map_err(|e| format!("reading {path}: {e}"))?;
-    let text = String::from_utf8_lossy(&raw);
-    let (head, body) = text
-        .split_once("\r\n\r\n")
-        .ok_or_else(|| format!("{path}: not an HTTP response"))?;
-    let status: u16 = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| format!("{path}: no status line"))?;
-    let chunked = head
-        .lines()
-        .any(|l| l.eq_ignore_ascii_case("transfer-encoding: chunked"));
-    let body = if chunked {
-        dechunk(body)
-    } else {
-        body.to_string()
-    };
     if status != 200 {
-        return Err(format!("{path}: HTTP {status}: {}", body.trim()));
+        return Err(format!("{path}: HTTP {}: {}", status.as_u16(), body.trim()));
     }
     Ok(body)
-}
-
-fn dechunk(mut body: &str) -> String {
-    let mut out = String::new();
-    while let Some((size, rest)) = body.split_once("\r\n") {
-        let Ok(n) = usize::from_str_radix(size.trim(), 16) else {
-            break;
-        };
-        if n == 0 || rest.len() < n {
-            break;
-        }
-        out.push_str(&rest[..n]);
-        body = rest[n..].trim_start_matches("\r\n");
-    }
-    out
 }
 
 fn get_json(address: &str, path: &str) -> Result<Value, String> {
@@ -683,7 +651,6 @@ mod tests {
             table(&rows),
             "NAME                CDS\nproductpage-1.shop  SYNCED\n"
         );
-        assert_eq!(dechunk("5\r\nhello\r\n1\r\n!\r\n0\r\n\r\n"), "hello!");
         assert_eq!(
             query_escape("router~1.2.3.4~a.b~x"),
             "router%7E1.2.3.4%7Ea.b%7Ex"
