@@ -14,45 +14,11 @@ use crate::config::{AllocatedAddress, ConfigObject, EndpointSliceDef, Kind, Obje
 use api::labels_match;
 use api::networking::{Location, Resolution, ServiceEntrySpec, WorkloadEntrySpec};
 
-/// Protocol of a service port, from its name prefix or appProtocol, as Istio infers it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-pub enum Protocol {
-    Http,
-    Http2,
-    Grpc,
-    Https,
-    Tls,
-    Tcp,
-    /// A port whose name and appProtocol name no protocol: its traffic is sniffed, as
-    /// Istio sniffs it (HTTP on one filter chain, anything else on another).
-    Unknown,
-}
+mod locality;
+mod protocol;
 
-impl Protocol {
-    pub fn parse(name: &str) -> Protocol {
-        let prefix = name.split('-').next().unwrap_or("").to_ascii_lowercase();
-        match prefix.as_str() {
-            "http" => Protocol::Http,
-            "http2" => Protocol::Http2,
-            "grpc" | "grpc-web" => Protocol::Grpc,
-            "https" => Protocol::Https,
-            "tls" => Protocol::Tls,
-            "tcp" | "mongo" | "mysql" | "redis" => Protocol::Tcp,
-            _ => Protocol::Unknown,
-        }
-    }
-
-    pub fn is_http(self) -> bool {
-        matches!(
-            self,
-            Protocol::Http | Protocol::Http2 | Protocol::Grpc | Protocol::Unknown
-        )
-    }
-
-    pub fn is_http2(self) -> bool {
-        matches!(self, Protocol::Http2 | Protocol::Grpc)
-    }
-}
+pub use self::locality::Locality;
+pub use self::protocol::Protocol;
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ServicePort {
@@ -61,25 +27,6 @@ pub struct ServicePort {
     pub protocol: Protocol,
     /// The numeric targetPort, when the Service names one.
     pub target_port: Option<u32>,
-}
-
-#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-pub struct Locality {
-    pub region: String,
-    pub zone: String,
-    pub subzone: String,
-}
-
-impl Locality {
-    /// `region/zone/subzone`, as WorkloadEntry and the locality label write it.
-    pub fn parse(text: &str) -> Locality {
-        let mut parts = text.split('/').map(str::to_string);
-        Locality {
-            region: parts.next().unwrap_or_default(),
-            zone: parts.next().unwrap_or_default(),
-            subzone: parts.next().unwrap_or_default(),
-        }
-    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
