@@ -10,12 +10,17 @@ test:
 
 # Regenerate the committed CRDs (crds/ and the chart's) from the Rust types.
 crds:
-    MESHD_UPDATE_GOLDEN=1 cargo test --locked --lib api::crd
+    MESHD_UPDATE_GOLDEN=1 cargo test --locked -p api crd
+
+# Rewrite the golden files (tests/golden) and the flags table of docs/configuration.md
+# from what the code produces now; review the diff.
+golden:
+    MESHD_UPDATE_GOLDEN=1 cargo test --locked -p meshd -- golden options_doc
 
 # Formatting and clippy, as CI checks them.
 lint:
-    cargo fmt --check
-    cargo clippy --locked --all-targets -- -D warnings
+    cargo fmt --all --check
+    cargo clippy --locked --workspace --all-targets -- -D warnings
 
 # Check YAML offline, like istioctl validate.
 validate path="examples/bookinfo":
