@@ -36,6 +36,51 @@ pub const RETRY: Duration = Duration::from_secs(10);
 /// The largest key set (or discovery document) read.
 const MAX_BODY: usize = 1 << 20;
 
+/// Why a key set could not be fetched from `uri`; the last key set fetched stays in use.
+#[derive(Debug, thiserror::Error)]
+#[error("{uri}: {problem}")]
+pub struct FetchError {
+    uri: String,
+    problem: Problem,
+}
+
+#[derive(Debug, thiserror::Error)]
+enum Problem {
+    #[error("{0}")]
+    Uri(model::jwks::JwksError),
+    #[error("cannot resolve the host: {0}")]
+    Resolve(std::io::Error),
+    #[error(
+        "no address that may be fetched from: link-local and cloud metadata addresses never are, as with istiod"
+    )]
+    Blocked,
+    #[error("cannot connect: {0}")]
+    Connect(std::io::Error),
+    #[error("TLS: {0}")]
+    Tls(String),
+    #[error("HTTP: {0}")]
+    Http(String),
+    #[error("status {0}, where 200 was expected")]
+    Status(hyper::StatusCode),
+    #[error("no answer within {0:?} (the rule's timeout)")]
+    Timeout(Duration),
+    #[error("not valid JSON: {0}")]
+    NotJson(serde_json::Error),
+    #[error("the discovery document names no jwks_uri")]
+    NoJwksUri,
+    #[error("not UTF-8")]
+    NotUtf8,
+    #[error("not a key set: {0}")]
+    KeySet(model::jwks::JwksError),
+}
+
+fn fail(uri: &str, problem: Problem) -> FetchError {
+    FetchError {
+        uri: uri.to_string(),
+        problem,
+    }
+}
+
 /// `PILOT_JWT_PUB_KEY_REFRESH_INTERVAL` (a Go duration), 20 minutes when unset or invalid.
 fn refresh_interval() -> Duration {
     match std::env::var(REFRESH_ENV) {
@@ -120,70 +165,72 @@ pub async fn run(
 /// The key sets of `sources`, fetched concurrently, in their order.
 async fn fetch_all<'a>(
     sources: impl Iterator<Item = (&'a JwksSource, Duration)>,
-) -> Vec<Result<String, String>> {
+) -> Vec<Result<String, FetchError>> {
     futures::future::join_all(sources.map(|(source, timeout)| fetch(source, timeout))).await
 }
 
 /// The key set of `source`: its URI, or the one its issuer's discovery document names.
-pub async fn fetch(source: &JwksSource, timeout: Duration) -> Result<String, String> {
+pub async fn fetch(source: &JwksSource, timeout: Duration) -> Result<String, FetchError> {
     let uri = if source.uri.is_empty() {
         let discovery = format!(
             "{}/.well-known/openid-configuration",
             source.issuer.trim_end_matches('/')
         );
         let body = get(&discovery, timeout).await?;
-        let doc: serde_json::Value = serde_json::from_slice(&body)
-            .map_err(|e| format!("{discovery}: not valid JSON: {e}"))?;
+        let doc: serde_json::Value =
+            serde_json::from_slice(&body).map_err(|e| fail(&discovery, Problem::NotJson(e)))?;
         (doc.get("jwks_uri").and_then(|u| u.as_str()))
-            .ok_or_else(|| format!("{discovery}: no jwks_uri"))?
+            .ok_or_else(|| fail(&discovery, Problem::NoJwksUri))?
             .to_string()
     } else {
         source.uri.clone()
     };
     let body = get(&uri, timeout).await?;
-    let text = String::from_utf8(body).map_err(|_| format!("{uri}: not UTF-8"))?;
-    check_key_set(&text).map_err(|e| format!("{uri}: not a key set: {e}"))?;
+    let text = String::from_utf8(body).map_err(|_| fail(&uri, Problem::NotUtf8))?;
+    check_key_set(&text).map_err(|e| fail(&uri, Problem::KeySet(e)))?;
     Ok(text)
 }
 
 /// The body of a `200` answer to `GET uri`, within `timeout`.
-async fn get(uri: &str, timeout: Duration) -> Result<Vec<u8>, String> {
+async fn get(uri: &str, timeout: Duration) -> Result<Vec<u8>, FetchError> {
     tokio::time::timeout(timeout, get_now(uri))
         .await
-        .map_err(|_| format!("{uri}: no answer within {timeout:?}"))?
+        .map_err(|_| fail(uri, Problem::Timeout(timeout)))?
 }
 
-async fn get_now(uri: &str) -> Result<Vec<u8>, String> {
-    let parsed = parse_uri(uri).map_err(|e| e.to_string())?;
+async fn get_now(uri: &str) -> Result<Vec<u8>, FetchError> {
+    let parsed = parse_uri(uri).map_err(|e| fail(uri, Problem::Uri(e)))?;
     let addresses = tokio::net::lookup_host((parsed.host.as_str(), parsed.port))
         .await
-        .map_err(|e| format!("{uri}: {e}"))?;
+        .map_err(|e| fail(uri, Problem::Resolve(e)))?;
     let allowed: Vec<_> = addresses.filter(|a| !blocked(a.ip())).collect();
     let Some(address) = allowed.first() else {
-        return Err(format!("{uri}: no address that may be fetched from"));
+        return Err(fail(uri, Problem::Blocked));
     };
     let tcp = tokio::net::TcpStream::connect(address)
         .await
-        .map_err(|e| format!("{uri}: {e}"))?;
+        .map_err(|e| fail(uri, Problem::Connect(e)))?;
     if !parsed.tls {
         return request(tcp, &parsed, uri).await;
     }
-    let name = rustls::pki_types::ServerName::try_from(parsed.host.clone())
-        .map_err(|e| format!("{uri}: {e}"))?;
-    let tls = tokio_rustls::TlsConnector::from(system_roots()?)
+    let tls_error = |e: &dyn std::fmt::Display| fail(uri, Problem::Tls(e.to_string()));
+    let name =
+        rustls::pki_types::ServerName::try_from(parsed.host.clone()).map_err(|e| tls_error(&e))?;
+    let tls = tokio_rustls::TlsConnector::from(system_roots().map_err(|e| tls_error(&e))?)
         .connect(name, tcp)
         .await
-        .map_err(|e| format!("{uri}: {e}"))?;
+        .map_err(|e| tls_error(&e))?;
     request(tls, &parsed, uri).await
 }
 
-async fn request<S>(io: S, parsed: &Uri, uri: &str) -> Result<Vec<u8>, String>
+async fn request<S>(io: S, parsed: &Uri, uri: &str) -> Result<Vec<u8>, FetchError>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    let http = |e: &dyn std::fmt::Display| fail(uri, Problem::Http(e.to_string()));
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
         .await
-        .map_err(|e| format!("{uri}: {e}"))?;
+        .map_err(|e| http(&e))?;
     tokio::spawn(conn);
     let host = match (parsed.tls, parsed.port) {
         (true, 443) | (false, 80) => parsed.host.clone(),
@@ -193,18 +240,15 @@ where
         .header(hyper::header::HOST, host)
         .header(hyper::header::ACCEPT, "application/json")
         .body(Empty::<Bytes>::new())
-        .map_err(|e| format!("{uri}: {e}"))?;
-    let response = sender
-        .send_request(req)
-        .await
-        .map_err(|e| format!("{uri}: {e}"))?;
+        .map_err(|e| http(&e))?;
+    let response = sender.send_request(req).await.map_err(|e| http(&e))?;
     if response.status() != hyper::StatusCode::OK {
-        return Err(format!("{uri}: status {}", response.status()));
+        return Err(fail(uri, Problem::Status(response.status())));
     }
     let body = Limited::new(response.into_body(), MAX_BODY)
         .collect()
         .await
-        .map_err(|e| format!("{uri}: {e}"))?;
+        .map_err(|e| http(&*e))?;
     Ok(body.to_bytes().to_vec())
 }
 
@@ -301,11 +345,11 @@ mod tests {
             keys
         );
         let not_found = fetch(&source("i", &format!("{base}/missing")), t).await;
-        assert!(not_found.unwrap_err().contains("404"));
+        assert!(not_found.unwrap_err().to_string().contains("404"));
         let html = fetch(&source("i", &format!("{base}/html")), t).await;
-        assert!(html.unwrap_err().contains("not a key set"));
+        assert!(html.unwrap_err().to_string().contains("not a key set"));
         let metadata = fetch(&source("i", "http://169.254.169.254/keys"), t).await;
-        assert!(metadata.unwrap_err().contains("no address"));
+        assert!(metadata.unwrap_err().to_string().contains("no address"));
     }
 
     /// Two identity providers, the first of which answers only once the second has been
