@@ -142,3 +142,7 @@ bench-plots:
     cargo build --release --locked
     scripts/bench-plot-data.sh
     python3 scripts/bench-plots.py
+
+# Every fuzz target for SECONDS on stable Rust, as CI runs them.
+fuzz-smoke seconds="20":
+    scripts/fuzz-smoke.sh {{seconds}}
