@@ -11,25 +11,14 @@ use meshd::xds::cache::{self, ResourceCache};
 use meshd::xds::resource::View;
 use model::config::ObjectKey;
 use model::config::parse::parse_file;
+use model::testmesh::{Load, Shape, generate};
 use model::{Proxy, PushContext, Store};
 use prost::Message;
-use testkit::mesh::Shape;
 use translate::proxy_config;
 
 /// The allocator the `meshd` binary ships with, so the figures are what it does.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
-/// The mesh of `Shape::new(services, namespaces, endpoints)`, loaded.
-fn generate(services: usize, namespaces: usize, endpoints: usize) -> Store {
-    load(&Shape::new(services, namespaces, endpoints))
-}
-
-fn load(shape: &Shape) -> Store {
-    let parsed = parse_file("generated.yaml", &shape.yaml());
-    assert!(parsed.errors().next().is_none(), "{:?}", parsed.issues);
-    parsed.objects.into_iter().collect()
-}
 
 /// `store` (a generated mesh of `services` over 50 namespaces) with one endpoint added to
 /// svc-1, and the keys that changed, as the sources report them (only what differs).
@@ -268,7 +257,7 @@ fn sidecar_generation(c: &mut Criterion) {
 /// is sent (`http.80` holds 1,000 virtual hosts), translated and encoded, then cached.
 fn gateway_virtual_services(c: &mut Criterion) {
     let shape = Shape::new(1_000, 50, 3);
-    let mut store = load(&shape);
+    let mut store = shape.store();
     let yaml: String = (0..1_000).map(|i| shape.gateway_routing_yaml(i)).collect();
     let parsed = parse_file("gateway.yaml", &yaml);
     assert!(parsed.errors().next().is_none(), "{:?}", parsed.issues);

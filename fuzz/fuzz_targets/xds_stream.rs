@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use http_body_util::BodyExt;
 use libfuzzer_sys::fuzz_target;
-use model::{PushContext, Store};
+use model::PushContext;
 use meshd::xds::push::{Push, PushSettings};
 use meshd::xds::{AdsService, XdsShared};
 use tower::ServiceExt;
@@ -27,11 +27,7 @@ fn fixture() -> &'static Fixture {
             .enable_all()
             .build()
             .unwrap();
-        let yaml = testkit::mesh::Shape::new(20, 3, 2).yaml();
-        let store: Store = model::config::parse::parse_file("mesh.yaml", &yaml)
-            .objects
-            .into_iter()
-            .collect();
+        let store = model::testmesh::generate(20, 3, 2);
         let context = PushContext::build(&store, "fuzz/1".into());
         let push = Push::new(context, 1, Instant::now(), None, Default::default());
         let (tx, rx) = tokio::sync::watch::channel(Arc::new(push));

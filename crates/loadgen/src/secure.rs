@@ -52,6 +52,7 @@ pub(super) fn workload_tls(
         CertificateDer::pem_slice_iter(chain.as_bytes())
             .collect::<Result<_, _>>()
             .map_err(|e| what(&e))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
     let server_name = ServerName::try_from(SERVER_NAME)
         .map_err(|e| e.to_string())?
         .to_owned();
@@ -77,8 +78,7 @@ pub(super) fn workload_tls(
             certs.extend(intermediates.iter().cloned());
             let key = PrivateKeyDer::from_pem_slice(key.serialize_pem().as_bytes())
                 .map_err(|e| what(&e))?;
-            let provider = Arc::new(rustls::crypto::ring::default_provider());
-            let mut config = rustls::ClientConfig::builder_with_provider(provider)
+            let mut config = rustls::ClientConfig::builder_with_provider(provider.clone())
                 .with_safe_default_protocol_versions()
                 .map_err(|e| what(&e))?
                 .with_root_certificates(roots.clone())

@@ -1,9 +1,22 @@
-//! The generated meshes of `testkit` loaded into a store, for unit tests.
+//! YAML loaded into a store for tests: any document set that must be valid, and the
+//! generated meshes of `testkit`.
 
 pub use testkit::mesh::Shape;
 
 use super::Store;
 use crate::config::parse::parse_file;
+
+/// The objects of `yaml` (named `file` in errors) in a store, as the sources would load
+/// them; any invalid object fails the caller.
+pub fn store_of(file: &str, yaml: &str) -> Store {
+    let parsed = parse_file(file, yaml);
+    assert!(
+        parsed.errors().next().is_none(),
+        "{file} is invalid: {:?}",
+        parsed.issues
+    );
+    parsed.objects.into_iter().collect()
+}
 
 /// A generated mesh as the sources would load it.
 pub trait Load {
@@ -12,13 +25,7 @@ pub trait Load {
 
 impl Load for Shape {
     fn store(&self) -> Store {
-        let parsed = parse_file("generated.yaml", &self.yaml());
-        assert!(
-            parsed.errors().next().is_none(),
-            "BUG: generated mesh is invalid: {:?}",
-            parsed.issues.first()
-        );
-        parsed.objects.into_iter().collect()
+        store_of("generated.yaml", &self.yaml())
     }
 }
 

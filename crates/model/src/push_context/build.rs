@@ -105,13 +105,7 @@ impl PushContext {
     /// A push context from YAML that must be free of errors (tests).
     #[cfg(any(test, feature = "testing"))]
     pub fn from_yaml(yaml: &str) -> PushContext {
-        let mut store = Store::default();
-        let parsed = crate::config::parse::parse_file("test.yaml", yaml);
-        assert!(parsed.errors().next().is_none(), "{:?}", parsed.issues);
-        for o in parsed.objects {
-            store.apply(o);
-        }
-        PushContext::build(&store, "v/1".into())
+        PushContext::build(&crate::testmesh::store_of("test.yaml", yaml), "v/1".into())
     }
 
     pub fn build(store: &Store, version: String) -> PushContext {

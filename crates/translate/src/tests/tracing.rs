@@ -460,10 +460,8 @@ fn telemetry_tracing_overrides_the_mesh_per_side_namespace_and_workload() {
 fn the_sampling_default_and_env_headers_come_from_the_stores_environment() {
     let mesh = "    defaultProviders: {tracing: [otel]}\n    extensionProviders:\n    - name: otel\n      opentelemetry: {service: istio-system/collector.istio-system.svc.cluster.local, port: 4317, grpc: {initialMetadata: [{name: authorization, envName: OTEL_TOKEN}]}}\n";
     let yaml = format!("{MESH}{mesh}{COLLECTORS}{GATEWAY}");
-    let parsed = model::config::parse::parse_file("mesh.yaml", &yaml);
-    assert!(parsed.errors().next().is_none(), "{:?}", parsed.issues);
     let with = |vars: &[(&str, &str)]| {
-        let mut store: model::Store = parsed.objects.clone().into_iter().collect();
+        let mut store = model::testmesh::store_of("mesh.yaml", &yaml);
         let env = vars.iter().map(|(k, v)| (k.to_string(), v.to_string()));
         store.set_environment(env.collect());
         let ctx = model::PushContext::build(&store, "t/1".into());
