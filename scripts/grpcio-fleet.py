@@ -225,16 +225,23 @@ def main():
     p.add_argument("--proxies", type=int, default=500)
     p.add_argument("--namespaces", type=int, default=50)
     p.add_argument("--warm", type=int, default=50, help="proxies connected first (one per namespace)")
+    p.add_argument("--batch", type=int, default=250, help="proxies connected at a time")
     args = p.parse_args()
 
     def connect(indices):
-        proxies = [Proxy(args.xds, i, args.namespaces) for i in indices]
-        for proxy in proxies:
-            threading.Thread(target=proxy.run, daemon=True).start()
-        deadline = time.time() + 300
-        for proxy in proxies:
-            if not proxy.ready.wait(max(0.0, deadline - time.time())):
-                raise SystemExit(f"{proxy.id} got no full configuration: {sorted(proxy.seen)}")
+        # In batches, each given its own time: this process decodes every proxy's
+        # configuration under one interpreter lock, so a large fleet takes minutes.
+        proxies = []
+        indices = list(indices)
+        for start in range(0, len(indices), args.batch):
+            batch = [Proxy(args.xds, i, args.namespaces) for i in indices[start:start + args.batch]]
+            for proxy in batch:
+                threading.Thread(target=proxy.run, daemon=True).start()
+            deadline = time.time() + 300
+            for proxy in batch:
+                if not proxy.ready.wait(max(0.0, deadline - time.time())):
+                    raise SystemExit(f"{proxy.id} got no full configuration: {sorted(proxy.seen)}")
+            proxies.extend(batch)
         return proxies
 
     warm = connect(range(args.warm))

@@ -5,11 +5,11 @@
 #
 #   scripts/server-compare.sh OLD_MESHD NEW_MESHD [ROUNDS]
 #
-# Each round runs, for each build: memory per added proxy (1,000 proxies: unscoped,
-# Sidecar-scoped, scoped on the secure port), the connect storm on each port, a
-# VirtualService change to 5,000 proxies and an endpoint change to 5,000, and the
-# grpcio fleet (scripts/grpcio-fleet.py, GRPCIO_FLEETS proxies on the unscoped mesh,
-# default "500 2000").
+# Each round runs, for each build: memory per added proxy (unscoped and Sidecar-scoped,
+# plaintext and secure, 1,000 and 10,000 proxies), the connect storm on each port, a
+# VirtualService change to 5,000 proxies and an endpoint change to 5,000 (with meshd's CPU
+# per proxy per push), and the grpcio fleet (scripts/grpcio-fleet.py, GRPCIO_FLEETS
+# proxies on the unscoped mesh, default "500 2000").
 # JSON summaries go to target/compare/BUILD-SCENARIO-ROUND.json;
 # scripts/server-compare.py prints the table.
 set -euo pipefail
@@ -58,6 +58,10 @@ for round in $(seq "$rounds"); do
         done
         run "$build" "$bin" memory-scoped "$round" "${mesh[@]}" --proxies 1000 --warm-proxies 50 --sidecar-scoped --change none
         run "$build" "$bin" memory-scoped-secure "$round" "${mesh[@]}" --proxies 1000 --warm-proxies 50 --sidecar-scoped --secure --change none
+        run "$build" "$bin" memory-unscoped-secure "$round" "${mesh[@]}" --proxies 1000 --warm-proxies 50 --secure --change none
+        run "$build" "$bin" memory-unscoped-10k "$round" "${mesh[@]}" --proxies 10000 --warm-proxies 50 --change none
+        run "$build" "$bin" memory-scoped-10k "$round" "${mesh[@]}" --proxies 10000 --warm-proxies 50 --sidecar-scoped --change none
+        run "$build" "$bin" memory-scoped-secure-10k "$round" "${mesh[@]}" --proxies 10000 --warm-proxies 50 --sidecar-scoped --secure --change none
         run "$build" "$bin" connect "$round" "${mesh[@]}" --proxies 5000 --connect-rate 2000 --change none
         run "$build" "$bin" connect-secure "$round" "${mesh[@]}" --proxies 1000 --connect-rate 2000 --secure --change none
         run "$build" "$bin" vs "$round" "${mesh[@]}" --proxies 5000 --change vs --changes 5

@@ -575,6 +575,10 @@ async fn simulate(
             unaffected_pushed,
         });
     }
+    // meshd's CPU over the changes alone: from the settled, connected fleet to the last
+    // change's convergence (and settle), per proxy each change reached.
+    let pushed: usize = reports.iter().map(|r| r.affected).sum();
+    let after_changes = meshd_figures(&args.monitoring);
     let storm = if args.storm_rate > 0.0 {
         Some(
             storm(
@@ -655,6 +659,11 @@ async fn simulate(
                 .map(|w| (connected.rss_bytes - w.rss_bytes) / (total - warm) as f64),
             "rss_peak_bytes": peak_rss,
             "cpu_seconds": end.cpu_seconds - base.cpu_seconds,
+            "cpu_seconds_connecting": connected.cpu_seconds - base.cpu_seconds,
+            "cpu_seconds_changes": after_changes.cpu_seconds - connected.cpu_seconds,
+            "cpu_us_per_proxy_per_push": (pushed > 0).then(|| {
+                (after_changes.cpu_seconds - connected.cpu_seconds) * 1e6 / pushed as f64
+            }),
             "push_diffs_by_view": end.view_diffs - connected.view_diffs,
             "push_diffs_in_full": end.full_diffs - connected.full_diffs,
             "proxies_with_identity": identified,
