@@ -2,20 +2,22 @@
 """A fleet of delta xDS clients that meshd did not write: Python grpcio (gRPC C-core),
 one channel and connection per proxy, each subscribing as Envoy does (wildcard CDS and
 LDS, then EDS for the clusters and RDS for the routes it was sent), ACKing every response.
-It connects PROXIES proxies across NAMESPACES namespaces, waits until each has its
-configuration, then samples meshd's RSS (from /proc/PID) until it stops falling, and
-prints a JSON line: proxies, RSS before and after, and bytes per added proxy.
+It connects PROXIES proxies across NAMESPACES namespaces (beyond the first WARM, in worker
+processes of at most PER_PROCESS proxies each), waits until each has its configuration,
+then samples meshd's RSS (from /proc/PID) until it stops falling, and prints a JSON line:
+proxies, RSS before and after, and bytes per added proxy.
 
     python3 scripts/grpcio-fleet.py --xds 127.0.0.1:15010 --pid PID --proxies 500
 
 Needs `pip install grpcio` (in a venv; scripts/server-compare.sh takes its python as
-PYTHON). Messages are encoded
-and decoded here with the few protobuf fields xDS subscription needs, so no generated
-code is required.
+PYTHON). Messages are encoded and decoded here with the few protobuf fields xDS
+subscription needs, so no generated code is required.
 """
 import argparse
 import json
 import queue
+import subprocess
+import sys
 import threading
 import time
 
@@ -218,46 +220,78 @@ def settled(pid, quiet=5.0, limit=120.0):
     return low
 
 
+def connect(address, indices, namespaces, batch):
+    """Proxies `indices`, in batches each given its own time, once each holds its
+    configuration."""
+    proxies = []
+    indices = list(indices)
+    for start in range(0, len(indices), batch):
+        group = [Proxy(address, i, namespaces) for i in indices[start:start + batch]]
+        for proxy in group:
+            threading.Thread(target=proxy.run, daemon=True).start()
+        deadline = time.time() + 300
+        for proxy in group:
+            if not proxy.ready.wait(max(0.0, deadline - time.time())):
+                raise SystemExit(f"{proxy.id} got no full configuration: {sorted(proxy.seen)}")
+        proxies.extend(group)
+    return proxies
+
+
+def child(args):
+    """One worker process: its share of the fleet, held until stdin closes."""
+    held = connect(args.xds, range(args.first, args.first + args.count), args.namespaces, args.batch)
+    print("ready", flush=True)
+    sys.stdin.read()
+    del held
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--xds", default="127.0.0.1:15010")
-    p.add_argument("--pid", type=int, required=True)
+    p.add_argument("--pid", type=int)
     p.add_argument("--proxies", type=int, default=500)
     p.add_argument("--namespaces", type=int, default=50)
     p.add_argument("--warm", type=int, default=50, help="proxies connected first (one per namespace)")
-    p.add_argument("--batch", type=int, default=250, help="proxies connected at a time")
+    p.add_argument("--batch", type=int, default=250, help="proxies a process connects at a time")
+    p.add_argument("--per-process", type=int, default=500,
+                   help="proxies per worker process: one process's channels and threads slow "
+                        "down past a few hundred, so a large fleet is split")
+    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--first", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--count", type=int, default=0, help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.child:
+        return child(args)
+    if args.pid is None:
+        p.error("--pid is required")
 
-    def connect(indices):
-        # In batches, each given its own time: this process decodes every proxy's
-        # configuration under one interpreter lock, so a large fleet takes minutes.
-        proxies = []
-        indices = list(indices)
-        for start in range(0, len(indices), args.batch):
-            batch = [Proxy(args.xds, i, args.namespaces) for i in indices[start:start + args.batch]]
-            for proxy in batch:
-                threading.Thread(target=proxy.run, daemon=True).start()
-            deadline = time.time() + 300
-            for proxy in batch:
-                if not proxy.ready.wait(max(0.0, deadline - time.time())):
-                    raise SystemExit(f"{proxy.id} got no full configuration: {sorted(proxy.seen)}")
-            proxies.extend(batch)
-        return proxies
-
-    warm = connect(range(args.warm))
+    warm = connect(args.xds, range(args.warm), args.namespaces, args.batch)
     before = settled(args.pid)
-    rest = connect(range(args.warm, args.proxies))
+    workers = []
+    for first in range(args.warm, args.proxies, args.per_process):
+        count = min(args.per_process, args.proxies - first)
+        workers.append(subprocess.Popen(
+            [sys.executable, __file__, "--child", "--xds", args.xds, "--namespaces", str(args.namespaces),
+             "--batch", str(args.batch), "--first", str(first), "--count", str(count)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
+    for w in workers:
+        if w.stdout.readline().strip() != "ready":
+            raise SystemExit("a worker of the fleet failed")
     after = settled(args.pid)
-    added = len(rest)
+    for w in workers:
+        w.stdin.close()
+        w.wait()
+    added = args.proxies - args.warm
     print(json.dumps({
         "client": f"grpcio {grpc.__version__}",
         "proxies": args.proxies,
         "warm": args.warm,
+        "processes": 1 + len(workers),
         "rss_before_bytes": before,
         "rss_after_bytes": after,
         "rss_per_added_proxy_bytes": round((after - before) / added) if added else None,
     }))
-    del warm, rest
+    del warm
 
 
 if __name__ == "__main__":
