@@ -77,7 +77,7 @@ async fn grpc_rate(seconds: f64) -> f64 {
     let port = listener.local_addr().unwrap().port();
     // Served as meshd serves its secure port.
     let metrics = Arc::new(Metrics::new());
-    let service = CaService::new(ca.clone(), authn, metrics.clone());
+    let service = CaService::new(ca.clone(), authn, metrics.ca.clone());
     let errors = meshd::tls::HandshakeErrors {
         family: metrics.tls_handshake_errors.clone(),
         port: "secure",
@@ -86,8 +86,8 @@ async fn grpc_rate(seconds: f64) -> f64 {
         keepalive_interval: Duration::from_secs(30),
         keepalive_timeout: Duration::from_secs(10),
         max_streams: 100_000,
-        errors: metrics.xds_connection_errors.clone(),
-        at_limit: metrics.xds_streams_at_limit.clone(),
+        errors: metrics.xds.connection_errors.clone(),
+        at_limit: metrics.xds.streams_at_limit.clone(),
     };
     let (_serving, shutdown) = tokio::sync::watch::channel(false);
     tokio::spawn(meshd::grpc::serve(

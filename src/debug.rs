@@ -222,9 +222,9 @@ async fn metrics(State(s): State<DebugState>) -> impl IntoResponse {
     // Derived from the current push when scraped, as istiod derives its push-status gauges.
     let push = s.xds.current_push();
     let no_instances = push.context.clusters_without_endpoints().len();
-    (s.metrics.eds_no_instances).set(i64::try_from(no_instances).unwrap_or(i64::MAX));
+    (s.metrics.push.eds_no_instances).set(i64::try_from(no_instances).unwrap_or(i64::MAX));
     let duplicates = push.context.destination_rules.duplicate_subsets.len();
-    (s.metrics.destrule_subsets).set(i64::try_from(duplicates).unwrap_or(i64::MAX));
+    (s.metrics.push.destrule_subsets).set(i64::try_from(duplicates).unwrap_or(i64::MAX));
     (
         [(
             header::CONTENT_TYPE,
@@ -271,7 +271,8 @@ async fn configz(State(s): State<DebugState>) -> impl IntoResponse {
         .filter(|k| {
             let labels = vec![("type", k.to_string())];
             s.metrics
-                .k8s_crd_missing
+                .sources
+                .crd_missing
                 .get(&labels)
                 .is_some_and(|g| g.get() == 1)
         })

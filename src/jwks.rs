@@ -23,6 +23,9 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::watch;
 
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::registry::Registry;
+
 use crate::filesource::OnChange;
 use crate::xds::push::Push;
 use model::Store;
@@ -92,13 +95,40 @@ fn refresh_interval() -> Duration {
     }
 }
 
+/// Fetches of RequestAuthentication key sets that worked and that failed (istiod's
+/// `pilot_jwks_resolver_network_fetch_{success,fail}_total`).
+#[derive(Clone, Default)]
+pub struct JwksMetrics {
+    pub fetch_success: Counter,
+    pub fetch_fail: Counter,
+}
+
+impl JwksMetrics {
+    pub fn register(registry: &mut Registry) -> JwksMetrics {
+        let m = JwksMetrics::default();
+        // Istio's names end in `_total` already; OpenMetrics adds one more, which the
+        // Prometheus text drops.
+        registry.register(
+            "pilot_jwks_resolver_network_fetch_success_total",
+            "Total number of successfully network fetch by pilot jwks resolver",
+            m.fetch_success.clone(),
+        );
+        registry.register(
+            "pilot_jwks_resolver_network_fetch_fail_total",
+            "Total number of failed network fetch by pilot jwks resolver",
+            m.fetch_fail.clone(),
+        );
+        m
+    }
+}
+
 /// Fetches what each push's RequestAuthentication rules need, keeps it current, and
 /// reports new answers as changes to the objects naming them.
 pub async fn run(
     mut pushes: watch::Receiver<Arc<Push>>,
     store: Arc<RwLock<Store>>,
     on_change: OnChange,
-    metrics: Arc<crate::metrics::Metrics>,
+    metrics: JwksMetrics,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let refresh = refresh_interval();
@@ -119,8 +149,8 @@ pub async fn run(
         let answers = fetch_all(due.iter().map(|(source, (timeout, _))| (*source, *timeout))).await;
         for ((source, (_, named_by)), answer) in due.into_iter().zip(answers) {
             match &answer {
-                Ok(_) => metrics.jwks_fetch_success.inc(),
-                Err(_) => metrics.jwks_fetch_fail.inc(),
+                Ok(_) => metrics.fetch_success.inc(),
+                Err(_) => metrics.fetch_fail.inc(),
             };
             fetched.insert(source.clone(), (Instant::now(), answer.is_ok()));
             let key = source.key();

@@ -5,105 +5,32 @@
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
-pub type Labels = Vec<(&'static str, String)>;
+pub use crate::xds::metrics::{Labels, type_label, unix_seconds};
 
-const PUSH_BUCKETS: &[f64] = &[0.01, 0.1, 0.5, 1.0, 3.0, 5.0, 10.0, 20.0, 30.0];
-fn push_histogram() -> Histogram {
-    Histogram::new(PUSH_BUCKETS.iter().copied())
-}
+use crate::ca::metrics::CaMetrics;
+use crate::jwks::JwksMetrics;
+use crate::k8s::SourceMetrics;
+use crate::webhook::ValidationMetrics;
+use crate::xds::metrics::{PushMetrics, XdsMetrics};
 
-const CONVERGENCE_BUCKETS: &[f64] = &[0.1, 0.5, 1.0, 3.0, 5.0, 10.0, 20.0, 30.0];
-const SEND_BUCKETS: &[f64] = &[0.01, 0.1, 1.0, 3.0, 5.0, 10.0, 20.0, 30.0];
-const INIT_BUCKETS: &[f64] = &[0.01, 0.1, 0.5, 1.0, 3.0, 5.0];
-const DESTROY_BUCKETS: &[f64] = &[0.0001, 0.001, 0.01, 0.1, 1.0, 10.0];
-const CONFIG_SIZE_BUCKETS: &[f64] = &[
-    1.0,
-    10_000.0,
-    1_000_000.0,
-    4_000_000.0,
-    10_000_000.0,
-    40_000_000.0,
-];
-fn config_size_histogram() -> Histogram {
-    Histogram::new(CONFIG_SIZE_BUCKETS.iter().copied())
-}
-
+/// Every module's metrics, each set registered on one registry by its own module, and
+/// what the process itself counts.
 pub struct Metrics {
     pub registry: Registry,
-    pub xds_pushes: Family<Labels, Counter>,
-    pub total_xds_rejects: Family<Labels, Counter>,
-    /// Pushes that failed at the proxy, by type: rejected (NACKed) or not taken in time.
-    pub xds_push_errors: Family<Labels, Counter>,
-    pub xds_expired_nonce: Family<Labels, Counter>,
-    pub xds_clients: Gauge,
-    pub xds_by_version: Family<Labels, Gauge>,
-    pub proxy_convergence_time: Histogram,
-    pub debounce_time: Histogram,
-    pub xds_push_time: Family<Labels, Histogram, fn() -> Histogram>,
-    /// Bytes of the resources in each response, by type URL.
-    pub xds_config_size: Family<Labels, Histogram, fn() -> Histogram>,
-    pub proxy_queue_time: Histogram,
-    pub push_context_recompute: Counter,
-    pub push_triggers: Family<Labels, Counter>,
-    pub services: Gauge,
-    pub virt_services: Gauge,
+    pub xds: XdsMetrics,
+    pub push: PushMetrics,
+    pub ca: CaMetrics,
+    pub sources: SourceMetrics,
+    pub validation: ValidationMetrics,
+    pub jwks: JwksMetrics,
+    /// Configuration documents rejected, by kind, from any source.
     pub config_errors: Family<Labels, Counter>,
-    /// Watch events from Kubernetes by `type` and `event`: Istio config, and the registry.
-    pub k8s_cfg_events: Family<Labels, Counter>,
-    pub k8s_reg_events: Family<Labels, Counter>,
-    /// 1 for each Istio kind whose CRD the cluster lacks (served as empty until installed).
-    pub k8s_crd_missing: Family<Labels, Gauge>,
-    /// Configuration meshd failed to build or encode for a proxy (none expected).
-    pub xds_internal_errors: Counter,
-    pub xds_connection_errors: Family<Labels, Counter>,
     /// TLS handshakes that failed or timed out, by `port` and `reason`.
     pub tls_handshake_errors: Family<Labels, Counter>,
-    /// HTTP/2 connections that reached `ISTIO_GPRC_MAXSTREAMS` open streams.
-    pub xds_streams_at_limit: Counter,
-    pub csr_count: Counter,
-    pub cert_issued: Counter,
-    pub ca_auth_failures: Counter,
-    pub ca_errors: Family<Labels, Counter>,
-    /// Refusals for a CSR that does not parse or verify (istiod's parsing errors).
-    pub csr_parsing_errors: Counter,
-    /// Signing failures, by `error` (meshd's reason).
-    pub csr_sign_errors: Family<Labels, Counter>,
-    /// When the current root and the signing certificate expire, Unix seconds (0: no CA).
-    pub root_cert_expiry: Gauge,
-    pub cert_chain_expiry: Gauge,
-    /// Seconds until the root expires, as of the last scrape.
-    pub root_cert_expiry_seconds: Gauge,
-    pub xds_send_time: Histogram,
-    pub pushcontext_init: Histogram,
-    pub destroy_time: Histogram,
-    pub endpoint_no_pod: Gauge,
-    /// Clusters with no endpoint in the current push.
-    pub eds_no_instances: Gauge,
-    /// Hosts whose merged DestinationRules name a subset twice, in the current push.
-    pub destrule_subsets: Gauge,
-    /// Pushes whose default tracing provider's service was not found, by provider type
-    /// (istiod's `provider_lookup_cluster_failures`, which it counts per proxy).
-    pub provider_lookup_cluster_failures: Family<Labels, Counter>,
-    /// Fetches of RequestAuthentication key sets that worked and that failed (istiod's
-    /// `pilot_jwks_resolver_network_fetch_{success,fail}_total`).
-    pub jwks_fetch_success: Counter,
-    pub jwks_fetch_fail: Counter,
-    pub xds_cache_reads: Family<Labels, Counter>,
-    pub xds_push_diffs: Family<Labels, Counter>,
-    /// Pushes a connection took without a diff: the change index found nothing in them
-    /// for its proxy.
-    pub xds_pushes_skipped: Counter,
-    pub xds_send_buffer: Gauge,
-    /// The validation webhook's verdicts and HTTP errors (istiod's `galley_validation_*`).
-    pub validation_passed: Family<Labels, Counter>,
-    pub validation_failed: Family<Labels, Counter>,
-    pub validation_http_error: Family<Labels, Counter>,
-    /// Writes of meshd's root into the webhook configurations' `caBundle`, and failures.
-    pub validation_config_updates: Counter,
-    pub validation_config_update_error: Family<Labels, Counter>,
+    /// Panics: configuration meshd failed to build or encode for a proxy (none expected).
+    pub internal_errors: Counter,
 }
 
 impl Default for Metrics {
@@ -115,175 +42,30 @@ impl Default for Metrics {
 impl Metrics {
     pub fn new() -> Metrics {
         let mut registry = Registry::default();
-        let m = Metrics {
-            xds_pushes: Family::default(),
-            total_xds_rejects: Family::default(),
-            xds_push_errors: Family::default(),
-            xds_expired_nonce: Family::default(),
-            xds_clients: Gauge::default(),
-            xds_by_version: Family::default(),
-            proxy_convergence_time: Histogram::new(CONVERGENCE_BUCKETS.iter().copied()),
-            debounce_time: Histogram::new(PUSH_BUCKETS.iter().copied()),
-            xds_push_time: Family::new_with_constructor(push_histogram),
-            xds_config_size: Family::new_with_constructor(config_size_histogram),
-            proxy_queue_time: Histogram::new(CONVERGENCE_BUCKETS.iter().copied()),
-            push_context_recompute: Counter::default(),
-            push_triggers: Family::default(),
-            xds_cache_reads: Family::default(),
-            xds_push_diffs: Family::default(),
-            xds_pushes_skipped: Counter::default(),
-            xds_send_buffer: Gauge::default(),
-            services: Gauge::default(),
-            virt_services: Gauge::default(),
-            config_errors: Family::default(),
-            k8s_cfg_events: Family::default(),
-            k8s_crd_missing: Family::default(),
-            k8s_reg_events: Family::default(),
-            xds_internal_errors: Counter::default(),
-            xds_connection_errors: Family::default(),
-            xds_streams_at_limit: Counter::default(),
-            tls_handshake_errors: Family::default(),
-            csr_count: Counter::default(),
-            cert_issued: Counter::default(),
-            ca_auth_failures: Counter::default(),
-            ca_errors: Family::default(),
-            csr_parsing_errors: Counter::default(),
-            csr_sign_errors: Family::default(),
-            root_cert_expiry: Gauge::default(),
-            cert_chain_expiry: Gauge::default(),
-            root_cert_expiry_seconds: Gauge::default(),
-            xds_send_time: Histogram::new(SEND_BUCKETS.iter().copied()),
-            pushcontext_init: Histogram::new(INIT_BUCKETS.iter().copied()),
-            destroy_time: Histogram::new(DESTROY_BUCKETS.iter().copied()),
-            endpoint_no_pod: Gauge::default(),
-            eds_no_instances: Gauge::default(),
-            destrule_subsets: Gauge::default(),
-            provider_lookup_cluster_failures: Family::default(),
-            jwks_fetch_success: Counter::default(),
-            jwks_fetch_fail: Counter::default(),
-            validation_passed: Family::default(),
-            validation_failed: Family::default(),
-            validation_http_error: Family::default(),
-            validation_config_updates: Counter::default(),
-            validation_config_update_error: Family::default(),
-            registry: Registry::default(),
-        };
-        registry.register(
-            "galley_validation_passed",
-            "Resource is valid",
-            m.validation_passed.clone(),
+        let r = &mut registry;
+        let validation = ValidationMetrics::register(r);
+        let xds = XdsMetrics::register(r);
+        let push = PushMetrics::register(r);
+        let sources = SourceMetrics::register(r);
+        let ca = CaMetrics::register(r);
+        let jwks = JwksMetrics::register(r);
+        let config_errors = Family::default();
+        r.register(
+            "meshd_config_errors",
+            "Configuration documents rejected, by kind",
+            config_errors.clone(),
         );
-        registry.register(
-            "galley_validation_failed",
-            "Resource validation failed",
-            m.validation_failed.clone(),
+        let tls_handshake_errors = Family::default();
+        r.register(
+            "meshd_tls_handshake_errors",
+            "TLS handshakes on the secure and webhook ports that failed or timed out, by port and reason",
+            tls_handshake_errors.clone(),
         );
-        registry.register(
-            "galley_validation_http_error",
-            "Resource validation http serve errors",
-            m.validation_http_error.clone(),
-        );
-        registry.register(
-            "galley_validation_config_updates",
-            "k8s webhook configuration updates",
-            m.validation_config_updates.clone(),
-        );
-        registry.register(
-            "galley_validation_config_update_error",
-            "k8s webhook configuration update error",
-            m.validation_config_update_error.clone(),
-        );
-        registry.register(
-            "pilot_xds_pushes",
-            "Pilot build and send errors for lds, rds, cds and eds",
-            m.xds_pushes.clone(),
-        );
-        registry.register(
-            "pilot_total_xds_rejects",
-            "Total number of XDS responses from pilot rejected by proxy",
-            m.total_xds_rejects.clone(),
-        );
-        registry.register(
-            "pilot_xds_push_errors",
-            "Pushes that failed at the proxy, by type: responses it rejected and responses it did not take within PILOT_XDS_SEND_TIMEOUT",
-            m.xds_push_errors.clone(),
-        );
-        registry.register(
-            "pilot_xds_expired_nonce",
-            "Total number of XDS requests with an expired nonce",
-            m.xds_expired_nonce.clone(),
-        );
-        registry.register(
-            "pilot_xds_clients",
-            "Number of endpoints connected to this pilot using XDS",
-            m.xds_clients.clone(),
-        );
-        registry.register(
-            "pilot_xds",
-            "Number of endpoints connected to this pilot using XDS, by proxy version",
-            m.xds_by_version.clone(),
-        );
-        registry.register("pilot_proxy_convergence_time", "Delay in seconds between config change and a proxy receiving all required configuration", m.proxy_convergence_time.clone());
-        registry.register("pilot_debounce_time", "Delay in seconds between the first config enters debouncing and the merged push request is pushed into the push queue", m.debounce_time.clone());
-        registry.register(
-            "pilot_xds_push_time",
-            "Total time in seconds Pilot takes to push lds, rds, cds and eds",
-            m.xds_push_time.clone(),
-        );
-        registry.register(
-            "pilot_proxy_queue_time",
-            "Time in seconds, a proxy is in the push queue before being dequeued",
-            m.proxy_queue_time.clone(),
-        );
-        registry.register(
-            "pilot_push_context_recompute_count",
-            "Number of push context rebuilds",
-            m.push_context_recompute.clone(),
-        );
-        registry.register(
-            "pilot_push_triggers",
-            "Total number of times a push was triggered, labeled by reason for the push",
-            m.push_triggers.clone(),
-        );
-        registry.register(
-            "pilot_xds_cache_reads",
-            "Total xds cache reads, by hit or miss",
-            m.xds_cache_reads.clone(),
-        );
-        registry.register(
-            "meshd_xds_pushes_skipped",
-            "Pushes a connection took without comparing anything, because none of the push's changes can reach its proxy",
-            m.xds_pushes_skipped.clone(),
-        );
-        registry.register(
-            "meshd_xds_push_diffs",
-            "Delta pushes by how the proxy's changes were found: the difference between two views shared by every proxy making the same step, or a comparison of every subscribed name",
-            m.xds_push_diffs.clone(),
-        );
-        registry.register(
-            "pilot_services",
-            "Total services known to pilot",
-            m.services.clone(),
-        );
-        registry.register(
-            "pilot_virt_services",
-            "Total virtual services known to pilot",
-            m.virt_services.clone(),
-        );
-        registry.register(
-            "pilot_k8s_cfg_events",
-            "Events from k8s config",
-            m.k8s_cfg_events.clone(),
-        );
-        registry.register(
-            "pilot_k8s_reg_events",
-            "Events from k8s registry",
-            m.k8s_reg_events.clone(),
-        );
-        registry.register(
+        let internal_errors = Counter::default();
+        r.register(
             "pilot_total_xds_internal_errors",
             "Total number of internal XDS errors in pilot",
-            m.xds_internal_errors.clone(),
+            internal_errors.clone(),
         );
         let build: Family<Labels, Gauge> = Family::default();
         build
@@ -292,163 +74,25 @@ impl Metrics {
                 ("tag", env!("CARGO_PKG_VERSION").to_string()),
             ])
             .set(1);
-        registry.register("istio_build", "Istio component build info", build);
-        registry.register(
-            "meshd_config_errors",
-            "Configuration documents rejected, by kind",
-            m.config_errors.clone(),
-        );
-        registry.register(
-            "meshd_k8s_crd_missing",
-            "Istio kinds whose CustomResourceDefinition is not installed: served as empty, watched once installed",
-            m.k8s_crd_missing.clone(),
-        );
-        registry.register(
-            "meshd_xds_send_buffer_bytes",
-            "Response bytes framed for proxies and not yet written to their connections (bounded by MESHD_XDS_SEND_BUFFER_MB)",
-            m.xds_send_buffer.clone(),
-        );
-        registry.register(
-            "meshd_xds_connection_errors",
-            "xDS streams refused or broken, by reason",
-            m.xds_connection_errors.clone(),
-        );
-        registry.register(
-            "meshd_tls_handshake_errors",
-            "TLS handshakes on the secure and webhook ports that failed or timed out, by port and reason",
-            m.tls_handshake_errors.clone(),
-        );
-        registry.register(
-            "meshd_xds_streams_at_limit",
-            "Times an HTTP/2 connection reached ISTIO_GPRC_MAXSTREAMS open streams (its client's next streams wait)",
-            m.xds_streams_at_limit.clone(),
-        );
-        registry.register(
-            "citadel_server_csr_count",
-            "The number of CSRs received by Citadel server",
-            m.csr_count.clone(),
-        );
-        registry.register(
-            "citadel_server_success_cert_issuance_count",
-            "The number of certificates issuances that have succeeded",
-            m.cert_issued.clone(),
-        );
-        registry.register(
-            "citadel_server_authentication_failure_count",
-            "The number of authentication failures",
-            m.ca_auth_failures.clone(),
-        );
-        registry.register(
-            "meshd_ca_errors",
-            "Certificate requests refused, by reason",
-            m.ca_errors.clone(),
-        );
-        registry.register(
-            "citadel_server_csr_parsing_err_count",
-            "The number of errors occurred when parsing the CSR",
-            m.csr_parsing_errors.clone(),
-        );
-        registry.register(
-            "citadel_server_csr_sign_err_count",
-            "The number of errors occurred when signing the CSR",
-            m.csr_sign_errors.clone(),
-        );
-        registry.register(
-            "citadel_server_root_cert_expiry_timestamp",
-            "The unix timestamp, in seconds, when the root cert will expire",
-            m.root_cert_expiry.clone(),
-        );
-        registry.register(
-            "citadel_server_root_cert_expiry_seconds",
-            "The time remaining, in seconds, before the root cert will expire",
-            m.root_cert_expiry_seconds.clone(),
-        );
-        registry.register(
-            "citadel_server_cert_chain_expiry_timestamp",
-            "The unix timestamp, in seconds, when the CA's signing cert chain will expire",
-            m.cert_chain_expiry.clone(),
-        );
-        registry.register(
-            "pilot_xds_config_size_bytes",
-            "Distribution of configuration sizes pushed to clients",
-            m.xds_config_size.clone(),
-        );
-        registry.register(
-            "pilot_xds_send_time",
-            "Total time in seconds Pilot takes to send generated configuration",
-            m.xds_send_time.clone(),
-        );
-        registry.register(
-            "pilot_pushcontext_init_seconds",
-            "Total time in seconds Pilot takes to init pushContext",
-            m.pushcontext_init.clone(),
-        );
-        registry.register(
-            "pilot_destroy_time_seconds",
-            "Time in seconds from a proxy's stream ending to its state being freed",
-            m.destroy_time.clone(),
-        );
-        registry.register(
-            "pilot_eds_no_instances",
-            "Number of clusters without instances",
-            m.eds_no_instances.clone(),
-        );
-        registry.register(
-            "pilot_destrule_subsets",
-            "Duplicate subsets across destination rules for same host",
-            m.destrule_subsets.clone(),
-        );
-        registry.register(
-            "provider_lookup_cluster_failures",
-            "Number of times a cluster lookup failed",
-            m.provider_lookup_cluster_failures.clone(),
-        );
-        // Istio's names end in `_total` already; OpenMetrics adds one more, which the
-        // Prometheus text drops.
-        registry.register(
-            "pilot_jwks_resolver_network_fetch_success_total",
-            "Total number of successfully network fetch by pilot jwks resolver",
-            m.jwks_fetch_success.clone(),
-        );
-        registry.register(
-            "pilot_jwks_resolver_network_fetch_fail_total",
-            "Total number of failed network fetch by pilot jwks resolver",
-            m.jwks_fetch_fail.clone(),
-        );
-        registry.register(
-            "endpoint_no_pod",
-            "Endpoints of Kubernetes services with no known Pod behind them",
-            m.endpoint_no_pod.clone(),
-        );
-        // Every type's series exists from the start, so dashboards read 0, not "no data".
-        for t in ["cds", "eds", "lds", "rds", "sds"] {
-            let label = type_label(t);
-            let _ = m.xds_pushes.get_or_create(&label);
-            let _ = m.total_xds_rejects.get_or_create(&label);
-            let _ = m.xds_push_errors.get_or_create(&label);
-            let _ = m.xds_expired_nonce.get_or_create(&label);
-            let _ = m.xds_push_time.get_or_create(&label);
+        r.register("istio_build", "Istio component build info", build);
+        Metrics {
+            registry,
+            xds,
+            push,
+            ca,
+            sources,
+            validation,
+            jwks,
+            config_errors,
+            tls_handshake_errors,
+            internal_errors,
         }
-        for t in ["hit", "miss"] {
-            let _ = m.xds_cache_reads.get_or_create(&type_label(t));
-        }
-        for method in ["view", "full"] {
-            let _ = m
-                .xds_push_diffs
-                .get_or_create(&vec![("method", method.to_string())]);
-        }
-        Metrics { registry, ..m }
     }
 
     /// The registry in Prometheus text format (version 0.0.4), as istiod serves it, then
     /// the process's own figures (read at scrape time).
     pub fn render(&self) -> String {
-        // Derived at each scrape, as istiod derives it.
-        let root_expiry = self.root_cert_expiry.get();
-        if root_expiry != 0 {
-            let now = unix_seconds(std::time::SystemTime::now());
-            self.root_cert_expiry_seconds.set(root_expiry - now);
-        }
+        self.ca.refresh();
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &self.registry)
             .expect("BUG: encoding to a String cannot fail");
@@ -456,12 +100,6 @@ impl Metrics {
         out.push_str(&process_text());
         out
     }
-}
-
-/// `at` in whole seconds since the Unix epoch, as the `*_timestamp` gauges carry it.
-pub fn unix_seconds(at: std::time::SystemTime) -> i64 {
-    let since = at.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    i64::try_from(since.as_secs()).unwrap_or(i64::MAX)
 }
 
 /// Counts every panic in meshd in `counter` (`pilot_total_xds_internal_errors`), then
@@ -635,10 +273,6 @@ pub fn to_prometheus_text(openmetrics: &str) -> String {
     out
 }
 
-pub fn type_label(t: &str) -> Labels {
-    vec![("type", t.to_string())]
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -657,8 +291,8 @@ mod tests {
     #[test]
     fn counters_are_exposed_under_istios_names_without_total() {
         let m = Metrics::new();
-        m.xds_pushes.get_or_create(&type_label("cds")).inc();
-        m.proxy_convergence_time.observe(0.2);
+        m.xds.pushes.get_or_create(&type_label("cds")).inc();
+        m.xds.convergence_time.observe(0.2);
         let text = m.render();
         assert!(
             text.contains("pilot_xds_pushes{type=\"cds\"} 1\n"),

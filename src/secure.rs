@@ -143,7 +143,7 @@ impl Security {
             },
         );
         let listener = crate::webhook::TlsListener { incoming, local };
-        let router = crate::webhook::router(metrics);
+        let router = crate::webhook::router(metrics.validation.clone());
         Ok(tokio::spawn(async move {
             axum::serve(listener, router)
                 .with_graceful_shutdown(async move {
@@ -162,14 +162,14 @@ impl Security {
         shutdown: watch::Receiver<bool>,
     ) -> tokio::task::JoinHandle<()> {
         (self.ca).report_expiry(
-            metrics.root_cert_expiry.clone(),
-            metrics.cert_chain_expiry.clone(),
+            metrics.ca.root_cert_expiry.clone(),
+            metrics.ca.cert_chain_expiry.clone(),
         );
-        let ca = CaService::new(self.ca.clone(), self.authn.clone(), metrics)
+        let ca = CaService::new(self.ca.clone(), self.authn.clone(), metrics.ca.clone())
             .forwarding_to(self.upstream.clone());
         let settings = xds.grpc_settings();
         let errors = crate::tls::HandshakeErrors {
-            family: xds.metrics.tls_handshake_errors.clone(),
+            family: metrics.tls_handshake_errors.clone(),
             port: "secure",
         };
         let ads = AdsService::secure(xds, self.authn.clone());

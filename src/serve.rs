@@ -78,7 +78,7 @@ fn log_issue(metrics: &Metrics, issue: &ConfigIssue) {
 
 pub async fn run(opts: ServeOptions) -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::new());
-    crate::metrics::count_panics(metrics.xds_internal_errors.clone());
+    crate::metrics::count_panics(metrics.internal_errors.clone());
     let store = Arc::new(RwLock::new(control_plane_store()));
     let hook_metrics = metrics.clone();
     let hook: IssueHook = Arc::new(move |i| log_issue(&hook_metrics, i));
@@ -93,17 +93,22 @@ pub async fn run(opts: ServeOptions) -> anyhow::Result<()> {
 
     // Until the initial configuration is in, proxies see nothing and /ready says so.
     let change_log: ChangeLog = Arc::default();
-    let cache = Arc::new(ResourceCache::new(&metrics));
+    let cache = Arc::new(ResourceCache::new(&metrics.xds));
     let (push_tx, push_rx) = watch::channel(Arc::new(build_push(
         &store,
         None,
         0,
         Instant::now(),
         None,
-        &metrics,
+        &metrics.push,
         cache.clone(),
     )));
-    let xds = XdsShared::new(metrics.clone(), push_rx, &opts.push, opts.revision.clone());
+    let xds = XdsShared::new(
+        metrics.xds.clone(),
+        push_rx,
+        &opts.push,
+        opts.revision.clone(),
+    );
     let ready = Arc::new(AtomicBool::new(false));
     let issues: IssueBoard = Arc::default();
     let debug_state = DebugState {
@@ -163,7 +168,7 @@ pub async fn run(opts: ServeOptions) -> anyhow::Result<()> {
                 scope.clone(),
                 issues.clone(),
                 hook.clone(),
-                metrics.clone(),
+                metrics.sources.clone(),
             );
             source.start(on_change.clone());
             tracing::info!(revision = %scope.revision, "waiting for the initial list of every kind");
@@ -214,7 +219,7 @@ pub async fn run(opts: ServeOptions) -> anyhow::Result<()> {
                     revision,
                     opts.leader.namespace.clone(),
                     ca,
-                    metrics.clone(),
+                    metrics.validation.clone(),
                 ));
             }
             Some(s)
@@ -232,7 +237,7 @@ pub async fn run(opts: ServeOptions) -> anyhow::Result<()> {
         1,
         Instant::now(),
         None,
-        &metrics,
+        &metrics.push,
         cache,
     )));
     tokio::spawn(crate::resolve::run(
@@ -245,7 +250,7 @@ pub async fn run(opts: ServeOptions) -> anyhow::Result<()> {
         xds.subscribe(),
         store.clone(),
         on_change.clone(),
-        metrics.clone(),
+        metrics.jwks.clone(),
         shutdown_rx.clone(),
     ));
     tokio::spawn(debounce_loop(
@@ -253,7 +258,7 @@ pub async fn run(opts: ServeOptions) -> anyhow::Result<()> {
         store.clone(),
         push_tx,
         opts.push.clone(),
-        metrics.clone(),
+        metrics.push.clone(),
         change_log,
     ));
     crate::xds::joined::spawn_sweeper();

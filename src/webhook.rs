@@ -7,7 +7,6 @@
 //! `galley_validation_http_error{status}`.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Bytes;
@@ -18,12 +17,60 @@ use axum::routing::post;
 use serde_json::{Value, json};
 use tokio_stream::StreamExt;
 
-use crate::metrics::{Labels, Metrics};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
+
+use crate::metrics::Labels;
 use model::config::parse::parse_value;
 use model::config::{ConfigIssue, Kind, Level};
 
+/// The validation webhook's verdicts and HTTP errors, and the writes of meshd's root into
+/// the webhook configurations' `caBundle` (istiod's `galley_validation_*`).
+#[derive(Clone, Default)]
+pub struct ValidationMetrics {
+    pub passed: Family<Labels, Counter>,
+    pub failed: Family<Labels, Counter>,
+    pub http_error: Family<Labels, Counter>,
+    pub config_updates: Counter,
+    pub config_update_error: Family<Labels, Counter>,
+}
+
+impl ValidationMetrics {
+    pub fn register(registry: &mut Registry) -> ValidationMetrics {
+        let m = ValidationMetrics::default();
+        let r = registry;
+        r.register(
+            "galley_validation_passed",
+            "Resource is valid",
+            m.passed.clone(),
+        );
+        r.register(
+            "galley_validation_failed",
+            "Resource validation failed",
+            m.failed.clone(),
+        );
+        r.register(
+            "galley_validation_http_error",
+            "Resource validation http serve errors",
+            m.http_error.clone(),
+        );
+        r.register(
+            "galley_validation_config_updates",
+            "k8s webhook configuration updates",
+            m.config_updates.clone(),
+        );
+        r.register(
+            "galley_validation_config_update_error",
+            "k8s webhook configuration update error",
+            m.config_update_error.clone(),
+        );
+        m
+    }
+}
+
 /// The webhook's routes: `/validate` and `/validate/`, as istiod's.
-pub fn router(metrics: Arc<Metrics>) -> Router {
+pub fn router(metrics: ValidationMetrics) -> Router {
     Router::new()
         .route("/validate", post(serve_validate))
         .route("/validate/", post(serve_validate))
@@ -63,13 +110,13 @@ where
 /// istiod's `serve`: a JSON body, an AdmissionReview of any version answered in the same
 /// version, the request's uid echoed.
 async fn serve_validate(
-    State(metrics): State<Arc<Metrics>>,
+    State(metrics): State<ValidationMetrics>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
     let http_error = |status: StatusCode, message: &'static str| {
         let labels: Labels = vec![("status", status.as_u16().to_string())];
-        metrics.validation_http_error.get_or_create(&labels).inc();
+        metrics.http_error.get_or_create(&labels).inc();
         (status, message).into_response()
     };
     if body.is_empty() {
@@ -111,7 +158,7 @@ async fn serve_validate(
 
 /// istiod's `validate`: CREATE and UPDATE of an Istio kind are checked, anything else is
 /// allowed (and counted as an unsupported operation).
-fn admit(metrics: &Metrics, request: &Value) -> Value {
+fn admit(metrics: &ValidationMetrics, request: &Value) -> Value {
     let resource = &request["resource"];
     let field = |name: &str| resource[name].as_str().unwrap_or_default().to_string();
     let labels: Labels = vec![
@@ -124,7 +171,7 @@ fn admit(metrics: &Metrics, request: &Value) -> Value {
         if !dry_run {
             let mut labels = labels.clone();
             labels.push(("reason", reason.to_string()));
-            metrics.validation_failed.get_or_create(&labels).inc();
+            metrics.failed.get_or_create(&labels).inc();
         }
     };
     match request["operation"].as_str() {
@@ -150,7 +197,7 @@ fn admit(metrics: &Metrics, request: &Value) -> Value {
         failed("invalid_resource");
         return denied(format!("configuration is invalid: {}", errors.join("; ")));
     }
-    metrics.validation_passed.get_or_create(&labels).inc();
+    metrics.passed.get_or_create(&labels).inc();
     let warnings: Vec<String> = (parsed.issues.iter())
         .filter(|i| i.level == Level::Warning)
         .map(issue_text)
@@ -199,25 +246,26 @@ mod tests {
 
     #[test]
     fn an_invalid_object_is_denied_naming_its_field_and_counted_by_reason() {
-        let metrics = Metrics::new();
-        let denied = admit(&metrics, &request("CREATE", vs("(unclosed")));
+        let all = crate::metrics::Metrics::new();
+        let metrics = &all.validation;
+        let denied = admit(metrics, &request("CREATE", vs("(unclosed")));
         assert_eq!(denied["allowed"], false);
         let message = denied["status"]["message"].as_str().unwrap();
         assert!(
             message.starts_with("configuration is invalid: spec.http[0].match[0].uri.regex: "),
             "{message}"
         );
-        let allowed = admit(&metrics, &request("UPDATE", vs("^/v[0-9]+$")));
+        let allowed = admit(metrics, &request("UPDATE", vs("^/v[0-9]+$")));
         assert_eq!(allowed, json!({"allowed": true}));
         // Deletes are not checked; dry runs are not counted as failures.
         assert_eq!(
-            admit(&metrics, &request("DELETE", Value::Null)),
+            admit(metrics, &request("DELETE", Value::Null)),
             json!({"allowed": true})
         );
         let mut dry = request("CREATE", vs("(unclosed"));
         dry["dryRun"] = json!(true);
-        assert_eq!(admit(&metrics, &dry)["allowed"], false);
-        let text = metrics.render();
+        assert_eq!(admit(metrics, &dry)["allowed"], false);
+        let text = all.render();
         for line in [
             r#"galley_validation_failed{group="networking.istio.io",version="v1",resource="virtualservices",reason="invalid_resource"} 1"#,
             r#"galley_validation_failed{group="networking.istio.io",version="v1",resource="virtualservices",reason="unsupported_operation"} 1"#,
@@ -229,10 +277,10 @@ mod tests {
 
     #[test]
     fn warnings_are_returned_and_other_kinds_refused() {
-        let metrics = Metrics::new();
+        let metrics = &ValidationMetrics::default();
         let mut object = vs("^/a$");
         object["spec"]["http"][0]["fault"] = json!({"delay": {"exponentialDelay": "1s"}});
-        let allowed = admit(&metrics, &request("CREATE", object));
+        let allowed = admit(metrics, &request("CREATE", object));
         assert_eq!(allowed["allowed"], true);
         assert_eq!(
             allowed["warnings"],
@@ -241,7 +289,7 @@ mod tests {
             ])
         );
         let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}});
-        let refused = admit(&metrics, &request("CREATE", pod));
+        let refused = admit(metrics, &request("CREATE", pod));
         assert_eq!(
             refused["status"]["message"],
             "unrecognized type v1, Kind=Pod"

@@ -9,6 +9,7 @@ pub mod authn;
 pub mod csr;
 pub use crate::identity;
 pub mod material;
+pub mod metrics;
 pub mod persist;
 pub mod service;
 

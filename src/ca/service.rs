@@ -7,8 +7,8 @@ use std::sync::Arc;
 use tonic::{Request, Response, Status};
 
 use super::authn::Authenticator;
+use super::metrics::CaMetrics;
 use super::{CaError, CertificateAuthority, Identity};
-use crate::metrics::Metrics;
 
 pub mod pb {
     tonic::include_proto!("istio.v1.auth");
@@ -39,7 +39,7 @@ pub struct UpstreamCa {
 pub struct CaService {
     ca: Arc<CertificateAuthority>,
     authn: Arc<Authenticator>,
-    metrics: Arc<Metrics>,
+    metrics: CaMetrics,
     upstream: Option<UpstreamCa>,
 }
 
@@ -47,7 +47,7 @@ impl CaService {
     pub fn new(
         ca: Arc<CertificateAuthority>,
         authn: Arc<Authenticator>,
-        metrics: Arc<Metrics>,
+        metrics: CaMetrics,
     ) -> CaService {
         CaService {
             ca,
@@ -159,11 +159,11 @@ impl IstioCertificateService for CaService {
             }
             Err(e) => {
                 if matches!(e, CaError::Unauthenticated(_)) {
-                    self.metrics.ca_auth_failures.inc();
+                    self.metrics.auth_failures.inc();
                     tracing::warn!("CSR refused: {e}");
                 }
                 self.metrics
-                    .ca_errors
+                    .errors
                     .get_or_create(&vec![("reason", e.reason().to_string())])
                     .inc();
                 // istiod's own counters for the same refusals.

@@ -27,7 +27,12 @@ use serde_json::Value;
 use tokio::sync::watch;
 
 use crate::filesource::{IssueBoard, IssueHook, OnChange};
-use crate::metrics::Metrics;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+use crate::metrics::Labels;
 use model::Store;
 use model::config::parse::{Parsed, parse_value};
 use model::config::{ConfigObject, Kind, ObjectKey};
@@ -131,7 +136,39 @@ pub struct KubeSource {
     /// The instance and latest generation seen per Istio object, accepted or not (for
     /// status).
     pub generations: Arc<RwLock<HashMap<ObjectKey, Seen>>>,
-    metrics: Arc<Metrics>,
+    metrics: SourceMetrics,
+}
+
+/// What the Kubernetes source counts, with istiod's names.
+#[derive(Clone, Default)]
+pub struct SourceMetrics {
+    /// Watch events by `type` and `event`: Istio config, and the registry.
+    pub cfg_events: Family<Labels, Counter>,
+    pub reg_events: Family<Labels, Counter>,
+    /// 1 for each Istio kind whose CRD the cluster lacks (served as empty until installed).
+    pub crd_missing: Family<Labels, Gauge>,
+}
+
+impl SourceMetrics {
+    pub fn register(registry: &mut Registry) -> SourceMetrics {
+        let m = SourceMetrics::default();
+        registry.register(
+            "pilot_k8s_cfg_events",
+            "Events from k8s config",
+            m.cfg_events.clone(),
+        );
+        registry.register(
+            "pilot_k8s_reg_events",
+            "Events from k8s registry",
+            m.reg_events.clone(),
+        );
+        registry.register(
+            "meshd_k8s_crd_missing",
+            "Istio kinds whose CustomResourceDefinition is not installed: served as empty, watched once installed",
+            m.crd_missing.clone(),
+        );
+        m
+    }
 }
 
 /// The event an applied object makes: `add` if it was not held, `update` if it changed,
@@ -148,9 +185,9 @@ fn event_of(known: bool, changed: bool, kind: Kind) -> &'static str {
 /// How istiod counts a watch event: `pilot_k8s_cfg_events{type=KIND}` for Istio config,
 /// `pilot_k8s_reg_events{type}` for the registry's kinds (Services, EndpointSlice, Pods,
 /// Nodes); other kinds are not counted.
-fn count_event(metrics: &Metrics, kind: Kind, event: &str) {
+fn count_event(metrics: &SourceMetrics, kind: Kind, event: &str) {
     let (family, kind) = if kind.is_istio() {
-        (&metrics.k8s_cfg_events, kind.as_str())
+        (&metrics.cfg_events, kind.as_str())
     } else {
         let registry = match kind {
             Kind::Service => "Services",
@@ -160,7 +197,7 @@ fn count_event(metrics: &Metrics, kind: Kind, event: &str) {
             Kind::Node => "Nodes",
             _ => return,
         };
-        (&metrics.k8s_reg_events, registry)
+        (&metrics.reg_events, registry)
     };
     let labels = vec![("type", kind.to_string()), ("event", event.to_string())];
     family.get_or_create(&labels).inc();
@@ -176,7 +213,7 @@ impl KubeSource {
         scope: Scope,
         issues: IssueBoard,
         hook: IssueHook,
-        metrics: Arc<Metrics>,
+        metrics: SourceMetrics,
     ) -> Arc<KubeSource> {
         Arc::new(KubeSource {
             generations: Arc::default(),
@@ -309,7 +346,7 @@ impl KubeSource {
             return;
         }
         let labels = vec![("type", kind.to_string())];
-        self.metrics.k8s_crd_missing.get_or_create(&labels).set(1);
+        self.metrics.crd_missing.get_or_create(&labels).set(1);
         tracing::warn!(
             kind = %kind,
             crd = %crds::crd_name(kind),
@@ -319,7 +356,7 @@ impl KubeSource {
             s.insert(kind);
         });
         let _ = rx.wait_for(|i| i.has(kind) == Some(true)).await;
-        self.metrics.k8s_crd_missing.get_or_create(&labels).set(0);
+        self.metrics.crd_missing.get_or_create(&labels).set(0);
         tracing::info!(kind = %kind, "CRD installed: watching this kind");
     }
 

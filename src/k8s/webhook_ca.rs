@@ -26,7 +26,8 @@ use kube::runtime::watcher;
 use kube::{Api, Client};
 
 use crate::ca::CertificateAuthority;
-use crate::metrics::{Labels, Metrics};
+use crate::metrics::Labels;
+use crate::webhook::ValidationMetrics;
 
 /// How often the root is compared with what the configurations hold.
 const RESYNC: Duration = Duration::from_secs(60);
@@ -52,7 +53,7 @@ pub async fn run(
     revision: String,
     namespace: String,
     ca: Arc<CertificateAuthority>,
-    metrics: Arc<Metrics>,
+    metrics: ValidationMetrics,
 ) {
     let api: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
     let mut controller = Controller {
@@ -102,7 +103,7 @@ impl Controller {
         &mut self,
         selector: &str,
         ca: &CertificateAuthority,
-        metrics: &Metrics,
+        metrics: &ValidationMetrics,
     ) -> bool {
         let Ok(list) = self.api.list(&ListParams::default().labels(selector)).await else {
             return false;
@@ -122,7 +123,7 @@ impl Controller {
         &mut self,
         mut whc: ValidatingWebhookConfiguration,
         ca: &CertificateAuthority,
-        metrics: &Metrics,
+        metrics: &ValidationMetrics,
     ) -> bool {
         let labels = whc.metadata.labels.as_ref();
         if labels
@@ -220,12 +221,12 @@ async fn write(
     api: &Api<ValidatingWebhookConfiguration>,
     name: &str,
     whc: &ValidatingWebhookConfiguration,
-    metrics: &Metrics,
+    metrics: &ValidationMetrics,
 ) {
     match api.replace(name, &PostParams::default(), whc).await {
         Ok(_) => {
             tracing::info!(webhook = %name, "wrote the webhook configuration");
-            metrics.validation_config_updates.inc();
+            metrics.config_updates.inc();
         }
         // A conflict is another writer's newer version: its event brings it back here.
         Err(e) => {
@@ -235,10 +236,7 @@ async fn write(
             };
             tracing::warn!(webhook = %name, "writing the CA bundle failed: {e}");
             let labels: Labels = vec![("reason", reason)];
-            metrics
-                .validation_config_update_error
-                .get_or_create(&labels)
-                .inc();
+            metrics.config_update_error.get_or_create(&labels).inc();
         }
     }
 }

@@ -30,11 +30,11 @@ use envoy_types::pb::envoy::config::route::v3::{Route, RouteConfiguration, Virtu
 use prometheus_client::metrics::counter::Counter;
 use prost::Message;
 
+use super::metrics::{XdsMetrics, type_label};
 use super::resource::{
     Resource, ResourceSet, TypeKind, View, encode, encode_cluster, from_bytes, from_pieces,
     resource_map,
 };
-use crate::metrics::{Metrics, type_label};
 use api::networking::LocalityLoadBalancerSetting;
 use model::config::{ConfigObject, ObjectKey, Spec};
 use model::network::NetworkGateways;
@@ -345,14 +345,14 @@ type VhdsMemo = Generations<(usize, Arc<str>), (Arc<[u8]>, Arc<Resource>)>;
 
 impl ResourceCache {
     /// A cache counting its reads in `pilot_xds_cache_reads{type="hit"|"miss"}`.
-    pub fn new(metrics: &Metrics) -> ResourceCache {
+    pub fn new(metrics: &XdsMetrics) -> ResourceCache {
         ResourceCache {
             hits: metrics
-                .xds_cache_reads
+                .cache_reads
                 .get_or_create(&type_label("hit"))
                 .clone(),
             misses: metrics
-                .xds_cache_reads
+                .cache_reads
                 .get_or_create(&type_label("miss"))
                 .clone(),
             ..ResourceCache::default()

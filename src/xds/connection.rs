@@ -12,10 +12,10 @@ use std::time::Instant;
 use serde::Serialize;
 
 use super::XdsShared;
+use super::metrics::type_label;
 use super::push::{ChangeSet, Push};
 use super::resource::{PUSH_ORDER, Resource, ResourceMap, TYPES, TypeKind, View};
 use super::wire::Batch;
-use crate::metrics::type_label;
 use model::Proxy;
 use model::config::ObjectKey;
 
@@ -216,7 +216,7 @@ impl TypeStatus {
 
 /// Now, in seconds since the Unix epoch (saturating in 2106).
 fn unix_secs() -> u32 {
-    let now = crate::metrics::unix_seconds(std::time::SystemTime::now());
+    let now = super::metrics::unix_seconds(std::time::SystemTime::now());
     u32::try_from(now).unwrap_or(u32::MAX)
 }
 
@@ -529,7 +529,7 @@ impl Connection {
         if let Some(since) = w.pending_since.take() {
             self.shared
                 .metrics
-                .proxy_convergence_time
+                .convergence_time
                 .observe(since.elapsed().as_secs_f64());
         }
         {
@@ -567,8 +567,8 @@ impl Connection {
     pub fn record_nack(&mut self, kind: TypeKind, nonce: &str, message: &str) {
         let label = type_label(kind.short());
         let metrics = &self.shared.metrics;
-        metrics.total_xds_rejects.get_or_create(&label).inc();
-        metrics.xds_push_errors.get_or_create(&label).inc();
+        metrics.rejects.get_or_create(&label).inc();
+        metrics.push_errors.get_or_create(&label).inc();
         tracing::warn!(proxy = %self.proxy.id, r#type = kind.short(), nonce, "proxy rejected config: {message}");
         let w = &mut self.watches[kind as usize];
         w.pending_since = None;
@@ -600,7 +600,7 @@ impl Connection {
         self.watches[kind as usize].unacked.accepted(nonce);
         self.shared
             .metrics
-            .xds_expired_nonce
+            .expired_nonce
             .get_or_create(&type_label(kind.short()))
             .inc();
     }

@@ -14,6 +14,7 @@ pub mod dump;
 mod golden;
 pub mod joined;
 pub mod label_sets;
+pub mod metrics;
 pub mod origin;
 pub mod outbox;
 pub mod push;
@@ -35,11 +36,11 @@ use tokio::sync::{Semaphore, watch};
 use tonic::{Request, Response, Status};
 
 use self::connection::SyncStatus;
+use self::metrics::{XdsMetrics, type_label};
 use self::push::{Push, PushSettings};
 use self::resource::{TYPES, TypeKind};
 use crate::ca::authn::Authenticator;
 use crate::identity::Identity;
-use crate::metrics::{Metrics, type_label};
 use model::config::ObjectKey;
 use model::{Locality, Proxy};
 
@@ -49,7 +50,7 @@ pub struct Closed;
 
 /// State every connection shares.
 pub struct XdsShared {
-    pub metrics: Arc<Metrics>,
+    pub metrics: XdsMetrics,
     /// The revision this instance serves; proxies of other revisions are refused.
     pub revision: String,
     pub throttle: Semaphore,
@@ -98,29 +99,17 @@ impl XdsShared {
             keepalive_interval: self.settings.keepalive_interval,
             keepalive_timeout: self.settings.keepalive_timeout,
             max_streams: self.settings.max_streams,
-            errors: self.metrics.xds_connection_errors.clone(),
-            at_limit: self.metrics.xds_streams_at_limit.clone(),
+            errors: self.metrics.connection_errors.clone(),
+            at_limit: self.metrics.streams_at_limit.clone(),
         }
     }
 
     pub fn new(
-        metrics: Arc<Metrics>,
+        metrics: XdsMetrics,
         pushes: watch::Receiver<Arc<Push>>,
         settings: &PushSettings,
         revision: String,
     ) -> Arc<XdsShared> {
-        // Every type's config size series exists from the start, as istiod's do.
-        for url in [
-            resource::CLUSTER_TYPE,
-            resource::ENDPOINT_TYPE,
-            resource::LISTENER_TYPE,
-            resource::ROUTE_TYPE,
-            resource::SECRET_TYPE,
-        ] {
-            let _ = metrics
-                .xds_config_size
-                .get_or_create(&crate::metrics::type_label(url));
-        }
         Arc::new(XdsShared {
             metrics,
             revision,
@@ -165,7 +154,7 @@ impl XdsShared {
     /// `pilot_xds_pushes{type}` of `kind`.
     pub fn pushes_of(&self, kind: TypeKind) -> &Counter {
         self.series.pushes[kind as usize].get_or_init(|| {
-            let family = &self.metrics.xds_pushes;
+            let family = &self.metrics.pushes;
             family.get_or_create(&type_label(kind.short())).clone()
         })
     }
@@ -173,7 +162,7 @@ impl XdsShared {
     /// `pilot_xds_push_time{type}` of `kind`.
     pub fn push_time_of(&self, kind: TypeKind) -> &Histogram {
         self.series.push_time[kind as usize].get_or_init(|| {
-            let family = &self.metrics.xds_push_time;
+            let family = &self.metrics.push_time;
             family.get_or_create(&type_label(kind.short())).clone()
         })
     }
@@ -181,7 +170,7 @@ impl XdsShared {
     /// `pilot_xds_config_size_bytes{type}` of `kind` (labelled by type URL, as istiod does).
     pub fn config_size_of(&self, kind: TypeKind) -> &Histogram {
         self.series.config_size[kind as usize].get_or_init(|| {
-            let family = &self.metrics.xds_config_size;
+            let family = &self.metrics.config_size;
             family.get_or_create(&type_label(kind.url())).clone()
         })
     }
@@ -191,7 +180,7 @@ impl XdsShared {
     pub fn push_diffs(&self, by_view: bool) -> &Counter {
         let method = if by_view { "view" } else { "full" };
         self.series.diffs[usize::from(by_view)].get_or_init(|| {
-            let family = &self.metrics.xds_push_diffs;
+            let family = &self.metrics.push_diffs;
             family
                 .get_or_create(&vec![("method", method.to_string())])
                 .clone()
@@ -212,9 +201,9 @@ impl XdsShared {
 
     fn register(&self, id: u64, proxy: &Proxy, status: Arc<Mutex<SyncStatus>>) {
         self.connections.lock().unwrap().insert(id, status);
-        self.metrics.xds_clients.inc();
+        self.metrics.clients.inc();
         self.metrics
-            .xds_by_version
+            .by_version
             .get_or_create(&version_label(proxy))
             .inc();
     }
@@ -222,9 +211,9 @@ impl XdsShared {
     fn deregister(&self, id: u64, proxy: &Proxy) {
         self.connections.lock().unwrap().remove(&id);
         self.label_sets.release(&proxy.labels);
-        self.metrics.xds_clients.dec();
+        self.metrics.clients.dec();
         self.metrics
-            .xds_by_version
+            .by_version
             .get_or_create(&version_label(proxy))
             .dec();
     }
@@ -291,7 +280,7 @@ fn proxy_from_node(
     let refuse = |reason: &str, message: String| {
         shared
             .metrics
-            .xds_connection_errors
+            .connection_errors
             .get_or_create(&vec![("reason", reason.to_string())])
             .inc();
         tracing::warn!("refusing xDS stream: {message}");
@@ -411,7 +400,7 @@ impl AdsService {
             Err(e) => {
                 self.shared
                     .metrics
-                    .xds_connection_errors
+                    .connection_errors
                     .get_or_create(&vec![("reason", "unauthenticated".to_string())])
                     .inc();
                 tracing::warn!("refusing xDS stream: {e}");
@@ -421,10 +410,11 @@ impl AdsService {
     }
 
     pub fn into_server(self) -> wire::AdsServer<AdsService> {
-        let budget =
-            self.shared.settings.send_buffer.map(|bytes| {
-                wire::SendBudget::new(bytes, self.shared.metrics.xds_send_buffer.clone())
-            });
+        let budget = self
+            .shared
+            .settings
+            .send_buffer
+            .map(|bytes| wire::SendBudget::new(bytes, self.shared.metrics.send_buffer.clone()));
         let max = self.shared.settings.max_recv_msg_size;
         wire::AdsServer::new(self, max, budget)
     }
@@ -528,7 +518,7 @@ pub(crate) mod testing {
     /// The connections' shared state with default settings, following `pushes`.
     pub(crate) fn shared(pushes: tokio::sync::watch::Receiver<Arc<Push>>) -> Arc<XdsShared> {
         XdsShared::new(
-            Arc::new(crate::metrics::Metrics::new()),
+            super::metrics::XdsMetrics::unregistered(),
             pushes,
             &PushSettings::default(),
             "default".into(),

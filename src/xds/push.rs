@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch};
 
 use super::cache::{self, ResourceCache};
+use super::metrics::{PushMetrics, type_label};
 use super::resource::{ResourceMap, TypeKind, View};
 use super::wire::Batch;
-use crate::metrics::{Metrics, type_label};
 use model::config::{Kind, ObjectKey};
 use model::service::AutoAddresses;
 use model::{Interception, Locality, Proxy, ProxyKind, PushContext, Store};
@@ -499,7 +499,7 @@ pub fn build_push(
     number: u64,
     triggered_at: Instant,
     changed: Option<BTreeSet<ObjectKey>>,
-    metrics: &Metrics,
+    metrics: &PushMetrics,
     cache: Arc<ResourceCache>,
 ) -> Push {
     let snapshot = store.read().unwrap().clone(); // constant time: a persistent map
@@ -510,9 +510,9 @@ pub fn build_push(
         _ => PushContext::build(&snapshot, version),
     };
     metrics
-        .pushcontext_init
+        .context_init
         .observe(started.elapsed().as_secs_f64());
-    metrics.push_context_recompute.inc();
+    metrics.context_recompute.inc();
     metrics
         .endpoint_no_pod
         .set(context.endpoints_without_pod() as i64);
@@ -570,7 +570,7 @@ pub async fn debounce_loop(
     store: Arc<RwLock<Store>>,
     pushes: watch::Sender<Arc<Push>>,
     settings: PushSettings,
-    metrics: Arc<Metrics>,
+    metrics: PushMetrics,
     change_log: ChangeLog,
 ) {
     let mut number = pushes.borrow().number;
@@ -583,7 +583,7 @@ pub async fn debounce_loop(
         let mut absorb = |ev: ConfigEvent| {
             for k in ev.keys {
                 metrics
-                    .push_triggers
+                    .triggers
                     .get_or_create(&type_label(trigger_type(k.kind)))
                     .inc();
                 changed.insert(k);

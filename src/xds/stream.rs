@@ -11,10 +11,10 @@ use tokio::sync::watch;
 use tonic::Status;
 
 use super::connection::Connection;
+use super::metrics::type_label;
 use super::push::Push;
 use super::resource::TypeKind;
 use super::{Closed, XdsShared, debug, proxy_from_node};
-use crate::metrics::type_label;
 
 /// Responses are boxed in the queue, so that its slots are 16 bytes each.
 pub type Tx<R> = super::outbox::Sender<Result<Box<R>, Status>>;
@@ -256,7 +256,7 @@ fn refuse_requests<R>(shared: &XdsShared, tx: &Tx<R>, proxy: &str, reason: &str,
     tracing::info!(proxy, "stream closed with error: {}", status.message());
     shared
         .metrics
-        .xds_connection_errors
+        .connection_errors
         .get_or_create(&vec![("reason", reason.to_string())])
         .inc();
     let _ = tx.try_send(Err(status));
@@ -282,9 +282,9 @@ pub async fn send<R>(
                 Err(_) => {
                     let metrics = &conn.shared.metrics;
                     let label = type_label(&format!("{}_senderr", kind.short()));
-                    metrics.xds_pushes.get_or_create(&label).inc();
+                    metrics.pushes.get_or_create(&label).inc();
                     let label = type_label(kind.short());
-                    metrics.xds_push_errors.get_or_create(&label).inc();
+                    metrics.push_errors.get_or_create(&label).inc();
                     tracing::warn!(proxy = %conn.proxy.id, r#type = kind.short(), "proxy did not take a response within {limit:?}; closing its stream");
                     return Err(Closed);
                 }
@@ -295,7 +295,7 @@ pub async fn send<R>(
     };
     conn.shared
         .metrics
-        .xds_send_time
+        .send_time
         .observe(started.elapsed().as_secs_f64());
     sent
 }
@@ -311,7 +311,7 @@ async fn deliver<F: Framing>(
     // missed some, whose changes `push.changed` does not list. Then only a diff can tell.
     let skipped = push.number > conn.push.number + 1;
     if !skipped && !push.affects(&conn.proxy) {
-        conn.shared.metrics.xds_pushes_skipped.inc();
+        conn.shared.metrics.pushes_skipped.inc();
         conn.push = push; // nothing it depends on changed: no queue, no diff, no send
         conn.caught_up();
         conn.note_sync();
@@ -321,7 +321,7 @@ async fn deliver<F: Framing>(
     let _permit = shared.throttle.acquire().await.map_err(|_| Closed)?;
     shared
         .metrics
-        .proxy_queue_time
+        .queue_time
         .observe(push.published_at.elapsed().as_secs_f64());
     conn.push = push;
     F::push(conn, tx).await?;

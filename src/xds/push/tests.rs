@@ -301,7 +301,7 @@ fn pipeline(
 ) -> (
     mpsc::UnboundedSender<ConfigEvent>,
     watch::Receiver<Arc<Push>>,
-    Arc<Metrics>,
+    PushMetrics,
 ) {
     pipeline_with(PushSettings {
         debounce_after: after,
@@ -316,10 +316,10 @@ fn pipeline_with(
 ) -> (
     mpsc::UnboundedSender<ConfigEvent>,
     watch::Receiver<Arc<Push>>,
-    Arc<Metrics>,
+    PushMetrics,
 ) {
     let store = Arc::new(RwLock::new(Store::default()));
-    let metrics = Arc::new(Metrics::new());
+    let metrics = PushMetrics::unregistered();
     let first = build_push(
         &store,
         None,
