@@ -71,18 +71,18 @@ async fn grpc_rate(seconds: f64) -> f64 {
     let (chain, key) = ca
         .issue_server_certificate(&["localhost".into()], Duration::from_secs(3600))
         .unwrap();
-    let config = meshd::tls::server_config(&chain, &key, &ca.roots_pem()).unwrap();
+    let config = transport::tls::server_config(&chain, &key, &ca.roots_pem()).unwrap();
     let (_tx, configs) = tokio::sync::watch::channel(config);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     // Served as meshd serves its secure port.
     let metrics = Arc::new(Metrics::new());
     let service = CaService::new(ca.clone(), authn, metrics.ca.clone());
-    let errors = meshd::tls::HandshakeErrors {
+    let errors = transport::tls::HandshakeErrors {
         family: metrics.tls_handshake_errors.clone(),
         port: "secure",
     };
-    let settings = meshd::grpc::Settings {
+    let settings = transport::grpc::Settings {
         keepalive_interval: Duration::from_secs(30),
         keepalive_timeout: Duration::from_secs(10),
         max_streams: 100_000,
@@ -90,11 +90,11 @@ async fn grpc_rate(seconds: f64) -> f64 {
         at_limit: metrics.xds.streams_at_limit.clone(),
     };
     let (_serving, shutdown) = tokio::sync::watch::channel(false);
-    tokio::spawn(meshd::grpc::serve(
-        meshd::tls::incoming(listener, configs, errors),
+    tokio::spawn(transport::grpc::serve(
+        transport::tls::incoming(listener, configs, errors),
         tonic::service::Routes::new(service.into_server()),
         settings,
-        meshd::tls::peer_identities,
+        transport::tls::peer_identities,
         shutdown,
     ));
 

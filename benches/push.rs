@@ -7,14 +7,14 @@ use std::sync::Arc;
 use criterion::{BatchSize, BenchmarkId, Criterion, criterion_group};
 use serde_json::json;
 
-use meshd::xds::cache::{self, ResourceCache};
-use meshd::xds::resource::View;
 use model::config::ObjectKey;
 use model::config::parse::parse_file;
 use model::testmesh::{Load, Shape, generate};
 use model::{Proxy, PushContext, Store};
 use prost::Message;
 use translate::proxy_config;
+use xds::cache::{self, ResourceCache};
+use xds::resource::View;
 
 /// The allocator the `meshd` binary ships with, so the figures are what it does.
 #[global_allocator]
@@ -174,7 +174,7 @@ fn sidecar_generation(c: &mut Criterion) {
     // What each proxy pays per push to find its view once the push has built it (the
     // key from the proxy's own fields, then the lookup): the 50 namespaces' sidecars in
     // turn.
-    let push = meshd::xds::push::Push::new(
+    let push = xds::push::Push::new(
         ctx.update(&store, &BTreeSet::new(), "bench/3".into()),
         3,
         std::time::Instant::now(),

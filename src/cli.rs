@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::xds::debug::proxy_matches;
-use crate::xds::origin::parse_config_path;
+use xds::debug::proxy_matches;
+use xds::origin::parse_config_path;
 
 /// Left-aligned columns separated by at least two spaces, as istioctl prints them.
 pub fn table<R: AsRef<[String]>>(rows: &[R]) -> String {

@@ -16,15 +16,15 @@ use axum::response::{IntoResponse, Json};
 use axum::routing::{MethodRouter, get};
 use serde_json::{Value, json};
 
+use crate::dump;
 use crate::filesource::IssueBoard;
 use crate::metrics::Metrics;
-use crate::xds::XdsShared;
-use crate::xds::connection::SyncStatus;
-use crate::xds::debug::{DebugViews, proxy_matches};
-use crate::xds::dump;
-use crate::xds::resource::{TypeKind, encode};
 use model::Service;
 use model::Store;
+use xds::XdsShared;
+use xds::connection::SyncStatus;
+use xds::debug::{DebugViews, proxy_matches};
+use xds::resource::{TypeKind, encode};
 
 #[derive(Clone)]
 pub struct DebugState {
@@ -230,7 +230,7 @@ async fn metrics(State(s): State<DebugState>) -> impl IntoResponse {
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        s.metrics.render() + &crate::xds::joined::metrics_text(),
+        s.metrics.render() + &xds::joined::metrics_text(),
     )
 }
 
@@ -393,7 +393,7 @@ async fn push_status(State(s): State<DebugState>) -> impl IntoResponse {
         .collect();
     let wall = |at: std::time::Instant| {
         let ago = std::time::Instant::now().saturating_duration_since(at);
-        crate::xds::push::rfc3339(std::time::SystemTime::now() - ago, true)
+        xds::push::rfc3339(std::time::SystemTime::now() - ago, true)
     };
     Json(json!({
         "version": push.version(),

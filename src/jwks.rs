@@ -27,9 +27,9 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::registry::Registry;
 
 use crate::filesource::OnChange;
-use crate::xds::push::Push;
 use model::Store;
 use model::jwks::{JwksSource, Uri, check_key_set, parse_uri};
+use xds::push::Push;
 
 /// istiod's variable for how often every key set is fetched again.
 pub const REFRESH_ENV: &str = "PILOT_JWT_PUB_KEY_REFRESH_INTERVAL";
@@ -303,9 +303,9 @@ fn system_roots() -> Result<Arc<rustls::ClientConfig>, String> {
                 .find_map(|path| std::fs::read_to_string(path).ok())
                 .ok_or("no system CA bundle")?;
             let mut roots = rustls::RootCertStore::empty();
-            let certs = crate::tls::certs(&pem).map_err(|e| e.to_string())?;
+            let certs = transport::tls::certs(&pem).map_err(|e| e.to_string())?;
             roots.add_parsable_certificates(certs);
-            let config = rustls::ClientConfig::builder_with_provider(crate::tls::provider())
+            let config = rustls::ClientConfig::builder_with_provider(transport::tls::provider())
                 .with_safe_default_protocol_versions()
                 .map_err(|e| e.to_string())?
                 .with_root_certificates(roots)

@@ -14,9 +14,9 @@ use meshd::filesource::yaml_files;
 use meshd::k8s::Scope;
 use meshd::secure::SecurityOptions;
 use meshd::serve::{LeaderOptions, ServeOptions, Source, run};
-use meshd::xds::push::PushSettings;
 use model::config::Level;
 use model::config::parse::parse_file;
+use xds::push::PushSettings;
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;

@@ -7,13 +7,13 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-pub use crate::xds::metrics::{Labels, type_label, unix_seconds};
+pub use xds::metrics::{Labels, type_label, unix_seconds};
 
 use crate::ca::metrics::CaMetrics;
 use crate::jwks::JwksMetrics;
 use crate::k8s::SourceMetrics;
 use crate::webhook::ValidationMetrics;
-use crate::xds::metrics::{PushMetrics, XdsMetrics};
+use xds::metrics::{PushMetrics, XdsMetrics};
 
 /// Every module's metrics, each set registered on one registry by its own module, and
 /// what the process itself counts.

@@ -16,8 +16,8 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use crate::filesource::OnChange;
-use crate::xds::push::Push;
 use model::Store;
+use xds::push::Push;
 
 /// How often every gateway hostname is resolved again.
 pub const REFRESH: Duration = Duration::from_secs(30);

@@ -17,7 +17,7 @@ use crate::ca::persist::{CaStore, RootOptions, needs_rotation};
 use crate::ca::service::{CaService, UpstreamCa};
 use crate::ca::{CertTtl, CertificateAuthority};
 use crate::metrics::Metrics;
-use crate::xds::{AdsService, XdsShared};
+use xds::{AdsService, XdsShared};
 
 /// How the secure port and the CA are set up.
 #[derive(Clone, Debug)]
@@ -133,11 +133,11 @@ impl Security {
         mut shutdown: watch::Receiver<bool>,
     ) -> anyhow::Result<tokio::task::JoinHandle<std::io::Result<()>>> {
         let local = listener.local_addr()?;
-        let incoming = crate::tls::incoming_with_alpn(
+        let incoming = transport::tls::incoming_with_alpn(
             listener,
             self.configs.clone(),
             Some(&[b"http/1.1"]),
-            crate::tls::HandshakeErrors {
+            transport::tls::HandshakeErrors {
                 family: metrics.tls_handshake_errors.clone(),
                 port: "webhook",
             },
@@ -168,18 +168,18 @@ impl Security {
         let ca = CaService::new(self.ca.clone(), self.authn.clone(), metrics.ca.clone())
             .forwarding_to(self.upstream.clone());
         let settings = xds.grpc_settings();
-        let errors = crate::tls::HandshakeErrors {
+        let errors = transport::tls::HandshakeErrors {
             family: metrics.tls_handshake_errors.clone(),
             port: "secure",
         };
         let ads = AdsService::secure(xds, self.authn.clone());
         let routes = tonic::service::Routes::new(ca.into_server()).add_service(ads.into_server());
-        let incoming = crate::tls::incoming(listener, self.configs.clone(), errors);
-        tokio::spawn(crate::grpc::serve(
+        let incoming = transport::tls::incoming(listener, self.configs.clone(), errors);
+        tokio::spawn(transport::grpc::serve(
             incoming,
             routes,
             settings,
-            crate::tls::peer_identities,
+            transport::tls::peer_identities,
             shutdown,
         ))
     }
@@ -191,7 +191,7 @@ fn serving_config(
     dns_names: &[String],
 ) -> anyhow::Result<(Arc<rustls::ServerConfig>, SystemTime)> {
     let (chain, key) = ca.issue_server_certificate(dns_names, SERVING_TTL)?;
-    let config = crate::tls::server_config(&chain, &key, &ca.roots_pem())?;
+    let config = transport::tls::server_config(&chain, &key, &ca.roots_pem())?;
     Ok((config, SystemTime::now() + SERVING_TTL / 2))
 }
 

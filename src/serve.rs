@@ -18,13 +18,13 @@ use crate::k8s::status::StatusWriter;
 use crate::k8s::{KubeSource, Scope};
 use crate::metrics::Metrics;
 use crate::secure::{Security, SecurityOptions};
-use crate::xds::cache::ResourceCache;
-use crate::xds::push::{ChangeLog, ConfigEvent, PushSettings, build_push, debounce_loop};
-use crate::xds::{AdsService, XdsShared};
 use model::Store;
 use model::config::ObjectKey;
 use model::config::{ConfigIssue, Level};
 use std::collections::BTreeSet;
+use xds::cache::ResourceCache;
+use xds::push::{ChangeLog, ConfigEvent, PushSettings, build_push, debounce_loop};
+use xds::{AdsService, XdsShared};
 
 /// Where configuration comes from.
 #[derive(Clone, Debug)]
@@ -261,7 +261,7 @@ pub async fn run(opts: ServeOptions) -> anyhow::Result<()> {
         metrics.push.clone(),
         change_log,
     ));
-    crate::xds::joined::spawn_sweeper();
+    xds::joined::spawn_sweeper();
 
     let mut servers = Vec::new();
     if let Some(address) = opts.xds_address {
@@ -270,9 +270,9 @@ pub async fn run(opts: ServeOptions) -> anyhow::Result<()> {
             .with_context(|| format!("binding the xDS port {address}"))?;
         let ads = tonic::service::Routes::new(AdsService::new(xds.clone()).into_server());
         let settings = xds.grpc_settings();
-        let incoming = crate::xds::plaintext_incoming(listener);
+        let incoming = transport::plaintext::incoming(listener);
         let shutdown = shutdown_rx.clone();
-        servers.push(tokio::spawn(crate::grpc::serve(
+        servers.push(tokio::spawn(transport::grpc::serve(
             incoming,
             ads,
             settings,

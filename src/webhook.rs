@@ -77,7 +77,7 @@ pub fn router(metrics: ValidationMetrics) -> Router {
         .with_state(metrics)
 }
 
-/// The TLS connections of [`crate::tls::incoming_with_alpn`], as axum accepts connections.
+/// The TLS connections of [`transport::tls::incoming_with_alpn`], as axum accepts connections.
 pub struct TlsListener<S> {
     pub incoming: S,
     pub local: SocketAddr,

@@ -2,7 +2,7 @@
 //! answered by the webhook's own router as on port 15017. Never a panic, always an answer.
 #![no_main]
 
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
 use tower::ServiceExt;
@@ -17,7 +17,7 @@ fn runtime() -> &'static tokio::runtime::Runtime {
 }
 
 fuzz_target!(|data: &[u8]| {
-    let router = meshd::webhook::router(Arc::new(meshd::metrics::Metrics::new()));
+    let router = meshd::webhook::router(meshd::webhook::ValidationMetrics::default());
     let request = http::Request::post("/validate")
         .header("content-type", "application/json")
         .body(axum::body::Body::from(data.to_vec()))

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use http_body_util::BodyExt;
 use libfuzzer_sys::fuzz_target;
 use model::PushContext;
-use meshd::xds::push::{Push, PushSettings};
-use meshd::xds::{AdsService, XdsShared};
+use xds::push::{Push, PushSettings};
+use xds::{AdsService, XdsShared};
 use tower::ServiceExt;
 
 struct Fixture {
@@ -31,7 +31,7 @@ fn fixture() -> &'static Fixture {
         let context = PushContext::build(&store, "fuzz/1".into());
         let push = Push::new(context, 1, Instant::now(), None, Default::default());
         let (tx, rx) = tokio::sync::watch::channel(Arc::new(push));
-        let metrics = Arc::new(meshd::metrics::Metrics::new());
+        let metrics = xds::metrics::XdsMetrics::unregistered();
         let settings = PushSettings {
             keepalive_interval: Duration::from_millis(50),
             keepalive_timeout: Duration::from_millis(50),

@@ -21,7 +21,7 @@ use translate::tls::{
     WORKLOAD_SECRET, certificate_secret, validation_secret,
 };
 
-use crate::xds::resource::SECRET_TYPE;
+use xds::resource::SECRET_TYPE;
 
 #[derive(Clone)]
 pub struct Sds {

@@ -143,6 +143,22 @@ impl Authenticator {
     }
 }
 
+/// The secure xDS port authenticates its streams as the CA authenticates its callers.
+impl xds::Authenticate for Authenticator {
+    fn authenticate<'a>(
+        &'a self,
+        peer: Option<&'a [Identity]>,
+        metadata: &'a MetadataMap,
+    ) -> futures::future::BoxFuture<'a, Result<Identity, Box<dyn std::error::Error + Send + Sync>>>
+    {
+        Box::pin(async move {
+            Authenticator::authenticate(self, peer, metadata)
+                .await
+                .map_err(Into::into)
+        })
+    }
+}
+
 /// The token of an `authorization: Bearer TOKEN` header.
 fn bearer(metadata: &MetadataMap) -> Result<&str, CaError> {
     let value = metadata.get("authorization").ok_or_else(|| {

@@ -7,7 +7,7 @@
 
 pub mod authn;
 pub mod csr;
-pub use crate::identity;
+pub use transport::identity;
 pub mod material;
 pub mod metrics;
 pub mod persist;
@@ -37,7 +37,7 @@ use x509_cert::spki::{SubjectPublicKeyInfoOwned, SubjectPublicKeyInfoRef};
 use x509_cert::time::{Time, Validity};
 
 use self::material::Material;
-pub use crate::identity::Identity;
+pub use transport::identity::Identity;
 
 /// Why a certificate request was refused; the label is the `reason` of
 /// `meshd_ca_errors{reason}`.

@@ -139,9 +139,11 @@ async fn forward(
 }
 
 /// The SPIFFE identities of the certificate the TLS client presented, if it presented
-/// one, as its connection ([`crate::grpc::Connection`]) holds them.
+/// one, as its connection ([`transport::grpc::Connection`]) holds them.
 fn peer_identities<T>(request: &Request<T>) -> Option<Arc<[Identity]>> {
-    let connection = request.extensions().get::<Arc<crate::grpc::Connection>>()?;
+    let connection = request
+        .extensions()
+        .get::<Arc<transport::grpc::Connection>>()?;
     connection.identities.clone()
 }
 

@@ -27,10 +27,10 @@ use kube::Client;
 use serde_json::json;
 use tokio::sync::watch;
 
-use crate::xds::push::Push;
 use model::Store;
 use model::config::{AllocatedAddress, Kind, ObjectKey, Spec};
 use model::service::{allocatable_hosts, auto_allocates};
+use xds::push::Push;
 
 /// The field manager of the addresses' writes.
 const FIELD_MANAGER: &str = "meshd-ip-autoallocate";

@@ -16,11 +16,11 @@ use tokio::sync::watch;
 
 use crate::filesource::IssueBoard;
 use crate::k8s::Seen;
-use crate::xds::push::{ChangeLog, Push};
-use crate::xds::{Rejection, XdsShared};
 use model::Store;
 use model::config::{ConfigIssue, Kind, Level, ObjectKey};
 use model::push_context::ModelIssue;
+use xds::push::{ChangeLog, Push};
+use xds::{Rejection, XdsShared};
 
 /// Writes in flight at once.
 const CONCURRENT_WRITES: usize = 8;

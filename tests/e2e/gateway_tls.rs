@@ -295,7 +295,7 @@ fn optional_mutual_serves_a_client_without_a_certificate_that_mutual_refuses() {
     let addr = format!("127.0.0.1:{port}");
     let get = || https_get(&addr, "shop.example.com", &root, "/");
     let get_presenting = |chain: &str, key: &str| {
-        let mut config = meshd::tls::client_config(&root, Some((chain, key))).unwrap();
+        let mut config = transport::tls::client_config(&root, Some((chain, key))).unwrap();
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         tls_request(&addr, "shop.example.com", config, "GET /", &[], "")
     };
@@ -412,7 +412,7 @@ impl rustls::client::danger::ServerCertVerifier for AcceptAnyCertificate {
 /// One HTTP/1.1 request over TLS to `addr` with `sni` and `alpn`, the certificate not
 /// checked: the response, or why there was none.
 fn request_with_sni(addr: &str, sni: &str, alpn: &[&str]) -> std::io::Result<HttpResponse> {
-    let provider = meshd::tls::provider();
+    let provider = transport::tls::provider();
     let mut config = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .unwrap()

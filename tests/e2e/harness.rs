@@ -152,7 +152,8 @@ pub fn https_request(
     headers: &[(&str, &str)],
     body: &str,
 ) -> std::io::Result<HttpResponse> {
-    let mut config = meshd::tls::client_config(root_pem, None).map_err(std::io::Error::other)?;
+    let mut config =
+        transport::tls::client_config(root_pem, None).map_err(std::io::Error::other)?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     tls_request(addr, sni, config, request, headers, body)
 }
@@ -308,7 +309,8 @@ impl Upstream {
     /// carried: `x-tls-sni` (the server name asked for) and `x-tls-client-cert` (`present`
     /// or `absent`).
     pub fn tls(name: &str, chain: &str, key: &str, client_roots: &str) -> Upstream {
-        let mut config = (*meshd::tls::server_config(chain, key, client_roots).unwrap()).clone();
+        let mut config =
+            (*transport::tls::server_config(chain, key, client_roots).unwrap()).clone();
         config.alpn_protocols.clear();
         let config = std::sync::Arc::new(config);
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();

@@ -561,7 +561,7 @@ async fn tls_clients_that_stall_or_loop_key_updates_are_dropped() {
         .await
         .unwrap();
 
-    let mut config = meshd::tls::client_config(&m.root_pem(), None).unwrap();
+    let mut config = transport::tls::client_config(&m.root_pem(), None).unwrap();
     config.alpn_protocols = vec![b"h2".to_vec()];
     let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
     let tcp = TcpStream::connect(("127.0.0.1", m.secure_port))
@@ -637,10 +637,10 @@ async fn a_hundred_megabyte_request_ends_its_stream_only() {
 async fn a_tls_1_2_client_is_served_on_the_secure_port() {
     let (m, _healthy) = target("hostile-tls12").await;
     let mut roots = rustls::RootCertStore::empty();
-    for cert in meshd::tls::certs(&m.root_pem()).unwrap() {
+    for cert in transport::tls::certs(&m.root_pem()).unwrap() {
         roots.add(cert).unwrap();
     }
-    let mut config = rustls::ClientConfig::builder_with_provider(meshd::tls::provider())
+    let mut config = rustls::ClientConfig::builder_with_provider(transport::tls::provider())
         .with_protocol_versions(&[&rustls::version::TLS12])
         .unwrap()
         .with_root_certificates(roots)

@@ -14,7 +14,7 @@ use envoy_types::pb::envoy::service::discovery::v3::{
 };
 use envoy_types::pb::envoy::service::status::v3::{ClientConfig, ConfigStatus};
 use envoy_types::pb::google::protobuf::{Any, Struct, Value, value::Kind};
-use meshd::xds::dump::any_to_json;
+use meshd::dump::any_to_json;
 use prost::{Message, Name};
 use serde_json::json;
 use tokio_stream::wrappers::ReceiverStream;

@@ -290,7 +290,7 @@ async fn await_initialised(
 }
 
 /// meshd's figures once what a connect storm freed has gone: once meshd has let go of
-/// the encoded runs it shared between the storm's responses (src/xds/joined.rs), a
+/// the encoded runs it shared between the storm's responses (crates/xds/src/joined.rs), a
 /// second more, and then until its RSS stops falling as the heap hands the freed memory
 /// back. Sampled sooner, a run could read RSS near its storm's peak; the progress line
 /// tells whether RSS was still falling then.

@@ -19,7 +19,7 @@ pub(super) struct MeshdFigures {
     /// Delta pushes found by view difference and by comparing every name.
     pub(super) view_diffs: f64,
     pub(super) full_diffs: f64,
-    /// Encoded runs meshd keeps to share between responses (`src/xds/joined.rs`).
+    /// Encoded runs meshd keeps to share between responses (`crates/xds/src/joined.rs`).
     pub(super) shared_run_bytes: f64,
     /// DNS name tables (NDS responses) sent.
     pub(super) name_tables: f64,

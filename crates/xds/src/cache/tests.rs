@@ -71,7 +71,7 @@ fn assert_views_agree_for(ctx: &PushContext, cache: &ResourceCache, proxies: Vec
     for p in proxies {
         let cached = view(ctx, &p, cache);
         let fresh = View::new(translate::proxy_config(ctx, &p));
-        crate::xds::testing::assert_same_views(&cached, &fresh, &p.id);
+        crate::testing::assert_same_views(&cached, &fresh, &p.id);
     }
 }
 
@@ -306,7 +306,7 @@ fn a_change_re_encodes_only_what_it_touches_and_never_serves_a_stale_entry() {
     for p in proxies() {
         let kept = view_after_endpoints(&second, &p, &cache, &view(&first, &p, &cache));
         let fresh = view(&second, &p, &cache);
-        crate::xds::testing::assert_same_views(&kept, &fresh, &p.id);
+        crate::testing::assert_same_views(&kept, &fresh, &p.id);
     }
 
     // A DestinationRule change (svc-10's subsets), a new DestinationRule (svc-7) and a
@@ -652,7 +652,7 @@ fn a_dns_capturing_proxys_view_holds_its_name_table_kept_current_by_endpoint_pus
     );
     let second = PushContext::build(&store, "v/2".into());
     let kept = view_after_endpoints(&second, &p, &cache, &before);
-    crate::xds::testing::assert_same_views(&kept, &view(&second, &p, &cache), &p.id);
+    crate::testing::assert_same_views(&kept, &view(&second, &p, &cache), &p.id);
     assert_eq!(
         table(&kept).table["db.ns-0.svc.cluster.local"].ips,
         ["10.1.0.1", "10.1.0.2"]
@@ -672,7 +672,7 @@ fn a_dns_capturing_proxys_view_holds_its_name_table_kept_current_by_endpoint_pus
     ));
     let kept = view_after_endpoints(&second, &other, &cache, &before);
     assert!(kept.shares(&before, TypeKind::NameTable));
-    crate::xds::testing::assert_same_views(&kept, &view(&second, &other, &cache), &other.id);
+    crate::testing::assert_same_views(&kept, &view(&second, &other, &cache), &other.id);
 
     // A service's new address replaces its cached entry.
     let shape = Shape::new(40, 4, 2);

@@ -23,6 +23,7 @@ use envoy_types::pb::envoy::admin::v3::{
     routes_config_dump, secrets_config_dump,
 };
 use envoy_types::pb::envoy::config::core::v3::{DataSource, Node, data_source};
+use envoy_types::pb::envoy::config::route::v3::{RouteConfiguration, VirtualHost};
 use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{Secret, secret};
 use envoy_types::pb::envoy::service::status::v3::client_config::GenericXdsConfig;
 use envoy_types::pb::envoy::service::status::v3::{ClientConfig, ConfigStatus};
@@ -32,8 +33,8 @@ use tonic::Status;
 
 use super::XdsShared;
 use super::connection::{SyncStatus, TypeStatus};
-use super::resource::{self, PUSH_ORDER, Resource, TypeKind, View};
-use crate::identity::Identity;
+use super::resource::{self, PUSH_ORDER, Resource, TypeKind, View, vhds_route_config};
+use transport::identity::Identity;
 
 /// `istio.io/debug`: any debug view by name (`syncz`, `config_dump?proxyID=...`).
 pub const DEBUG: &str = "istio.io/debug";
@@ -359,7 +360,7 @@ pub fn config_dump_configs(view: &View, version: &str) -> Vec<Any> {
         dynamic_route_configs: all(TypeKind::Route)
             .map(|r| routes_config_dump::DynamicRouteConfig {
                 version_info: version.to_string(),
-                route_config: Some(super::dump::route_config_with_vhds(r, view)),
+                route_config: Some(route_config_with_vhds(r, view)),
                 ..Default::default()
             })
             .collect(),
@@ -419,12 +420,33 @@ fn redacted(r: &Resource) -> Any {
     any(&s)
 }
 
+/// A route configuration with the virtual hosts VHDS sent for it appended after its own
+/// (in name order), as Envoy's `/config_dump` shows it.
+pub fn route_config_with_vhds(route: &Resource, view: &View) -> Any {
+    let mut vhosts = (view.all(TypeKind::VirtualHost).values())
+        .filter(|vh| vhds_route_config(&vh.name) == Some(&*route.name))
+        .peekable();
+    if vhosts.peek().is_none() {
+        return route.any();
+    }
+    let Ok(mut config) = RouteConfiguration::decode(&*route.value()) else {
+        return route.any();
+    };
+    config
+        .virtual_hosts
+        .extend(vhosts.filter_map(|vh| VirtualHost::decode(&*vh.value()).ok()));
+    Any {
+        type_url: RouteConfiguration::type_url(),
+        value: config.encode_to_vec(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::xds::connection::Connection;
-    use crate::xds::testing;
-    use crate::xds::wire::Batch;
+    use crate::connection::Connection;
+    use crate::testing;
+    use crate::wire::Batch;
     use model::Proxy;
 
     fn status_of(conn: &Connection) -> (i32, Option<String>) {

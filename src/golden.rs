@@ -13,10 +13,10 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use super::cache::{ResourceCache, view};
-use super::dump::config_dump;
+use crate::dump::config_dump;
 use model::config::parse::parse_file;
 use model::{Proxy, PushContext, Store};
+use xds::cache::{ResourceCache, view};
 
 #[derive(Deserialize)]
 struct Case {

@@ -131,7 +131,7 @@ async fn serve_debug<F: Framing>(
     first: F::Request,
     requests: &mut super::wire::Messages<F::Request>,
     tx: &Tx<F::Response>,
-    caller: Option<&crate::identity::Identity>,
+    caller: Option<&transport::identity::Identity>,
 ) {
     let mut next = Some(first);
     let mut answered = 0u64;

@@ -363,7 +363,7 @@ mod tests {
     use prost::Message;
 
     use super::*;
-    use crate::xds::resource::encode;
+    use crate::resource::encode;
 
     fn request(subscribe: &[&str], unsubscribe: &[&str]) -> DeltaDiscoveryRequest {
         DeltaDiscoveryRequest {
@@ -379,8 +379,8 @@ mod tests {
     /// configuration it does not hold yet).
     #[tokio::test]
     async fn vhds_sends_every_virtual_host_then_only_the_changed_ones() {
-        use crate::xds::resource::vhds_route_config;
-        use crate::xds::testing;
+        use crate::resource::vhds_route_config;
+        use crate::testing;
         use model::testmesh::{Load, Shape};
 
         let shape = Shape::new(30, 3, 2);
@@ -396,8 +396,8 @@ mod tests {
         .unwrap();
         proxy.vhds = true;
         let mut conn = Connection::new(shared.clone(), proxy, true);
-        type Rx = crate::xds::outbox::Receiver<Result<Box<DeltaResponse>, tonic::Status>>;
-        let (tx, mut rx) = crate::xds::outbox::channel(16);
+        type Rx = crate::outbox::Receiver<Result<Box<DeltaResponse>, tonic::Status>>;
+        let (tx, mut rx) = crate::outbox::channel(16);
         let answer = |rx: &mut Rx| {
             let r = rx.try_recv().expect("a response").unwrap();
             let names: Vec<String> = r.resources.iter().map(|r| r.name.to_string()).collect();
@@ -443,7 +443,7 @@ mod tests {
         let mut plain_proxy = (*conn.proxy).clone();
         plain_proxy.vhds = false;
         let mut plain = Connection::new(shared.clone(), plain_proxy, true);
-        let (plain_tx, mut plain_rx) = crate::xds::outbox::channel(16);
+        let (plain_tx, mut plain_rx) = crate::outbox::channel(16);
         handle(&mut plain, ask(TypeKind::Route, &["8080"]), &plain_tx)
             .await
             .unwrap();

@@ -70,7 +70,7 @@ fn a_view_after_an_endpoint_change_keeps_its_listeners_and_routes() {
     assert_eq!(before[0].all(TypeKind::Route).len(), 1);
     let as_fresh = |push: &Push, p: &Proxy, view: &View| {
         let fresh = cache::view(&push.context, p, &push.cache);
-        crate::xds::testing::assert_same_views(view, &fresh, &p.id);
+        crate::testing::assert_same_views(view, &fresh, &p.id);
     };
     let kept = [TypeKind::Listener, TypeKind::Route, TypeKind::Secret];
 
@@ -480,7 +480,7 @@ fn every_variable_the_push_settings_read_is_documented() {
         None
     })
     .unwrap();
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/configuration.md");
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/configuration.md");
     let doc = std::fs::read_to_string(path).unwrap();
     let asked = asked.into_inner();
     assert!(asked.len() >= 10, "{asked:?}");

@@ -6,12 +6,8 @@
 
 pub mod cache;
 pub mod connection;
-pub mod cork;
 pub mod debug;
 pub mod delta;
-pub mod dump;
-#[cfg(test)]
-mod golden;
 pub mod joined;
 pub mod label_sets;
 pub mod metrics;
@@ -39,10 +35,20 @@ use self::connection::SyncStatus;
 use self::metrics::{XdsMetrics, type_label};
 use self::push::{Push, PushSettings};
 use self::resource::{TYPES, TypeKind};
-use crate::ca::authn::Authenticator;
-use crate::identity::Identity;
 use model::config::ObjectKey;
 use model::{Locality, Proxy};
+use transport::identity::Identity;
+
+/// Proves who opened a stream on the secure port, from the client certificate its
+/// connection verified (`peer`: the certificate's SPIFFE identities) or from the request's
+/// metadata (a service-account token). meshd's CA implements it.
+pub trait Authenticate: Send + Sync + 'static {
+    fn authenticate<'a>(
+        &'a self,
+        peer: Option<&'a [Identity]>,
+        metadata: &'a tonic::metadata::MetadataMap,
+    ) -> futures::future::BoxFuture<'a, Result<Identity, Box<dyn std::error::Error + Send + Sync>>>;
+}
 
 /// The response stream went away.
 #[derive(Debug)]
@@ -94,8 +100,8 @@ pub struct Rejection {
 impl XdsShared {
     /// What each HTTP/2 connection of the gRPC ports is given: the keepalive and stream
     /// limit of the push settings, and where its errors are counted.
-    pub fn grpc_settings(&self) -> crate::grpc::Settings {
-        crate::grpc::Settings {
+    pub fn grpc_settings(&self) -> transport::grpc::Settings {
+        transport::grpc::Settings {
             keepalive_interval: self.settings.keepalive_interval,
             keepalive_timeout: self.settings.keepalive_timeout,
             max_streams: self.settings.max_streams,
@@ -344,7 +350,7 @@ fn proxy_from_node(
 /// plaintext one), and the HTTP/2 connection it came on.
 pub struct Caller {
     pub identity: Option<Identity>,
-    pub transport: Option<Arc<crate::grpc::Connection>>,
+    pub transport: Option<Arc<transport::grpc::Connection>>,
 }
 
 /// The tonic service.
@@ -352,7 +358,7 @@ pub struct Caller {
 pub struct AdsService {
     shared: Arc<XdsShared>,
     /// Set on the secure port: every stream must prove a workload identity.
-    authn: Option<Arc<Authenticator>>,
+    authn: Option<Arc<dyn Authenticate>>,
 }
 
 impl AdsService {
@@ -366,7 +372,7 @@ impl AdsService {
 
     /// The secure port (15012): a client certificate from this CA, or a token on first
     /// connect.
-    pub fn secure(shared: Arc<XdsShared>, authn: Arc<Authenticator>) -> AdsService {
+    pub fn secure(shared: Arc<XdsShared>, authn: Arc<dyn Authenticate>) -> AdsService {
         AdsService {
             shared,
             authn: Some(authn),
@@ -378,7 +384,7 @@ impl AdsService {
     async fn caller<T>(&self, request: Request<T>) -> Result<(Caller, T), Status> {
         let transport = request
             .extensions()
-            .get::<Arc<crate::grpc::Connection>>()
+            .get::<Arc<transport::grpc::Connection>>()
             .cloned();
         let peer = transport.as_ref().and_then(|t| t.identities.clone());
         let (metadata, _, requests) = request.into_parts();
@@ -418,27 +424,6 @@ impl AdsService {
         let max = self.shared.settings.max_recv_msg_size;
         wire::AdsServer::new(self, max, budget)
     }
-}
-
-/// The connections accepted on the plaintext xDS port, with `TCP_NODELAY` set as Go (and
-/// so istiod), Envoy and meshd's TLS port set it: without it, a small response written
-/// while an earlier one is still unacknowledged waits for the proxy's ACK (Nagle). Bursts
-/// of writes are [`cork::Corked`], so that a large response still leaves in full segments.
-pub fn plaintext_incoming(
-    listener: tokio::net::TcpListener,
-) -> impl tokio_stream::Stream<Item = std::io::Result<cork::Corked<tokio::net::TcpStream>>> + Unpin
-{
-    use futures::StreamExt;
-    futures::stream::unfold(listener, |listener| async move {
-        let accepted = listener.accept().await.map(|(tcp, _)| {
-            if let Err(e) = tcp.set_nodelay(true) {
-                tracing::debug!("TCP_NODELAY: {e}");
-            }
-            cork::Corked::new(tcp)
-        });
-        Some((accepted, listener))
-    })
-    .boxed()
 }
 
 /// Responses buffered per stream before back-pressure holds the sender.
@@ -523,23 +508,5 @@ pub(crate) mod testing {
             &PushSettings::default(),
             "default".into(),
         )
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use tokio_stream::StreamExt;
-
-    #[tokio::test]
-    async fn plaintext_connections_are_accepted_with_nodelay() {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let address = listener.local_addr().unwrap();
-        let mut incoming = super::plaintext_incoming(listener);
-        let _client = tokio::net::TcpStream::connect(address).await.unwrap();
-        let accepted = incoming.next().await.unwrap().unwrap();
-        assert!(
-            accepted.get_ref().nodelay().unwrap(),
-            "TCP_NODELAY is not set"
-        );
     }
 }

@@ -743,7 +743,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::xds::resource::test_cluster as cluster;
+    use crate::resource::test_cluster as cluster;
     use envoy_types::pb::envoy::config::cluster::v3::Cluster;
     use envoy_types::pb::envoy::service::discovery::v3::{
         DeltaDiscoveryResponse, DiscoveryResponse,
@@ -768,7 +768,7 @@ mod tests {
         assert!(b.value_len() >= SHARE_AT);
         // One kept in pieces: the small ones copied, the large one shared.
         let large: Arc<[u8]> = vec![7u8; 2 * SHARE_AT].into();
-        let c = crate::xds::resource::from_pieces::<Cluster>(
+        let c = crate::resource::from_pieces::<Cluster>(
             "outbound|80||c",
             vec![vec![1u8, 2].into(), large.clone(), vec![3u8].into()],
         );

@@ -240,7 +240,7 @@ pub struct SyncStatus {
     /// The proxy, as the connection and the model see it.
     pub model: Arc<Proxy>,
     /// The HTTP/2 connection its stream is on.
-    pub transport: Option<Arc<crate::grpc::Connection>>,
+    pub transport: Option<Arc<transport::grpc::Connection>>,
 }
 
 impl SyncStatus {
@@ -742,7 +742,7 @@ mod tests {
 
     #[test]
     fn a_proxy_holding_an_earlier_view_gets_the_views_difference_computed_once() {
-        use crate::xds::testing;
+        use crate::testing;
         use model::testmesh::{Load, Shape};
         let shape = Shape::new(30, 3, 2);
         let mut store = shape.store();
@@ -824,10 +824,10 @@ mod tests {
 
     #[test]
     fn a_connection_that_skipped_a_push_blames_the_skipped_pushs_change() {
-        use crate::xds::push::Push;
+        use crate::push::Push;
         use model::testmesh::{Load, Shape};
         let store = Shape::new(3, 1, 1).store();
-        let cache = Arc::new(crate::xds::cache::ResourceCache::default());
+        let cache = Arc::new(crate::cache::ResourceCache::default());
         let push = |n: u64, changed: Option<ObjectKey>, previous: Option<&Push>| {
             let ctx = model::PushContext::build(&store, format!("v/{n}"));
             let p = Push::new(
@@ -844,7 +844,7 @@ mod tests {
         };
         let first = push(1, None, None);
         let (_tx, rx) = tokio::sync::watch::channel(first.clone());
-        let shared = crate::xds::testing::shared(rx);
+        let shared = crate::testing::shared(rx);
         let mut conn = synced(&shared);
         conn.record_ack(TypeKind::Endpoint, "any");
         // Push 2 changes `big`; the connection is busy and next sees push 3 (`other`).
@@ -875,7 +875,7 @@ mod tests {
         assert_eq!(third.changed_since(None), None);
         assert_eq!(third.changed_since(Some(3)).unwrap().len(), 1, "its own");
         let mut newest = third;
-        for n in 4..(4 + crate::xds::push::RECENT_PUSHES as u64) {
+        for n in 4..(4 + crate::push::RECENT_PUSHES as u64) {
             newest = push(n, Some(vs("other")), Some(&newest));
         }
         assert_eq!(newest.changed_since(Some(1)), None, "forgotten");

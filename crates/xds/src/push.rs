@@ -82,68 +82,96 @@ impl Default for PushSettings {
     }
 }
 
+/// An environment variable of the push settings that does not parse.
+#[derive(Debug, thiserror::Error)]
+#[error("{variable}: {problem}")]
+pub struct SettingsError {
+    pub variable: &'static str,
+    pub problem: String,
+}
+
+fn bad(variable: &'static str, problem: impl ToString) -> SettingsError {
+    SettingsError {
+        variable,
+        problem: problem.to_string(),
+    }
+}
+
 impl PushSettings {
     /// Reads `PILOT_DEBOUNCE_AFTER`, `PILOT_DEBOUNCE_MAX`, `PILOT_XDS_SEND_TIMEOUT` (Go
     /// durations; a send timeout of 0 disables it), `PILOT_ENABLE_EDS_DEBOUNCE` (a Go
     /// boolean) and `PILOT_PUSH_THROTTLE` (0 = Istio's
     /// automatic value, min(15 + 5 × cores, 100)).
-    pub fn from_env() -> anyhow::Result<PushSettings> {
+    pub fn from_env() -> Result<PushSettings, SettingsError> {
         Self::from_lookup(|name| std::env::var(name).ok())
     }
 
     /// As [`PushSettings::from_env`], reading variables through `var`.
-    pub fn from_lookup(var: impl Fn(&str) -> Option<String>) -> anyhow::Result<PushSettings> {
+    pub fn from_lookup(
+        var: impl Fn(&str) -> Option<String>,
+    ) -> Result<PushSettings, SettingsError> {
         let mut s = PushSettings::default();
         let var = |name: &str| var(name).filter(|v| !v.is_empty());
         if let Some(v) = var("PILOT_DEBOUNCE_AFTER") {
-            s.debounce_after = api::duration::parse(&v)
-                .map_err(|e| anyhow::anyhow!("PILOT_DEBOUNCE_AFTER: {e}"))?;
+            s.debounce_after =
+                api::duration::parse(&v).map_err(|e| bad("PILOT_DEBOUNCE_AFTER", e))?;
         }
         if let Some(v) = var("PILOT_DEBOUNCE_MAX") {
-            s.debounce_max =
-                api::duration::parse(&v).map_err(|e| anyhow::anyhow!("PILOT_DEBOUNCE_MAX: {e}"))?;
+            s.debounce_max = api::duration::parse(&v).map_err(|e| bad("PILOT_DEBOUNCE_MAX", e))?;
         }
         if let Some(v) = var("PILOT_ENABLE_EDS_DEBOUNCE") {
             s.eds_debounce = api::duration::parse_bool(&v).ok_or_else(|| {
-                anyhow::anyhow!("PILOT_ENABLE_EDS_DEBOUNCE: {v:?} is not true or false")
+                bad(
+                    "PILOT_ENABLE_EDS_DEBOUNCE",
+                    format!("{v:?} is not true or false"),
+                )
             })?;
         }
         if let Some(v) = var("PILOT_XDS_SEND_TIMEOUT") {
-            let t = api::duration::parse(&v)
-                .map_err(|e| anyhow::anyhow!("PILOT_XDS_SEND_TIMEOUT: {e}"))?;
+            let t = api::duration::parse(&v).map_err(|e| bad("PILOT_XDS_SEND_TIMEOUT", e))?;
             s.send_timeout = (!t.is_zero()).then_some(t);
         }
         if let Some(v) = var("PILOT_PUSH_THROTTLE") {
             let n: usize = v
                 .parse()
-                .map_err(|_| anyhow::anyhow!("PILOT_PUSH_THROTTLE: {v:?} is not a number"))?;
+                .map_err(|_| bad("PILOT_PUSH_THROTTLE", format!("{v:?} is not a number")))?;
             let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
             s.push_throttle = if n == 0 { (15 + 5 * cores).min(100) } else { n };
         }
         if let Some(v) = var("MESHD_ENABLE_VHDS") {
             s.vhds = api::duration::parse_bool(&v)
-                .ok_or_else(|| anyhow::anyhow!("MESHD_ENABLE_VHDS: {v:?} is not true or false"))?;
+                .ok_or_else(|| bad("MESHD_ENABLE_VHDS", format!("{v:?} is not true or false")))?;
         }
         if let Some(v) = var("PILOT_ENABLE_IP_AUTOALLOCATE") {
             s.ip_autoallocate = api::duration::parse_bool(&v).ok_or_else(|| {
-                anyhow::anyhow!("PILOT_ENABLE_IP_AUTOALLOCATE: {v:?} is not true or false")
+                bad(
+                    "PILOT_ENABLE_IP_AUTOALLOCATE",
+                    format!("{v:?} is not true or false"),
+                )
             })?;
         }
         if let Some(v) = var("ISTIO_GPRC_MAXSTREAMS") {
             s.max_streams = v.parse().ok().filter(|n| *n > 0).ok_or_else(|| {
-                anyhow::anyhow!("ISTIO_GPRC_MAXSTREAMS: {v:?} is not a positive number")
+                bad(
+                    "ISTIO_GPRC_MAXSTREAMS",
+                    format!("{v:?} is not a positive number"),
+                )
             })?;
         }
         if let Some(v) = var("ISTIO_GPRC_MAXRECVMSGSIZE") {
             s.max_recv_msg_size = v.parse().ok().filter(|n| *n > 0).ok_or_else(|| {
-                anyhow::anyhow!(
-                    "ISTIO_GPRC_MAXRECVMSGSIZE: {v:?} is not a positive number of bytes"
+                bad(
+                    "ISTIO_GPRC_MAXRECVMSGSIZE",
+                    format!("{v:?} is not a positive number of bytes"),
                 )
             })?;
         }
         if let Some(v) = var("MESHD_XDS_SEND_BUFFER_MB") {
             let mb: usize = v.parse().map_err(|_| {
-                anyhow::anyhow!("MESHD_XDS_SEND_BUFFER_MB: {v:?} is not a number of MiB")
+                bad(
+                    "MESHD_XDS_SEND_BUFFER_MB",
+                    format!("{v:?} is not a number of MiB"),
+                )
             })?;
             s.send_buffer = (mb > 0).then(|| mb.saturating_mul(1 << 20));
         }

@@ -368,7 +368,7 @@ struct Guarded {
 }
 
 impl http_body::Body for Guarded {
-    type Data = prost::bytes::Bytes;
+    type Data = bytes::Bytes;
     type Error = tonic::Status;
 
     fn poll_frame(

@@ -185,7 +185,7 @@ pub fn metrics_text() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::xds::resource::test_cluster as cluster;
+    use crate::resource::test_cluster as cluster;
 
     const DELTA: Entry = Entry::Delta { versions: true };
 

@@ -5,13 +5,12 @@
 
 use std::sync::OnceLock;
 
-use envoy_types::pb::envoy::config::route::v3::{RouteConfiguration, VirtualHost};
 use envoy_types::pb::google::protobuf::Any;
-use prost::{Message, Name};
+
 use prost_reflect::{DescriptorPool, DynamicMessage, SerializeOptions};
 use serde_json::{Value, json};
 
-use super::resource::{Resource, TypeKind, View, vhds_route_config};
+use xds::resource::{Resource, TypeKind, View};
 
 /// Every Envoy message, from the descriptor set envoy-types ships (copied by build.rs).
 fn pool() -> &'static DescriptorPool {
@@ -104,7 +103,7 @@ pub fn config_dump(view: &View, version: &str, sent_at: &str) -> Value {
         .collect();
     let routes: Vec<Value> = all(TypeKind::Route)
         .map(|r| {
-            let config = any_json(&route_config_with_vhds(r, view));
+            let config = any_json(&xds::debug::route_config_with_vhds(r, view));
             json!({"version_info": version, "route_config": config, "last_updated": sent_at})
         })
         .collect();
@@ -120,27 +119,6 @@ pub fn config_dump(view: &View, version: &str, sent_at: &str) -> Value {
     ]})
 }
 
-/// A route configuration with the virtual hosts VHDS sent for it appended after its own
-/// (in name order), as Envoy's `/config_dump` shows it.
-pub fn route_config_with_vhds(route: &Resource, view: &View) -> Any {
-    let mut vhosts = (view.all(TypeKind::VirtualHost).values())
-        .filter(|vh| vhds_route_config(&vh.name) == Some(&*route.name))
-        .peekable();
-    if vhosts.peek().is_none() {
-        return route.any();
-    }
-    let Ok(mut config) = RouteConfiguration::decode(&*route.value()) else {
-        return route.any();
-    };
-    config
-        .virtual_hosts
-        .extend(vhosts.filter_map(|vh| VirtualHost::decode(&*vh.value()).ok()));
-    Any {
-        type_url: RouteConfiguration::type_url(),
-        value: config.encode_to_vec(),
-    }
-}
-
 /// One type's resources as JSON objects (for `/debug/cdsz` and `/debug/edsz`).
 pub fn resources_json(view: &View, kind: TypeKind) -> Vec<Value> {
     view.all(kind).values().map(|r| resource_json(r)).collect()
@@ -149,12 +127,12 @@ pub fn resources_json(view: &View, kind: TypeKind) -> Vec<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::xds::resource::encode;
     use envoy_types::pb::envoy::config::cluster::v3::Cluster;
     use envoy_types::pb::envoy::config::core::v3::{DataSource, data_source};
     use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
         Secret, TlsCertificate, secret,
     };
+    use xds::resource::encode;
 
     #[test]
     fn resources_read_as_envoy_prints_them_and_keys_are_redacted() {

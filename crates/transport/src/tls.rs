@@ -19,7 +19,7 @@ use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 use tokio_stream::wrappers::ReceiverStream;
 
-use crate::xds::cork::Corked;
+use crate::cork::Corked;
 
 /// How long a client has to finish the TLS handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -45,11 +45,24 @@ pub fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(p)
 }
 
+/// Why a TLS configuration could not be built from the PEM it was given.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("bad certificate PEM: {0} (expected CERTIFICATE blocks)")]
+    CertificatePem(rustls::pki_types::pem::Error),
+    #[error("bad key PEM: {0} (expected a PKCS#8, SEC1 or PKCS#1 private key)")]
+    KeyPem(rustls::pki_types::pem::Error),
+    #[error("the client certificate verifier: {0} (are the roots empty?)")]
+    Verifier(#[from] rustls::server::VerifierBuilderError),
+    #[error("TLS configuration: {0}")]
+    Rustls(#[from] rustls::Error),
+}
+
 /// Certificates from PEM text.
-pub fn certs(pem: &str) -> anyhow::Result<Vec<CertificateDer<'static>>> {
+pub fn certs(pem: &str) -> Result<Vec<CertificateDer<'static>>, TlsError> {
     CertificateDer::pem_slice_iter(pem.as_bytes())
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| anyhow::anyhow!("bad certificate PEM: {e}"))
+        .map_err(TlsError::CertificatePem)
 }
 
 /// A server config presenting `chain_pem`/`key_pem`, speaking h2, that asks for a client
@@ -59,7 +72,7 @@ pub fn server_config(
     chain_pem: &str,
     key_pem: &str,
     roots_pem: &str,
-) -> anyhow::Result<Arc<rustls::ServerConfig>> {
+) -> Result<Arc<rustls::ServerConfig>, TlsError> {
     let mut roots = RootCertStore::empty();
     for cert in certs(roots_pem)? {
         roots.add(cert)?;
@@ -67,8 +80,7 @@ pub fn server_config(
     let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
         .allow_unauthenticated()
         .build()?;
-    let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes())
-        .map_err(|e| anyhow::anyhow!("bad key PEM: {e}"))?;
+    let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).map_err(TlsError::KeyPem)?;
     let mut config = rustls::ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()?
         .with_client_cert_verifier(verifier)
@@ -87,7 +99,7 @@ pub fn server_config(
 pub fn client_config(
     roots_pem: &str,
     identity: Option<(&str, &str)>,
-) -> anyhow::Result<rustls::ClientConfig> {
+) -> Result<rustls::ClientConfig, TlsError> {
     let mut roots = RootCertStore::empty();
     for cert in certs(roots_pem)? {
         roots.add(cert)?;
@@ -97,8 +109,7 @@ pub fn client_config(
         .with_root_certificates(roots);
     let mut config = match identity {
         Some((chain, key)) => {
-            let key = PrivateKeyDer::from_pem_slice(key.as_bytes())
-                .map_err(|e| anyhow::anyhow!("bad key PEM: {e}"))?;
+            let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).map_err(TlsError::KeyPem)?;
             builder.with_client_auth_cert(certs(chain)?, key)?
         }
         None => builder.with_no_client_auth(),
@@ -130,7 +141,7 @@ pub fn incoming(
 /// (`reason` is `failed` or `timed_out`).
 #[derive(Clone)]
 pub struct HandshakeErrors {
-    pub family: Family<crate::metrics::Labels, Counter>,
+    pub family: Family<Vec<(&'static str, String)>, Counter>,
     pub port: &'static str,
 }
 
