@@ -40,7 +40,7 @@ pub fn table<R: AsRef<[String]>>(rows: &[R]) -> String {
 const MAX_BODY: u64 = 512 << 20;
 
 /// One GET against the monitoring port; the body of a 200, or the error it carried.
-pub fn http_get(address: &str, path: &str) -> Result<String, String> {
+pub fn http_get(address: &str, path: &str) -> anyhow::Result<String> {
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .timeout_global(Some(Duration::from_secs(30)))
         .http_status_as_error(false)
@@ -49,20 +49,20 @@ pub fn http_get(address: &str, path: &str) -> Result<String, String> {
     let mut response = agent
         .get(format!("http://{address}{path}"))
         .call()
-        .map_err(|e| format!("cannot reach meshd's monitoring port at {address}: {e}"))?;
+        .map_err(|e| anyhow::anyhow!("cannot reach meshd's monitoring port at {address}: {e}"))?;
     let status = response.status();
     let body = (response.body_mut().with_config().limit(MAX_BODY))
         .read_to_string()
-        .map_err(|e| format!("reading {path}: {e}"))?;
+        .map_err(|e| anyhow::anyhow!("reading {path}: {e}"))?;
     if status != 200 {
-        return Err(format!("{path}: HTTP {}: {}", status.as_u16(), body.trim()));
+        anyhow::bail!("{path}: HTTP {}: {}", status.as_u16(), body.trim());
     }
     Ok(body)
 }
 
-fn get_json(address: &str, path: &str) -> Result<Value, String> {
+fn get_json(address: &str, path: &str) -> anyhow::Result<Value> {
     let body = http_get(address, path)?;
-    serde_json::from_str(&body).map_err(|e| format!("{path}: {e}"))
+    serde_json::from_str(&body).map_err(|e| anyhow::anyhow!("{path}: {e}"))
 }
 
 /// `NAME` as istioctl shows it: `POD.NAMESPACE` from the node id.
@@ -90,7 +90,7 @@ fn type_state(types: &Value, short: &str) -> String {
 
 /// `meshd proxy-status`: every connected proxy (or only `proxy`) and how far each type
 /// is in sync.
-pub fn proxy_status(address: &str, proxy: Option<&str>, json: bool) -> Result<String, String> {
+pub fn proxy_status(address: &str, proxy: Option<&str>, json: bool) -> anyhow::Result<String> {
     let mut syncz = get_json(address, "/debug/syncz")?;
     let status = get_json(address, "/debug/push_status")?;
     if let (Some(id), Some(all)) = (proxy, syncz.as_array_mut()) {
@@ -100,7 +100,7 @@ pub fn proxy_status(address: &str, proxy: Option<&str>, json: bool) -> Result<St
                 .is_some_and(|node| proxy_matches(node, id))
         });
         if all.is_empty() {
-            return Err(format!("no connected proxy {id:?}"));
+            anyhow::bail!("no connected proxy {id:?}");
         }
     }
     if json {
@@ -161,7 +161,7 @@ fn dump_section<'a>(dump: &'a Value, section: &str) -> impl Iterator<Item = &'a 
 /// routes as meshd serves them, against what its Envoy holds (`/config_dump` of its
 /// admin port), resource by resource, as `istioctl proxy-status POD` reports it:
 /// `Clusters Match`, or `Clusters Don't Match` and what differs.
-pub fn compare_with_envoy(address: &str, proxy: &str, envoy_admin: &str) -> Result<String, String> {
+pub fn compare_with_envoy(address: &str, proxy: &str, envoy_admin: &str) -> anyhow::Result<String> {
     let ours = get_json(
         address,
         &format!("/debug/config_dump?proxyID={}", query_escape(proxy)),
@@ -269,7 +269,7 @@ pub fn proxy_config(
     kind: ConfigKind,
     proxy: &str,
     json: bool,
-) -> Result<String, String> {
+) -> anyhow::Result<String> {
     let dump = get_json(
         address,
         &format!("/debug/config_dump?proxyID={}", query_escape(proxy)),

@@ -651,7 +651,7 @@ async fn endpoint_shardz(State(s): State<DebugState>) -> impl IntoResponse {
                 let cla =
                     translate::endpoint::load_assignment(&name, svc, p.port, |_| true, None, None);
                 let json = dump::any_to_json(&encode(&name, &cla).any())
-                    .unwrap_or_else(|e| json!({"error": e}));
+                    .unwrap_or_else(|e| json!({"error": e.to_string()}));
                 (name, json)
             })
             .collect();

@@ -23,12 +23,24 @@ fn pool() -> &'static DescriptorPool {
     })
 }
 
+/// A resource the debug views could not render as JSON.
+#[derive(Debug, thiserror::Error)]
+#[error("{type_url}: {problem} (is the type in envoy-types' descriptor set?)")]
+pub struct DumpError {
+    pub type_url: String,
+    pub problem: String,
+}
+
 /// One `Any` as proto3 JSON with Envoy's conventions (proto field names, `@type`).
-pub fn any_to_json(any: &Any) -> Result<Value, String> {
+pub fn any_to_json(any: &Any) -> Result<Value, DumpError> {
     let pool = pool();
+    let error = |problem: String| DumpError {
+        type_url: any.type_url.clone(),
+        problem,
+    };
     let wrapper = pool
         .get_message_by_name("google.protobuf.Any")
-        .ok_or("no google.protobuf.Any in the descriptor set")?;
+        .ok_or_else(|| error("no google.protobuf.Any in the descriptor set".into()))?;
     let mut message = DynamicMessage::new(wrapper);
     message.set_field_by_name(
         "type_url",
@@ -41,7 +53,7 @@ pub fn any_to_json(any: &Any) -> Result<Value, String> {
     let options = SerializeOptions::new().use_proto_field_name(true);
     let value = message
         .serialize_with_options(serde_json::value::Serializer, &options)
-        .map_err(|e| format!("{}: {e}", any.type_url))?;
+        .map_err(|e| error(e.to_string()))?;
     Ok(as_envoy_prints(value))
 }
 
@@ -52,7 +64,7 @@ fn resource_json(r: &Resource) -> Value {
 
 /// As [`any_to_json`], with what could not be rendered saying why instead.
 fn any_json(any: &Any) -> Value {
-    any_to_json(any).unwrap_or_else(|e| json!({"error": e}))
+    any_to_json(any).unwrap_or_else(|e| json!({"error": e.to_string()}))
 }
 
 /// Envoy's printing of what prost-reflect prints otherwise:

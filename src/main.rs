@@ -147,7 +147,7 @@ enum Output {
     Json,
 }
 
-fn print_or_fail(command: &str, result: Result<String, String>) -> ExitCode {
+fn print_or_fail(command: &str, result: anyhow::Result<String>) -> ExitCode {
     match result {
         Ok(text) => {
             print!("{text}");

@@ -49,31 +49,54 @@ struct Pool {
     next: u128,
 }
 
+/// Why an auto-allocation prefix cannot be used.
+#[derive(Debug, PartialEq, thiserror::Error)]
+pub enum PrefixError {
+    #[error("{0:?} is not a CIDR prefix (ADDRESS/BITS)")]
+    NotCidr(String),
+    #[error("{text:?}: {ip:?} is not an IP address")]
+    NotAnAddress { text: String, ip: String },
+    #[error("{text:?} is not {family} prefix")]
+    WrongFamily { text: String, family: &'static str },
+    #[error("{text:?}: the prefix length is not 0-{width}")]
+    Length { text: String, width: u32 },
+    #[error("{0:?} holds no address to allocate")]
+    Empty(String),
+}
+
 impl Pool {
     /// `PREFIX/BITS`; the error says what is wrong.
-    fn parse(text: &str, ipv6: bool) -> Result<Pool, String> {
+    fn parse(text: &str, ipv6: bool) -> Result<Pool, PrefixError> {
         let (ip, bits) = text
             .split_once('/')
-            .ok_or_else(|| format!("{text:?} is not a CIDR prefix (ADDRESS/BITS)"))?;
-        let ip: IpAddr = ip
-            .parse()
-            .map_err(|_| format!("{text:?}: {ip:?} is not an IP address"))?;
+            .ok_or_else(|| PrefixError::NotCidr(text.to_string()))?;
+        let ip: IpAddr = ip.parse().map_err(|_| PrefixError::NotAnAddress {
+            text: text.to_string(),
+            ip: ip.to_string(),
+        })?;
         let value = match (ip, ipv6) {
             (IpAddr::V4(v4), false) => u128::from(u32::from(v4)),
             (IpAddr::V6(v6), true) => u128::from(v6),
             _ => {
                 let family = if ipv6 { "an IPv6" } else { "an IPv4" };
-                return Err(format!("{text:?} is not {family} prefix"));
+                return Err(PrefixError::WrongFamily {
+                    text: text.to_string(),
+                    family,
+                });
             }
         };
         let width = if ipv6 { 128 } else { 32 };
-        let bits: u32 = (bits.parse().ok())
-            .filter(|b| *b <= width)
-            .ok_or_else(|| format!("{text:?}: the prefix length is not 0-{width}"))?;
+        let bits: u32 =
+            (bits.parse().ok())
+                .filter(|b| *b <= width)
+                .ok_or_else(|| PrefixError::Length {
+                    text: text.to_string(),
+                    width,
+                })?;
         let host_bits = width - bits;
         let size = 1u128.checked_shl(host_bits).unwrap_or(0);
         if size < 2 {
-            return Err(format!("{text:?} holds no address to allocate"));
+            return Err(PrefixError::Empty(text.to_string()));
         }
         let base = value & !(size - 1);
         Ok(Pool {
@@ -154,7 +177,7 @@ pub struct Allocator {
 
 impl Allocator {
     /// From the two prefixes (`PILOT_IP_AUTOALLOCATE_IPV4_PREFIX`, `..._IPV6_PREFIX`).
-    pub fn new(ipv4: &str, ipv6: &str) -> Result<Allocator, String> {
+    pub fn new(ipv4: &str, ipv6: &str) -> Result<Allocator, PrefixError> {
         Ok(Allocator {
             v4: Pool::parse(ipv4, false)?,
             v6: Pool::parse(ipv6, true)?,
@@ -466,7 +489,7 @@ mod tests {
 
     #[test]
     fn a_bad_prefix_is_refused_with_a_reason() {
-        let err = |v4: &str, v6: &str| Allocator::new(v4, v6).unwrap_err();
+        let err = |v4: &str, v6: &str| Allocator::new(v4, v6).unwrap_err().to_string();
         assert!(err("240.240.0.0", "2001:2::/48").contains("not a CIDR prefix"));
         assert!(err("240.240.0.0/33", "2001:2::/48").contains("prefix length"));
         assert!(err("2001:2::/48", "2001:2::/48").contains("not an IPv4 prefix"));

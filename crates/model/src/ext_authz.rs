@@ -16,41 +16,24 @@ pub const ENVOY_STATUS_CODES: [i32; 56] = [
 /// (`processExtensionProvider`): its name, its port, `statusOnError`, `pathPrefix`, and a
 /// lone `*` in a header list. `Ok` for providers that are not authorizers.
 pub fn check(p: &ExtensionProvider, all: &[ExtensionProvider]) -> Result<(), ProviderError> {
-    check_provider(p, all).map_err(ProviderError)
-}
-
-/// What istiod finds wrong with an extension provider, in istiod's words.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("{0}")]
-pub struct ProviderError(String);
-
-fn check_provider(p: &ExtensionProvider, all: &[ExtensionProvider]) -> Result<(), String> {
+    use ProviderError as E;
     if p.name.is_empty() {
-        return Err("extension provider name must not be empty".into());
+        return Err(E::EmptyName);
     }
     if all.iter().filter(|o| o.name == p.name).count() > 1 {
-        return Err(format!(
-            "extension provider name must be unique, found duplicate: {}",
-            p.name
-        ));
+        return Err(E::DuplicateName(p.name.clone()));
     }
     let name_ok = p.name.len() <= 63
         && (p.name.bytes()).all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
         && !p.name.starts_with('-')
         && !p.name.ends_with('-');
     if !name_ok {
-        return Err(format!(
-            "invalid provider name {:?}: lowercase letters, digits and hyphens, at most 63, not starting or ending with a hyphen",
-            p.name
-        ));
+        return Err(E::InvalidName(p.name.clone()));
     }
     let (port, status, timeout) = match (&p.envoy_ext_authz_http, &p.envoy_ext_authz_grpc) {
         (Some(h), _) => {
             if !h.path_prefix.is_empty() && !h.path_prefix.starts_with('/') {
-                return Err(format!(
-                    "pathPrefix must begin with `/`, found: {:?}",
-                    h.path_prefix
-                ));
+                return Err(E::PathPrefix(h.path_prefix.clone()));
             }
             let lists = [
                 (
@@ -69,9 +52,7 @@ fn check_provider(p: &ExtensionProvider, all: &[ExtensionProvider]) -> Result<()
                 ),
             ];
             if let Some((field, _)) = lists.iter().find(|(_, v)| v.iter().any(|h| h == "*")) {
-                return Err(format!(
-                    "a single wildcard (\"*\") is not supported, change it to either prefix or suffix match: {field}"
-                ));
+                return Err(E::Wildcard(field));
             }
             (h.port, &h.status_on_error, &h.timeout)
         }
@@ -79,15 +60,49 @@ fn check_provider(p: &ExtensionProvider, all: &[ExtensionProvider]) -> Result<()
         (None, None) => return Ok(()),
     };
     if !(1..=65535).contains(&port) {
-        return Err(format!(
-            "port must be in the range [1, 65535], found: {port}"
-        ));
+        return Err(E::Port(port));
     }
-    status_on_error(status).map_err(|e| e.0)?;
+    status_on_error(status)?;
     if let Some(t) = timeout {
-        api::duration::parse(t).map_err(|e| format!("invalid timeout {t:?}: {e}"))?;
+        api::duration::parse(t).map_err(|error| E::Timeout {
+            timeout: t.clone(),
+            error,
+        })?;
     }
     Ok(())
+}
+
+/// What istiod finds wrong with an extension provider, in istiod's words.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ProviderError {
+    #[error("extension provider name must not be empty")]
+    EmptyName,
+    #[error("extension provider name must be unique, found duplicate: {0}")]
+    DuplicateName(String),
+    #[error(
+        "invalid provider name {0:?}: lowercase letters, digits and hyphens, at most 63, not starting or ending with a hyphen"
+    )]
+    InvalidName(String),
+    #[error("pathPrefix must begin with `/`, found: {0:?}")]
+    PathPrefix(String),
+    #[error(
+        "a single wildcard (\"*\") is not supported, change it to either prefix or suffix match: {0}"
+    )]
+    Wildcard(&'static str),
+    #[error("port must be in the range [1, 65535], found: {0}")]
+    Port(u32),
+    #[error("invalid statusOnError {status:?}: {error}")]
+    StatusNotANumber {
+        status: String,
+        error: std::num::ParseIntError,
+    },
+    #[error("unsupported statusOnError {0}")]
+    UnsupportedStatus(String),
+    #[error("invalid timeout {timeout:?}: {error}")]
+    Timeout {
+        timeout: String,
+        error: api::duration::DurationError,
+    },
 }
 
 /// A provider's `statusOnError`: `None` when unset, else an HTTP status Envoy names.
@@ -97,9 +112,12 @@ pub fn status_on_error(status: &str) -> Result<Option<i32>, ProviderError> {
     }
     let code: i32 = status
         .parse()
-        .map_err(|e| ProviderError(format!("invalid statusOnError {status:?}: {e}")))?;
+        .map_err(|error| ProviderError::StatusNotANumber {
+            status: status.to_string(),
+            error,
+        })?;
     if !ENVOY_STATUS_CODES.contains(&code) {
-        return Err(ProviderError(format!("unsupported statusOnError {status}")));
+        return Err(ProviderError::UnsupportedStatus(status.to_string()));
     }
     Ok(Some(code))
 }

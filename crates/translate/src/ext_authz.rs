@@ -51,9 +51,29 @@ const MATCH_PREFIX: &str = "istio-ext-authz";
 const SHADOW_PREFIX: &str = "istio_ext_authz_";
 const BAD_CUSTOM_SUFFIX: &str = "-deny-due-to-bad-CUSTOM-action";
 
+/// Why an extension provider's filters or tracer cannot be built for a proxy; such a
+/// CUSTOM policy fails closed, and a tracer is left out.
+#[derive(Debug, thiserror::Error)]
+pub enum ProviderError {
+    #[error("could not find service {0} in Istio service registry")]
+    UnknownService(String),
+    #[error("available providers are {known:?} but found {name:?}")]
+    UnknownProvider { name: String, known: Vec<String> },
+    #[error(transparent)]
+    Invalid(#[from] model::ext_authz::ProviderError),
+    #[error("multiple CUSTOM authorization providers per workload are not supported, found {0:?}")]
+    Several(Vec<String>),
+    #[error(
+        "provider {0:?} is not an external authorizer (envoyExtAuthzHttp or envoyExtAuthzGrpc)"
+    )]
+    NotAnAuthorizer(String),
+    #[error("provider {0:?} is not a tracer")]
+    NotATracer(String),
+}
+
 /// A provider's `statusOnError` as Envoy's status.
-fn status_on_error(status: &str) -> Result<Option<HttpStatus>, String> {
-    let code = model::ext_authz::status_on_error(status).map_err(|e| e.to_string())?;
+fn status_on_error(status: &str) -> Result<Option<HttpStatus>, ProviderError> {
+    let code = model::ext_authz::status_on_error(status)?;
     Ok(code.map(|code| HttpStatus { code }))
 }
 
@@ -62,10 +82,10 @@ pub(super) fn lookup_cluster(
     ctx: &PushContext,
     service: &str,
     port: u32,
-) -> Result<(String, String), String> {
+) -> Result<(String, String), ProviderError> {
     let host = ctx
         .provider_host(service)
-        .ok_or_else(|| format!("could not find service {service} in Istio service registry"))?;
+        .ok_or_else(|| ProviderError::UnknownService(service.to_string()))?;
     Ok((host.to_string(), outbound_cluster_name(port, "", host)))
 }
 
@@ -75,13 +95,16 @@ struct Built {
     tcp: Option<TcpExtAuthz>,
 }
 
-fn build(ctx: &PushContext, name: &str) -> Result<Built, String> {
+fn build(ctx: &PushContext, name: &str) -> Result<Built, ProviderError> {
     let all = &ctx.mesh.extension_providers;
-    let p = (all.iter()).find(|p| p.name == name).ok_or_else(|| {
-        let known: Vec<&str> = all.iter().map(|p| p.name.as_str()).collect();
-        format!("available providers are {known:?} but found {name:?}")
-    })?;
-    model::ext_authz::check(p, all).map_err(|e| e.to_string())?;
+    let p =
+        (all.iter())
+            .find(|p| p.name == name)
+            .ok_or_else(|| ProviderError::UnknownProvider {
+                name: name.to_string(),
+                known: all.iter().map(|p| p.name.clone()).collect(),
+            })?;
+    model::ext_authz::check(p, all)?;
     let timeout = |t: &Option<String>| {
         let t = t.as_deref().and_then(|t| api::duration::parse(t).ok());
         Some(super::duration(
@@ -142,9 +165,7 @@ fn build(ctx: &PushContext, name: &str) -> Result<Built, String> {
         return Ok(Built { http, tcp: None });
     }
     let Some(g) = &p.envoy_ext_authz_grpc else {
-        return Err(format!(
-            "provider {name:?} is not an external authorizer (envoyExtAuthzHttp or envoyExtAuthzGrpc)"
-        ));
+        return Err(ProviderError::NotAnAuthorizer(name.to_string()));
     };
     let (host, cluster) = lookup_cluster(ctx, &g.service, g.port)?;
     let grpc = GrpcService {
@@ -297,11 +318,13 @@ fn bad_custom_deny(rules: &Rbac) -> Rbac {
 
 /// Why the providers of one port cannot be used, if they cannot: each must build, and
 /// istiod allows one provider per workload by default.
-fn usable(ctx: &PushContext, by_provider: &BTreeMap<String, Rbac>) -> Result<Vec<Built>, String> {
+fn usable(
+    ctx: &PushContext,
+    by_provider: &BTreeMap<String, Rbac>,
+) -> Result<Vec<Built>, ProviderError> {
     if by_provider.len() > 1 {
-        let names: Vec<&String> = by_provider.keys().collect();
-        return Err(format!(
-            "multiple CUSTOM authorization providers per workload are not supported, found {names:?}"
+        return Err(ProviderError::Several(
+            by_provider.keys().cloned().collect(),
         ));
     }
     by_provider.keys().map(|name| build(ctx, name)).collect()

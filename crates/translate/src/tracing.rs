@@ -35,6 +35,7 @@ use envoy_types::pb::envoy::r#type::v3::Percent;
 use envoy_types::pb::google::protobuf::{BoolValue, UInt32Value};
 use envoy_types::util::pack_any;
 
+use super::ext_authz::ProviderError;
 use model::mesh::{self, OpenTelemetryProvider, ProviderHeader, ProxyTracing, ZipkinProvider};
 use model::{Proxy, ProxyKind, PushContext};
 
@@ -347,7 +348,7 @@ fn provider_tracing(
     ctx: &PushContext,
     proxy: &Proxy,
     p: &mesh::ExtensionProvider,
-) -> Result<Tracing, String> {
+) -> Result<Tracing, ProviderError> {
     let (name, config, max_tag_length) = match (&p.zipkin, &p.opentelemetry) {
         (Some(z), _) => ("envoy.tracers.zipkin", zipkin(ctx, z)?, z.max_tag_length),
         (None, Some(o)) => (
@@ -355,7 +356,7 @@ fn provider_tracing(
             opentelemetry(ctx, proxy, o)?,
             o.max_tag_length,
         ),
-        (None, None) => return Err(format!("provider {:?} is not a tracer", p.name)),
+        (None, None) => return Err(ProviderError::NotATracer(p.name.clone())),
     };
     Ok(Tracing {
         provider: Some(Provider {
@@ -384,7 +385,7 @@ fn report_timeout(t: &Option<String>) -> Option<super::pbp::Duration> {
 fn zipkin(
     ctx: &PushContext,
     z: &ZipkinProvider,
-) -> Result<envoy_types::pb::google::protobuf::Any, String> {
+) -> Result<envoy_types::pb::google::protobuf::Any, ProviderError> {
     let (host, cluster) = super::ext_authz::lookup_cluster(ctx, &z.service, z.port)?;
     let path = if z.path.is_empty() {
         "/api/v2/spans"
@@ -422,7 +423,7 @@ fn opentelemetry(
     ctx: &PushContext,
     proxy: &Proxy,
     o: &OpenTelemetryProvider,
-) -> Result<envoy_types::pb::google::protobuf::Any, String> {
+) -> Result<envoy_types::pb::google::protobuf::Any, ProviderError> {
     let (host, cluster) = super::ext_authz::lookup_cluster(ctx, &o.service, o.port)?;
     let mut config = OpenTelemetryConfig {
         service_name: proxy.service_cluster.clone(),

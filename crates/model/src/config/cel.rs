@@ -3,22 +3,56 @@
 //! does not parse, so an expression that does not is refused at validation, as istiod's
 //! `validateTelemetryFilter` parses it. Names are not resolved (Envoy does not either).
 
+/// Why an expression does not parse as CEL.
+#[derive(Debug, PartialEq, thiserror::Error)]
+pub enum CelError {
+    #[error("unexpected character {0:?}")]
+    Character(char),
+    #[error("an unterminated string")]
+    UnterminatedString,
+    #[error("{0} without digits")]
+    NoDigits(&'static str),
+    #[error("expected {expected:?}, found {found}")]
+    Expected { expected: String, found: Token },
+    #[error("expected {0:?} at the end")]
+    ExpectedAtEnd(String),
+    #[error("expected a name, found {}", .0.as_ref().map_or("the end".to_string(), Token::to_string))]
+    ExpectedName(Option<Token>),
+    #[error("unexpected {0}")]
+    Unexpected(Token),
+    #[error("unexpected {0} after the expression")]
+    Trailing(Token),
+    #[error("the expression ends too soon")]
+    EndsTooSoon,
+}
+
 /// Whether `text` parses as one CEL expression; the error says where it does not.
-pub fn check(text: &str) -> Result<(), String> {
+pub fn check(text: &str) -> Result<(), CelError> {
     let tokens = lex(text)?;
     let mut p = Parser { tokens, at: 0 };
     p.expr(0)?;
     match p.peek() {
         None => Ok(()),
-        Some(t) => Err(format!("unexpected {t:?} after the expression")),
+        Some(t) => Err(CelError::Trailing(t.clone())),
     }
 }
 
+/// A token of the expression, as an error shows it.
 #[derive(Clone, Debug, PartialEq)]
-enum Token {
+pub enum Token {
     Ident(String),
     Literal,
     Punct(&'static str),
+}
+
+impl std::fmt::Display for Token {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Token::Ident(name) => write!(f, "the name {name:?}"),
+            Token::Literal => f.write_str("a literal"),
+            Token::Punct(p) => write!(f, "{p:?}"),
+        }
+    }
 }
 
 const PUNCTS: [&str; 25] = [
@@ -26,7 +60,7 @@ const PUNCTS: [&str; 25] = [
     "(", ")", "[", "]", "{", "}", "in",
 ];
 
-fn lex(text: &str) -> Result<Vec<Token>, String> {
+fn lex(text: &str) -> Result<Vec<Token>, CelError> {
     let chars: Vec<char> = text.chars().collect();
     let mut out = Vec::new();
     let mut i = 0;
@@ -66,7 +100,7 @@ fn lex(text: &str) -> Result<Vec<Token>, String> {
         }
         let rest: String = chars[i..chars.len().min(i + 2)].iter().collect();
         let Some(p) = (PUNCTS.iter()).find(|p| *p != &"in" && rest.starts_with(**p)) else {
-            return Err(format!("unexpected character {c:?}"));
+            return Err(CelError::Character(c));
         };
         out.push(Token::Punct(p));
         i += p.len();
@@ -75,7 +109,7 @@ fn lex(text: &str) -> Result<Vec<Token>, String> {
 }
 
 /// The index after the string literal whose quote is at `i`.
-fn string_end(chars: &[char], i: usize, raw: bool) -> Result<usize, String> {
+fn string_end(chars: &[char], i: usize, raw: bool) -> Result<usize, CelError> {
     let q = chars[i];
     let triple = chars.get(i + 1) == Some(&q) && chars.get(i + 2) == Some(&q);
     let mut j = if triple { i + 3 } else { i + 1 };
@@ -96,12 +130,12 @@ fn string_end(chars: &[char], i: usize, raw: bool) -> Result<usize, String> {
         }
         j += 1;
     }
-    Err("an unterminated string".into())
+    Err(CelError::UnterminatedString)
 }
 
 /// The index after the number at `i`: decimal or hex integers (`u` for unsigned), and
 /// floats with a fraction or an exponent.
-fn number_end(chars: &[char], mut i: usize) -> Result<usize, String> {
+fn number_end(chars: &[char], mut i: usize) -> Result<usize, CelError> {
     let digits = |i: &mut usize, hex: bool| {
         let start = *i;
         while *i < chars.len()
@@ -114,7 +148,7 @@ fn number_end(chars: &[char], mut i: usize) -> Result<usize, String> {
     if chars[i] == '0' && matches!(chars.get(i + 1), Some('x' | 'X')) {
         i += 2;
         if !digits(&mut i, true) {
-            return Err("a hex number without digits".into());
+            return Err(CelError::NoDigits("a hex number"));
         }
     } else {
         let whole = digits(&mut i, false);
@@ -130,12 +164,12 @@ fn number_end(chars: &[char], mut i: usize) -> Result<usize, String> {
                 i += 1;
             }
             if !digits(&mut i, false) {
-                return Err("an exponent without digits".into());
+                return Err(CelError::NoDigits("an exponent"));
             }
             float = true;
         }
         if !whole && !float {
-            return Err("a number without digits".into());
+            return Err(CelError::NoDigits("a number"));
         }
         if float {
             return Ok(i);
@@ -174,19 +208,22 @@ impl Parser {
         found
     }
 
-    fn expect(&mut self, p: &str) -> Result<(), String> {
+    fn expect(&mut self, p: &str) -> Result<(), CelError> {
         if self.eat(p) {
             Ok(())
         } else {
             Err(match self.peek() {
-                Some(t) => format!("expected {p:?}, found {t:?}"),
-                None => format!("expected {p:?} at the end"),
+                Some(t) => CelError::Expected {
+                    expected: p.to_string(),
+                    found: t.clone(),
+                },
+                None => CelError::ExpectedAtEnd(p.to_string()),
             })
         }
     }
 
     /// `Expr` (level 0, with the conditional) or a binary level's operand chain.
-    fn expr(&mut self, level: usize) -> Result<(), String> {
+    fn expr(&mut self, level: usize) -> Result<(), CelError> {
         if level == LEVELS.len() {
             return self.unary();
         }
@@ -202,12 +239,12 @@ impl Parser {
         Ok(())
     }
 
-    fn unary(&mut self) -> Result<(), String> {
+    fn unary(&mut self) -> Result<(), CelError> {
         while self.eat("!") || self.eat("-") {}
         self.member()
     }
 
-    fn member(&mut self) -> Result<(), String> {
+    fn member(&mut self) -> Result<(), CelError> {
         self.primary()?;
         loop {
             if self.eat(".") {
@@ -227,17 +264,17 @@ impl Parser {
         }
     }
 
-    fn ident(&mut self) -> Result<(), String> {
+    fn ident(&mut self) -> Result<(), CelError> {
         match self.peek() {
             Some(Token::Ident(_)) => {
                 self.at += 1;
                 Ok(())
             }
-            other => Err(format!("expected a name, found {other:?}")),
+            other => Err(CelError::ExpectedName(other.cloned())),
         }
     }
 
-    fn primary(&mut self) -> Result<(), String> {
+    fn primary(&mut self) -> Result<(), CelError> {
         self.eat(".");
         match self.peek().cloned() {
             Some(Token::Ident(_)) => {
@@ -264,13 +301,13 @@ impl Parser {
                 self.at += 1;
                 self.inits("}", false)
             }
-            Some(t) => Err(format!("unexpected {t:?}")),
-            None => Err("the expression ends too soon".into()),
+            Some(t) => Err(CelError::Unexpected(t)),
+            None => Err(CelError::EndsTooSoon),
         }
     }
 
     /// `Expr, ...` up to `close` (a trailing comma allowed).
-    fn list(&mut self, close: &str) -> Result<(), String> {
+    fn list(&mut self, close: &str) -> Result<(), CelError> {
         while !self.eat(close) {
             self.expr(0)?;
             if !self.eat(",") {
@@ -281,7 +318,7 @@ impl Parser {
     }
 
     /// `key: value, ...` up to `close`: map entries, or a message's fields (names).
-    fn inits(&mut self, close: &str, fields: bool) -> Result<(), String> {
+    fn inits(&mut self, close: &str, fields: bool) -> Result<(), CelError> {
         while !self.eat(close) {
             if fields {
                 self.ident()?;
@@ -338,5 +375,13 @@ mod tests {
         ] {
             assert!(check(bad).is_err(), "{bad:?}");
         }
+        assert_eq!(
+            check("a b").unwrap_err().to_string(),
+            "unexpected the name \"b\" after the expression"
+        );
+        assert_eq!(
+            check("(a").unwrap_err().to_string(),
+            "expected \")\" at the end"
+        );
     }
 }
