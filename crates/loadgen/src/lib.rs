@@ -576,9 +576,10 @@ async fn simulate(
         });
     }
     // meshd's CPU over the changes alone: from the settled, connected fleet to the last
-    // change's convergence (and settle), per proxy each change reached.
+    // change's convergence (and settle), per proxy each change reached. Read here only if
+    // a storm follows; else the figures read at the end are the same moment's.
     let pushed: usize = reports.iter().map(|r| r.affected).sum();
-    let after_changes = meshd_figures(&args.monitoring);
+    let before_storm = (args.storm_rate > 0.0).then(|| meshd_figures(&args.monitoring));
     let storm = if args.storm_rate > 0.0 {
         Some(
             storm(
@@ -598,6 +599,7 @@ async fn simulate(
     progress("");
     sampler.abort();
     let end = meshd_figures(&args.monitoring);
+    let after_changes = before_storm.unwrap_or(end);
     let peak_rss = peak.lock().unwrap().rss_bytes.max(end.rss_bytes);
     while let Ok(e) = err_rx.try_recv() {
         errors += 1;
