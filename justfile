@@ -48,7 +48,7 @@ fuzz target seconds="600":
 # BENCHMARKS.md.
 # The fleet simulator against a release meshd it starts on a generated mesh.
 loadgen *args:
-    cargo run --release --locked -- loadgen --spawn-meshd --config-dir target/loadgen/config {{args}}
+    cargo run --release --locked --features loadgen -- loadgen --spawn-meshd --config-dir target/loadgen/config {{args}}
 
 # One proxy per namespace connects first (--warm-proxies 50): `rss_per_added_proxy_bytes`
 # is what each further proxy costs, `rss_per_proxy_bytes` the average with everything.
@@ -77,7 +77,7 @@ bench-convergence-vhds proxies="5000":
 # Kubernetes source has no file settle.
 # The endpoint change to 10,000 proxies from the Kubernetes source, EDS debounce off.
 bench-convergence-eds proxies="10000":
-    PILOT_ENABLE_EDS_DEBOUNCE=false cargo bench --locked --bench kube_source -- --services 1000 --namespaces 50 --proxies {{proxies}} --change endpoint --changes 10 --init-timeout 600s --json target/loadgen/convergence-endpoint-eds.json
+    PILOT_ENABLE_EDS_DEBOUNCE=false cargo bench --locked --features loadgen --bench kube_source -- --services 1000 --namespaces 50 --proxies {{proxies}} --change endpoint --changes 10 --init-timeout 600s --json target/loadgen/convergence-endpoint-eds.json
 
 # Wire efficiency: 3 of 400 services' endpoints change, delta then state of the world.
 bench-wire proxies="200":
@@ -98,7 +98,7 @@ bench-restart proxies="10000":
 # mesh and its changes written through the API; its CPU and memory added to the summary).
 bench-kubernetes proxies="2000":
     just loadgen --services 1000 --namespaces 50 --proxies {{proxies}} --change endpoint --changes 5 --json target/loadgen/source-files.json
-    cargo bench --locked --bench kube_source -- --services 1000 --namespaces 50 --proxies {{proxies}} --change endpoint --changes 5 --json target/loadgen/source-kubernetes.json
+    cargo bench --locked --features loadgen --bench kube_source -- --services 1000 --namespaces 50 --proxies {{proxies}} --change endpoint --changes 5 --json target/loadgen/source-kubernetes.json
 
 # Needs perf and `cargo install inferno`; SVGs in target/flamegraphs/.
 # Flamegraphs of the push-context build and of a cached sidecar view.

@@ -4,7 +4,7 @@
 //! the simulator's JSON summary what kube-apiserver and etcd used meanwhile (CPU seconds,
 //! peak RSS), sampled from /proc.
 //!
-//! `cargo bench --bench kube_source -- LOADGEN_ARGS` (`just bench-kubernetes`).
+//! `cargo bench --features loadgen --bench kube_source -- LOADGEN_ARGS` (`just bench-kubernetes`).
 
 #![allow(dead_code)]
 

@@ -3,7 +3,7 @@
 # (default docs/plots/data): meshd's memory at 250 to 2,000 proxies, unscoped,
 # Sidecar-scoped and scoped on the secure port; a connect storm of 5,000 proxies at
 # 2,000/s offered; and a VirtualService change and an endpoint change to 5,000 proxies. Then `scripts/bench-plots.py DIR` draws them.
-# Needs a release build (cargo build --release --locked).
+# Needs a release build (cargo build --release --locked --features loadgen).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-docs/plots/data}

@@ -20,7 +20,7 @@ shift 2
 out=target/loadgen
 mkdir -p "$out"
 bin=target/release/meshd
-[ -x "$bin" ] || { echo "no $bin: cargo build --release --locked" >&2; exit 1; }
+[ -x "$bin" ] || { echo "no $bin: cargo build --release --locked --features loadgen" >&2; exit 1; }
 command -v perf >/dev/null || { echo "perf is missing" >&2; exit 1; }
 
 . scripts/fleet-run.sh

@@ -17,7 +17,7 @@ shift 3
 out=target/flamegraphs
 mkdir -p "$out" target/loadgen
 bin=target/release/meshd
-[ -x "$bin" ] || { echo "no $bin: cargo build --release --locked" >&2; exit 1; }
+[ -x "$bin" ] || { echo "no $bin: cargo build --release --locked --features loadgen" >&2; exit 1; }
 for tool in perf inferno-collapse-perf inferno-flamegraph; do
     command -v "$tool" >/dev/null || { echo "$tool is missing" >&2; exit 1; }
 done

@@ -18,7 +18,7 @@ old="$1" new="$2" rounds="${3:-1}"
 out=target/compare
 mkdir -p "$out"
 loadgen=target/release/meshd
-cargo build --release --locked
+cargo build --release --locked --features loadgen
 python=${PYTHON:-python3}
 "$python" -c 'import grpc' 2>/dev/null || {
     echo "scripts/server-compare.sh: the grpcio fleet needs Python's grpcio (PYTHON=path/to/venv/bin/python)" >&2

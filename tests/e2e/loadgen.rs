@@ -16,6 +16,11 @@ const STORM_THEN_RESTART: [&str; 5] = ["--storm-rate", "50", "--storm-duration",
 
 /// `env` reaches the meshd the simulator starts.
 fn loadgen_in(dir: &std::path::Path, args: &[&str], env: &[(&str, &str)]) -> Value {
+    if !cfg!(feature = "loadgen") {
+        panic!(
+            "meshd was built without the fleet simulator: run the tests with `--features loadgen`"
+        );
+    }
     let dir = dir.to_str().expect("a UTF-8 temporary path");
     let all = [
         &["loadgen", "--config-dir", dir, "--spawn-meshd"],
