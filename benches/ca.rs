@@ -8,6 +8,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+use transport::admission::Admission;
 
 use meshd::ca::authn::{Authenticator, TokenVerifier};
 use meshd::ca::material::{Material, key_to_pem};
@@ -91,7 +92,12 @@ async fn grpc_rate(seconds: f64) -> f64 {
     };
     let (_serving, shutdown) = tokio::sync::watch::channel(false);
     tokio::spawn(transport::grpc::serve(
-        transport::tls::incoming(listener, configs, errors),
+        transport::tls::incoming(
+            listener,
+            configs,
+            errors,
+            Admission::new(0, Default::default()),
+        ),
         tonic::service::Routes::new(service.into_server()),
         settings,
         transport::tls::peer_identities,

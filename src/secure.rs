@@ -11,6 +11,7 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::Context;
 use tokio::sync::watch;
+use tokio_stream::StreamExt;
 
 use crate::ca::authn::{Authenticator, DEFAULT_AUDIENCE, TokenVerifier};
 use crate::ca::persist::{CaStore, RootOptions, needs_rotation};
@@ -141,7 +142,10 @@ impl Security {
                 family: metrics.tls_handshake_errors.clone(),
                 port: "webhook",
             },
-        );
+            // Webhook requests are few and come from the API server.
+            transport::admission::Admission::new(0, Default::default()),
+        )
+        .map(|accepted| accepted.map(|a| a.io));
         let listener = crate::webhook::TlsListener { incoming, local };
         let router = crate::webhook::router(metrics.validation.clone());
         Ok(tokio::spawn(async move {
@@ -172,9 +176,10 @@ impl Security {
             family: metrics.tls_handshake_errors.clone(),
             port: "secure",
         };
+        let admission = xds.admission();
         let ads = AdsService::secure(xds, self.authn.clone());
         let routes = tonic::service::Routes::new(ca.into_server()).add_service(ads.into_server());
-        let incoming = transport::tls::incoming(listener, self.configs.clone(), errors);
+        let incoming = transport::tls::incoming(listener, self.configs.clone(), errors, admission);
         tokio::spawn(transport::grpc::serve(
             incoming,
             routes,

@@ -265,12 +265,11 @@ pub async fn run(opts: ServeOptions) -> anyhow::Result<()> {
 
     let mut servers = Vec::new();
     if let Some(address) = opts.xds_address {
-        let listener = tokio::net::TcpListener::bind(address)
-            .await
+        let listener = transport::listen(address)
             .with_context(|| format!("binding the xDS port {address}"))?;
         let ads = tonic::service::Routes::new(AdsService::new(xds.clone()).into_server());
         let settings = xds.grpc_settings();
-        let incoming = transport::plaintext::incoming(listener);
+        let incoming = transport::plaintext::incoming(listener, xds.admission());
         let shutdown = shutdown_rx.clone();
         servers.push(tokio::spawn(transport::grpc::serve(
             incoming,
@@ -281,15 +280,13 @@ pub async fn run(opts: ServeOptions) -> anyhow::Result<()> {
         )));
     }
     if let (Some(security), Some(address)) = (&security, opts.security.address) {
-        let listener = tokio::net::TcpListener::bind(address)
-            .await
+        let listener = transport::listen(address)
             .with_context(|| format!("binding the secure xDS port {address}"))?;
         servers.push(security.serve(listener, xds.clone(), metrics.clone(), shutdown_rx.clone()));
     }
     let mut webhook = None;
     if let (Some(security), Some(address)) = (&security, opts.security.webhook_address) {
-        let listener = tokio::net::TcpListener::bind(address)
-            .await
+        let listener = transport::listen(address)
             .with_context(|| format!("binding the webhook port {address}"))?;
         webhook = Some(security.serve_webhook(listener, metrics.clone(), shutdown_rx.clone())?);
     }

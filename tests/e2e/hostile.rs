@@ -524,6 +524,54 @@ async fn a_client_that_sends_only_the_preface_is_dropped() {
     healthy.still_served(&m, "details", 2).await;
 }
 
+/// Connections accepted and not yet answered are bounded (`MESHD_XDS_PENDING_CONNECTIONS`,
+/// here 2): a proxy gives its place back with its first response, and clients that connect
+/// and send nothing hold theirs only for the admission hold (3 s), not until the preface
+/// timeout (10 s), so that they cannot stop the port.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_clients_cannot_hold_the_pending_connection_bound() {
+    let dir = temp_dir("hostile-pending").join("config");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("reviews.yaml"), svc("reviews", 1)).unwrap();
+    let m = tokio::task::spawn_blocking(move || {
+        Meshd::start_with_env(&dir, &[], &[("MESHD_XDS_PENDING_CONNECTIONS", "2")])
+    })
+    .await
+    .unwrap();
+    let pending = "meshd_xds_pending_connections";
+    let mut healthy = Healthy::open(&m).await;
+    assert_eq!(m.metric(pending), 0.0, "answered, yet still pending");
+
+    // Four silent clients: two take the places, two wait in the listen backlog.
+    let mut silent = Vec::new();
+    for _ in 0..4 {
+        silent.push(TcpStream::connect(("127.0.0.1", m.xds_port)).await.unwrap());
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+    while m.metric(pending) < 2.0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the silent clients took no place"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(m.metric(pending), 2.0);
+
+    // A new proxy is admitted once the silent clients' places lapse (twice 3 s), well
+    // before the preface timeout would free them (10 s, then 10 s more for the next two).
+    let started = tokio::time::Instant::now();
+    let late = tokio::time::timeout(Duration::from_secs(9), Healthy::open(&m))
+        .await
+        .expect("a proxy behind four silent clients was not admitted within 9 s");
+    drop(late);
+    assert!(
+        started.elapsed() >= Duration::from_secs(2),
+        "it was admitted past the bound"
+    );
+    healthy.still_served(&m, "details", 2).await;
+    drop(silent);
+}
+
 /// A garbage first byte on every port: each connection is closed and counted, and meshd
 /// goes on serving.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -24,6 +24,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::watch;
 use tonic::codegen::{Service, http};
 
+use crate::admission::{Admitted, Ticket};
 use crate::identity::Identity;
 
 /// The largest header list a request may carry once decoded (SETTINGS_MAX_HEADER_LIST_SIZE).
@@ -77,6 +78,8 @@ pub struct Connection {
     /// The SPIFFE identities of the client certificate its TLS handshake verified.
     pub identities: Option<Arc<[Identity]>>,
     streams: AtomicUsize,
+    /// Given back when the first response bytes leave (see [`crate::admission`]).
+    ticket: Ticket,
 }
 
 impl Connection {
@@ -116,8 +119,10 @@ impl<S> GrpcService for S where
 /// Serves `service` on each connection `incoming` yields (TCP, or TLS streams whose
 /// handshake is done), each request carrying its connection's `identities`, until
 /// `shutdown` changes; then each connection is sent GOAWAY and finishes its open streams.
+/// A connection gives its admission ticket back once it sends the first bytes of a
+/// response body.
 pub async fn serve<S, T>(
-    mut incoming: impl futures::Stream<Item = std::io::Result<T>> + Unpin,
+    mut incoming: impl futures::Stream<Item = std::io::Result<Admitted<T>>> + Unpin,
     service: S,
     settings: Settings,
     identities: impl Fn(&T) -> Option<Arc<[Identity]>>,
@@ -128,7 +133,7 @@ pub async fn serve<S, T>(
 {
     let builder = Arc::new(builder(&settings));
     loop {
-        let io = tokio::select! {
+        let Admitted { io, ticket } = tokio::select! {
             io = incoming.next() => match io {
                 Some(Ok(io)) => io,
                 Some(Err(e)) => {
@@ -145,6 +150,7 @@ pub async fn serve<S, T>(
             number: NEXT_CONNECTION.fetch_add(1, Ordering::Relaxed),
             identities: identities(&io),
             streams: AtomicUsize::new(0),
+            ticket,
         });
         let service = Counted {
             inner: service.clone(),
@@ -375,7 +381,13 @@ impl http_body::Body for Guarded {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
-        Pin::new(&mut self.body).poll_frame(cx)
+        let frame = Pin::new(&mut self.body).poll_frame(cx);
+        if let Poll::Ready(Some(Ok(f))) = &frame
+            && f.is_data()
+        {
+            self._open.0.ticket.release();
+        }
+        frame
     }
 
     fn is_end_stream(&self) -> bool {

@@ -19,6 +19,7 @@ use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 use tokio_stream::wrappers::ReceiverStream;
 
+use crate::admission::{Admission, Admitted};
 use crate::cork::Corked;
 
 /// How long a client has to finish the TLS handshake.
@@ -127,14 +128,18 @@ pub fn peer_identities(
     Some(crate::identity::Identity::from_certificate_der(certs.first()?).into())
 }
 
-/// Accepts TCP connections on `listener` and yields those whose TLS handshake (with the
-/// config current when they connected) succeeds.
+/// A TLS connection as the accept loop yields it, with its admission ticket.
+pub type Incoming = Admitted<TlsStream<Corked<TcpStream>>>;
+
+/// Accepts TCP connections on `listener`, each once `admission` has a place for it, and
+/// yields those whose TLS handshake (with the config current when they connected) succeeds.
 pub fn incoming(
     listener: TcpListener,
     configs: watch::Receiver<Arc<rustls::ServerConfig>>,
     errors: HandshakeErrors,
-) -> ReceiverStream<std::io::Result<TlsStream<Corked<TcpStream>>>> {
-    incoming_with_alpn(listener, configs, None, errors)
+    admission: Admission,
+) -> ReceiverStream<std::io::Result<Incoming>> {
+    incoming_with_alpn(listener, configs, None, errors, admission)
 }
 
 /// Where a port's failed handshakes are counted: `meshd_tls_handshake_errors{port, reason}`
@@ -162,10 +167,12 @@ pub fn incoming_with_alpn(
     configs: watch::Receiver<Arc<rustls::ServerConfig>>,
     alpn: Option<&'static [&'static [u8]]>,
     errors: HandshakeErrors,
-) -> ReceiverStream<std::io::Result<TlsStream<Corked<TcpStream>>>> {
+    admission: Admission,
+) -> ReceiverStream<std::io::Result<Incoming>> {
     let (tx, rx) = mpsc::channel(64);
     tokio::spawn(async move {
         loop {
+            let reserved = admission.reserve().await;
             let (tcp, peer) = match listener.accept().await {
                 Ok(c) => c,
                 Err(e) => {
@@ -189,13 +196,15 @@ pub fn incoming_with_alpn(
                     Arc::new(config)
                 }
             });
+            // The handshake counts against the connection's place.
+            let ticket = reserved.admit();
             let handshake = acceptor.accept(Corked::new(tcp));
             let tx = tx.clone();
             let errors = errors.clone();
             tokio::spawn(async move {
                 match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await {
-                    Ok(Ok(tls)) => {
-                        let _ = tx.send(Ok(tls)).await;
+                    Ok(Ok(io)) => {
+                        let _ = tx.send(Ok(Admitted { io, ticket })).await;
                     }
                     Ok(Err(e)) => {
                         errors.count("failed");

@@ -74,6 +74,9 @@ pub struct XdsMetrics {
     /// for its proxy.
     pub pushes_skipped: Counter,
     pub send_buffer: Gauge,
+    /// Connections accepted on the xDS ports and not yet answered (see
+    /// `transport::admission`).
+    pub pending_connections: Gauge,
 }
 
 impl XdsMetrics {
@@ -99,6 +102,7 @@ impl XdsMetrics {
             push_diffs: Family::default(),
             pushes_skipped: Counter::default(),
             send_buffer: Gauge::default(),
+            pending_connections: Gauge::default(),
         };
         let r = registry;
         r.register(
@@ -170,6 +174,11 @@ impl XdsMetrics {
             "meshd_xds_connection_errors",
             "xDS streams refused or broken, by reason",
             m.connection_errors.clone(),
+        );
+        r.register(
+            "meshd_xds_pending_connections",
+            "Connections accepted on the xDS ports that have not sent their first response yet, at most MESHD_XDS_PENDING_CONNECTIONS per port for 3 s each (further connections wait in the listen backlog)",
+            m.pending_connections.clone(),
         );
         r.register(
             "meshd_xds_streams_at_limit",

@@ -61,6 +61,11 @@ pub struct PushSettings {
     /// The largest request message accepted (`ISTIO_GPRC_MAXRECVMSGSIZE`, default 4 MiB
     /// as in istiod); a larger one ends its stream with `RESOURCE_EXHAUSTED`.
     pub max_recv_msg_size: usize,
+    /// Connections accepted on each xDS port and not yet answered, at most
+    /// (`MESHD_XDS_PENDING_CONNECTIONS`, default 1,024; 0 = unbounded; see
+    /// [`transport::admission`]). During a reconnect storm the rest wait in the kernel's
+    /// listen backlog instead of holding their first requests in meshd's memory.
+    pub pending_connections: usize,
 }
 
 impl Default for PushSettings {
@@ -78,6 +83,7 @@ impl Default for PushSettings {
             ip_autoallocate: true,
             max_streams: 100_000,
             max_recv_msg_size: 4 << 20,
+            pending_connections: 1024,
         }
     }
 }
@@ -163,6 +169,14 @@ impl PushSettings {
                 bad(
                     "ISTIO_GPRC_MAXRECVMSGSIZE",
                     format!("{v:?} is not a positive number of bytes"),
+                )
+            })?;
+        }
+        if let Some(v) = var("MESHD_XDS_PENDING_CONNECTIONS") {
+            s.pending_connections = v.parse().map_err(|_| {
+                bad(
+                    "MESHD_XDS_PENDING_CONNECTIONS",
+                    format!("{v:?} is not a number of connections"),
                 )
             })?;
         }

@@ -270,6 +270,12 @@ fn settings_come_from_istios_variables() {
             .max_recv_msg_size,
         1024
     );
+    assert_eq!(
+        only("MESHD_XDS_PENDING_CONNECTIONS", "0")
+            .unwrap()
+            .pending_connections,
+        0
+    );
     let auto = only("PILOT_PUSH_THROTTLE", "0").unwrap();
     assert!((20..=100).contains(&auto.push_throttle));
     for (name, bad) in [
@@ -279,6 +285,7 @@ fn settings_come_from_istios_variables() {
         ("PILOT_ENABLE_IP_AUTOALLOCATE", "maybe"),
         ("ISTIO_GPRC_MAXSTREAMS", "0"),
         ("ISTIO_GPRC_MAXRECVMSGSIZE", "4MB"),
+        ("MESHD_XDS_PENDING_CONNECTIONS", "many"),
     ] {
         let err = only(name, bad).unwrap_err().to_string();
         assert!(err.contains(name), "{err}");
