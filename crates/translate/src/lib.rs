@@ -2,6 +2,7 @@
 //! no tonic. A sidecar and a gateway (router) each get CDS, EDS, LDS and RDS resources.
 
 pub mod access_log;
+pub mod assemble;
 pub mod authz;
 pub mod canonical;
 pub mod cluster;
@@ -38,6 +39,8 @@ use std::sync::Arc;
 
 use model::{Proxy, ProxyKind, PushContext, Service};
 
+pub use assemble::{Assembly, assemble, assemble_clusters, proxy_config};
+
 /// Everything one proxy is sent, before encoding.
 #[derive(Debug, Default, Clone)]
 pub struct ProxyConfig {
@@ -57,7 +60,8 @@ pub struct ProxyConfig {
 /// A proxy's configuration with the per-service parts named rather than built: each
 /// service's clusters ([`cluster::service`]) and each default virtual host
 /// ([`route::default_virtual_host`]) depend on little besides the service, so the xDS layer
-/// takes them from a cache of encoded resources; [`proxy_config`] builds them in full.
+/// takes them from a cache of encoded resources; [`proxy_config`] builds them in full. Both
+/// go through [`assemble`].
 pub struct Plan<'a> {
     /// The services whose clusters and load assignments the proxy gets.
     pub services: Vec<&'a Arc<Service>>,
@@ -233,66 +237,6 @@ pub fn unknown_destination(ctx: &PushContext, proxy: &Proxy) -> Option<String> {
         ),
         None => PASSTHROUGH_CLUSTER.to_string(),
     })
-}
-
-/// Translates the push context for one proxy, every part built.
-pub fn proxy_config(ctx: &PushContext, proxy: &Proxy) -> ProxyConfig {
-    let plan = plan(ctx, proxy);
-    let secure = proxy.identity.is_some();
-    let at = locality::place(ctx, proxy);
-    let mut clusters = Vec::new();
-    let mut endpoints = Vec::new();
-    for svc in &plan.services {
-        let rule = ctx.service_rule(proxy, svc);
-        let (c, e) = cluster::service(ctx, svc, rule.map(|r| &**r), proxy.kind, secure, &at);
-        clusters.extend(c);
-        endpoints.extend(e);
-    }
-    clusters.extend(plan.clusters);
-    endpoints.extend(plan.endpoints);
-    let mut routes: Vec<RouteConfiguration> = (plan.gateway_routes.iter())
-        .map(|r| route::gateway(ctx, proxy, r))
-        .collect();
-    for r in plan.sidecar_routes {
-        let mut vhosts: Vec<VirtualHost> = (r.vhosts.into_iter())
-            .map(|v| v.build(ctx, proxy, r.port, r.sniffed))
-            .collect();
-        if !r.sniffed {
-            vhosts.extend(plan.catch_all.clone());
-        }
-        routes.push(route::with_virtual_hosts(r.name, vhosts));
-    }
-    let (routes, virtual_hosts) = vhds_split(proxy, routes);
-    let name_table = (proxy.dns_proxy).then(|| name_table::name_table(proxy, &plan.services));
-    ProxyConfig {
-        name_table,
-        clusters,
-        endpoints,
-        listeners: plan.listeners,
-        routes,
-        secrets: plan.secrets,
-        virtual_hosts,
-    }
-}
-
-/// Route configurations as they are sent: whole, or for a proxy on VHDS ([`Proxy::vhds`])
-/// as shells and their virtual hosts ([`route::into_vhds`]).
-pub fn vhds_split(
-    proxy: &Proxy,
-    routes: Vec<RouteConfiguration>,
-) -> (Vec<RouteConfiguration>, Vec<VirtualHost>) {
-    if !proxy.vhds {
-        return (routes, Vec::new());
-    }
-    let mut virtual_hosts = Vec::new();
-    let shells = (routes.into_iter())
-        .map(|rc| {
-            let (shell, vhosts) = route::into_vhds(rc);
-            virtual_hosts.extend(vhosts);
-            shell
-        })
-        .collect();
-    (shells, virtual_hosts)
 }
 
 /// `{ads: {}, initial_fetch_timeout: 0s, resource_api_version: V3}`, as istiod writes it.

@@ -56,7 +56,7 @@ pub use self::retry::*;
 pub use self::vhds::*;
 
 pub use self::gateway::{
-    GatewayRoute, GatewayRoutes, GatewayVirtualHost, gateway, gateway_blackhole, gateway_plan,
+    GatewayRoute, GatewayRoutes, GatewayVirtualHost, gateway_blackhole, gateway_plan,
 };
 
 /// Who reads a service's virtual host, which decides its domains: a proxy in the

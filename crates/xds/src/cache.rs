@@ -41,7 +41,7 @@ use model::network::NetworkGateways;
 use model::service::AutoAddresses;
 use model::{Proxy, ProxyKind, PushContext, Service};
 use translate::locality::{self, Place};
-use translate::route::{Audience, VirtualHostPlan};
+use translate::route::Audience;
 use translate::{self};
 
 mod gateway;

@@ -6,9 +6,9 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use envoy_types::pb::envoy::config::route::v3::{Route, RouteConfiguration, VirtualHost};
+use envoy_types::pb::envoy::config::route::v3::{Route, VirtualHost};
 
-use super::{depends_on_proxy, http_routes, kept_matches, route_configuration};
+use super::{depends_on_proxy, http_routes, kept_matches};
 use crate::listener::{GatewayServer, server_host_pattern};
 use api::networking::VirtualServiceSpec;
 use model::config::ConfigObject;
@@ -68,6 +68,16 @@ impl GatewayVirtualHost<'_> {
             domains: vec![self.host.clone()],
             ..Default::default()
         }
+    }
+
+    /// The virtual host, its routes built for `proxy`.
+    pub fn build(&self, ctx: &PushContext, proxy: &Proxy) -> VirtualHost {
+        self.with_tail(VirtualHost {
+            routes: (self.sources.iter())
+                .flat_map(|s| s.build(ctx, proxy))
+                .collect(),
+            ..self.head()
+        })
     }
 
     /// What follows the routes ([`GatewayVirtualHost::head`]).
@@ -175,22 +185,4 @@ pub fn gateway_plan<'a>(
         }
     }
     vhosts.into_values().collect()
-}
-
-/// A gateway route configuration ([`gateway_plan`]), built in full.
-pub fn gateway(ctx: &PushContext, proxy: &Proxy, r: &GatewayRoute) -> RouteConfiguration {
-    let mut vhosts: Vec<VirtualHost> = (gateway_plan(ctx, proxy, &r.servers).iter())
-        .map(|vh| {
-            vh.with_tail(VirtualHost {
-                routes: (vh.sources.iter())
-                    .flat_map(|s| s.build(ctx, proxy))
-                    .collect(),
-                ..vh.head()
-            })
-        })
-        .collect();
-    if vhosts.is_empty() {
-        vhosts.push(gateway_blackhole(r.listen_port));
-    }
-    route_configuration(r.name.clone(), vhosts)
 }

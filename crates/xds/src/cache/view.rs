@@ -1,65 +1,114 @@
-//! A proxy's view assembled from the cache: the translation's plan, with each service's
-//! clusters, load assignments and default virtual host taken encoded from the cache.
+//! A proxy's view: translate's one assembler ([`translate::assemble`]) into the cache, an
+//! [`translate::Assembly`] whose per-service parts (clusters and load assignments,
+//! default and shared virtual hosts, a gateway's virtual hosts, name-table entries) are
+//! taken encoded from the memo and whose other parts are encoded as they come.
+
+use envoy_types::pb::envoy::config::cluster::v3::Cluster;
+use envoy_types::pb::envoy::config::listener::v3::Listener;
+use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::Secret;
+use translate::route::GatewayVirtualHost;
 
 use super::*;
 
-/// The encoded configuration for `proxy`: what [`View::new`] of
-/// [`translate::proxy_config`] holds, byte for byte, with the per-service parts from
-/// `cache`.
+/// The encoded configuration for `proxy`: [`translate::assemble`] with the per-service
+/// parts taken from `cache`, so that it holds what [`View::new`] of
+/// [`translate::proxy_config`] holds, byte for byte.
 pub fn view(ctx: &PushContext, proxy: &Proxy, cache: &ResourceCache) -> View {
-    let plan = translate::plan(ctx, proxy);
-    let mut view = clusters_and_endpoints(ctx, proxy, cache, &plan);
-    view.encode_all(&[], &[], &plan.listeners, &[], &plan.secrets);
-    for r in &plan.sidecar_routes {
-        let port = r.port;
-        // Each virtual host as an encoded `virtual_hosts` field, most of them cached.
-        let virtual_hosts = (r.vhosts.iter().map(|v| match v {
-            VirtualHostPlan::Default(svc) => {
-                let rule = ctx.service_rule(proxy, svc);
-                let audience = Audience::new(svc, proxy, r.sniffed);
-                cache.default_virtual_host(ctx, svc, rule, port, audience)
-            }
-            VirtualHostPlan::Shared { vs, service } => {
-                cache.routed_virtual_host(ctx, service, vs, port, proxy, r.sniffed)
-            }
-            VirtualHostPlan::Routed(vh) => virtual_host_field(vh).into(),
-        }))
-        .chain(
-            (plan.catch_all.as_ref())
-                .filter(|_| !r.sniffed)
-                .map(|c| virtual_host_field(c).into()),
-        );
-        insert_route_configuration(&mut view, ctx, proxy, cache, &r.name, virtual_hosts);
-    }
-    for r in &plan.gateway_routes {
-        let vhosts = translate::route::gateway_plan(ctx, proxy, &r.servers);
-        let fields: Vec<Arc<[u8]>> = if vhosts.is_empty() {
-            let blackhole = translate::route::gateway_blackhole(r.listen_port);
-            vec![virtual_host_field(&blackhole).into()]
-        } else {
-            (vhosts.iter())
-                .map(|vh| cache.gateway_virtual_host(ctx, proxy, vh))
-                .collect()
-        };
-        insert_route_configuration(&mut view, ctx, proxy, cache, &r.name, fields);
-    }
-    insert_name_table(&mut view, ctx, proxy, cache, &plan);
-    view
+    let mut cached = Cached {
+        cache,
+        view: View::default(),
+    };
+    translate::assemble(ctx, proxy, &mut cached);
+    cached.view
 }
 
-/// Adds the DNS name table of a proxy whose agent runs a DNS proxy.
-pub(super) fn insert_name_table(
-    view: &mut View,
-    ctx: &PushContext,
-    proxy: &Proxy,
-    cache: &ResourceCache,
-    plan: &translate::Plan,
-) {
-    if proxy.dns_proxy {
-        view.insert(
-            TypeKind::NameTable,
-            cache.name_table(ctx, proxy, &plan.services),
-        );
+/// The cache as a [`translate::Assembly`]: each per-service part encoded once and shared
+/// between the views that hold it, the rest encoded as it comes.
+struct Cached<'a> {
+    cache: &'a ResourceCache,
+    view: View,
+}
+
+impl translate::Assembly for Cached<'_> {
+    /// An encoded `virtual_hosts` field of a route configuration.
+    type VirtualHost = Arc<[u8]>;
+
+    fn clusters(
+        &mut self,
+        ctx: &PushContext,
+        proxy: &Proxy,
+        services: &[&Arc<Service>],
+        clusters: Vec<Cluster>,
+        endpoints: Vec<ClusterLoadAssignment>,
+    ) {
+        let own = clusters.iter().map(encode_cluster).collect();
+        let own_endpoints = endpoints.iter().map(encode_assignment).collect();
+        let at = locality::place(ctx, proxy);
+        let (clusters, endpoints) =
+            (self.cache).sets(ctx, proxy, services, &at, (own, own_endpoints));
+        self.view.share(TypeKind::Cluster, clusters);
+        self.view.share(TypeKind::Endpoint, endpoints);
+    }
+
+    fn listeners(&mut self, listeners: Vec<Listener>) {
+        self.view.encode_all(&[], &[], &listeners, &[], &[]);
+    }
+
+    fn secrets(&mut self, secrets: Vec<Secret>) {
+        self.view.encode_all(&[], &[], &[], &[], &secrets);
+    }
+
+    fn default_virtual_host(
+        &mut self,
+        ctx: &PushContext,
+        proxy: &Proxy,
+        svc: &Arc<Service>,
+        port: u32,
+        sniffed: bool,
+    ) -> Arc<[u8]> {
+        let rule = ctx.service_rule(proxy, svc);
+        let audience = Audience::new(svc, proxy, sniffed);
+        (self.cache).default_virtual_host(ctx, svc, rule, port, audience)
+    }
+
+    fn shared_virtual_host(
+        &mut self,
+        ctx: &PushContext,
+        proxy: &Proxy,
+        vs: &Arc<ConfigObject>,
+        svc: &Arc<Service>,
+        port: u32,
+        sniffed: bool,
+    ) -> Arc<[u8]> {
+        (self.cache).routed_virtual_host(ctx, svc, vs, port, proxy, sniffed)
+    }
+
+    fn gateway_virtual_host(
+        &mut self,
+        ctx: &PushContext,
+        proxy: &Proxy,
+        vh: &GatewayVirtualHost,
+    ) -> Arc<[u8]> {
+        self.cache.gateway_virtual_host(ctx, proxy, vh)
+    }
+
+    fn virtual_host(&mut self, vh: &VirtualHost) -> Arc<[u8]> {
+        virtual_host_field(vh).into()
+    }
+
+    fn route_configuration(
+        &mut self,
+        ctx: &PushContext,
+        proxy: &Proxy,
+        name: &str,
+        virtual_hosts: Vec<Arc<[u8]>>,
+    ) {
+        insert_route_configuration(&mut self.view, ctx, proxy, self.cache, name, virtual_hosts);
+    }
+
+    fn name_table(&mut self, ctx: &PushContext, proxy: &Proxy, services: &[&Arc<Service>]) {
+        let table = self.cache.name_table(ctx, proxy, services);
+        self.view.insert(TypeKind::NameTable, table);
     }
 }
 
@@ -195,25 +244,6 @@ pub(super) fn insert_route_configuration(
     );
 }
 
-/// A view holding the plan's clusters and load assignments, the per-service ones from
-/// `cache`.
-pub(super) fn clusters_and_endpoints(
-    ctx: &PushContext,
-    proxy: &Proxy,
-    cache: &ResourceCache,
-    plan: &translate::Plan,
-) -> View {
-    let mut view = View::default();
-    let own = plan.clusters.iter().map(encode_cluster).collect();
-    let own_endpoints = plan.endpoints.iter().map(encode_assignment).collect();
-    let at = locality::place(ctx, proxy);
-    let own = (own, own_endpoints);
-    let (clusters, endpoints) = cache.sets(ctx, proxy, &plan.services, &at, own);
-    view.share(TypeKind::Cluster, clusters);
-    view.share(TypeKind::Endpoint, endpoints);
-    view
-}
-
 /// A view after a push that changed endpoints only: [`view`] byte for byte, with the
 /// listeners, routes, virtual hosts and secrets of `previous` (the same view key's view
 /// of the push before) shared rather than translated again, as none of them depends on
@@ -228,8 +258,12 @@ pub fn view_after_endpoints(
     cache: &ResourceCache,
     previous: &View,
 ) -> View {
-    let plan = translate::cluster_plan(ctx, proxy);
-    let mut view = clusters_and_endpoints(ctx, proxy, cache, &plan);
+    let mut cached = Cached {
+        cache,
+        view: View::default(),
+    };
+    let name_table = translate::assemble_clusters(ctx, proxy, &mut cached);
+    let mut view = cached.view;
     for kind in [
         TypeKind::Listener,
         TypeKind::Route,
@@ -238,9 +272,7 @@ pub fn view_after_endpoints(
     ] {
         view.share(kind, previous.set(kind));
     }
-    if translate::name_table::reads_endpoints(&plan.services) {
-        insert_name_table(&mut view, ctx, proxy, cache, &plan);
-    } else {
+    if !name_table {
         view.share(TypeKind::NameTable, previous.set(TypeKind::NameTable));
     }
     view
