@@ -230,7 +230,7 @@ async fn metrics(State(s): State<DebugState>) -> impl IntoResponse {
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        s.metrics.render() + &xds::joined::metrics_text(),
+        s.metrics.render(),
     )
 }
 

@@ -255,7 +255,7 @@ fn sidecars_sent_shared_runs_of_a_large_configuration_route_with_it() {
             .count();
         assert!(clusters >= 300, "{clusters} bulk clusters in {}", envoy.id);
     }
-    let runs = |used: &str| meshd.metric(&format!("meshd_xds_shared_runs_total{{use=\"{used}\"}}"));
+    let runs = |used: &str| meshd.metric(&format!("meshd_xds_shared_runs{{use=\"{used}\"}}"));
     assert!(runs("encoded") >= 2.0, "a delta and a SotW run at least");
     assert!(
         runs("reused") >= 1.0,

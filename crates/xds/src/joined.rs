@@ -16,10 +16,12 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prost::bytes::{Bytes, BytesMut};
 
 use super::resource::Resource;
@@ -51,14 +53,36 @@ struct Run {
 pub struct Runs {
     kept: Mutex<Kept>,
     capacity: usize,
-    /// Responses whose run was encoded for them, and responses that carried a kept one.
-    pub encoded: AtomicU64,
-    pub reused: AtomicU64,
+    metrics: RunMetrics,
+}
+
+/// Where the runs are counted: the bytes kept (`meshd_xds_shared_run_bytes`), and the
+/// responses whose run was encoded for them or reused from an earlier one
+/// (`meshd_xds_shared_runs{use}`, both series there from the start).
+#[derive(Clone, Debug)]
+pub struct RunMetrics {
+    pub bytes: Gauge,
+    pub uses: Family<Vec<(&'static str, String)>, Counter>,
+    encoded: Counter,
+    reused: Counter,
+}
+
+impl Default for RunMetrics {
+    fn default() -> Self {
+        let uses: Family<Vec<(&'static str, String)>, Counter> = Family::default();
+        let series = |name: &str| uses.get_or_create(&vec![("use", name.to_string())]).clone();
+        RunMetrics {
+            bytes: Gauge::default(),
+            encoded: series("encoded"),
+            reused: series("reused"),
+            uses,
+        }
+    }
 }
 
 impl Default for Runs {
     fn default() -> Self {
-        Runs::with_capacity(CAPACITY)
+        Runs::new(CAPACITY, RunMetrics::default())
     }
 }
 
@@ -67,9 +91,6 @@ struct Kept {
     runs: HashMap<(Entry, u64), Run>,
     bytes: usize,
 }
-
-/// The runs of this process.
-pub static RUNS: LazyLock<Runs> = LazyLock::new(Runs::default);
 
 /// A hash of the resources' identities (their addresses: a resource is immutable, and a
 /// kept run holds its resources, so an address is not reused while the run is kept).
@@ -87,12 +108,12 @@ fn same(a: &[Arc<Resource>], b: &[Arc<Resource>]) -> bool {
 }
 
 impl Runs {
-    pub fn with_capacity(capacity: usize) -> Runs {
+    /// Runs kept up to `capacity` bytes together, counted in `metrics`.
+    pub fn new(capacity: usize, metrics: RunMetrics) -> Runs {
         Runs {
             kept: Mutex::default(),
             capacity,
-            encoded: AtomicU64::new(0),
-            reused: AtomicU64::new(0),
+            metrics,
         }
     }
 
@@ -111,10 +132,10 @@ impl Runs {
             && same(&run.resources, resources)
         {
             run.used = now;
-            self.reused.fetch_add(1, Ordering::Relaxed);
+            self.metrics.reused.inc();
             return run.bytes.clone();
         }
-        self.encoded.fetch_add(1, Ordering::Relaxed);
+        self.metrics.encoded.inc();
         let mut buf = BytesMut::with_capacity(len);
         encode(&mut buf);
         debug_assert_eq!(buf.len(), len, "a run's length is its entries' length");
@@ -130,6 +151,7 @@ impl Runs {
             if let Some(old) = kept.runs.insert(key, run) {
                 kept.bytes -= old.bytes.len();
             }
+            self.metrics.bytes.set(kept.bytes as i64);
         }
         bytes
     }
@@ -145,6 +167,7 @@ impl Runs {
             }
             keep
         });
+        self.metrics.bytes.set(*bytes as i64);
     }
 
     /// The bytes of the runs kept now (`meshd_xds_shared_run_bytes`).
@@ -158,28 +181,16 @@ impl Runs {
     }
 }
 
-/// Drops runs no longer carried, twice per [`KEEP`], until the runtime ends.
-pub fn spawn_sweeper() -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async {
+/// Drops `runs` no longer carried, twice per [`KEEP`], until the runtime ends.
+pub fn spawn_sweeper(runs: Arc<Runs>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
         let mut every = tokio::time::interval(KEEP / 2);
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             every.tick().await;
-            RUNS.sweep(Instant::now());
+            runs.sweep(Instant::now());
         }
     })
-}
-
-/// The shared runs' figures in Prometheus text, read at scrape time: the bytes kept, and
-/// how responses' runs were had.
-pub fn metrics_text() -> String {
-    let runs = &RUNS;
-    format!(
-        "# HELP meshd_xds_shared_run_bytes Encoded runs of resources kept to be shared by the responses that carry them.\n# TYPE meshd_xds_shared_run_bytes gauge\nmeshd_xds_shared_run_bytes {}\n# HELP meshd_xds_shared_runs Responses whose resources went out as a shared run: encoded for the response, or reused from an earlier one.\n# TYPE meshd_xds_shared_runs counter\nmeshd_xds_shared_runs_total{{use=\"encoded\"}} {}\nmeshd_xds_shared_runs_total{{use=\"reused\"}} {}\n",
-        runs.bytes() as f64,
-        runs.encoded.load(Ordering::Relaxed),
-        runs.reused.load(Ordering::Relaxed),
-    )
 }
 
 #[cfg(test)]
@@ -215,10 +226,11 @@ mod tests {
         let reordered = vec![set[1].clone(), set[0].clone(), set[2].clone()];
         assert_ne!(run(&runs, DELTA, &reordered).as_ptr(), first.as_ptr());
         assert_eq!(runs.len(), 4);
-        let count = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        assert_eq!((count(&runs.encoded), count(&runs.reused)), (4, 1));
+        let m = &runs.metrics;
+        assert_eq!((m.encoded.get(), m.reused.get()), (4, 1));
         let held = runs.bytes();
         assert_eq!(held, 4 * first.len());
+        assert_eq!(m.bytes.get(), held as i64);
 
         // Carried within KEEP: kept. Not carried for KEEP: dropped, with its bytes.
         runs.sweep(Instant::now());
@@ -226,6 +238,7 @@ mod tests {
         run(&runs, DELTA, &set);
         runs.sweep(Instant::now() + KEEP);
         assert_eq!((runs.len(), runs.bytes()), (0, 0));
+        assert_eq!(m.bytes.get(), 0);
         // A frame still holding the run's bytes keeps them readable.
         assert_eq!(first.len(), held / 4);
         let fresh = run(&runs, DELTA, &set);
@@ -236,7 +249,7 @@ mod tests {
     fn runs_beyond_the_capacity_are_sent_but_not_kept() {
         let set: Vec<Arc<Resource>> = (0..3).map(|i| cluster(&format!("c{i}"))).collect();
         let len = run(&Runs::default(), DELTA, &set).len();
-        let runs = Runs::with_capacity(len + len / 2);
+        let runs = Runs::new(len + len / 2, RunMetrics::default());
         run(&runs, DELTA, &set);
         let other: Vec<Arc<Resource>> = (0..3).map(|i| cluster(&format!("d{i}"))).collect();
         let sent = run(&runs, DELTA, &other);

@@ -73,6 +73,9 @@ pub struct XdsShared {
     debug_views: OnceLock<debug::DebugViews>,
     /// `control_plane.identifier` of debug responses, made on first use.
     control_plane: OnceLock<Arc<str>>,
+    /// Runs of encoded resources shared by the responses that carry them; swept by
+    /// [`joined::spawn_sweeper`].
+    pub runs: Arc<joined::Runs>,
 }
 
 /// The metric series a push touches for every proxy and type, each taken from its family
@@ -125,7 +128,12 @@ impl XdsShared {
         settings: &PushSettings,
         revision: String,
     ) -> Arc<XdsShared> {
+        let runs = Arc::new(joined::Runs::new(
+            joined::CAPACITY,
+            metrics.shared_runs.clone(),
+        ));
         Arc::new(XdsShared {
+            runs,
             metrics,
             revision,
             throttle: Semaphore::new(settings.push_throttle.max(1)),
@@ -431,7 +439,8 @@ impl AdsService {
             .send_buffer
             .map(|bytes| wire::SendBudget::new(bytes, self.shared.metrics.send_buffer.clone()));
         let max = self.shared.settings.max_recv_msg_size;
-        wire::AdsServer::new(self, max, budget)
+        let runs = self.shared.runs.clone();
+        wire::AdsServer::new(self, max, wire::Framing { budget, runs })
     }
 }
 

@@ -77,6 +77,8 @@ pub struct XdsMetrics {
     /// Connections accepted on the xDS ports and not yet answered (see
     /// `transport::admission`).
     pub pending_connections: Gauge,
+    /// The shared runs of encoded resources ([`crate::joined`]).
+    pub shared_runs: crate::joined::RunMetrics,
 }
 
 impl XdsMetrics {
@@ -103,6 +105,7 @@ impl XdsMetrics {
             pushes_skipped: Counter::default(),
             send_buffer: Gauge::default(),
             pending_connections: Gauge::default(),
+            shared_runs: crate::joined::RunMetrics::default(),
         };
         let r = registry;
         r.register(
@@ -179,6 +182,16 @@ impl XdsMetrics {
             "meshd_xds_pending_connections",
             "Connections accepted on the xDS ports that have not sent their first response yet, at most MESHD_XDS_PENDING_CONNECTIONS per port for 3 s each (further connections wait in the listen backlog)",
             m.pending_connections.clone(),
+        );
+        r.register(
+            "meshd_xds_shared_run_bytes",
+            "Encoded runs of resources kept to be shared by the responses that carry them",
+            m.shared_runs.bytes.clone(),
+        );
+        r.register(
+            "meshd_xds_shared_runs",
+            "Responses whose resources went out as a shared run: encoded for the response, or reused from an earlier one",
+            m.shared_runs.uses.clone(),
         );
         r.register(
             "meshd_xds_streams_at_limit",

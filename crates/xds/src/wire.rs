@@ -27,7 +27,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tonic::Status;
 use tonic::codegen::{BoxFuture, Service, StdError, http};
 
-use super::joined::{self, Entry};
+use super::joined::{self, Entry, Runs};
 use super::resource::Resource;
 
 pub use grpc_messages::{FRAME_HEADER, Messages, prost_frame, put_frame_header};
@@ -183,6 +183,10 @@ pub trait Sink {
     fn shared(&mut self, resource: &Arc<Resource>);
     /// Encoded entries shared with other frames ([`joined`]).
     fn run(&mut self, bytes: Bytes);
+    /// Where shared runs are kept, for a sink that sends them.
+    fn runs(&self) -> Option<&Runs> {
+        None
+    }
 }
 
 /// A sink that copies everything into one buffer (how a shared run is built).
@@ -208,14 +212,15 @@ impl Sink for Copy<'_> {
 /// the shared allocation.
 const SHARE_AT: usize = 2048;
 
-/// The chunks of one gRPC frame: small pieces coalesced, large bodies shared.
-#[derive(Default)]
-pub struct Chunks {
+/// The chunks of one gRPC frame: small pieces coalesced, large bodies shared, large runs
+/// of entries taken from `runs`.
+pub struct Chunks<'a> {
     out: VecDeque<Bytes>,
     small: BytesMut,
+    runs: &'a Runs,
 }
 
-impl Chunks {
+impl Chunks<'_> {
     fn flush_small(&mut self) {
         if !self.small.is_empty() {
             self.out.push_back(self.small.split().freeze());
@@ -223,7 +228,7 @@ impl Chunks {
     }
 }
 
-impl Sink for Chunks {
+impl Sink for Chunks<'_> {
     fn buf(&mut self) -> &mut BytesMut {
         &mut self.small
     }
@@ -243,6 +248,10 @@ impl Sink for Chunks {
         self.flush_small();
         self.out.push_back(bytes);
     }
+
+    fn runs(&self) -> Option<&Runs> {
+        Some(self.runs)
+    }
 }
 
 /// Whether [`Chunks`] sends a piece of a resource's value by reference (else copies it).
@@ -250,10 +259,15 @@ fn shares(piece: &[u8]) -> bool {
     piece.len() >= SHARE_AT
 }
 
-impl Chunks {
-    /// `message` as one gRPC frame (uncompressed flag, big-endian length, bytes).
-    pub fn frame(message: &impl WireMessage) -> VecDeque<Bytes> {
-        let mut c = Chunks::default();
+impl Chunks<'_> {
+    /// `message` as one gRPC frame (uncompressed flag, big-endian length, bytes), its
+    /// large runs of entries shared through `runs`.
+    pub fn frame(message: &impl WireMessage, runs: &Runs) -> VecDeque<Bytes> {
+        let mut c = Chunks {
+            out: VecDeque::new(),
+            small: BytesMut::new(),
+            runs,
+        };
         let len = message.encoded_len();
         // Exactly what is copied: growing the buffer as it fills copied a 1.4 MB initial
         // configuration about twice more (a quarter of meshd's CPU in a connect storm).
@@ -353,13 +367,14 @@ fn entries_shared_len(resources: &[Arc<Resource>], entries_len: usize) -> usize 
 /// once its last chunk is written: a small chunk after it waited for the stream's task to
 /// be polled again, behind every other stream.
 fn shared_run(
+    runs: Option<&Runs>,
     entry: Entry,
     resources: &[Arc<Resource>],
     entries_len: usize,
     put: impl Fn(&Arc<Resource>, &mut Copy<'_>),
 ) -> Option<Bytes> {
-    as_run(entries_len).then(|| {
-        joined::RUNS.get(entry, resources, entries_len, |buf| {
+    runs.filter(|_| as_run(entries_len)).map(|runs| {
+        runs.get(entry, resources, entries_len, |buf| {
             let mut copy = Copy(buf);
             for r in resources {
                 put(r, &mut copy);
@@ -383,9 +398,13 @@ impl WireMessage for SotwResponse {
 
     fn encode(&self, sink: &mut impl Sink) {
         put_string(1, &self.version_info, sink.buf());
-        let run = shared_run(Entry::Sotw, &self.resources, self.entries_len(), |r, c| {
-            put_any(2, r, c)
-        });
+        let run = shared_run(
+            sink.runs(),
+            Entry::Sotw,
+            &self.resources,
+            self.entries_len(),
+            |r, c| put_any(2, r, c),
+        );
         if run.is_none() {
             for r in self.resources.iter() {
                 put_any(2, r, sink);
@@ -450,9 +469,13 @@ impl WireMessage for DeltaResponse {
     fn encode(&self, sink: &mut impl Sink) {
         put_string(1, &self.system_version_info, sink.buf());
         let versions = self.versions;
-        let run = shared_run(self.entry(), &self.resources, self.entries_len(), |r, c| {
-            put_delta_entry(r, versions, c)
-        });
+        let run = shared_run(
+            sink.runs(),
+            self.entry(),
+            &self.resources,
+            self.entries_len(),
+            |r, c| put_delta_entry(r, versions, c),
+        );
         if run.is_none() {
             for r in self.resources.iter() {
                 put_delta_entry(r, versions, sink);
@@ -537,18 +560,18 @@ pub struct FrameBody<S, M> {
     stream: Pin<Box<S>>,
     pending: VecDeque<Bytes>,
     done: bool,
-    budget: Option<SendBudget>,
+    framing: Framing,
     /// A message waiting for its frame to fit in the budget (with none, it does not wait).
     waiting: Option<(M, Option<BoxFuture<Reserved, Status>>)>,
 }
 
 impl<S, M> FrameBody<S, M> {
-    pub fn new(stream: S, budget: Option<SendBudget>) -> Self {
+    pub fn new(stream: S, framing: Framing) -> Self {
         FrameBody {
             stream: Box::pin(stream),
             pending: VecDeque::new(),
             done: false,
-            budget,
+            framing,
             waiting: None,
         }
     }
@@ -582,7 +605,7 @@ where
                     Some(Poll::Ready(Ok(reserved))) => Some(Arc::new(reserved)),
                     None => None,
                 };
-                let chunks = Chunks::frame(message);
+                let chunks = Chunks::frame(message, &this.framing.runs);
                 this.pending = match reserved {
                     Some(reserved) => chunks
                         .into_iter()
@@ -602,7 +625,7 @@ where
             match this.stream.as_mut().poll_next(cx) {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(Some(Ok(message))) => {
-                    let reserving = (this.budget.as_ref())
+                    let reserving = (this.framing.budget.as_ref())
                         .map(|budget| budget.reserve(FRAME_HEADER + message.encoded_len()));
                     this.waiting = Some((message, reserving));
                 }
@@ -644,7 +667,15 @@ const DELTA_PATH: &str =
 pub struct AdsServer<T> {
     inner: Arc<T>,
     max_decoding_message_size: usize,
-    budget: Option<SendBudget>,
+    framing: Framing,
+}
+
+/// What every response body of a server shares: the send budget (none: unbounded) and the
+/// kept runs of encoded entries.
+#[derive(Clone)]
+pub struct Framing {
+    pub budget: Option<SendBudget>,
+    pub runs: Arc<Runs>,
 }
 
 impl<T> Clone for AdsServer<T> {
@@ -652,19 +683,18 @@ impl<T> Clone for AdsServer<T> {
         AdsServer {
             inner: self.inner.clone(),
             max_decoding_message_size: self.max_decoding_message_size,
-            budget: self.budget.clone(),
+            framing: self.framing.clone(),
         }
     }
 }
 
 impl<T: Ads> AdsServer<T> {
-    /// Requests are limited to `max_decoding_message_size`; responses share `budget`
-    /// (none: unbounded).
-    pub fn new(inner: T, max_decoding_message_size: usize, budget: Option<SendBudget>) -> Self {
+    /// Requests are limited to `max_decoding_message_size`; responses share `framing`.
+    pub fn new(inner: T, max_decoding_message_size: usize, framing: Framing) -> Self {
         AdsServer {
             inner: Arc::new(inner),
             max_decoding_message_size,
-            budget,
+            framing,
         }
     }
 }
@@ -677,7 +707,7 @@ impl<T> tonic::server::NamedService for AdsServer<T> {
 /// trailers-only response.
 fn respond<S, M>(
     answer: Result<tonic::Response<S>, Status>,
-    budget: Option<SendBudget>,
+    framing: Framing,
 ) -> http::Response<tonic::body::Body>
 where
     S: Stream<Item = Result<M, Status>> + Send + 'static,
@@ -688,7 +718,7 @@ where
         Ok(response) => {
             let (metadata, stream, _) = response.into_parts();
             let mut http =
-                http::Response::new(tonic::body::Body::new(FrameBody::new(stream, budget)));
+                http::Response::new(tonic::body::Body::new(FrameBody::new(stream, framing)));
             *http.headers_mut() = metadata.into_headers();
             http.headers_mut().insert(
                 http::header::CONTENT_TYPE,
@@ -717,7 +747,7 @@ where
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
         let inner = self.inner.clone();
         let limit = self.max_decoding_message_size;
-        let budget = self.budget.clone();
+        let framing = self.framing.clone();
         let path = req.uri().path().to_string();
         let (parts, body) = req.into_parts();
         Box::pin(async move {
@@ -726,13 +756,13 @@ where
                     let requests = Messages::<DiscoveryRequest>::new(body, limit);
                     let request =
                         tonic::Request::from_http(http::Request::from_parts(parts, requests));
-                    respond(inner.sotw(request).await, budget)
+                    respond(inner.sotw(request).await, framing)
                 }
                 DELTA_PATH => {
                     let requests = Messages::<DeltaDiscoveryRequest>::new(body, limit);
                     let request =
                         tonic::Request::from_http(http::Request::from_parts(parts, requests));
-                    respond(inner.delta(request).await, budget)
+                    respond(inner.delta(request).await, framing)
                 }
                 _ => Status::unimplemented(format!("no method {path}")).into_http(),
             })
@@ -752,7 +782,10 @@ mod tests {
 
     /// The frame's chunks joined, checked against the gRPC header, without it.
     fn unframe(message: &impl WireMessage) -> Vec<u8> {
-        let bytes: Vec<u8> = Chunks::frame(message).into_iter().flatten().collect();
+        let bytes: Vec<u8> = Chunks::frame(message, &Runs::default())
+            .into_iter()
+            .flatten()
+            .collect();
         assert_eq!(bytes[0], 0, "uncompressed");
         let len = u32::from_be_bytes(bytes[1..5].try_into().unwrap()) as usize;
         assert_eq!(len, message.encoded_len());
@@ -778,7 +811,7 @@ mod tests {
             String::new(),
             vec![b.clone(), c.clone()],
         );
-        let chunks = Chunks::frame(&bc);
+        let chunks = Chunks::frame(&bc, &Runs::default());
         // What is sent by reference is what `shared_len` counts (the copy is sized by it).
         let by_reference: usize = chunks
             .iter()
@@ -907,7 +940,8 @@ mod tests {
         };
         let (a, b) = (delta("1-1", vec![]), delta("7-3", vec!["gone".into()]));
         assert!(a.entries_len() >= joined::JOIN_AT);
-        let (fa, fb) = (Chunks::frame(&a), Chunks::frame(&b));
+        let runs = Runs::default();
+        let (fa, fb) = (Chunks::frame(&a, &runs), Chunks::frame(&b, &runs));
         let run = |frame: &VecDeque<Bytes>| {
             let run = frame.iter().find(|c| c.len() == a.entries_len());
             run.expect("the entries are one chunk").as_ptr()
@@ -940,7 +974,7 @@ mod tests {
         let sotw =
             |nonce: &str| SotwResponse::new("v/1".into(), cds, nonce.into(), resources.clone());
         let (c, d) = (sotw("2-1"), sotw("9-9"));
-        let (fc, fd) = (Chunks::frame(&c), Chunks::frame(&d));
+        let (fc, fd) = (Chunks::frame(&c, &runs), Chunks::frame(&d, &runs));
         let sotw_run = |frame: &VecDeque<Bytes>| {
             let run = frame.iter().find(|chunk| chunk.len() == c.entries_len());
             run.expect("the entries are one chunk").as_ptr()
@@ -956,7 +990,7 @@ mod tests {
             vec![],
             false,
         );
-        let bare_run = Chunks::frame(&bare);
+        let bare_run = Chunks::frame(&bare, &runs);
         let bare_run = bare_run
             .iter()
             .find(|c| c.len() == bare.entries_len())
@@ -1006,12 +1040,19 @@ mod tests {
         let budget = SendBudget::new(len + len / 2, held.clone());
         let body = |n: usize| {
             let stream = futures::stream::iter([Ok::<_, Status>(response(n))]);
-            FrameBody::new(stream, Some(budget.clone()))
+            let framing = Framing {
+                budget: Some(budget.clone()),
+                runs: Arc::new(Runs::default()),
+            };
+            FrameBody::new(stream, framing)
         };
         let (mut a, mut b) = (body(60), body(60));
         let a_chunks = drain(&mut a);
         let joined: Vec<u8> = a_chunks.iter().flatten().copied().collect();
-        let whole: Vec<u8> = Chunks::frame(&response(60)).into_iter().flatten().collect();
+        let whole: Vec<u8> = Chunks::frame(&response(60), &Runs::default())
+            .into_iter()
+            .flatten()
+            .collect();
         assert_eq!(joined, whole, "the budget does not change the bytes");
         assert_eq!(held.get(), len as i64);
         // The second frame does not fit while the first one's bytes are unwritten...
