@@ -76,8 +76,39 @@ impl ServiceBuilder {
         self
     }
 
+    /// The last port's targetPort (by default its own number).
+    pub fn target_port(mut self, target: u32) -> Self {
+        let last = self.def.ports.last_mut().expect("a port to target");
+        last.target_port = Some(target);
+        self
+    }
+
+    /// `spec.trafficDistribution`.
+    pub fn traffic_distribution(mut self, value: &str) -> Self {
+        self.def.traffic_distribution = Some(value.into());
+        self
+    }
+
     pub fn selector(mut self, key: &str, value: &str) -> Self {
         self.def.selector.insert(key.into(), value.into());
+        self
+    }
+
+    pub fn label(mut self, key: &str, value: &str) -> Self {
+        self.object.meta.labels.insert(key.into(), value.into());
+        self
+    }
+
+    /// An address it is reached at from outside the cluster (an external IP, or its load
+    /// balancer's ingress IP).
+    pub fn external_address(mut self, address: &str) -> Self {
+        self.def.external_addresses.push(address.into());
+        self
+    }
+
+    /// Its load balancer's ingress hostname.
+    pub fn external_hostname(mut self, hostname: &str) -> Self {
+        self.def.external_hostnames.push(hostname.into());
         self
     }
 
@@ -115,6 +146,12 @@ impl SliceBuilder {
         self
     }
 
+    /// An endpoint as written, for zones, target Pods, conditions and several addresses.
+    pub fn endpoint(mut self, endpoint: SliceEndpoint) -> Self {
+        self.2.endpoints.push(endpoint);
+        self
+    }
+
     /// A ready endpoint at `address`, backed by the Pod `pod` when given.
     pub fn ready(mut self, address: &str, pod: Option<&str>) -> Self {
         self.2.endpoints.push(SliceEndpoint {
@@ -130,6 +167,43 @@ impl SliceBuilder {
         let SliceBuilder(namespace, name, def) = self;
         object(&namespace, &name, Spec::EndpointSlice(def))
     }
+}
+
+/// The core v1 Endpoints of the Service `namespace/service`: each subset as a slice, its
+/// ready and not-ready addresses as endpoints with those conditions.
+pub fn legacy_endpoints(
+    namespace: &str,
+    service: &str,
+    subsets: impl IntoIterator<Item = SliceBuilder>,
+) -> ConfigObject {
+    let subsets = subsets.into_iter().map(|s| s.2).collect();
+    object(namespace, service, Spec::Endpoints(subsets))
+}
+
+/// A Namespace with `annotations`.
+pub fn namespace(name: &str, annotations: &[(&str, &str)]) -> ConfigObject {
+    let mut o = object("", name, Spec::Namespace);
+    o.meta.annotations = labels_of(annotations);
+    o
+}
+
+/// A Pod with no IP yet (as a manifest declares it), running as `service_account`.
+pub fn pod_with_account(
+    namespace: &str,
+    name: &str,
+    service_account: Option<&str>,
+) -> ConfigObject {
+    let spec = Spec::Pod(PodDef {
+        service_account: service_account.map(str::to_string),
+        ..PodDef::default()
+    });
+    object(namespace, name, spec)
+}
+
+/// `object` with `labels`.
+pub fn labeled(mut object: ConfigObject, labels: &[(&str, &str)]) -> ConfigObject {
+    object.meta.labels = labels_of(labels);
+    object
 }
 
 /// A Pod with `labels` at `ip`.

@@ -457,6 +457,8 @@ fn lcm(a: u32, b: u32) -> u32 {
 mod tests {
     use super::*;
     use crate::PushContext;
+    use crate::builders::{context, endpoints, labeled, namespace, object, service};
+    use crate::config::Spec;
 
     const GATEWAY: &str = "apiVersion: v1\nkind: Service\nmetadata: {name: eastwest, namespace: istio-system, labels: {topology.istio.io/network: net-b}}\nspec:\n  externalIPs: [192.0.2.7]\n  ports: [{name: tls, port: 15443}]\n";
 
@@ -497,11 +499,11 @@ mod tests {
 
     #[test]
     fn a_gateway_known_by_hostname_is_at_the_addresses_it_resolved_to() {
-        let elb = "apiVersion: v1\nkind: Service\nmetadata: {name: eastwest, namespace: istio-system, labels: {topology.istio.io/network: net-b}}\nspec:\n  ports: [{name: tls, port: 15443}]\nstatus:\n  loadBalancer: {ingress: [{hostname: gw.elb.example.com}]}\n";
-        let mut store = Store::default();
-        for o in crate::config::parse::parse_file("x.yaml", elb).objects {
-            store.apply(o);
-        }
+        let elb = (service("istio-system", "eastwest", "10.96.0.9").port("tls", 15443))
+            .label(NETWORK_LABEL, "net-b")
+            .external_hostname("gw.elb.example.com")
+            .build();
+        let mut store: Store = [elb].into_iter().collect();
         let key = ObjectKey::new(Kind::Service, "istio-system", "eastwest");
         let ctx = PushContext::build(&store, "v/1".into());
         assert!(!ctx.networks.enabled());
@@ -545,8 +547,36 @@ mod tests {
 
     #[test]
     fn a_pod_falls_back_to_the_clusters_network_and_a_service_entry_does_not() {
-        let yaml = "apiVersion: v1\nkind: Namespace\nmetadata: {name: istio-system, labels: {topology.istio.io/network: net-a}}\n---\napiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: shop}\nspec: {clusterIP: 10.96.0.3, ports: [{name: http, port: 80}]}\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: web-1, namespace: shop, labels: {kubernetes.io/service-name: web}}\naddressType: IPv4\nports: [{name: http, port: 80}]\nendpoints: [{addresses: [10.0.0.1]}]\n---\napiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: vm, namespace: shop}\nspec:\n  hosts: [vm.example.com]\n  location: MESH_INTERNAL\n  resolution: STATIC\n  ports: [{number: 80, name: http}]\n  endpoints: [{address: 10.1.0.1}, {address: 10.1.0.2, network: net-b}]\n";
-        let ctx = PushContext::from_yaml(yaml);
+        use api::networking::{Location, Port, Resolution, ServiceEntrySpec, WorkloadEntrySpec};
+        let at = |address: &str, network: Option<&str>| WorkloadEntrySpec {
+            address: address.into(),
+            network: network.map(str::to_string),
+            ..WorkloadEntrySpec::default()
+        };
+        let vm = ServiceEntrySpec {
+            hosts: vec!["vm.example.com".into()],
+            location: Some(Location::MeshInternal),
+            resolution: Some(Resolution::Static),
+            ports: vec![Port {
+                number: 80,
+                name: "http".into(),
+                protocol: String::new(),
+                target_port: None,
+            }],
+            endpoints: vec![at("10.1.0.1", None), at("10.1.0.2", Some("net-b"))],
+            ..ServiceEntrySpec::default()
+        };
+        let ctx = context([
+            labeled(
+                namespace(SYSTEM_NAMESPACE, &[]),
+                &[(NETWORK_LABEL, "net-a")],
+            ),
+            service("shop", "web", "10.96.0.3").port("http", 80).build(),
+            (endpoints("shop", "web").port("http", 80))
+                .ready("10.0.0.1", None)
+                .build(),
+            object("shop", "vm", Spec::ServiceEntry(vm, Vec::new())),
+        ]);
         let networks = |host: &str| -> Vec<String> {
             ctx.services[host]
                 .endpoints

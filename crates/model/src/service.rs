@@ -750,39 +750,30 @@ fn service_entry_services(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::parse::parse_file;
+    use crate::builders::{
+        endpoints, labeled, legacy_endpoints, namespace, object, pod_with_account, service,
+    };
+    use crate::config::{ConfigObject, SliceEndpoint};
 
-    fn services(yaml: &str) -> imbl::OrdMap<String, Arc<Service>> {
-        let mut store = Store::default();
-        for o in parse_file("t.yaml", yaml).objects {
-            store.apply(o);
-        }
+    fn services(objects: Vec<ConfigObject>) -> imbl::OrdMap<String, Arc<Service>> {
+        let store: Store = objects.into_iter().collect();
         build_services(&store, &MeshConfig::from_store(&store)).0
     }
 
     #[test]
     fn traffic_distribution_comes_from_the_spec_else_the_annotation() {
-        let svc = |name: &str, spec: &str, annotations: &str| {
-            format!(
-                "apiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: shop, annotations: {{{annotations}}}}}\nspec: {{clusterIP: 10.0.0.9, ports: [{{name: http, port: 80}}]{spec}}}\n---\n"
-            )
-        };
-        let yaml = [
-            svc("close", ", trafficDistribution: PreferClose", ""),
-            svc(
-                "node",
-                ", trafficDistribution: PreferSameNode",
-                "networking.istio.io/traffic-distribution: PreferClose",
-            ),
-            svc(
-                "noted",
-                "",
-                "networking.istio.io/traffic-distribution: prefersamezone",
-            ),
-            svc("any", ", trafficDistribution: Nearby", ""),
-        ]
-        .concat();
-        let all = services(&yaml);
+        let svc = |name: &str| service("shop", name, "10.0.0.9").port("http", 80);
+        let annotation = "networking.istio.io/traffic-distribution";
+        let all = services(vec![
+            svc("close").traffic_distribution("PreferClose").build(),
+            (svc("node").traffic_distribution("PreferSameNode"))
+                .annotation(annotation, "PreferClose")
+                .build(),
+            svc("noted")
+                .annotation(annotation, "prefersamezone")
+                .build(),
+            svc("any").traffic_distribution("Nearby").build(),
+        ]);
         let of = |name: &str| all[&format!("{name}.shop.svc.cluster.local")].traffic_distribution;
         assert_eq!(of("close"), TrafficDistribution::PreferSameZone);
         assert_eq!(
@@ -796,16 +787,36 @@ mod tests {
 
     #[test]
     fn a_namespace_annotation_gives_its_services_a_traffic_distribution_they_do_not_set() {
-        let yaml = concat!(
-            "apiVersion: v1\nkind: Namespace\nmetadata: {name: shop, annotations: {networking.istio.io/traffic-distribution: PreferSameNode}}\n---\n",
-            "apiVersion: v1\nkind: Service\nmetadata: {name: plain, namespace: shop}\nspec: {clusterIP: 10.0.0.9, ports: [{name: http, port: 80}]}\n---\n",
-            "apiVersion: v1\nkind: Service\nmetadata: {name: spec, namespace: shop}\nspec: {clusterIP: 10.0.0.8, ports: [{name: http, port: 80}], trafficDistribution: PreferClose}\n---\n",
+        use api::networking::{Port, Resolution, ServiceEntrySpec};
+        let annotation = "networking.istio.io/traffic-distribution";
+        let entry = ServiceEntrySpec {
+            hosts: vec!["api.example.com".into()],
+            ports: vec![Port {
+                number: 443,
+                name: "tls".into(),
+                protocol: "TLS".into(),
+                target_port: None,
+            }],
+            resolution: Some(Resolution::Dns),
+            ..Default::default()
+        };
+        let all = services(vec![
+            namespace("shop", &[(annotation, "PreferSameNode")]),
+            service("shop", "plain", "10.0.0.9")
+                .port("http", 80)
+                .build(),
+            (service("shop", "spec", "10.0.0.8").port("http", 80))
+                .traffic_distribution("PreferClose")
+                .build(),
             // An annotation istiod does not know still decides: Any, not the namespace's.
-            "apiVersion: v1\nkind: Service\nmetadata: {name: odd, namespace: shop, annotations: {networking.istio.io/traffic-distribution: Nearby}}\nspec: {clusterIP: 10.0.0.7, ports: [{name: http, port: 80}]}\n---\n",
-            "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: api, namespace: shop}\nspec: {hosts: [api.example.com], ports: [{number: 443, name: tls, protocol: TLS}], resolution: DNS}\n---\n",
-            "apiVersion: v1\nkind: Service\nmetadata: {name: elsewhere, namespace: other}\nspec: {clusterIP: 10.0.0.6, ports: [{name: http, port: 80}]}\n",
-        );
-        let all = services(yaml);
+            (service("shop", "odd", "10.0.0.7").port("http", 80))
+                .annotation(annotation, "Nearby")
+                .build(),
+            object("shop", "api", Spec::ServiceEntry(entry, Vec::new())),
+            service("other", "elsewhere", "10.0.0.6")
+                .port("http", 80)
+                .build(),
+        ]);
         let of = |host: &str| all[host].traffic_distribution;
         assert_eq!(
             of("plain.shop.svc.cluster.local"),
@@ -825,14 +836,34 @@ mod tests {
 
     #[test]
     fn endpoints_stand_in_only_for_a_service_without_slices() {
-        let svc = "apiVersion: v1\nkind: Service\nmetadata: {name: NAME, namespace: shop}\nspec: {clusterIP: 10.0.0.9, ports: [{name: http, port: 80, targetPort: 8080}]}\n---\napiVersion: v1\nkind: Endpoints\nmetadata: {name: NAME, namespace: shop}\nsubsets: [{addresses: [{ip: 10.1.0.1}], notReadyAddresses: [{ip: 10.1.0.2}], ports: [{name: http, port: 8080}]}]\n";
-        let slice = "---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: a-1, namespace: shop, labels: {kubernetes.io/service-name: a}}\naddressType: IPv4\nports: [{name: http, port: 8080}]\nendpoints: [{addresses: [10.2.0.1]}]\n";
-        let yaml = format!(
-            "{}---\n{}{slice}",
-            svc.replace("NAME", "a"),
-            svc.replace("NAME", "b")
-        );
-        let all = services(&yaml);
+        let svc = |name: &str| {
+            service("shop", name, "10.0.0.9")
+                .port("http", 80)
+                .target_port(8080)
+        };
+        let legacy = |name: &str| {
+            let subset = (endpoints("shop", name).port("http", 8080))
+                .ready("10.1.0.1", None)
+                .endpoint(SliceEndpoint {
+                    addresses: vec!["10.1.0.2".into()],
+                    ready: Some(false),
+                    serving: Some(false),
+                    ..SliceEndpoint::default()
+                });
+            legacy_endpoints("shop", name, [subset])
+        };
+        let all = services(vec![
+            svc("a").build(),
+            legacy("a"),
+            (endpoints("shop", "a").port("http", 8080))
+                .endpoint(SliceEndpoint {
+                    addresses: vec!["10.2.0.1".into()],
+                    ..SliceEndpoint::default()
+                })
+                .build(),
+            svc("b").build(),
+            legacy("b"),
+        ]);
         let addresses = |host: &str| -> Vec<(String, bool)> {
             all[host]
                 .endpoints
@@ -864,8 +895,27 @@ mod tests {
 
     #[test]
     fn every_address_of_an_endpoint_is_an_endpoint_with_its_pod_ports_and_zone() {
-        let yaml = "apiVersion: v1\nkind: Service\nmetadata: {name: a, namespace: shop}\nspec: {clusterIP: 10.0.0.9, ports: [{name: http, port: 80, targetPort: 8080}, {name: grpc, port: 90}]}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: a-1, namespace: shop, labels: {app: a}}\nspec: {serviceAccountName: sa}\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: a-1, namespace: shop, labels: {kubernetes.io/service-name: a}}\naddressType: IPv4\nports: [{name: http, port: 8081}, {name: grpc, port: 9091}]\nendpoints:\n- {addresses: [10.2.0.2, 10.2.0.1], zone: z1, targetRef: {kind: Pod, name: a-1}}\n- {addresses: [10.2.0.3], zone: z2, conditions: {ready: false}}\n";
-        let all = services(yaml);
+        let svc = (service("shop", "a", "10.0.0.9")
+            .port("http", 80)
+            .target_port(8080))
+        .port("grpc", 90)
+        .build();
+        let pod = labeled(pod_with_account("shop", "a-1", Some("sa")), &[("app", "a")]);
+        let slice = (endpoints("shop", "a").port("http", 8081).port("grpc", 9091))
+            .endpoint(SliceEndpoint {
+                addresses: vec!["10.2.0.2".into(), "10.2.0.1".into()],
+                zone: Some("z1".into()),
+                pod: Some("a-1".into()),
+                ..SliceEndpoint::default()
+            })
+            .endpoint(SliceEndpoint {
+                addresses: vec!["10.2.0.3".into()],
+                zone: Some("z2".into()),
+                ready: Some(false),
+                ..SliceEndpoint::default()
+            })
+            .build();
+        let all = services(vec![svc, pod, slice]);
         let got: Vec<_> = all["a.shop.svc.cluster.local"]
             .endpoints
             .iter()
