@@ -261,7 +261,7 @@ pub async fn run(opts: ServeOptions) -> anyhow::Result<()> {
         metrics.push.clone(),
         change_log,
     ));
-    xds::joined::spawn_sweeper(xds.runs.clone());
+    xds::joined::spawn_sweeper(xds.framing.runs.clone());
 
     let mut servers = Vec::new();
     if let Some(address) = opts.xds_address {

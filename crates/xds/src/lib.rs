@@ -73,9 +73,10 @@ pub struct XdsShared {
     debug_views: OnceLock<debug::DebugViews>,
     /// `control_plane.identifier` of debug responses, made on first use.
     control_plane: OnceLock<Arc<str>>,
-    /// Runs of encoded resources shared by the responses that carry them; swept by
-    /// [`joined::spawn_sweeper`].
-    pub runs: Arc<joined::Runs>,
+    /// What every response body on both xDS ports shares: the send budget
+    /// (`MESHD_XDS_SEND_BUFFER_MB`, across all connections) and the runs of encoded
+    /// resources ([`joined`], swept by [`joined::spawn_sweeper`]).
+    pub framing: wire::Framing,
 }
 
 /// The metric series a push touches for every proxy and type, each taken from its family
@@ -128,12 +129,16 @@ impl XdsShared {
         settings: &PushSettings,
         revision: String,
     ) -> Arc<XdsShared> {
-        let runs = Arc::new(joined::Runs::new(
-            joined::CAPACITY,
-            metrics.shared_runs.clone(),
-        ));
+        let framing = wire::Framing {
+            budget: (settings.send_buffer)
+                .map(|bytes| wire::SendBudget::new(bytes, metrics.send_buffer.clone())),
+            runs: Arc::new(joined::Runs::new(
+                joined::CAPACITY,
+                metrics.shared_runs.clone(),
+            )),
+        };
         Arc::new(XdsShared {
-            runs,
+            framing,
             metrics,
             revision,
             throttle: Semaphore::new(settings.push_throttle.max(1)),
@@ -433,14 +438,9 @@ impl AdsService {
     }
 
     pub fn into_server(self) -> wire::AdsServer<AdsService> {
-        let budget = self
-            .shared
-            .settings
-            .send_buffer
-            .map(|bytes| wire::SendBudget::new(bytes, self.shared.metrics.send_buffer.clone()));
         let max = self.shared.settings.max_recv_msg_size;
-        let runs = self.shared.runs.clone();
-        wire::AdsServer::new(self, max, wire::Framing { budget, runs })
+        let framing = self.shared.framing.clone();
+        wire::AdsServer::new(self, max, framing)
     }
 }
 
