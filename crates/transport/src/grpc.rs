@@ -353,7 +353,13 @@ impl<S: GrpcService> Service<http::Request<hyper::body::Incoming>> for Counted<S
         let response = self.inner.call(request);
         Box::pin(async move {
             let response = response.await?;
-            Ok(response.map(|body| tonic::body::Body::new(Guarded { body, _open: open })))
+            Ok(response.map(|body| {
+                tonic::body::Body::new(Guarded {
+                    body,
+                    open,
+                    answered: false,
+                })
+            }))
         })
     }
 }
@@ -370,7 +376,10 @@ impl Drop for OpenStream {
 /// A response body that keeps its stream counted until it is dropped.
 struct Guarded {
     body: tonic::body::Body,
-    _open: OpenStream,
+    open: OpenStream,
+    /// Whether this stream has sent data, and so given its connection's ticket back: the
+    /// ticket's lock is taken once per stream, not on every frame of every push.
+    answered: bool,
 }
 
 impl http_body::Body for Guarded {
@@ -382,10 +391,12 @@ impl http_body::Body for Guarded {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
         let frame = Pin::new(&mut self.body).poll_frame(cx);
-        if let Poll::Ready(Some(Ok(f))) = &frame
+        if !self.answered
+            && let Poll::Ready(Some(Ok(f))) = &frame
             && f.is_data()
         {
-            self._open.0.ticket.release();
+            self.answered = true;
+            self.open.0.ticket.release();
         }
         frame
     }

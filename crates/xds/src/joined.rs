@@ -24,6 +24,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prost::bytes::{Bytes, BytesMut};
 
+use super::metrics::Labels;
 use super::resource::Resource;
 
 /// Entries of a response taking at least this many bytes are sent as a shared run.
@@ -62,14 +63,14 @@ pub struct Runs {
 #[derive(Clone, Debug)]
 pub struct RunMetrics {
     pub bytes: Gauge,
-    pub uses: Family<Vec<(&'static str, String)>, Counter>,
+    pub uses: Family<Labels, Counter>,
     encoded: Counter,
     reused: Counter,
 }
 
 impl Default for RunMetrics {
     fn default() -> Self {
-        let uses: Family<Vec<(&'static str, String)>, Counter> = Family::default();
+        let uses: Family<Labels, Counter> = Family::default();
         let series = |name: &str| uses.get_or_create(&vec![("use", name.to_string())]).clone();
         RunMetrics {
             bytes: Gauge::default(),

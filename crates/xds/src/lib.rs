@@ -102,8 +102,6 @@ pub struct Rejection {
 }
 
 impl XdsShared {
-    /// What each HTTP/2 connection of the gRPC ports is given: the keepalive and stream
-    /// limit of the push settings, and where its errors are counted.
     /// The bound of one xDS port's accept loop on connections accepted and not yet
     /// answered (`MESHD_XDS_PENDING_CONNECTIONS`); each port has its own.
     pub fn admission(&self) -> transport::admission::Admission {
@@ -113,6 +111,8 @@ impl XdsShared {
         )
     }
 
+    /// What each HTTP/2 connection of the gRPC ports is given: the keepalive and stream
+    /// limit of the push settings, and where its errors are counted.
     pub fn grpc_settings(&self) -> transport::grpc::Settings {
         transport::grpc::Settings {
             keepalive_interval: self.settings.keepalive_interval,
