@@ -15,7 +15,7 @@ use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::Secret;
 use model::config::ConfigObject;
 use model::{Proxy, PushContext, Service};
 
-use crate::route::{self, Audience, GatewayVirtualHost, VirtualHostPlan};
+use crate::route::{self, GatewayVirtualHost, VirtualHostPlan};
 use crate::{ProxyConfig, cluster, cluster_plan, locality, name_table, plan};
 
 /// Where [`assemble`] puts a proxy's configuration, part by part.
@@ -178,10 +178,7 @@ impl Assembly for ProxyConfig {
         port: u32,
         sniffed: bool,
     ) -> VirtualHost {
-        let rule = ctx.service_rule(proxy, svc);
-        let audience = Audience::new(svc, proxy, sniffed);
-        let retries = ctx.mesh.default_http_retry_policy.as_ref();
-        route::default_virtual_host(svc, rule.map(|r| &**r), port, audience, retries)
+        VirtualHostPlan::Default(svc).build(ctx, proxy, port, sniffed)
     }
 
     fn shared_virtual_host(
@@ -193,8 +190,8 @@ impl Assembly for ProxyConfig {
         port: u32,
         sniffed: bool,
     ) -> VirtualHost {
-        let audience = Audience::new(svc, proxy, sniffed);
-        route::routed_virtual_host(ctx, proxy, vs, svc, port, audience)
+        let plan = VirtualHostPlan::Shared { vs, service: svc };
+        plan.build(ctx, proxy, port, sniffed)
     }
 
     fn gateway_virtual_host(

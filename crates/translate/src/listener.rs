@@ -15,7 +15,6 @@ use envoy_types::pb::envoy::config::listener::v3::{
     Filter, FilterChain, FilterChainMatch, Listener, ListenerFilter, filter::ConfigType,
     listener_filter,
 };
-use envoy_types::pb::envoy::config::route::v3::RouteConfiguration;
 use envoy_types::pb::envoy::extensions::filters::http::router::v3::Router;
 use envoy_types::pb::envoy::extensions::filters::listener::tls_inspector::v3::TlsInspector;
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
@@ -221,20 +220,6 @@ fn listener(
         }],
         ..Default::default()
     }
-}
-
-/// A sidecar's outbound listeners and their route configurations.
-pub fn sidecar(
-    ctx: &PushContext,
-    proxy: &Proxy,
-    services: &[&Arc<Service>],
-) -> (Vec<Listener>, Vec<RouteConfiguration>) {
-    let (listeners, http_routes) = sidecar_listeners(ctx, proxy, services);
-    let routes = http_routes
-        .iter()
-        .map(|r| route::sidecar(ctx, proxy, r))
-        .collect();
-    (listeners, routes)
 }
 
 /// The services of one sidecar route configuration: `"PORT"`, every HTTP service of the

@@ -325,21 +325,6 @@ pub fn sidecar_catch_all(ctx: &PushContext, proxy: &Proxy) -> VirtualHost {
     catch_all(super::unknown_destination(ctx, proxy).as_deref())
 }
 
-/// A sidecar's route configuration: `"PORT"` (the port's services' virtual hosts, then
-/// the catch-all), or a sniffed listener's `HOST:PORT` (its service's virtual host alone,
-/// for every domain).
-pub fn sidecar(ctx: &PushContext, proxy: &Proxy, r: &RouteServices) -> RouteConfiguration {
-    let sniffed = r.sniffed.is_some();
-    let mut vhosts: Vec<VirtualHost> = sidecar_plan(ctx, proxy, r)
-        .into_iter()
-        .map(|p| p.build(ctx, proxy, r.port, sniffed))
-        .collect();
-    if !sniffed {
-        vhosts.push(sidecar_catch_all(ctx, proxy));
-    }
-    route_configuration(r.name(), vhosts)
-}
-
 /// The last virtual host: `allow_any` to PassthroughCluster or the Sidecar's `egressProxy`
 /// cluster (ALLOW_ANY), or `block_all` answering 502 (REGISTRY_ONLY), as istiod writes
 /// them.
