@@ -5,27 +5,25 @@
 
 use std::sync::OnceLock;
 
-use envoy_types::pb::google::protobuf::Any;
+use envoy_api::pb::google::protobuf::Any;
 
 use prost_reflect::{DescriptorPool, DynamicMessage, SerializeOptions};
 use serde_json::{Value, json};
 
 use xds::resource::{Resource, TypeKind, View};
 
-/// Every Envoy message, from the descriptor set envoy-types ships (copied by build.rs).
+/// Every Envoy message, from the descriptor set envoy-api was generated from.
 fn pool() -> &'static DescriptorPool {
     static POOL: OnceLock<DescriptorPool> = OnceLock::new();
     POOL.get_or_init(|| {
-        DescriptorPool::decode(
-            &include_bytes!(concat!(env!("OUT_DIR"), "/envoy_descriptors.bin"))[..],
-        )
-        .expect("BUG: envoy-types' descriptor set does not decode")
+        DescriptorPool::decode(envoy_api::FILE_DESCRIPTOR_SET)
+            .expect("BUG: envoy-api's descriptor set does not decode")
     })
 }
 
 /// A resource the debug views could not render as JSON.
 #[derive(Debug, thiserror::Error)]
-#[error("{type_url}: {problem} (is the type in envoy-types' descriptor set?)")]
+#[error("{type_url}: {problem} (is the type in envoy-api's descriptor set?)")]
 pub struct DumpError {
     pub type_url: String,
     pub problem: String,
@@ -139,9 +137,9 @@ pub fn resources_json(view: &View, kind: TypeKind) -> Vec<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use envoy_types::pb::envoy::config::cluster::v3::Cluster;
-    use envoy_types::pb::envoy::config::core::v3::{DataSource, data_source};
-    use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
+    use envoy_api::pb::envoy::config::cluster::v3::Cluster;
+    use envoy_api::pb::envoy::config::core::v3::{DataSource, data_source};
+    use envoy_api::pb::envoy::extensions::transport_sockets::tls::v3::{
         Secret, TlsCertificate, secret,
     };
     use xds::resource::encode;
@@ -150,7 +148,7 @@ mod tests {
     fn resources_read_as_envoy_prints_them_and_keys_are_redacted() {
         let cluster = Cluster {
             name: "outbound|9080||reviews.shop.svc.cluster.local".into(),
-            connect_timeout: Some(envoy_types::pb::google::protobuf::Duration {
+            connect_timeout: Some(envoy_api::pb::google::protobuf::Duration {
                 seconds: 10,
                 nanos: 0,
             }),
@@ -185,8 +183,8 @@ mod tests {
         assert!(text.contains("certificate_chain"), "{text}");
 
         // Whole doubles print as Envoy prints them; others keep their fraction.
-        use envoy_types::pb::envoy::config::cluster::v3::cluster::CommonLbConfig;
-        use envoy_types::pb::envoy::r#type::v3::Percent;
+        use envoy_api::pb::envoy::config::cluster::v3::cluster::CommonLbConfig;
+        use envoy_api::pb::envoy::r#type::v3::Percent;
         let lb = |value| CommonLbConfig {
             healthy_panic_threshold: Some(Percent { value }),
             ..Default::default()

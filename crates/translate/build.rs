@@ -10,10 +10,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let descriptors = protox::compile([proto.join("nds.proto")], [&proto])?;
     // Maps in name order, so that an unchanged table encodes to the same bytes (and the
     // same version) every time.
-    tonic_prost_build::configure()
-        .btree_map(".")
-        .build_client(false)
-        .build_server(false)
+    prost_build::Config::new()
+        .btree_map(["."])
         .compile_fds(descriptors)?;
     Ok(())
 }

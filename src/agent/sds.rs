@@ -2,14 +2,14 @@
 //! key) and `ROOTCA` (the trust bundle), state-of-the-world, pushed again on every renewal;
 //! and the files DestinationRules name, pushed again when they change on disk.
 
-use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::Secret;
-use envoy_types::pb::envoy::service::discovery::v3::{
+use envoy_api::pb::envoy::extensions::transport_sockets::tls::v3::Secret;
+use envoy_api::pb::envoy::service::discovery::v3::{
     DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
 };
-use envoy_types::pb::envoy::service::secret::v3::secret_discovery_service_server::{
+use envoy_api::pb::envoy::service::secret::v3::secret_discovery_service_server::{
     SecretDiscoveryService, SecretDiscoveryServiceServer,
 };
-use envoy_types::pb::google::protobuf::Any;
+use envoy_api::pb::google::protobuf::Any;
 use prost::Message;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
@@ -246,12 +246,12 @@ impl SecretDiscoveryService for Sds {
 
 #[cfg(test)]
 mod tests {
-    use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::secret::Type;
+    use envoy_api::pb::envoy::extensions::transport_sockets::tls::v3::secret::Type;
 
     use super::*;
 
-    fn inline(d: &Option<envoy_types::pb::envoy::config::core::v3::DataSource>) -> String {
-        use envoy_types::pb::envoy::config::core::v3::data_source::Specifier;
+    fn inline(d: &Option<envoy_api::pb::envoy::config::core::v3::DataSource>) -> String {
+        use envoy_api::pb::envoy::config::core::v3::data_source::Specifier;
         match d.as_ref().and_then(|d| d.specifier.as_ref()) {
             Some(Specifier::InlineBytes(b)) => String::from_utf8(b.clone()).unwrap(),
             other => panic!("not inline: {other:?}"),

@@ -8,11 +8,11 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
-use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_server::{
+use envoy_api::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
+use envoy_api::pb::envoy::service::discovery::v3::aggregated_discovery_service_server::{
     AggregatedDiscoveryService, AggregatedDiscoveryServiceServer,
 };
-use envoy_types::pb::envoy::service::discovery::v3::{
+use envoy_api::pb::envoy::service::discovery::v3::{
     DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
 };
 use prost::{Message, Name};
@@ -256,8 +256,8 @@ async fn a_sotw_agent_gets_the_table_and_a_proxy_without_a_dns_proxy_gets_none()
         async move {
             let mut node = xds_node("sidecar~10.2.0.1~app-0.shop~shop.svc.cluster.local", "shop");
             if dns {
-                let flag = envoy_types::pb::google::protobuf::Value {
-                    kind: Some(envoy_types::pb::google::protobuf::value::Kind::StringValue(
+                let flag = envoy_api::pb::google::protobuf::Value {
+                    kind: Some(envoy_api::pb::google::protobuf::value::Kind::StringValue(
                         "true".into(),
                     )),
                 };

@@ -11,9 +11,9 @@ use std::sync::atomic::{AtomicU16, AtomicU32, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use envoy_types::pb::envoy::config::core::v3::Node;
-use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
-use envoy_types::pb::google::protobuf::{
+use envoy_api::pb::envoy::config::core::v3::Node;
+use envoy_api::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
+use envoy_api::pb::google::protobuf::{
     Struct as PbStruct, Value as PbValue, value::Kind as PbKind,
 };
 
@@ -818,7 +818,7 @@ pub async fn first_delta_answer(
     node: Node,
     type_url: &str,
     token: Option<&str>,
-) -> Result<envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryResponse, tonic::Status> {
+) -> Result<envoy_api::pb::envoy::service::discovery::v3::DeltaDiscoveryResponse, tonic::Status> {
     let opened = open_delta(channel, node, type_url, token);
     let (_, _, first) = tokio::time::timeout(Duration::from_secs(5), opened)
         .await
@@ -836,14 +836,14 @@ pub async fn open_delta(
 ) -> Result<
     (
         tokio::sync::mpsc::Sender<
-            envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest,
+            envoy_api::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest,
         >,
-        tonic::Streaming<envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryResponse>,
-        envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryResponse,
+        tonic::Streaming<envoy_api::pb::envoy::service::discovery::v3::DeltaDiscoveryResponse>,
+        envoy_api::pb::envoy::service::discovery::v3::DeltaDiscoveryResponse,
     ),
     tonic::Status,
 > {
-    use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
+    use envoy_api::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
     let (tx, rx) = tokio::sync::mpsc::channel(4);
     tx.send(DeltaDiscoveryRequest {
         node: Some(node),

@@ -4,16 +4,14 @@
 
 use std::time::Duration;
 
-use envoy_types::pb::envoy::admin::v3::{
-    ClustersConfigDump, ListenersConfigDump, RoutesConfigDump,
-};
-use envoy_types::pb::envoy::config::core::v3::Node;
-use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
-use envoy_types::pb::envoy::service::discovery::v3::{
+use envoy_api::pb::envoy::admin::v3::{ClustersConfigDump, ListenersConfigDump, RoutesConfigDump};
+use envoy_api::pb::envoy::config::core::v3::Node;
+use envoy_api::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
+use envoy_api::pb::envoy::service::discovery::v3::{
     DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
 };
-use envoy_types::pb::envoy::service::status::v3::{ClientConfig, ConfigStatus};
-use envoy_types::pb::google::protobuf::{Any, Struct, Value, value::Kind};
+use envoy_api::pb::envoy::service::status::v3::{ClientConfig, ConfigStatus};
+use envoy_api::pb::google::protobuf::{Any, Struct, Value, value::Kind};
 use meshd::dump::any_to_json;
 use prost::{Message, Name};
 use serde_json::json;
@@ -551,7 +549,7 @@ async fn a_rejected_type_shows_as_error_in_proxy_status() {
     tx.send(DeltaDiscoveryRequest {
         type_url: CDS.into(),
         response_nonce: first.nonce.clone(),
-        error_detail: Some(envoy_types::pb::google::rpc::Status {
+        error_detail: Some(envoy_api::pb::google::rpc::Status {
             code: 3,
             message: "picky: no clusters today".into(),
             details: vec![],

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
-use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
+use envoy_api::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
+use envoy_api::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
 use serde_json::Value;
 use tokio_stream::wrappers::ReceiverStream;
 
@@ -459,7 +459,7 @@ async fn open_stream(
     n: usize,
 ) -> (
     tokio::sync::mpsc::Sender<DeltaDiscoveryRequest>,
-    tonic::Streaming<envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryResponse>,
+    tonic::Streaming<envoy_api::pb::envoy::service::discovery::v3::DeltaDiscoveryResponse>,
 ) {
     let (tx, rx) = tokio::sync::mpsc::channel(4);
     let id = format!(

@@ -6,10 +6,10 @@ use std::collections::HashMap;
 use std::io::Write;
 use std::time::Duration;
 
-use envoy_types::pb::envoy::service::discovery::v3::{
+use envoy_api::pb::envoy::service::discovery::v3::{
     DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
 };
-use envoy_types::pb::google::rpc::Status as RpcStatus;
+use envoy_api::pb::google::rpc::Status as RpcStatus;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Streaming;
@@ -629,7 +629,7 @@ async fn a_request_over_the_message_size_limit_ends_only_its_stream() {
     .await
     .unwrap();
     let refused = async {
-        let mut stream = envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient::new(channel.clone())
+        let mut stream = envoy_api::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient::new(channel.clone())
             .delta_aggregated_resources(ReceiverStream::new(rx))
             .await?
             .into_inner();

@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-use envoy_types::pb::google::protobuf::{Value, value::Kind};
+use envoy_api::pb::google::protobuf::{Value, value::Kind};
 
 use crate::cluster::Tenant;
 use crate::harness::*;

@@ -1,12 +1,14 @@
 //! Istio's configuration API, as Rust types.
 //!
 //! Field names follow Istio's protobuf JSON names exactly (camelCase, same nesting), so
-//! manifests written for istiod load unchanged. Each kind is a kube `CustomResource`, which
-//! gives `meshd crds` its schemas; [`crd`] adds the extra served apiVersions.
+//! manifests written for istiod load unchanged. With the `crd` feature each kind is a kube
+//! `CustomResource`, which gives `meshd crds` its schemas, and `crd` adds the extra served
+//! apiVersions; without it the crate is the specs alone.
 //!
 //! Fields meshd does not interpret yet are kept as free-form JSON ([`AnyObject`]) rather
 //! than dropped, so they round-trip and never trigger an "unknown field" warning.
 
+#[cfg(feature = "crd")]
 pub mod crd;
 pub mod duration;
 pub mod networking;

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+#[cfg(feature = "crd")]
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -17,17 +18,21 @@ pub use self::virtual_service::*;
 
 // ---------------------------------------------------------------- Gateway
 
-#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[kube(
-    group = "networking.istio.io",
-    version = "v1",
-    kind = "Gateway",
-    plural = "gateways",
-    shortname = "gw",
-    namespaced,
-    status = "IstioStatus",
-    category = "istio-io",
-    category = "networking-istio-io"
+#[cfg_attr(feature = "crd", derive(CustomResource))]
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[cfg_attr(
+    feature = "crd",
+    kube(
+        group = "networking.istio.io",
+        version = "v1",
+        kind = "Gateway",
+        plural = "gateways",
+        shortname = "gw",
+        namespaced,
+        status = "IstioStatus",
+        category = "istio-io",
+        category = "networking-istio-io"
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct GatewaySpec {
@@ -69,17 +74,21 @@ pub struct Port {
 
 // ---------------------------------------------------------------- ServiceEntry
 
-#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[kube(
-    group = "networking.istio.io",
-    version = "v1",
-    kind = "ServiceEntry",
-    plural = "serviceentries",
-    shortname = "se",
-    namespaced,
-    status = "IstioStatus",
-    category = "istio-io",
-    category = "networking-istio-io"
+#[cfg_attr(feature = "crd", derive(CustomResource))]
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[cfg_attr(
+    feature = "crd",
+    kube(
+        group = "networking.istio.io",
+        version = "v1",
+        kind = "ServiceEntry",
+        plural = "serviceentries",
+        shortname = "se",
+        namespaced,
+        status = "IstioStatus",
+        category = "istio-io",
+        category = "networking-istio-io"
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ServiceEntrySpec {
@@ -121,17 +130,21 @@ pub enum Resolution {
 
 // ---------------------------------------------------------------- WorkloadEntry
 
-#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[kube(
-    group = "networking.istio.io",
-    version = "v1",
-    kind = "WorkloadEntry",
-    plural = "workloadentries",
-    shortname = "we",
-    namespaced,
-    status = "IstioStatus",
-    category = "istio-io",
-    category = "networking-istio-io"
+#[cfg_attr(feature = "crd", derive(CustomResource))]
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[cfg_attr(
+    feature = "crd",
+    kube(
+        group = "networking.istio.io",
+        version = "v1",
+        kind = "WorkloadEntry",
+        plural = "workloadentries",
+        shortname = "we",
+        namespaced,
+        status = "IstioStatus",
+        category = "istio-io",
+        category = "networking-istio-io"
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct WorkloadEntrySpec {
@@ -153,16 +166,20 @@ pub struct WorkloadEntrySpec {
 
 // ---------------------------------------------------------------- Sidecar
 
-#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[kube(
-    group = "networking.istio.io",
-    version = "v1",
-    kind = "Sidecar",
-    plural = "sidecars",
-    namespaced,
-    status = "IstioStatus",
-    category = "istio-io",
-    category = "networking-istio-io"
+#[cfg_attr(feature = "crd", derive(CustomResource))]
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[cfg_attr(
+    feature = "crd",
+    kube(
+        group = "networking.istio.io",
+        version = "v1",
+        kind = "Sidecar",
+        plural = "sidecars",
+        namespaced,
+        status = "IstioStatus",
+        category = "istio-io",
+        category = "networking-istio-io"
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct SidecarSpec {

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+#[cfg(feature = "crd")]
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -26,17 +27,21 @@ pub fn dry_run(annotations: &BTreeMap<String, String>) -> Option<bool> {
     dry_run_value(annotations).and_then(Result::ok)
 }
 
-#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[kube(
-    group = "security.istio.io",
-    version = "v1",
-    kind = "PeerAuthentication",
-    plural = "peerauthentications",
-    shortname = "pa",
-    namespaced,
-    status = "IstioStatus",
-    category = "istio-io",
-    category = "security-istio-io"
+#[cfg_attr(feature = "crd", derive(CustomResource))]
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[cfg_attr(
+    feature = "crd",
+    kube(
+        group = "security.istio.io",
+        version = "v1",
+        kind = "PeerAuthentication",
+        plural = "peerauthentications",
+        shortname = "pa",
+        namespaced,
+        status = "IstioStatus",
+        category = "istio-io",
+        category = "security-istio-io"
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct PeerAuthenticationSpec {
@@ -63,17 +68,21 @@ pub enum MtlsMode {
     Strict,
 }
 
-#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[kube(
-    group = "security.istio.io",
-    version = "v1",
-    kind = "AuthorizationPolicy",
-    plural = "authorizationpolicies",
-    shortname = "ap",
-    namespaced,
-    status = "IstioStatus",
-    category = "istio-io",
-    category = "security-istio-io"
+#[cfg_attr(feature = "crd", derive(CustomResource))]
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[cfg_attr(
+    feature = "crd",
+    kube(
+        group = "security.istio.io",
+        version = "v1",
+        kind = "AuthorizationPolicy",
+        plural = "authorizationpolicies",
+        shortname = "ap",
+        namespaced,
+        status = "IstioStatus",
+        category = "istio-io",
+        category = "security-istio-io"
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct AuthorizationPolicySpec {
@@ -94,17 +103,21 @@ pub struct AuthorizationPolicySpec {
     pub provider: Option<ExtensionProviderRef>,
 }
 
-#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[kube(
-    group = "security.istio.io",
-    version = "v1",
-    kind = "RequestAuthentication",
-    plural = "requestauthentications",
-    shortname = "ra",
-    namespaced,
-    status = "IstioStatus",
-    category = "istio-io",
-    category = "security-istio-io"
+#[cfg_attr(feature = "crd", derive(CustomResource))]
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[cfg_attr(
+    feature = "crd",
+    kube(
+        group = "security.istio.io",
+        version = "v1",
+        kind = "RequestAuthentication",
+        plural = "requestauthentications",
+        shortname = "ra",
+        namespaced,
+        status = "IstioStatus",
+        category = "istio-io",
+        category = "security-istio-io"
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct RequestAuthenticationSpec {

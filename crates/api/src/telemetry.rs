@@ -5,23 +5,28 @@
 
 use std::collections::BTreeMap;
 
+#[cfg(feature = "crd")]
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{AnyObject, IstioStatus, WorkloadSelector, any_object, any_object_list};
 
-#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[kube(
-    group = "telemetry.istio.io",
-    version = "v1",
-    kind = "Telemetry",
-    plural = "telemetries",
-    shortname = "telemetry",
-    namespaced,
-    status = "IstioStatus",
-    category = "istio-io",
-    category = "telemetry-istio-io"
+#[cfg_attr(feature = "crd", derive(CustomResource))]
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[cfg_attr(
+    feature = "crd",
+    kube(
+        group = "telemetry.istio.io",
+        version = "v1",
+        kind = "Telemetry",
+        plural = "telemetries",
+        shortname = "telemetry",
+        namespaced,
+        status = "IstioStatus",
+        category = "istio-io",
+        category = "telemetry-istio-io"
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct TelemetrySpec {

@@ -251,7 +251,7 @@ impl Buf for Received {
     }
 }
 
-/// `DeltaDiscoveryRequest` for `envoy_types::...::DeltaDiscoveryRequest`.
+/// `DeltaDiscoveryRequest` for `envoy_api::...::DeltaDiscoveryRequest`.
 fn message_name<T>() -> &'static str {
     let full = std::any::type_name::<T>();
     full.rsplit("::").next().unwrap_or(full)
@@ -261,7 +261,7 @@ fn message_name<T>() -> &'static str {
 mod tests {
     use std::task::{Context, Poll};
 
-    use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
+    use envoy_api::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
     use http_body::Frame;
     use prost::Message;
     use tonic::codegen::http;

@@ -440,8 +440,8 @@ where
 
 #[cfg(test)]
 mod tests {
-    use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
-    use envoy_types::pb::google::protobuf::Any;
+    use envoy_api::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
+    use envoy_api::pb::google::protobuf::Any;
     use prost::Message;
     use tokio::net::TcpListener;
     use tonic::codegen::http;

@@ -1,8 +1,8 @@
 //! The node a simulated proxy presents, as istio-agent fills it in.
 
-use envoy_types::pb::envoy::config::core::v3::Node;
-use envoy_types::pb::google::protobuf::value::Kind;
-use envoy_types::pb::google::protobuf::{ListValue, Struct, Value};
+use envoy_api::pb::envoy::config::core::v3::Node;
+use envoy_api::pb::google::protobuf::value::Kind;
+use envoy_api::pb::google::protobuf::{ListValue, Struct, Value};
 use serde_json::Value as Json;
 
 /// A node as a sidecar agent sends it.

@@ -10,13 +10,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, Weak};
 use std::time::Instant;
 
-use envoy_types::pb::envoy::config::core::v3::Node;
-use envoy_types::pb::envoy::config::listener::v3::Listener;
-use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+use envoy_api::pb::envoy::config::core::v3::Node;
+use envoy_api::pb::envoy::config::listener::v3::Listener;
+use envoy_api::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
     HttpConnectionManager, http_connection_manager::RouteSpecifier,
 };
-use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
-use envoy_types::pb::google::rpc::Status as RpcStatus;
+use envoy_api::pb::envoy::service::discovery::v3::DiscoveryRequest;
+use envoy_api::pb::google::rpc::Status as RpcStatus;
 use http_body::Frame;
 use prost::Message;
 use prost::bytes::Bytes;
@@ -357,7 +357,7 @@ fn route_names(listener: &[u8]) -> Vec<String> {
         .chain(l.default_filter_chain.as_ref())
     {
         for filter in &chain.filters {
-            use envoy_types::pb::envoy::config::listener::v3::filter::ConfigType;
+            use envoy_api::pb::envoy::config::listener::v3::filter::ConfigType;
             let Some(ConfigType::TypedConfig(any)) = &filter.config_type else {
                 continue;
             };
@@ -403,7 +403,7 @@ struct Names {
 /// Whether an encoded route configuration has its virtual hosts sent over VHDS: a small
 /// one (an empty shell; a whole one is hundreds of KB) with `vhds` set.
 fn asks_for_vhds(body: &Body) -> bool {
-    use envoy_types::pb::envoy::config::route::v3::RouteConfiguration;
+    use envoy_api::pb::envoy::config::route::v3::RouteConfiguration;
     const SHELL_AT_MOST: usize = 1024;
     let body = match body {
         Body::Whole(b) if b.len() <= SHELL_AT_MOST => Cow::Borrowed(*b),
@@ -715,7 +715,7 @@ fn resource_name(body: &[u8]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use envoy_types::pb::envoy::service::discovery::v3::Resource;
+    use envoy_api::pb::envoy::service::discovery::v3::Resource;
 
     use super::*;
     use crate::response::Encoded;

@@ -396,10 +396,10 @@ impl<'a> Body<'a> {
 
 #[cfg(test)]
 mod tests {
-    use envoy_types::pb::envoy::service::discovery::v3::{
+    use envoy_api::pb::envoy::service::discovery::v3::{
         DeltaDiscoveryResponse, DiscoveryResponse, Resource,
     };
-    use envoy_types::pb::google::protobuf::Any;
+    use envoy_api::pb::google::protobuf::Any;
 
     use super::*;
     use crate::types::ROUTE_TYPE;
@@ -425,7 +425,7 @@ mod tests {
             version: "0a0b".into(),
             resource: Some(any(b"body")),
             aliases: vec!["an alias".into()],
-            ttl: Some(envoy_types::pb::google::protobuf::Duration {
+            ttl: Some(envoy_api::pb::google::protobuf::Duration {
                 seconds: 5,
                 nanos: 0,
             }),

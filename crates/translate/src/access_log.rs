@@ -13,23 +13,23 @@
 //! `.labels`, `omitEmptyValues`), or the built-in `envoy` (`/dev/stdout` in MeshConfig's
 //! format).
 
-use envoy_types::pb::envoy::config::accesslog::v3::{
+use envoy_api::pb::envoy::config::accesslog::v3::{
     AccessLog, AccessLogFilter, ExtensionFilter, ResponseFlagFilter, access_log, access_log_filter,
     extension_filter,
 };
-use envoy_types::pb::envoy::config::core::v3::{
+use envoy_api::pb::envoy::config::core::v3::{
     DataSource, JsonFormatOptions, SubstitutionFormatString, TypedExtensionConfig,
     data_source::Specifier, substitution_format_string::Format,
 };
 use std::collections::{BTreeMap, BTreeSet};
 
-use envoy_types::pb::envoy::extensions::access_loggers::file::v3::{
+use envoy_api::pb::envoy::extensions::access_loggers::file::v3::{
     FileAccessLog, file_access_log::AccessLogFormat,
 };
-use envoy_types::pb::envoy::extensions::access_loggers::filters::cel::v3::ExpressionFilter;
-use envoy_types::pb::envoy::extensions::formatter::req_without_query::v3::ReqWithoutQuery;
-use envoy_types::pb::google::protobuf::Struct;
-use envoy_types::util::pack_any;
+use envoy_api::pb::envoy::extensions::access_loggers::filters::cel::v3::ExpressionFilter;
+use envoy_api::pb::envoy::extensions::formatter::req_without_query::v3::ReqWithoutQuery;
+use envoy_api::pb::google::protobuf::Struct;
+use envoy_api::util::pack_any;
 
 use api::telemetry::AccessLogging;
 use model::mesh::{BUILTIN_ACCESS_LOG_PROVIDER, MeshConfig};
@@ -136,7 +136,7 @@ fn istio_json_format() -> Format {
 /// Whether the text, or a value of the JSON object, of `format` holds the command
 /// operator `op`.
 fn uses_operator(format: &Format, op: &str) -> bool {
-    use envoy_types::pb::google::protobuf::value::Kind;
+    use envoy_api::pb::google::protobuf::value::Kind;
     match format {
         Format::TextFormatSource(DataSource {
             specifier: Some(Specifier::InlineString(text)),

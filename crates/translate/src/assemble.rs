@@ -7,11 +7,11 @@
 
 use std::sync::Arc;
 
-use envoy_types::pb::envoy::config::cluster::v3::Cluster;
-use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
-use envoy_types::pb::envoy::config::listener::v3::Listener;
-use envoy_types::pb::envoy::config::route::v3::VirtualHost;
-use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::Secret;
+use envoy_api::pb::envoy::config::cluster::v3::Cluster;
+use envoy_api::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
+use envoy_api::pb::envoy::config::listener::v3::Listener;
+use envoy_api::pb::envoy::config::route::v3::VirtualHost;
+use envoy_api::pb::envoy::extensions::transport_sockets::tls::v3::Secret;
 use model::config::ConfigObject;
 use model::{Proxy, PushContext, Service};
 

@@ -9,20 +9,20 @@
 //! (so it denies more, never less). Fields meshd does not support are refused at
 //! validation, so a policy is never half-applied open.
 
-use envoy_types::pb::envoy::config::listener::v3::{Filter, filter::ConfigType};
-use envoy_types::pb::envoy::config::rbac::v3::{
+use envoy_api::pb::envoy::config::listener::v3::{Filter, filter::ConfigType};
+use envoy_api::pb::envoy::config::rbac::v3::{
     Permission, Policy, Principal, Rbac, permission, principal, rbac::Action,
 };
-use envoy_types::pb::envoy::config::route::v3::{HeaderMatcher, header_matcher};
-use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+use envoy_api::pb::envoy::config::route::v3::{HeaderMatcher, header_matcher};
+use envoy_api::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
     HttpFilter, http_filter,
 };
-use envoy_types::pb::envoy::r#type::matcher::v3::{
+use envoy_api::pb::envoy::r#type::matcher::v3::{
     ListMatcher, MetadataMatcher, OrMatcher, PathMatcher, RegexMatcher, StringMatcher,
     ValueMatcher, list_matcher, metadata_matcher, path_matcher, string_matcher::MatchPattern,
     value_matcher,
 };
-use envoy_types::pb::google::protobuf::Any;
+use envoy_api::pb::google::protobuf::Any;
 
 use super::cidr_range;
 use crate::canonical;
@@ -696,7 +696,7 @@ pub fn deny_all_network_filter() -> Filter {
 
 #[cfg(test)]
 mod tests {
-    use envoy_types::pb::envoy::extensions::filters::http::rbac::v3::Rbac as HttpRbac;
+    use envoy_api::pb::envoy::extensions::filters::http::rbac::v3::Rbac as HttpRbac;
     use prost::Message;
 
     use super::*;

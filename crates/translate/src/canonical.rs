@@ -8,9 +8,9 @@
 
 use std::collections::HashMap;
 
-use envoy_types::pb::envoy::config::cluster::v3::Cluster;
-use envoy_types::pb::envoy::config::core::v3::Metadata;
-use envoy_types::pb::google::protobuf::{ListValue, Struct, Value, value::Kind};
+use envoy_api::pb::envoy::config::cluster::v3::Cluster;
+use envoy_api::pb::envoy::config::core::v3::Metadata;
+use envoy_api::pb::google::protobuf::{ListValue, Struct, Value, value::Kind};
 use prost::Message;
 use prost::encoding::{WireType, encode_key, encode_varint};
 
@@ -102,8 +102,8 @@ pub fn encode_cluster(c: &Cluster) -> Vec<u8> {
 /// order (several policies are common there): `rules` are enforced; `shadow` rules are
 /// only evaluated (their result goes to the stats and dynamic metadata under its prefix).
 pub fn encode_rbac_filter(
-    rules: Option<&envoy_types::pb::envoy::config::rbac::v3::Rbac>,
-    shadow: Option<(&envoy_types::pb::envoy::config::rbac::v3::Rbac, &str)>,
+    rules: Option<&envoy_api::pb::envoy::config::rbac::v3::Rbac>,
+    shadow: Option<(&envoy_api::pb::envoy::config::rbac::v3::Rbac, &str)>,
     stat_prefix: Option<&str>,
 ) -> Vec<u8> {
     let mut out = Vec::new();
@@ -133,8 +133,8 @@ pub fn encode_rbac_filter(
 }
 
 /// An `Rbac` message with its policy map in key order.
-fn rbac_message(rules: &envoy_types::pb::envoy::config::rbac::v3::Rbac) -> Vec<u8> {
-    let without_policies = envoy_types::pb::envoy::config::rbac::v3::Rbac {
+fn rbac_message(rules: &envoy_api::pb::envoy::config::rbac::v3::Rbac) -> Vec<u8> {
+    let without_policies = envoy_api::pb::envoy::config::rbac::v3::Rbac {
         policies: HashMap::new(),
         ..rules.clone()
     };

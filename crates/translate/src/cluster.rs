@@ -4,8 +4,8 @@
 
 use std::sync::Arc;
 
-use envoy_types::pb::envoy::config::cluster::v3::cluster::DnsLookupFamily;
-use envoy_types::pb::envoy::config::cluster::v3::{
+use envoy_api::pb::envoy::config::cluster::v3::cluster::DnsLookupFamily;
+use envoy_api::pb::envoy::config::cluster::v3::{
     Cluster,
     cluster::{
         ClusterDiscoveryType, DiscoveryType, EdsClusterConfig, LbConfig, LbPolicy, MaglevLbConfig,
@@ -13,12 +13,12 @@ use envoy_types::pb::envoy::config::cluster::v3::{
         common_lb_config::{LocalityConfigSpecifier, LocalityWeightedLbConfig},
     },
 };
-use envoy_types::pb::envoy::config::core::v3::Http2ProtocolOptions;
-use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
-use envoy_types::pb::envoy::extensions::upstreams::http::v3::{
+use envoy_api::pb::envoy::config::core::v3::Http2ProtocolOptions;
+use envoy_api::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
+use envoy_api::pb::envoy::extensions::upstreams::http::v3::{
     HttpProtocolOptions, http_protocol_options::explicit_http_config::ProtocolConfig,
 };
-use envoy_types::pb::google::protobuf::{ListValue, UInt64Value, Value, value::Kind as ValueKind};
+use envoy_api::pb::google::protobuf::{ListValue, UInt64Value, Value, value::Kind as ValueKind};
 
 use super::endpoint::load_assignment;
 use super::locality::{self, Place};
@@ -210,7 +210,7 @@ pub fn sni_dnat(
 /// passed-through connection is mTLS, so only workloads that require it are reachable. A
 /// locality left empty goes; one weighted by its endpoints is weighted by those left.
 fn mtls_endpoints_only(a: &mut ClusterLoadAssignment) {
-    use envoy_types::pb::envoy::config::endpoint::v3::LbEndpoint;
+    use envoy_api::pb::envoy::config::endpoint::v3::LbEndpoint;
     let weight = |eps: &[LbEndpoint]| -> u32 {
         (eps.iter())
             .map(|e| e.load_balancing_weight.as_ref().map_or(1, |w| w.value))
@@ -422,11 +422,11 @@ fn build(
 /// none) and each of its auto-mTLS matches' wrapped in Envoy's upstream PROXY protocol
 /// transport, as istiod's `applyUpstreamProxyProtocol`.
 fn proxy_protocol(c: &mut Cluster, policy: Option<&TrafficPolicy>) {
-    use envoy_types::pb::envoy::config::core::v3::{
+    use envoy_api::pb::envoy::config::core::v3::{
         ProxyProtocolConfig, TransportSocket, proxy_protocol_config::Version,
         transport_socket::ConfigType,
     };
-    use envoy_types::pb::envoy::extensions::transport_sockets::proxy_protocol::v3::ProxyProtocolUpstreamTransport;
+    use envoy_api::pb::envoy::extensions::transport_sockets::proxy_protocol::v3::ProxyProtocolUpstreamTransport;
     let Some(pp) = policy.and_then(|p| p.proxy_protocol.as_ref()) else {
         return;
     };
@@ -436,7 +436,7 @@ fn proxy_protocol(c: &mut Cluster, policy: Option<&TrafficPolicy>) {
     };
     let wrap = |inner: TransportSocket| TransportSocket {
         name: "envoy.transport_sockets.upstream_proxy_protocol".into(),
-        config_type: Some(ConfigType::TypedConfig(envoy_types::util::pack_any(
+        config_type: Some(ConfigType::TypedConfig(envoy_api::util::pack_any(
             ProxyProtocolUpstreamTransport {
                 config: Some(ProxyProtocolConfig {
                     version: version as i32,
@@ -465,10 +465,10 @@ fn proxy_protocol(c: &mut Cluster, policy: Option<&TrafficPolicy>) {
 /// deprecated `warmupDurationSecs`), as istiod's `setWarmup`: the window, the minimum
 /// weight (10% unless set) and the aggression (1, linear, unless set).
 fn warm_up(c: &mut Cluster, lb: &api::networking::LoadBalancerSettings) {
-    use envoy_types::pb::envoy::config::cluster::v3::cluster::{
+    use envoy_api::pb::envoy::config::cluster::v3::cluster::{
         LeastRequestLbConfig, RoundRobinLbConfig, SlowStartConfig,
     };
-    use envoy_types::pb::envoy::config::core::v3::RuntimeDouble;
+    use envoy_api::pb::envoy::config::core::v3::RuntimeDouble;
     let slow_start = match (&lb.warmup, &lb.warmup_duration_secs) {
         (Some(w), _) => SlowStartConfig {
             slow_start_window: super::optional_duration(w.duration.as_deref()),
@@ -477,7 +477,7 @@ fn warm_up(c: &mut Cluster, lb: &api::networking::LoadBalancerSettings) {
                 // No runtime key is meant: istiod writes one Envoy cannot look up.
                 runtime_key: "(".into(),
             }),
-            min_weight_percent: Some(envoy_types::pb::envoy::r#type::v3::Percent {
+            min_weight_percent: Some(envoy_api::pb::envoy::r#type::v3::Percent {
                 value: w.minimum_percent.unwrap_or(10.0),
             }),
         },

@@ -4,13 +4,13 @@
 //! does. Only a gateway that proved its identity (the secure port) gets either: a private
 //! key never goes to a connection without one.
 
-use envoy_types::pb::envoy::config::listener::v3::{FilterChain, FilterChainMatch};
-use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
+use envoy_api::pb::envoy::config::listener::v3::{FilterChain, FilterChainMatch};
+use envoy_api::pb::envoy::extensions::transport_sockets::tls::v3::{
     CommonTlsContext, DownstreamTlsContext, SdsSecretConfig, Secret,
     common_tls_context::ValidationContextType,
 };
-use envoy_types::pb::google::protobuf::BoolValue;
-use envoy_types::util::pack_any;
+use envoy_api::pb::google::protobuf::BoolValue;
+use envoy_api::util::pack_any;
 
 use super::ads_config_source;
 use super::tls::{certificate_secret, tls_transport_socket, validation_secret};
@@ -191,7 +191,7 @@ pub(super) fn ads_secret(name: String) -> SdsSecretConfig {
 pub fn https_chain(
     hosts: &[String],
     tls: &ServerTls,
-    filters: Vec<envoy_types::pb::envoy::config::listener::v3::Filter>,
+    filters: Vec<envoy_api::pb::envoy::config::listener::v3::Filter>,
 ) -> FilterChain {
     let mut server_names: Vec<String> = hosts
         .iter()

@@ -3,15 +3,15 @@
 
 use std::collections::BTreeMap;
 
-use envoy_types::pb::envoy::config::core::v3::{
+use envoy_api::pb::envoy::config::core::v3::{
     Address, HealthStatus, Locality as PbLocality, Metadata, SocketAddress, address,
     socket_address::PortSpecifier,
 };
-use envoy_types::pb::envoy::config::endpoint::v3::{
+use envoy_api::pb::envoy::config::endpoint::v3::{
     ClusterLoadAssignment, Endpoint as PbEndpoint, LbEndpoint, LocalityLbEndpoints,
     lb_endpoint::HostIdentifier,
 };
-use envoy_types::pb::google::protobuf::UInt32Value;
+use envoy_api::pb::google::protobuf::UInt32Value;
 
 use model::{Endpoint, Locality, Service};
 

@@ -17,27 +17,27 @@
 
 use std::collections::BTreeMap;
 
-use envoy_types::pb::envoy::config::core::v3::{
+use envoy_api::pb::envoy::config::core::v3::{
     ApiVersion, GrpcService, HeaderValue, HttpUri, grpc_service, http_uri,
 };
-use envoy_types::pb::envoy::config::listener::v3::{Filter, filter::ConfigType};
-use envoy_types::pb::envoy::config::rbac::v3::{
+use envoy_api::pb::envoy::config::listener::v3::{Filter, filter::ConfigType};
+use envoy_api::pb::envoy::config::rbac::v3::{
     Permission, Policy, Principal, Rbac, permission, principal, rbac::Action,
 };
-use envoy_types::pb::envoy::extensions::filters::http::ext_authz::v3::{
+use envoy_api::pb::envoy::extensions::filters::http::ext_authz::v3::{
     AuthorizationRequest, AuthorizationResponse, BufferSettings, ExtAuthz, HttpService,
     ext_authz::Services,
 };
-use envoy_types::pb::envoy::extensions::filters::network::ext_authz::v3::ExtAuthz as TcpExtAuthz;
-use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+use envoy_api::pb::envoy::extensions::filters::network::ext_authz::v3::ExtAuthz as TcpExtAuthz;
+use envoy_api::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
     HttpFilter, http_filter,
 };
-use envoy_types::pb::envoy::r#type::matcher::v3::{
+use envoy_api::pb::envoy::r#type::matcher::v3::{
     ListStringMatcher, MetadataMatcher, StringMatcher, ValueMatcher, metadata_matcher,
     string_matcher::MatchPattern, value_matcher,
 };
-use envoy_types::pb::envoy::r#type::v3::HttpStatus;
-use envoy_types::util::pack_any;
+use envoy_api::pb::envoy::r#type::v3::HttpStatus;
+use envoy_api::util::pack_any;
 
 use super::{authz, outbound_cluster_name};
 use crate::canonical;
@@ -408,7 +408,7 @@ pub fn network_filters(
 
 #[cfg(test)]
 mod tests {
-    use envoy_types::pb::envoy::r#type::v3::StatusCode;
+    use envoy_api::pb::envoy::r#type::v3::StatusCode;
 
     #[test]
     fn the_models_status_codes_are_envoys() {

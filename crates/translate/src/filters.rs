@@ -5,24 +5,24 @@
 //! `typed_per_filter_config`. And the gRPC statistics filter istiod puts in every
 //! connection manager.
 
-use envoy_types::pb::envoy::config::core::v3::RuntimeFractionalPercent;
-use envoy_types::pb::envoy::extensions::filters::common::fault::v3::{
+use envoy_api::pb::envoy::config::core::v3::RuntimeFractionalPercent;
+use envoy_api::pb::envoy::extensions::filters::common::fault::v3::{
     FaultDelay, fault_delay::FaultDelaySecifier,
 };
-use envoy_types::pb::envoy::extensions::filters::http::cors::v3::{
+use envoy_api::pb::envoy::extensions::filters::http::cors::v3::{
     Cors, CorsPolicy as EnvoyCorsPolicy,
 };
-use envoy_types::pb::envoy::extensions::filters::http::fault::v3::{
+use envoy_api::pb::envoy::extensions::filters::http::fault::v3::{
     FaultAbort, HttpFault, fault_abort::ErrorType,
 };
-use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+use envoy_api::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
     HttpFilter, http_filter,
 };
-use envoy_types::pb::envoy::r#type::matcher::v3::{StringMatcher, string_matcher::MatchPattern};
-use envoy_types::pb::envoy::r#type::v3::{FractionalPercent, fractional_percent::DenominatorType};
-use envoy_types::pb::google::protobuf::Any;
-use envoy_types::pb::google::protobuf::BoolValue;
-use envoy_types::util::pack_any;
+use envoy_api::pb::envoy::r#type::matcher::v3::{StringMatcher, string_matcher::MatchPattern};
+use envoy_api::pb::envoy::r#type::v3::{FractionalPercent, fractional_percent::DenominatorType};
+use envoy_api::pb::google::protobuf::Any;
+use envoy_api::pb::google::protobuf::BoolValue;
+use envoy_api::util::pack_any;
 
 use super::optional_duration;
 use api::networking::{CorsPolicy, HttpFaultInjection, Percent, StringMatch};
@@ -38,7 +38,7 @@ pub const CORS_FILTER: &str = "envoy.filters.http.cors";
 /// names, which untrusted clients could multiply), and the filter state that counts a
 /// stream's messages.
 pub fn grpc_stats() -> HttpFilter {
-    use envoy_types::pb::envoy::extensions::filters::http::grpc_stats::v3::{
+    use envoy_api::pb::envoy::extensions::filters::http::grpc_stats::v3::{
         FilterConfig, filter_config::PerMethodStatSpecifier,
     };
     HttpFilter {

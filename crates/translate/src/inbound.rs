@@ -12,32 +12,32 @@
 //! `x-forwarded-client-cert` to the application and routes to the `inbound|PORT||`
 //! cluster of the ingress `defaultEndpoint`.
 
-use envoy_types::pb::envoy::config::cluster::v3::cluster::LbPolicy;
-use envoy_types::pb::envoy::config::cluster::v3::{
+use envoy_api::pb::envoy::config::cluster::v3::cluster::LbPolicy;
+use envoy_api::pb::envoy::config::cluster::v3::{
     Cluster,
     cluster::{ClusterDiscoveryType, DiscoveryType},
 };
-use envoy_types::pb::envoy::config::core::v3::{Address, Pipe, TrafficDirection, address};
-use envoy_types::pb::envoy::config::core::v3::{
+use envoy_api::pb::envoy::config::core::v3::{Address, Pipe, TrafficDirection, address};
+use envoy_api::pb::envoy::config::core::v3::{
     BindConfig, SocketAddress, socket_address::PortSpecifier,
 };
-use envoy_types::pb::envoy::config::endpoint::v3::{
+use envoy_api::pb::envoy::config::endpoint::v3::{
     ClusterLoadAssignment, Endpoint, LbEndpoint, LocalityLbEndpoints, lb_endpoint::HostIdentifier,
 };
-use envoy_types::pb::envoy::config::listener::v3::{
+use envoy_api::pb::envoy::config::listener::v3::{
     Filter, FilterChain, FilterChainMatch, Listener, ListenerFilter, filter::ConfigType,
     listener_filter,
 };
-use envoy_types::pb::envoy::config::route::v3::{
+use envoy_api::pb::envoy::config::route::v3::{
     Decorator, Route, RouteAction, RouteConfiguration, RouteMatch, VirtualHost,
     route::Action,
     route_action::{ClusterSpecifier, MaxStreamDuration},
     route_match::PathSpecifier,
 };
-use envoy_types::pb::envoy::extensions::filters::http::router::v3::Router;
-use envoy_types::pb::envoy::extensions::filters::listener::original_dst::v3::OriginalDst;
-use envoy_types::pb::envoy::extensions::filters::listener::tls_inspector::v3::TlsInspector;
-use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+use envoy_api::pb::envoy::extensions::filters::http::router::v3::Router;
+use envoy_api::pb::envoy::extensions::filters::listener::original_dst::v3::OriginalDst;
+use envoy_api::pb::envoy::extensions::filters::listener::tls_inspector::v3::TlsInspector;
+use envoy_api::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
     HttpConnectionManager, HttpFilter,
     http_connection_manager::{
         CodecType, ForwardClientCertDetails, RouteSpecifier, ServerHeaderTransformation,
@@ -45,8 +45,8 @@ use envoy_types::pb::envoy::extensions::filters::network::http_connection_manage
     },
     http_filter,
 };
-use envoy_types::pb::google::protobuf::{BoolValue, UInt32Value};
-use envoy_types::util::pack_any;
+use envoy_api::pb::google::protobuf::{BoolValue, UInt32Value};
+use envoy_api::util::pack_any;
 
 use super::endpoint::socket_address;
 use super::listener::{tcp_proxy, tcp_proxy_named};
@@ -677,7 +677,7 @@ fn virtual_inbound(ctx: &PushContext, proxy: &Proxy) -> (Vec<Listener>, Vec<Clus
                 let mut c = original_dst_cluster(&cluster);
                 // Its hosts are never cleaned up, as istiod's: the application's address
                 // does not change.
-                c.cleanup_interval = Some(envoy_types::pb::google::protobuf::Duration {
+                c.cleanup_interval = Some(envoy_api::pb::google::protobuf::Duration {
                     seconds: MAX_DURATION_SECONDS,
                     nanos: 0,
                 });

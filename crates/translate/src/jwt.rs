@@ -7,17 +7,17 @@
 //! does not verify is refused (401); one without a token passes, for authorization to
 //! decide.
 
-use envoy_types::pb::envoy::config::core::v3::{DataSource, data_source};
-use envoy_types::pb::envoy::config::route::v3::{RouteMatch, route_match::PathSpecifier};
-use envoy_types::pb::envoy::extensions::filters::http::jwt_authn::v3::{
+use envoy_api::pb::envoy::config::core::v3::{DataSource, data_source};
+use envoy_api::pb::envoy::config::route::v3::{RouteMatch, route_match::PathSpecifier};
+use envoy_api::pb::envoy::extensions::filters::http::jwt_authn::v3::{
     JwtAuthentication, JwtClaimToHeader, JwtHeader, JwtProvider, JwtRequirement,
     JwtRequirementAndList, JwtRequirementOrList, RequirementRule, jwt_provider,
     jwt_requirement::RequiresType, requirement_rule::RequirementType,
 };
-use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+use envoy_api::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
     HttpFilter, http_filter,
 };
-use envoy_types::pb::google::protobuf::{Any, Empty};
+use envoy_api::pb::google::protobuf::{Any, Empty};
 use prost::Message;
 
 use model::{Proxy, ProxyKind, PushContext};

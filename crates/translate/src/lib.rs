@@ -24,16 +24,16 @@ pub mod stat_name;
 pub mod tls;
 pub mod tracing;
 
-use envoy_types::pb::envoy::config::cluster::v3::Cluster;
-use envoy_types::pb::envoy::config::core::v3::{
+use envoy_api::pb::envoy::config::cluster::v3::Cluster;
+use envoy_api::pb::envoy::config::core::v3::{
     AggregatedConfigSource, ApiVersion, CidrRange, ConfigSource, Metadata,
     config_source::ConfigSourceSpecifier,
 };
-use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
-use envoy_types::pb::envoy::config::listener::v3::Listener;
-use envoy_types::pb::envoy::config::route::v3::{RouteConfiguration, VirtualHost};
-use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::Secret;
-use envoy_types::pb::google::protobuf::{self as pbp, Struct, value::Kind as ValueKind};
+use envoy_api::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
+use envoy_api::pb::envoy::config::listener::v3::Listener;
+use envoy_api::pb::envoy::config::route::v3::{RouteConfiguration, VirtualHost};
+use envoy_api::pb::envoy::extensions::transport_sockets::tls::v3::Secret;
+use envoy_api::pb::google::protobuf::{self as pbp, Struct, value::Kind as ValueKind};
 
 use std::sync::Arc;
 
@@ -264,7 +264,7 @@ pub(crate) fn per_side<T: Clone>(proxy: &Proxy, side: impl Fn(&str) -> T) -> (T,
 /// Whether a listener of `direction` (its `traffic_direction`) takes inbound traffic, and
 /// so the server side of [`per_side`].
 pub(crate) fn is_inbound(direction: i32) -> bool {
-    direction == envoy_types::pb::envoy::config::core::v3::TrafficDirection::Inbound as i32
+    direction == envoy_api::pb::envoy::config::core::v3::TrafficDirection::Inbound as i32
 }
 
 pub fn duration(d: std::time::Duration) -> pbp::Duration {

@@ -10,14 +10,14 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use envoy_types::pb::envoy::config::core::v3::TrafficDirection;
-use envoy_types::pb::envoy::config::listener::v3::{
+use envoy_api::pb::envoy::config::core::v3::TrafficDirection;
+use envoy_api::pb::envoy::config::listener::v3::{
     Filter, FilterChain, FilterChainMatch, Listener, ListenerFilter, filter::ConfigType,
     listener_filter,
 };
-use envoy_types::pb::envoy::extensions::filters::http::router::v3::Router;
-use envoy_types::pb::envoy::extensions::filters::listener::tls_inspector::v3::TlsInspector;
-use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+use envoy_api::pb::envoy::extensions::filters::http::router::v3::Router;
+use envoy_api::pb::envoy::extensions::filters::listener::tls_inspector::v3::TlsInspector;
+use envoy_api::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
     HttpConnectionManager, HttpFilter, Rds,
     http_connection_manager::{
         CodecType, PathWithEscapedSlashesAction, RouteSpecifier, ServerHeaderTransformation,
@@ -25,18 +25,18 @@ use envoy_types::pb::envoy::extensions::filters::network::http_connection_manage
     },
     http_filter,
 };
-use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{
+use envoy_api::pb::envoy::extensions::filters::network::tcp_proxy::v3::{
     TcpProxy,
     tcp_proxy::{
         ClusterSpecifier, TunnelingConfig, WeightedCluster as TcpWeightedCluster,
         weighted_cluster::ClusterWeight as TcpClusterWeight,
     },
 };
-use envoy_types::pb::envoy::r#type::v3::{
+use envoy_api::pb::envoy::r#type::v3::{
     HashPolicy as TcpHashPolicy, hash_policy::PolicySpecifier as TcpHashSpecifier,
 };
-use envoy_types::pb::google::protobuf::BoolValue;
-use envoy_types::util::pack_any;
+use envoy_api::pb::google::protobuf::BoolValue;
+use envoy_api::util::pack_any;
 
 use super::endpoint::socket_address;
 use super::stat_name;

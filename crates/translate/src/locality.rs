@@ -541,9 +541,9 @@ mod tests {
                     .lb_endpoints
                     .iter()
                     .map(|e| match &e.host_identifier {
-                        Some(envoy_types::pb::envoy::config::endpoint::v3::lb_endpoint::HostIdentifier::Endpoint(ep)) => {
+                        Some(envoy_api::pb::envoy::config::endpoint::v3::lb_endpoint::HostIdentifier::Endpoint(ep)) => {
                             match &ep.address.as_ref().unwrap().address {
-                                Some(envoy_types::pb::envoy::config::core::v3::address::Address::SocketAddress(s)) => s.address.clone(),
+                                Some(envoy_api::pb::envoy::config::core::v3::address::Address::SocketAddress(s)) => s.address.clone(),
                                 _ => unreachable!(),
                             }
                         }

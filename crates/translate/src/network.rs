@@ -19,10 +19,10 @@
 
 use std::collections::BTreeMap;
 
-use envoy_types::pb::envoy::config::endpoint::v3::{
+use envoy_api::pb::envoy::config::endpoint::v3::{
     Endpoint as PbEndpoint, LbEndpoint, lb_endpoint::HostIdentifier,
 };
-use envoy_types::pb::google::protobuf::UInt32Value;
+use envoy_api::pb::google::protobuf::UInt32Value;
 
 use super::endpoint::{Group, is_mtls, istio_mtls_metadata, socket_address};
 use super::locality::Place;
@@ -159,12 +159,12 @@ mod tests {
                 let Some(HostIdentifier::Endpoint(ep)) = &e.host_identifier else {
                     panic!("an address")
                 };
-                let Some(envoy_types::pb::envoy::config::core::v3::address::Address::SocketAddress(a)) =
+                let Some(envoy_api::pb::envoy::config::core::v3::address::Address::SocketAddress(a)) =
                     ep.address.as_ref().and_then(|a| a.address.as_ref())
                 else {
                     panic!("a socket address")
                 };
-                let Some(envoy_types::pb::envoy::config::core::v3::socket_address::PortSpecifier::PortValue(port)) = a.port_specifier else {
+                let Some(envoy_api::pb::envoy::config::core::v3::socket_address::PortSpecifier::PortValue(port)) = a.port_specifier else {
                     panic!("a port")
                 };
                 (format!("{}:{port}", a.address), e.load_balancing_weight.as_ref().unwrap().value)

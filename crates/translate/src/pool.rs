@@ -5,23 +5,23 @@
 //! The pool also sets TCP keepalive and the upstream HTTP protocol (`h2UpgradePolicy`,
 //! `useClientProtocol`, `maxConcurrentStreams`).
 
-use envoy_types::pb::envoy::config::cluster::v3::{
+use envoy_api::pb::envoy::config::cluster::v3::{
     CircuitBreakers, Cluster, OutlierDetection as EnvoyOutlierDetection, UpstreamConnectionOptions,
     circuit_breakers::Thresholds, cluster::CommonLbConfig,
 };
-use envoy_types::pb::envoy::config::core::v3::{
+use envoy_api::pb::envoy::config::core::v3::{
     Http2ProtocolOptions, HttpProtocolOptions as CommonHttpProtocolOptions,
     TcpKeepalive as EnvoyTcpKeepalive,
 };
-use envoy_types::pb::envoy::extensions::upstreams::http::v3::{
+use envoy_api::pb::envoy::extensions::upstreams::http::v3::{
     HttpProtocolOptions,
     http_protocol_options::{
         ExplicitHttpConfig, UpstreamProtocolOptions, UseDownstreamHttpConfig,
         explicit_http_config::ProtocolConfig,
     },
 };
-use envoy_types::pb::envoy::r#type::v3::Percent;
-use envoy_types::pb::google::protobuf::UInt32Value;
+use envoy_api::pb::envoy::r#type::v3::Percent;
+use envoy_api::pb::google::protobuf::UInt32Value;
 
 use super::optional_duration;
 use api::networking::{ConnectionPoolSettings, OutlierDetection, TcpKeepalive};
@@ -31,7 +31,7 @@ use model::mesh::MeshConfig;
 const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// MeshConfig's `connectTimeout`, else 10s (validation refuses one that does not parse).
-pub fn mesh_connect_timeout(mesh: &MeshConfig) -> envoy_types::pb::google::protobuf::Duration {
+pub fn mesh_connect_timeout(mesh: &MeshConfig) -> envoy_api::pb::google::protobuf::Duration {
     let parsed = mesh.connect_timeout.as_deref().map(api::duration::parse);
     super::duration(parsed.and_then(Result::ok).unwrap_or(CONNECT_TIMEOUT))
 }
@@ -213,7 +213,7 @@ pub fn use_downstream() -> UpstreamProtocolOptions {
 }
 
 fn use_downstream_with(
-    http1: envoy_types::pb::envoy::config::core::v3::Http1ProtocolOptions,
+    http1: envoy_api::pb::envoy::config::core::v3::Http1ProtocolOptions,
 ) -> UpstreamProtocolOptions {
     UpstreamProtocolOptions::UseDownstreamProtocolConfig(UseDownstreamHttpConfig {
         http_protocol_options: Some(http1),
@@ -228,12 +228,12 @@ pub fn attach_http(c: &mut Cluster, http: Option<HttpProtocolOptions>) {
     if let Some(mut opts) = http {
         opts.upstream_protocol_options.get_or_insert_with(|| {
             explicit(ProtocolConfig::HttpProtocolOptions(
-                envoy_types::pb::envoy::config::core::v3::Http1ProtocolOptions::default(),
+                envoy_api::pb::envoy::config::core::v3::Http1ProtocolOptions::default(),
             ))
         });
         c.typed_extension_protocol_options.insert(
             "envoy.extensions.upstreams.http.v3.HttpProtocolOptions".into(),
-            envoy_types::util::pack_any(opts),
+            envoy_api::util::pack_any(opts),
         );
     }
 }

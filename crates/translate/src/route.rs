@@ -6,11 +6,11 @@
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
-use envoy_types::pb::envoy::config::core::v3::{
+use envoy_api::pb::envoy::config::core::v3::{
     DataSource, HeaderValue, HeaderValueOption, RuntimeFractionalPercent, data_source::Specifier,
     header_value_option::HeaderAppendAction,
 };
-use envoy_types::pb::envoy::config::route::v3::{
+use envoy_api::pb::envoy::config::route::v3::{
     Decorator, DirectResponseAction, HeaderMatcher, QueryParameterMatcher, RedirectAction,
     RetryPolicy, Route, RouteAction, RouteConfiguration, RouteMatch, Vhds, VirtualHost,
     WeightedCluster,
@@ -27,12 +27,12 @@ use envoy_types::pb::envoy::config::route::v3::{
     route_match::PathSpecifier,
     weighted_cluster::ClusterWeight,
 };
-use envoy_types::pb::envoy::extensions::retry::host::previous_hosts::v3::PreviousHostsPredicate;
-use envoy_types::pb::envoy::r#type::matcher::v3::{
+use envoy_api::pb::envoy::extensions::retry::host::previous_hosts::v3::PreviousHostsPredicate;
+use envoy_api::pb::envoy::r#type::matcher::v3::{
     RegexMatchAndSubstitute, RegexMatcher, StringMatcher, string_matcher::MatchPattern,
 };
-use envoy_types::pb::google::protobuf::{BoolValue, UInt32Value};
-use envoy_types::util::pack_any;
+use envoy_api::pb::google::protobuf::{BoolValue, UInt32Value};
+use envoy_api::util::pack_any;
 
 use super::listener::RouteServices;
 use super::{duration, istio_metadata, optional_duration, outbound_cluster_name, string_value};

@@ -11,19 +11,19 @@
 //! `envoy.network.application_protocols` instead, which the router hands to the upstream
 //! TLS handshake as its ALPN.
 
-use envoy_types::pb::envoy::config::core::v3::{
+use envoy_api::pb::envoy::config::core::v3::{
     DataSource, SubstitutionFormatString, data_source, substitution_format_string,
 };
-use envoy_types::pb::envoy::config::listener::v3::{ListenerFilter, listener_filter};
-use envoy_types::pb::envoy::extensions::filters::common::set_filter_state::v3::{
+use envoy_api::pb::envoy::config::listener::v3::{ListenerFilter, listener_filter};
+use envoy_api::pb::envoy::extensions::filters::common::set_filter_state::v3::{
     FilterStateValue, filter_state_value,
 };
-use envoy_types::pb::envoy::extensions::filters::http::set_filter_state::v3::Config as SetFilterState;
-use envoy_types::pb::envoy::extensions::filters::listener::http_inspector::v3::HttpInspector;
-use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+use envoy_api::pb::envoy::extensions::filters::http::set_filter_state::v3::Config as SetFilterState;
+use envoy_api::pb::envoy::extensions::filters::listener::http_inspector::v3::HttpInspector;
+use envoy_api::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
     HttpFilter, http_filter,
 };
-use envoy_types::util::pack_any;
+use envoy_api::util::pack_any;
 
 /// What the HTTP inspector reports for plaintext HTTP (istiod's `plaintextHTTPALPNs`,
 /// without HTTP/1.0, which istiod matches only with `PILOT_HTTP10`).

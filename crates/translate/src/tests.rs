@@ -1,9 +1,9 @@
 //! Table tests of the translation: names, domains, defaults and scoping as istiod emits them.
 
-use envoy_types::pb::envoy::config::route::v3::{
+use envoy_api::pb::envoy::config::route::v3::{
     RouteConfiguration, route::Action, route_action::ClusterSpecifier,
 };
-use envoy_types::pb::envoy::extensions::upstreams::http::v3::{
+use envoy_api::pb::envoy::extensions::upstreams::http::v3::{
     HttpProtocolOptions,
     http_protocol_options::{
         ExplicitHttpConfig, UpstreamProtocolOptions, explicit_http_config::ProtocolConfig,
@@ -385,9 +385,8 @@ spec:
     assert_eq!(
         dns.cluster_discovery_type,
         Some(
-            envoy_types::pb::envoy::config::cluster::v3::cluster::ClusterDiscoveryType::Type(
-                envoy_types::pb::envoy::config::cluster::v3::cluster::DiscoveryType::StrictDns
-                    as i32
+            envoy_api::pb::envoy::config::cluster::v3::cluster::ClusterDiscoveryType::Type(
+                envoy_api::pb::envoy::config::cluster::v3::cluster::DiscoveryType::StrictDns as i32
             )
         )
     );
@@ -416,13 +415,12 @@ spec:
         ("us-east", "zone-a", "rack-1")
     );
     assert_eq!(group.load_balancing_weight.as_ref().unwrap().value, 3);
-    let Some(envoy_types::pb::envoy::config::endpoint::v3::lb_endpoint::HostIdentifier::Endpoint(
-        ep,
-    )) = &group.lb_endpoints[0].host_identifier
+    let Some(envoy_api::pb::envoy::config::endpoint::v3::lb_endpoint::HostIdentifier::Endpoint(ep)) =
+        &group.lb_endpoints[0].host_identifier
     else {
         panic!()
     };
-    let Some(envoy_types::pb::envoy::config::core::v3::address::Address::SocketAddress(sa)) =
+    let Some(envoy_api::pb::envoy::config::core::v3::address::Address::SocketAddress(sa)) =
         &ep.address.as_ref().unwrap().address
     else {
         panic!()
@@ -431,9 +429,7 @@ spec:
     assert_eq!(
         sa.port_specifier,
         Some(
-            envoy_types::pb::envoy::config::core::v3::socket_address::PortSpecifier::PortValue(
-                18080
-            )
+            envoy_api::pb::envoy::config::core::v3::socket_address::PortSpecifier::PortValue(18080)
         )
     );
     let vh = cfg
@@ -560,12 +556,12 @@ spec:
         panic!("{blocked:?}")
     };
     assert_eq!(dr.status, 502);
-    use envoy_types::pb::envoy::config::listener::v3::filter::ConfigType;
-    use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{
+    use envoy_api::pb::envoy::config::listener::v3::filter::ConfigType;
+    use envoy_api::pb::envoy::extensions::filters::network::tcp_proxy::v3::{
         TcpProxy, tcp_proxy::ClusterSpecifier as TcpCluster,
     };
     use prost::Message;
-    let to = |outbound: &envoy_types::pb::envoy::config::listener::v3::Listener| {
+    let to = |outbound: &envoy_api::pb::envoy::config::listener::v3::Listener| {
         let Some(ConfigType::TypedConfig(any)) = &outbound.filter_chains[0].filters[0].config_type
         else {
             panic!()
@@ -608,11 +604,11 @@ spec:
 fn cluster<'a>(
     cfg: &'a ProxyConfig,
     name: &str,
-) -> &'a envoy_types::pb::envoy::config::cluster::v3::Cluster {
+) -> &'a envoy_api::pb::envoy::config::cluster::v3::Cluster {
     cfg.clusters.iter().find(|c| c.name == name).unwrap()
 }
 
-fn thresholds(c: &envoy_types::pb::envoy::config::cluster::v3::Cluster) -> [u32; 4] {
+fn thresholds(c: &envoy_api::pb::envoy::config::cluster::v3::Cluster) -> [u32; 4] {
     let t = &c.circuit_breakers.as_ref().unwrap().thresholds[0];
     assert!(t.track_remaining, "{}", c.name);
     [
@@ -685,8 +681,7 @@ fn outlier_detection_ejects_on_consecutive_errors_only_and_a_subset_policy_merge
     let cfg = proxy_config(&context(RATINGS_POOL), &sidecar("shop", json!({})));
     let ratings = cluster(&cfg, "outbound|9080||ratings.other.svc.cluster.local");
     let od = ratings.outlier_detection.as_ref().unwrap();
-    let v =
-        |x: &Option<envoy_types::pb::google::protobuf::UInt32Value>| x.as_ref().map(|x| x.value);
+    let v = |x: &Option<envoy_api::pb::google::protobuf::UInt32Value>| x.as_ref().map(|x| x.value);
     assert_eq!(
         v(&od.enforcing_success_rate),
         Some(0),
@@ -709,7 +704,7 @@ fn outlier_detection_ejects_on_consecutive_errors_only_and_a_subset_policy_merge
     assert_eq!(v(&od.max_ejection_percent), Some(40));
     assert!(!od.split_external_local_origin_errors);
     // minHealthPercent unset: the panic threshold is 0 (Envoy's default of 50 is off).
-    let panic = |c: &envoy_types::pb::envoy::config::cluster::v3::Cluster| {
+    let panic = |c: &envoy_api::pb::envoy::config::cluster::v3::Cluster| {
         c.common_lb_config
             .as_ref()
             .unwrap()
@@ -730,7 +725,7 @@ fn outlier_detection_ejects_on_consecutive_errors_only_and_a_subset_policy_merge
 
 /// The upstream HTTP protocol options of a cluster, if it has any.
 fn http_options(
-    c: &envoy_types::pb::envoy::config::cluster::v3::Cluster,
+    c: &envoy_api::pb::envoy::config::cluster::v3::Cluster,
 ) -> Option<HttpProtocolOptions> {
     let any = c
         .typed_extension_protocol_options
@@ -766,7 +761,7 @@ spec:
 
 #[test]
 fn port_level_settings_replace_the_rules_policy_on_their_port_and_subsets_merge_over_them() {
-    use envoy_types::pb::envoy::config::cluster::v3::cluster::{LbConfig, LbPolicy};
+    use envoy_api::pb::envoy::config::cluster::v3::cluster::{LbConfig, LbPolicy};
     let cfg = proxy_config(&context(RATINGS_PORTS), &sidecar("shop", json!({})));
     let h = "ratings.other.svc.cluster.local";
     // 5432: the rule's own pool, with TCP keepalive in whole seconds, and its outlier
@@ -779,7 +774,7 @@ fn port_level_settings_replace_the_rules_policy_on_their_port_and_subsets_merge_
         .unwrap()
         .tcp_keepalive
         .unwrap();
-    let v = |x: Option<envoy_types::pb::google::protobuf::UInt32Value>| x.map(|x| x.value);
+    let v = |x: Option<envoy_api::pb::google::protobuf::UInt32Value>| x.map(|x| x.value);
     assert_eq!(
         (
             v(ka.keepalive_time),
@@ -824,8 +819,8 @@ fn port_level_settings_replace_the_rules_policy_on_their_port_and_subsets_merge_
 
 #[test]
 fn a_consistent_hash_hashes_the_routes_to_its_port_and_retries_on_the_same_host() {
-    use envoy_types::pb::envoy::config::cluster::v3::cluster::{LbConfig, LbPolicy};
-    use envoy_types::pb::envoy::config::route::v3::route_action::hash_policy::PolicySpecifier;
+    use envoy_api::pb::envoy::config::cluster::v3::cluster::{LbConfig, LbPolicy};
+    use envoy_api::pb::envoy::config::route::v3::route_action::hash_policy::PolicySpecifier;
     let hashed = r#"
 apiVersion: networking.istio.io/v1
 kind: DestinationRule
@@ -871,7 +866,7 @@ spec:
         .unwrap()
         .virtual_hosts;
     let vh = |name: &str| vhosts.iter().find(|v| v.name == name).unwrap();
-    let action = |r: &envoy_types::pb::envoy::config::route::v3::Route| match &r.action {
+    let action = |r: &envoy_api::pb::envoy::config::route::v3::Route| match &r.action {
         Some(Action::Route(a)) => a.clone(),
         other => panic!("{other:?}"),
     };
@@ -907,10 +902,10 @@ spec:
 
 #[test]
 fn tls_origination_names_the_files_over_sds_for_an_agent_and_as_files_otherwise() {
-    use envoy_types::pb::envoy::config::core::v3::{
+    use envoy_api::pb::envoy::config::core::v3::{
         data_source::Specifier, transport_socket::ConfigType,
     };
-    use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
+    use envoy_api::pb::envoy::extensions::transport_sockets::tls::v3::{
         UpstreamTlsContext, common_tls_context::ValidationContextType,
     };
     let rule = r#"
@@ -926,7 +921,7 @@ spec:
       tls: {mode: SIMPLE, sni: db.example.com, insecureSkipVerify: true}
 "#;
     let ctx = context(rule);
-    let context_of = |c: &envoy_types::pb::envoy::config::cluster::v3::Cluster| {
+    let context_of = |c: &envoy_api::pb::envoy::config::cluster::v3::Cluster| {
         let socket = c.transport_socket.as_ref().expect("a TLS transport socket");
         let Some(ConfigType::TypedConfig(any)) = &socket.config_type else {
             panic!()
@@ -978,7 +973,7 @@ spec:
     let tls = context_of(cluster(&cfg, &format!("outbound|9080||{h}")))
         .common_tls_context
         .unwrap();
-    let file = |d: &Option<envoy_types::pb::envoy::config::core::v3::DataSource>| match d
+    let file = |d: &Option<envoy_api::pb::envoy::config::core::v3::DataSource>| match d
         .as_ref()
         .and_then(|d| d.specifier.as_ref())
     {
@@ -997,8 +992,8 @@ spec:
 
 #[test]
 fn tcp_routes_pick_the_first_fitting_route_and_name_stats_as_istiod() {
-    use envoy_types::pb::envoy::config::listener::v3::filter::ConfigType;
-    use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{
+    use envoy_api::pb::envoy::config::listener::v3::filter::ConfigType;
+    use envoy_api::pb::envoy::extensions::filters::network::tcp_proxy::v3::{
         TcpProxy, tcp_proxy::ClusterSpecifier as TcpCluster,
     };
     use prost::Message;
@@ -1042,8 +1037,8 @@ fn tcp_routes_pick_the_first_fitting_route_and_name_stats_as_istiod() {
 
 #[test]
 fn a_tunnel_is_the_subsets_own_for_a_subset_and_the_rules_otherwise() {
-    use envoy_types::pb::envoy::config::listener::v3::filter::ConfigType;
-    use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::TcpProxy;
+    use envoy_api::pb::envoy::config::listener::v3::filter::ConfigType;
+    use envoy_api::pb::envoy::extensions::filters::network::tcp_proxy::v3::TcpProxy;
     use prost::Message;
     let ctx = context(
         "apiVersion: v1\nkind: Service\nmetadata: {name: db, namespace: shop}\nspec:\n  clusterIP: 10.96.0.50\n  ports: [{name: tcp, port: 5432}]\n---\napiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: db, namespace: shop}\nspec:\n  host: db\n  trafficPolicy:\n    tunnel: {targetHost: 'fd00::1', targetPort: 5432}\n  subsets:\n  - {name: v1, labels: {v: '1'}, trafficPolicy: {tunnel: {protocol: POST, targetHost: db.example.com, targetPort: 15432}}}\n  - {name: v2, labels: {v: '2'}}\n---\napiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: db, namespace: shop}\nspec:\n  hosts: [db]\n  tcp:\n  - match: [{sourceLabels: {app: one}}]\n    route: [{destination: {host: db, subset: v1}}]\n  - match: [{sourceLabels: {app: two}}]\n    route: [{destination: {host: db, subset: v2}}]\n  - route: [{destination: {host: db}}]\n",
@@ -1070,10 +1065,10 @@ fn a_tunnel_is_the_subsets_own_for_a_subset_and_the_rules_otherwise() {
 /// The cluster each chain of a listener forwards to (one tcp_proxy each): its SNI names,
 /// then the cluster; the default chain last, with no names.
 fn chains_to_clusters(
-    l: &envoy_types::pb::envoy::config::listener::v3::Listener,
+    l: &envoy_api::pb::envoy::config::listener::v3::Listener,
 ) -> Vec<(Vec<String>, String)> {
-    use envoy_types::pb::envoy::config::listener::v3::filter::ConfigType;
-    use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{
+    use envoy_api::pb::envoy::config::listener::v3::filter::ConfigType;
+    use envoy_api::pb::envoy::extensions::filters::network::tcp_proxy::v3::{
         TcpProxy, tcp_proxy::ClusterSpecifier as TcpCluster,
     };
     use prost::Message;
@@ -1098,7 +1093,7 @@ fn chains_to_clusters(
         .collect()
 }
 
-fn has_tls_inspector(l: &envoy_types::pb::envoy::config::listener::v3::Listener) -> bool {
+fn has_tls_inspector(l: &envoy_api::pb::envoy::config::listener::v3::Listener) -> bool {
     (l.listener_filters.iter()).any(|f| f.name == "envoy.filters.listener.tls_inspector")
 }
 
@@ -1197,8 +1192,8 @@ fn a_passthrough_gateway_server_forwards_by_sni_from_bound_tls_routes() {
 
 #[test]
 fn a_tcp_proxy_takes_its_destination_rules_idle_timeout_duration_and_source_ip_hash() {
-    use envoy_types::pb::envoy::config::listener::v3::filter::ConfigType;
-    use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::TcpProxy;
+    use envoy_api::pb::envoy::config::listener::v3::filter::ConfigType;
+    use envoy_api::pb::envoy::extensions::filters::network::tcp_proxy::v3::TcpProxy;
     use prost::Message;
     let db = "apiVersion: v1\nkind: Service\nmetadata: {name: db, namespace: shop}\nspec:\n  clusterIP: 10.96.0.50\n  ports: [{name: tcp, port: 5432}]\n---\napiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: db, namespace: shop}\nspec:\n  host: db\n  trafficPolicy:\n    connectionPool: {tcp: {idleTimeout: 30s, maxConnectionDuration: 1h}}\n    loadBalancer: {consistentHash: {useSourceIp: true}}\n  subsets:\n  - {name: v1, labels: {version: v1}, trafficPolicy: {loadBalancer: {simple: ROUND_ROBIN}}}\n  - {name: v2, labels: {version: v2}}\n";
     let tcp_proxy = |extra: &str| {
@@ -1219,7 +1214,7 @@ fn a_tcp_proxy_takes_its_destination_rules_idle_timeout_duration_and_source_ip_h
             "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: db, namespace: shop}}\nspec:\n  hosts: [db]\n  tcp:\n  - route: [{{destination: {{host: db, subset: {subset}}}}}]\n"
         )
     };
-    let seconds = |d: Option<envoy_types::pb::google::protobuf::Duration>| d.map(|d| d.seconds);
+    let seconds = |d: Option<envoy_api::pb::google::protobuf::Duration>| d.map(|d| d.seconds);
     // The service's own chain and a route to a subset without a load balancer of its own.
     for tp in [tcp_proxy(""), tcp_proxy(&route("v2"))] {
         assert_eq!(seconds(tp.idle_timeout), Some(30));
@@ -1234,9 +1229,9 @@ fn a_tcp_proxy_takes_its_destination_rules_idle_timeout_duration_and_source_ip_h
 
 #[test]
 fn idle_timeout_metadata_sets_connection_managers_and_tcp_proxies_without_a_rules() {
-    use envoy_types::pb::envoy::config::listener::v3::filter::ConfigType;
-    use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpConnectionManager;
-    use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::TcpProxy;
+    use envoy_api::pb::envoy::config::listener::v3::filter::ConfigType;
+    use envoy_api::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpConnectionManager;
+    use envoy_api::pb::envoy::extensions::filters::network::tcp_proxy::v3::TcpProxy;
     use prost::Message;
     let ctx = context(
         "apiVersion: v1\nkind: Service\nmetadata: {name: db, namespace: shop}\nspec:\n  clusterIP: 10.96.0.50\n  ports: [{name: tcp, port: 5432}]\n---\napiVersion: v1\nkind: Service\nmetadata: {name: cache, namespace: shop}\nspec:\n  clusterIP: 10.96.0.51\n  ports: [{name: tcp, port: 6379}]\n---\napiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: db, namespace: shop}\nspec:\n  host: db\n  trafficPolicy: {connectionPool: {tcp: {idleTimeout: 30s}}}\n",
@@ -1313,8 +1308,8 @@ fn a_wildcard_host_destination_rule_applies_where_no_more_specific_rule_does() {
 
 #[test]
 fn a_route_with_a_fault_carries_it_and_connection_managers_hold_the_fault_filter() {
-    use envoy_types::pb::envoy::extensions::filters::common::fault::v3::fault_delay::FaultDelaySecifier;
-    use envoy_types::pb::envoy::extensions::filters::http::fault::v3::{
+    use envoy_api::pb::envoy::extensions::filters::common::fault::v3::fault_delay::FaultDelaySecifier;
+    use envoy_api::pb::envoy::extensions::filters::http::fault::v3::{
         HttpFault, fault_abort::ErrorType,
     };
     use prost::Message;
@@ -1356,12 +1351,12 @@ fn a_route_with_a_fault_carries_it_and_connection_managers_hold_the_fault_filter
         .iter()
         .find(|l| l.name == "0.0.0.0_9080")
         .unwrap();
-    let Some(envoy_types::pb::envoy::config::listener::v3::filter::ConfigType::TypedConfig(any)) =
+    let Some(envoy_api::pb::envoy::config::listener::v3::filter::ConfigType::TypedConfig(any)) =
         &l.filter_chains[0].filters[0].config_type
     else {
         panic!("{l:?}")
     };
-    let hcm = envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpConnectionManager::decode(any.value.as_slice()).unwrap();
+    let hcm = envoy_api::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpConnectionManager::decode(any.value.as_slice()).unwrap();
     let names: Vec<&str> = hcm.http_filters.iter().map(|f| f.name.as_str()).collect();
     assert_eq!(
         names,
@@ -1422,8 +1417,8 @@ fn mirrors_copy_their_share_of_a_routes_requests_to_their_cluster() {
 
 #[test]
 fn a_cors_policy_becomes_the_routes_cors_filter_config() {
-    use envoy_types::pb::envoy::extensions::filters::http::cors::v3::CorsPolicy;
-    use envoy_types::pb::envoy::r#type::matcher::v3::string_matcher::MatchPattern;
+    use envoy_api::pb::envoy::extensions::filters::http::cors::v3::CorsPolicy;
+    use envoy_api::pb::envoy::r#type::matcher::v3::string_matcher::MatchPattern;
     use prost::Message;
     let ctx = context(concat!(
         "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: ratings, namespace: other}\nspec:\n  hosts: [ratings]\n  http:\n",
@@ -1555,11 +1550,11 @@ fn a_services_destination_rule_sets_the_pool_of_its_workloads_inbound_clusters()
 
 #[test]
 fn a_port_without_a_protocol_is_sniffed_on_its_own_listener_and_route() {
-    use envoy_types::pb::envoy::config::listener::v3::filter::ConfigType;
-    use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+    use envoy_api::pb::envoy::config::listener::v3::filter::ConfigType;
+    use envoy_api::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
         HttpConnectionManager, http_connection_manager::RouteSpecifier,
     };
-    use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{
+    use envoy_api::pb::envoy::extensions::filters::network::tcp_proxy::v3::{
         TcpProxy, tcp_proxy::ClusterSpecifier as TcpCluster,
     };
     use prost::Message;
@@ -1652,8 +1647,8 @@ fn a_port_without_a_protocol_is_sniffed_on_its_own_listener_and_route() {
 
 #[test]
 fn authorization_policies_selecting_a_gateway_guard_its_connection_managers_and_tcp_chains() {
-    use envoy_types::pb::envoy::config::listener::v3::filter::ConfigType;
-    use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpConnectionManager;
+    use envoy_api::pb::envoy::config::listener::v3::filter::ConfigType;
+    use envoy_api::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpConnectionManager;
     use prost::Message;
     let gateway = concat!(
         "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: edge, namespace: shop}\nspec:\n  selector: {istio: ingressgateway}\n  servers:\n",
@@ -1713,8 +1708,8 @@ fn authorization_policies_selecting_a_gateway_guard_its_connection_managers_and_
 
 #[test]
 fn sidecar_egress_listeners_with_ports_take_their_own_hosts_binds_and_protocols() {
-    use envoy_types::pb::envoy::config::listener::v3::filter::ConfigType;
-    use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+    use envoy_api::pb::envoy::config::listener::v3::filter::ConfigType;
+    use envoy_api::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
         HttpConnectionManager, http_connection_manager::RouteSpecifier,
     };
     use prost::Message;
@@ -1810,14 +1805,14 @@ spec:
     let rc = cfg.routes.iter().find(|r| r.name == "9080").unwrap();
     // Its VirtualServices are those its own hosts import: the one in `routes` (imported
     // by the catch-all only) does not route ratings here.
-    let to =
-        |vh: &envoy_types::pb::envoy::config::route::v3::VirtualHost| match &vh.routes[0].action {
-            Some(Action::Route(a)) => match &a.cluster_specifier {
-                Some(ClusterSpecifier::Cluster(c)) => c.clone(),
-                other => panic!("{other:?}"),
-            },
+    let to = |vh: &envoy_api::pb::envoy::config::route::v3::VirtualHost| match &vh.routes[0].action
+    {
+        Some(Action::Route(a)) => match &a.cluster_specifier {
+            Some(ClusterSpecifier::Cluster(c)) => c.clone(),
             other => panic!("{other:?}"),
-        };
+        },
+        other => panic!("{other:?}"),
+    };
     assert_eq!(
         to(&rc.virtual_hosts[0]),
         "outbound|9080||ratings.other.svc.cluster.local"
@@ -1865,7 +1860,7 @@ spec:
         .find(|l| l.name == "10.9.9.9_6000")
         .unwrap();
     assert_eq!(
-        chains_to_clusters(&envoy_types::pb::envoy::config::listener::v3::Listener {
+        chains_to_clusters(&envoy_api::pb::envoy::config::listener::v3::Listener {
             filter_chains: Vec::new(),
             ..sniffed.clone()
         }),

@@ -2,13 +2,13 @@
 //! (SDS `ROOTCA`), both from the local agent's `sds-grpc` cluster, never inline. Outbound
 //! verifies the server's SPIFFE identities; inbound requires a client certificate.
 
-use envoy_types::pb::envoy::config::core::v3::{
+use envoy_api::pb::envoy::config::core::v3::{
     ApiConfigSource, ApiVersion, ConfigSource, DataSource, GrpcService, TransportSocket,
     api_config_source::ApiType, config_source::ConfigSourceSpecifier, data_source::Specifier,
     grpc_service, transport_socket,
 };
-use envoy_types::pb::envoy::extensions::transport_sockets::raw_buffer::v3::RawBuffer;
-use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
+use envoy_api::pb::envoy::extensions::transport_sockets::raw_buffer::v3::RawBuffer;
+use envoy_api::pb::envoy::extensions::transport_sockets::tls::v3::{
     CertificateValidationContext, CommonTlsContext, DownstreamTlsContext, SdsSecretConfig, Secret,
     SubjectAltNameMatcher, TlsCertificate, TlsParameters, UpstreamTlsContext,
     common_tls_context::{CombinedCertificateValidationContext, ValidationContextType},
@@ -16,9 +16,9 @@ use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
     subject_alt_name_matcher::SanType,
     tls_parameters::TlsProtocol,
 };
-use envoy_types::pb::envoy::r#type::matcher::v3::{StringMatcher, string_matcher::MatchPattern};
-use envoy_types::pb::google::protobuf::BoolValue;
-use envoy_types::util::pack_any;
+use envoy_api::pb::envoy::r#type::matcher::v3::{StringMatcher, string_matcher::MatchPattern};
+use envoy_api::pb::google::protobuf::BoolValue;
+use envoy_api::util::pack_any;
 
 use super::duration;
 use api::networking::ClientTlsSettings;
@@ -171,7 +171,7 @@ pub fn validation_secret(name: &str, ca_pem: &str) -> Secret {
 }
 
 /// `envoy.transport_sockets.tls` around an Upstream- or DownstreamTlsContext.
-pub fn tls_transport_socket(context: envoy_types::pb::google::protobuf::Any) -> TransportSocket {
+pub fn tls_transport_socket(context: envoy_api::pb::google::protobuf::Any) -> TransportSocket {
     TransportSocket {
         name: "envoy.transport_sockets.tls".into(),
         config_type: Some(transport_socket::ConfigType::TypedConfig(context)),

@@ -14,26 +14,26 @@
 //! configuration is the proxy's own: views tell proxies apart by [`TraceIds`] while
 //! tracing is on.
 
-use envoy_types::pb::envoy::config::core::v3::{
+use envoy_api::pb::envoy::config::core::v3::{
     GrpcService, HeaderValue, HeaderValueOption, HttpService, HttpUri, grpc_service,
     header_value_option::HeaderAppendAction, http_uri,
 };
-use envoy_types::pb::envoy::config::trace::v3::{
+use envoy_api::pb::envoy::config::trace::v3::{
     OpenTelemetryConfig, ZipkinConfig, tracing::Http as Provider, tracing::http::ConfigType,
     zipkin_config,
 };
-use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+use envoy_api::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
     RequestIdExtension, http_connection_manager::Tracing,
 };
-use envoy_types::pb::envoy::extensions::request_id::uuid::v3::UuidRequestIdConfig;
-use envoy_types::pb::envoy::r#type::metadata::v3::{
+use envoy_api::pb::envoy::extensions::request_id::uuid::v3::UuidRequestIdConfig;
+use envoy_api::pb::envoy::r#type::metadata::v3::{
     MetadataKey, MetadataKind, metadata_key::PathSegment, metadata_key::path_segment::Segment,
     metadata_kind,
 };
-use envoy_types::pb::envoy::r#type::tracing::v3::{CustomTag, custom_tag};
-use envoy_types::pb::envoy::r#type::v3::Percent;
-use envoy_types::pb::google::protobuf::{BoolValue, UInt32Value};
-use envoy_types::util::pack_any;
+use envoy_api::pb::envoy::r#type::tracing::v3::{CustomTag, custom_tag};
+use envoy_api::pb::envoy::r#type::v3::Percent;
+use envoy_api::pb::google::protobuf::{BoolValue, UInt32Value};
+use envoy_api::util::pack_any;
 
 use super::ext_authz::ProviderError;
 use model::mesh::{self, OpenTelemetryProvider, ProviderHeader, ProxyTracing, ZipkinProvider};
@@ -385,7 +385,7 @@ fn report_timeout(t: &Option<String>) -> Option<super::pbp::Duration> {
 fn zipkin(
     ctx: &PushContext,
     z: &ZipkinProvider,
-) -> Result<envoy_types::pb::google::protobuf::Any, ProviderError> {
+) -> Result<envoy_api::pb::google::protobuf::Any, ProviderError> {
     let (host, cluster) = super::ext_authz::lookup_cluster(ctx, &z.service, z.port)?;
     let path = if z.path.is_empty() {
         "/api/v2/spans"
@@ -423,7 +423,7 @@ fn opentelemetry(
     ctx: &PushContext,
     proxy: &Proxy,
     o: &OpenTelemetryProvider,
-) -> Result<envoy_types::pb::google::protobuf::Any, ProviderError> {
+) -> Result<envoy_api::pb::google::protobuf::Any, ProviderError> {
     let (host, cluster) = super::ext_authz::lookup_cluster(ctx, &o.service, o.port)?;
     let mut config = OpenTelemetryConfig {
         service_name: proxy.service_cluster.clone(),

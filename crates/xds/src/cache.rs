@@ -25,8 +25,8 @@
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
-use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
-use envoy_types::pb::envoy::config::route::v3::{Route, RouteConfiguration, VirtualHost};
+use envoy_api::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
+use envoy_api::pb::envoy::config::route::v3::{Route, RouteConfiguration, VirtualHost};
 use prometheus_client::metrics::counter::Counter;
 use prost::Message;
 

@@ -17,17 +17,17 @@
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use envoy_types::pb::envoy::admin::v3::{
+use envoy_api::pb::envoy::admin::v3::{
     BootstrapConfigDump, ClustersConfigDump, EcdsConfigDump, ListenersConfigDump, RoutesConfigDump,
     ScopedRoutesConfigDump, SecretsConfigDump, clusters_config_dump, listeners_config_dump,
     routes_config_dump, secrets_config_dump,
 };
-use envoy_types::pb::envoy::config::core::v3::{DataSource, Node, data_source};
-use envoy_types::pb::envoy::config::route::v3::{RouteConfiguration, VirtualHost};
-use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{Secret, secret};
-use envoy_types::pb::envoy::service::status::v3::client_config::GenericXdsConfig;
-use envoy_types::pb::envoy::service::status::v3::{ClientConfig, ConfigStatus};
-use envoy_types::pb::google::protobuf::{Any, Struct, Timestamp, Value, value};
+use envoy_api::pb::envoy::config::core::v3::{DataSource, Node, data_source};
+use envoy_api::pb::envoy::config::route::v3::{RouteConfiguration, VirtualHost};
+use envoy_api::pb::envoy::extensions::transport_sockets::tls::v3::{Secret, secret};
+use envoy_api::pb::envoy::service::status::v3::client_config::GenericXdsConfig;
+use envoy_api::pb::envoy::service::status::v3::{ClientConfig, ConfigStatus};
+use envoy_api::pb::google::protobuf::{Any, Struct, Timestamp, Value, value};
 use prost::{Message, Name};
 use tonic::Status;
 
@@ -246,7 +246,7 @@ pub fn client_config(s: &SyncStatus) -> ClientConfig {
             config_status: config_status(t) as i32,
             last_updated: t.sent_at().map(timestamp),
             error_state: t.rejected().then(|| {
-                envoy_types::pb::envoy::admin::v3::UpdateFailureState {
+                envoy_api::pb::envoy::admin::v3::UpdateFailureState {
                     last_update_attempt: t.sent_at().map(timestamp),
                     details: t.last_error.clone().unwrap_or_default(),
                     ..Default::default()
@@ -504,7 +504,7 @@ mod tests {
         let s = Secret {
             name: "kubernetes://web-cert".into(),
             r#type: Some(secret::Type::TlsCertificate(
-                envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::TlsCertificate {
+                envoy_api::pb::envoy::extensions::transport_sockets::tls::v3::TlsCertificate {
                     certificate_chain: Some(DataSource {
                         specifier: Some(data_source::Specifier::InlineString("CERT".into())),
                         ..Default::default()

@@ -4,8 +4,8 @@
 
 use std::time::Instant;
 
-use envoy_types::pb::envoy::config::core::v3::Node;
-use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
+use envoy_api::pb::envoy::config::core::v3::Node;
+use envoy_api::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
 
 use super::Closed;
 use super::connection::Connection;
@@ -359,7 +359,7 @@ async fn push_to(conn: &mut Connection, tx: &Tx) -> Result<(), Closed> {
 
 #[cfg(test)]
 mod tests {
-    use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
+    use envoy_api::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
     use prost::Message;
 
     use super::*;
@@ -412,7 +412,7 @@ mod tests {
         let view = conn.view();
         let shell = &view.all(TypeKind::Route)["8080"];
         let rc =
-            envoy_types::pb::envoy::config::route::v3::RouteConfiguration::decode(&*shell.value())
+            envoy_api::pb::envoy::config::route::v3::RouteConfiguration::decode(&*shell.value())
                 .unwrap();
         assert!(rc.virtual_hosts.is_empty() && rc.vhds.is_some(), "{rc:?}");
         let all: Vec<String> = (view.all(TypeKind::VirtualHost).keys())

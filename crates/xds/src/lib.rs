@@ -23,9 +23,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use envoy_types::pb::envoy::config::core::v3::Node;
-use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
-use envoy_types::pb::google::protobuf::{Struct, Value as PbValue, value::Kind as PbKind};
+use envoy_api::pb::envoy::config::core::v3::Node;
+use envoy_api::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
+use envoy_api::pb::google::protobuf::{Struct, Value as PbValue, value::Kind as PbKind};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::histogram::Histogram;
 use tokio::sync::{Semaphore, watch};

@@ -3,10 +3,10 @@
 //! (DestinationRules) and routes (VirtualServices). Used to report a proxy's NACK on
 //! the objects that produced the rejected resource.
 
-use envoy_types::pb::envoy::config::cluster::v3::Cluster;
-use envoy_types::pb::envoy::config::core::v3::Metadata;
-use envoy_types::pb::envoy::config::route::v3::{RouteConfiguration, VirtualHost};
-use envoy_types::pb::google::protobuf::value::Kind as ValueKind;
+use envoy_api::pb::envoy::config::cluster::v3::Cluster;
+use envoy_api::pb::envoy::config::core::v3::Metadata;
+use envoy_api::pb::envoy::config::route::v3::{RouteConfiguration, VirtualHost};
+use envoy_api::pb::google::protobuf::value::Kind as ValueKind;
 use prost::Message;
 
 use super::resource::{Resource, TypeKind};

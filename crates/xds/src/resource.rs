@@ -7,14 +7,14 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
 
-use envoy_types::pb::google::protobuf::Any;
+use envoy_api::pb::google::protobuf::Any;
 use prost::{Message, Name};
 
-use envoy_types::pb::envoy::config::cluster::v3::Cluster;
-use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
-use envoy_types::pb::envoy::config::listener::v3::Listener;
-use envoy_types::pb::envoy::config::route::v3::RouteConfiguration;
-use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::Secret;
+use envoy_api::pb::envoy::config::cluster::v3::Cluster;
+use envoy_api::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
+use envoy_api::pb::envoy::config::listener::v3::Listener;
+use envoy_api::pb::envoy::config::route::v3::RouteConfiguration;
+use envoy_api::pb::envoy::extensions::transport_sockets::tls::v3::Secret;
 
 use super::wire::Batch;
 use translate::{self, ProxyConfig};

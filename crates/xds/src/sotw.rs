@@ -5,8 +5,8 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Instant;
 
-use envoy_types::pb::envoy::config::core::v3::Node;
-use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
+use envoy_api::pb::envoy::config::core::v3::Node;
+use envoy_api::pb::envoy::service::discovery::v3::DiscoveryRequest;
 
 use super::Closed;
 use super::connection::Connection;

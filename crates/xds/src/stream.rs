@@ -6,7 +6,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
 
-use envoy_types::pb::envoy::config::core::v3::Node;
+use envoy_api::pb::envoy::config::core::v3::Node;
 use tokio::sync::watch;
 use tonic::Status;
 

@@ -17,7 +17,7 @@ use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 
-use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
+use envoy_api::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
 use futures::Stream;
 use http_body::Frame;
 use prometheus_client::metrics::gauge::Gauge;
@@ -774,10 +774,8 @@ where
 mod tests {
     use super::*;
     use crate::resource::test_cluster as cluster;
-    use envoy_types::pb::envoy::config::cluster::v3::Cluster;
-    use envoy_types::pb::envoy::service::discovery::v3::{
-        DeltaDiscoveryResponse, DiscoveryResponse,
-    };
+    use envoy_api::pb::envoy::config::cluster::v3::Cluster;
+    use envoy_api::pb::envoy::service::discovery::v3::{DeltaDiscoveryResponse, DiscoveryResponse};
     use prost::Message;
 
     /// The frame's chunks joined, checked against the gRPC header, without it.
@@ -899,7 +897,7 @@ mod tests {
 
     #[test]
     fn the_control_plane_identifier_decodes_in_both_framings() {
-        use envoy_types::pb::envoy::config::core::v3::ControlPlane;
+        use envoy_api::pb::envoy::config::core::v3::ControlPlane;
         // Large enough that the entries go out as a shared run, which comes last.
         let resources: Vec<Arc<Resource>> = (0..300)
             .map(|i| cluster(&format!("outbound|80||cp-{i}.wire-test.svc.cluster.local")))

@@ -2,17 +2,21 @@
 
 use super::*;
 
-#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[kube(
-    group = "networking.istio.io",
-    version = "v1",
-    kind = "VirtualService",
-    plural = "virtualservices",
-    shortname = "vs",
-    namespaced,
-    status = "IstioStatus",
-    category = "istio-io",
-    category = "networking-istio-io"
+#[cfg_attr(feature = "crd", derive(CustomResource))]
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[cfg_attr(
+    feature = "crd",
+    kube(
+        group = "networking.istio.io",
+        version = "v1",
+        kind = "VirtualService",
+        plural = "virtualservices",
+        shortname = "vs",
+        namespaced,
+        status = "IstioStatus",
+        category = "istio-io",
+        category = "networking-istio-io"
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct VirtualServiceSpec {

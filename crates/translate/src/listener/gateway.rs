@@ -5,10 +5,8 @@
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
-use envoy_types::pb::envoy::config::core::v3::TrafficDirection;
-use envoy_types::pb::envoy::config::listener::v3::{
-    Filter, FilterChain, FilterChainMatch, Listener,
-};
+use envoy_api::pb::envoy::config::core::v3::TrafficDirection;
+use envoy_api::pb::envoy::config::listener::v3::{Filter, FilterChain, FilterChainMatch, Listener};
 
 use super::{
     Chain, HCM, Hcm, filter_chain, http_connection_manager, listener, route_proxy, tcp_proxy_named,

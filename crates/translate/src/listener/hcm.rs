@@ -10,7 +10,7 @@ pub(crate) struct ViewSettings {
     /// istiod's `IDLE_TIMEOUT` node metadata: every connection manager's idle timeout,
     /// and that of every tcp_proxy no DestinationRule gave one (inbound, outbound,
     /// passthrough and blackhole alike).
-    pub idle_timeout: Option<envoy_types::pb::google::protobuf::Duration>,
+    pub idle_timeout: Option<envoy_api::pb::google::protobuf::Duration>,
     /// The proxy's access logs ([`access_log`](crate::access_log)) on every listener, and
     /// on every connection manager and tcp_proxy in them, as istiod's `AccessLogBuilder`
     /// puts it there.
@@ -24,7 +24,7 @@ pub(crate) struct ViewSettings {
 /// they change once; the tracing is encoded once and appended to every connection
 /// manager's bytes (below).
 pub(crate) fn apply_view_settings(listeners: &mut [Listener], settings: &ViewSettings) {
-    use envoy_types::pb::envoy::config::core::v3::HttpProtocolOptions as CommonHttpOptions;
+    use envoy_api::pb::envoy::config::core::v3::HttpProtocolOptions as CommonHttpOptions;
     let ViewSettings {
         idle_timeout,
         access_logs,
@@ -80,7 +80,7 @@ pub(super) const HCM_TRACING_FIELD: u32 = 7;
 /// (protobuf merges repeated occurrences, and no builder sets the field). Each side is
 /// encoded once.
 pub(super) fn append_tracing(listeners: &mut [Listener], tracing: &crate::tracing::Sides) {
-    use envoy_types::pb::envoy::config::listener::v3::filter::ConfigType as FilterConfig;
+    use envoy_api::pb::envoy::config::listener::v3::filter::ConfigType as FilterConfig;
     let encode = |t: Option<&HcmTracing>| {
         t.map(|t| {
             let mut field = Vec::new();
@@ -123,7 +123,7 @@ pub(super) fn edit_filters(
     mut hcm: impl FnMut(&mut HttpConnectionManager, i32) -> bool,
     mut tcp: impl FnMut(&mut TcpProxy, i32) -> bool,
 ) {
-    use envoy_types::pb::envoy::config::listener::v3::filter::ConfigType as FilterConfig;
+    use envoy_api::pb::envoy::config::listener::v3::filter::ConfigType as FilterConfig;
     use prost::Message;
     for listener in listeners {
         let direction = listener.traffic_direction;

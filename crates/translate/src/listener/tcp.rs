@@ -73,8 +73,8 @@ pub(super) fn join_host_port(host: &str, port: u32) -> String {
 /// `CONNECT` (or `POST`) request for `targetHost:targetPort`.
 #[derive(Default)]
 pub(super) struct TcpPolicy {
-    idle_timeout: Option<envoy_types::pb::google::protobuf::Duration>,
-    max_connection_duration: Option<envoy_types::pb::google::protobuf::Duration>,
+    idle_timeout: Option<envoy_api::pb::google::protobuf::Duration>,
+    max_connection_duration: Option<envoy_api::pb::google::protobuf::Duration>,
     hash_source_ip: bool,
     tunnel: Option<TunnelingConfig>,
 }

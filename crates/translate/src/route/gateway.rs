@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use envoy_types::pb::envoy::config::route::v3::{Route, VirtualHost};
+use envoy_api::pb::envoy::config::route::v3::{Route, VirtualHost};
 
 use super::{depends_on_proxy, http_routes, kept_matches};
 use crate::listener::{GatewayServer, server_host_pattern};
@@ -88,7 +88,7 @@ impl GatewayVirtualHost<'_> {
     /// `vhost` with the fields of [`GatewayVirtualHost::tail`] set: the one place they are
     /// written, for the full build and the cached pieces alike.
     fn with_tail(&self, vhost: VirtualHost) -> VirtualHost {
-        use envoy_types::pb::envoy::config::route::v3::virtual_host::TlsRequirementType;
+        use envoy_api::pb::envoy::config::route::v3::virtual_host::TlsRequirementType;
         let require_tls = if self.require_tls {
             TlsRequirementType::All
         } else {

@@ -110,7 +110,7 @@ pub(super) fn back_off(r: &HttpRetry) -> Option<RetryBackOff> {
 /// `retryRemoteLocalities`: retries go to other localities' endpoints (istiod's
 /// `previous_priorities` with update frequency 2).
 pub(super) fn previous_priorities() -> RetryPriority {
-    use envoy_types::pb::envoy::extensions::retry::priority::previous_priorities::v3::PreviousPrioritiesConfig;
+    use envoy_api::pb::envoy::extensions::retry::priority::previous_priorities::v3::PreviousPrioritiesConfig;
     RetryPriority {
         name: "envoy.retry_priorities.previous_priorities".into(),
         config_type: Some(retry_policy::retry_priority::ConfigType::TypedConfig(
@@ -124,7 +124,7 @@ pub(super) fn previous_priorities() -> RetryPriority {
 pub(super) fn previous_hosts() -> RetryHostPredicate {
     RetryHostPredicate {
         name: "envoy.retry_host_predicates.previous_hosts".into(),
-        config_type: Some(envoy_types::pb::envoy::config::route::v3::retry_policy::retry_host_predicate::ConfigType::TypedConfig(
+        config_type: Some(envoy_api::pb::envoy::config::route::v3::retry_policy::retry_host_predicate::ConfigType::TypedConfig(
             pack_any(PreviousHostsPredicate {}),
         )),
     }

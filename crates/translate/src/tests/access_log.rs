@@ -3,16 +3,16 @@
 //! JSON format, or from the providers MeshConfig's `defaultProviders` and Telemetry
 //! resources choose for each side of the proxy's traffic.
 
-use envoy_types::pb::envoy::config::accesslog::v3::{AccessLog, access_log, access_log_filter};
-use envoy_types::pb::envoy::config::core::v3::{
+use envoy_api::pb::envoy::config::accesslog::v3::{AccessLog, access_log, access_log_filter};
+use envoy_api::pb::envoy::config::core::v3::{
     TrafficDirection, data_source, substitution_format_string::Format,
 };
-use envoy_types::pb::envoy::config::listener::v3::filter::ConfigType;
-use envoy_types::pb::envoy::extensions::access_loggers::file::v3::{
+use envoy_api::pb::envoy::config::listener::v3::filter::ConfigType;
+use envoy_api::pb::envoy::extensions::access_loggers::file::v3::{
     FileAccessLog, file_access_log::AccessLogFormat,
 };
-use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpConnectionManager;
-use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::TcpProxy;
+use envoy_api::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpConnectionManager;
+use envoy_api::pb::envoy::extensions::filters::network::tcp_proxy::v3::TcpProxy;
 use prost::Message;
 use serde_json::json;
 
@@ -145,7 +145,7 @@ fn a_format_of_ones_own_gets_a_newline_and_json_its_fields() {
     };
     assert_eq!(s.fields.len(), 24);
     let json_of =
-        |s: &envoy_types::pb::google::protobuf::Struct, k: &str| format!("{:?}", s.fields[k].kind);
+        |s: &envoy_api::pb::google::protobuf::Struct, k: &str| format!("{:?}", s.fields[k].kind);
     assert!(json_of(&s, "upstream_cluster").contains("%UPSTREAM_CLUSTER_RAW%"));
     let own = config(
         "    accessLogFile: /dev/stdout\n    accessLogEncoding: JSON\n    accessLogFormat: '{\"code\": \"%RESPONSE_CODE%\", \"to\": \"%UPSTREAM_HOST%\"}'\n",
@@ -246,8 +246,8 @@ fn telemetry_resources_choose_providers_per_side_and_namespace() {
 
 #[test]
 fn a_telemetry_filter_is_a_cel_filter_and_listeners_log_unrouted_connections_only() {
-    use envoy_types::pb::envoy::config::accesslog::v3::extension_filter;
-    use envoy_types::pb::envoy::extensions::access_loggers::filters::cel::v3::ExpressionFilter;
+    use envoy_api::pb::envoy::config::accesslog::v3::extension_filter;
+    use envoy_api::pb::envoy::extensions::access_loggers::filters::cel::v3::ExpressionFilter;
     let root = telemetry(
         "mesh",
         "istio-system",

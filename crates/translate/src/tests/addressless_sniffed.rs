@@ -4,8 +4,8 @@
 //! as istiod's listener for the service does, not to PassthroughCluster (BlackHoleCluster
 //! under `REGISTRY_ONLY`).
 
-use envoy_types::pb::envoy::config::listener::v3::{FilterChain, Listener, filter::ConfigType};
-use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{
+use envoy_api::pb::envoy::config::listener::v3::{FilterChain, Listener, filter::ConfigType};
+use envoy_api::pb::envoy::extensions::filters::network::tcp_proxy::v3::{
     TcpProxy, tcp_proxy::ClusterSpecifier,
 };
 use prost::Message;

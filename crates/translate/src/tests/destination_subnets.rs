@@ -2,7 +2,7 @@
 //! istiod's `buildSidecarOutboundTCPFilterChainOpts` and
 //! `buildSidecarOutboundTLSFilterChainOpts` match on them.
 
-use envoy_types::pb::envoy::config::listener::v3::{FilterChain, Listener};
+use envoy_api::pb::envoy::config::listener::v3::{FilterChain, Listener};
 use serde_json::json;
 
 use super::{chains_to_clusters, context, sidecar};

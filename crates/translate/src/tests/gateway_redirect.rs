@@ -1,7 +1,7 @@
 //! A Gateway HTTP server with `tls.httpsRedirect`: its virtual hosts require TLS, routed
 //! or not, as istiod's `buildGatewayHTTPRouteConfig` sets them.
 
-use envoy_types::pb::envoy::config::route::v3::virtual_host::TlsRequirementType;
+use envoy_api::pb::envoy::config::route::v3::virtual_host::TlsRequirementType;
 use serde_json::json;
 
 use super::context;

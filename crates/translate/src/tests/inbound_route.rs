@@ -1,9 +1,9 @@
 //! The route and stream settings of a sidecar's connection managers, as istiod's
 //! `BuildDefaultHTTPInboundRoute` and `buildHTTPConnectionManager` set them.
 
-use envoy_types::pb::envoy::config::listener::v3::{Listener, filter::ConfigType};
-use envoy_types::pb::envoy::config::route::v3::{Route, route::Action};
-use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+use envoy_api::pb::envoy::config::listener::v3::{Listener, filter::ConfigType};
+use envoy_api::pb::envoy::config::route::v3::{Route, route::Action};
+use envoy_api::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
     HttpConnectionManager, http_connection_manager::RouteSpecifier,
 };
 use prost::Message;
@@ -103,10 +103,8 @@ fn inbound_routes_name_the_service_port_retry_resets_except_for_grpc_and_never_t
 
 #[test]
 fn inbound_clusters_reach_the_application_at_its_original_destination_or_on_loopback() {
-    use envoy_types::pb::envoy::config::cluster::v3::Cluster;
-    use envoy_types::pb::envoy::config::cluster::v3::cluster::{
-        ClusterDiscoveryType, DiscoveryType,
-    };
+    use envoy_api::pb::envoy::config::cluster::v3::Cluster;
+    use envoy_api::pb::envoy::config::cluster::v3::cluster::{ClusterDiscoveryType, DiscoveryType};
     let inbound = |mesh: &str, ip: &str| -> Cluster {
         let yaml = format!(
             "{SERVICES}---\napiVersion: v1\nkind: ConfigMap\nmetadata: {{name: istio, namespace: istio-system}}\ndata:\n  mesh: |\n    {mesh}\n"

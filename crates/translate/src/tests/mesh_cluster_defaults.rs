@@ -1,7 +1,7 @@
 //! MeshConfig's `connectTimeout` and `tcpKeepalive` on every cluster, under what a
 //! DestinationRule sets (istiod's `applyConnectionPool` and `applyTCPKeepalive`).
 
-use envoy_types::pb::envoy::config::cluster::v3::Cluster;
+use envoy_api::pb::envoy::config::cluster::v3::Cluster;
 use serde_json::json;
 
 use super::{context, sidecar};
@@ -56,8 +56,8 @@ fn clusters_take_the_meshs_connect_timeout_and_keepalive_under_their_rules() {
 /// The upstream protocol a cluster's `HttpProtocolOptions` chose: `h1`, `h2`, the
 /// client's (`downstream`), or none set.
 fn upstream_protocol(c: &Cluster) -> &'static str {
-    use envoy_types::pb::envoy::extensions::upstreams::http::v3::HttpProtocolOptions;
-    use envoy_types::pb::envoy::extensions::upstreams::http::v3::http_protocol_options::{
+    use envoy_api::pb::envoy::extensions::upstreams::http::v3::HttpProtocolOptions;
+    use envoy_api::pb::envoy::extensions::upstreams::http::v3::http_protocol_options::{
         UpstreamProtocolOptions, explicit_http_config::ProtocolConfig,
     };
     use prost::Message;

@@ -1,8 +1,8 @@
 //! MeshConfig `pathNormalization` on every connection manager: outbound, inbound and
 //! gateway.
 
-use envoy_types::pb::envoy::config::listener::v3::filter::ConfigType;
-use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+use envoy_api::pb::envoy::config::listener::v3::filter::ConfigType;
+use envoy_api::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
     HttpConnectionManager, http_connection_manager::PathWithEscapedSlashesAction,
 };
 use prost::Message;

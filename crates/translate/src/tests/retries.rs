@@ -1,9 +1,9 @@
 //! Retry policies: a VirtualService's `retries`, MeshConfig's `defaultHttpRetryPolicy`
 //! for routes without them, and `defaultInboundHttpRetryPolicy` for inbound routes.
 
-use envoy_types::pb::envoy::config::listener::v3::filter::ConfigType;
-use envoy_types::pb::envoy::config::route::v3::{RetryPolicy, route::Action};
-use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+use envoy_api::pb::envoy::config::listener::v3::filter::ConfigType;
+use envoy_api::pb::envoy::config::route::v3::{RetryPolicy, route::Action};
+use envoy_api::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
     HttpConnectionManager, http_connection_manager::RouteSpecifier,
 };
 use prost::Message;

@@ -1,19 +1,19 @@
 //! Table tests of the security translation: auto mTLS on clusters and endpoints, inbound
 //! chains per PeerAuthentication mode, and AuthorizationPolicy as RBAC.
 
-use envoy_types::pb::envoy::config::listener::v3::filter::ConfigType;
-use envoy_types::pb::envoy::config::rbac::v3::rbac::Action;
-use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+use envoy_api::pb::envoy::config::listener::v3::filter::ConfigType;
+use envoy_api::pb::envoy::config::rbac::v3::rbac::Action;
+use envoy_api::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
     HttpConnectionManager, http_filter,
 };
-use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
+use envoy_api::pb::envoy::extensions::transport_sockets::tls::v3::{
     UpstreamTlsContext, common_tls_context::ValidationContextType,
 };
 use prost::Message;
 use serde_json::json;
 
 use crate::*;
-use envoy_types::pb::envoy::config::core::v3::transport_socket;
+use envoy_api::pb::envoy::config::core::v3::transport_socket;
 use model::{Proxy, PushContext};
 
 const MESH: &str = r#"
@@ -69,7 +69,7 @@ fn reviews_proxy() -> Proxy {
 
 #[test]
 fn proxy_protocol_wraps_each_auto_mtls_match_and_keeps_what_it_wraps() {
-    use envoy_types::pb::envoy::extensions::transport_sockets::proxy_protocol::v3::ProxyProtocolUpstreamTransport;
+    use envoy_api::pb::envoy::extensions::transport_sockets::proxy_protocol::v3::ProxyProtocolUpstreamTransport;
     let rule = "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: reviews, namespace: shop}\nspec:\n  host: reviews\n  trafficPolicy: {proxyProtocol: {version: V2}}\n";
     let cluster = |extra: &str| {
         let cfg = proxy_config(&context(extra), &reviews_proxy());
@@ -275,7 +275,7 @@ fn rbac_of_http(ctx: &PushContext) -> Vec<(i32, Vec<String>)> {
             let Some(http_filter::ConfigType::TypedConfig(any)) = &f.config_type else {
                 panic!()
             };
-            let rbac = envoy_types::pb::envoy::extensions::filters::http::rbac::v3::Rbac::decode(
+            let rbac = envoy_api::pb::envoy::extensions::filters::http::rbac::v3::Rbac::decode(
                 any.value.as_slice(),
             )
             .unwrap()
@@ -464,7 +464,7 @@ fn an_https_server_gets_its_credential_over_sds_only_with_a_proven_identity() {
 
 #[test]
 fn an_istio_mutual_server_serves_the_gateways_workload_certificate_to_mesh_clients() {
-    use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::DownstreamTlsContext;
+    use envoy_api::pb::envoy::extensions::transport_sockets::tls::v3::DownstreamTlsContext;
     let ctx = context(concat!(
         "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: east-west, namespace: istio-system}\nspec:\n  selector: {istio: ingressgateway}\n  servers:\n",
         "  - port: {number: 15443, name: https, protocol: HTTPS}\n    hosts: ['*']\n    tls: {mode: ISTIO_MUTUAL, subjectAltNames: ['spiffe://cluster.local/ns/shop/sa/productpage']}\n---\n",
@@ -483,7 +483,7 @@ fn an_istio_mutual_server_serves_the_gateways_workload_certificate_to_mesh_clien
             .server_names
             .is_empty()
     );
-    use envoy_types::pb::envoy::config::core::v3::transport_socket::ConfigType as SocketType;
+    use envoy_api::pb::envoy::config::core::v3::transport_socket::ConfigType as SocketType;
     let Some(SocketType::TypedConfig(any)) = &chain.transport_socket.as_ref().unwrap().config_type
     else {
         panic!()
@@ -551,7 +551,7 @@ fn a_tls_server_terminates_with_its_credential_then_forwards_by_its_tcp_route() 
     let Some(ConfigType::TypedConfig(any)) = &chain.filters[0].config_type else {
         panic!()
     };
-    let tp = envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::TcpProxy::decode(
+    let tp = envoy_api::pb::envoy::extensions::filters::network::tcp_proxy::v3::TcpProxy::decode(
         any.value.as_slice(),
     )
     .unwrap();
@@ -568,7 +568,7 @@ fn a_tls_server_terminates_with_its_credential_then_forwards_by_its_tcp_route() 
 
 #[test]
 fn a_destination_rule_credential_originates_tls_at_an_identified_gateway_only() {
-    use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::UpstreamTlsContext;
+    use envoy_api::pb::envoy::extensions::transport_sockets::tls::v3::UpstreamTlsContext;
     use prost::Message;
     let ctx = context(concat!(
         "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: api, namespace: istio-system}\nspec:\n  hosts: [api.example.com]\n  resolution: DNS\n  ports: [{number: 443, name: https, protocol: HTTPS}, {number: 8443, name: https-2, protocol: HTTPS}]\n---\n",
@@ -581,9 +581,7 @@ fn a_destination_rule_credential_originates_tls_at_an_identified_gateway_only() 
         let c = cfg.clusters.iter().find(|c| c.name == name).unwrap();
         let socket = c.transport_socket.as_ref()?;
         let Some(
-            envoy_types::pb::envoy::config::core::v3::transport_socket::ConfigType::TypedConfig(
-                any,
-            ),
+            envoy_api::pb::envoy::config::core::v3::transport_socket::ConfigType::TypedConfig(any),
         ) = &socket.config_type
         else {
             panic!("{socket:?}")
@@ -708,10 +706,10 @@ fn with_traffic_capture_virtual_inbound_serves_the_ports_of_the_services_selecti
 
 #[test]
 fn a_custom_policy_asks_its_provider_only_about_what_its_rules_match() {
-    use envoy_types::pb::envoy::extensions::filters::http::ext_authz::v3::{
+    use envoy_api::pb::envoy::extensions::filters::http::ext_authz::v3::{
         ExtAuthz, ext_authz::Services,
     };
-    use envoy_types::pb::envoy::extensions::filters::network::ext_authz::v3::ExtAuthz as TcpExtAuthz;
+    use envoy_api::pb::envoy::extensions::filters::network::ext_authz::v3::ExtAuthz as TcpExtAuthz;
     let authz = "apiVersion: v1\nkind: Service\nmetadata: {name: authz, namespace: shop}\nspec: {clusterIP: 10.96.7.7, ports: [{name: http, port: 8000}, {name: grpc, port: 9000}]}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: istio, namespace: istio-system}\ndata:\n  mesh: |\n    extensionProviders:\n    - name: opa\n      envoyExtAuthzHttp: {service: shop/authz.shop.svc.cluster.local, port: 8000, pathPrefix: /check, includeRequestHeadersInCheck: [x-user]}\n    - name: grpc\n      envoyExtAuthzGrpc: {service: authz.shop.svc.cluster.local, port: 9000, timeout: 2s}\n---\n";
     let custom = |provider: &str| {
         ap(
@@ -757,7 +755,7 @@ fn a_custom_policy_asks_its_provider_only_about_what_its_rules_match() {
             "envoy.filters.http.router"
         ]
     );
-    use envoy_types::pb::envoy::extensions::filters::http::rbac::v3::Rbac as HttpRbac;
+    use envoy_api::pb::envoy::extensions::filters::http::rbac::v3::Rbac as HttpRbac;
     let shadow = HttpRbac::decode(filters[0].1.as_slice()).unwrap();
     assert!(shadow.rules.is_none());
     assert_eq!(shadow.shadow_rules_stat_prefix, "istio_ext_authz_");
@@ -832,7 +830,7 @@ fn a_custom_policy_asks_its_provider_only_about_what_its_rules_match() {
             "envoy.filters.network.tcp_proxy"
         ]
     );
-    use envoy_types::pb::envoy::extensions::filters::network::rbac::v3::Rbac as TcpRbac;
+    use envoy_api::pb::envoy::extensions::filters::network::rbac::v3::Rbac as TcpRbac;
     let shadow = TcpRbac::decode(grpc[0].1.as_slice()).unwrap();
     assert_eq!(
         (
@@ -866,9 +864,9 @@ fn inbound_http_filters(
     ctx: &PushContext,
 ) -> (
     Vec<String>,
-    Option<envoy_types::pb::envoy::extensions::filters::http::jwt_authn::v3::JwtAuthentication>,
+    Option<envoy_api::pb::envoy::extensions::filters::http::jwt_authn::v3::JwtAuthentication>,
 ) {
-    use envoy_types::pb::envoy::extensions::filters::http::jwt_authn::v3::JwtAuthentication;
+    use envoy_api::pb::envoy::extensions::filters::http::jwt_authn::v3::JwtAuthentication;
     let hcm = inbound_hcm(ctx);
     let names = hcm.http_filters.iter().map(|f| f.name.clone()).collect();
     let jwt = (hcm.http_filters.iter())
@@ -884,7 +882,7 @@ fn inbound_http_filters(
 
 #[test]
 fn request_authentications_that_apply_become_one_jwt_filter_before_authorization() {
-    use envoy_types::pb::envoy::extensions::filters::http::jwt_authn::v3::{
+    use envoy_api::pb::envoy::extensions::filters::http::jwt_authn::v3::{
         jwt_provider::JwksSourceSpecifier, jwt_requirement::RequiresType,
         requirement_rule::RequirementType,
     };
@@ -969,8 +967,8 @@ fn request_authentications_that_apply_become_one_jwt_filter_before_authorization
 
 #[test]
 fn a_rule_without_its_key_set_yet_fails_closed_and_a_fetched_one_is_used() {
-    use envoy_types::pb::envoy::config::core::v3::data_source::Specifier;
-    use envoy_types::pb::envoy::extensions::filters::http::jwt_authn::v3::jwt_provider::JwksSourceSpecifier;
+    use envoy_api::pb::envoy::config::core::v3::data_source::Specifier;
+    use envoy_api::pb::envoy::extensions::filters::http::jwt_authn::v3::jwt_provider::JwksSourceSpecifier;
     let yaml = ra(
         "reviews",
         "shop",
@@ -1005,7 +1003,7 @@ fn a_rule_without_its_key_set_yet_fails_closed_and_a_fetched_one_is_used() {
 
 #[test]
 fn request_principals_and_claims_are_read_from_the_jwt_payload() {
-    use envoy_types::pb::envoy::config::rbac::v3::principal::Identifier;
+    use envoy_api::pb::envoy::config::rbac::v3::principal::Identifier;
     let policy = |spec: &str| context(&ap("p", spec));
     let rules = |ctx: &PushContext, http: bool| {
         let policies = ctx.authorization_policies_for(&reviews_proxy());

@@ -164,7 +164,7 @@ fn the_auto_allocated_address_is_a_domain_and_a_dns_answer_for_capturing_proxies
 
 #[test]
 fn each_address_of_a_tcp_entry_gets_a_listener_and_a_cidr_a_matched_chain() {
-    use envoy_types::pb::envoy::config::listener::v3::Listener;
+    use envoy_api::pb::envoy::config::listener::v3::Listener;
     let ctx = context(concat!(
         "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: corp, namespace: shop}\nspec:\n",
         "  hosts: [db.corp.example]\n  addresses: [10.50.0.8, 192.168.8.0/24, 10.50.0.7/32]\n",

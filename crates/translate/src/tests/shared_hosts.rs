@@ -36,9 +36,9 @@ fn config_of(ctx: &PushContext, ns: &str) -> ProxyConfig {
 
 /// The host's clusters and the addresses of their load assignments.
 fn partner_endpoints(cfg: &ProxyConfig) -> Vec<(String, Vec<String>)> {
-    use envoy_types::pb::envoy::config::core::v3::address::Address;
-    use envoy_types::pb::envoy::config::core::v3::socket_address::PortSpecifier;
-    use envoy_types::pb::envoy::config::endpoint::v3::lb_endpoint::HostIdentifier;
+    use envoy_api::pb::envoy::config::core::v3::address::Address;
+    use envoy_api::pb::envoy::config::core::v3::socket_address::PortSpecifier;
+    use envoy_api::pb::envoy::config::endpoint::v3::lb_endpoint::HostIdentifier;
     (cfg.endpoints.iter())
         .filter(|a| a.cluster_name.ends_with(HOST))
         .map(|a| {
@@ -62,9 +62,7 @@ fn partner_endpoints(cfg: &ProxyConfig) -> Vec<(String, Vec<String>)> {
 
 /// Where the VirtualService sends the host's requests on the proxy's route `port`.
 fn routed_cluster(cfg: &ProxyConfig, port: &str) -> String {
-    use envoy_types::pb::envoy::config::route::v3::{
-        route::Action, route_action::ClusterSpecifier,
-    };
+    use envoy_api::pb::envoy::config::route::v3::{route::Action, route_action::ClusterSpecifier};
     let route = cfg.routes.iter().find(|r| r.name == port).unwrap();
     let vh = (route.virtual_hosts.iter())
         .find(|v| v.domains.iter().any(|d| d == HOST))

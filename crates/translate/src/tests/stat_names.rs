@@ -2,9 +2,9 @@
 //! `alt_stat_name` and tcp_proxies' `stat_prefix`, as istiod's `BuildStatPrefix` and
 //! `BuildInboundStatPrefix` fill them.
 
-use envoy_types::pb::envoy::config::cluster::v3::Cluster;
-use envoy_types::pb::envoy::config::listener::v3::{Listener, filter::ConfigType};
-use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::TcpProxy;
+use envoy_api::pb::envoy::config::cluster::v3::Cluster;
+use envoy_api::pb::envoy::config::listener::v3::{Listener, filter::ConfigType};
+use envoy_api::pb::envoy::extensions::filters::network::tcp_proxy::v3::TcpProxy;
 use prost::Message;
 use serde_json::json;
 

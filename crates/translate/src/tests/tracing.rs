@@ -1,15 +1,15 @@
 //! Tracing from MeshConfig: the legacy `enableTracing` (sampling for the bootstrap's
 //! tracer), a default Zipkin or OpenTelemetry provider, sampling and tags.
 
-use envoy_types::pb::envoy::config::core::v3::{grpc_service, http_uri};
-use envoy_types::pb::envoy::config::listener::v3::filter::ConfigType;
-use envoy_types::pb::envoy::config::trace::v3::{
+use envoy_api::pb::envoy::config::core::v3::{grpc_service, http_uri};
+use envoy_api::pb::envoy::config::listener::v3::filter::ConfigType;
+use envoy_api::pb::envoy::config::trace::v3::{
     OpenTelemetryConfig, ZipkinConfig, tracing::http::ConfigType as ProviderConfig, zipkin_config,
 };
-use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpConnectionManager;
-use envoy_types::pb::envoy::extensions::request_id::uuid::v3::UuidRequestIdConfig;
-use envoy_types::pb::envoy::r#type::metadata::v3::metadata_key::path_segment::Segment;
-use envoy_types::pb::envoy::r#type::tracing::v3::custom_tag;
+use envoy_api::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpConnectionManager;
+use envoy_api::pb::envoy::extensions::request_id::uuid::v3::UuidRequestIdConfig;
+use envoy_api::pb::envoy::r#type::metadata::v3::metadata_key::path_segment::Segment;
+use envoy_api::pb::envoy::r#type::tracing::v3::custom_tag;
 use prost::Message;
 use serde_json::json;
 
@@ -372,10 +372,10 @@ fn sides(
     mesh_lines: &str,
     extra: &str,
 ) -> (
-    Vec<Option<envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::http_connection_manager::Tracing>>,
-    Vec<Option<envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::http_connection_manager::Tracing>>,
+    Vec<Option<envoy_api::pb::envoy::extensions::filters::network::http_connection_manager::v3::http_connection_manager::Tracing>>,
+    Vec<Option<envoy_api::pb::envoy::extensions::filters::network::http_connection_manager::v3::http_connection_manager::Tracing>>,
 ){
-    use envoy_types::pb::envoy::config::core::v3::TrafficDirection;
+    use envoy_api::pb::envoy::config::core::v3::TrafficDirection;
     let yaml = format!("{MESH}{mesh_lines}{COLLECTORS}{WEB}{extra}");
     let cfg = proxy_config(&context(&yaml), &web());
     let of = |direction: TrafficDirection| {

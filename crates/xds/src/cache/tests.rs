@@ -95,10 +95,10 @@ fn mesh_config_map(lines: &str) -> String {
 fn view_clusters(
     ctx: &PushContext,
     cache: &ResourceCache,
-) -> Vec<envoy_types::pb::envoy::config::cluster::v3::Cluster> {
+) -> Vec<envoy_api::pb::envoy::config::cluster::v3::Cluster> {
     let v = view(ctx, &proxies()[0], cache);
     (v.all(TypeKind::Cluster).values())
-        .map(|r| envoy_types::pb::envoy::config::cluster::v3::Cluster::decode(&*r.value()).unwrap())
+        .map(|r| envoy_api::pb::envoy::config::cluster::v3::Cluster::decode(&*r.value()).unwrap())
         .collect()
 }
 
@@ -423,7 +423,7 @@ fn proxies_that_get_other_destination_rules_get_views_of_their_own_and_share_the
     assert!(a3.shares(d3, Cluster) && a0.shares(d0, Cluster));
     assert!(!a3.shares(a2, Cluster) && !a0.shares(a2, Cluster));
     let limit = |v: &View, cluster: &str| {
-        let c = envoy_types::pb::envoy::config::cluster::v3::Cluster::decode(
+        let c = envoy_api::pb::envoy::config::cluster::v3::Cluster::decode(
             &*v.all(Cluster)[cluster].value(),
         )
         .unwrap();
@@ -452,7 +452,7 @@ fn proxies_that_get_other_destination_rules_get_views_of_their_own_and_share_the
             .unwrap()
             .clone();
         match vh.routes[0].action.clone() {
-            Some(envoy_types::pb::envoy::config::route::v3::route::Action::Route(a)) => {
+            Some(envoy_api::pb::envoy::config::route::v3::route::Action::Route(a)) => {
                 !a.hash_policy.is_empty()
             }
             other => panic!("{other:?}"),
@@ -915,7 +915,7 @@ fn cached_virtual_hosts_and_gateway_routes_follow_the_meshs_default_retry_policy
             let vhosts =
                 (config.routes.iter().flat_map(|r| &r.virtual_hosts)).chain(&config.virtual_hosts);
             for route in vhosts.flat_map(|v| &v.routes) {
-                use envoy_types::pb::envoy::config::route::v3::route::Action;
+                use envoy_api::pb::envoy::config::route::v3::route::Action;
                 if let Some(Action::Route(a)) = &route.action
                     && !a
                         .cluster_specifier

@@ -3,9 +3,9 @@
 //! default and shared virtual hosts, a gateway's virtual hosts, name-table entries) are
 //! taken encoded from the memo and whose other parts are encoded as they come.
 
-use envoy_types::pb::envoy::config::cluster::v3::Cluster;
-use envoy_types::pb::envoy::config::listener::v3::Listener;
-use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::Secret;
+use envoy_api::pb::envoy::config::cluster::v3::Cluster;
+use envoy_api::pb::envoy::config::listener::v3::Listener;
+use envoy_api::pb::envoy::extensions::transport_sockets::tls::v3::Secret;
 use translate::route::GatewayVirtualHost;
 
 use super::*;

@@ -151,8 +151,8 @@ fn proxies_on_two_networks_share_a_view_only_without_network_gateways() {
 
 #[test]
 fn a_service_preferring_the_same_node_sends_each_node_its_own_endpoint_first() {
-    use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
-    use envoy_types::pb::envoy::config::endpoint::v3::lb_endpoint::HostIdentifier;
+    use envoy_api::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
+    use envoy_api::pb::envoy::config::endpoint::v3::lb_endpoint::HostIdentifier;
     use prost::Message;
     let yaml = "apiVersion: v1\nkind: Service\nmetadata: {name: api, namespace: shop}\nspec:\n  clusterIP: 10.96.0.9\n  trafficDistribution: PreferSameNode\n  ports: [{name: http, port: 80}]\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: api-1, namespace: shop, labels: {kubernetes.io/service-name: api}}\naddressType: IPv4\nports: [{name: http, port: 80}]\nendpoints:\n- {addresses: [10.0.0.1], nodeName: n1}\n- {addresses: [10.0.0.2], nodeName: n2}\n";
     let on = |node: &str| {
