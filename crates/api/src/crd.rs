@@ -13,12 +13,7 @@ use super::networking::{
 use super::security::{AuthorizationPolicy, PeerAuthentication, RequestAuthentication};
 use super::telemetry::Telemetry;
 
-/// apiVersions served for `networking.istio.io` kinds (the first is stored).
-pub const NETWORKING_VERSIONS: &[&str] = &["v1", "v1beta1", "v1alpha3"];
-/// apiVersions served for `security.istio.io` kinds (the first is stored).
-pub const SECURITY_VERSIONS: &[&str] = &["v1", "v1beta1"];
-/// apiVersions served for `telemetry.istio.io` kinds (the first is stored).
-pub const TELEMETRY_VERSIONS: &[&str] = &["v1", "v1alpha1"];
+pub use crate::versions::{NETWORKING_VERSIONS, SECURITY_VERSIONS, TELEMETRY_VERSIONS};
 
 /// Every CRD, in a stable order.
 pub fn all() -> Vec<CustomResourceDefinition> {

@@ -15,6 +15,7 @@ pub mod networking;
 pub mod security;
 pub mod telemetry;
 pub mod values;
+pub mod versions;
 
 use std::collections::BTreeMap;
 

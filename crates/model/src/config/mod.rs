@@ -113,9 +113,9 @@ impl Kind {
     /// The apiVersions under which this kind is accepted.
     pub fn versions(self) -> &'static [&'static str] {
         match self.group() {
-            "networking.istio.io" => api::crd::NETWORKING_VERSIONS,
-            "security.istio.io" => api::crd::SECURITY_VERSIONS,
-            "telemetry.istio.io" => api::crd::TELEMETRY_VERSIONS,
+            "networking.istio.io" => api::versions::NETWORKING_VERSIONS,
+            "security.istio.io" => api::versions::SECURITY_VERSIONS,
+            "telemetry.istio.io" => api::versions::TELEMETRY_VERSIONS,
             _ => &["v1"],
         }
     }
