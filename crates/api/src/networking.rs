@@ -8,7 +8,9 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{AnyObject, IstioStatus, LabelSelector, any_object};
+#[cfg(feature = "crd")]
+use super::IstioStatus;
+use super::{AnyObject, LabelSelector, any_object};
 
 mod destination_rule;
 mod virtual_service;

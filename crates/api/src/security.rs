@@ -8,7 +8,9 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{AnyObject, IstioStatus, WorkloadSelector, any_object, any_object_list};
+#[cfg(feature = "crd")]
+use super::IstioStatus;
+use super::{AnyObject, WorkloadSelector, any_object, any_object_list};
 
 /// The annotation that makes an ALLOW or DENY AuthorizationPolicy a dry run: its rules
 /// are evaluated and counted, never enforced.

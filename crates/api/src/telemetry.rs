@@ -10,7 +10,9 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{AnyObject, IstioStatus, WorkloadSelector, any_object, any_object_list};
+#[cfg(feature = "crd")]
+use super::IstioStatus;
+use super::{AnyObject, WorkloadSelector, any_object, any_object_list};
 
 #[cfg_attr(feature = "crd", derive(CustomResource))]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
