@@ -47,6 +47,18 @@ pub fn object(namespace: &str, name: &str, spec: Spec) -> ConfigObject {
     }
 }
 
+/// `object` created at second `second` of 2026's first minute: the age that decides
+/// between objects that conflict (older first, as istiod orders them).
+pub fn created(mut object: ConfigObject, second: u32) -> ConfigObject {
+    object.meta.creation_timestamp = Some(format!("2026-01-01T00:00:{second:02}Z"));
+    object
+}
+
+/// The mesh-wide settings, as the `istio` ConfigMap of `istio-system` holds them.
+pub fn mesh_config(mesh: crate::mesh::MeshConfig) -> ConfigObject {
+    object("istio-system", "istio", Spec::MeshConfig(mesh))
+}
+
 /// A Kubernetes Service, built port by port.
 pub struct ServiceBuilder {
     object: ConfigObject,

@@ -432,28 +432,78 @@ impl DestinationRules {
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
+    use api::WorkloadSelector;
+    use api::networking::{
+        ConnectionPoolSettings, DestinationRuleSpec, Subset, TcpSettings, TrafficPolicy,
+    };
 
     use super::*;
+    use crate::builders::{created, mesh_config, object, service, sidecar};
+    use crate::config::{ConfigObject, Spec};
+    use crate::mesh::MeshConfig;
     use crate::{Proxy, PushContext};
 
-    const SERVICES: &str = "apiVersion: v1\nkind: Service\nmetadata: {name: reviews, namespace: shop}\nspec:\n  clusterIP: 10.96.0.10\n  ports: [{name: http, port: 9080}]\n---\napiVersion: v1\nkind: Service\nmetadata: {name: ratings, namespace: shop}\nspec:\n  clusterIP: 10.96.0.11\n  ports: [{name: http, port: 9080}]\n---\napiVersion: v1\nkind: Service\nmetadata: {name: details, namespace: shop}\nspec:\n  clusterIP: 10.96.0.12\n  ports: [{name: http, port: 9080}]\n";
+    /// reviews, ratings and details in shop, each with one HTTP port.
+    fn services() -> Vec<ConfigObject> {
+        [
+            ("reviews", "10.96.0.10"),
+            ("ratings", "10.96.0.11"),
+            ("details", "10.96.0.12"),
+        ]
+        .into_iter()
+        .map(|(name, ip)| service("shop", name, ip).port("http", 9080).build())
+        .collect()
+    }
 
-    /// A rule named `name` in `ns` for `host`, created at second `age`, with `extra`
-    /// spec lines.
-    fn rule(ns: &str, name: &str, age: u32, host: &str, extra: &str) -> String {
-        format!(
-            "---\napiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {{name: {name}, namespace: {ns}, creationTimestamp: '2026-01-01T00:00:{age:02}Z'}}\nspec:\n  host: '{host}'\n{extra}"
-        )
+    /// A rule named `name` in `ns` for `host`, created at second `age`, as `edit` leaves it.
+    fn rule(
+        ns: &str,
+        name: &str,
+        age: u32,
+        host: &str,
+        edit: impl FnOnce(&mut DestinationRuleSpec),
+    ) -> ConfigObject {
+        let mut spec = DestinationRuleSpec {
+            host: host.into(),
+            ..DestinationRuleSpec::default()
+        };
+        edit(&mut spec);
+        created(object(ns, name, Spec::DestinationRule(spec)), age)
+    }
+
+    fn export_to(namespaces: &[&str]) -> impl FnOnce(&mut DestinationRuleSpec) {
+        let namespaces: Vec<String> = namespaces.iter().map(|n| n.to_string()).collect();
+        move |r| r.export_to = namespaces
+    }
+
+    fn subset(name: &str, version: &str) -> Subset {
+        Subset {
+            name: name.into(),
+            labels: [("version".to_string(), version.to_string())].into(),
+            ..Subset::default()
+        }
+    }
+
+    fn max_connections(n: i32) -> Option<TrafficPolicy> {
+        Some(TrafficPolicy {
+            connection_pool: Some(ConnectionPoolSettings {
+                tcp: Some(TcpSettings {
+                    max_connections: Some(n),
+                    ..TcpSettings::default()
+                }),
+                ..ConnectionPoolSettings::default()
+            }),
+            ..TrafficPolicy::default()
+        })
+    }
+
+    /// The push context of the three services and `rules`.
+    fn context(rules: impl IntoIterator<Item = ConfigObject>) -> PushContext {
+        crate::builders::context(services().into_iter().chain(rules))
     }
 
     fn proxy(ns: &str, app: &str) -> Proxy {
-        let meta = json!({"NAMESPACE": ns, "LABELS": {"app": app}});
-        Proxy::from_node(
-            &format!("sidecar~10.9.9.9~{app}.{ns}~{ns}.svc.cluster.local"),
-            meta.as_object().unwrap(),
-        )
-        .unwrap()
+        sidecar(ns, app, "10.9.9.9", &[("app", app)])
     }
 
     /// The name of the rule `proxy` gets for `host` (a short name in shop).
@@ -464,21 +514,20 @@ mod tests {
 
     #[test]
     fn the_proxys_namespace_then_the_services_then_the_root_namespace() {
-        let ctx = PushContext::from_yaml(&format!(
-            "{SERVICES}{}{}{}{}",
-            rule("shop", "reviews", 1, "reviews", ""),
-            rule("istio-system", "mesh", 2, "*.local", ""),
+        let ctx = context([
+            rule("shop", "reviews", 1, "reviews", |_| {}),
+            rule("istio-system", "mesh", 2, "*.local", |_| {}),
             // Seen by frontend's proxies only.
             rule(
                 "frontend",
                 "frontend-reviews",
                 3,
                 "reviews.shop.svc.cluster.local",
-                "  exportTo: ['.']\n"
+                export_to(&["."]),
             ),
             // Private to shop: proxies elsewhere fall through to the mesh-wide rule.
-            rule("shop", "ratings", 4, "ratings", "  exportTo: ['.']\n"),
-        ));
+            rule("shop", "ratings", 4, "ratings", export_to(&["."])),
+        ]);
         let (shop, frontend, billing) = (
             proxy("shop", "a"),
             proxy("frontend", "a"),
@@ -522,16 +571,15 @@ mod tests {
 
     #[test]
     fn export_to_named_namespaces_and_the_root_namespaces_private_rules() {
-        let ctx = PushContext::from_yaml(&format!(
-            "{SERVICES}{}{}{}{}",
-            rule("shop", "details", 1, "details", "  exportTo: [billing]\n"),
-            rule("istio-system", "mesh", 2, "*.local", ""),
+        let ctx = context([
+            rule("shop", "details", 1, "details", export_to(&["billing"])),
+            rule("istio-system", "mesh", 2, "*.local", |_| {}),
             rule(
                 "istio-system",
                 "gateway-only",
                 3,
                 "reviews.shop.svc.cluster.local",
-                "  exportTo: ['.']\n"
+                export_to(&["."]),
             ),
             // A third namespace's rule reaches only its own proxies, as istiod's.
             rule(
@@ -539,9 +587,9 @@ mod tests {
                 "frontends-ratings",
                 4,
                 "ratings.shop.svc.cluster.local",
-                "  exportTo: ['*']\n"
+                export_to(&["*"]),
             ),
-        ));
+        ]);
         let (billing, frontend, shop) = (
             proxy("billing", "a"),
             proxy("frontend", "a"),
@@ -573,30 +621,19 @@ mod tests {
 
     #[test]
     fn rules_for_one_host_merge_their_subsets_and_the_first_traffic_policy_wins() {
-        let ctx = PushContext::from_yaml(&format!(
-            "{SERVICES}{}{}{}",
-            rule(
-                "shop",
-                "reviews-v1",
-                1,
-                "reviews",
-                "  subsets: [{name: v1, labels: {version: v1}}]\n"
-            ),
-            rule(
-                "shop",
-                "reviews-v2",
-                2,
-                "reviews",
-                "  trafficPolicy: {connectionPool: {tcp: {maxConnections: 2}}}\n  subsets: [{name: v2, labels: {version: v2}}, {name: v1, labels: {version: other}}]\n"
-            ),
-            rule(
-                "shop",
-                "reviews-v3",
-                3,
-                "reviews",
-                "  trafficPolicy: {connectionPool: {tcp: {maxConnections: 3}}}\n  subsets: [{name: v3, labels: {version: v3}}]\n"
-            ),
-        ));
+        let ctx = context([
+            rule("shop", "reviews-v1", 1, "reviews", |r| {
+                r.subsets = vec![subset("v1", "v1")]
+            }),
+            rule("shop", "reviews-v2", 2, "reviews", |r| {
+                r.traffic_policy = max_connections(2);
+                r.subsets = vec![subset("v2", "v2"), subset("v1", "other")];
+            }),
+            rule("shop", "reviews-v3", 3, "reviews", |r| {
+                r.traffic_policy = max_connections(3);
+                r.subsets = vec![subset("v3", "v3")];
+            }),
+        ]);
         for p in [proxy("shop", "a"), proxy("billing", "a")] {
             let host = resolve_host("reviews", "shop");
             let merged = ctx.destination_rule_spec(&p, &host).unwrap();
@@ -640,23 +677,15 @@ mod tests {
         );
         // Different exportTo: kept apart. Shop's proxies see both and, as istiod's
         // `SidecarScope.DestinationRule`, take the last one without a selector.
-        let apart = PushContext::from_yaml(&format!(
-            "{SERVICES}{}{}",
-            rule(
-                "shop",
-                "public",
-                1,
-                "reviews",
-                "  subsets: [{name: v1, labels: {version: v1}}]\n"
-            ),
-            rule(
-                "shop",
-                "private",
-                2,
-                "reviews",
-                "  exportTo: ['.']\n  subsets: [{name: v2, labels: {version: v2}}]\n"
-            ),
-        ));
+        let apart = context([
+            rule("shop", "public", 1, "reviews", |r| {
+                r.subsets = vec![subset("v1", "v1")]
+            }),
+            rule("shop", "private", 2, "reviews", |r| {
+                r.export_to = vec![".".into()];
+                r.subsets = vec![subset("v2", "v2")];
+            }),
+        ]);
         let subsets = |p: &Proxy| {
             let rule = apart
                 .destination_rule_spec(p, &resolve_host("reviews", "shop"))
@@ -676,17 +705,17 @@ mod tests {
 
     #[test]
     fn a_workload_selector_picks_the_proxies_of_its_namespace_it_selects() {
-        let ctx = PushContext::from_yaml(&format!(
-            "{SERVICES}{}{}",
-            rule("shop", "reviews", 1, "reviews", ""),
-            rule(
-                "shop",
-                "for-productpage",
-                2,
-                "reviews",
-                "  workloadSelector: {matchLabels: {app: productpage}}\n"
-            ),
-        ));
+        let for_productpage = || {
+            rule("shop", "for-productpage", 2, "reviews", |r| {
+                r.workload_selector = Some(WorkloadSelector {
+                    match_labels: [("app".to_string(), "productpage".to_string())].into(),
+                })
+            })
+        };
+        let ctx = context([
+            rule("shop", "reviews", 1, "reviews", |_| {}),
+            for_productpage(),
+        ]);
         let (productpage, ratings) = (proxy("shop", "productpage"), proxy("shop", "ratings"));
         let billing = proxy("billing", "productpage");
         assert_eq!(
@@ -705,16 +734,7 @@ mod tests {
         assert_eq!(ctx.destination_rule_exceptions(&ratings), []);
         assert_eq!(ctx.destination_rule_exceptions(&productpage).len(), 1);
         // Only a selecting rule for the host, and a proxy it does not select: none.
-        let alone = PushContext::from_yaml(&format!(
-            "{SERVICES}{}",
-            rule(
-                "shop",
-                "for-productpage",
-                2,
-                "reviews",
-                "  workloadSelector: {matchLabels: {app: productpage}}\n"
-            ),
-        ));
+        let alone = context([for_productpage()]);
         assert_eq!(chosen(&alone, &ratings, "reviews"), None);
         assert_eq!(
             chosen(&alone, &productpage, "reviews").as_deref(),
@@ -724,11 +744,15 @@ mod tests {
 
     #[test]
     fn a_mesh_config_default_export_to_dot_keeps_rules_without_one_at_home() {
-        let ctx = PushContext::from_yaml(&format!(
-            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: istio, namespace: istio-system}}\ndata:\n  mesh: |\n    defaultDestinationRuleExportTo: ['.']\n---\n{SERVICES}{}{}",
-            rule("shop", "reviews", 1, "reviews", ""),
-            rule("shop", "ratings", 2, "ratings", "  exportTo: ['*']\n"),
-        ));
+        let mesh = MeshConfig {
+            default_destination_rule_export_to: vec![".".into()],
+            ..MeshConfig::default()
+        };
+        let ctx = context([
+            mesh_config(mesh),
+            rule("shop", "reviews", 1, "reviews", |_| {}),
+            rule("shop", "ratings", 2, "ratings", export_to(&["*"])),
+        ]);
         let (shop, billing) = (proxy("shop", "a"), proxy("billing", "a"));
         assert_eq!(chosen(&ctx, &shop, "reviews").as_deref(), Some("reviews"));
         assert_eq!(chosen(&ctx, &billing, "reviews"), None);
