@@ -59,6 +59,28 @@ pub fn mesh_config(mesh: crate::mesh::MeshConfig) -> ConfigObject {
     object("istio-system", "istio", Spec::MeshConfig(mesh))
 }
 
+/// An Istio object `namespace/name` of `kind`, its spec written as JSON in Istio's field
+/// names and deserialized straight into api's type: no YAML, no validation.
+pub fn istio(kind: Kind, namespace: &str, name: &str, spec: serde_json::Value) -> ConfigObject {
+    fn typed<T: serde::de::DeserializeOwned>(kind: Kind, spec: serde_json::Value) -> T {
+        serde_json::from_value(spec).unwrap_or_else(|e| panic!("a {kind:?} spec: {e}"))
+    }
+    let spec = match kind {
+        Kind::VirtualService => Spec::VirtualService(typed(kind, spec)),
+        Kind::DestinationRule => Spec::DestinationRule(typed(kind, spec)),
+        Kind::Gateway => Spec::Gateway(typed(kind, spec)),
+        Kind::ServiceEntry => Spec::ServiceEntry(typed(kind, spec), Vec::new()),
+        Kind::Sidecar => Spec::Sidecar(typed(kind, spec)),
+        Kind::WorkloadEntry => Spec::WorkloadEntry(typed(kind, spec)),
+        Kind::PeerAuthentication => Spec::PeerAuthentication(typed(kind, spec)),
+        Kind::RequestAuthentication => Spec::RequestAuthentication(typed(kind, spec)),
+        Kind::AuthorizationPolicy => Spec::AuthorizationPolicy(typed(kind, spec)),
+        Kind::Telemetry => Spec::Telemetry(typed(kind, spec)),
+        other => panic!("{other:?} is not an Istio kind"),
+    };
+    object(namespace, name, spec)
+}
+
 /// A Kubernetes Service, built port by port.
 pub struct ServiceBuilder {
     object: ConfigObject,

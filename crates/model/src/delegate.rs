@@ -336,16 +336,37 @@ fn string_conflict(root: Option<&StringMatch>, leaf: Option<&StringMatch>) -> bo
 
 #[cfg(test)]
 mod tests {
+    use serde_json::{Value, json};
+
     use super::*;
     use crate::PushContext;
+    use crate::builders::{context, istio};
+    use crate::config::{ConfigObject, Kind};
 
-    fn vs(ns: &str, name: &str, body: &str) -> String {
-        format!(
-            "---\napiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n{body}"
-        )
+    fn vs(ns: &str, name: &str, spec: Value) -> ConfigObject {
+        istio(Kind::VirtualService, ns, name, spec)
     }
 
-    const ROOT: &str = "  hosts: [shop.example.com]\n  gateways: [web]\n  http:\n  - name: reviews\n    match: [{uri: {prefix: /reviews}, headers: {x-a: {exact: '1'}}}]\n    timeout: 3s\n    delegate: {name: reviews, namespace: team}\n  - name: rest\n    route: [{destination: {host: productpage}}]\n";
+    /// shop/front: `/reviews` with header x-a delegated to team/reviews, the rest to productpage.
+    fn root() -> ConfigObject {
+        vs(
+            "shop",
+            "front",
+            json!({
+                "hosts": ["shop.example.com"],
+                "gateways": ["web"],
+                "http": [
+                    {
+                        "name": "reviews",
+                        "match": [{"uri": {"prefix": "/reviews"}, "headers": {"x-a": {"exact": "1"}}}],
+                        "timeout": "3s",
+                        "delegate": {"name": "reviews", "namespace": "team"},
+                    },
+                    {"name": "rest", "route": [{"destination": {"host": "productpage"}}]},
+                ],
+            }),
+        )
+    }
 
     fn root_routes(ctx: &PushContext) -> Vec<HttpRoute> {
         let root = (ctx.virtual_services.iter())
@@ -356,15 +377,29 @@ mod tests {
 
     #[test]
     fn a_delegates_routes_replace_the_root_route_within_its_matches() {
-        let ctx = PushContext::from_yaml(&format!(
-            "{}{}",
-            vs("shop", "front", ROOT),
+        let ctx = context([
+            root(),
             vs(
                 "team",
                 "reviews",
-                "  http:\n  - name: v1\n    match: [{uri: {prefix: /reviews/v1}, headers: {x-b: {exact: '2'}}}]\n    route: [{destination: {host: reviews}}]\n  - name: other\n    match: [{uri: {prefix: /ratings}}]\n    route: [{destination: {host: ratings}}]\n  - timeout: 9s\n    route: [{destination: {host: reviews.shop.svc.cluster.local}}]\n"
+                json!({"http": [
+                    {
+                        "name": "v1",
+                        "match": [{"uri": {"prefix": "/reviews/v1"}, "headers": {"x-b": {"exact": "2"}}}],
+                        "route": [{"destination": {"host": "reviews"}}],
+                    },
+                    {
+                        "name": "other",
+                        "match": [{"uri": {"prefix": "/ratings"}}],
+                        "route": [{"destination": {"host": "ratings"}}],
+                    },
+                    {
+                        "timeout": "9s",
+                        "route": [{"destination": {"host": "reviews.shop.svc.cluster.local"}}],
+                    },
+                ]}),
             ),
-        ));
+        ]);
         // The delegate is not a VirtualService of its own.
         assert_eq!(ctx.virtual_services.len(), 1);
         assert!(ctx.delegated.contains(&("team".into(), "reviews".into())));
@@ -401,26 +436,20 @@ mod tests {
 
     #[test]
     fn a_missing_or_unexported_delegate_drops_its_route_and_says_why() {
+        let route = json!([{"route": [{"destination": {"host": "reviews"}}]}]);
         for (delegate, reason) in [
-            (String::new(), "team/reviews not found"),
+            (None, "team/reviews not found"),
             (
-                vs(
-                    "team",
-                    "reviews",
-                    "  exportTo: ['.']\n  http: [{route: [{destination: {host: reviews}}]}]\n",
-                ),
+                Some(json!({"exportTo": ["."], "http": route})),
                 "not exported to namespace shop",
             ),
             (
-                vs(
-                    "team",
-                    "reviews",
-                    "  hosts: [reviews]\n  http: [{route: [{destination: {host: reviews}}]}]\n",
-                ),
+                Some(json!({"hosts": ["reviews"], "http": route})),
                 "has hosts, so it is not a delegate",
             ),
         ] {
-            let ctx = PushContext::from_yaml(&format!("{}{delegate}", vs("shop", "front", ROOT)));
+            let delegate = delegate.map(|spec| vs("team", "reviews", spec));
+            let ctx = context([root()].into_iter().chain(delegate));
             let names: Vec<_> = (root_routes(&ctx).iter())
                 .map(|r| r.name.clone().unwrap())
                 .collect();

@@ -457,17 +457,45 @@ fn lcm(a: u32, b: u32) -> u32 {
 mod tests {
     use super::*;
     use crate::PushContext;
-    use crate::builders::{context, endpoints, labeled, namespace, object, service};
+    use crate::builders::{context, endpoints, labeled, mesh_config, namespace, object, service};
     use crate::config::Spec;
-
-    const GATEWAY: &str = "apiVersion: v1\nkind: Service\nmetadata: {name: eastwest, namespace: istio-system, labels: {topology.istio.io/network: net-b}}\nspec:\n  externalIPs: [192.0.2.7]\n  ports: [{name: tls, port: 15443}]\n";
 
     #[test]
     fn gateways_come_from_labelled_services_and_mesh_networks() {
-        let mesh = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: istio, namespace: istio-system}\ndata:\n  meshNetworks: |\n    networks:\n      net-c:\n        endpoints: [{fromCidr: 10.3.0.0/16}]\n        gateways: [{address: 198.51.100.1, port: 443}, {address: gw.example.com, port: 443}]\n      net-d:\n        endpoints: [{fromRegistry: Kubernetes}]\n        gateways: [{registryServiceName: other.istio-system.svc.cluster.local, port: 15443}]\n";
-        let other = "apiVersion: v1\nkind: Service\nmetadata: {name: other, namespace: istio-system}\nspec:\n  externalIPs: [192.0.2.8]\n  ports: [{name: tls, port: 15443}]\nstatus:\n  loadBalancer: {ingress: [{ip: 192.0.2.9}]}\n";
-        let no_port = "apiVersion: v1\nkind: Service\nmetadata: {name: wrong, namespace: istio-system, labels: {topology.istio.io/network: net-e}}\nspec:\n  externalIPs: [192.0.2.10]\n  ports: [{name: http, port: 80}]\n";
-        let ctx = PushContext::from_yaml(&[GATEWAY, mesh, other, no_port].join("---\n"));
+        let networks = serde_json::from_value(serde_json::json!({"networks": {
+            "net-c": {
+                "endpoints": [{"fromCidr": "10.3.0.0/16"}],
+                "gateways": [
+                    {"address": "198.51.100.1", "port": 443},
+                    {"address": "gw.example.com", "port": 443},
+                ],
+            },
+            "net-d": {
+                "endpoints": [{"fromRegistry": "Kubernetes"}],
+                "gateways": [
+                    {"registryServiceName": "other.istio-system.svc.cluster.local", "port": 15443},
+                ],
+            },
+        }}))
+        .unwrap();
+        let mesh = MeshConfig {
+            mesh_networks: networks,
+            ..MeshConfig::default()
+        };
+        let gateway = (service("istio-system", "eastwest", "10.96.0.7").port("tls", 15443))
+            .label(NETWORK_LABEL, "net-b")
+            .external_address("192.0.2.7")
+            .build();
+        // The load balancer's address first, then spec.externalIPs, as the source reads them.
+        let other = (service("istio-system", "other", "10.96.0.8").port("tls", 15443))
+            .external_address("192.0.2.9")
+            .external_address("192.0.2.8")
+            .build();
+        let no_port = (service("istio-system", "wrong", "10.96.0.10").port("http", 80))
+            .label(NETWORK_LABEL, "net-e")
+            .external_address("192.0.2.10")
+            .build();
+        let ctx = context([gateway, mesh_config(mesh), other, no_port]);
         let g = &ctx.networks;
         assert!(g.enabled());
         let addrs = |n: &str| -> Vec<String> {

@@ -252,42 +252,32 @@ impl PushContext {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use serde_json::json;
 
-    fn ctx(yaml: &str) -> PushContext {
-        PushContext::from_yaml(yaml)
-    }
+    use super::*;
+    use crate::builders::{context, istio, sidecar};
+    use crate::config::Kind;
 
     fn proxy(ns: &str, app: &str) -> Proxy {
-        Proxy::from_node(
-            &format!("sidecar~10.0.0.1~{app}-0.{ns}~{ns}.svc.cluster.local"),
-            json!({"LABELS": {"app": app}}).as_object().unwrap(),
-        )
-        .unwrap()
-    }
-
-    const PA: &str = "apiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {name: NAME, namespace: NS}\nspec: SPEC\n";
-
-    fn pa_yaml(name: &str, ns: &str, spec: &str) -> String {
-        PA.replace("NAME", name)
-            .replace("NS", ns)
-            .replace("SPEC", spec)
+        sidecar(ns, &format!("{app}-0"), "10.0.0.1", &[("app", app)])
     }
 
     #[test]
     fn the_most_specific_peer_authentication_decides_and_unset_inherits() {
-        let yaml = [
-            pa_yaml("mesh", "istio-system", "{mtls: {mode: STRICT}}"),
-            pa_yaml("ns", "shop", "{mtls: {mode: PERMISSIVE}}"),
-            pa_yaml(
+        let pa = |name, ns, spec| istio(Kind::PeerAuthentication, ns, name, spec);
+        let c = context([
+            pa("mesh", "istio-system", json!({"mtls": {"mode": "STRICT"}})),
+            pa("ns", "shop", json!({"mtls": {"mode": "PERMISSIVE"}})),
+            pa(
                 "reviews",
                 "shop",
-                "{selector: {matchLabels: {app: reviews}}, mtls: {mode: UNSET}, portLevelMtls: {9080: {mode: DISABLE}}}",
+                json!({
+                    "selector": {"matchLabels": {"app": "reviews"}},
+                    "mtls": {"mode": "UNSET"},
+                    "portLevelMtls": {"9080": {"mode": "DISABLE"}},
+                }),
             ),
-        ]
-        .join("---\n");
-        let c = ctx(&yaml);
+        ]);
         let mode = |ns: &str, app: &str, port: u32| c.mtls_mode(&proxy(ns, app), port);
         assert_eq!(mode("bank", "teller", 80).mode, Mtls::Strict, "mesh-wide");
         assert_eq!(mode("bank", "teller", 80).policy, "istio-system/mesh");
@@ -304,37 +294,28 @@ mod tests {
             "UNSET inherits from the namespace"
         );
         assert_eq!(
-            ctx("").mtls_mode(&proxy("a", "b"), 1).mode,
+            context([]).mtls_mode(&proxy("a", "b"), 1).mode,
             Mtls::Permissive
         );
     }
 
     #[test]
     fn authorization_policies_apply_by_namespace_root_and_selector() {
-        let ap = "apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {name: NAME, namespace: NS}\nspec: SPEC\n";
-        let yaml = [
-            (
+        let ap = |name, ns, spec| istio(Kind::AuthorizationPolicy, ns, name, spec);
+        let c = context([
+            ap(
                 "mesh",
                 "istio-system",
-                "{action: DENY, rules: [{to: [{operation: {paths: [/admin]}}]}]}",
+                json!({"action": "DENY", "rules": [{"to": [{"operation": {"paths": ["/admin"]}}]}]}),
             ),
-            ("all-shop", "shop", "{}"),
-            (
+            ap("all-shop", "shop", json!({})),
+            ap(
                 "reviews",
                 "shop",
-                "{selector: {matchLabels: {app: reviews}}}",
+                json!({"selector": {"matchLabels": {"app": "reviews"}}}),
             ),
-            ("bank", "bank", "{}"),
-        ]
-        .iter()
-        .map(|(n, ns, spec)| {
-            ap.replace("NAME", n)
-                .replace("NS", ns)
-                .replace("SPEC", spec)
-        })
-        .collect::<Vec<_>>()
-        .join("---\n");
-        let c = ctx(&yaml);
+            ap("bank", "bank", json!({})),
+        ]);
         let names = |ns: &str, app: &str| -> Vec<String> {
             c.authorization_policies_for(&proxy(ns, app))
                 .iter()

@@ -180,14 +180,26 @@ impl HostServices {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use crate::PushContext;
+    use serde_json::{Value, json};
 
-    /// A ServiceEntry of `api.example.com` in `namespace`, created on day `day` of 2024.
-    fn entry(namespace: &str, name: &str, day: u32, export_to: &str) -> String {
-        format!(
-            "---\napiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {{name: {name}, namespace: {namespace}, creationTimestamp: '2024-01-{day:02}T00:00:00Z'}}\nspec:\n  hosts: [api.example.com]\n  exportTo: [{export_to}]\n  resolution: DNS\n  ports: [{{number: 443, name: tls, protocol: TLS}}]\n"
-        )
+    use super::*;
+    use crate::builders::{context, created, istio, labeled, service};
+    use crate::config::{ConfigObject, Kind};
+
+    fn service_entry(namespace: &str, name: &str, second: u32, spec: Value) -> ConfigObject {
+        created(istio(Kind::ServiceEntry, namespace, name, spec), second)
+    }
+
+    /// A ServiceEntry of `api.example.com` in `namespace`, created at second `second`,
+    /// exported to `export_to`.
+    fn entry(namespace: &str, name: &str, second: u32, export_to: &[&str]) -> ConfigObject {
+        let spec = json!({
+            "hosts": ["api.example.com"],
+            "exportTo": export_to,
+            "resolution": "DNS",
+            "ports": [{"number": 443, "name": "tls", "protocol": "TLS"}],
+        });
+        service_entry(namespace, name, second, spec)
     }
 
     fn named(picked: Option<&Arc<Service>>) -> Option<String> {
@@ -196,15 +208,13 @@ mod tests {
 
     #[test]
     fn each_namespace_gets_its_own_then_one_exported_to_it_by_name_then_the_oldest_public() {
-        let yaml = [
-            entry("team-b", "api", 2, "'.'"),
-            entry("shared", "new", 4, "'*'"),
-            entry("team-a", "api", 3, ""),
-            entry("shared", "old", 1, ""),
-            entry("egress", "api", 5, "team-c, team-d"),
-        ]
-        .concat();
-        let ctx = PushContext::from_yaml(&yaml);
+        let ctx = context([
+            entry("team-b", "api", 2, &["."]),
+            entry("shared", "new", 4, &["*"]),
+            entry("team-a", "api", 3, &[]),
+            entry("shared", "old", 1, &[]),
+            entry("egress", "api", 5, &["team-c", "team-d"]),
+        ]);
         assert_eq!(ctx.services.len(), 1);
         // The oldest is what a proxy with no better choice gets.
         assert_eq!(
@@ -237,10 +247,19 @@ mod tests {
 
     #[test]
     fn a_kubernetes_service_comes_before_older_service_entries_of_its_host() {
-        let mut yaml = entry("web", "squatter", 1, "'.'")
-            .replace("api.example.com", "api.web.svc.cluster.local");
-        yaml.push_str("---\napiVersion: v1\nkind: Service\nmetadata: {name: api, namespace: web, creationTimestamp: '2024-02-01T00:00:00Z'}\nspec: {clusterIP: 10.96.0.9, ports: [{name: http, port: 80}]}\n");
-        let ctx = PushContext::from_yaml(&yaml);
+        let squatter = json!({
+            "hosts": ["api.web.svc.cluster.local"],
+            "exportTo": ["."],
+            "resolution": "DNS",
+            "ports": [{"number": 443, "name": "tls", "protocol": "TLS"}],
+        });
+        let ctx = context([
+            service_entry("web", "squatter", 1, squatter),
+            created(
+                service("web", "api", "10.96.0.9").port("http", 80).build(),
+                2,
+            ),
+        ]);
         let host = "api.web.svc.cluster.local";
         assert_eq!(named(ctx.services.get(host)), Some("web/api".into()));
         let candidates = ctx.shared_hosts.get(host).unwrap();
@@ -252,22 +271,39 @@ mod tests {
 
     #[test]
     fn entries_of_one_namespace_alike_merge_ports_and_every_entry_of_it_adds_endpoints() {
-        let entry = |name: &str, day: u32, labels: &str, export: &str, port: &str, ip: &str| {
-            format!(
-                "---\napiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {{name: {name}, namespace: web, creationTimestamp: '2024-01-0{day}T00:00:00Z', labels: {{{labels}}}}}\nspec:\n  hosts: [api.example.com]\n  exportTo: [{export}]\n  resolution: STATIC\n  ports: [{port}]\n  endpoints: [{{address: {ip}}}]\n"
-            )
+        let entry = |ns: &str, name: &str, second: u32, export: &str, port: Value, ip: &str| {
+            let spec = json!({
+                "hosts": ["api.example.com"],
+                "exportTo": [export],
+                "resolution": "STATIC",
+                "ports": [port],
+                "endpoints": [{"address": ip}],
+            });
+            service_entry(ns, name, second, spec)
         };
-        let yaml = [
-            entry("http", 1, "", "'*'", "{number: 80, name: http}", "10.0.0.1"),
-            entry("https", 2, "", "'*'", "{number: 443, name: tls}", "10.0.0.2"),
+        let (http, tls) = (
+            json!({"number": 80, "name": "http"}),
+            json!({"number": 443, "name": "tls"}),
+        );
+        let ctx = context([
+            entry("web", "http", 1, "*", http.clone(), "10.0.0.1"),
+            entry("web", "https", 2, "*", tls.clone(), "10.0.0.2"),
             // Other labels: not merged, but its endpoints are the namespace's.
-            entry("labelled", 3, "team: x", "'*'", "{number: 8080, name: http-alt}", "10.0.0.3"),
+            labeled(
+                entry(
+                    "web",
+                    "labelled",
+                    3,
+                    "*",
+                    json!({"number": 8080, "name": "http-alt"}),
+                    "10.0.0.3",
+                ),
+                &[("team", "x")],
+            ),
             // Private: what a proxy of `web` picks, with the namespace's endpoints.
-            entry("private", 4, "", "'.'", "{number: 443, name: tls}", "10.0.0.4"),
-            "---\napiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: api, namespace: other, creationTimestamp: '2024-01-05T00:00:00Z'}\nspec:\n  hosts: [api.example.com]\n  exportTo: ['.']\n  resolution: STATIC\n  ports: [{number: 80, name: http}]\n  endpoints: [{address: 10.9.0.1}]\n".into(),
-        ]
-        .concat();
-        let ctx = PushContext::from_yaml(&yaml);
+            entry("web", "private", 4, ".", tls, "10.0.0.4"),
+            entry("other", "api", 5, ".", http, "10.9.0.1"),
+        ]);
         let ports = |s: &Service| s.ports.iter().map(|p| p.port).collect::<Vec<_>>();
         let ips = |s: &Service| {
             let mut ips: Vec<String> = s.endpoints.iter().map(|e| e.address.clone()).collect();
@@ -298,7 +334,7 @@ mod tests {
 
     #[test]
     fn a_host_one_service_declares_is_not_shared() {
-        let ctx = PushContext::from_yaml(&entry("a", "api", 1, ""));
+        let ctx = context([entry("a", "api", 1, &[])]);
         assert_eq!(ctx.services.len(), 1);
         assert!(ctx.shared_hosts.is_empty());
         assert_eq!(ctx.shared_hosts.others().count(), 0);

@@ -29,10 +29,24 @@ fn change(store: &mut Store, yaml: &str, deleted: &[ObjectKey]) -> BTreeSet<Obje
 
 #[test]
 fn mesh_default_export_to_keeps_services_and_virtual_services_without_one_at_home() {
-    let yaml = |defaults: &str| {
-        format!(
-            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: istio, namespace: istio-system}}\ndata:\n  mesh: |\n{defaults}---\napiVersion: v1\nkind: Service\nmetadata: {{name: reviews, namespace: shop}}\nspec:\n  clusterIP: 10.96.0.10\n  ports: [{{name: http, port: 9080}}]\n---\napiVersion: v1\nkind: Service\nmetadata: {{name: ratings, namespace: shop, annotations: {{networking.istio.io/exportTo: '*'}}}}\nspec:\n  clusterIP: 10.96.0.11\n  ports: [{{name: http, port: 9080}}]\n---\napiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: reviews, namespace: shop}}\nspec:\n  hosts: [reviews]\n  http: [{{route: [{{destination: {{host: reviews}}}}]}}]\n"
-        )
+    use crate::builders::{context, istio, mesh_config, service};
+    let mesh = |mesh: MeshConfig| {
+        context([
+            mesh_config(mesh),
+            service("shop", "reviews", "10.96.0.10")
+                .port("http", 9080)
+                .build(),
+            service("shop", "ratings", "10.96.0.11")
+                .port("http", 9080)
+                .annotation("networking.istio.io/exportTo", "*")
+                .build(),
+            istio(
+                Kind::VirtualService,
+                "shop",
+                "reviews",
+                json!({"hosts": ["reviews"], "http": [{"route": [{"destination": {"host": "reviews"}}]}]}),
+            ),
+        ])
     };
     let proxy = |ns: &str| {
         let meta = json!({"NAMESPACE": ns});
@@ -57,14 +71,19 @@ fn mesh_default_export_to_keeps_services_and_virtual_services_without_one_at_hom
         "reviews.shop.svc.cluster.local",
         "ratings.shop.svc.cluster.local",
     );
-    let open = PushContext::from_yaml(&yaml("    trustDomain: cluster.local\n"));
+    let open = mesh(MeshConfig {
+        trust_domain: Some("cluster.local".into()),
+        ..MeshConfig::default()
+    });
     assert_eq!(
         seen(&open, "billing"),
         (vec![ratings.to_string(), reviews.to_string()], 1)
     );
-    let private = PushContext::from_yaml(&yaml(
-        "    defaultServiceExportTo: ['.']\n    defaultVirtualServiceExportTo: ['.']\n",
-    ));
+    let private = mesh(MeshConfig {
+        default_service_export_to: vec![".".into()],
+        default_virtual_service_export_to: vec![".".into()],
+        ..MeshConfig::default()
+    });
     // Elsewhere only what says otherwise is seen; at home, everything.
     assert_eq!(seen(&private, "billing"), (vec![ratings.to_string()], 0));
     assert_eq!(
@@ -148,14 +167,21 @@ fn an_update_equals_a_full_build_and_shares_what_it_did_not_touch() {
 
 #[test]
 fn a_proxys_labels_and_locality_come_from_its_pod_its_node_or_its_metadata() {
-    let yaml = "apiVersion: v1\nkind: Node\nmetadata: {name: n1, labels: {topology.kubernetes.io/region: eu, topology.kubernetes.io/zone: eu-1b}}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: web-1, namespace: shop, labels: {app: web}}\nspec: {nodeName: n1}\n";
-    let mut store = Store::default();
-    let parsed = parse_file("l.yaml", yaml);
-    assert!(parsed.errors().next().is_none(), "{:?}", parsed.issues);
-    for o in parsed.objects {
-        store.apply(o);
-    }
-    let ctx = PushContext::build(&store, "v".into());
+    use crate::builders::{context, labeled, object};
+    use crate::config::PodDef;
+    let node = labeled(
+        object("", "n1", Spec::Node),
+        &[
+            ("topology.kubernetes.io/region", "eu"),
+            ("topology.kubernetes.io/zone", "eu-1b"),
+        ],
+    );
+    let pod = PodDef {
+        node_name: Some("n1".into()),
+        ..PodDef::default()
+    };
+    let pod = labeled(object("shop", "web-1", Spec::Pod(pod)), &[("app", "web")]);
+    let ctx = context([node, pod]);
     let proxy = |pod: &str, labels: serde_json::Value| {
         let meta = json!({ "LABELS": labels });
         Proxy::from_node(
@@ -267,10 +293,47 @@ fn a_change_names_the_proxies_it_can_affect() {
 
 #[test]
 fn clusters_without_endpoints_are_the_ports_and_subsets_no_endpoint_serves() {
-    let yaml = "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: db, namespace: shop}\nspec:\n  hosts: [db.example.com]\n  resolution: STATIC\n  ports: [{number: 5432, name: tcp, protocol: TCP}]\n  endpoints: [{address: 10.0.0.1, labels: {version: v1}}]\n---\napiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: empty, namespace: shop}\nspec:\n  hosts: [empty.example.com]\n  resolution: STATIC\n  ports: [{number: 80, name: http, protocol: HTTP}]\n---\napiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: dns, namespace: shop}\nspec:\n  hosts: [dns.example.com]\n  resolution: DNS\n  ports: [{number: 443, name: tls, protocol: TLS}]\n---\napiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: db, namespace: shop}\nspec:\n  host: db.example.com\n  subsets: [{name: v1, labels: {version: v1}}, {name: v2, labels: {version: v2}}]\n";
-    let mut store = Store::default();
-    change(&mut store, yaml, &[]);
-    let ctx = PushContext::build(&store, "v/1".into());
+    use crate::builders::{context, istio};
+    let entry = |name: &str, spec| istio(Kind::ServiceEntry, "shop", name, spec);
+    let ctx = context([
+        entry(
+            "db",
+            json!({
+                "hosts": ["db.example.com"],
+                "resolution": "STATIC",
+                "ports": [{"number": 5432, "name": "tcp", "protocol": "TCP"}],
+                "endpoints": [{"address": "10.0.0.1", "labels": {"version": "v1"}}],
+            }),
+        ),
+        entry(
+            "empty",
+            json!({
+                "hosts": ["empty.example.com"],
+                "resolution": "STATIC",
+                "ports": [{"number": 80, "name": "http", "protocol": "HTTP"}],
+            }),
+        ),
+        entry(
+            "dns",
+            json!({
+                "hosts": ["dns.example.com"],
+                "resolution": "DNS",
+                "ports": [{"number": 443, "name": "tls", "protocol": "TLS"}],
+            }),
+        ),
+        istio(
+            Kind::DestinationRule,
+            "shop",
+            "db",
+            json!({
+                "host": "db.example.com",
+                "subsets": [
+                    {"name": "v1", "labels": {"version": "v1"}},
+                    {"name": "v2", "labels": {"version": "v2"}},
+                ],
+            }),
+        ),
+    ]);
     assert_eq!(
         ctx.clusters_without_endpoints(),
         [
