@@ -13,8 +13,9 @@ use serde::Serialize;
 
 use super::XdsShared;
 use super::metrics::type_label;
-use super::push::{ChangeSet, Push};
+use super::push::ChangeSet;
 use super::resource::{PUSH_ORDER, Resource, ResourceMap, TYPES, TypeKind, View};
+use super::snapshot::Snapshot;
 use super::wire::Batch;
 use model::Proxy;
 use model::config::ObjectKey;
@@ -280,7 +281,8 @@ pub struct Connection {
     pub id: u64,
     /// Shared with the connection's [`SyncStatus`].
     pub proxy: Arc<Proxy>,
-    pub push: Arc<Push>,
+    /// The push it is being brought to, known only as a [`Snapshot`].
+    pub push: Arc<dyn Snapshot>,
     pub watches: Watches,
     pub status: Arc<Mutex<SyncStatus>>,
     pub shared: Arc<XdsShared>,
@@ -322,7 +324,7 @@ impl Connection {
 
     pub fn next_nonce(&mut self) -> String {
         self.nonces += 1;
-        format!("{}-{}", self.push.number, self.nonces)
+        format!("{}-{}", self.push.number(), self.nonces)
     }
 
     pub fn view(&self) -> Arc<View> {
@@ -470,7 +472,7 @@ impl Connection {
         trigger: Option<Instant>,
     ) -> String {
         let nonce = self.next_nonce();
-        let push_version = self.push.shared_version();
+        let push_version = self.push.version();
         let w = &mut self.watches[kind as usize];
         if w.compact {
             // A step from the basis view to the next: `settle_basis` moves the basis
@@ -500,7 +502,7 @@ impl Connection {
         w.unacked.add(
             &nonce,
             self.push
-                .changed_since(w.pushed_at.replace(self.push.number)),
+                .changed_since(w.pushed_at.replace(self.push.number())),
         );
         if w.pending_since.is_none() {
             w.pending_since = trigger;
@@ -545,7 +547,7 @@ impl Connection {
     /// reflects that push, so the changes up to it are no news to the next response
     /// (a change that altered nothing of a type is no suspect when the type is rejected).
     pub fn caught_up(&mut self) {
-        let number = self.push.number;
+        let number = self.push.number();
         for w in self.watches.iter_mut() {
             if w.pushed_at.is_some() {
                 w.pushed_at = Some(number);
@@ -558,7 +560,7 @@ impl Connection {
     pub fn note_sync(&self) {
         let all_acked = self.watches.iter().all(|w| w.nonce_sent == w.nonce_acked);
         if all_acked {
-            self.status.lock().unwrap().in_sync_push = self.push.number;
+            self.status.lock().unwrap().in_sync_push = self.push.number();
         }
     }
 
@@ -582,7 +584,7 @@ impl Connection {
                 let rejection = super::Rejection {
                     proxy: self.proxy.id.clone(),
                     message: message.to_string(),
-                    push: self.push.number,
+                    push: self.push.number(),
                 };
                 self.shared.record_rejection(object, rejection);
             }
@@ -820,6 +822,105 @@ mod tests {
             a.diff_from_basis(&view, TypeKind::Endpoint).is_none(),
             "sent again: no basis"
         );
+    }
+
+    /// A snapshot written by hand: one view for every proxy, and a count of the
+    /// differences it was asked for.
+    struct Scripted {
+        number: u64,
+        view: Arc<View>,
+        diffs: std::sync::atomic::AtomicUsize,
+    }
+
+    impl Scripted {
+        /// Snapshot `number`, whose view holds a cluster of each name.
+        fn new(number: u64, clusters: &[&str]) -> Arc<Scripted> {
+            use envoy_api::pb::envoy::config::cluster::v3::Cluster;
+            let config = translate::ProxyConfig {
+                clusters: (clusters.iter())
+                    .map(|name| Cluster {
+                        name: name.to_string(),
+                        ..Cluster::default()
+                    })
+                    .collect(),
+                ..translate::ProxyConfig::default()
+            };
+            Arc::new(Scripted {
+                number,
+                view: Arc::new(View::new(config)),
+                diffs: Default::default(),
+            })
+        }
+    }
+
+    impl Snapshot for Scripted {
+        fn number(&self) -> u64 {
+            self.number
+        }
+        fn version(&self) -> Arc<str> {
+            format!("scripted/{}", self.number).into()
+        }
+        fn triggered_at(&self) -> Instant {
+            Instant::now()
+        }
+        fn changed_since(&self, _: Option<u64>) -> Option<Vec<ChangeSet>> {
+            None
+        }
+        fn view(&self, _: &Proxy) -> Arc<View> {
+            self.view.clone()
+        }
+        fn view_diff(
+            &self,
+            from: &Arc<View>,
+            to: &Arc<View>,
+            kind: TypeKind,
+        ) -> Arc<crate::push::ViewDiff> {
+            self.diffs
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Arc::new(crate::push::ViewDiff::between(from.all(kind), to.all(kind)))
+        }
+    }
+
+    #[test]
+    fn a_connection_is_brought_from_snapshot_to_snapshot_by_their_views_alone() {
+        let pushes = crate::testing::Pushes::default();
+        let (_tx, rx) = tokio::sync::watch::channel(pushes.build(&Default::default(), 1));
+        let shared = crate::testing::shared(rx);
+        let mut conn = synced(&shared);
+        let cds = TypeKind::Cluster;
+        let first = Scripted::new(7, &["a", "b"]);
+        conn.push = first.clone();
+        let view = conn.view();
+        // In full, not as a step from the basis: the watch gets its maps back first.
+        conn.materialize(cds);
+        let (changed, removed) = conn.diff(&view, cds);
+        assert_eq!(
+            changed.len(),
+            2,
+            "a new snapshot's view replaces the push's"
+        );
+        assert_eq!(
+            removed.len(),
+            shared.current_push().view(&conn.proxy).all(cds).len()
+        );
+        let nonce = conn.record_sent(cds, &Batch::from(changed), &removed, false, None);
+        assert!(nonce.starts_with("7-"), "{nonce}");
+        conn.settle_basis(&view, cds, false);
+
+        let second = Scripted::new(8, &["b", "c"]);
+        conn.push = second.clone();
+        let next = conn.view();
+        let (changed, removed) = conn.diff_from_basis(&next, cds).unwrap();
+        let names: Vec<&str> = changed.iter().map(|r| &*r.name).collect();
+        assert_eq!((names, removed), (vec!["c"], vec!["a".to_string()]));
+        assert_eq!(
+            second.diffs.load(std::sync::atomic::Ordering::Relaxed),
+            1,
+            "the step is the snapshot's difference"
+        );
+        assert_eq!(first.diffs.load(std::sync::atomic::Ordering::Relaxed), 0);
+        let status = serde_json::to_value(&*conn.status.lock().unwrap()).unwrap();
+        assert_eq!(status["types"]["cds"]["version_sent"], "scripted/7");
     }
 
     #[test]

@@ -311,7 +311,7 @@ async fn respond(
 
 async fn push_to(conn: &mut Connection, tx: &Tx) -> Result<(), Closed> {
     let shared = conn.shared.clone();
-    let push = Answer::Push(conn.push.triggered_at);
+    let push = Answer::Push(conn.push.triggered_at());
     let view = conn.view();
     // Make-before-break: clusters are added and updated first and removed last, after the
     // listeners and routes that stop using them.

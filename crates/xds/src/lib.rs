@@ -15,6 +15,7 @@ pub mod origin;
 pub mod outbox;
 pub mod push;
 pub mod resource;
+pub mod snapshot;
 pub mod sotw;
 pub mod stream;
 pub mod wire;

@@ -392,11 +392,6 @@ impl Push {
         &self.context.version
     }
 
-    /// The version, shared.
-    pub fn shared_version(&self) -> Arc<str> {
-        self.context.version.clone()
-    }
-
     /// The encoded configuration for `proxy`, built once per view key and shared.
     pub fn view(&self, proxy: &Proxy) -> Arc<View> {
         let key = ViewKey {
@@ -530,6 +525,32 @@ impl Push {
             .or_insert_with(|| (from.clone(), to.clone(), d))
             .2
             .clone()
+    }
+}
+
+impl crate::snapshot::Snapshot for Push {
+    fn number(&self) -> u64 {
+        self.number
+    }
+
+    fn version(&self) -> Arc<str> {
+        self.context.version.clone()
+    }
+
+    fn triggered_at(&self) -> Instant {
+        self.triggered_at
+    }
+
+    fn changed_since(&self, from: Option<u64>) -> Option<Vec<ChangeSet>> {
+        Push::changed_since(self, from)
+    }
+
+    fn view(&self, proxy: &Proxy) -> Arc<View> {
+        Push::view(self, proxy)
+    }
+
+    fn view_diff(&self, from: &Arc<View>, to: &Arc<View>, kind: TypeKind) -> Arc<ViewDiff> {
+        Push::view_diff(self, from, to, kind)
     }
 }
 

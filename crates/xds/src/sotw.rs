@@ -142,7 +142,7 @@ async fn respond(
 
 async fn push_to(conn: &mut Connection, tx: &Tx) -> Result<(), Closed> {
     let shared = conn.shared.clone();
-    let trigger = Some(conn.push.triggered_at);
+    let trigger = Some(conn.push.triggered_at());
     let view = conn.view();
     for kind in conn.subscribed_types() {
         let started = Instant::now();

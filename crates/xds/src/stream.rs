@@ -309,7 +309,7 @@ async fn deliver<F: Framing>(
 ) -> Result<(), Closed> {
     // The push channel keeps only the newest push: a connection that was busy may have
     // missed some, whose changes `push.changed` does not list. Then only a diff can tell.
-    let skipped = push.number > conn.push.number + 1;
+    let skipped = push.number > conn.push.number() + 1;
     if !skipped && !push.affects(&conn.proxy) {
         conn.shared.metrics.pushes_skipped.inc();
         conn.push = push; // nothing it depends on changed: no queue, no diff, no send
