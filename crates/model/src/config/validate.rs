@@ -65,18 +65,25 @@ impl Report {
     }
 }
 
+/// A regex Envoy would refuse.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("invalid regex {regex:?}: {problem}")]
+pub struct RegexError {
+    pub regex: String,
+    /// The compiler's own words (for RE2 syntax it does not have, such as look-around).
+    pub problem: String,
+}
+
 /// Envoy compiles regexes with RE2; the `regex` crate accepts the same syntax for what
 /// Istio users write, and rejects what RE2 rejects (look-around, back-references).
-pub fn check_regex(regex: &str) -> Result<(), String> {
+pub fn check_regex(regex: &str) -> Result<(), RegexError> {
     RegexBuilder::new(regex)
         .size_limit(1 << 20)
         .build()
         .map(|_| ())
-        .map_err(|e| {
-            format!(
-                "invalid regex {regex:?}: {}",
-                e.to_string().lines().last().unwrap_or("")
-            )
+        .map_err(|e| RegexError {
+            regex: regex.into(),
+            problem: e.to_string().lines().last().unwrap_or("").into(),
         })
 }
 
@@ -93,7 +100,7 @@ fn string_match(r: &mut Report, field: String, m: &StringMatch) {
     if let Some(regex) = &m.regex
         && let Err(e) = check_regex(regex)
     {
-        r.error(format!("{field}.regex"), e);
+        r.error(format!("{field}.regex"), e.to_string());
     }
 }
 

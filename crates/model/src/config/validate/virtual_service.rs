@@ -129,7 +129,7 @@ pub(super) fn http_route(r: &mut Report, field: &str, route: &HttpRoute) {
             if rr.match_.is_empty() {
                 r.error(f, "is required");
             } else if let Err(e) = check_regex(&rr.match_) {
-                r.error(f, e);
+                r.error(f, e.to_string());
             }
         }
     }
