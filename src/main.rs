@@ -58,7 +58,8 @@ enum Command {
         /// Namespace of the status leader Lease (Kubernetes mode).
         #[arg(long, env = "POD_NAMESPACE", default_value = "istio-system")]
         pod_namespace: String,
-        /// How long a status leader's Lease lasts without renewal.
+        /// How long a leader's Lease (the status writer's, the CA root ConfigMaps') lasts
+        /// without renewal.
         #[arg(long, default_value = "15s", value_parser = parse_duration)]
         leader_lease_duration: std::time::Duration,
         /// xDS (ADS over gRPC, plaintext, no identity: never serves secrets), Istio's port
@@ -513,6 +514,14 @@ struct SecurityArgs {
     /// Extra names (DNS or IP) in meshd's serving certificate.
     #[arg(long, value_delimiter = ',')]
     serving_names: Vec<String>,
+    /// Kubernetes mode: the ConfigMap that carries the CA's roots (key `root-cert.pem`)
+    /// into every discovered namespace, for sidecars to mount.
+    #[arg(
+        long,
+        env = "PILOT_CA_CERT_CONFIGMAP",
+        default_value = "istio-ca-root-cert"
+    )]
+    ca_cert_configmap: String,
     /// Forward certificate requests to this Istio-compatible CA (`https://HOST:PORT`)
     /// instead of signing them: this instance still authenticates the caller and checks
     /// its CSR, and the external CA authenticates the caller's token again.
@@ -566,6 +575,7 @@ impl SecurityArgs {
         opts.token_file = self.ca_token_file;
         opts.audiences = self.token_audiences;
         opts.dns_names.extend(self.serving_names);
+        opts.root_cert_configmap = self.ca_cert_configmap;
         if let Some(address) = self.external_ca {
             let root = self
                 .external_ca_root_cert

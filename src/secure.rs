@@ -41,6 +41,9 @@ pub struct SecurityOptions {
     pub dns_names: Vec<String>,
     /// Forward certificate requests to this CA instead of signing (`EXTERNAL_CA`).
     pub external_ca: Option<UpstreamCa>,
+    /// Kubernetes mode: the ConfigMap written with the roots into every discovered
+    /// namespace (`PILOT_CA_CERT_CONFIGMAP`).
+    pub root_cert_configmap: String,
 }
 
 impl SecurityOptions {
@@ -65,6 +68,7 @@ impl SecurityOptions {
                 "127.0.0.1".into(),
             ],
             external_ca: None,
+            root_cert_configmap: crate::k8s::root_cert::DEFAULT_NAME.into(),
         }
     }
 }

@@ -212,6 +212,25 @@ pub async fn run(opts: ServeOptions) -> anyhow::Result<()> {
     let security = match opts.security.address {
         Some(_) => {
             let s = Security::start(&opts.security, client.clone(), &opts.leader.namespace).await?;
+            if let (Some(client), Source::Kubernetes(scope)) = (&client, &opts.source) {
+                let leader = LeaderElection::new(
+                    client.clone(),
+                    &opts.leader.namespace,
+                    crate::k8s::root_cert::ELECTION.into(),
+                    opts.leader.identity.clone(),
+                    opts.leader.lease_duration,
+                )
+                .spawn();
+                let writer = crate::k8s::root_cert::RootCertWriter {
+                    client: client.clone(),
+                    ca: s.ca.clone(),
+                    name: opts.security.root_cert_configmap.clone(),
+                    watched: scope.namespaces.clone(),
+                    store: store.clone(),
+                    leader,
+                };
+                tokio::spawn(writer.run());
+            }
             if let (Some(client), Some(_)) = (client, opts.security.webhook_address) {
                 let (revision, ca) = (opts.revision.clone(), s.ca.clone());
                 tokio::spawn(crate::k8s::webhook_ca::run(

@@ -13,6 +13,7 @@
 pub mod crds;
 pub mod ipallocate;
 pub mod lease;
+pub mod root_cert;
 pub mod status;
 pub mod webhook_ca;
 

@@ -18,6 +18,7 @@ mod istioctl;
 mod jwt;
 mod kubernetes;
 mod kubernetes_crds;
+mod kubernetes_root_cert;
 mod kubernetes_scope;
 mod kubernetes_tls;
 mod kubernetes_webhook;
