@@ -397,7 +397,8 @@ async fn push_status(State(s): State<DebugState>) -> impl IntoResponse {
     };
     Json(json!({
         "version": push.version(),
-        "revision": s.xds.revision,
+        "revision": s.xds.revisions.revision(),
+        "tags": s.xds.revisions.tags(),
         "push": push.number,
         // When the push's first change came, and when the push went out to the proxies.
         "start": wall(push.triggered_at),

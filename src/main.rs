@@ -262,6 +262,7 @@ fn main() -> ExitCode {
                 Some(dir) => Source::ConfigDir(dir),
                 None => Source::Kubernetes(Scope {
                     revision: revision.clone(),
+                    revisions: model::Revisions::new(&revision),
                     config_namespace: pod_namespace.clone(),
                     namespaces: watched_namespaces
                         .into_iter()

@@ -103,12 +103,12 @@ pub async fn run(opts: ServeOptions) -> anyhow::Result<()> {
         &metrics.push,
         cache.clone(),
     )));
-    let xds = XdsShared::new(
-        metrics.xds.clone(),
-        push_rx,
-        &opts.push,
-        opts.revision.clone(),
-    );
+    // Kubernetes mode learns the revision's tags (the source's tag watch); both share them.
+    let revisions = match &opts.source {
+        Source::Kubernetes(scope) => scope.revisions.clone(),
+        Source::ConfigDir(_) => model::Revisions::new(&opts.revision),
+    };
+    let xds = XdsShared::new(metrics.xds.clone(), push_rx, &opts.push, revisions);
     let ready = Arc::new(AtomicBool::new(false));
     let issues: IssueBoard = Arc::default();
     let debug_state = DebugState {

@@ -38,7 +38,7 @@ fn fixture() -> &'static Fixture {
             ..PushSettings::default()
         };
         let shared =
-            runtime.block_on(async { XdsShared::new(metrics, rx, &settings, "default".into()) });
+            runtime.block_on(async { XdsShared::new(metrics, rx, &settings, model::Revisions::new("default")) });
         Fixture {
             runtime,
             shared,

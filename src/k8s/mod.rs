@@ -15,6 +15,7 @@ pub mod ipallocate;
 pub mod lease;
 pub mod root_cert;
 pub mod status;
+mod tags;
 pub mod webhook_ca;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -45,6 +46,9 @@ use model::{REVISION_LABEL, namespace_revision};
 pub struct Scope {
     /// This instance's revision (`default` unless `--revision` says otherwise).
     pub revision: String,
+    /// The revision and the tags pointing to it (kept by the source's tag watch); an
+    /// `istio.io/rev` of either is this instance's.
+    pub revisions: model::Revisions,
     /// If not empty, only these namespaces are kept (`WATCHED_NAMESPACES`).
     pub namespaces: BTreeSet<String>,
     /// Where the mesh ConfigMap lives (the root namespace, `istio-system`).
@@ -76,7 +80,7 @@ impl Scope {
         if key.kind.is_istio()
             && let Some(rev) = labels.get(REVISION_LABEL)
         {
-            return *rev == self.revision;
+            return self.revisions.answers_to(rev);
         }
         true
     }
@@ -134,6 +138,8 @@ pub struct KubeSource {
     selection: RwLock<NamespaceScope>,
     /// Bumped when the selection changes: namespaced watchers relist.
     rescope: watch::Sender<u64>,
+    /// Set once the revision tags have been listed (or cannot be).
+    tags_listed: watch::Sender<bool>,
     /// The instance and latest generation seen per Istio object, accepted or not (for
     /// status).
     pub generations: Arc<RwLock<HashMap<ObjectKey, Seen>>>,
@@ -227,15 +233,18 @@ impl KubeSource {
             crds: watch::channel(crds::Installed::Unknown).0,
             selection: RwLock::new(NamespaceScope::default()),
             rescope: watch::channel(0).0,
+            tags_listed: watch::channel(false).0,
             metrics,
         })
     }
 
-    /// Starts one watcher per kind (Namespaces and the mesh ConfigMap first, as they decide
-    /// what the others keep); `on_change` receives the keys each event changed.
+    /// Starts one watcher per kind (Namespaces, the mesh ConfigMap and the revision tags
+    /// first, as they decide what the others keep); `on_change` receives the keys each
+    /// event changed.
     pub fn start(self: &Arc<Self>, on_change: OnChange) {
         let this = self.clone();
         tokio::spawn(async move { crds::run(this.client.clone(), &this.crds).await });
+        tokio::spawn(self.clone().watch_tags());
         let this = self.clone();
         tokio::spawn(async move {
             for kind in SCOPING_KINDS {
@@ -245,6 +254,11 @@ impl KubeSource {
             let mut synced = this.synced.subscribe();
             let _ = synced
                 .wait_for(|s| SCOPING_KINDS.iter().all(|k| s.contains(k)))
+                .await;
+            let _ = this
+                .tags_listed
+                .subscribe()
+                .wait_for(|listed| *listed)
                 .await;
             *this.selection.write().unwrap() = this.compute_selection();
             let kinds = this.scope.kinds();
@@ -274,7 +288,8 @@ impl KubeSource {
         let other_revision = namespaces()
             .filter(|n| n.key.name != mesh.root_namespace())
             .filter(|n| {
-                namespace_revision(&n.meta.labels).is_some_and(|r| r != self.scope.revision)
+                namespace_revision(&n.meta.labels)
+                    .is_some_and(|r| !self.scope.revisions.answers_to(r))
             })
             .map(|n| n.key.name.clone())
             .collect();
@@ -597,6 +612,7 @@ mod tests {
     fn a_revision_label_and_the_namespace_allow_list_decide_what_is_kept() {
         let scope = Scope {
             revision: "blue".into(),
+            revisions: model::Revisions::new("blue"),
             namespaces: BTreeSet::new(),
             config_namespace: "istio-system".into(),
             use_endpoint_slice: true,
@@ -621,6 +637,7 @@ mod tests {
         );
         let only_other = Scope {
             revision: "blue".into(),
+            revisions: model::Revisions::new("blue"),
             namespaces: ["other".to_string()].into(),
             config_namespace: "istio-system".into(),
             use_endpoint_slice: true,

@@ -302,3 +302,100 @@ fn discovery_selectors_limit_what_is_kept_and_follow_changes_live() {
         kept_services(&meshd).len() == 2
     });
 }
+
+/// A revision tag as istioctl makes it (the MutatingWebhookConfiguration
+/// `istio-revision-tag-T`, labelled `istio.io/tag=T` and `istio.io/rev=R`): a namespace
+/// labelled `istio.io/rev=T`, and config labelled so, are served by the revision the tag
+/// points to; moving the tag moves them without relabelling anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revision_tag_serves_its_namespaces_from_the_revision_it_points_to() {
+    let t = tokio::task::spawn_blocking(|| Tenant::new("k8s-tags", ""))
+        .await
+        .unwrap();
+    // Tag configurations are cluster-scoped: revisions and the tag are this test's own.
+    let (blue, green, tag) = (
+        format!("{}-blue", t.app),
+        format!("{}-green", t.app),
+        format!("{}-prod", t.app),
+    );
+    let tag_config = {
+        let tag = tag.clone();
+        move |revision: &str| {
+            format!(
+                "apiVersion: admissionregistration.k8s.io/v1\nkind: MutatingWebhookConfiguration\nmetadata: {{name: istio-revision-tag-{tag}, labels: {{istio.io/tag: {tag}, istio.io/rev: {revision}}}}}\nwebhooks: []\n"
+            )
+        }
+    };
+    let setup = format!(
+        "{}---\napiVersion: v1\nkind: Namespace\nmetadata: {{name: shop, labels: {{istio.io/rev: {tag}}}}}\n---\napiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: tagged, namespace: shop, labels: {{istio.io/rev: {tag}}}}}\nspec:\n  hosts: [tagged]\n  http: [{{route: [{{destination: {{host: tagged}}}}]}}]\n",
+        tag_config(&blue)
+    );
+    let t = std::sync::Arc::new(t);
+    let (t2, b, g) = (t.clone(), blue.clone(), green.clone());
+    tokio::task::spawn_blocking(move || {
+        t2.apply(&setup).unwrap();
+        t2.apply(&t2.mesh_configmap(&b, "")).unwrap();
+        t2.apply(&t2.mesh_configmap(&g, "")).unwrap();
+    })
+    .await
+    .unwrap();
+    let start = |rev: String| {
+        let t = t.clone();
+        tokio::task::spawn_blocking(move || {
+            Meshd::start_tenant(&t, &rev, &["--revision", &rev], &[])
+        })
+    };
+    let blue_meshd = start(blue.clone()).await.unwrap();
+    let green_meshd = start(green.clone()).await.unwrap();
+    let tagged = |m: &Meshd| {
+        m.json("/debug/configz")["objects"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|o| o["kind"] == "VirtualService" && o["name"] == "tagged")
+    };
+
+    assert!(
+        first_answer(&blue_meshd, &t.app).await.is_ok(),
+        "the tag's revision serves"
+    );
+    let refused = first_answer(&green_meshd, &t.app).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::FailedPrecondition);
+    assert!(tagged(&blue_meshd) && !tagged(&green_meshd));
+    assert_eq!(
+        blue_meshd.json("/debug/push_status")["tags"],
+        serde_json::json!([tag])
+    );
+
+    // The tag moves to green: green takes the namespace and the tagged config, blue lets go.
+    let (t2, g) = (t.clone(), green.clone());
+    tokio::task::spawn_blocking(move || t2.cluster.apply(&tag_config(&g)).unwrap())
+        .await
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    while first_answer(&green_meshd, &t.app).await.is_err()
+        || first_answer(&blue_meshd, &t.app).await.is_ok()
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the tag's move was not followed"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (b, g) = (blue_meshd, green_meshd);
+    let moved = tokio::task::spawn_blocking(move || {
+        wait_until(
+            "the tagged config to follow the tag",
+            Duration::from_secs(10),
+            || tagged(&g) && !tagged(&b),
+        );
+        (b, g)
+    });
+    let (_b, _g) = moved.await.unwrap();
+    let (t2, name) = (t.clone(), format!("istio-revision-tag-{tag}"));
+    tokio::task::spawn_blocking(move || {
+        t2.cluster.delete("MutatingWebhookConfiguration", "", &name)
+    })
+    .await
+    .unwrap();
+}

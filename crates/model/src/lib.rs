@@ -14,6 +14,7 @@ pub mod mesh;
 pub mod network;
 pub mod proxy;
 pub mod push_context;
+pub mod revisions;
 pub mod security;
 pub mod service;
 pub mod shared_hosts;
@@ -27,6 +28,7 @@ use crate::config::{ConfigObject, Kind, ObjectKey};
 
 pub use proxy::{Interception, Proxy, ProxyKind};
 pub use push_context::PushContext;
+pub use revisions::Revisions;
 pub use service::{Endpoint, Locality, Protocol, Service, ServicePort, TrafficDistribution};
 
 /// The cluster-local DNS suffix (`meshConfig` `trustDomain`-independent domain suffix).

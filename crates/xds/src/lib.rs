@@ -58,8 +58,9 @@ pub struct Closed;
 /// State every connection shares.
 pub struct XdsShared {
     pub metrics: XdsMetrics,
-    /// The revision this instance serves; proxies of other revisions are refused.
-    pub revision: String,
+    /// The revision this instance serves, and the tags pointing to it; proxies of other
+    /// revisions are refused.
+    pub revisions: model::Revisions,
     pub throttle: Semaphore,
     pub settings: PushSettings,
     pushes: watch::Receiver<Arc<Push>>,
@@ -128,7 +129,7 @@ impl XdsShared {
         metrics: XdsMetrics,
         pushes: watch::Receiver<Arc<Push>>,
         settings: &PushSettings,
-        revision: String,
+        revisions: model::Revisions,
     ) -> Arc<XdsShared> {
         let framing = wire::Framing {
             budget: (settings.send_buffer)
@@ -141,7 +142,7 @@ impl XdsShared {
         Arc::new(XdsShared {
             framing,
             metrics,
-            revision,
+            revisions,
             throttle: Semaphore::new(settings.push_throttle.max(1)),
             settings: settings.clone(),
             pushes,
@@ -356,10 +357,12 @@ fn proxy_from_node(
         proxy.identity = Some(identity.to_string());
     }
     let revision = shared.current_push().context.proxy_revision(&proxy);
-    if revision != shared.revision {
+    if !shared.revisions.answers_to(&revision) {
         let message = format!(
-            "proxy {} belongs to revision {revision:?} but this meshd serves revision {:?}; connect it to that revision's control plane",
-            proxy.id, shared.revision
+            "proxy {} belongs to revision {revision:?} but this meshd serves revision {:?} (tags {:?}); connect it to that revision's control plane",
+            proxy.id,
+            shared.revisions.revision(),
+            shared.revisions.tags()
         );
         return Err(Status::failed_precondition(refuse(
             "wrong_revision",
@@ -525,7 +528,7 @@ pub(crate) mod testing {
             super::metrics::XdsMetrics::unregistered(),
             pushes,
             &PushSettings::default(),
-            "default".into(),
+            model::Revisions::new("default"),
         )
     }
 }
