@@ -261,7 +261,6 @@ fn main() -> ExitCode {
             let source = match config_dir {
                 Some(dir) => Source::ConfigDir(dir),
                 None => Source::Kubernetes(Scope {
-                    revision: revision.clone(),
                     revisions: model::Revisions::new(&revision),
                     config_namespace: pod_namespace.clone(),
                     namespaces: watched_namespaces

@@ -171,7 +171,7 @@ pub async fn run(opts: ServeOptions) -> anyhow::Result<()> {
                 metrics.sources.clone(),
             );
             source.start(on_change.clone());
-            tracing::info!(revision = %scope.revision, "waiting for the initial list of every kind");
+            tracing::info!(revision = %scope.revisions.revision(), "waiting for the initial list of every kind");
             source.synced().await;
             tracing::info!(
                 objects = store.read().unwrap().len(),

@@ -44,10 +44,9 @@ use model::{REVISION_LABEL, namespace_revision};
 /// What this instance watches and keeps.
 #[derive(Clone, Debug)]
 pub struct Scope {
-    /// This instance's revision (`default` unless `--revision` says otherwise).
-    pub revision: String,
-    /// The revision and the tags pointing to it (kept by the source's tag watch); an
-    /// `istio.io/rev` of either is this instance's.
+    /// This instance's revision (`default` unless `--revision` says otherwise) and the
+    /// tags pointing to it (kept by the source's tag watch); an `istio.io/rev` of either is
+    /// this instance's.
     pub revisions: model::Revisions,
     /// If not empty, only these namespaces are kept (`WATCHED_NAMESPACES`).
     pub namespaces: BTreeSet<String>,
@@ -330,7 +329,7 @@ impl KubeSource {
 
     fn api(&self, kind: Kind, ar: &ApiResource) -> (Api<DynamicObject>, watcher::Config) {
         if kind == Kind::ConfigMap {
-            let name = MeshConfig::configmap_name(&self.scope.revision);
+            let name = MeshConfig::configmap_name(self.scope.revisions.revision());
             let api = Api::namespaced_with(self.client.clone(), &self.scope.config_namespace, ar);
             return (
                 api,
@@ -611,7 +610,6 @@ mod tests {
     #[test]
     fn a_revision_label_and_the_namespace_allow_list_decide_what_is_kept() {
         let scope = Scope {
-            revision: "blue".into(),
             revisions: model::Revisions::new("blue"),
             namespaces: BTreeSet::new(),
             config_namespace: "istio-system".into(),
@@ -636,7 +634,6 @@ mod tests {
             "workload kinds are not sharded by revision"
         );
         let only_other = Scope {
-            revision: "blue".into(),
             revisions: model::Revisions::new("blue"),
             namespaces: ["other".to_string()].into(),
             config_namespace: "istio-system".into(),

@@ -78,7 +78,7 @@ impl KubeSource {
             let by_tag: BTreeMap<String, String> = tags.values().cloned().collect();
             if self.scope.revisions.set_tags(&by_tag) {
                 tracing::info!(
-                    revision = %self.scope.revision,
+                    revision = %self.scope.revisions.revision(),
                     tags = ?self.scope.revisions.tags(),
                     "revision tags changed: relisting"
                 );
