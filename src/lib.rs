@@ -13,6 +13,7 @@ pub mod filesource;
 #[cfg(test)]
 mod golden;
 pub mod heap;
+pub mod inject;
 pub mod jwks;
 pub mod k8s;
 pub mod metrics;

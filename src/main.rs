@@ -71,6 +71,8 @@ enum Command {
         no_plaintext_xds: bool,
         #[command(flatten)]
         security: SecurityArgs,
+        #[command(flatten)]
+        inject: InjectArgs,
         /// Metrics, readiness and debug endpoints, Istio's port 15014.
         #[arg(long, default_value = "0.0.0.0:15014")]
         monitoring_address: SocketAddr,
@@ -241,6 +243,7 @@ fn main() -> ExitCode {
             xds_address,
             no_plaintext_xds,
             security,
+            inject,
             monitoring_address,
             remote_debug,
             keepalive_interval,
@@ -292,9 +295,11 @@ fn main() -> ExitCode {
                     .dns_names
                     .push(format!("istiod-{revision}.istio-system.svc"));
             }
+            let inject = inject.options(&revision, &leader.namespace, &security.trust_domain);
             let opts = ServeOptions {
                 source,
                 leader,
+                inject,
                 revision,
                 xds_address: (!no_plaintext_xds).then_some(xds_address),
                 security,
@@ -467,6 +472,59 @@ impl AgentArgs {
             },
             bootstrap_path: self.bootstrap,
         })
+    }
+}
+
+/// Sidecar injection (`/inject` on the webhook port).
+#[derive(clap::Args)]
+struct InjectArgs {
+    /// The image of the injected `istio-proxy` and `istio-init` containers: meshd's agent
+    /// with Envoy.
+    #[arg(long, env = "MESHD_PROXY_IMAGE", default_value = concat!("ghcr.io/meshd/proxy:", env!("CARGO_PKG_VERSION")))]
+    proxy_image: String,
+    /// The proxy as a native sidecar (an init container that keeps running): `true`,
+    /// `false`, or `auto` (when every kubelet, or the pod's node's, is 1.33 or later).
+    #[arg(long, env = "ENABLE_NATIVE_SIDECARS", default_value = "auto")]
+    native_sidecars: meshd::inject::NativeSidecars,
+    /// Whether pods that do not say (`sidecar.istio.io/inject`) are injected, Istio's
+    /// `global.proxy.autoInject`: `enabled` or `disabled`.
+    #[arg(long, default_value = "enabled")]
+    injection_policy: meshd::inject::Policy,
+    /// The cluster's name in the mesh (`ISTIO_META_CLUSTER_ID` of injected proxies).
+    #[arg(long, env = "CLUSTER_ID", default_value = "Kubernetes")]
+    cluster_id: String,
+    /// The mesh's id (`ISTIO_META_MESH_ID`); the trust domain when unset.
+    #[arg(long, env = "MESH_ID")]
+    mesh_id: Option<String>,
+    /// Kubernetes mode: the revision's MutatingWebhookConfigurations (`istio.io/rev=REV`)
+    /// get meshd's root as the `caBundle` of their `*sidecar-injector.istio.io` webhooks;
+    /// empty turns that off (istiod's `INJECTION_WEBHOOK_CONFIG_NAME`).
+    #[arg(
+        long,
+        env = "INJECTION_WEBHOOK_CONFIG_NAME",
+        default_value = "istio-sidecar-injector"
+    )]
+    injection_webhook_config_name: String,
+}
+
+impl InjectArgs {
+    fn options(
+        self,
+        revision: &str,
+        namespace: &str,
+        trust_domain: &str,
+    ) -> meshd::inject::InjectOptions {
+        meshd::inject::InjectOptions {
+            revision: revision.to_string(),
+            istio_namespace: namespace.to_string(),
+            proxy_image: self.proxy_image,
+            trust_domain: trust_domain.to_string(),
+            cluster_id: self.cluster_id,
+            mesh_id: self.mesh_id,
+            native_sidecars: self.native_sidecars,
+            policy: self.injection_policy,
+            patch_ca_bundle: !self.injection_webhook_config_name.is_empty(),
+        }
     }
 }
 

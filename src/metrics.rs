@@ -24,6 +24,8 @@ pub struct Metrics {
     pub ca: CaMetrics,
     pub sources: SourceMetrics,
     pub validation: ValidationMetrics,
+    /// Sidecar injection requests and outcomes (istiod's `sidecar_injection_*`).
+    pub inject: crate::inject::webhook::InjectMetrics,
     pub jwks: JwksMetrics,
     /// Configuration documents rejected, by kind, from any source.
     pub config_errors: Family<Labels, Counter>,
@@ -44,6 +46,7 @@ impl Metrics {
         let mut registry = Registry::default();
         let r = &mut registry;
         let validation = ValidationMetrics::register(r);
+        let inject = crate::inject::webhook::InjectMetrics::register(r);
         let xds = XdsMetrics::register(r);
         let push = PushMetrics::register(r);
         let sources = SourceMetrics::register(r);
@@ -78,6 +81,7 @@ impl Metrics {
         Metrics {
             registry,
             xds,
+            inject,
             push,
             ca,
             sources,

@@ -135,6 +135,7 @@ impl Security {
         &self,
         listener: tokio::net::TcpListener,
         metrics: Arc<Metrics>,
+        state: crate::webhook::WebhookState,
         mut shutdown: watch::Receiver<bool>,
     ) -> anyhow::Result<tokio::task::JoinHandle<std::io::Result<()>>> {
         let local = listener.local_addr()?;
@@ -151,7 +152,7 @@ impl Security {
         )
         .map(|accepted| accepted.map(|a| a.io));
         let listener = crate::webhook::TlsListener { incoming, local };
-        let router = crate::webhook::router(metrics.validation.clone());
+        let router = crate::webhook::router(state);
         Ok(tokio::spawn(async move {
             axum::serve(listener, router)
                 .with_graceful_shutdown(async move {

@@ -50,6 +50,8 @@ pub struct ServeOptions {
     pub revision: String,
     /// Who writes status in Kubernetes mode.
     pub leader: LeaderOptions,
+    /// Sidecar injection, served on the webhook port.
+    pub inject: crate::inject::InjectOptions,
 }
 
 /// Leader election among the replicas of one revision (only the leader writes status).
@@ -209,6 +211,8 @@ pub async fn run(opts: ServeOptions) -> anyhow::Result<()> {
             Some(client)
         }
     };
+    // The kubelet versions native sidecars depend on (unknown without a cluster).
+    let nodes = crate::inject::NodeVersions::default();
     let security = match opts.security.address {
         Some(_) => {
             let s = Security::start(&opts.security, client.clone(), &opts.leader.namespace).await?;
@@ -230,6 +234,19 @@ pub async fn run(opts: ServeOptions) -> anyhow::Result<()> {
                     leader,
                 };
                 tokio::spawn(writer.run());
+            }
+            if let (Some(client), Some(_)) = (&client, opts.security.webhook_address) {
+                tokio::spawn(crate::k8s::injection::watch_nodes(
+                    client.clone(),
+                    nodes.clone(),
+                ));
+                if opts.inject.patch_ca_bundle {
+                    tokio::spawn(crate::k8s::injection::keep_ca_bundle(
+                        client.clone(),
+                        opts.revision.clone(),
+                        s.ca.clone(),
+                    ));
+                }
             }
             if let (Some(client), Some(_)) = (client, opts.security.webhook_address) {
                 let (revision, ca) = (opts.revision.clone(), s.ca.clone());
@@ -307,7 +324,17 @@ pub async fn run(opts: ServeOptions) -> anyhow::Result<()> {
     if let (Some(security), Some(address)) = (&security, opts.security.webhook_address) {
         let listener = transport::listen(address)
             .with_context(|| format!("binding the webhook port {address}"))?;
-        webhook = Some(security.serve_webhook(listener, metrics.clone(), shutdown_rx.clone())?);
+        let state = crate::webhook::WebhookState {
+            validation: metrics.validation.clone(),
+            injector: Some(Arc::new(crate::inject::webhook::Injector {
+                options: opts.inject.clone(),
+                store: store.clone(),
+                nodes: nodes.clone(),
+                metrics: metrics.inject.clone(),
+            })),
+        };
+        webhook =
+            Some(security.serve_webhook(listener, metrics.clone(), state, shutdown_rx.clone())?);
     }
     tracing::info!(
         xds = ?opts.xds_address,

@@ -1,4 +1,5 @@
-//! The validation webhook on 15017 (`/validate`), as istiod serves it to the API server
+//! The webhook port 15017: sidecar injection (`/inject`, [`crate::inject::webhook`]) and
+//! the validation webhook (`/validate`), as istiod serves it to the API server
 //! for the `istio-validator-*` and `istiod-default-validator` ValidatingWebhookConfigurations
 //! (their Service's port 443 targets 15017). The AdmissionReview's object is parsed and
 //! validated as the file and Kubernetes sources and `meshd validate` do: errors deny it,
@@ -7,6 +8,7 @@
 //! `galley_validation_http_error{status}`.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Bytes;
@@ -21,6 +23,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 
+use crate::inject::webhook::Injector;
 use crate::metrics::Labels;
 use model::config::parse::parse_value;
 use model::config::{ConfigIssue, Kind, Level};
@@ -69,12 +72,27 @@ impl ValidationMetrics {
     }
 }
 
-/// The webhook's routes: `/validate` and `/validate/`, as istiod's.
-pub fn router(metrics: ValidationMetrics) -> Router {
-    Router::new()
+/// What the webhook port serves with: the validation metrics, and the injector when
+/// injection is on.
+#[derive(Clone)]
+pub struct WebhookState {
+    pub validation: ValidationMetrics,
+    pub injector: Option<Arc<Injector>>,
+}
+
+/// The webhook's routes: `/validate` and `/validate/`, as istiod's, and `/inject` (with
+/// any path below it) when injection is on.
+pub fn router(state: WebhookState) -> Router {
+    let mut router = Router::new()
         .route("/validate", post(serve_validate))
-        .route("/validate/", post(serve_validate))
-        .with_state(metrics)
+        .route("/validate/", post(serve_validate));
+    if state.injector.is_some() {
+        router = router
+            .route("/inject", post(serve_inject))
+            .route("/inject/", post(serve_inject))
+            .route("/inject/{*params}", post(serve_inject));
+    }
+    router.with_state(state)
 }
 
 /// The TLS connections of [`transport::tls::incoming_with_alpn`], as axum accepts connections.
@@ -110,26 +128,61 @@ where
 /// istiod's `serve`: a JSON body, an AdmissionReview of any version answered in the same
 /// version, the request's uid echoed.
 async fn serve_validate(
-    State(metrics): State<ValidationMetrics>,
+    State(state): State<WebhookState>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let http_error = |status: StatusCode, message: &'static str| {
+    let metrics = &state.validation;
+    let http_error = |status: StatusCode| {
         let labels: Labels = vec![("status", status.as_u16().to_string())];
         metrics.http_error.get_or_create(&labels).inc();
-        (status, message).into_response()
     };
+    serve_review(&headers, &body, http_error, |request| {
+        admit(metrics, request)
+    })
+}
+
+/// istiod's `serveInject`: the same envelope as `/validate`, answered with a JSON patch.
+async fn serve_inject(
+    State(state): State<WebhookState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let Some(injector) = state.injector else {
+        return StatusCode::NOT_FOUND.into_response();
+    };
+    let http_error = |status: StatusCode| {
+        let labels: Labels = vec![("type", format!("http_{}", status.as_u16()))];
+        injector.metrics.failure.get_or_create(&labels).inc();
+    };
+    serve_review(&headers, &body, http_error, |request| {
+        injector.admit(request)
+    })
+}
+
+/// An AdmissionReview in, its `response` from `admit`, in the request's version and with
+/// its uid; a missing body or a body that is not JSON is an HTTP error, counted by
+/// `http_error`.
+fn serve_review(
+    headers: &HeaderMap,
+    body: &[u8],
+    http_error: impl Fn(StatusCode),
+    admit: impl FnOnce(&Value) -> Value,
+) -> Response {
     if body.is_empty() {
-        return http_error(StatusCode::BAD_REQUEST, "no body found");
+        http_error(StatusCode::BAD_REQUEST);
+        return (StatusCode::BAD_REQUEST, "no body found").into_response();
     }
     let content_type = headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok());
     if content_type != Some("application/json") {
-        return http_error(
+        http_error(StatusCode::UNSUPPORTED_MEDIA_TYPE);
+        return (
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "invalid Content-Type, want `application/json`",
-        );
+        )
+            .into_response();
     }
-    let review: Value = match serde_json::from_slice(&body) {
+    let review: Value = match serde_json::from_slice(body) {
         Ok(review @ Value::Object(_)) => review,
         Ok(_) => json!({}),
         Err(e) => {
@@ -140,7 +193,7 @@ async fn serve_validate(
     };
     let request = &review["request"];
     let mut response = if request.is_object() {
-        admit(&metrics, request)
+        admit(request)
     } else {
         denied("could not decode object: the AdmissionReview has no request".into())
     };

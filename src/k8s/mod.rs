@@ -11,6 +11,7 @@
 //! - Bad objects keep their last good version and are reported like bad files.
 
 pub mod crds;
+pub mod injection;
 pub mod ipallocate;
 pub mod lease;
 pub mod root_cert;

@@ -98,6 +98,10 @@ pub struct MeshConfig {
     /// names (`translate::tracing`).
     #[serde(default)]
     pub enable_tracing: Option<bool>,
+    /// Whether the injector points Prometheus at the agent's merged metrics (on unless
+    /// `false`).
+    #[serde(default)]
+    pub enable_prometheus_merge: Option<bool>,
     /// ProxyConfig defaults; only `tracing` is read here (the agent reads the rest).
     #[serde(default)]
     pub default_config: ProxyConfig,
@@ -209,6 +213,10 @@ pub struct PathNormalizationSetting {
 #[serde(default, rename_all = "camelCase")]
 pub struct ProxyConfig {
     pub tracing: Option<ProxyTracing>,
+    /// Every other field, as written: the injector hands them to the agent
+    /// (`PROXY_CONFIG`).
+    #[serde(flatten)]
+    pub other: serde_json::Map<String, serde_json::Value>,
 }
 
 /// ProxyConfig `tracing`: what applies to every tracer (the agent reads the tracer's own
