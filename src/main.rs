@@ -91,6 +91,7 @@ enum Command {
     /// The sidecar's companion (like pilot-agent): workload key and certificate from meshd's
     /// CA, served to Envoy over SDS on a Unix socket, renewed before expiry, and Envoy's
     /// bootstrap.
+    #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
     Agent(AgentArgs),
     /// Print the CustomResourceDefinitions of every Istio kind meshd serves.
     Crds,
@@ -213,6 +214,16 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Command::Validate { paths } => validate(&paths),
+        Command::Agent(AgentArgs {
+            command: Some(AgentCommand::Iptables(args)),
+            ..
+        }) => match meshd::agent::iptables::run(&args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("meshd agent iptables: {e}");
+                ExitCode::FAILURE
+            }
+        },
         Command::Agent(args) => {
             init_tracing();
             let opts = match args.options() {
@@ -334,6 +345,8 @@ fn init_tracing() {
 
 #[derive(clap::Args)]
 struct AgentArgs {
+    #[command(subcommand)]
+    command: Option<AgentCommand>,
     /// meshd's CA (and secure xDS), `https://HOST:PORT`.
     #[arg(
         long,
@@ -354,12 +367,14 @@ struct AgentArgs {
     token_file: Option<PathBuf>,
     #[arg(long, env = "TRUST_DOMAIN", default_value = "cluster.local")]
     trust_domain: String,
-    #[arg(long, env = "POD_NAMESPACE")]
-    namespace: String,
+    /// The workload's namespace (required).
+    #[arg(long, env = "POD_NAMESPACE", required = true)]
+    namespace: Option<String>,
     #[arg(long, env = "SERVICE_ACCOUNT", default_value = "default")]
     service_account: String,
-    #[arg(long, env = "POD_NAME")]
-    pod_name: String,
+    /// The workload's pod (required).
+    #[arg(long, env = "POD_NAME", required = true)]
+    pod_name: Option<String>,
     #[arg(long, env = "INSTANCE_IP", default_value = "127.0.0.1")]
     instance_ip: String,
     /// `sidecar` or `router` (a gateway).
@@ -392,6 +407,14 @@ struct AgentArgs {
     secret_grace_period_ratio: f64,
 }
 
+#[derive(Subcommand)]
+enum AgentCommand {
+    /// The injected `istio-init` container: traffic capture as Istio's istio-iptables
+    /// writes it (outbound to the proxy's 15001, inbound to 15006, the proxy's own uid and
+    /// gid left alone), applied with iptables-restore.
+    Iptables(meshd::agent::iptables::IptablesArgs),
+}
+
 fn key_value(text: &str) -> Result<(String, String), String> {
     text.split_once('=')
         .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -417,7 +440,9 @@ impl AgentArgs {
         if !(0.0..1.0).contains(&self.secret_grace_period_ratio) {
             anyhow::bail!("SECRET_GRACE_PERIOD_RATIO must be in [0, 1)");
         }
-        let ns = &self.namespace;
+        let (Some(ns), Some(pod_name)) = (&self.namespace, &self.pod_name) else {
+            anyhow::bail!("--namespace (POD_NAMESPACE) and --pod-name (POD_NAME) are required");
+        };
         let labels: serde_json::Map<String, serde_json::Value> = self
             .labels
             .into_iter()
@@ -430,7 +455,7 @@ impl AgentArgs {
             "INTERCEPTION_MODE": self.interception_mode,
             "CLUSTER_ID": "Kubernetes",
             "ISTIO_VERSION": "1.28.0",
-            "POD_NAME": self.pod_name,
+            "POD_NAME": pod_name,
         });
         if let Some(network) = self.network.filter(|n| !n.is_empty()) {
             metadata["NETWORK"] = network.into();
@@ -460,7 +485,7 @@ impl AgentArgs {
             bootstrap: BootstrapOptions {
                 node_id: format!(
                     "{}~{}~{}.{ns}~{ns}.svc.cluster.local",
-                    self.proxy_type, self.instance_ip, self.pod_name
+                    self.proxy_type, self.instance_ip, pod_name
                 ),
                 metadata: metadata.as_object().cloned().unwrap_or_default(),
                 xds_host,

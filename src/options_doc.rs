@@ -16,7 +16,15 @@ fn flags_table() -> String {
     let cell = |s: &str| s.replace('|', "\\|").replace('\n', " ");
     let mut out = String::from("| Command | Flag | Environment | Default | What it does |\n");
     out.push_str("|---|---|---|---|---|\n");
-    for command in Cli::command().get_subcommands() {
+    let root = Cli::command();
+    // Each command, and each command's own subcommands (`agent iptables`).
+    let commands = root.get_subcommands().flat_map(|c| {
+        let nested = c
+            .get_subcommands()
+            .map(move |s| (format!("{} {}", c.get_name(), s.get_name()), s));
+        std::iter::once((c.get_name().to_string(), c)).chain(nested)
+    });
+    for (name, command) in commands {
         for arg in command.get_arguments() {
             let Some(long) = arg.get_long() else { continue };
             if long == "help" {
@@ -35,8 +43,7 @@ fn flags_table() -> String {
             };
             let help = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
             out.push_str(&format!(
-                "| `{}` | `--{long}` | {env} | {default} | {} |\n",
-                command.get_name(),
+                "| `{name}` | `--{long}` | {env} | {default} | {} |\n",
                 cell(&help)
             ));
         }

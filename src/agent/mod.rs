@@ -4,6 +4,7 @@
 
 pub mod bootstrap;
 pub mod certs;
+pub mod iptables;
 pub mod sds;
 
 use std::path::PathBuf;

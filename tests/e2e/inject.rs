@@ -234,3 +234,47 @@ fn meshd_injects_the_pods_of_istios_injector_tests_as_istio_does() {
         CASES.len() as f64
     );
 }
+
+/// Istio's capture cases (`tools/istio-iptables/pkg/capture/testdata`, with the flags its
+/// test sets) that meshd's `istio-init` command covers: IPv4 with REDIRECT.
+const CAPTURE_CASES: [(&str, &[&str]); 9] = [
+    ("empty", &[]),
+    ("inbound-ports-include", &["-b", "32000,31000"]),
+    ("inbound-ports-wildcard", &["-b", "*"]),
+    ("ipnets", &["-i", "10.0.0.0/8"]),
+    ("kube-virt-interfaces", &["-k", "eth1,eth2", "-i", "*"]),
+    (
+        "ipnets-with-kube-virt-interfaces",
+        &["-k", "eth1,eth2", "-i", "10.0.0.0/8"],
+    ),
+    ("outbound-ports-include", &["-q", "32000,31000"]),
+    ("basic-exclude-nic", &["-c", "not-istio-nic"]),
+    (
+        "host-ipv4-loopback-cidr",
+        &["--host-ipv4-loopback-cidr", "127.0.0.1/8"],
+    ),
+];
+
+/// `meshd agent iptables` writes, rule for rule and in the same order, the `nat` table
+/// Istio's istio-iptables writes for the same flags (its golden files, read from the
+/// module cache).
+#[test]
+fn the_capture_rules_are_the_ones_istio_iptables_writes() {
+    let goldens = testdata().join("../../../../../tools/istio-iptables/pkg/capture/testdata");
+    let mut failures = Vec::new();
+    for (case, flags) in CAPTURE_CASES {
+        let golden = std::fs::read_to_string(goldens.join(format!("{case}.golden")))
+            .unwrap_or_else(|e| panic!("reading Istio's {case}.golden: {e}"));
+        let start = golden.find("* nat").unwrap();
+        let end = start + golden[start..].find("COMMIT").unwrap() + "COMMIT\n".len();
+        let args = [&["agent", "iptables", "--dry-run"], flags].concat();
+        let ours = String::from_utf8(run_meshd(&args, &[])).unwrap();
+        if ours != golden[start..end] {
+            failures.push(format!(
+                "{case}:\nIstio:\n{}\nmeshd:\n{ours}",
+                &golden[start..end]
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
