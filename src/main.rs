@@ -394,6 +394,15 @@ struct AgentArgs {
     /// Where to write Envoy's bootstrap.
     #[arg(long, default_value = "./etc/istio/proxy/envoy-rev.json")]
     bootstrap: PathBuf,
+    /// Start this Envoy with the bootstrap and run until it exits, as pilot-agent does
+    /// (the sidecar image's `/usr/local/bin/envoy`); without it, Envoy is started by
+    /// someone else.
+    #[arg(long)]
+    envoy: Option<PathBuf>,
+    /// The pod's downward-API folder (`labels`): the pod's labels become the proxy's
+    /// (`--label` wins).
+    #[arg(long)]
+    pod_info: Option<PathBuf>,
     #[arg(long, default_value_t = 15000)]
     admin_port: u16,
     /// Delta xDS (Istio's default since 1.22) or state of the world.
@@ -443,17 +452,24 @@ impl AgentArgs {
         let (Some(ns), Some(pod_name)) = (&self.namespace, &self.pod_name) else {
             anyhow::bail!("--namespace (POD_NAMESPACE) and --pod-name (POD_NAME) are required");
         };
-        let labels: serde_json::Map<String, serde_json::Value> = self
-            .labels
-            .into_iter()
-            .map(|(k, v)| (k, serde_json::Value::String(v)))
-            .collect();
+        let mut labels = serde_json::Map::new();
+        if let Some(dir) = &self.pod_info {
+            let path = dir.join("labels");
+            let text = std::fs::read_to_string(&path)
+                .map_err(|e| anyhow::anyhow!("reading the pod's labels {}: {e}", path.display()))?;
+            for (k, v) in meshd::agent::downward_api(&text) {
+                labels.insert(k, v.into());
+            }
+        }
+        for (k, v) in self.labels {
+            labels.insert(k, v.into());
+        }
         let mut metadata = serde_json::json!({
             "NAMESPACE": ns,
             "SERVICE_ACCOUNT": self.service_account,
             "LABELS": labels,
             "INTERCEPTION_MODE": self.interception_mode,
-            "CLUSTER_ID": "Kubernetes",
+            "CLUSTER_ID": std::env::var("ISTIO_META_CLUSTER_ID").unwrap_or_else(|_| "Kubernetes".into()),
             "ISTIO_VERSION": "1.28.0",
             "POD_NAME": pod_name,
         });
@@ -471,7 +487,12 @@ impl AgentArgs {
         }
         Ok(meshd::agent::AgentOptions {
             ca: CaClientOptions {
-                address: self.ca_address.clone(),
+                // `CA_ADDR` as Istio writes it is `HOST:PORT`.
+                address: if self.ca_address.contains("://") {
+                    self.ca_address.clone()
+                } else {
+                    format!("https://{}", self.ca_address)
+                },
                 server_name: self.ca_server_name.clone(),
                 root_pem,
                 token_file: self.token_file,
@@ -496,6 +517,7 @@ impl AgentArgs {
                 delta: self.delta,
             },
             bootstrap_path: self.bootstrap,
+            envoy: self.envoy,
         })
     }
 }

@@ -278,6 +278,8 @@ impl Rendered {
                 "--token-file", "/var/run/secrets/tokens/istio-token",
                 "--bootstrap", "/etc/istio/proxy/envoy-rev.json",
                 "--sds-socket", "/var/run/secrets/workload-spiffe-uds/socket",
+                "--pod-info", "/etc/istio/pod",
+                "--envoy", "/usr/local/bin/envoy",
             ],
             "env": env,
             "ports": [{"containerPort": 15090, "protocol": "TCP", "name": "http-envoy-prom"}],

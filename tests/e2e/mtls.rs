@@ -1056,3 +1056,107 @@ fn an_inbound_request_reset_before_the_application_took_it_is_retried_twice() {
     assert_eq!(m.direct().unwrap().status, 503);
     assert_eq!(retries() - before, 2);
 }
+
+/// `meshd agent --envoy` starts Envoy itself, as pilot-agent does (the injected
+/// `istio-proxy` container's command), with the pod's labels read from the downward-API
+/// file (`--pod-info`): the reviews Sidecar, selected by `app: reviews`, gives it the
+/// inbound port, and a client reaches reviews through it over mutual TLS. Stopping the
+/// agent stops Envoy.
+#[test]
+fn the_agent_runs_envoy_with_the_pods_labels_from_the_downward_api() {
+    let m = mesh("agent-runs-envoy");
+    let dir = temp_dir("agent-runs-envoy-pod");
+    let (pod_info, token) = (dir.join("podinfo"), dir.join("token"));
+    std::fs::create_dir_all(&pod_info).unwrap();
+    std::fs::write(
+        pod_info.join("labels"),
+        "app=\"reviews\"\nsecurity.istio.io/tlsMode=\"istio\"\nversion=\"v7\"\n",
+    )
+    .unwrap();
+    std::fs::write(&token, "rv-token").unwrap();
+    let admin_port = free_port();
+    let socket = std::env::temp_dir().join(format!(
+        "meshd-sds-{}-{admin_port}.sock",
+        std::process::id()
+    ));
+    /// Kills the agent (and so its Envoy) if the test ends early.
+    struct Agent(std::process::Child);
+    impl Drop for Agent {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut agent = std::process::Command::new(env!("CARGO_BIN_EXE_meshd"))
+        .arg("agent")
+        .args([
+            "--ca-address",
+            &format!("127.0.0.1:{}", m.meshd.secure_port),
+        ])
+        .arg("--ca-root-cert")
+        .arg(m.meshd.ca_dir.join("root-cert.pem"))
+        .args(["--ca-server-name", "localhost"])
+        .arg("--token-file")
+        .arg(&token)
+        .args([
+            "--namespace",
+            "shop",
+            "--service-account",
+            "reviews",
+            "--pod-name",
+            "reviews-0",
+        ])
+        .args(["--instance-ip", &m.server_ip, "--interception-mode", "NONE"])
+        .env("ISTIO_META_MESHD_OUTBOUND_BIND_INSTANCE_IP", "true")
+        .arg("--pod-info")
+        .arg(&pod_info)
+        .arg("--sds-socket")
+        .arg(&socket)
+        .arg("--bootstrap")
+        .arg(dir.join("envoy-rev.json"))
+        .args(["--admin-port", &admin_port.to_string()])
+        .arg("--envoy")
+        .arg(envoy_bin())
+        .env("RUST_LOG", "info")
+        .stderr(std::fs::File::create(dir.join("agent.log")).unwrap())
+        .spawn()
+        .map(Agent)
+        .unwrap();
+    let admin = format!("127.0.0.1:{admin_port}");
+    let listeners = || {
+        http_get(&admin, "localhost", "/listeners", &[])
+            .map(|r| r.body)
+            .unwrap_or_default()
+    };
+    wait_until(
+        "Envoy, started by the agent, to take the inbound port",
+        Duration::from_secs(20),
+        || listeners().contains(&format!("{}:9080", m.server_ip)),
+    );
+    // The node Envoy presents carries the pod's labels.
+    let info: serde_json::Value = serde_json::from_str(
+        &http_get(&admin, "localhost", "/server_info", &[])
+            .unwrap()
+            .body,
+    )
+    .unwrap();
+    assert_eq!(
+        info["node"]["metadata"]["LABELS"]["version"], "v7",
+        "{info}"
+    );
+    let client = m.client_reaching_reviews("productpage", "pp-token", &[]);
+    let r = via(&client, "/").unwrap();
+    assert_eq!(r.body, "reviews");
+    assert!(r.headers["x-echo-xfcc"].contains("spiffe://cluster.local/ns/shop/sa/productpage"));
+    assert_reached_reviews_over_mtls(&client);
+
+    // SIGTERM: the agent stops Envoy, then itself.
+    // SAFETY: kill(2) of the agent, our child, not yet reaped.
+    unsafe { libc::kill(agent.0.id() as i32, libc::SIGTERM) };
+    let status = agent.0.wait().unwrap();
+    assert!(status.success(), "{status}");
+    assert!(
+        http_get(&admin, "localhost", "/ready", &[]).is_err(),
+        "Envoy still answers"
+    );
+}
