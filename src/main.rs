@@ -571,6 +571,8 @@ impl InjectArgs {
             native_sidecars: self.native_sidecars,
             policy: self.injection_policy,
             patch_ca_bundle: !self.injection_webhook_config_name.is_empty(),
+            network: None,
+            path_env: Vec::new(),
         }
     }
 }

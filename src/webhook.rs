@@ -145,6 +145,7 @@ async fn serve_validate(
 /// istiod's `serveInject`: the same envelope as `/validate`, answered with a JSON patch.
 async fn serve_inject(
     State(state): State<WebhookState>,
+    uri: axum::http::Uri,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
@@ -156,7 +157,7 @@ async fn serve_inject(
         injector.metrics.failure.get_or_create(&labels).inc();
     };
     serve_review(&headers, &body, http_error, |request| {
-        injector.admit(request)
+        injector.admit(uri.path(), request)
     })
 }
 

@@ -89,6 +89,32 @@ pub struct InjectOptions {
     pub policy: Policy,
     /// Kubernetes mode: write meshd's root into the revision's MutatingWebhookConfigurations.
     pub patch_ca_bundle: bool,
+    /// The network the pods are on (`ISTIO_META_NETWORK`, label
+    /// `topology.istio.io/network`); from the webhook's path (`/inject/net/NET`).
+    pub network: Option<String>,
+    /// More proxy environment from the webhook's path (`/inject/KEY/VALUE`).
+    pub path_env: Vec<(String, String)>,
+}
+
+impl InjectOptions {
+    /// The options for a request to `/inject/K1/V1/K2/V2...`, as istiod reads the path:
+    /// `cluster` is `ISTIO_META_CLUSTER_ID`, `net` the network, any other key an
+    /// upper-cased environment variable; `--slash--` in a value is `/`.
+    pub fn for_path(&self, path: &str) -> InjectOptions {
+        let mut options = self.clone();
+        let segments: Vec<&str> = (path.trim_start_matches("/inject").split('/'))
+            .filter(|s| !s.is_empty())
+            .collect();
+        for pair in segments.chunks_exact(2) {
+            let value = pair[1].replace("--slash--", "/");
+            match pair[0] {
+                "cluster" => options.cluster_id = value,
+                "net" => options.network = Some(value),
+                key => options.path_env.push((key.to_uppercase(), value)),
+            }
+        }
+        options
+    }
 }
 
 impl InjectOptions {

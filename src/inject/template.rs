@@ -27,6 +27,7 @@ pub struct Rendered {
     native: bool,
     hold: bool,
     revision: String,
+    network: Option<String>,
 }
 
 /// The annotation `traffic.sidecar.istio.io/NAME`, or `default`.
@@ -267,6 +268,19 @@ impl Rendered {
             {"name": "ISTIO_META_MESH_ID", "value": mesh_id},
             {"name": "TRUST_DOMAIN", "value": options.trust_domain},
         ]);
+        let mut env = env;
+        let list = env.as_array_mut().expect("a list");
+        if let Some(network) = &options.network {
+            let at = list
+                .iter()
+                .position(|e| e["name"] == "ISTIO_META_WORKLOAD_NAME")
+                .unwrap_or(list.len());
+            list.insert(at, json!({"name": "ISTIO_META_NETWORK", "value": network}));
+        }
+        for (name, value) in &options.path_env {
+            list.retain(|e| e["name"] != name.as_str());
+            list.push(json!({"name": name, "value": value}));
+        }
         let ready = json!({"httpGet": {"path": "/healthz/ready", "port": 15021}});
         let mut proxy = json!({
             "name": PROXY,
@@ -285,11 +299,11 @@ impl Rendered {
             "ports": [{"containerPort": 15090, "protocol": "TCP", "name": "http-envoy-prom"}],
             "readinessProbe": {
                 "httpGet": ready["httpGet"],
-                "initialDelaySeconds": 0, "periodSeconds": 15, "timeoutSeconds": 3, "failureThreshold": 4
+                "periodSeconds": 15, "timeoutSeconds": 3, "failureThreshold": 4
             },
             "startupProbe": {
                 "httpGet": ready["httpGet"],
-                "initialDelaySeconds": 0, "periodSeconds": 1, "timeoutSeconds": 3, "failureThreshold": 600
+                "periodSeconds": 1, "timeoutSeconds": 3, "failureThreshold": 600
             },
             "resources": resources(),
             "securityContext": {
@@ -317,18 +331,9 @@ impl Rendered {
             native,
             hold: hold && !native,
             revision: options.revision.clone(),
+            network: options.network.clone(),
         };
-        // Probes in Istio's order of fields do not matter to the API server; a zero delay
-        // is left out, as Go's `omitempty` leaves it.
-        for probe in [
-            &mut rendered.proxy.readiness_probe,
-            &mut rendered.proxy.startup_probe,
-        ]
-        .into_iter()
-        .flatten()
-        {
-            probe.initial_delay_seconds = None;
-        }
+        // Without capture there is nothing to set up, unless the proxy is a native sidecar.
         if interception == "NONE" && !native {
             rendered.init.name.clear();
         }
@@ -409,6 +414,11 @@ impl Rendered {
             }
         }
         annotations.insert(STATUS.into(), status);
+        if let Some(network) = self.network {
+            (pod.metadata.labels.get_or_insert_default())
+                .entry("topology.istio.io/network".into())
+                .or_insert(network);
+        }
         canonical_labels(pod, namespace);
     }
 }

@@ -13,6 +13,8 @@ fn options() -> InjectOptions {
         native_sidecars: NativeSidecars::Auto,
         policy: Policy::Enabled,
         patch_ca_bundle: true,
+        network: None,
+        path_env: Vec::new(),
     }
 }
 
@@ -346,4 +348,42 @@ fn a_pod_injected_before_is_injected_afresh() {
     )
     .unwrap();
     assert_eq!(once, twice);
+}
+
+#[test]
+fn the_webhooks_path_names_the_cluster_the_network_and_more_environment() {
+    let opts = options().for_path("/inject/cluster/east/net/network-1/custom_key/a--slash--b");
+    let p = inject(
+        hello(),
+        "shop",
+        &opts,
+        &MeshDefaults::default(),
+        &NodeVersions::default(),
+    )
+    .unwrap();
+    let proxy = p
+        .spec
+        .as_ref()
+        .unwrap()
+        .containers
+        .iter()
+        .find(|c| c.name == "istio-proxy")
+        .unwrap();
+    assert_eq!(env(proxy, "ISTIO_META_CLUSTER_ID"), Some("east"));
+    assert_eq!(env(proxy, "ISTIO_META_NETWORK"), Some("network-1"));
+    assert_eq!(env(proxy, "CUSTOM_KEY"), Some("a/b"));
+    assert_eq!(
+        p.metadata.labels.as_ref().unwrap()["topology.istio.io/network"],
+        "network-1"
+    );
+    // A plain path changes nothing.
+    let plain = options().for_path("/inject");
+    assert_eq!(
+        (
+            plain.cluster_id.as_str(),
+            plain.network,
+            plain.path_env.len()
+        ),
+        ("Kubernetes", None, 0)
+    );
 }

@@ -79,16 +79,16 @@ pub struct Injector {
 }
 
 impl Injector {
-    /// The response to one AdmissionReview `request` (without its `uid`).
-    pub fn admit(&self, request: &Value) -> Value {
+    /// The response to one AdmissionReview `request` (without its `uid`) sent to `path`.
+    pub fn admit(&self, path: &str, request: &Value) -> Value {
         let started = Instant::now();
         self.metrics.requests.inc();
-        let response = self.review(request);
+        let response = self.review(&self.options.for_path(path), request);
         self.metrics.time.observe(started.elapsed().as_secs_f64());
         response
     }
 
-    fn review(&self, request: &Value) -> Value {
+    fn review(&self, options: &InjectOptions, request: &Value) -> Value {
         let fail = |kind: &str, message: String| {
             let labels: Labels = vec![("type", kind.to_string())];
             self.metrics.failure.get_or_create(&labels).inc();
@@ -106,7 +106,7 @@ impl Injector {
         let name = (pod.metadata.name.clone())
             .or_else(|| pod.metadata.generate_name.clone())
             .unwrap_or_default();
-        if let Err(skip) = super::required(&pod, &namespace, self.options.policy) {
+        if let Err(skip) = super::required(&pod, &namespace, options.policy) {
             self.metrics.skip.inc();
             tracing::debug!(pod = %format!("{namespace}/{name}"), ?skip, "not injected");
             return json!({"allowed": true});
@@ -129,7 +129,7 @@ impl Injector {
             Ok(v) => v,
             Err(e) => return fail("decode", format!("could not encode the pod: {e}")),
         };
-        let injected = match super::inject(pod, &namespace, &self.options, &mesh, &self.nodes)
+        let injected = match super::inject(pod, &namespace, options, &mesh, &self.nodes)
             .and_then(|p| Ok(serde_json::to_value(p)?))
         {
             Ok(v) => v,
@@ -141,7 +141,7 @@ impl Injector {
             Err(e) => return fail("encode", format!("could not encode the patch: {e}")),
         };
         self.metrics.success.inc();
-        tracing::info!(pod = %format!("{namespace}/{name}"), revision = %self.options.revision, "injected");
+        tracing::info!(pod = %format!("{namespace}/{name}"), revision = %options.revision, "injected");
         json!({
             "allowed": true,
             "patchType": "JSONPatch",

@@ -151,8 +151,8 @@ fn istio_injected(expected: &str) -> Value {
     }
 }
 
-/// The pod `pod` becomes through meshd's `/inject`, in namespace `default`.
-fn meshd_injected(meshd: &Meshd, pod: &Value) -> Value {
+/// The pod `pod` becomes through meshd's `path` (`/inject...`), in namespace `default`.
+fn meshd_injected(meshd: &Meshd, path: &str, pod: &Value) -> Value {
     let review = json!({
         "apiVersion": "admission.k8s.io/v1",
         "kind": "AdmissionReview",
@@ -169,7 +169,7 @@ fn meshd_injected(meshd: &Meshd, pod: &Value) -> Value {
         &format!("127.0.0.1:{}", meshd.webhook_port),
         "istiod.istio-system.svc",
         &meshd.root_pem(),
-        "POST /inject",
+        &format!("POST {path}"),
         &[("Content-Type", "application/json")],
         &review.to_string(),
     )
@@ -218,7 +218,7 @@ fn meshd_injects_the_pods_of_istios_injector_tests_as_istio_does() {
     let mut failures = Vec::new();
     for case in CASES {
         let pod = pod_of(&read(case));
-        let ours = normalized(meshd_injected(&meshd, &pod));
+        let ours = normalized(meshd_injected(&meshd, "/inject", &pod));
         let istio = normalized(istio_injected(&format!("{case}.injected")));
         if ours != istio {
             let diff = json_patch::diff(&istio, &ours);
@@ -229,9 +229,26 @@ fn meshd_injects_the_pods_of_istios_injector_tests_as_istio_does() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+
+    // istiod's remote-cluster path: `/inject/cluster/C/net/N`.
+    let pod = pod_of(&read("pod.yaml"));
+    let remote = meshd_injected(&meshd, "/inject/cluster/east/net/network-1", &pod);
+    let proxy = &remote["spec"]["initContainers"][1];
+    let env = |name: &str| {
+        (proxy["env"].as_array().unwrap().iter())
+            .find(|e| e["name"] == name)
+            .map(|e| e["value"].clone())
+            .unwrap_or_default()
+    };
+    assert_eq!(env("ISTIO_META_CLUSTER_ID"), "east");
+    assert_eq!(env("ISTIO_META_NETWORK"), "network-1");
+    assert_eq!(
+        remote["metadata"]["labels"]["topology.istio.io/network"],
+        "network-1"
+    );
     assert_eq!(
         meshd.metric("sidecar_injection_success_total"),
-        CASES.len() as f64
+        (CASES.len() + 1) as f64
     );
 }
 
