@@ -403,6 +403,10 @@ struct AgentArgs {
     /// (`--label` wins).
     #[arg(long)]
     pod_info: Option<PathBuf>,
+    /// Serve the status port (Istio's 15020): `/healthz/ready`, the application's probes
+    /// (`/app-health/...`, from `ISTIO_KUBE_APP_PROBERS`) and `/stats/prometheus`.
+    #[arg(long)]
+    status_port: Option<u16>,
     #[arg(long, default_value_t = 15000)]
     admin_port: u16,
     /// Delta xDS (Istio's default since 1.22) or state of the world.
@@ -518,6 +522,7 @@ impl AgentArgs {
             },
             bootstrap_path: self.bootstrap,
             envoy: self.envoy,
+            status_port: self.status_port,
         })
     }
 }

@@ -6,6 +6,7 @@ pub mod bootstrap;
 pub mod certs;
 pub mod iptables;
 pub mod sds;
+pub mod status;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -25,6 +26,8 @@ pub struct AgentOptions {
     /// The Envoy binary the agent starts and watches, as pilot-agent does; `None` when
     /// Envoy is started by someone else.
     pub envoy: Option<PathBuf>,
+    /// The status port (Istio's 15020): readiness, application probes, metrics.
+    pub status_port: Option<u16>,
 }
 
 /// A downward-API file (`key="value"` lines, values quoted as Go quotes them) as pairs.
@@ -105,6 +108,18 @@ pub async fn run(opts: AgentOptions) -> anyhow::Result<()> {
     let listener = tokio::net::UnixListener::bind(&socket)
         .with_context(|| format!("binding the SDS socket {}", socket.display()))?;
 
+    if let Some(port) = opts.status_port {
+        let status = status::StatusPort {
+            admin_port: opts.bootstrap.admin_port,
+            probers: status::probers_from_env()?,
+        };
+        let address = std::net::SocketAddr::from(([0, 0, 0, 0], port));
+        tokio::spawn(async move {
+            if let Err(e) = status::serve(address, status).await {
+                tracing::error!("status port: {e:#}");
+            }
+        });
+    }
     let (cert_tx, cert_rx) = watch::channel(None);
     tokio::spawn(certs::keep_fresh(Arc::new(opts.ca.clone()), cert_tx));
 

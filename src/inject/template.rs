@@ -293,6 +293,7 @@ impl Rendered {
                 "--bootstrap", "/etc/istio/proxy/envoy-rev.json",
                 "--sds-socket", "/var/run/secrets/workload-spiffe-uds/socket",
                 "--pod-info", "/etc/istio/pod",
+                "--status-port", STATUS_PORT.to_string(),
                 "--envoy", "/usr/local/bin/envoy",
             ],
             "env": env,

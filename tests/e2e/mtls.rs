@@ -1074,7 +1074,7 @@ fn the_agent_runs_envoy_with_the_pods_labels_from_the_downward_api() {
     )
     .unwrap();
     std::fs::write(&token, "rv-token").unwrap();
-    let admin_port = free_port();
+    let (admin_port, status_port, closed) = (free_port(), free_port(), free_port());
     let socket = std::env::temp_dir().join(format!(
         "meshd-sds-{}-{admin_port}.sock",
         std::process::id()
@@ -1117,6 +1117,16 @@ fn the_agent_runs_envoy_with_the_pods_labels_from_the_downward_api() {
         .args(["--admin-port", &admin_port.to_string()])
         .arg("--envoy")
         .arg(envoy_bin())
+        .args(["--status-port", &status_port.to_string()])
+        // The application's probes as the injector rewrote them.
+        .env(
+            "ISTIO_KUBE_APP_PROBERS",
+            serde_json::json!({
+                "/app-health/app/readyz": {"httpGet": {"port": m._upstream.port, "path": "/"}},
+                "/app-health/app/livez": {"tcpSocket": {"port": closed}},
+            })
+            .to_string(),
+        )
         .env("RUST_LOG", "info")
         .stderr(std::fs::File::create(dir.join("agent.log")).unwrap())
         .spawn()
@@ -1133,6 +1143,24 @@ fn the_agent_runs_envoy_with_the_pods_labels_from_the_downward_api() {
         Duration::from_secs(20),
         || listeners().contains(&format!("{}:9080", m.server_ip)),
     );
+    // The status port: Envoy's readiness, the application's probes run from the pod.
+    let status = format!("127.0.0.1:{status_port}");
+    let probe = |path: &str| http_get(&status, "localhost", path, &[]).unwrap().status;
+    wait_until(
+        "the status port to say ready",
+        Duration::from_secs(10),
+        || probe("/healthz/ready") == 200,
+    );
+    assert_eq!(probe("/app-health/app/readyz"), 200);
+    assert_eq!(probe("/app-health/app/livez"), 503);
+    assert_eq!(probe("/app-health/other/readyz"), 404);
+    let metrics = http_get(&status, "localhost", "/stats/prometheus", &[]).unwrap();
+    assert!(
+        metrics.body.contains("envoy_server_live"),
+        "{}",
+        metrics.body
+    );
+
     // The node Envoy presents carries the pod's labels.
     let info: serde_json::Value = serde_json::from_str(
         &http_get(&admin, "localhost", "/server_info", &[])
