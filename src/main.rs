@@ -519,6 +519,7 @@ impl AgentArgs {
                 sds_socket: self.sds_socket,
                 admin_port: self.admin_port,
                 delta: self.delta,
+                status_port: self.status_port,
             },
             bootstrap_path: self.bootstrap,
             envoy: self.envoy,

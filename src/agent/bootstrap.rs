@@ -22,6 +22,48 @@ pub struct BootstrapOptions {
     pub admin_port: u16,
     /// DELTA_GRPC (`ISTIO_DELTA_XDS`, Istio's default) or GRPC.
     pub delta: bool,
+    /// The agent's status port: with it, Envoy serves Istio's two fixed listeners,
+    /// 15021 (`/healthz/ready`, answered by the agent) and 15090 (`/stats/prometheus`,
+    /// Envoy's own metrics).
+    pub status_port: Option<u16>,
+}
+
+/// A listener on `0.0.0.0:port` sending requests under `prefix` to `cluster`.
+fn http_listener(name: &str, port: u16, prefix: &str, cluster: &str) -> Value {
+    json!({
+        "name": name,
+        "address": {"socket_address": {"protocol": "TCP", "address": "0.0.0.0", "port_value": port}},
+        "filter_chains": [{"filters": [{
+            "name": "envoy.filters.network.http_connection_manager",
+            "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+                "codec_type": "AUTO",
+                "stat_prefix": name,
+                "route_config": {"virtual_hosts": [{
+                    "name": "backend",
+                    "domains": ["*"],
+                    "routes": [{"match": {"prefix": prefix}, "route": {"cluster": cluster}}]
+                }]},
+                "http_filters": [{
+                    "name": "envoy.filters.http.router",
+                    "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}
+                }]
+            }
+        }]}]
+    })
+}
+
+/// A cluster of one address on localhost.
+fn local_cluster(name: &str, port: u16) -> Value {
+    json!({
+        "name": name,
+        "type": "STATIC",
+        "connect_timeout": "0.250s",
+        "load_assignment": {
+            "cluster_name": name,
+            "endpoints": [{"lb_endpoints": [{"endpoint": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": port}}}}]}]
+        }
+    })
 }
 
 fn sds(name: &str) -> Value {
@@ -72,7 +114,7 @@ pub fn render(o: &BootstrapOptions) -> Value {
     let ads_source =
         json!({"ads": {}, "initial_fetch_timeout": "0s", "resource_api_version": "V3"});
     let metadata: BTreeMap<&String, &Value> = o.metadata.iter().collect();
-    json!({
+    let mut bootstrap = json!({
         "node": {"id": o.node_id, "cluster": "meshd", "metadata": metadata},
         "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": o.admin_port}}},
         "dynamic_resources": {
@@ -113,5 +155,16 @@ pub fn render(o: &BootstrapOptions) -> Value {
                 }
             ]
         }
-    })
+    });
+    if let Some(status_port) = o.status_port {
+        let resources = &mut bootstrap["static_resources"];
+        resources["listeners"] = json!([
+            http_listener("stats", 15090, "/stats/prometheus", "prometheus_stats"),
+            http_listener("agent", 15021, "/healthz/ready", "agent"),
+        ]);
+        let clusters = resources["clusters"].as_array_mut().expect("a list");
+        clusters.push(local_cluster("prometheus_stats", o.admin_port));
+        clusters.push(local_cluster("agent", status_port));
+    }
+    bootstrap
 }
