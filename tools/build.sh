@@ -7,6 +7,9 @@
 #                          (tools/istio/go.mod) into target/tools/istio/bin/
 #   tools/build.sh h2spec  h2spec, the HTTP/2 conformance suite (tools/h2spec/go.mod),
 #                          into target/tools/h2spec/bin/
+#   tools/build.sh iptables  iptables-restore and iptables-save (Debian's iptables
+#                          package, nftables backend, at the versions pinned below), for
+#                          the traffic capture test; into target/tools/iptables/bin/
 #
 # Each set is keyed by the hash of its go.mod, its go.sum and this script: a second run
 # with the same pins prints the folder and builds nothing. Prints the bin folder on stdout;
@@ -16,12 +19,51 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(dirname "$here")"
 set_name="${1:-kube}"
+
+# Debian bookworm's iptables and the libraries it needs beyond the base system.
+iptables_debs="iptables=1.8.9-2 libxtables12=1.8.9-2 libip4tc2=1.8.9-2 libip6tc2=1.8.9-2
+libnftnl11=1.2.4-2 libnetfilter-conntrack3=1.0.9-3 libnfnetlink0=1.0.2-2 libmnl0=1.0.4-3"
+if [ "$set_name" = iptables ]; then
+    out="${MESHD_TOOLS_DIR:-$root/target/tools}/iptables"
+    bin="$out/bin"
+    key="$(echo "$iptables_debs" | cat - "$here/build.sh" | sha256sum | cut -c1-16)"
+    if [ -f "$bin/.key" ] && [ "$(cat "$bin/.key")" = "$key" ]; then
+        echo "$bin"
+        exit 0
+    fi
+    mkdir -p "$out"
+    exec 9>"$out/.lock"
+    flock 9
+    if [ -f "$bin/.key" ] && [ "$(cat "$bin/.key")" = "$key" ]; then
+        echo "$bin"
+        exit 0
+    fi
+    rm -rf "$out/debs" "$out/root" "$bin"
+    mkdir -p "$out/debs" "$bin"
+    echo "tools/build.sh: downloading $iptables_debs" >&2
+    # shellcheck disable=SC2086
+    if ! (cd "$out/debs" && apt-get download $iptables_debs >&2); then
+        apt-get update >&2
+        # shellcheck disable=SC2086
+        (cd "$out/debs" && apt-get download $iptables_debs >&2)
+    fi
+    for deb in "$out"/debs/*.deb; do dpkg-deb -x "$deb" "$out/root"; done
+    lib="$out/root/usr/lib/x86_64-linux-gnu"
+    for name in iptables iptables-restore iptables-save; do
+        printf '#!/usr/bin/env bash\nLD_LIBRARY_PATH=%s XTABLES_LIBDIR=%s exec -a %s %s "$@"\n' \
+            "$lib" "$lib/xtables" "$name" "$out/root/usr/sbin/xtables-nft-multi" >"$bin/$name"
+        chmod 755 "$bin/$name"
+    done
+    echo "$key" >"$bin/.key"
+    echo "$bin"
+    exit 0
+fi
 case "$set_name" in
 kube) module="$here" out="${MESHD_TOOLS_DIR:-$root/target/tools}" ;;
 istio) module="$here/istio" out="${MESHD_TOOLS_DIR:-$root/target/tools}/istio" ;;
 h2spec) module="$here/h2spec" out="${MESHD_TOOLS_DIR:-$root/target/tools}/h2spec" ;;
 *)
-    echo "tools/build.sh: unknown set '$set_name' (kube, istio or h2spec)" >&2
+    echo "tools/build.sh: unknown set '$set_name' (kube, istio, h2spec or iptables)" >&2
     exit 2
     ;;
 esac

@@ -635,11 +635,31 @@ impl Meshd {
         Meshd::spawn_env(config_dir, args, kubeconfig, &[])
     }
 
+    /// File mode with the xDS and secure ports on every interface (for proxies in other
+    /// network namespaces), and extra flags.
+    pub fn start_on_all_interfaces(config_dir: &Path, extra: &[&str]) -> Meshd {
+        start_retrying(|| {
+            let mut args = vec!["--config-dir".into(), config_dir.display().to_string()];
+            args.extend(extra.iter().map(|a| a.to_string()));
+            Meshd::spawn_bound(config_dir, &args, None, &[], "0.0.0.0")
+        })
+    }
+
     fn spawn_env(
         config_dir: &Path,
         args: &[String],
         kubeconfig: Option<&Path>,
         env: &[(&str, &str)],
+    ) -> Meshd {
+        Meshd::spawn_bound(config_dir, args, kubeconfig, env, "127.0.0.1")
+    }
+
+    fn spawn_bound(
+        config_dir: &Path,
+        args: &[String],
+        kubeconfig: Option<&Path>,
+        env: &[(&str, &str)],
+        bind: &str,
     ) -> Meshd {
         let (xds_port, secure_port, monitoring_port, webhook_port) =
             (free_port(), free_port(), free_port(), free_port());
@@ -653,8 +673,8 @@ impl Meshd {
         let child = cmd
             .arg("serve")
             .args(args)
-            .args(["--xds-address", &format!("127.0.0.1:{xds_port}")])
-            .args(["--secure-xds-address", &format!("127.0.0.1:{secure_port}")])
+            .args(["--xds-address", &format!("{bind}:{xds_port}")])
+            .args(["--secure-xds-address", &format!("{bind}:{secure_port}")])
             .args(["--webhook-address", &format!("127.0.0.1:{webhook_port}")])
             .arg("--ca-dir")
             .arg(&ca_dir)

@@ -7,6 +7,7 @@ mod test_host;
 
 mod bad_config;
 mod ca;
+mod capture;
 mod cli;
 mod dns;
 mod gateway;
