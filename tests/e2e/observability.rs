@@ -1115,3 +1115,73 @@ fn a_real_sidecar_counts_requests_under_the_meshs_cluster_stat_name() {
     );
     assert_eq!(envoy.rejected_updates(), Vec::<String>::new());
 }
+
+/// The metric names a PromQL expression reads that are meshd's (or the process's).
+fn meshd_metrics_in(expr: &str) -> Vec<String> {
+    let prefixes = [
+        "pilot_", "meshd_", "process_", "citadel_", "galley_", "sidecar_", "istio_",
+    ];
+    expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|word| prefixes.iter().any(|p| word.starts_with(p)))
+        .map(str::to_string)
+        .collect()
+}
+
+/// The chart's Grafana dashboard is what `scripts/dashboard.py` writes, and every meshd
+/// metric it and the alert rules query is one meshd exports, with the type the query
+/// needs: `_bucket` of a histogram, or the metric itself.
+#[test]
+fn the_dashboard_and_the_alerts_query_only_metrics_meshd_exports() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let committed =
+        std::fs::read_to_string(root.join("charts/meshd/files/dashboard.json")).unwrap();
+    let written = temp_dir("dashboard-script").join("dashboard.json");
+    let script = std::process::Command::new("python3")
+        .arg(root.join("scripts/dashboard.py"))
+        .arg(&written)
+        .status()
+        .expect("python3 runs scripts/dashboard.py");
+    assert!(script.success());
+    assert_eq!(
+        std::fs::read_to_string(&written).unwrap(),
+        committed,
+        "charts/meshd/files/dashboard.json differs from what scripts/dashboard.py writes"
+    );
+    let dashboard: Value = serde_json::from_str(&committed).unwrap();
+    let rules: Value = serde_saphyr::from_str(
+        &std::fs::read_to_string(root.join("charts/meshd/files/prometheus-rules.yaml")).unwrap(),
+    )
+    .unwrap();
+    let mut queries: Vec<String> = (dashboard["panels"].as_array().unwrap().iter())
+        .flat_map(|p| p["targets"].as_array().cloned().unwrap_or_default())
+        .map(|t| t["expr"].as_str().unwrap().to_string())
+        .collect();
+    let panels = queries.len();
+    queries.extend(
+        (rules["groups"][0]["rules"].as_array().unwrap().iter())
+            .map(|r| r["expr"].as_str().unwrap().to_string()),
+    );
+    assert!(panels >= 14 && queries.len() > panels, "{queries:?}");
+
+    let dir = temp_dir("dashboard").join("config");
+    std::fs::create_dir_all(&dir).unwrap();
+    let meshd = Meshd::start(&dir);
+    let exposition = meshd.get("/metrics").unwrap().body;
+    let types: std::collections::BTreeMap<&str, &str> = (exposition.lines())
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_once(' '))
+        .collect();
+    let mut missing = Vec::new();
+    for query in &queries {
+        for name in meshd_metrics_in(query) {
+            let found = match name.strip_suffix("_bucket") {
+                Some(histogram) => types.get(histogram) == Some(&"histogram"),
+                None => types.get(name.as_str()).is_some_and(|t| *t != "histogram"),
+            };
+            if !found {
+                missing.push(format!("{name} (in {query})"));
+            }
+        }
+    }
+    assert!(missing.is_empty(), "not exported by meshd: {missing:#?}");
+}
