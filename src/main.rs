@@ -224,6 +224,29 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        Command::Agent(AgentArgs {
+            command: Some(AgentCommand::Wait(args)),
+            ..
+        }) => match meshd::agent::lifecycle::wait(&args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("meshd agent wait: {e:#}");
+                ExitCode::FAILURE
+            }
+        },
+        Command::Agent(AgentArgs {
+            command: Some(AgentCommand::Request(args)),
+            ..
+        }) => match meshd::agent::lifecycle::request(&args) {
+            Ok(body) => {
+                print!("{body}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("meshd agent request: {e:#}");
+                ExitCode::FAILURE
+            }
+        },
         Command::Agent(args) => {
             init_tracing();
             let opts = match args.options() {
@@ -425,7 +448,12 @@ enum AgentCommand {
     /// The injected `istio-init` container: traffic capture as Istio's istio-iptables
     /// writes it (outbound to the proxy's 15001, inbound to 15006, the proxy's own uid and
     /// gid left alone), applied with iptables-restore.
-    Iptables(meshd::agent::iptables::IptablesArgs),
+    Iptables(Box<meshd::agent::iptables::IptablesArgs>),
+    /// The proxy container's `postStart` with `holdApplicationUntilProxyStarts`: waits until
+    /// Envoy is ready (`localhost:15021/healthz/ready`), at most a minute.
+    Wait(meshd::agent::lifecycle::WaitArgs),
+    /// One request to the agent's status port (`POST drain`: the `preStop` hook).
+    Request(meshd::agent::lifecycle::RequestArgs),
 }
 
 fn key_value(text: &str) -> Result<(String, String), String> {

@@ -5,6 +5,7 @@
 pub mod bootstrap;
 pub mod certs;
 pub mod iptables;
+pub mod lifecycle;
 pub mod sds;
 pub mod status;
 

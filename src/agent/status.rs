@@ -6,7 +6,8 @@
 //!   application's own probe, from `ISTIO_KUBE_APP_PROBERS`, run from inside the pod
 //!   (an HTTP GET answering 200–399, or a TCP connection), 200 or 503; 404 for a probe
 //!   the injector did not write;
-//! - `/stats/prometheus`: Envoy's metrics.
+//! - `/stats/prometheus`: Envoy's metrics;
+//! - `POST /drain`: Envoy drains its inbound listeners gracefully (the `preStop` hook).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -17,7 +18,7 @@ use axum::Router;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use serde_json::Value;
 
 /// What the status port knows.
@@ -45,6 +46,7 @@ pub async fn serve(address: SocketAddr, status: StatusPort) -> anyhow::Result<()
     let router = Router::new()
         .route("/healthz/ready", get(ready))
         .route("/stats/prometheus", get(prometheus))
+        .route("/drain", post(drain))
         .route("/app-health/{container}/{kind}", get(app_health))
         .route("/app-lifecycle/{container}/{kind}", get(app_lifecycle))
         .with_state(Arc::new(status));
@@ -81,6 +83,33 @@ async fn ready(State(status): State<Arc<StatusPort>>) -> Response {
         )
             .into_response(),
         Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("Envoy: {e}")).into_response(),
+    }
+}
+
+/// Asks Envoy to drain its inbound listeners gracefully, as pilot-agent's `/drain`.
+async fn drain(State(status): State<Arc<StatusPort>>) -> Response {
+    let url = format!(
+        "http://127.0.0.1:{}/drain_listeners?inboundonly&graceful",
+        status.admin_port
+    );
+    let answer = tokio::task::spawn_blocking(move || {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .timeout_global(Some(Duration::from_secs(5)))
+            .http_status_as_error(false)
+            .build()
+            .into();
+        agent.post(&url).send_empty().map(|r| r.status().as_u16())
+    })
+    .await;
+    match answer {
+        Ok(Ok(200)) => StatusCode::OK.into_response(),
+        Ok(Ok(code)) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("Envoy answered {code}"),
+        )
+            .into_response(),
+        Ok(Err(e)) => (StatusCode::SERVICE_UNAVAILABLE, e.to_string()).into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
     }
 }
 

@@ -320,6 +320,14 @@ impl Rendered {
         });
         if native {
             proxy["restartPolicy"] = json!("Always");
+            // Envoy drains its inbound listeners before the pod goes.
+            proxy["lifecycle"] = json!({"preStop": {"exec": {"command": [
+                "meshd", "agent", "request", format!("--debug-port={STATUS_PORT}"), "POST", "drain"
+            ]}}});
+        } else if hold {
+            // The application's containers start once Envoy is ready.
+            proxy["lifecycle"] =
+                json!({"postStart": {"exec": {"command": ["meshd", "agent", "wait"]}}});
         }
         let volumes = volumes()
             .into_iter()

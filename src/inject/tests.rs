@@ -306,6 +306,17 @@ fn proxy_config_comes_from_the_mesh_and_the_annotation_and_hold_puts_the_proxy_f
     let p = inject(p, "shop", &opts, &mesh, &NodeVersions::default()).unwrap();
     let spec = p.spec.as_ref().unwrap();
     assert_eq!(spec.containers[0].name, "istio-proxy");
+    let post_start = spec.containers[0]
+        .lifecycle
+        .as_ref()
+        .and_then(|l| l.post_start.as_ref());
+    let command = post_start
+        .and_then(|h| h.exec.as_ref())
+        .and_then(|e| e.command.clone());
+    assert_eq!(
+        command,
+        Some(vec!["meshd".into(), "agent".into(), "wait".into()])
+    );
     let config: serde_json::Value =
         serde_json::from_str(env(&spec.containers[0], "PROXY_CONFIG").unwrap()).unwrap();
     assert_eq!(

@@ -1178,6 +1178,56 @@ fn the_agent_runs_envoy_with_the_pods_labels_from_the_downward_api() {
     assert!(r.headers["x-echo-xfcc"].contains("spiffe://cluster.local/ns/shop/sa/productpage"));
     assert_reached_reviews_over_mtls(&client);
 
+    // The lifecycle hooks the injector writes: postStart waits for Envoy's readiness;
+    // preStop asks the agent to drain Envoy's inbound listeners.
+    let hook = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_meshd"))
+            .arg("agent")
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let ready = "http://127.0.0.1:15021/healthz/ready";
+    assert!(
+        hook(&["wait", "--url", ready, "--timeout-seconds", "5"])
+            .status
+            .success()
+    );
+    let never = hook(&[
+        "wait",
+        "--url",
+        "http://127.0.0.1:1/",
+        "--timeout-seconds",
+        "1",
+    ]);
+    assert!(!never.status.success());
+    assert!(String::from_utf8_lossy(&never.stderr).contains("was not ready after 1 s"));
+    // A keep-alive request straight to reviews' inbound listener: Envoy closes the
+    // connection after answering only while it drains.
+    let inbound = format!("{}:9080", m.server_ip);
+    let keep_alive = || {
+        let mut conn = std::net::TcpStream::connect(&inbound).unwrap();
+        conn.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        std::io::Write::write_all(&mut conn, b"GET / HTTP/1.1\r\nHost: reviews\r\n\r\n").unwrap();
+        let mut buf = [0u8; 4096];
+        let n = std::io::Read::read(&mut conn, &mut buf).unwrap();
+        String::from_utf8_lossy(&buf[..n]).to_lowercase()
+    };
+    let before = keep_alive();
+    assert!(
+        before.starts_with("http/1.1 200") && !before.contains("connection: close"),
+        "{before}"
+    );
+    let debug_port = format!("--debug-port={status_port}");
+    let drained = hook(&["request", &debug_port, "POST", "drain"]);
+    assert!(
+        drained.status.success(),
+        "{}",
+        String::from_utf8_lossy(&drained.stderr)
+    );
+    let after = keep_alive();
+    assert!(after.contains("connection: close"), "{after}");
+
     // SIGTERM: the agent stops Envoy, then itself.
     // SAFETY: kill(2) of the agent, our child, not yet reaped.
     unsafe { libc::kill(agent.0.id() as i32, libc::SIGTERM) };
