@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 use http_body_util::BodyExt;
 use libfuzzer_sys::fuzz_target;
 use model::PushContext;
+use tower::ServiceExt;
 use xds::push::{Push, PushSettings};
 use xds::{AdsService, XdsShared};
-use tower::ServiceExt;
 
 struct Fixture {
     runtime: tokio::runtime::Runtime,
@@ -37,8 +37,9 @@ fn fixture() -> &'static Fixture {
             keepalive_timeout: Duration::from_millis(50),
             ..PushSettings::default()
         };
-        let shared =
-            runtime.block_on(async { XdsShared::new(metrics, rx, &settings, model::Revisions::new("default")) });
+        let shared = runtime.block_on(async {
+            XdsShared::new(metrics, rx, &settings, model::Revisions::new("default"))
+        });
         Fixture {
             runtime,
             shared,
