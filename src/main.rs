@@ -215,37 +215,20 @@ fn main() -> ExitCode {
         }
         Command::Validate { paths } => validate(&paths),
         Command::Agent(AgentArgs {
-            command: Some(AgentCommand::Iptables(args)),
+            command: Some(command),
             ..
-        }) => match meshd::agent::iptables::run(&args) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("meshd agent iptables: {e}");
-                ExitCode::FAILURE
+        }) => match command {
+            AgentCommand::Iptables(args) => {
+                finish("agent iptables", meshd::agent::iptables::run(&args), drop)
             }
-        },
-        Command::Agent(AgentArgs {
-            command: Some(AgentCommand::Wait(args)),
-            ..
-        }) => match meshd::agent::lifecycle::wait(&args) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("meshd agent wait: {e:#}");
-                ExitCode::FAILURE
+            AgentCommand::Wait(args) => {
+                finish("agent wait", meshd::agent::lifecycle::wait(&args), drop)
             }
-        },
-        Command::Agent(AgentArgs {
-            command: Some(AgentCommand::Request(args)),
-            ..
-        }) => match meshd::agent::lifecycle::request(&args) {
-            Ok(body) => {
-                print!("{body}");
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("meshd agent request: {e:#}");
-                ExitCode::FAILURE
-            }
+            AgentCommand::Request(args) => finish(
+                "agent request",
+                meshd::agent::lifecycle::request(&args),
+                |body| print!("{body}"),
+            ),
         },
         Command::Agent(args) => {
             init_tracing();
@@ -454,6 +437,25 @@ enum AgentCommand {
     Wait(meshd::agent::lifecycle::WaitArgs),
     /// One request to the agent's status port (`POST drain`: the `preStop` hook).
     Request(meshd::agent::lifecycle::RequestArgs),
+}
+
+/// A command's exit status: success after `ok` has its value, or failure with the error
+/// on standard error, naming the command.
+fn finish<T, E: std::fmt::Display>(
+    command: &str,
+    result: Result<T, E>,
+    ok: impl FnOnce(T),
+) -> ExitCode {
+    match result {
+        Ok(value) => {
+            ok(value);
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("meshd {command}: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 fn key_value(text: &str) -> Result<(String, String), String> {

@@ -20,13 +20,10 @@ here="$(cd "$(dirname "$0")" && pwd)"
 root="$(dirname "$here")"
 set_name="${1:-kube}"
 
-# Debian bookworm's iptables and the libraries it needs beyond the base system.
-iptables_debs="iptables=1.8.9-2 libxtables12=1.8.9-2 libip4tc2=1.8.9-2 libip6tc2=1.8.9-2
-libnftnl11=1.2.4-2 libnetfilter-conntrack3=1.0.9-3 libnfnetlink0=1.0.2-2 libmnl0=1.0.4-3"
-if [ "$set_name" = iptables ]; then
-    out="${MESHD_TOOLS_DIR:-$root/target/tools}/iptables"
-    bin="$out/bin"
-    key="$(echo "$iptables_debs" | cat - "$here/build.sh" | sha256sum | cut -c1-16)"
+# Prints $bin and exits when it holds the set keyed by $key; otherwise takes the set's
+# lock (one build at a time: test binaries that start in parallel wait for the first)
+# and looks again.
+reuse_or_lock() {
     if [ -f "$bin/.key" ] && [ "$(cat "$bin/.key")" = "$key" ]; then
         echo "$bin"
         exit 0
@@ -38,6 +35,16 @@ if [ "$set_name" = iptables ]; then
         echo "$bin"
         exit 0
     fi
+}
+
+# Debian bookworm's iptables and the libraries it needs beyond the base system.
+iptables_debs="iptables=1.8.9-2 libxtables12=1.8.9-2 libip4tc2=1.8.9-2 libip6tc2=1.8.9-2
+libnftnl11=1.2.4-2 libnetfilter-conntrack3=1.0.9-3 libnfnetlink0=1.0.2-2 libmnl0=1.0.4-3"
+if [ "$set_name" = iptables ]; then
+    out="${MESHD_TOOLS_DIR:-$root/target/tools}/iptables"
+    bin="$out/bin"
+    key="$(echo "$iptables_debs" | cat - "$here/build.sh" | sha256sum | cut -c1-16)"
+    reuse_or_lock
     rm -rf "$out/debs" "$out/root" "$bin"
     mkdir -p "$out/debs" "$bin"
     echo "tools/build.sh: downloading $iptables_debs" >&2
@@ -76,19 +83,7 @@ if ! command -v go >/dev/null 2>&1; then
 fi
 
 key="$(cat "$module/go.mod" "$module/go.sum" "$here/build.sh" | sha256sum | cut -c1-16)"
-if [ -f "$bin/.key" ] && [ "$(cat "$bin/.key")" = "$key" ]; then
-    echo "$bin"
-    exit 0
-fi
-
-# One build at a time: test binaries that start in parallel wait for the first.
-mkdir -p "$out"
-exec 9>"$out/.lock"
-flock 9
-if [ -f "$bin/.key" ] && [ "$(cat "$bin/.key")" = "$key" ]; then
-    echo "$bin"
-    exit 0
-fi
+reuse_or_lock
 
 version() { (cd "$module" && go list -m -f '{{.Version}}' "$1"); }
 rm -rf "$bin.new"
