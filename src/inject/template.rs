@@ -21,7 +21,8 @@ const TRAFFIC: &str = "traffic.sidecar.istio.io/";
 
 /// The injected containers and volumes for one pod.
 pub struct Rendered {
-    init: Container,
+    /// `None` without capture (interception `NONE`, not native).
+    init: Option<Container>,
     proxy: Container,
     volumes: Vec<Volume>,
     native: bool,
@@ -333,20 +334,21 @@ impl Rendered {
             .into_iter()
             .map(serde_json::from_value)
             .collect::<Result<_, _>>()?;
-        let mut rendered = Rendered {
-            init: serde_json::from_value(init)?,
+        // Without capture there is nothing to set up, unless the proxy is a native sidecar.
+        let capture = interception != "NONE" || native;
+        Ok(Rendered {
+            init: if capture {
+                Some(serde_json::from_value(init)?)
+            } else {
+                None
+            },
             proxy: serde_json::from_value(proxy)?,
             volumes,
             native,
             hold: hold && !native,
             revision: options.revision.clone(),
             network: options.network.clone(),
-        };
-        // Without capture there is nothing to set up, unless the proxy is a native sidecar.
-        if interception == "NONE" && !native {
-            rendered.init.name.clear();
-        }
-        Ok(rendered)
+        })
     }
 
     /// Adds the containers, volumes, labels and annotations to `pod`.
@@ -357,19 +359,14 @@ impl Rendered {
             .first()
             .map(|c| c.name.clone())
             .unwrap_or_default();
-        let has_init = !self.init.name.is_empty();
+        let has_init = self.init.is_some();
         let mut init_containers = spec.init_containers.take().unwrap_or_default();
         if self.native {
             // First, so that the user's init containers run meshed.
-            let ours = has_init
-                .then_some(self.init)
-                .into_iter()
-                .chain([self.proxy]);
+            let ours = self.init.into_iter().chain([self.proxy]);
             init_containers.splice(0..0, ours);
         } else {
-            if has_init {
-                init_containers.push(self.init);
-            }
+            init_containers.extend(self.init);
             if self.hold {
                 spec.containers.insert(0, self.proxy);
             } else {
