@@ -12,6 +12,10 @@ test:
 crds:
     MESHD_UPDATE_GOLDEN=1 cargo test --locked -p api crd
 
+# Render manifests/meshd.yaml from the chart (a test fails when they differ).
+manifests:
+    scripts/manifests.sh
+
 # Rewrite the golden files (tests/golden) and the flags table of docs/configuration.md
 # from what the code produces now; review the diff.
 golden:

@@ -17,6 +17,7 @@ pub mod inject;
 pub mod jwks;
 pub mod k8s;
 pub mod metrics;
+pub mod operator;
 pub mod resolve;
 pub mod secure;
 pub mod serve;

@@ -93,8 +93,23 @@ enum Command {
     /// bootstrap.
     #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
     Agent(AgentArgs),
+    /// Reconcile meshd's `operator.meshd.io` resources (Mesh, MeshRevision,
+    /// MeshRevisionTag) into control-plane revisions, through the Kubernetes API
+    /// (kubeconfig or in-cluster configuration).
+    Operator {
+        /// Where `/metrics`, `/healthz` and `/readyz` are served.
+        #[arg(long, default_value = "0.0.0.0:8080")]
+        monitoring_address: SocketAddr,
+        /// The name events are reported under.
+        #[arg(long, env = "POD_NAME", default_value = "meshd-operator")]
+        pod_name: String,
+    },
     /// Print the CustomResourceDefinitions of every Istio kind meshd serves.
-    Crds,
+    Crds {
+        /// Print those of meshd's own `operator.meshd.io` kinds instead.
+        #[arg(long)]
+        operator: bool,
+    },
     /// Every proxy connected to a running meshd and, per xDS type, whether it holds what
     /// was last sent (SYNCED), has not ACKed it yet (STALE), rejected it (ERROR), or was
     /// sent nothing (NOT SENT).
@@ -209,11 +224,31 @@ fn main() -> ExitCode {
             "proxy-config",
             meshd::cli::proxy_config(&meshd, kind, &proxy, output == Output::Json),
         ),
-        Command::Crds => {
-            print!("{}", api::crd::to_yaml());
+        Command::Crds { operator } => {
+            match operator {
+                true => print!("{}", api::crd::operator_yaml()),
+                false => print!("{}", api::crd::to_yaml()),
+            }
             ExitCode::SUCCESS
         }
         Command::Validate { paths } => validate(&paths),
+        Command::Operator {
+            monitoring_address,
+            pod_name,
+        } => {
+            init_tracing();
+            let opts = meshd::operator::OperatorOptions {
+                monitoring_address,
+                instance: pod_name,
+            };
+            let runtime =
+                tokio::runtime::Runtime::new().expect("BUG: cannot start the tokio runtime");
+            finish(
+                "operator",
+                runtime.block_on(meshd::operator::run(opts)),
+                drop,
+            )
+        }
         Command::Agent(AgentArgs {
             command: Some(command),
             ..
@@ -306,11 +341,15 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            // A revision's Service is `istiod-REV` (its webhook and `CA_ADDR` name it).
-            if revision != "default" {
-                security
-                    .dns_names
-                    .push(format!("istiod-{revision}.istio-system.svc"));
+            // The revision's Service in meshd's namespace, `istiod[-REV].NS.svc`: its
+            // webhooks and `CA_ADDR` name it.
+            let service = match revision.as_str() {
+                "default" => "istiod".to_string(),
+                r => format!("istiod-{r}"),
+            };
+            let name = format!("{service}.{}.svc", leader.namespace);
+            if !security.dns_names.contains(&name) {
+                security.dns_names.push(name);
             }
             let inject = inject.options(&revision, &leader.namespace, &security.trust_domain);
             let opts = ServeOptions {

@@ -1,5 +1,6 @@
 //! The `meshd` command line: `validate` like `istioctl validate`, `crds` matching `crds/`.
 
+use std::path::Path;
 use std::process::Command;
 
 use crate::harness::temp_dir;
@@ -43,11 +44,20 @@ fn validate_names_the_file_object_and_field_and_exits_non_zero() {
 
 #[test]
 fn crds_prints_what_is_committed() {
-    let out = meshd(&["crds"]);
-    assert!(out.status.success());
-    let committed =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/crds/istio.yaml")).unwrap();
-    assert_eq!(String::from_utf8_lossy(&out.stdout), committed);
+    for (args, file) in [
+        (&["crds"][..], "istio.yaml"),
+        (&["crds", "--operator"][..], "operator.yaml"),
+    ] {
+        let out = meshd(args);
+        assert!(out.status.success());
+        let committed = std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("crds")
+                .join(file),
+        )
+        .unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout), committed, "{file}");
+    }
 }
 
 #[test]

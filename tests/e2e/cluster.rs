@@ -53,7 +53,7 @@ pub fn built(set: &str) -> PathBuf {
 }
 
 /// `bin` with its parent dying taking it along (the kernel sends SIGKILL).
-fn command(bin: &Path) -> Command {
+pub fn command(bin: &Path) -> Command {
     let mut cmd = Command::new(bin);
     // SAFETY: prctl is async-signal-safe and touches only the child's own state.
     unsafe {

@@ -622,6 +622,19 @@ impl Meshd {
         Meshd::spawn_env(&dir, &args, Some(&tenant.kubeconfig), &all)
     }
 
+    /// Kubernetes mode as a pod would run it: `args` and `env` (a container's, resolved by
+    /// the test) and `kubeconfig` (its ServiceAccount's), listening on free local ports.
+    pub fn start_pod(
+        dir: &Path,
+        kubeconfig: &Path,
+        args: &[String],
+        env: &[(String, String)],
+    ) -> Meshd {
+        std::fs::create_dir_all(dir).unwrap();
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        start_retrying(|| Meshd::spawn_env(dir, args, Some(kubeconfig), &env))
+    }
+
     /// File mode with extra flags and environment variables (Istio's `PILOT_*` settings).
     pub fn start_with_env(config_dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Meshd {
         start_retrying(|| {

@@ -12,6 +12,8 @@
 pub mod crd;
 pub mod duration;
 pub mod networking;
+#[cfg(feature = "crd")]
+pub mod operator;
 pub mod security;
 pub mod telemetry;
 pub mod values;
