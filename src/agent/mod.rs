@@ -113,6 +113,7 @@ pub async fn run(opts: AgentOptions) -> anyhow::Result<()> {
         let status = status::StatusPort {
             admin_port: opts.bootstrap.admin_port,
             probers: status::probers_from_env()?,
+            app_metrics: status::app_metrics_from_env()?,
         };
         let address = std::net::SocketAddr::from(([0, 0, 0, 0], port));
         tokio::spawn(async move {

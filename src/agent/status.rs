@@ -4,9 +4,11 @@
 //! - `/healthz/ready`: 200 once Envoy is live (its admin `/ready`), else 503;
 //! - `/app-health/CONTAINER/{readyz,livez,startupz}` and `/app-lifecycle/...`: the
 //!   application's own probe, from `ISTIO_KUBE_APP_PROBERS`, run from inside the pod
-//!   (an HTTP GET answering 200–399, or a TCP connection), 200 or 503; 404 for a probe
-//!   the injector did not write;
-//! - `/stats/prometheus`: Envoy's metrics;
+//!   (an HTTP or HTTPS GET answering 200–399, the HTTPS one without verifying the
+//!   application's certificate as the kubelet does not either, or a TCP connection), 200
+//!   or 503; 404 for a probe the injector did not write;
+//! - `/stats/prometheus`: Envoy's metrics, followed by the application's when the injector
+//!   kept its scrape settings (`ISTIO_PROMETHEUS_ANNOTATIONS`);
 //! - `POST /drain`: Envoy drains its inbound listeners gracefully (the `preStop` hook).
 
 use std::collections::BTreeMap;
@@ -27,6 +29,35 @@ pub struct StatusPort {
     pub admin_port: u16,
     /// The application's probes by path (`ISTIO_KUBE_APP_PROBERS`).
     pub probers: BTreeMap<String, Value>,
+    /// Where the application's own metrics are scraped (`ISTIO_PROMETHEUS_ANNOTATIONS`).
+    pub app_metrics: Option<String>,
+}
+
+/// The application's metrics URL from `ISTIO_PROMETHEUS_ANNOTATIONS` (the `prometheus.io`
+/// annotations the injector replaced: `scrape`, `path`, `port`), as pilot-agent reads it:
+/// none without a port or with `scrape: "false"`; the path defaults to `/metrics`.
+pub fn app_metrics_from_env() -> anyhow::Result<Option<String>> {
+    let Ok(text) = std::env::var("ISTIO_PROMETHEUS_ANNOTATIONS") else {
+        return Ok(None);
+    };
+    if text.trim().is_empty() {
+        return Ok(None);
+    }
+    let scrape: BTreeMap<String, String> = serde_json::from_str(&text).map_err(|e| {
+        anyhow::anyhow!("ISTIO_PROMETHEUS_ANNOTATIONS is not a JSON object of strings: {e}")
+    })?;
+    if scrape.get("scrape").is_some_and(|s| s == "false") {
+        return Ok(None);
+    }
+    let Some(port) = scrape.get("port") else {
+        return Ok(None);
+    };
+    let port: u16 = port.parse().map_err(|_| {
+        anyhow::anyhow!("ISTIO_PROMETHEUS_ANNOTATIONS: port {port:?} is not a port")
+    })?;
+    let path = scrape.get("path").map_or("/metrics", String::as_str);
+    let slash = if path.starts_with('/') { "" } else { "/" };
+    Ok(Some(format!("http://localhost:{port}{slash}{path}")))
 }
 
 /// Reads `ISTIO_KUBE_APP_PROBERS` (a JSON object; empty when unset).
@@ -57,9 +88,14 @@ pub async fn serve(address: SocketAddr, status: StatusPort) -> anyhow::Result<()
 /// One GET of `url`: the status and body, or why it failed.
 async fn fetch(url: String, timeout: Duration) -> Result<(u16, String), String> {
     tokio::task::spawn_blocking(move || {
+        // The kubelet does not verify an application's certificate for an HTTPS probe.
+        let tls = ureq::tls::TlsConfig::builder()
+            .disable_verification(true)
+            .build();
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .timeout_global(Some(timeout))
             .http_status_as_error(false)
+            .tls_config(tls)
             .build()
             .into();
         let mut response = agent.get(&url).call().map_err(|e| e.to_string())?;
@@ -116,7 +152,23 @@ async fn drain(State(status): State<Arc<StatusPort>>) -> Response {
 async fn prometheus(State(status): State<Arc<StatusPort>>) -> Response {
     let url = format!("http://127.0.0.1:{}/stats/prometheus", status.admin_port);
     match fetch(url, Duration::from_secs(5)).await {
-        Ok((200, body)) => body.into_response(),
+        Ok((200, mut body)) => {
+            // As pilot-agent: the application's metrics follow Envoy's; if they cannot be
+            // had, Envoy's are still served.
+            if let Some(url) = &status.app_metrics {
+                match fetch(url.clone(), Duration::from_secs(5)).await {
+                    Ok((200, app)) => {
+                        if !body.ends_with('\n') {
+                            body.push('\n');
+                        }
+                        body.push_str(&app);
+                    }
+                    Ok((code, _)) => tracing::warn!("the application's metrics {url}: {code}"),
+                    Err(e) => tracing::warn!("the application's metrics {url}: {e}"),
+                }
+            }
+            body.into_response()
+        }
         Ok((code, _)) => (
             StatusCode::SERVICE_UNAVAILABLE,
             format!("Envoy answered {code}"),
@@ -155,17 +207,17 @@ async fn probe(status: &StatusPort, path: String) -> Response {
         let Some(port) = port(http) else {
             return (StatusCode::INTERNAL_SERVER_ERROR, "the probe has no port").into_response();
         };
-        if http["scheme"].as_str() == Some("HTTPS") {
-            Err("HTTPS application probes are not supported".to_string())
-        } else {
-            let host = http["host"].as_str().unwrap_or("localhost");
-            let target = http["path"].as_str().unwrap_or("/");
-            let url = format!("http://{host}:{port}{target}");
-            match fetch(url, timeout).await {
-                Ok((code, _)) if (200..400).contains(&code) => Ok(()),
-                Ok((code, _)) => Err(format!("the application answered {code}")),
-                Err(e) => Err(e),
-            }
+        let scheme = match http["scheme"].as_str() {
+            Some("HTTPS") => "https",
+            _ => "http",
+        };
+        let host = http["host"].as_str().unwrap_or("localhost");
+        let target = http["path"].as_str().unwrap_or("/");
+        let url = format!("{scheme}://{host}:{port}{target}");
+        match fetch(url, timeout).await {
+            Ok((code, _)) if (200..400).contains(&code) => Ok(()),
+            Ok((code, _)) => Err(format!("the application answered {code}")),
+            Err(e) => Err(e),
         }
     } else if let Some(tcp) = prober.get("tcpSocket") {
         let Some(port) = port(tcp) else {

@@ -1087,6 +1087,11 @@ fn the_agent_runs_envoy_with_the_pods_labels_from_the_downward_api() {
             let _ = self.0.wait();
         }
     }
+    // An application serving HTTPS (probed without verifying its certificate, as the
+    // kubelet does) and one exporting its own metrics.
+    let (_, chain, key) = site_certificate("app.example");
+    let https_app = Upstream::tls("https-app", &chain, &key, &chain);
+    let metrics_app = Upstream::start("app_requests_total 7");
     let mut agent = std::process::Command::new(env!("CARGO_BIN_EXE_meshd"))
         .arg("agent")
         .args([
@@ -1124,8 +1129,16 @@ fn the_agent_runs_envoy_with_the_pods_labels_from_the_downward_api() {
             serde_json::json!({
                 "/app-health/app/readyz": {"httpGet": {"port": m._upstream.port, "path": "/"}},
                 "/app-health/app/livez": {"tcpSocket": {"port": closed}},
+                "/app-health/app/startupz": {
+                    "httpGet": {"port": https_app.port, "path": "/", "scheme": "HTTPS"}
+                },
             })
             .to_string(),
+        )
+        // The application's scrape settings the injector replaced.
+        .env(
+            "ISTIO_PROMETHEUS_ANNOTATIONS",
+            serde_json::json!({"port": metrics_app.port.to_string(), "path": "/stats"}).to_string(),
         )
         .env("RUST_LOG", "info")
         .stderr(std::fs::File::create(dir.join("agent.log")).unwrap())
@@ -1153,10 +1166,17 @@ fn the_agent_runs_envoy_with_the_pods_labels_from_the_downward_api() {
     );
     assert_eq!(probe("/app-health/app/readyz"), 200);
     assert_eq!(probe("/app-health/app/livez"), 503);
+    assert_eq!(probe("/app-health/app/startupz"), 200);
     assert_eq!(probe("/app-health/other/readyz"), 404);
+    // Envoy's metrics, then the application's.
     let metrics = http_get(&status, "localhost", "/stats/prometheus", &[]).unwrap();
     assert!(
         metrics.body.contains("envoy_server_live"),
+        "{}",
+        metrics.body
+    );
+    assert!(
+        metrics.body.trim_end().ends_with("\napp_requests_total 7"),
         "{}",
         metrics.body
     );
