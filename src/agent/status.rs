@@ -5,8 +5,8 @@
 //! - `/app-health/CONTAINER/{readyz,livez,startupz}` and `/app-lifecycle/...`: the
 //!   application's own probe, from `ISTIO_KUBE_APP_PROBERS`, run from inside the pod
 //!   (an HTTP or HTTPS GET answering 200–399, the HTTPS one without verifying the
-//!   application's certificate as the kubelet does not either, or a TCP connection), 200
-//!   or 503; 404 for a probe the injector did not write;
+//!   application's certificate as the kubelet does not either; a TCP connection; or a
+//!   gRPC health check), 200 or 503; 404 for a probe the injector did not write;
 //! - `/stats/prometheus`: Envoy's metrics, followed by the application's when the injector
 //!   kept its scrape settings (`ISTIO_PROMETHEUS_ANNOTATIONS`);
 //! - `POST /drain`: Envoy drains its inbound listeners gracefully (the `preStop` hook).
@@ -231,11 +231,42 @@ async fn probe(status: &StatusPort, path: String) -> Response {
             Ok(Err(e)) => Err(e.to_string()),
             Err(_) => Err("timed out".to_string()),
         }
+    } else if let Some(grpc) = prober.get("grpc") {
+        let Some(port) = port(grpc) else {
+            return (StatusCode::INTERNAL_SERVER_ERROR, "the probe has no port").into_response();
+        };
+        let service = grpc["service"].as_str().unwrap_or_default().to_string();
+        match tokio::time::timeout(timeout, grpc_health(port as u16, service)).await {
+            Ok(outcome) => outcome,
+            Err(_) => Err("timed out".to_string()),
+        }
     } else {
-        Err("gRPC application probes are not supported".to_string())
+        Err("the probe is neither httpGet, tcpSocket nor grpc".to_string())
     };
     match outcome {
         Ok(()) => StatusCode::OK.into_response(),
         Err(reason) => (StatusCode::SERVICE_UNAVAILABLE, reason).into_response(),
+    }
+}
+
+/// A gRPC health check (`grpc.health.v1.Health/Check`) of `service` on the application's
+/// `port`, as the kubelet's gRPC probe makes it: passes only when `SERVING`.
+async fn grpc_health(port: u16, service: String) -> Result<(), String> {
+    use tonic_health::pb::HealthCheckRequest;
+    use tonic_health::pb::health_check_response::ServingStatus;
+    use tonic_health::pb::health_client::HealthClient;
+    let endpoint = tonic::transport::Endpoint::from_shared(format!("http://localhost:{port}"))
+        .map_err(|e| e.to_string())?;
+    let channel = endpoint.connect().await.map_err(|e| e.to_string())?;
+    let response = HealthClient::new(channel)
+        .check(HealthCheckRequest { service })
+        .await
+        .map_err(|status| format!("{}: {}", status.code(), status.message()))?;
+    match response.into_inner().status() {
+        ServingStatus::Serving => Ok(()),
+        other => Err(format!(
+            "the application's health is {}",
+            other.as_str_name()
+        )),
     }
 }

@@ -1057,6 +1057,34 @@ fn an_inbound_request_reset_before_the_application_took_it_is_retried_twice() {
     assert_eq!(retries() - before, 2);
 }
 
+/// A gRPC application's health service (tonic's): `shop.Reviews` SERVING, `sick`
+/// NOT_SERVING. Its port.
+fn grpc_health_app() -> u16 {
+    use tonic_health::ServingStatus;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    listener.set_nonblocking(true).unwrap();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        runtime.block_on(async move {
+            let (reporter, service) = tonic_health::server::health_reporter();
+            reporter
+                .set_service_status("shop.Reviews", ServingStatus::Serving)
+                .await;
+            reporter
+                .set_service_status("sick", ServingStatus::NotServing)
+                .await;
+            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+            tonic::transport::Server::builder()
+                .add_service(service)
+                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
+                .await
+                .unwrap();
+        });
+    });
+    port
+}
+
 /// `meshd agent --envoy` starts Envoy itself, as pilot-agent does (the injected
 /// `istio-proxy` container's command), with the pod's labels read from the downward-API
 /// file (`--pod-info`): the reviews Sidecar, selected by `app: reviews`, gives it the
@@ -1092,6 +1120,7 @@ fn the_agent_runs_envoy_with_the_pods_labels_from_the_downward_api() {
     let (_, chain, key) = site_certificate("app.example");
     let https_app = Upstream::tls("https-app", &chain, &key, &chain);
     let metrics_app = Upstream::start("app_requests_total 7");
+    let grpc_app = grpc_health_app();
     let mut agent = std::process::Command::new(env!("CARGO_BIN_EXE_meshd"))
         .arg("agent")
         .args([
@@ -1132,6 +1161,8 @@ fn the_agent_runs_envoy_with_the_pods_labels_from_the_downward_api() {
                 "/app-health/app/startupz": {
                     "httpGet": {"port": https_app.port, "path": "/", "scheme": "HTTPS"}
                 },
+                "/app-health/grpc/readyz": {"grpc": {"port": grpc_app, "service": "shop.Reviews"}},
+                "/app-health/grpc/livez": {"grpc": {"port": grpc_app, "service": "sick"}},
             })
             .to_string(),
         )
@@ -1167,6 +1198,8 @@ fn the_agent_runs_envoy_with_the_pods_labels_from_the_downward_api() {
     assert_eq!(probe("/app-health/app/readyz"), 200);
     assert_eq!(probe("/app-health/app/livez"), 503);
     assert_eq!(probe("/app-health/app/startupz"), 200);
+    assert_eq!(probe("/app-health/grpc/readyz"), 200);
+    assert_eq!(probe("/app-health/grpc/livez"), 503);
     assert_eq!(probe("/app-health/other/readyz"), 404);
     // Envoy's metrics, then the application's.
     let metrics = http_get(&status, "localhost", "/stats/prometheus", &[]).unwrap();
