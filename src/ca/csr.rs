@@ -16,6 +16,8 @@ use super::CaError;
 pub const MAX_CSR_BYTES: usize = 8 * 1024;
 
 const ECDSA_WITH_SHA256: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.2.840.10045.4.3.2");
+const SHA256_WITH_RSA: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.2.840.113549.1.1.11");
+const RSA_ENCRYPTION: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.2.840.113549.1.1.1");
 
 /// A CSR whose signature has been checked.
 #[derive(Debug)]
@@ -27,8 +29,10 @@ pub struct VerifiedCsr {
     pub other_names: usize,
 }
 
-/// Parses `pem` and checks that it is a PKCS#10 request signed (ECDSA with SHA-256) by the
-/// P-256 key it carries.
+/// Parses `pem` and checks that it is a PKCS#10 request signed by the key it carries: a
+/// P-256 key with ECDSA and SHA-256 (meshd's agent, pilot-agent with
+/// `ECC_SIGNATURE_ALGORITHM=ECDSA`), or an RSA key of 2048 to 8192 bits with PKCS#1 v1.5
+/// and SHA-256 (pilot-agent's default), as istiod accepts both.
 pub fn verify(pem: &str) -> Result<VerifiedCsr, CaError> {
     if pem.len() > MAX_CSR_BYTES {
         return Err(CaError::TooLarge(format!(
@@ -38,16 +42,34 @@ pub fn verify(pem: &str) -> Result<VerifiedCsr, CaError> {
     }
     let req = CertReq::from_pem(pem.trim().as_bytes())
         .map_err(|e| CaError::BadCsr(format!("not a PEM PKCS#10 request: {e}")))?;
-    if req.algorithm.oid != ECDSA_WITH_SHA256 {
-        return Err(CaError::UnsupportedKey(format!(
-            "signature algorithm {} is not ecdsa-with-SHA256",
-            req.algorithm.oid
-        )));
-    }
-    // The key must be a P-256 point (this also checks the SPKI's curve).
-    VerifyingKey::try_from(req.info.public_key.owned_to_ref()).map_err(|e| {
-        CaError::UnsupportedKey(format!("the CSR's key is not an ECDSA P-256 key: {e}"))
-    })?;
+    let algorithm: &'static dyn ring::signature::VerificationAlgorithm = match req.algorithm.oid {
+        ECDSA_WITH_SHA256 => {
+            // The key must be a P-256 point (this also checks the SPKI's curve).
+            VerifyingKey::try_from(req.info.public_key.owned_to_ref()).map_err(|e| {
+                CaError::UnsupportedKey(format!("the CSR's key is not an ECDSA P-256 key: {e}"))
+            })?;
+            // ring's P-256 verification is about three times faster than the pure-Rust one
+            // and is already linked for TLS; the signature is the CA's largest cost per
+            // request.
+            &ring::signature::ECDSA_P256_SHA256_ASN1
+        }
+        SHA256_WITH_RSA => {
+            if req.info.public_key.algorithm.oid != RSA_ENCRYPTION {
+                return Err(CaError::UnsupportedKey(format!(
+                    "a sha256WithRSAEncryption signature with a {} key",
+                    req.info.public_key.algorithm.oid
+                )));
+            }
+            // Also refuses keys under 2048 bits, as a signature that does not verify.
+            &ring::signature::RSA_PKCS1_2048_8192_SHA256
+        }
+        other => {
+            return Err(CaError::UnsupportedKey(format!(
+                "signature algorithm {other} is neither ecdsa-with-SHA256 nor \
+                 sha256WithRSAEncryption"
+            )));
+        }
+    };
     let signature = req
         .signature
         .as_bytes()
@@ -56,12 +78,16 @@ pub fn verify(pem: &str) -> Result<VerifiedCsr, CaError> {
         .info
         .to_der()
         .map_err(|e| CaError::BadCsr(format!("cannot re-encode the request: {e}")))?;
-    // ring's P-256 verification is about three times faster than the pure-Rust one and is
-    // already linked for TLS; the signature is the CA's largest cost per request.
-    let point = req.info.public_key.subject_public_key.raw_bytes();
-    ring::signature::UnparsedPublicKey::new(&ring::signature::ECDSA_P256_SHA256_ASN1, point)
+    // The SPKI's bits: the P-256 point, or the RSAPublicKey DER ring expects.
+    let key = req.info.public_key.subject_public_key.raw_bytes();
+    ring::signature::UnparsedPublicKey::new(algorithm, key)
         .verify(&info, signature)
-        .map_err(|_| CaError::BadSignature("the CSR's signature does not match its key".into()))?;
+        .map_err(|_| {
+            CaError::BadSignature(
+                "the CSR's signature does not match its key (or the RSA key is under 2048 bits)"
+                    .into(),
+            )
+        })?;
 
     let mut uris = Vec::new();
     let mut other_names = 0;

@@ -82,6 +82,15 @@ pub fn loopback_ip() -> String {
     format!("127.0.{}.{}", n / 250, n % 250 + 2)
 }
 
+/// Held by a test whose Envoy binds the ports Istio's bootstrap fixes (15021 health,
+/// 15090 Prometheus), so that two such Envoys never run at once.
+pub fn fixed_ports() -> std::sync::MutexGuard<'static, ()> {
+    static PORTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    PORTS
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 pub fn temp_dir(name: &str) -> PathBuf {
     let d = Path::new(env!("CARGO_TARGET_TMPDIR"))
         .join("e2e")

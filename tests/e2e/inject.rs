@@ -7,33 +7,14 @@
 //! hooks' arguments are compared).
 
 use std::path::PathBuf;
-use std::process::Command;
-use std::sync::OnceLock;
 
 use serde_json::{Value, json};
 
 use crate::harness::*;
 
 /// The folder of Istio's injector test cases.
-fn testdata() -> &'static PathBuf {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        // Building Istio's tools fetches its module into the cache.
-        crate::cluster::built("istio");
-        let tools = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/istio");
-        let out = Command::new("go")
-            .args(["list", "-m", "-f", "{{.Dir}}", "istio.io/istio"])
-            .current_dir(&tools)
-            .output()
-            .expect("running go list (Go is needed for Istio's test data)");
-        assert!(
-            out.status.success(),
-            "go list -m istio.io/istio: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let dir = String::from_utf8(out.stdout).unwrap();
-        PathBuf::from(dir.trim()).join("pkg/kube/inject/testdata/inject")
-    })
+fn testdata() -> PathBuf {
+    crate::istio::istio_source().join("pkg/kube/inject/testdata/inject")
 }
 
 /// The first document of a test file, as JSON.

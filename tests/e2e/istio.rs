@@ -1,19 +1,45 @@
-//! Istio's own components against meshd: the real `istioctl`, built from `istio.io/istio`
-//! by `tools/build.sh istio` (on first use, cached under `target/tools/istio/`), reading
+//! Istio's own components against meshd, built from `istio.io/istio` by `tools/build.sh
+//! istio` (on first use, cached under `target/tools/istio/`): the real `istioctl` reading
 //! proxy status over xDS from meshd's secure port as it reads it from istiod's, with a
-//! token from the real TokenRequest API that meshd checks with TokenReview.
+//! token from the real TokenRequest API that meshd checks with TokenReview; and the real
+//! `pilot-agent` running a sidecar whose certificate and configuration come from meshd.
 
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
 use crate::cluster::Tenant;
+use crate::harness::{envoy_bin, fixed_ports, free_port, http_get, loopback_ip, temp_dir};
 use crate::kubernetes::kube_mesh_on;
 
 /// The folder holding `pilot-discovery`, `pilot-agent` and `istioctl`.
 fn istio_bin() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| crate::cluster::built("istio"))
+}
+
+/// Istio's source in the Go module cache, at the version `tools/istio/go.mod` pins (its
+/// test data and packaging files are read from there, never copied).
+pub fn istio_source() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        // Building Istio's tools fetches its module into the cache.
+        istio_bin();
+        let tools = Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/istio");
+        let out = Command::new("go")
+            .args(["list", "-m", "-f", "{{.Dir}}", "istio.io/istio"])
+            .current_dir(&tools)
+            .output()
+            .expect("running go list (Go is needed for Istio's sources)");
+        assert!(
+            out.status.success(),
+            "go list -m istio.io/istio: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+    })
 }
 
 /// `istioctl ARGS` as the test bed's admin, against meshd's secure port; its stdout.
@@ -77,5 +103,161 @@ fn the_real_istioctl_reads_proxy_status_from_meshd() {
     );
     for part in ["Clusters Match", "Listeners Match", "Routes Match"] {
         assert!(compared.contains(part), "{part}:\n{compared}");
+    }
+}
+
+/// The workload certificate an Envoy holds over SDS (its config dump's `default` secret):
+/// its key's algorithm (`rsaEncryption` or `id-ecPublicKey`, as an OID) and its serial.
+fn sds_certificate(admin: &str) -> (String, String) {
+    use base64::Engine;
+    use x509_cert::der::DecodePem;
+    let dump: serde_json::Value = serde_json::from_str(
+        &http_get(
+            admin,
+            "localhost",
+            "/config_dump?resource=dynamic_active_secrets",
+            &[],
+        )
+        .unwrap()
+        .body,
+    )
+    .unwrap();
+    let secret = (dump["configs"].as_array().unwrap().iter())
+        .find(|s| s["name"] == "default")
+        .unwrap_or_else(|| panic!("no default secret: {dump:#}"));
+    let chain = &secret["secret"]["tls_certificate"]["certificate_chain"]["inline_bytes"];
+    let pem = base64::engine::general_purpose::STANDARD
+        .decode(chain.as_str().unwrap())
+        .unwrap();
+    // The chain's first certificate: the workload's own.
+    let pem = String::from_utf8(pem).unwrap();
+    let end = "-----END CERTIFICATE-----";
+    let leaf = format!("{}{end}\n", pem.split(end).next().unwrap().trim_start());
+    let cert = x509_cert::Certificate::from_pem(leaf.as_bytes()).unwrap();
+    let tbs = cert.tbs_certificate();
+    (
+        tbs.subject_public_key_info().algorithm.oid.to_string(),
+        tbs.serial_number().to_string(),
+    )
+}
+
+/// Istio's real `pilot-agent` as productpage's sidecar against meshd, with the stock Envoy:
+/// it gets its workload certificate from meshd's CA (its default RSA-2048 key, and again
+/// with `ECC_SIGNATURE_ALGORITHM=ECDSA`), serves it to Envoy over SDS, proxies Envoy's xDS
+/// to meshd's secure port, and Envoy calls reviews, whose sidecar is `meshd agent`, over
+/// mutual TLS; the certificate is renewed before it expires and traffic carries on.
+#[test]
+fn the_real_pilot_agent_runs_a_sidecar_against_meshd() {
+    let _ports = fixed_ports();
+    let m = crate::mtls::mesh("pilot-agent");
+    let _reviews = m.reviews(&[]);
+    for (ecc, key) in [("", "1.2.840.113549.1.1.1"), ("ECDSA", "1.2.840.10045.2.1")] {
+        let dir = temp_dir(&format!("pilot-agent-pod{ecc}"));
+        // What the pod's volumes mount, under the working directory pilot-agent reads
+        // them from.
+        let tokens = dir.join("var/run/secrets/tokens");
+        let roots = dir.join("var/run/secrets/istio");
+        std::fs::create_dir_all(&tokens).unwrap();
+        std::fs::create_dir_all(&roots).unwrap();
+        std::fs::write(tokens.join("istio-token"), "pp-token").unwrap();
+        std::fs::copy(
+            m.meshd.ca_dir.join("root-cert.pem"),
+            roots.join("root-cert.pem"),
+        )
+        .unwrap();
+        let (ip, admin_port, status_port) = (loopback_ip(), free_port(), free_port());
+        let meshd = format!("localhost:{}", m.meshd.secure_port);
+        let proxy_config = serde_json::json!({
+            "binaryPath": envoy_bin(),
+            "configPath": dir.join("etc/istio/proxy"),
+            "discoveryAddress": meshd,
+            "proxyAdminPort": admin_port,
+            "statusPort": status_port,
+        });
+        let log = dir.join("pilot-agent.log");
+        // In a process group of its own, with its Envoy: pilot-agent does not stop Envoy
+        // when it is killed, so the group is.
+        let agent = crate::cluster::command(&istio_bin().join("pilot-agent"))
+            .process_group(0)
+            .args(["proxy", "sidecar", "--templateFile"])
+            // The bootstrap template Istio's proxy image installs.
+            .arg(istio_source().join("tools/packaging/common/envoy_bootstrap.json"))
+            .current_dir(&dir)
+            .env("PROXY_CONFIG", proxy_config.to_string())
+            .env("CA_ADDR", &meshd)
+            .env("ECC_SIGNATURE_ALGORITHM", ecc)
+            // Short-lived, so that the test sees pilot-agent renew it (at half its life).
+            .env("SECRET_TTL", "8s")
+            .env("POD_NAME", "productpage-0")
+            .env("POD_NAMESPACE", "shop")
+            .env("SERVICE_ACCOUNT", "productpage")
+            .env("INSTANCE_IP", &ip)
+            .env("ISTIO_META_INTERCEPTION_MODE", "NONE")
+            .env("ISTIO_META_MESHD_OUTBOUND_BIND_INSTANCE_IP", "true")
+            .stdout(std::fs::File::create(&log).unwrap())
+            .stderr(std::fs::File::options().append(true).open(&log).unwrap())
+            .spawn()
+            .unwrap();
+        struct Killed(std::process::Child);
+        impl Drop for Killed {
+            fn drop(&mut self) {
+                // SAFETY: signals the group the child leads; no memory is touched.
+                unsafe { libc::killpg(self.0.id() as i32, libc::SIGKILL) };
+                let _ = self.0.wait();
+            }
+        }
+        let _agent = Killed(agent);
+        let reviews = || {
+            http_get(
+                &format!("{ip}:9080"),
+                "reviews.shop.svc.cluster.local",
+                "/",
+                &[],
+            )
+            .map(|r| (r.status, r.body))
+        };
+        let start = Instant::now();
+        while reviews().map(|(s, _)| s).unwrap_or(0) != 200 {
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "pilot-agent's Envoy never reached reviews ({:?}); its log:\n{}",
+                reviews(),
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        // reviews' inbound Envoy (meshd's agent) saw productpage's certificate from
+        // meshd's CA: the call was mutual TLS.
+        let response = http_get(
+            &format!("{ip}:9080"),
+            "reviews.shop.svc.cluster.local",
+            "/",
+            &[],
+        )
+        .unwrap();
+        assert_eq!(response.body, "reviews");
+        let xfcc = response
+            .headers
+            .get("x-echo-xfcc")
+            .cloned()
+            .unwrap_or_default();
+        assert!(
+            xfcc.contains("URI=spiffe://cluster.local/ns/shop/sa/productpage"),
+            "{xfcc:?}"
+        );
+        let admin = format!("127.0.0.1:{admin_port}");
+        let (algorithm, serial) = sds_certificate(&admin);
+        assert_eq!(algorithm, key, "ECC_SIGNATURE_ALGORITHM={ecc:?}");
+        // Renewed from meshd's CA and pushed to Envoy; traffic carries on.
+        let start = Instant::now();
+        while sds_certificate(&admin).1 == serial {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "pilot-agent never renewed its certificate; its log:\n{}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        assert_eq!(reviews().unwrap().0, 200);
     }
 }

@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 
 use crate::harness::*;
 
-struct Mesh {
-    meshd: Meshd,
-    server_ip: String,
+pub struct Mesh {
+    pub meshd: Meshd,
+    pub server_ip: String,
     _upstream: Upstream,
 }
 
@@ -43,7 +43,7 @@ endpoints: [{{addresses: [{ip}], conditions: {{ready: true}}, targetRef: {{kind:
 
 /// meshd (local mode, bootstrap tokens) holding a `reviews` workload in `shop` whose
 /// Sidecar ingress on 9080 leads to a real HTTP server.
-fn mesh(name: &str) -> Mesh {
+pub fn mesh(name: &str) -> Mesh {
     let dir = temp_dir(name);
     let config = dir.join("config");
     std::fs::create_dir_all(&config).unwrap();
@@ -79,7 +79,7 @@ spec:
 }
 
 impl Mesh {
-    fn reviews(&self, extra: &[&str]) -> Workload {
+    pub fn reviews(&self, extra: &[&str]) -> Workload {
         Workload::start(
             &self.meshd,
             "shop",
@@ -1092,6 +1092,7 @@ fn grpc_health_app() -> u16 {
 /// agent stops Envoy.
 #[test]
 fn the_agent_runs_envoy_with_the_pods_labels_from_the_downward_api() {
+    let _ports = fixed_ports();
     let m = mesh("agent-runs-envoy");
     let dir = temp_dir("agent-runs-envoy-pod");
     let (pod_info, token) = (dir.join("podinfo"), dir.join("token"));
