@@ -261,3 +261,160 @@ fn the_real_pilot_agent_runs_a_sidecar_against_meshd() {
         assert_eq!(reviews().unwrap().0, 200);
     }
 }
+
+/// `istioctl proxy-config KIND POD --file DUMP` on the config dump of an Envoy meshd
+/// configured (productpage's `meshd agent` sidecar calling reviews): istioctl reads
+/// Istio's names back out of meshd's (service, port, subset and direction from the cluster
+/// name; the route's virtual host; the endpoint's cluster; the SDS secrets).
+#[test]
+fn the_real_istioctl_reads_each_proxy_config_of_an_envoy_meshd_configured() {
+    let m = crate::mtls::mesh("istioctl-pc");
+    let _reviews = m.reviews(&[]);
+    let client = m.client_reaching_reviews("productpage", "pp-token", &[]);
+    let dir = temp_dir("istioctl-pc-dump");
+    let dump = dir.join("config_dump.json");
+    let body = client.envoy.admin("/config_dump?include_eds").unwrap().body;
+    std::fs::write(&dump, body).unwrap();
+    // `proxy-config endpoint` reads Envoy's /clusters, the others its config dump.
+    let clusters = dir.join("clusters.json");
+    let body = client.envoy.admin("/clusters?format=json").unwrap().body;
+    std::fs::write(&clusters, body).unwrap();
+    let proxy_config = |kind: &str| {
+        let file = if kind == "endpoint" { &clusters } else { &dump };
+        let out = Command::new(istio_bin().join("istioctl"))
+            .args(["proxy-config", kind, "--file"])
+            .arg(file)
+            .output()
+            .expect("running istioctl");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "istioctl proxy-config {kind}: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        text
+    };
+    // Each row's whitespace-separated columns.
+    let rows = |text: &str| -> Vec<Vec<String>> {
+        (text.lines())
+            .map(|l| l.split_whitespace().map(String::from).collect())
+            .collect()
+    };
+    let reviews = "reviews.shop.svc.cluster.local";
+    let clusters = proxy_config("cluster");
+    assert!(
+        rows(&clusters).contains(
+            &[reviews, "9080", "-", "outbound", "EDS"]
+                .map(String::from)
+                .to_vec()
+        ),
+        "{clusters}"
+    );
+    let routes = proxy_config("route");
+    assert!(
+        (rows(&routes).iter()).any(|r| r.first().is_some_and(|n| n == "9080")
+            && r.iter().any(|c| *c == format!("{reviews}:9080"))),
+        "{routes}"
+    );
+    let endpoints = proxy_config("endpoint");
+    let cluster = format!("outbound|9080||{reviews}");
+    assert!(
+        rows(&endpoints).contains(&vec![
+            format!("{}:9080", m.server_ip),
+            "HEALTHY".into(),
+            "OK".into(),
+            cluster.clone()
+        ]),
+        "{endpoints}"
+    );
+    let listeners = proxy_config("listener");
+    assert!(
+        (listeners.lines()).any(|l| l.split_whitespace().nth(1) == Some("9080")
+            && l.trim_end().ends_with("Route: 9080")),
+        "{listeners}"
+    );
+    let secrets = proxy_config("secret");
+    assert!(
+        (rows(&secrets).iter()).any(|r| r.first().is_some_and(|n| n == "default")
+            && r.contains(&"ACTIVE".to_string())),
+        "{secrets}"
+    );
+    assert!(
+        (rows(&secrets).iter()).any(|r| r.first().is_some_and(|n| n == "ROOTCA")),
+        "{secrets}"
+    );
+}
+
+/// `meshd validate` against the real `istioctl analyze --use-kube=false -A` on the same
+/// files: each case's meshd verdict and istioctl's message codes. They agree on schema
+/// errors (istioctl's IST0106); istioctl's cross-object checks (IST0101: a referenced
+/// gateway or subset that does not exist) are not `meshd validate`'s, which, like
+/// `istioctl validate`, checks each object alone. docs/compatibility.md records this.
+#[test]
+fn meshd_validate_and_istioctl_analyze_agree_on_schema_errors() {
+    let dir = temp_dir("analyze");
+    let service = "apiVersion: v1\nkind: Namespace\nmetadata: {name: shop}\n---\napiVersion: v1\nkind: Service\nmetadata: {name: reviews, namespace: shop}\nspec: {selector: {app: reviews}, ports: [{name: http, port: 9080}]}\n";
+    std::fs::write(dir.join("service.yaml"), service).unwrap();
+    let vs = |route: &str, extra: &str| {
+        format!(
+            "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: reviews, namespace: shop}}\nspec:\n  hosts: [reviews]\n{extra}  http:\n  - route: [{route}]\n"
+        )
+    };
+    let cases = [
+        (
+            "bad-regex",
+            "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: reviews, namespace: shop}\nspec:\n  hosts: [reviews]\n  http:\n  - match: [{uri: {regex: '(unclosed'}}]\n    route: [{destination: {host: reviews}}]\n".to_string(),
+            (false, "IST0106"),
+        ),
+        (
+            "negative-max-connections",
+            "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: reviews, namespace: shop}\nspec:\n  host: reviews\n  trafficPolicy: {connectionPool: {tcp: {maxConnections: -1}}}\n".to_string(),
+            (false, "IST0106"),
+        ),
+        (
+            "missing-gateway",
+            vs("{destination: {host: reviews}}", "  gateways: [missing-gateway]\n"),
+            (true, "IST0101 IST0132"),
+        ),
+        (
+            "missing-subset",
+            vs("{destination: {host: reviews, subset: v9}}", ""),
+            (true, "IST0101"),
+        ),
+        ("valid", vs("{destination: {host: reviews}}", ""), (true, "")),
+    ];
+    for (name, yaml, expected) in cases {
+        let file = dir.join(format!("{name}.yaml"));
+        std::fs::write(&file, yaml).unwrap();
+        let meshd = Command::new(env!("CARGO_BIN_EXE_meshd"))
+            .args(["validate", "-f"])
+            .arg(dir.join("service.yaml"))
+            .arg("-f")
+            .arg(&file)
+            .output()
+            .unwrap();
+        let analyze = Command::new(istio_bin().join("istioctl"))
+            .args(["analyze", "--use-kube=false", "-A"])
+            .arg(dir.join("service.yaml"))
+            .arg(&file)
+            .output()
+            .expect("running istioctl");
+        let text = String::from_utf8_lossy(&analyze.stdout).into_owned()
+            + &String::from_utf8_lossy(&analyze.stderr);
+        let codes: Vec<&str> = (text.lines())
+            .filter_map(|l| l.split_once(" [IST")?.1.split_once(']'))
+            .map(|(code, _)| code)
+            .collect();
+        let codes = codes
+            .iter()
+            .map(|c| format!("IST{c}"))
+            .collect::<Vec<_>>()
+            .join(" ");
+        assert_eq!(
+            (meshd.status.success(), codes.as_str()),
+            expected,
+            "{name}: meshd validate {}\nistioctl analyze {text}",
+            String::from_utf8_lossy(&meshd.stderr)
+        );
+    }
+}

@@ -91,7 +91,7 @@ impl Mesh {
         )
     }
 
-    fn client(&self, sa: &str, token: &str, extra: &[&str]) -> Workload {
+    pub fn client(&self, sa: &str, token: &str, extra: &[&str]) -> Workload {
         Workload::start(&self.meshd, "shop", sa, sa, token, &loopback_ip(), extra)
     }
 
@@ -114,7 +114,7 @@ impl Mesh {
     }
 
     /// A client whose requests to reviews are answered (200).
-    fn client_reaching_reviews(&self, sa: &str, token: &str, extra: &[&str]) -> Workload {
+    pub fn client_reaching_reviews(&self, sa: &str, token: &str, extra: &[&str]) -> Workload {
         let client = self.client(sa, token, extra);
         wait_until(
             &format!("{sa} to reach reviews"),

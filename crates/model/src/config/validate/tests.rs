@@ -193,7 +193,7 @@ fn export_to_names_namespaces_once_and_a_selecting_rule_stays_home() {
 fn a_traffic_policy_needs_durations_that_parse_and_percentages() {
     let parsed = parse_file(
         "dr.yaml",
-        "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: r, namespace: shop}\nspec:\n  host: reviews\n  trafficPolicy:\n    connectionPool: {tcp: {connectTimeout: soon}, http: {idleTimeout: 5x}}\n    outlierDetection: {interval: 10s, baseEjectionTime: -1s, maxEjectionPercent: 120}\n  subsets:\n  - name: v1\n    trafficPolicy: {outlierDetection: {minHealthPercent: -5}}\n",
+        "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: r, namespace: shop}\nspec:\n  host: reviews\n  trafficPolicy:\n    connectionPool: {tcp: {connectTimeout: soon, maxConnections: -1}, http: {idleTimeout: 5x}}\n    outlierDetection: {interval: 10s, baseEjectionTime: -1s, maxEjectionPercent: 120}\n  subsets:\n  - name: v1\n    trafficPolicy: {outlierDetection: {minHealthPercent: -5}}\n",
     );
     assert!(parsed.objects.is_empty(), "the DestinationRule is rejected");
     let fields: Vec<&str> = parsed.errors().map(|e| e.field.as_str()).collect();
@@ -201,6 +201,7 @@ fn a_traffic_policy_needs_durations_that_parse_and_percentages() {
         fields,
         [
             "spec.trafficPolicy.connectionPool.tcp.connectTimeout",
+            "spec.trafficPolicy.connectionPool.tcp.maxConnections",
             "spec.trafficPolicy.connectionPool.http.idleTimeout",
             "spec.trafficPolicy.outlierDetection.baseEjectionTime",
             "spec.trafficPolicy.outlierDetection.maxEjectionPercent",

@@ -116,6 +116,9 @@ pub(super) fn connection_pool(r: &mut Report, field: &str, pool: &ConnectionPool
             r.duration(format!("{f}.tcpKeepalive.time"), &k.time);
             r.duration(format!("{f}.tcpKeepalive.interval"), &k.interval);
         }
+        if let Some(v) = tcp.max_connections.filter(|v| *v < 0) {
+            r.error(format!("{f}.maxConnections"), format!("{v} is negative"));
+        }
     }
     if let Some(http) = &pool.http {
         let f = format!("{field}.http");
