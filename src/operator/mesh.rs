@@ -110,15 +110,17 @@ async fn reconcile(mesh: &Mesh, ctx: &Context) -> Result<Action, Error> {
         .find(|r| r.name_any() == active)
         .and_then(|r| r.status.clone())
         .unwrap_or_default();
-    conditions.push(match status::get(&active_status.conditions, READY) {
-        Some(c) => condition(READY, c.status == "True", &c.reason, c.message.clone()),
-        None => condition(
-            READY,
-            false,
-            "RevisionNotReady",
-            format!("MeshRevision {active} reports no readiness yet"),
-        ),
-    });
+    conditions.push(
+        match status::get(&active_status.observed.conditions, READY) {
+            Some(c) => condition(READY, c.status == "True", &c.reason, c.message.clone()),
+            None => condition(
+                READY,
+                false,
+                "RevisionNotReady",
+                format!("MeshRevision {active} reports no readiness yet"),
+            ),
+        },
+    );
 
     // Old revisions go once unused for the grace period.
     let grace = Duration::from_secs(
@@ -129,7 +131,7 @@ async fn reconcile(mesh: &Mesh, ctx: &Context) -> Result<Action, Error> {
     let mut next = Duration::from_secs(60);
     for rev in owned.iter().filter(|r| r.name_any() != active) {
         let Some(unused) = (rev.status.as_ref())
-            .and_then(|s| status::get(&s.conditions, IN_USE).cloned())
+            .and_then(|s| status::get(&s.observed.conditions, IN_USE).cloned())
             .filter(|c| c.status == "False")
         else {
             continue;
@@ -151,14 +153,13 @@ async fn reconcile(mesh: &Mesh, ctx: &Context) -> Result<Action, Error> {
     let count = |type_: &str| {
         owned
             .iter()
-            .filter(|r| (r.status.as_ref()).is_some_and(|s| status::is_true(&s.conditions, type_)))
+            .filter(|r| {
+                (r.status.as_ref()).is_some_and(|s| status::is_true(&s.observed.conditions, type_))
+            })
             .count() as i32
     };
-    let conditions = status::merge(&old.conditions, conditions, mesh.metadata.generation);
     let status = MeshStatus {
-        observed_generation: mesh.metadata.generation,
-        state: Some(status::state(&conditions)),
-        conditions,
+        observed: status::observed(&old.observed, conditions, mesh.metadata.generation),
         active_revision_name: Some(active),
         revisions: RevisionCounts {
             total: owned.len() as i32,

@@ -125,14 +125,12 @@ async fn reconcile(rev: &MeshRevision, ctx: &Context) -> Result<Action, Error> {
                 "DeletionHeld",
                 format!("not deleted while {by} uses it; move them to another revision"),
             );
-            let mut conditions = old.conditions.clone();
+            let mut conditions = old.observed.conditions.clone();
             conditions.retain(|c| c.type_ != IN_USE);
             conditions.push(held);
-            let status = MeshRevisionStatus {
-                conditions: status::merge(&old.conditions, conditions, rev.metadata.generation),
-                state: Some("DeletionHeld".into()),
-                ..old.clone()
-            };
+            let mut observed = status::observed(&old.observed, conditions, rev.metadata.generation);
+            observed.state = Some("DeletionHeld".into());
+            let status = MeshRevisionStatus { observed };
             apply::status(&api, rev, Some(&old), &status).await?;
             return Ok(Action::requeue(Duration::from_secs(10)));
         }
@@ -162,23 +160,19 @@ async fn reconcile(rev: &MeshRevision, ctx: &Context) -> Result<Action, Error> {
                 use_condition,
             ];
             let status = MeshRevisionStatus {
-                conditions: status::merge(&old.conditions, conditions, rev.metadata.generation),
-                state: Some(e.reason().into()),
-                observed_generation: rev.metadata.generation,
+                observed: status::observed(&old.observed, conditions, rev.metadata.generation),
             };
             let _ = apply::status(&api, rev, Some(&old), &status).await;
             return Err(e);
         }
     };
-    let mut conditions = vec![condition(RECONCILED, true, "Reconciled", "")];
-    let ready = deployment_ready(&deployment);
-    conditions.push(ready);
-    conditions.push(use_condition);
-    let conditions = status::merge(&old.conditions, conditions, rev.metadata.generation);
+    let conditions = vec![
+        condition(RECONCILED, true, "Reconciled", ""),
+        deployment_ready(&deployment),
+        use_condition,
+    ];
     let status = MeshRevisionStatus {
-        state: Some(status::state(&conditions)),
-        conditions,
-        observed_generation: rev.metadata.generation,
+        observed: status::observed(&old.observed, conditions, rev.metadata.generation),
     };
     apply::status(&api, rev, Some(&old), &status).await?;
     Ok(Action::requeue(RESYNC))

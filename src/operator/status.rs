@@ -1,6 +1,7 @@
 //! Status conditions as Kubernetes users read them: a transition time that moves only
 //! when the status does, and a `state` summing them up.
 
+use api::operator::Observed;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 
@@ -34,6 +35,17 @@ pub fn merge(old: &[Condition], new: Vec<Condition>, generation: Option<i64>) ->
             c
         })
         .collect()
+}
+
+/// The status block every kind reports: `conditions` over `old`'s (see [`merge`]), the
+/// generation they describe, and the state they sum up to.
+pub fn observed(old: &Observed, conditions: Vec<Condition>, generation: Option<i64>) -> Observed {
+    let conditions = merge(&old.conditions, conditions, generation);
+    Observed {
+        observed_generation: generation,
+        state: Some(state(&conditions)),
+        conditions,
+    }
 }
 
 pub fn get<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {

@@ -135,10 +135,7 @@ async fn reconcile(tag: &MeshRevisionTag, ctx: &Context) -> Result<Action, Error
     apply::add_finalizer(&api, tag).await?;
 
     let old = tag.status.clone().unwrap_or_default();
-    let mut status = MeshRevisionTagStatus {
-        observed_generation: tag.metadata.generation,
-        ..MeshRevisionTagStatus::default()
-    };
+    let mut status = MeshRevisionTagStatus::default();
     let revisions: Api<MeshRevision> = Api::all(client.clone());
     let clash = (revisions.get_opt(&name).await)
         .map_err(Error::kube("reading", format!("MeshRevision {name}")))?
@@ -173,12 +170,11 @@ async fn reconcile(tag: &MeshRevisionTag, ctx: &Context) -> Result<Action, Error
         Some(by) => condition(IN_USE, true, "InUse", format!("used by {by}")),
         None => condition(IN_USE, false, "NotInUse", "no namespace selects the tag"),
     };
-    status.conditions = status::merge(
-        &old.conditions,
+    status.observed = status::observed(
+        &old.observed,
         vec![reconciled, in_use],
         tag.metadata.generation,
     );
-    status.state = Some(status::state(&status.conditions));
     apply::status(&api, tag, Some(&old), &status).await?;
     Ok(Action::requeue(Duration::from_secs(60)))
 }

@@ -190,6 +190,17 @@ fn children(rev: &str, ns: &str) -> Vec<(&'static str, String, String)> {
     ]
 }
 
+/// Asserts that no object of revision `rev` in `ns` is left.
+fn assert_all_gone(rev: &str, ns: &str) {
+    let cluster = Cluster::shared();
+    for (kind, namespace, name) in children(rev, ns) {
+        assert!(
+            cluster.object(kind, &namespace, &name).is_null(),
+            "{kind} {name} is left"
+        );
+    }
+}
+
 fn resource_versions(rev: &str, ns: &str) -> BTreeMap<String, Value> {
     let cluster = Cluster::shared();
     (children(rev, ns).into_iter())
@@ -491,12 +502,7 @@ fn a_mesh_is_installed_kept_and_removed_by_the_operator() {
         &rev,
         Value::is_null,
     );
-    for (kind, namespace, name) in children(&rev, &ns) {
-        assert!(
-            cluster.object(kind, &namespace, &name).is_null(),
-            "{kind} {name} is left"
-        );
-    }
+    assert_all_gone(&rev, &ns);
 }
 
 /// `RevisionBased`: a new version is a new revision beside the old one; a tag pointing at
@@ -628,12 +634,7 @@ fn a_revision_based_update_moves_the_tag_and_removes_the_old_revision() {
         .unwrap();
     cluster.delete("Mesh", "", &mesh);
     wait_for(op, "the mesh gone", "Mesh", "", &mesh, Value::is_null);
-    for (kind, namespace, name) in children(&new, &ns) {
-        assert!(
-            cluster.object(kind, &namespace, &name).is_null(),
-            "{kind} {name} is left"
-        );
-    }
+    assert_all_gone(&new, &ns);
 }
 
 /// A revision whose mesh configuration meshd cannot read installs nothing: the reason,

@@ -180,18 +180,27 @@ pub enum CaMode {
     External,
 }
 
-/// What the operator reports of a mesh.
+/// What every operator kind reports: its conditions (a mesh's `Reconciled` and `Ready`,
+/// the active revision's; a revision's `Reconciled`, `Ready` and `InUse`; a tag's
+/// `Reconciled` and `InUse`), the generation they describe, and a summary.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct MeshStatus {
+pub struct Observed {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// `Reconciled` and `Ready` (the active revision's).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
     /// `Healthy`, or the reason of the first condition that is not True.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<String>,
+}
+
+/// What the operator reports of a mesh.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MeshStatus {
+    #[serde(flatten)]
+    pub observed: Observed,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub active_revision_name: Option<String>,
     #[serde(default)]
@@ -234,13 +243,8 @@ pub struct MeshRevisionSpec {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MeshRevisionStatus {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub observed_generation: Option<i64>,
-    /// `Reconciled`, `Ready` (the Deployment is available) and `InUse`.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub conditions: Vec<Condition>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub state: Option<String>,
+    #[serde(flatten)]
+    pub observed: Observed,
 }
 
 /// A revision tag (`istio.io/rev=TAG` selects the revision it points to).
@@ -278,13 +282,8 @@ pub enum TargetKind {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MeshRevisionTagStatus {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub observed_generation: Option<i64>,
-    /// `Reconciled` and `InUse`.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub conditions: Vec<Condition>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub state: Option<String>,
+    #[serde(flatten)]
+    pub observed: Observed,
     /// The revision the tag resolves to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revision: Option<String>,
