@@ -141,31 +141,45 @@ fn sds_certificate(admin: &str) -> (String, String) {
     )
 }
 
-/// Istio's real `pilot-agent` as productpage's sidecar against meshd, with the stock Envoy:
-/// it gets its workload certificate from meshd's CA (its default RSA-2048 key, and again
-/// with `ECC_SIGNATURE_ALGORITHM=ECDSA`), serves it to Envoy over SDS, proxies Envoy's xDS
-/// to meshd's secure port, and Envoy calls reviews, whose sidecar is `meshd agent`, over
-/// mutual TLS; the certificate is renewed before it expires and traffic carries on.
-#[test]
-fn the_real_pilot_agent_runs_a_sidecar_against_meshd() {
-    let _ports = fixed_ports();
-    let m = crate::mtls::mesh("pilot-agent");
-    let _reviews = m.reviews(&[]);
-    for (ecc, key) in [("", "1.2.840.113549.1.1.1"), ("ECDSA", "1.2.840.10045.2.1")] {
-        let dir = temp_dir(&format!("pilot-agent-pod{ecc}"));
+/// Istio's real `pilot-agent`, with the stock Envoy, running as one workload's sidecar
+/// against meshd (local mode: the bootstrap tokens of `mtls::mesh`).
+struct PilotAgent {
+    /// Envoy's admin address.
+    admin: String,
+    log: PathBuf,
+    group: std::process::Child,
+}
+
+impl Drop for PilotAgent {
+    fn drop(&mut self) {
+        // pilot-agent does not stop its Envoy when killed: the group goes.
+        // SAFETY: signals the group the child leads; no memory is touched.
+        unsafe { libc::killpg(self.group.id() as i32, libc::SIGKILL) };
+        let _ = self.group.wait();
+    }
+}
+
+impl PilotAgent {
+    /// `shop/NAME-0` as the service account NAME with `token`, at `ip`, labelled
+    /// `app: NAME`; `ecc` is `ECC_SIGNATURE_ALGORITHM` (empty: RSA, pilot-agent's default).
+    fn start(m: &crate::mtls::Mesh, name: &str, token: &str, ip: &str, ecc: &str) -> PilotAgent {
+        let dir = temp_dir(&format!("pilot-agent-{name}{ecc}"));
         // What the pod's volumes mount, under the working directory pilot-agent reads
         // them from.
         let tokens = dir.join("var/run/secrets/tokens");
         let roots = dir.join("var/run/secrets/istio");
-        std::fs::create_dir_all(&tokens).unwrap();
-        std::fs::create_dir_all(&roots).unwrap();
-        std::fs::write(tokens.join("istio-token"), "pp-token").unwrap();
+        let pod = dir.join("etc/istio/pod");
+        for d in [&tokens, &roots, &pod] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        std::fs::write(tokens.join("istio-token"), token).unwrap();
+        std::fs::write(pod.join("labels"), format!("app=\"{name}\"\n")).unwrap();
         std::fs::copy(
             m.meshd.ca_dir.join("root-cert.pem"),
             roots.join("root-cert.pem"),
         )
         .unwrap();
-        let (ip, admin_port, status_port) = (loopback_ip(), free_port(), free_port());
+        let (admin_port, status_port) = (free_port(), free_port());
         let meshd = format!("localhost:{}", m.meshd.secure_port);
         let proxy_config = serde_json::json!({
             "binaryPath": envoy_bin(),
@@ -175,9 +189,7 @@ fn the_real_pilot_agent_runs_a_sidecar_against_meshd() {
             "statusPort": status_port,
         });
         let log = dir.join("pilot-agent.log");
-        // In a process group of its own, with its Envoy: pilot-agent does not stop Envoy
-        // when it is killed, so the group is.
-        let agent = crate::cluster::command(&istio_bin().join("pilot-agent"))
+        let group = crate::cluster::command(&istio_bin().join("pilot-agent"))
             .process_group(0)
             .args(["proxy", "sidecar", "--templateFile"])
             // The bootstrap template Istio's proxy image installs.
@@ -186,80 +198,114 @@ fn the_real_pilot_agent_runs_a_sidecar_against_meshd() {
             .env("PROXY_CONFIG", proxy_config.to_string())
             .env("CA_ADDR", &meshd)
             .env("ECC_SIGNATURE_ALGORITHM", ecc)
-            // Short-lived, so that the test sees pilot-agent renew it (at half its life).
+            // Short-lived, so that a test sees pilot-agent renew it (at half its life).
             .env("SECRET_TTL", "8s")
-            .env("POD_NAME", "productpage-0")
+            .env("POD_NAME", format!("{name}-0"))
             .env("POD_NAMESPACE", "shop")
-            .env("SERVICE_ACCOUNT", "productpage")
-            .env("INSTANCE_IP", &ip)
+            .env("SERVICE_ACCOUNT", name)
+            .env("INSTANCE_IP", ip)
             .env("ISTIO_META_INTERCEPTION_MODE", "NONE")
             .env("ISTIO_META_MESHD_OUTBOUND_BIND_INSTANCE_IP", "true")
             .stdout(std::fs::File::create(&log).unwrap())
             .stderr(std::fs::File::options().append(true).open(&log).unwrap())
             .spawn()
             .unwrap();
-        struct Killed(std::process::Child);
-        impl Drop for Killed {
-            fn drop(&mut self) {
-                // SAFETY: signals the group the child leads; no memory is touched.
-                unsafe { libc::killpg(self.0.id() as i32, libc::SIGKILL) };
-                let _ = self.0.wait();
-            }
+        PilotAgent {
+            admin: format!("127.0.0.1:{admin_port}"),
+            log,
+            group,
         }
-        let _agent = Killed(agent);
-        let reviews = || {
-            http_get(
-                &format!("{ip}:9080"),
-                "reviews.shop.svc.cluster.local",
-                "/",
-                &[],
-            )
-            .map(|r| (r.status, r.body))
-        };
-        let start = Instant::now();
-        while reviews().map(|(s, _)| s).unwrap_or(0) != 200 {
-            assert!(
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+/// A GET of reviews through the Envoy listening at `ip:9080`: status, body and the client
+/// certificate reviews' inbound Envoy saw (`x-echo-xfcc`).
+fn call_reviews(ip: &str) -> std::io::Result<(u16, String, String)> {
+    let r = http_get(
+        &format!("{ip}:9080"),
+        "reviews.shop.svc.cluster.local",
+        "/",
+        &[],
+    )?;
+    let xfcc = r.headers.get("x-echo-xfcc").cloned().unwrap_or_default();
+    Ok((r.status, r.body, xfcc))
+}
+
+/// Waits until a call through `ip:9080` is answered 200 by reviews; that answer.
+fn wait_for_reviews(ip: &str, log: impl Fn() -> String) -> (u16, String, String) {
+    let start = Instant::now();
+    loop {
+        match call_reviews(ip) {
+            Ok(answer) if answer.0 == 200 => return answer,
+            other => assert!(
                 start.elapsed() < Duration::from_secs(30),
-                "pilot-agent's Envoy never reached reviews ({:?}); its log:\n{}",
-                reviews(),
-                std::fs::read_to_string(&log).unwrap_or_default()
-            );
-            std::thread::sleep(Duration::from_millis(100));
+                "reviews never answered through {ip}:9080 ({other:?}); pilot-agent's log:\n{}",
+                log()
+            ),
         }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// pilot-agent as productpage's sidecar: it gets its workload certificate from meshd's CA
+/// (its default RSA-2048 key, and again with `ECC_SIGNATURE_ALGORITHM=ECDSA`), serves it
+/// to Envoy over SDS, proxies Envoy's xDS to meshd's secure port, and Envoy calls reviews,
+/// whose sidecar is `meshd agent`, over mutual TLS; the certificate is renewed before it
+/// expires and traffic carries on.
+#[test]
+fn the_real_pilot_agent_runs_a_client_sidecar_against_meshd() {
+    let _ports = fixed_ports();
+    let m = crate::mtls::mesh("pilot-agent");
+    let _reviews = m.reviews(&[]);
+    for (ecc, key) in [("", "1.2.840.113549.1.1.1"), ("ECDSA", "1.2.840.10045.2.1")] {
+        let ip = loopback_ip();
+        let agent = PilotAgent::start(&m, "productpage", "pp-token", &ip, ecc);
+        let (_, body, xfcc) = wait_for_reviews(&ip, || agent.log());
         // reviews' inbound Envoy (meshd's agent) saw productpage's certificate from
         // meshd's CA: the call was mutual TLS.
-        let response = http_get(
-            &format!("{ip}:9080"),
-            "reviews.shop.svc.cluster.local",
-            "/",
-            &[],
-        )
-        .unwrap();
-        assert_eq!(response.body, "reviews");
-        let xfcc = response
-            .headers
-            .get("x-echo-xfcc")
-            .cloned()
-            .unwrap_or_default();
+        assert_eq!(body, "reviews");
         assert!(
             xfcc.contains("URI=spiffe://cluster.local/ns/shop/sa/productpage"),
             "{xfcc:?}"
         );
-        let admin = format!("127.0.0.1:{admin_port}");
-        let (algorithm, serial) = sds_certificate(&admin);
+        let (algorithm, serial) = sds_certificate(&agent.admin);
         assert_eq!(algorithm, key, "ECC_SIGNATURE_ALGORITHM={ecc:?}");
         // Renewed from meshd's CA and pushed to Envoy; traffic carries on.
         let start = Instant::now();
-        while sds_certificate(&admin).1 == serial {
+        while sds_certificate(&agent.admin).1 == serial {
             assert!(
                 start.elapsed() < Duration::from_secs(20),
                 "pilot-agent never renewed its certificate; its log:\n{}",
-                std::fs::read_to_string(&log).unwrap_or_default()
+                agent.log()
             );
             std::thread::sleep(Duration::from_millis(200));
         }
-        assert_eq!(reviews().unwrap().0, 200);
+        assert_eq!(call_reviews(&ip).unwrap().0, 200);
     }
+}
+
+/// pilot-agent as reviews' sidecar (its labels from the downward-API file): meshd gives its
+/// Envoy reviews' inbound listener, which terminates mutual TLS with the certificate
+/// pilot-agent got from meshd and hands the request to the application; the caller is a
+/// `meshd agent` sidecar, whose identity the application sees.
+#[test]
+fn the_real_pilot_agent_runs_a_server_sidecar_against_meshd() {
+    let _ports = fixed_ports();
+    let m = crate::mtls::mesh("pilot-agent-server");
+    let agent = PilotAgent::start(&m, "reviews", "rv-token", &m.server_ip, "");
+    let client = m.client("productpage", "pp-token", &[]);
+    let (_, body, xfcc) = wait_for_reviews(&client.envoy.ip, || agent.log());
+    assert_eq!(body, "reviews");
+    assert!(
+        xfcc.contains("URI=spiffe://cluster.local/ns/shop/sa/productpage"),
+        "{xfcc:?}"
+    );
+    // The certificate it presented is pilot-agent's: its RSA key.
+    assert_eq!(sds_certificate(&agent.admin).0, "1.2.840.113549.1.1.1");
 }
 
 /// `istioctl proxy-config KIND POD --file DUMP` on the config dump of an Envoy meshd
