@@ -31,7 +31,9 @@ pub struct RequestArgs {
     pub path: String,
 }
 
-fn agent(timeout: Duration) -> ureq::Agent {
+/// A client for the pod's own HTTP endpoints (the agent's and Envoy's), every status an
+/// answer rather than an error.
+pub(super) fn local_client(timeout: Duration) -> ureq::Agent {
     ureq::Agent::config_builder()
         .timeout_global(Some(timeout))
         .http_status_as_error(false)
@@ -42,7 +44,7 @@ fn agent(timeout: Duration) -> ureq::Agent {
 /// Polls `url` until it answers 200, or fails after the timeout.
 pub fn wait(args: &WaitArgs) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(args.timeout_seconds);
-    let client = agent(Duration::from_secs(1));
+    let client = local_client(Duration::from_secs(1));
     let mut last = String::from("no answer yet");
     while Instant::now() < deadline {
         match client.get(&args.url).call() {
@@ -66,7 +68,7 @@ pub fn request(args: &RequestArgs) -> anyhow::Result<String> {
         args.debug_port,
         args.path.trim_start_matches('/')
     );
-    let client = agent(Duration::from_secs(10));
+    let client = local_client(Duration::from_secs(10));
     let mut response = match args.method.to_uppercase().as_str() {
         "GET" => client.get(&url).call(),
         "POST" => client.post(&url).send_empty(),

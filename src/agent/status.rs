@@ -129,12 +129,9 @@ async fn drain(State(status): State<Arc<StatusPort>>) -> Response {
         status.admin_port
     );
     let answer = tokio::task::spawn_blocking(move || {
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .timeout_global(Some(Duration::from_secs(5)))
-            .http_status_as_error(false)
-            .build()
-            .into();
-        agent.post(&url).send_empty().map(|r| r.status().as_u16())
+        (super::lifecycle::local_client(Duration::from_secs(5)).post(&url))
+            .send_empty()
+            .map(|r| r.status().as_u16())
     })
     .await;
     match answer {

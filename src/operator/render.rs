@@ -155,8 +155,14 @@ fn meta(names: &Names, name: String, namespaced: bool, owner: &OwnerReference) -
     }
 }
 
-/// The rules of the ClusterRole and of the Role in `manifests/rbac.yaml`.
+/// The rules of the ClusterRole and of the Role in `manifests/rbac.yaml`, read once.
 pub fn meshd_rules() -> (Vec<PolicyRule>, Vec<PolicyRule>) {
+    static RULES: std::sync::OnceLock<(Vec<PolicyRule>, Vec<PolicyRule>)> =
+        std::sync::OnceLock::new();
+    RULES.get_or_init(parse_rules).clone()
+}
+
+fn parse_rules() -> (Vec<PolicyRule>, Vec<PolicyRule>) {
     let mut cluster = Vec::new();
     let mut namespaced = Vec::new();
     for doc in serde_saphyr::from_multiple::<serde_json::Value>(RBAC)

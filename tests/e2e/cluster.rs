@@ -52,6 +52,28 @@ pub fn built(set: &str) -> PathBuf {
     PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
 }
 
+/// What `start` makes, kept for the rest of the test binary's life. It is made on a
+/// thread that never ends, so that the parent-death signal of the processes it spawns
+/// fires only when the test binary exits (the signal follows the spawning thread).
+pub fn started_for_good<T: Send + Sync + 'static>(
+    what: &str,
+    start: impl FnOnce() -> T + Send + 'static,
+) -> &'static T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name(format!("shared {what}"))
+        .spawn(move || {
+            let kept: &'static T = Box::leak(Box::new(start()));
+            tx.send(kept).unwrap();
+            loop {
+                std::thread::park();
+            }
+        })
+        .unwrap();
+    rx.recv()
+        .unwrap_or_else(|_| panic!("{what} failed to start (see the panic above)"))
+}
+
 /// `bin` with its parent dying taking it along (the kernel sends SIGKILL).
 pub fn command(bin: &Path) -> Command {
     let mut cmd = Command::new(bin);
@@ -172,22 +194,7 @@ impl Cluster {
     pub fn shared() -> &'static Cluster {
         static SHARED: OnceLock<&'static Cluster> = OnceLock::new();
         SHARED.get_or_init(|| {
-            // Started from a thread that never ends, so that the processes' parent-death
-            // signal fires only when the test binary exits.
-            let (tx, rx) = std::sync::mpsc::channel();
-            std::thread::Builder::new()
-                .name("shared-cluster".into())
-                .spawn(move || {
-                    let cluster: &'static Cluster =
-                        Box::leak(Box::new(Cluster::start("shared", &[])));
-                    tx.send(cluster).unwrap();
-                    loop {
-                        std::thread::park();
-                    }
-                })
-                .unwrap();
-            rx.recv()
-                .expect("the shared API server failed to start (see the panic above)")
+            started_for_good("the shared API server", || Cluster::start("shared", &[]))
         })
     }
 

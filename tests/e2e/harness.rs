@@ -82,6 +82,14 @@ pub fn loopback_ip() -> String {
     format!("127.0.{}.{}", n / 250, n % 250 + 2)
 }
 
+/// The value of one sample (`name{labels}` as printed) in a Prometheus text exposition,
+/// or 0 when absent.
+pub fn metric_value(text: &str, sample: &str) -> f64 {
+    (text.lines())
+        .find_map(|l| l.strip_prefix(sample)?.strip_prefix(' '))
+        .map_or(0.0, |v| v.trim().parse().unwrap())
+}
+
 /// Held by a test whose Envoy binds the ports Istio's bootstrap fixes (15021 health,
 /// 15090 Prometheus), so that two such Envoys never run at once.
 pub fn fixed_ports() -> std::sync::MutexGuard<'static, ()> {
@@ -738,13 +746,7 @@ impl Meshd {
 
     /// The value of one metric sample (`name{labels}` as printed), or 0.
     pub fn metric(&self, sample: &str) -> f64 {
-        let text = self.get("/metrics").unwrap().body;
-        text.lines()
-            .find_map(|l| {
-                l.strip_prefix(sample)
-                    .and_then(|rest| rest.strip_prefix(' '))
-            })
-            .map_or(0.0, |v| v.trim().parse().unwrap())
+        metric_value(&self.get("/metrics").unwrap().body, sample)
     }
 
     /// `meshd ARGS --meshd MONITORING`: a CLI command against this instance, its stdout.

@@ -16,7 +16,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::chart::{documents, helm_template};
-use crate::cluster::{Cluster, Tenant, command};
+use crate::cluster::{Cluster, Tenant, command, started_for_good};
 use crate::harness::*;
 
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -33,23 +33,7 @@ impl Operator {
     /// The chart installed once into the shared API server and its operator running.
     pub fn shared() -> &'static Operator {
         static SHARED: OnceLock<&'static Operator> = OnceLock::new();
-        SHARED.get_or_init(|| {
-            // Spawned from a thread that never ends: the operator's parent-death signal
-            // fires when the test binary exits.
-            let (tx, rx) = std::sync::mpsc::channel();
-            std::thread::Builder::new()
-                .name("shared-operator".into())
-                .spawn(move || {
-                    let op: &'static Operator = Box::leak(Box::new(Operator::install()));
-                    tx.send(op).unwrap();
-                    loop {
-                        std::thread::park();
-                    }
-                })
-                .unwrap();
-            rx.recv()
-                .expect("the operator failed to start (see the panic above)")
-        })
+        SHARED.get_or_init(|| started_for_good("the operator", Operator::install))
     }
 
     fn install() -> Operator {
@@ -109,10 +93,7 @@ impl Operator {
 
     /// One metric sample (`name{labels}` as printed), or 0.
     fn metric(&self, sample: &str) -> f64 {
-        let text = self.get("/metrics").unwrap().body;
-        (text.lines())
-            .find_map(|l| l.strip_prefix(sample)?.strip_prefix(' '))
-            .map_or(0.0, |v| v.trim().parse().unwrap())
+        metric_value(&self.get("/metrics").unwrap().body, sample)
     }
 
     pub fn log(&self) -> String {
