@@ -275,6 +275,7 @@ pub fn fallback(kind: ProxyKind, mesh: &MeshConfig) -> Vec<Cluster> {
             ..Default::default()
         };
         pool::keepalive(&mut passthrough, mesh, None);
+        pool::passthrough(&mut passthrough);
         clusters.push(passthrough);
     }
     clusters

@@ -665,6 +665,7 @@ fn virtual_inbound(ctx: &PushContext, proxy: &Proxy) -> (Vec<Listener>, Vec<Clus
     }];
     let mut passthrough = original_dst_cluster(INBOUND_PASSTHROUGH_CLUSTER);
     passthrough.connect_timeout = Some(super::pool::mesh_connect_timeout(&ctx.mesh));
+    super::pool::passthrough(&mut passthrough);
     let mut clusters = vec![passthrough];
     for (port, (serve, served)) in ports {
         if port == VIRTUAL_INBOUND_PORT {

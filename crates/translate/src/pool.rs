@@ -103,6 +103,38 @@ fn limit(value: Option<i32>) -> UInt32Value {
     UInt32Value { value }
 }
 
+/// What istiod gives its passthrough clusters (PassthroughCluster,
+/// InboundPassthroughCluster): no circuit-breaker limits (Envoy's defaults would cap them
+/// at 1024 connections and requests), and HTTP sent on in the protocol it came in, with
+/// connections idle for 5 minutes closed (an `allow_any` route's gRPC stays HTTP/2).
+pub fn passthrough(c: &mut Cluster) {
+    c.circuit_breakers = Some(CircuitBreakers {
+        thresholds: vec![Thresholds {
+            max_connections: Some(limit(None)),
+            max_pending_requests: Some(limit(None)),
+            max_requests: Some(limit(None)),
+            max_retries: Some(limit(None)),
+            ..Default::default()
+        }],
+        ..Default::default()
+    });
+    let idle = CommonHttpProtocolOptions {
+        idle_timeout: Some(super::duration(PASSTHROUGH_IDLE_TIMEOUT)),
+        ..Default::default()
+    };
+    attach_http(
+        c,
+        Some(HttpProtocolOptions {
+            common_http_protocol_options: Some(idle),
+            upstream_protocol_options: Some(use_downstream()),
+            ..Default::default()
+        }),
+    );
+}
+
+/// istiod's idle timeout of passthrough clusters' HTTP connections.
+const PASSTHROUGH_IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(300);
+
 /// `protocol` as the cluster's one upstream HTTP protocol.
 pub fn explicit(protocol: ProtocolConfig) -> UpstreamProtocolOptions {
     UpstreamProtocolOptions::ExplicitHttpConfig(ExplicitHttpConfig {

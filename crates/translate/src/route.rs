@@ -341,6 +341,8 @@ fn catch_all(unknown_destination: Option<&str>) -> VirtualHost {
             let onward = RouteAction {
                 cluster_specifier: Some(ClusterSpecifier::Cluster(cluster.into())),
                 timeout: Some(duration(std::time::Duration::ZERO)),
+                #[allow(deprecated)] // istiod's, as in `route_without_decorator`.
+                max_grpc_timeout: Some(duration(std::time::Duration::ZERO)),
                 ..Default::default()
             };
             ("allow_any", Action::Route(onward))
@@ -376,6 +378,8 @@ fn default_route(host: &str, port: u32, mesh_retries: Option<&HttpRetry>) -> Rou
                 port, "", host,
             ))),
             timeout: Some(duration(std::time::Duration::ZERO)),
+            #[allow(deprecated)] // istiod's, as in `route_without_decorator`.
+            max_grpc_timeout: Some(duration(std::time::Duration::ZERO)),
             retry_policy: retry_policy(mesh_retries),
             ..Default::default()
         })),
@@ -478,6 +482,22 @@ fn mirror_policies(
 }
 
 fn translate_route(
+    ctx: &PushContext,
+    proxy: &Proxy,
+    vs_obj: &ConfigObject,
+    http: &HttpRoute,
+    m: Option<&HttpMatchRequest>,
+    port: u32,
+) -> Route {
+    let mut route = route_without_decorator(ctx, proxy, vs_obj, http, m, port);
+    route.decorator = Some(Decorator {
+        operation: route_operation(&route, &vs_obj.key.name, port),
+        ..Default::default()
+    });
+    route
+}
+
+fn route_without_decorator(
     ctx: &PushContext,
     proxy: &Proxy,
     vs_obj: &ConfigObject,
@@ -623,6 +643,11 @@ fn translate_route(
     route.action = Some(Action::Route(RouteAction {
         request_mirror_policies,
         cluster_specifier: Some(cluster_specifier),
+        // A gRPC request's `grpc-timeout` header bounds it, capped by the route's timeout
+        // (istiod's `setTimeout`: the same value, 0 for no cap). istiod keeps this
+        // deprecated field, as its replacement in `max_stream_duration` behaves otherwise.
+        #[allow(deprecated)]
+        max_grpc_timeout: Some(timeout),
         timeout: Some(timeout),
         retry_policy,
         hash_policy,
@@ -642,12 +667,30 @@ fn translate_route(
             .map(HostRewriteSpecifier::HostRewriteLiteral),
         ..Default::default()
     }));
-    if let Some((first, _)) = targets.first() {
-        let host = first.rsplit('|').next().unwrap_or_default();
-        route.decorator = Some(Decorator {
-            operation: format!("{host}:{port}/*"),
-            ..Default::default()
-        });
-    }
     route
+}
+
+/// A route's tracing operation, as istiod's `GetRouteOperation`: `HOST:PORT` of its one
+/// subset-keyed cluster, else `VIRTUALSERVICE:LISTENER_PORT`, followed by the matched
+/// path (`PREFIX*`, the exact path or the regex; `/*` without one).
+fn route_operation(route: &Route, virtual_service: &str, port: u32) -> String {
+    let path = match route
+        .r#match
+        .as_ref()
+        .and_then(|m| m.path_specifier.as_ref())
+    {
+        Some(PathSpecifier::Prefix(p)) => format!("{p}*"),
+        Some(PathSpecifier::Path(p)) => p.clone(),
+        Some(PathSpecifier::SafeRegex(r)) => r.regex.clone(),
+        _ => "/*".into(),
+    };
+    if let Some(Action::Route(RouteAction {
+        cluster_specifier: Some(ClusterSpecifier::Cluster(cluster)),
+        ..
+    })) = &route.action
+        && let [_, cluster_port, _, host] = cluster.split('|').collect::<Vec<_>>()[..]
+    {
+        return format!("{host}:{cluster_port}{path}");
+    }
+    format!("{virtual_service}:{port}{path}")
 }

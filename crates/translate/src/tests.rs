@@ -167,6 +167,21 @@ fn sidecar_routes_carry_every_kubernetes_name_and_the_virtual_service() {
         .collect();
     assert_eq!(weights, [80, 20]);
     assert_eq!(split.timeout.as_ref().unwrap().seconds, 3);
+    // istiod's `setTimeout`: the grpc-timeout header is honoured, capped by the timeout.
+    #[allow(deprecated)]
+    let grpc_cap = split.max_grpc_timeout.as_ref().unwrap().seconds;
+    assert_eq!(grpc_cap, 3);
+    // istiod's `GetRouteOperation`: one subset cluster names its host and port, a split
+    // the VirtualService and the listener port; then the matched path.
+    let operations: Vec<&str> = vh
+        .routes
+        .iter()
+        .map(|r| r.decorator.as_ref().unwrap().operation.as_str())
+        .collect();
+    assert_eq!(
+        operations,
+        ["reviews.shop.svc.cluster.local:9080/*", "reviews:9080/*"]
+    );
     let retry = split.retry_policy.as_ref().unwrap();
     assert_eq!(
         retry.retry_on,

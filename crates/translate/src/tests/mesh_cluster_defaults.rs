@@ -121,3 +121,25 @@ fn the_meshs_h2_upgrade_policy_upgrades_declared_http_ports_unless_a_rule_says_n
     expected.sort();
     assert_eq!(with, expected);
 }
+
+/// istiod's passthrough clusters: HTTP in the client's protocol (gRPC through `allow_any`
+/// stays HTTP/2) and no circuit-breaker limits, where Envoy's defaults would allow 1024.
+#[test]
+fn passthrough_clusters_keep_the_clients_protocol_and_have_no_limits() {
+    let cfg = proxy_config(&context(""), &sidecar("shop", json!({"app": "web"})));
+    for name in ["PassthroughCluster", "InboundPassthroughCluster"] {
+        let c = cfg.clusters.iter().find(|c| c.name == name).unwrap();
+        assert_eq!(upstream_protocol(c), "downstream", "{name}");
+        let t = &c.circuit_breakers.as_ref().unwrap().thresholds[0];
+        let limits = [
+            t.max_connections,
+            t.max_pending_requests,
+            t.max_requests,
+            t.max_retries,
+        ];
+        assert!(
+            limits.iter().all(|l| l.unwrap().value == u32::MAX),
+            "{name}"
+        );
+    }
+}
