@@ -48,6 +48,12 @@ bench-ca seconds="5":
 fuzz target seconds="600":
     cd fuzz && cargo +nightly fuzz run {{target}} -- -max_total_time={{seconds}} -rss_limit_mb=4096
 
+# istiod and meshd side by side on the same API server: Bookinfo and Istio's own xDS
+# benchmark configurations; shares per type in target/parity/summary.md, differences in
+# each case's report.md (docs/compatibility.md).
+parity:
+    cargo test --locked --features loadgen --test e2e parity_corpus::the_corpus -- --ignored --nocapture
+
 # Fleet-simulator scenarios (issue 5); each prints a JSON summary. Figures and machine in
 # BENCHMARKS.md.
 # The fleet simulator against a release meshd it starts on a generated mesh.

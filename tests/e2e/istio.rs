@@ -15,7 +15,7 @@ use crate::harness::{envoy_bin, fixed_ports, free_port, http_get, loopback_ip, t
 use crate::kubernetes::kube_mesh_on;
 
 /// The folder holding `pilot-discovery`, `pilot-agent` and `istioctl`.
-fn istio_bin() -> &'static Path {
+pub fn istio_bin() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| crate::cluster::built("istio"))
 }
