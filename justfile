@@ -54,6 +54,12 @@ fuzz target seconds="600":
 parity:
     cargo test --locked --features loadgen --test e2e parity_corpus::the_corpus -- --ignored --nocapture
 
+# meshd and the real istiod under the same simulated fleet on the same API server, in one
+# sitting: memory per proxy, CPU per push, convergence and connect rate as ratios
+# (target/loadgen/istiod-compare.json; BENCHMARKS.md).
+bench-istiod proxies="1000" change="endpoint":
+    cargo bench --locked --features loadgen --bench istiod -- --services 1000 --namespaces 50 --proxies {{proxies}} --warm-proxies 50 --change {{change}} --changes 5
+
 # Fleet-simulator scenarios (issue 5); each prints a JSON summary. Figures and machine in
 # BENCHMARKS.md.
 # The fleet simulator against a release meshd it starts on a generated mesh.

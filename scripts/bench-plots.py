@@ -11,7 +11,9 @@ Each summary is placed by its own settings, not by its file name:
   affected proxy of every change;
 - every summary with a fleet of 1,000 proxies or more and no warm-up: the share of the
   fleet holding its whole initial configuration against the time since the simulator
-  began connecting it, at the connect rate it offered (the connect storm's curve).
+  began connecting it, at the connect rate it offered (the connect storm's curve);
+- a side-by-side with istiod (`benches/istiod.rs`, a file holding `ratios`): each ratio in
+  meshd's favour against its target (istiod.svg).
 Needs matplotlib (`pip install matplotlib`).
 """
 
@@ -47,6 +49,8 @@ def main():
     summaries = [(p.name, json.loads(p.read_text())) for p in sorted(data.glob("*.json"))]
     if not summaries:
         sys.exit(f"no JSON summaries in {data}")
+    comparisons = [(name, s) for name, s in summaries if "ratios" in s]
+    summaries = [(name, s) for name, s in summaries if "ratios" not in s]
 
     memory = defaultdict(list)
     fig_conv, ax_conv = plt.subplots(figsize=(7, 4))
@@ -67,6 +71,8 @@ def main():
             cdf(ax_conn, s["connect"]["initial_config_ms"], label)
 
     out.mkdir(parents=True, exist_ok=True)
+    if comparisons:
+        istiod_plot(comparisons, out / "istiod.svg")
     if memory:
         fig, ax = plt.subplots(figsize=(7, 4))
         for label, points in sorted(memory.items()):
@@ -94,6 +100,38 @@ def main():
         ax.legend(fontsize="x-small")
         fig.tight_layout()
         fig.savefig(out / file)
+
+
+# The issue's targets for each ratio (istiod's figure over meshd's, or meshd's rate over
+# istiod's), in meshd's favour.
+TARGETS = {
+    "memory_per_added_proxy": ("memory per proxy", 20),
+    "cpu_per_proxy_per_push": ("CPU per proxy per push", 5),
+    "convergence_p99": ("convergence p99", 3),
+    "connect_rate": ("connect rate", 3),
+}
+
+
+def istiod_plot(comparisons, path):
+    """Bars of each ratio per comparison file, the target as a mark over each group."""
+    fig, ax = plt.subplots(figsize=(7, 4))
+    keys = list(TARGETS)
+    width = 0.8 / len(comparisons)
+    for i, (name, s) in enumerate(comparisons):
+        values = [(s["ratios"].get(k) or {}).get("ratio", 0) for k in keys]
+        xs = [k + i * width for k in range(len(keys))]
+        ax.bar(xs, values, width, label=name.removesuffix(".json"))
+    for k, key in enumerate(keys):
+        target = TARGETS[key][1]
+        ax.hlines(target, k - width / 2, k + 0.8 - width / 2, colors="black", linestyles="dashed")
+    ax.set_xticks([k + 0.4 - width / 2 for k in range(len(keys))], [TARGETS[k][0] for k in keys], fontsize="small")
+    ax.set_yscale("log")
+    ax.set_ylabel("istiod / meshd (log; dashed: target)")
+    ax.set_title("meshd against istiod, same fleet and mesh, one sitting")
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend(fontsize="x-small")
+    fig.tight_layout()
+    fig.savefig(path)
 
 
 if __name__ == "__main__":

@@ -12,13 +12,8 @@ use std::time::{Duration, Instant};
 
 use crate::cluster::Tenant;
 use crate::harness::{envoy_bin, fixed_ports, free_port, http_get, loopback_ip, temp_dir};
+use crate::istiod::istio_bin;
 use crate::kubernetes::kube_mesh_on;
-
-/// The folder holding `pilot-discovery`, `pilot-agent` and `istioctl`.
-pub fn istio_bin() -> &'static Path {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| crate::cluster::built("istio"))
-}
 
 /// Istio's source in the Go module cache, at the version `tools/istio/go.mod` pins (its
 /// test data and packaging files are read from there, never copied).

@@ -18,6 +18,7 @@ mod hostile;
 mod inject;
 mod istio;
 mod istioctl;
+mod istiod;
 mod jwt;
 mod kubernetes;
 mod kubernetes_crds;

@@ -10,7 +10,6 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::Child;
 use std::time::{Duration, Instant};
 
 use envoy_api::pb::envoy::config::core::v3::Node;
@@ -19,8 +18,9 @@ use envoy_api::pb::envoy::service::discovery::v3::{
 };
 use serde_json::{Value as Json, json};
 
-use crate::cluster::{Tenant, command};
-use crate::harness::{Meshd, free_port, http_get, wait_until};
+use crate::cluster::Tenant;
+use crate::harness::Meshd;
+use crate::istiod::Istiod;
 use crate::parity_diff::{TypeDiff, compare, pattern, resource_json};
 
 pub const CDS: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
@@ -32,67 +32,6 @@ const TYPES: [(&str, &str); 4] = [("cds", CDS), ("eds", EDS), ("lds", LDS), ("rd
 /// The Istio release the proxies say they run (`ISTIO_VERSION`): the one the pinned istiod
 /// is built from, so that neither side holds back a feature for an older proxy.
 const PROXY_VERSION: &str = "1.29.0";
-
-/// Istio's real istiod, in Kubernetes mode against the test bed's API server as the admin,
-/// its mesh ConfigMap and `POD_NAMESPACE` the tenant's, its webhooks' patching off (the
-/// shared API server holds other tests' webhook configurations).
-pub struct Istiod {
-    child: Child,
-    pub xds_port: u16,
-    http_port: u16,
-    log: PathBuf,
-}
-
-impl Drop for Istiod {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Istiod {
-    pub fn start(t: &Tenant) -> Istiod {
-        let dir = t.dir.join("istiod");
-        std::fs::create_dir_all(&dir).unwrap();
-        let log = dir.join("istiod.log");
-        let (xds_port, http_port) = (free_port(), free_port());
-        let child = command(&crate::istio::istio_bin().join("pilot-discovery"))
-            .arg("discovery")
-            .arg("--kubeconfig")
-            .arg(&t.cluster.kubeconfig)
-            .args(["--grpcAddr", &format!("127.0.0.1:{xds_port}")])
-            .args(["--secureGRPCAddr", &format!("127.0.0.1:{}", free_port())])
-            .args(["--httpsAddr", &format!("127.0.0.1:{}", free_port())])
-            .args(["--monitoringAddr", &format!("127.0.0.1:{}", free_port())])
-            .args(["--httpAddr", &format!("127.0.0.1:{http_port}")])
-            .args(["--domain", "cluster.local", "--clusterID", "Kubernetes"])
-            .current_dir(&dir)
-            .env("POD_NAMESPACE", &t.system)
-            .env("POD_NAME", "istiod-0")
-            .env("REVISION", "default")
-            .env("INJECTION_WEBHOOK_CONFIG_NAME", "")
-            .env("VALIDATION_WEBHOOK_CONFIG_NAME", "")
-            .stdout(std::fs::File::create(&log).unwrap())
-            .stderr(std::fs::File::options().append(true).open(&log).unwrap())
-            .spawn()
-            .expect("starting pilot-discovery");
-        let istiod = Istiod {
-            child,
-            xds_port,
-            http_port,
-            log,
-        };
-        let ready = format!("127.0.0.1:{}", istiod.http_port);
-        wait_until("istiod to be ready", Duration::from_secs(60), || {
-            http_get(&ready, "istiod", "/ready", &[]).is_ok_and(|r| r.status == 200)
-        });
-        istiod
-    }
-
-    pub fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
 
 /// A proxy both control planes are asked about.
 #[derive(Clone, Debug)]
@@ -481,7 +420,7 @@ pub fn run_case(name: &str, yaml: &str, proxies: impl Fn(&Tenant) -> Vec<Proxy>)
     // meshd first: it writes `istio-ca-secret` with its P-256 root, which istiod reads
     // (meshd refuses the RSA root istiod would write; docs/compatibility.md).
     let meshd = Meshd::start_tenant(&t, "meshd", &[], &[]);
-    let istiod = Istiod::start(&t);
+    let istiod = Istiod::start(t.cluster, &t.system, &t.dir.join("istiod"));
     let proxies = proxies(&t);
     let istiod_server = Server::Plain(istiod.xds_port);
     let meshd_server = secure_meshd(&t, &meshd, &proxies);

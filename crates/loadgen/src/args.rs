@@ -27,16 +27,17 @@ pub struct LoadgenArgs {
     pub spawn_meshd: bool,
     /// Serve the mesh from the Kubernetes API server of `--kubeconfig` instead of the
     /// config directory: the mesh and each change are written to it by server-side apply,
-    /// and meshd watches it as it watches a cluster.
-    #[arg(long, requires_all = ["spawn_meshd", "kubeconfig"])]
+    /// and the server watches it as it watches a cluster (the spawned meshd, or a running
+    /// server such as istiod at --xds).
+    #[arg(long, requires = "kubeconfig")]
     pub kubernetes: bool,
-    /// The cluster `--kubernetes` writes to and the spawned meshd watches.
+    /// The cluster `--kubernetes` writes to and the server watches.
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
-    /// A running meshd's xDS address.
+    /// A running server's xDS address (meshd's, or istiod's plaintext 15010).
     #[arg(long, default_value = "127.0.0.1:15010")]
     pub xds: String,
-    /// A running meshd's monitoring address (metrics: RSS, CPU).
+    /// A running server's monitoring address (`/metrics`: RSS, CPU; istiod's 15014).
     #[arg(long, default_value = "127.0.0.1:15014")]
     pub monitoring: String,
     /// Simulated sidecars, spread over the namespaces.

@@ -1,0 +1,84 @@
+//! Istio's real istiod (`pilot-discovery`, built by `tools/build.sh istio`) in Kubernetes
+//! mode against a test bed API server: for the parity harness (`parity.rs`) and the
+//! side-by-side benchmark (`benches/istiod.rs`).
+
+use std::path::{Path, PathBuf};
+use std::process::Child;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use crate::cluster::{Cluster, command};
+use crate::harness::{free_port, http_get, wait_until};
+
+/// The folder holding `pilot-discovery`, `pilot-agent` and `istioctl`.
+pub fn istio_bin() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| crate::cluster::built("istio"))
+}
+
+/// istiod as the cluster's admin, its mesh ConfigMap (`istio`) and `POD_NAMESPACE` the
+/// given namespace, its webhooks' patching off (a shared API server holds other tests'
+/// webhook configurations). Its CA keeps its root in `istio-ca-secret` there.
+pub struct Istiod {
+    child: Child,
+    /// The plaintext xDS port (Istio's 15010).
+    pub xds_port: u16,
+    /// Metrics and `/debug` (Istio's 15014), which `benches/istiod.rs` reads.
+    #[allow(dead_code)]
+    pub monitoring_port: u16,
+    http_port: u16,
+    log: PathBuf,
+}
+
+impl Drop for Istiod {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Istiod {
+    /// Starts istiod with `namespace` as its own, working and logging in `dir`, and waits
+    /// until it says it is ready.
+    pub fn start(cluster: &Cluster, namespace: &str, dir: &Path) -> Istiod {
+        std::fs::create_dir_all(dir).unwrap();
+        let log = dir.join("istiod.log");
+        let (xds_port, http_port, monitoring_port) = (free_port(), free_port(), free_port());
+        let child = command(&istio_bin().join("pilot-discovery"))
+            .arg("discovery")
+            .arg("--kubeconfig")
+            .arg(&cluster.kubeconfig)
+            .args(["--grpcAddr", &format!("127.0.0.1:{xds_port}")])
+            .args(["--secureGRPCAddr", &format!("127.0.0.1:{}", free_port())])
+            .args(["--httpsAddr", &format!("127.0.0.1:{}", free_port())])
+            .args(["--monitoringAddr", &format!("127.0.0.1:{monitoring_port}")])
+            .args(["--httpAddr", &format!("127.0.0.1:{http_port}")])
+            .args(["--domain", "cluster.local", "--clusterID", "Kubernetes"])
+            .current_dir(dir)
+            .env("POD_NAMESPACE", namespace)
+            .env("POD_NAME", "istiod-0")
+            .env("REVISION", "default")
+            .env("INJECTION_WEBHOOK_CONFIG_NAME", "")
+            .env("VALIDATION_WEBHOOK_CONFIG_NAME", "")
+            .stdout(std::fs::File::create(&log).unwrap())
+            .stderr(std::fs::File::options().append(true).open(&log).unwrap())
+            .spawn()
+            .expect("starting pilot-discovery");
+        let istiod = Istiod {
+            child,
+            xds_port,
+            monitoring_port,
+            http_port,
+            log,
+        };
+        let ready = format!("127.0.0.1:{}", istiod.http_port);
+        wait_until("istiod to be ready", Duration::from_secs(120), || {
+            http_get(&ready, "istiod", "/ready", &[]).is_ok_and(|r| r.status == 200)
+        });
+        istiod
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
