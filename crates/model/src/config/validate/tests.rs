@@ -990,3 +990,28 @@ fn telemetry_is_checked_and_what_meshd_does_not_apply_reported() {
         ]
     );
 }
+
+/// Route header matches take what istiod takes: RFC 7230 tokens in any case (Knative's
+/// `K-Network-Hash`), pseudo-headers and JWT claims; not spaces, colons elsewhere or an
+/// empty claim.
+#[test]
+fn header_matches_take_token_names_in_any_case_pseudo_headers_and_claims() {
+    let errors = |header: &str| {
+        let yaml = format!(
+            "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: r, namespace: shop}}\nspec:\n  hosts: [reviews]\n  http:\n  - match: [{{headers: {{'{header}': {{exact: x}}}}}}]\n    route: [{{destination: {{host: reviews}}}}]\n"
+        );
+        parse_file("vs.yaml", &yaml).errors().count()
+    };
+    for good in [
+        "K-Network-Hash",
+        "end-user",
+        ":authority",
+        "@request.auth.claims.group",
+        "@request.auth.claims[Group]",
+    ] {
+        assert_eq!(errors(good), 0, "{good}");
+    }
+    for bad in ["bad header", "x:y", "@request.auth.claims[]", ":other"] {
+        assert_eq!(errors(bad), 1, "{bad}");
+    }
+}

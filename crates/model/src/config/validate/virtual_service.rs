@@ -17,10 +17,11 @@ pub(super) fn http_route(r: &mut Report, field: &str, route: &HttpRoute) {
             }
         }
         for (h, sm) in m.headers.iter().chain(&m.without_headers) {
-            if h.is_empty() || h.chars().any(|c| c.is_ascii_uppercase()) {
+            if !header_name_or_claim(h) {
                 r.error(
                     format!("{f}.headers.{h}"),
-                    "header names must be lowercase and non-empty",
+                    "not a header name (RFC 7230 token characters), pseudo-header or \
+                     @request.auth.claims name",
                 );
             }
             if sm != &StringMatch::default() {
@@ -344,4 +345,24 @@ pub(super) fn retries(r: &mut Report, field: &str, policy: &api::networking::Htt
     }
     r.duration(format!("{field}.perTryTimeout"), &policy.per_try_timeout);
     r.duration(format!("{field}.backoff"), &policy.backoff);
+}
+
+/// A header name a route may match, as istiod's `ValidateHTTPHeaderNameOrJwtClaimRoute`
+/// accepts it: a JWT claim (`@request.auth.claims.NAME` or `[NAME]`), one of the request
+/// pseudo-headers, or RFC 7230 token characters in any case (Envoy compares names without
+/// case; Knative matches `K-Network-Hash`).
+fn header_name_or_claim(name: &str) -> bool {
+    const CLAIMS: &str = "@request.auth.claims";
+    let lower = name.to_ascii_lowercase();
+    if let Some(rest) = lower.strip_prefix(CLAIMS) {
+        return (rest.starts_with('.') && rest.len() > 1)
+            || (rest.starts_with('[') && rest.ends_with(']') && rest.len() > 2);
+    }
+    if [":method", ":scheme", ":authority", ":path", ":status"].contains(&name) {
+        return true;
+    }
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
 }
