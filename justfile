@@ -60,6 +60,11 @@ parity:
 bench-istiod proxies="1000" change="endpoint":
     cargo bench --locked --features loadgen --bench istiod -- --services 1000 --namespaces 50 --proxies {{proxies}} --warm-proxies 50 --change {{change}} --changes 5
 
+# meshd's push-context build on Istio's own benchmark configurations next to Istio's Go
+# benchmark of the same (go test -bench), one sitting (target/istio-configs.json).
+bench-istio-configs:
+    cargo bench --locked --features loadgen --bench istio_configs
+
 # Fleet-simulator scenarios (issue 5); each prints a JSON summary. Figures and machine in
 # BENCHMARKS.md.
 # The fleet simulator against a release meshd it starts on a generated mesh.

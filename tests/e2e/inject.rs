@@ -14,7 +14,7 @@ use crate::harness::*;
 
 /// The folder of Istio's injector test cases.
 fn testdata() -> PathBuf {
-    crate::istio::istio_source().join("pkg/kube/inject/testdata/inject")
+    crate::istiod::istio_source().join("pkg/kube/inject/testdata/inject")
 }
 
 /// The first document of a test file, as JSON.

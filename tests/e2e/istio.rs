@@ -5,37 +5,14 @@
 //! `pilot-agent` running a sidecar whose certificate and configuration come from meshd.
 
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use crate::cluster::Tenant;
 use crate::harness::{envoy_bin, fixed_ports, free_port, http_get, loopback_ip, temp_dir};
-use crate::istiod::istio_bin;
+use crate::istiod::{istio_bin, istio_source};
 use crate::kubernetes::kube_mesh_on;
-
-/// Istio's source in the Go module cache, at the version `tools/istio/go.mod` pins (its
-/// test data and packaging files are read from there, never copied).
-pub fn istio_source() -> &'static Path {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        // Building Istio's tools fetches its module into the cache.
-        istio_bin();
-        let tools = Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/istio");
-        let out = Command::new("go")
-            .args(["list", "-m", "-f", "{{.Dir}}", "istio.io/istio"])
-            .current_dir(&tools)
-            .output()
-            .expect("running go list (Go is needed for Istio's sources)");
-        assert!(
-            out.status.success(),
-            "go list -m istio.io/istio: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
-    })
-}
 
 /// `istioctl ARGS` as the test bed's admin, against meshd's secure port; its stdout.
 fn istioctl(t: &Tenant, secure_port: u16, args: &[&str]) -> String {

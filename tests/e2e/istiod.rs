@@ -1,9 +1,10 @@
-//! Istio's real istiod (`pilot-discovery`, built by `tools/build.sh istio`) in Kubernetes
-//! mode against a test bed API server: for the parity harness (`parity.rs`) and the
-//! side-by-side benchmark (`benches/istiod.rs`).
+//! Istio's real binaries (built by `tools/build.sh istio`) and sources (the module cache),
+//! and istiod (`pilot-discovery`) in Kubernetes mode against a test bed API server: for
+//! the parity harness (`parity.rs`) and the side-by-side benchmarks (`benches/istiod.rs`,
+//! `benches/istio_configs.rs`).
 
 use std::path::{Path, PathBuf};
-use std::process::Child;
+use std::process::{Child, Command};
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -14,6 +15,28 @@ use crate::harness::{free_port, http_get, wait_until};
 pub fn istio_bin() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| crate::cluster::built("istio"))
+}
+
+/// Istio's source in the Go module cache, at the version `tools/istio/go.mod` pins (its
+/// test data and packaging files are read from there, never copied).
+pub fn istio_source() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        // Building Istio's tools fetches its module into the cache.
+        istio_bin();
+        let tools = Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/istio");
+        let out = Command::new("go")
+            .args(["list", "-m", "-f", "{{.Dir}}", "istio.io/istio"])
+            .current_dir(&tools)
+            .output()
+            .expect("running go list (Go is needed for Istio's sources)");
+        assert!(
+            out.status.success(),
+            "go list -m istio.io/istio: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+    })
 }
 
 /// istiod as the cluster's admin, its mesh ConfigMap (`istio`) and `POD_NAMESPACE` the

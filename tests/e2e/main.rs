@@ -17,6 +17,7 @@ mod h2spec;
 mod hostile;
 mod inject;
 mod istio;
+mod istio_configs;
 mod istioctl;
 mod istiod;
 mod jwt;

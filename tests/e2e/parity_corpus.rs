@@ -7,7 +7,6 @@ use std::path::Path;
 use serde_json::json;
 
 use crate::cluster::Tenant;
-use crate::harness::temp_dir;
 use crate::parity::{CaseResult, Proxy, report_dir, run_case, share_table};
 
 /// examples/bookinfo in the tenant's namespace (the API server assigns the cluster IPs).
@@ -101,62 +100,16 @@ spec:
     format!("{}\n---\n{extra}", bookinfo())
 }
 
-/// Istio's xDS benchmark configuration `name` (`pilot/pkg/xds/testdata/benchmarks/`, in
-/// the module cache) rendered by helm, as Istio's benchmark renders it, with `services`
-/// services and `instances` instances; every object in the tenant's application namespace
-/// (the benchmark's `default`, `gateway` and `knative-serving`) or its system namespace.
+/// Istio's xDS benchmark configuration `name` (`istio_configs::render`) with every object
+/// in the tenant's application namespace (the benchmark's `default`, `gateway` and
+/// `knative-serving`) or its system namespace.
 pub fn istio_benchmark(name: &str, services: usize, instances: usize) -> String {
-    let source = crate::istio::istio_source()
-        .join("pilot/pkg/xds/testdata/benchmarks")
-        .join(format!("{name}.yaml"));
-    let text = std::fs::read_to_string(&source).unwrap();
-    let chart = temp_dir(&format!("parity-chart-{name}"));
-    std::fs::create_dir_all(chart.join("templates")).unwrap();
-    std::fs::write(
-        chart.join("Chart.yaml"),
-        format!("apiVersion: v2\nname: {name}\nversion: 0.1.0\n"),
-    )
-    .unwrap();
-    // Istio's benchmark template reads `.Services` as an int; a chart's values are
-    // `.Values.*`, numbers set on the command line int64s.
-    let template = text
-        .replace("$.Services", "(int $.Values.Services)")
-        .replace(" .Services", " (int .Values.Services)")
-        .replace(" .Instances", " (int .Values.Instances)");
-    std::fs::write(chart.join("templates/config.yaml"), template).unwrap();
-    let out = std::process::Command::new(crate::cluster::tools_bin().join("helm"))
-        .arg("template")
-        .arg(name)
-        .arg(&chart)
-        .args(["--set", &format!("Services={services}")])
-        .args(["--set", &format!("Instances={instances}")])
-        .output()
-        .expect("running helm");
-    assert!(
-        out.status.success(),
-        "helm rendering {}: {}",
-        source.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let rendered = String::from_utf8(out.stdout).unwrap();
-    rendered
-        .split("\n---")
-        .filter(|doc| doc.contains("kind:"))
-        .map(|doc| {
-            let doc = doc
-                .replace("namespace: default", "namespace: shop")
-                .replace("namespace: gateway", "namespace: shop")
-                .replace("namespace: knative-serving", "namespace: shop")
-                .replace("- gateway/", "- shop/")
-                .replace("- knative-serving/", "- shop/");
-            if doc.contains("\n  namespace:") {
-                doc
-            } else {
-                doc.replacen("\nmetadata:\n", "\nmetadata:\n  namespace: shop\n", 1)
-            }
-        })
-        .collect::<Vec<_>>()
-        .join("\n---")
+    crate::istio_configs::render(name, services, instances)
+        .replace("namespace: default", "namespace: shop")
+        .replace("namespace: gateway", "namespace: shop")
+        .replace("namespace: knative-serving", "namespace: shop")
+        .replace("- gateway/", "- shop/")
+        .replace("- knative-serving/", "- shop/")
 }
 
 /// The proxies Istio's benchmarks generate for: a sidecar at 1.1.1.1 labelled
@@ -176,26 +129,12 @@ pub fn benchmark_proxies(t: &Tenant) -> Vec<Proxy> {
     ]
 }
 
-/// Istio's benchmark configurations the corpus runs (not `waypoint`: ambient is out of
-/// meshd's scope).
-pub const BENCHMARKS: &[&str] = &[
-    "authorizationpolicy",
-    "auto",
-    "disabled",
-    "empty",
-    "externalname",
-    "gateways",
-    "gateways-shared",
-    "http",
-    "knative-gateway",
-    "secrets",
-    "serviceentry-workloadentry",
-    "strict",
-    "tcp",
-    "telemetry-api",
-    "tls",
-    "virtualservice",
-];
+/// Istio's benchmark configurations the corpus runs: those of its push-context and
+/// generation benchmarks, and two more of its files (`empty`, `secrets`).
+fn corpus_configs() -> impl Iterator<Item = &'static str> {
+    let cases = crate::istio_configs::CASES.iter().map(|(name, ..)| *name);
+    cases.chain(["empty", "secrets"])
+}
 
 /// Panics, naming each, if either side sends a resource the other does not.
 fn assert_same_resources(result: &CaseResult) {
@@ -242,7 +181,7 @@ fn the_corpus_side_by_side_with_istiod() {
         run_case("bookinfo", &bookinfo(), bookinfo_proxies),
         run_case("bookinfo-secured", &bookinfo_secured(), bookinfo_proxies),
     ];
-    for name in BENCHMARKS {
+    for name in corpus_configs() {
         results.push(run_case(
             name,
             &istio_benchmark(name, 20, 50),
