@@ -12,7 +12,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use envoy_api::pb::envoy::config::core::v3::Node;
+use envoy_api::pb::envoy::config::core::v3::{Extension, Node};
 use envoy_api::pb::envoy::service::discovery::v3::{
     DeltaDiscoveryRequest, aggregated_discovery_service_client::AggregatedDiscoveryServiceClient,
 };
@@ -109,37 +109,23 @@ impl Proxy {
             node: Node {
                 id: id.into(),
                 cluster: format!("{workload}.{namespace}"),
-                metadata: Some(to_struct(&metadata)),
+                metadata: match translate::json_value(&metadata).kind {
+                    Some(envoy_api::pb::google::protobuf::value::Kind::StructValue(s)) => Some(s),
+                    _ => unreachable!("an object"),
+                },
+                // What istio-proxy's Envoy reports among the extensions it was built with,
+                // by which both control planes may know it.
+                extensions: vec![Extension {
+                    name: model::proxy::ISTIO_STATS_EXTENSION.into(),
+                    category: "envoy.filters.http".into(),
+                    type_urls: vec!["stats.PluginConfig".into()],
+                    ..Default::default()
+                }],
                 ..Default::default()
             },
             namespace: namespace.into(),
             account: account.into(),
         }
-    }
-}
-
-fn to_struct(json: &Json) -> envoy_api::pb::google::protobuf::Struct {
-    use envoy_api::pb::google::protobuf::{ListValue, Struct, Value, value::Kind};
-    fn value(json: &Json) -> Value {
-        let kind = match json {
-            Json::Null => Kind::NullValue(0),
-            Json::Bool(b) => Kind::BoolValue(*b),
-            Json::Number(n) => Kind::NumberValue(n.as_f64().unwrap()),
-            Json::String(s) => Kind::StringValue(s.clone()),
-            Json::Array(items) => Kind::ListValue(ListValue {
-                values: items.iter().map(value).collect(),
-            }),
-            Json::Object(_) => Kind::StructValue(to_struct(json)),
-        };
-        Value { kind: Some(kind) }
-    }
-    Struct {
-        fields: json
-            .as_object()
-            .unwrap()
-            .iter()
-            .map(|(k, v)| (k.clone(), value(v)))
-            .collect(),
     }
 }
 
@@ -325,6 +311,9 @@ fn rds_names(listeners: &BTreeMap<String, Json>) -> Vec<String> {
 pub struct CaseResult {
     pub name: String,
     pub by_proxy: Vec<(String, BTreeMap<&'static str, TypeDiff>)>,
+    /// Clusters and listeners both sides send whose Istio filters ([`istio_filters`])
+    /// differ: `PROXY TYPE RESOURCE`.
+    pub istio_filter_differences: Vec<String>,
 }
 
 impl CaseResult {
@@ -368,6 +357,12 @@ impl CaseResult {
                 }
             }
         }
+        if !self.istio_filter_differences.is_empty() {
+            out.push_str("\n## Istio's filters differ in\n\n");
+            for r in &self.istio_filter_differences {
+                let _ = writeln!(out, "- `{r}`");
+            }
+        }
         out
     }
 }
@@ -409,11 +404,12 @@ pub fn report_dir() -> PathBuf {
 pub fn run_case(name: &str, yaml: &str, proxies: impl Fn(&Tenant) -> Vec<Proxy>) -> CaseResult {
     let t = Tenant::new(&format!("parity-{name}"), "");
     // istiod watches every namespace unless told otherwise; meshd the tenant's.
-    let selectors = format!(
-        "discoverySelectors:\n- matchExpressions:\n  - {{key: kubernetes.io/metadata.name, operator: In, values: [{}, {}]}}\n",
+    // Metrics collected by Prometheus, as Istio's chart configures every mesh.
+    let mesh = format!(
+        "defaultProviders:\n  metrics: [prometheus]\ndiscoverySelectors:\n- matchExpressions:\n  - {{key: kubernetes.io/metadata.name, operator: In, values: [{}, {}]}}\n",
         t.app, t.system
     );
-    t.apply(&t.mesh_configmap("", &selectors)).unwrap();
+    t.apply(&t.mesh_configmap("", &mesh)).unwrap();
     // References by `shop/NAME` (gateways, principals) too.
     t.apply(&yaml.replace("shop/", &format!("{}/", t.app)))
         .unwrap_or_else(|e| panic!("{name}: the API server refused the case: {e}"));
@@ -431,6 +427,7 @@ pub fn run_case(name: &str, yaml: &str, proxies: impl Fn(&Tenant) -> Vec<Proxy>)
         .build()
         .unwrap();
     let mut by_proxy = Vec::new();
+    let mut istio_filter_differences = Vec::new();
     for proxy in &proxies {
         // Both have read the API by the time they answer ready; a proxy's first answer can
         // still precede the last object, so each side is asked until two answers agree.
@@ -445,14 +442,46 @@ pub fn run_case(name: &str, yaml: &str, proxies: impl Fn(&Tenant) -> Vec<Proxy>)
             .map(|(short, _)| (*short, compare(&theirs[short], &ours[short])))
             .collect();
         by_proxy.push((proxy.name.clone(), types));
+        for short in ["cds", "lds"] {
+            for (resource, json) in &theirs[short] {
+                if let Some(mine) = ours[short].get(resource)
+                    && istio_filters(json) != istio_filters(mine)
+                {
+                    istio_filter_differences.push(format!("{} {short} {resource}", proxy.name));
+                }
+            }
+        }
     }
     let _ = std::fs::write(out.join("istiod.log"), istiod.log());
     let result = CaseResult {
         name: name.into(),
         by_proxy,
+        istio_filter_differences,
     };
     std::fs::write(out.join("report.md"), result.report()).unwrap();
     result
+}
+
+/// The distinct filters named `istio.*` anywhere in a resource (cluster, network and HTTP
+/// filters), each as its JSON: name and configuration, Istio's own types by their bytes.
+pub fn istio_filters(resource: &Json) -> std::collections::BTreeSet<String> {
+    fn walk(json: &Json, out: &mut std::collections::BTreeSet<String>) {
+        match json {
+            Json::Object(map) => {
+                let name = map.get("name").and_then(Json::as_str);
+                if name.is_some_and(|n| n.starts_with("istio.")) && map.contains_key("typed_config")
+                {
+                    out.insert(json.to_string());
+                }
+                map.values().for_each(|v| walk(v, out));
+            }
+            Json::Array(items) => items.iter().for_each(|v| walk(v, out)),
+            _ => {}
+        }
+    }
+    let mut out = std::collections::BTreeSet::new();
+    walk(resource, &mut out);
+    out
 }
 
 /// meshd's secure port, with a token (audience `istio-ca`) for each proxy's service

@@ -156,11 +156,19 @@ fn assert_same_resources(result: &CaseResult) {
         result.name,
         result.name
     );
+    // The nodes are istio-proxy's: both send Istio's filters, byte for byte the same.
+    assert!(
+        result.istio_filter_differences.is_empty(),
+        "{}: Istio's filters differ in {:?}",
+        result.name,
+        result.istio_filter_differences
+    );
 }
 
 /// The CI cases: Bookinfo, plain and secured, through istiod and meshd. Every proxy gets
-/// the same clusters, endpoints, listeners and routes by name from both; the shares of
-/// identical fields are reported (docs/compatibility.md records them).
+/// the same clusters, endpoints, listeners and routes by name from both, and the same
+/// Istio filters in each cluster and listener; the shares of identical fields are reported
+/// (docs/compatibility.md records them).
 #[test]
 fn bookinfo_gets_the_resources_istiod_sends() {
     let plain = run_case("bookinfo", &bookinfo(), bookinfo_proxies);

@@ -4,8 +4,8 @@
 //!
 //! The normalisation, which docs/compatibility.md repeats:
 //! - a nested `Any` whose type is not in Envoy's descriptor set (Istio's own extensions,
-//!   such as `stats.PluginConfig`) becomes `{"@type": URL, "@unknown": true}`: the types
-//!   are compared, their contents are not;
+//!   such as `stats.PluginConfig`) becomes `{"@type": URL, "@bytes": HEX}`: its encoding
+//!   is compared (both sides encode fields in number order);
 //! - lists whose order Envoy ignores are sorted; the order of `filters`, `http_filters`,
 //!   `listener_filters`, `routes` and `transport_socket_matches` is kept, as Envoy applies
 //!   them in order;
@@ -73,9 +73,11 @@ fn reduce_unknown_anys(message: &mut DynamicMessage, unknown: &mut BTreeSet<Stri
                 }
             }
             None => {
-                unknown.insert(url.clone());
+                let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+                let marker = format!("{url}#{hex}");
+                unknown.insert(marker.clone());
                 // prost encodes a `String` as `google.protobuf.StringValue`.
-                let marker = url.encode_to_vec();
+                let marker = marker.encode_to_vec();
                 message.set_field_by_name("type_url", Value::String(PLACEHOLDER.into()));
                 message.set_field_by_name("value", Value::Bytes(marker.into()));
             }
@@ -100,13 +102,13 @@ fn mark_unknown(json: &mut Json, unknown: &BTreeSet<String>) {
     match json {
         Json::Object(map) => {
             let placeholder = map.get("@type").and_then(Json::as_str) == Some(PLACEHOLDER);
-            if let (true, Some(Json::String(url))) = (placeholder, map.get("value"))
-                && unknown.contains(url)
+            if let (true, Some(Json::String(marker))) = (placeholder, map.get("value"))
+                && unknown.contains(marker)
+                && let Some((url, hex)) = marker.clone().split_once('#')
             {
-                let url = url.clone();
                 map.clear();
-                map.insert("@type".into(), Json::String(url));
-                map.insert("@unknown".into(), Json::Bool(true));
+                map.insert("@type".into(), Json::String(url.into()));
+                map.insert("@bytes".into(), Json::String(hex.into()));
                 return;
             }
             map.values_mut().for_each(|v| mark_unknown(v, unknown));
@@ -297,14 +299,14 @@ fn named_elements_are_matched_by_name_and_others_sorted_unless_order_matters() {
 }
 
 #[test]
-fn an_unknown_nested_type_is_compared_by_its_url() {
+fn an_unknown_nested_type_is_compared_by_its_url_and_encoding() {
     use envoy_api::pb::envoy::config::listener::v3::{Filter, filter::ConfigType};
     let filter = Filter {
         name: "istio.stats".into(),
         config_type: Some(ConfigType::TypedConfig(
             envoy_api::pb::google::protobuf::Any {
                 type_url: "type.googleapis.com/stats.PluginConfig".into(),
-                value: vec![8, 1],
+                value: vec![0x30, 1],
             },
         )),
     };
@@ -314,6 +316,6 @@ fn an_unknown_nested_type_is_compared_by_its_url() {
     );
     assert_eq!(
         json["typed_config"],
-        serde_json::json!({"@type": "type.googleapis.com/stats.PluginConfig", "@unknown": true})
+        serde_json::json!({"@type": "type.googleapis.com/stats.PluginConfig", "@bytes": "3001"})
     );
 }

@@ -36,9 +36,10 @@ pub struct MeshConfig {
     /// The `exportTo` of VirtualServices that set none (everyone when empty).
     #[serde(default)]
     pub default_virtual_service_export_to: Vec<String>,
-    /// The external authorizers AuthorizationPolicies with `action: CUSTOM` name, and the
-    /// tracers `defaultProviders.tracing` names. Other kinds of provider (logging,
-    /// metrics) are kept by name and not used.
+    /// The external authorizers AuthorizationPolicies with `action: CUSTOM` name, the
+    /// tracers `defaultProviders.tracing` names, the access loggers and the Prometheus
+    /// providers `defaultProviders.metrics` names. Other kinds are kept by name and not
+    /// used.
     #[serde(default)]
     pub extension_providers: Vec<ExtensionProvider>,
     /// Where every proxy writes Envoy's access log (`/dev/stdout` usually); none when
@@ -114,7 +115,7 @@ pub struct MeshConfig {
     pub mesh_networks: MeshNetworks,
 }
 
-/// MeshConfig `extensionProviders[]`: the external authorization providers.
+/// MeshConfig `extensionProviders[]`: authorizers, tracers, access loggers, Prometheus.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, rename_all = "camelCase")]
 pub struct ExtensionProvider {
@@ -124,6 +125,9 @@ pub struct ExtensionProvider {
     pub zipkin: Option<ZipkinProvider>,
     pub opentelemetry: Option<OpenTelemetryProvider>,
     pub envoy_file_access_log: Option<FileAccessLogProvider>,
+    /// `prometheus`: Istio's stats filters on proxies built with Istio's extensions
+    /// (`translate::istio_proxy`); its settings are not read.
+    pub prometheus: Option<serde_json::Value>,
 }
 
 /// `envoyFileAccessLog`: Envoy's file access logger.
@@ -149,6 +153,9 @@ pub struct FileLogFormat {
 /// ConfigMap's provider of that name takes its place).
 pub const BUILTIN_ACCESS_LOG_PROVIDER: &str = "envoy";
 
+/// The metrics provider every mesh has, as istiod's default MeshConfig lists it.
+pub const BUILTIN_METRICS_PROVIDER: &str = "prometheus";
+
 impl ExtensionProvider {
     /// The service (`[namespace/]hostname`) and port of an external authorizer; `None`
     /// for other kinds of provider.
@@ -172,6 +179,13 @@ impl MeshConfig {
             (self.extension_providers.iter()).find(|p| p.name.eq_ignore_ascii_case(name))
         {
             return Some(std::borrow::Cow::Borrowed(p));
+        }
+        if name.eq_ignore_ascii_case(BUILTIN_METRICS_PROVIDER) {
+            return Some(std::borrow::Cow::Owned(ExtensionProvider {
+                name: BUILTIN_METRICS_PROVIDER.into(),
+                prometheus: Some(serde_json::Value::Object(Default::default())),
+                ..Default::default()
+            }));
         }
         name.eq_ignore_ascii_case(BUILTIN_ACCESS_LOG_PROVIDER)
             .then(|| {
@@ -243,6 +257,9 @@ pub struct DefaultProviders {
     /// The access log providers of every proxy no Telemetry resource gives others
     /// (`translate::access_log`).
     pub access_logging: Vec<String>,
+    /// The metrics providers of every proxy: a Prometheus one gives proxies built with
+    /// Istio's extensions its stats filters (Istio's chart names `prometheus`).
+    pub metrics: Vec<String>,
 }
 
 /// `zipkin`: a Zipkin collector (Jaeger takes the same API).

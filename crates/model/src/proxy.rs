@@ -81,7 +81,16 @@ pub struct Proxy {
     /// listeners that bind for real without a Sidecar `bind` take the proxy's IP instead of
     /// the loopback address istiod binds, so that several such proxies can share a host.
     pub outbound_bind_instance_ip: bool,
+    /// Its Envoy is Istio's build (istio-proxy), with Istio's telemetry extensions: its
+    /// node lists [`ISTIO_STATS_EXTENSION`] among the extensions Envoy reports it has.
+    /// Such a proxy gets the metadata-exchange, ALPN and stats filters istiod sends
+    /// (`translate::istio_proxy`); stock Envoy would refuse them.
+    pub istio_extensions: bool,
 }
+
+/// The extension name istio-proxy registers its HTTP stats filter under; Envoy lists
+/// every extension it was built with in its node's `extensions`.
+pub const ISTIO_STATS_EXTENSION: &str = "envoy.filters.http.istio_stats";
 
 fn shared_labels<S: serde::Serializer>(
     labels: &std::sync::Arc<BTreeMap<String, String>>,
@@ -201,6 +210,7 @@ impl Proxy {
             dns_proxy: (kind == ProxyKind::Sidecar && flag("DNS_CAPTURE"))
                 || flag("ENABLE_DNS_SERVER"),
             auto_addresses,
+            istio_extensions: false,
         })
     }
 

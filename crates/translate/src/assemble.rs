@@ -154,7 +154,11 @@ impl Assembly for ProxyConfig {
         let at = locality::place(ctx, proxy);
         for svc in services {
             let rule = ctx.service_rule(proxy, svc);
-            let (c, e) = cluster::service(ctx, svc, rule.map(|r| &**r), proxy.kind, secure, &at);
+            let (mut c, e) =
+                cluster::service(ctx, svc, rule.map(|r| &**r), proxy.kind, secure, &at);
+            if proxy.istio_extensions {
+                crate::istio_proxy::add_cluster_filters(&mut c);
+            }
             self.clusters.extend(c);
             self.endpoints.extend(e);
         }

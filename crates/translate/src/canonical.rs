@@ -1,10 +1,11 @@
 //! Deterministic encoding. prost writes map fields in `HashMap` iteration order, which
 //! differs between map instances, so the same resource could encode to different bytes
 //! (and so different versions) on every push. Every map meshd emits holds at most one entry
-//! except the `Struct` fields of a cluster's `metadata.filter_metadata.istio`; this module
-//! encodes `Metadata` with every map in key order, and [`encode_cluster`] appends it to the
-//! cluster's other fields. Protobuf merges a repeated occurrence of a message field, so
-//! Envoy decodes exactly the same Cluster.
+//! except the `Struct` fields of a cluster's `metadata.filter_metadata.istio` and of the
+//! `TypedStruct`s Istio's own filters are configured with; this module encodes `Metadata`
+//! and `TypedStruct` with every map in key order, and [`encode_cluster`] appends the
+//! metadata to the cluster's other fields. Protobuf merges a repeated occurrence of a
+//! message field, so Envoy decodes exactly the same Cluster.
 
 use std::collections::HashMap;
 
@@ -67,6 +68,15 @@ fn sorted_map<V>(
 fn encode_struct(s: &Struct) -> Vec<u8> {
     let mut out = Vec::new();
     sorted_map(1, &s.fields, encode_value, &mut out);
+    out
+}
+
+/// A `TypedStruct` (`udpa.type.v1` and `xds.type.v3` alike) of `type_url` with `value`,
+/// every nested Struct in key order.
+pub fn encode_typed_struct(type_url: &str, value: &Struct) -> Vec<u8> {
+    let mut out = Vec::new();
+    string_field(1, type_url, &mut out);
+    length_delimited(2, &encode_struct(value), &mut out);
     out
 }
 

@@ -11,6 +11,7 @@ pub mod endpoint;
 pub mod ext_authz;
 pub mod filters;
 pub mod inbound;
+pub mod istio_proxy;
 pub mod jwt;
 pub mod listener;
 pub mod locality;
@@ -163,6 +164,10 @@ pub fn plan<'a>(ctx: &'a PushContext, proxy: &Proxy) -> Plan<'a> {
         tracing: tracing::of(ctx, proxy),
     };
     listener::apply_view_settings(&mut plan.listeners, &settings);
+    if let Some(filters) = istio_proxy::IstioFilters::of(&ctx.mesh, proxy.istio_extensions) {
+        istio_proxy::add_listener_filters(&mut plan.listeners, &filters, proxy.kind);
+        istio_proxy::add_view_cluster_filters(&mut clusters);
+    }
     plan.services = services;
     plan.clusters = clusters;
     plan
@@ -209,6 +214,9 @@ pub fn cluster_plan<'a>(ctx: &'a PushContext, proxy: &Proxy) -> Plan<'a> {
         }
         ProxyKind::Router => sni_dnat(ctx, proxy, &services, &mut clusters),
     };
+    if proxy.istio_extensions {
+        istio_proxy::add_view_cluster_filters(&mut clusters);
+    }
     Plan {
         services,
         clusters,

@@ -1984,6 +1984,7 @@ mod addressless_sniffed;
 mod destination_subnets;
 mod gateway_redirect;
 mod inbound_route;
+mod istio_proxy;
 mod mesh_cluster_defaults;
 mod path_normalization;
 mod protocol_detection;

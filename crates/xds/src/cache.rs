@@ -83,8 +83,8 @@ struct HostEntry {
     /// `Some`: the load assignments are balanced by locality and depend on the proxy's
     /// [`Place`]: its locality and these labels.
     dependence: Option<Box<[String]>>,
-    /// By [`slot`]: proxy kind × plaintext/secure.
-    clusters: [Option<Arc<ServiceResources>>; 4],
+    /// By [`slot`].
+    clusters: [Option<Arc<ServiceResources>>; SLOTS],
     /// With a dependence, by slot and (restricted) place instead.
     placed: Vec<(usize, Place, Arc<ServiceResources>)>,
     /// `(port, who reads it)` → the encoded `virtual_hosts` field.
@@ -183,8 +183,11 @@ fn same<T: PartialEq>(a: Option<&Arc<T>>, b: Option<&Arc<T>>) -> bool {
     }
 }
 
-fn slot(kind: ProxyKind, secure: bool) -> usize {
-    (kind == ProxyKind::Router) as usize * 2 + secure as usize
+/// The slots of a service's entry: proxy kind × plaintext/secure × stock Envoy/istio-proxy.
+const SLOTS: usize = 8;
+
+fn slot(kind: ProxyKind, secure: bool, istio_extensions: bool) -> usize {
+    (kind == ProxyKind::Router) as usize * 4 + secure as usize * 2 + istio_extensions as usize
 }
 
 /// What a view's shared cluster and load-assignment sets are built from: one push
@@ -472,10 +475,10 @@ impl ResourceCache {
         svc: &Arc<Service>,
         rule: Option<&Arc<ConfigObject>>,
         kind: ProxyKind,
-        secure: bool,
+        (secure, istio_extensions): (bool, bool),
         at: &Place,
     ) -> Arc<ServiceResources> {
-        let i = slot(kind, secure);
+        let i = slot(kind, secure, istio_extensions);
         let found = self.with_entry(ctx, svc, rule, |e| {
             Some(match at.keyed(e.dependence.as_deref()) {
                 None => (e.clusters[i].clone(), None),
@@ -497,7 +500,7 @@ impl ResourceCache {
         };
         self.misses.inc();
         // Built for the restricted place, so that it holds for every proxy sharing it.
-        let (clusters, endpoints) = translate::cluster::service(
+        let (mut clusters, endpoints) = translate::cluster::service(
             ctx,
             svc,
             rule.map(|r| &**r),
@@ -505,6 +508,9 @@ impl ResourceCache {
             secure,
             place.as_ref().unwrap_or(&Place::default()),
         );
+        if istio_extensions {
+            translate::istio_proxy::add_cluster_filters(&mut clusters);
+        }
         let built = Arc::new(ServiceResources {
             clusters: clusters.iter().map(encode_cluster).collect(),
             endpoints: endpoints.iter().map(encode_assignment).collect(),
@@ -600,7 +606,7 @@ impl ResourceCache {
         let (kind, secure) = (proxy.kind, proxy.identity.is_some());
         let key = SetKey {
             ctx: ctx.id(),
-            slot: slot(kind, secure),
+            slot: slot(kind, secure, proxy.istio_extensions),
             services: services.iter().map(|s| Arc::as_ptr(*s) as usize).collect(),
             own: (own.iter().chain(&own_endpoints)).map(|r| r.hash).collect(),
             place: at.keyed(self.locality_labels(ctx).as_deref()),
@@ -612,7 +618,7 @@ impl ResourceCache {
         let (mut clusters, mut endpoints) = (Vec::new(), Vec::new());
         for svc in services {
             let rule = ctx.service_rule(proxy, svc);
-            let parts = self.service(ctx, svc, rule, kind, secure, at);
+            let parts = self.service(ctx, svc, rule, kind, (secure, proxy.istio_extensions), at);
             clusters.extend(parts.clusters.iter().cloned());
             endpoints.extend(parts.endpoints.iter().cloned());
         }

@@ -331,6 +331,8 @@ fn proxy_from_node(
         .map_err(|e| Status::invalid_argument(refuse("bad_node", e.to_string())))?;
     proxy.labels = shared.label_sets.intern(proxy.labels.clone());
     proxy.service_cluster = node.cluster.clone();
+    proxy.istio_extensions =
+        (node.extensions.iter()).any(|e| e.name == model::proxy::ISTIO_STATS_EXTENSION);
     if let Some(l) = &node.locality {
         proxy.locality = Locality {
             region: l.region.clone(),
@@ -530,5 +532,47 @@ pub(crate) mod testing {
             &PushSettings::default(),
             model::Revisions::new("default"),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use envoy_api::pb::envoy::config::core::v3::{Extension, Node};
+
+    use super::proxy_from_node;
+    use super::testing::{Pushes, shared};
+
+    #[test]
+    fn a_node_that_lists_istio_proxys_stats_extension_is_istio_proxy() {
+        let push = Pushes::default().build(&model::Store::default(), 1);
+        let (_tx, rx) = tokio::sync::watch::channel(Arc::clone(&push));
+        let shared = shared(rx);
+        // Envoy lists every extension it was built with; stock Envoy's list lacks Istio's.
+        let node = |extensions: &[&str]| Node {
+            id: "sidecar~10.0.0.1~web-0.shop~shop.svc.cluster.local".into(),
+            extensions: (extensions.iter())
+                .map(|name| Extension {
+                    name: name.to_string(),
+                    category: "envoy.filters.http".into(),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        };
+        let istio = |extensions: &[&str]| {
+            let proxy = proxy_from_node(&shared, Some(&node(extensions)), None).unwrap();
+            proxy.istio_extensions
+        };
+        assert!(istio(&[
+            "envoy.filters.http.router",
+            "envoy.filters.http.istio_stats"
+        ]));
+        assert!(!istio(&[
+            "envoy.filters.http.router",
+            "envoy.filters.http.rbac"
+        ]));
+        assert!(!istio(&[]));
     }
 }

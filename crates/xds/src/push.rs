@@ -256,6 +256,8 @@ pub struct ViewKey<'a> {
     auto_addresses: AutoAddresses,
     /// Only while the mesh traces: its spans' tags and service name.
     trace_ids: Option<TraceIds<'a>>,
+    /// Its Envoy has Istio's extensions.
+    istio_extensions: bool,
 }
 
 impl ViewKey<'_> {
@@ -274,6 +276,7 @@ impl ViewKey<'_> {
             dns_proxy: self.dns_proxy,
             auto_addresses: self.auto_addresses,
             trace_ids: self.trace_ids.map(TraceIds::into_owned),
+            istio_extensions: self.istio_extensions,
         }
     }
 }
@@ -416,6 +419,7 @@ impl Push {
             dns_proxy: proxy.dns_proxy,
             auto_addresses: proxy.auto_addresses,
             trace_ids: self.trace_aware.then(|| TraceIds::of(proxy)),
+            istio_extensions: proxy.istio_extensions,
         };
         // The maps hold owned keys; read through a shared reference they are maps of
         // borrowed ones (a map is covariant in its key).

@@ -134,7 +134,7 @@ pub(super) fn edit_filters(
                 continue;
             };
             match filter.name.as_str() {
-                "envoy.filters.network.tcp_proxy" => {
+                TCP_PROXY => {
                     let Ok(mut tp) = TcpProxy::decode(any.value.as_slice()) else {
                         continue;
                     };
@@ -280,4 +280,5 @@ pub(super) fn http_connection_manager(
     }
 }
 
-pub(super) const HCM: &str = "envoy.filters.network.http_connection_manager";
+pub(crate) const HCM: &str = "envoy.filters.network.http_connection_manager";
+pub(crate) const TCP_PROXY: &str = "envoy.filters.network.tcp_proxy";

@@ -50,7 +50,7 @@ pub(super) fn tcp_proxy_to(
         ..Default::default()
     };
     Filter {
-        name: "envoy.filters.network.tcp_proxy".into(),
+        name: super::TCP_PROXY.into(),
         config_type: Some(ConfigType::TypedConfig(pack_any(tp))),
     }
 }

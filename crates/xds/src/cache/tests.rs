@@ -39,6 +39,12 @@ fn vhds(mut p: Proxy) -> Proxy {
     p
 }
 
+/// `p` as istio-proxy: service clusters of its own, with Istio's filters.
+fn istio_proxy(mut p: Proxy) -> Proxy {
+    p.istio_extensions = true;
+    p
+}
+
 fn proxies() -> Vec<Proxy> {
     vec![
         proxy("sidecar", "ns-0", json!({"app": "a"}), false),
@@ -64,7 +70,8 @@ fn proxies() -> Vec<Proxy> {
 /// The cached view of every proxy holds exactly the resources, names and bytes, of
 /// the view translated from scratch.
 fn assert_views_agree(ctx: &PushContext, cache: &ResourceCache) {
-    assert_views_agree_for(ctx, cache, proxies());
+    let istio = [0, 2, 5].map(|i| istio_proxy(proxies()[i].clone()));
+    assert_views_agree_for(ctx, cache, proxies().into_iter().chain(istio).collect());
 }
 
 fn assert_views_agree_for(ctx: &PushContext, cache: &ResourceCache, proxies: Vec<Proxy>) {
@@ -298,8 +305,9 @@ fn a_change_re_encodes_only_what_it_touches_and_never_serves_a_stale_entry() {
     assert_views_agree(&second, &cache);
     assert_eq!(
         cache.reads().1 - misses,
-        4,
-        "plaintext sidecar, secure sidecar and secure gateway clusters, one virtual host"
+        7,
+        "plaintext sidecar, secure sidecar and secure gateway clusters for stock Envoy and \
+         for istio-proxy, one virtual host"
     );
     // Every proxy's view after it, its listeners and routes kept from the view before,
     // is the view built anew.

@@ -1,0 +1,298 @@
+//! What istiod sends a proxy built with Istio's extensions (istio-proxy) and stock Envoy
+//! would refuse: the metadata-exchange filters that tell each side of a connection who
+//! the other is, the ALPN override that marks upstream mTLS as Istio's, and the stats
+//! filter behind `istio_requests_total` and the standard dashboards. A proxy gets them
+//! when its node lists istio-proxy's stats extension (`Proxy::istio_extensions`).
+//!
+//! As istiod places them (`buildHTTPConnectionManager`, `buildCompleteNetworkFilters`,
+//! `applyMetadataExchange`):
+//! - every outbound service cluster and PassthroughCluster: the TCP metadata-exchange
+//!   cluster filter;
+//! - every filter chain of a sidecar's inbound listener: the TCP metadata-exchange
+//!   network filter first;
+//! - every connection manager: the HTTP metadata-exchange filter first (its inbound or
+//!   outbound configuration), `istio.alpn` after gRPC statistics outside inbound
+//!   listeners, and `istio.stats` before the router;
+//! - every tcp_proxy: `istio.stats` right before it.
+//!
+//! The stats filters appear only while a Prometheus provider collects metrics: MeshConfig
+//! `defaultProviders.metrics` names it (Istio's chart names `prometheus`).
+
+use envoy_api::pb::envoy::config::cluster::v3::{Cluster, Filter as ClusterFilter};
+use envoy_api::pb::envoy::config::listener::v3::{
+    Filter, FilterChain, Listener, filter::ConfigType,
+};
+use envoy_api::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+    HttpConnectionManager, HttpFilter, http_filter,
+};
+use envoy_api::pb::google::protobuf::{self as pbp, Any};
+use envoy_api::util::pack_any;
+use model::ProxyKind;
+use model::mesh::MeshConfig;
+use prost::Message;
+use serde_json::json;
+
+/// The metadata-exchange filters' name (cluster, network and HTTP alike).
+pub const MX_FILTER: &str = "istio.metadata_exchange";
+/// The stats filters' name (HTTP and network alike).
+pub const STATS_FILTER: &str = "istio.stats";
+/// The ALPN override filter's name.
+pub const ALPN_FILTER: &str = "istio.alpn";
+
+const PEER_METADATA_TYPE: &str = "type.googleapis.com/io.istio.http.peer_metadata.Config";
+const TCP_MX_TYPE: &str = "type.googleapis.com/envoy.tcp.metadataexchange.config.MetadataExchange";
+
+/// What a view of an istio-proxy gets on top of its listeners and clusters.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct IstioFilters {
+    /// One stats filter per Prometheus provider collecting metrics.
+    pub stats: usize,
+}
+
+impl IstioFilters {
+    /// For a proxy with Istio's extensions; `None` for stock Envoy.
+    pub fn of(mesh: &MeshConfig, istio_extensions: bool) -> Option<IstioFilters> {
+        istio_extensions.then(|| IstioFilters {
+            stats: prometheus_providers(mesh),
+        })
+    }
+}
+
+/// How many distinct providers `defaultProviders.metrics` names that are Prometheus
+/// providers (a name no provider has is skipped, as istiod's `fetchProvider` does).
+fn prometheus_providers(mesh: &MeshConfig) -> usize {
+    let mut names: Vec<String> = (mesh.default_providers.metrics.iter())
+        .filter(|n| {
+            mesh.extension_provider(n)
+                .is_some_and(|p| p.prometheus.is_some())
+        })
+        .map(|n| n.to_ascii_lowercase())
+        .collect();
+    names.sort();
+    names.dedup();
+    names.len()
+}
+
+/// `udpa.type.v1.TypedStruct`, which istiod's `TypedStructWithFields` packs Istio's own
+/// filter configurations in: the configuration's type and its fields (envoy-types ships
+/// the annotations of the `udpa` package only). Encoded by
+/// [`canonical::encode_typed_struct`](crate::canonical::encode_typed_struct).
+#[derive(Clone, PartialEq, Message)]
+pub struct TypedStruct {
+    #[prost(string, tag = "1")]
+    pub type_url: String,
+    #[prost(message, optional, tag = "2")]
+    pub value: Option<pbp::Struct>,
+}
+
+/// A `udpa.type.v1.TypedStruct` of `type_url` with the object `fields`.
+fn typed_struct(type_url: &str, fields: serde_json::Value) -> Any {
+    let Some(pbp::value::Kind::StructValue(value)) = super::json_value(&fields).kind else {
+        unreachable!("BUG: the fields of a TypedStruct are an object")
+    };
+    Any {
+        type_url: "type.googleapis.com/udpa.type.v1.TypedStruct".into(),
+        value: super::canonical::encode_typed_struct(type_url, &value),
+    }
+}
+
+/// `message` in an `Any` as the message `full_name` (one of Istio's, which Envoy's
+/// generated messages do not hold).
+fn pack(full_name: &str, message: impl Message) -> Any {
+    Any {
+        type_url: format!("type.googleapis.com/{full_name}"),
+        value: message.encode_to_vec(),
+    }
+}
+
+/// The TCP metadata-exchange configuration (clusters and inbound chains).
+fn tcp_mx() -> Any {
+    typed_struct(
+        TCP_MX_TYPE,
+        json!({"protocol": "istio-peer-exchange", "enable_discovery": true}),
+    )
+}
+
+/// The cluster filter every outbound service cluster and PassthroughCluster carries.
+pub fn cluster_filter() -> ClusterFilter {
+    ClusterFilter {
+        name: MX_FILTER.into(),
+        typed_config: Some(tcp_mx()),
+        ..Default::default()
+    }
+}
+
+/// Adds the cluster filter to a service's `clusters` ([`crate::cluster::service`]).
+pub fn add_cluster_filters(clusters: &mut [Cluster]) {
+    add_cluster_filters_where(clusters, |_| true);
+}
+
+/// Adds the cluster filter to a view's own outbound clusters: PassthroughCluster and a
+/// gateway's SNI-DNAT clusters (inbound clusters and BlackHoleCluster get none).
+pub fn add_view_cluster_filters(clusters: &mut [Cluster]) {
+    let outbound =
+        |c: &Cluster| c.name == crate::PASSTHROUGH_CLUSTER || c.name.starts_with("outbound");
+    add_cluster_filters_where(clusters, outbound);
+}
+
+fn add_cluster_filters_where(clusters: &mut [Cluster], which: impl Fn(&Cluster) -> bool) {
+    for c in clusters.iter_mut().filter(|c| which(c)) {
+        c.filters.push(cluster_filter());
+    }
+}
+
+/// The HTTP metadata-exchange filter of an inbound (`downstream`) or other (`upstream`)
+/// connection manager: peers are found from Istio's headers, then from the workload
+/// metadata, and the proxy's own go out in Istio's headers.
+fn http_mx(inbound: bool) -> HttpFilter {
+    let side = if inbound { "downstream" } else { "upstream" };
+    let fields = json!({
+        format!("{side}_discovery"): [{"istio_headers": {}}, {"workload_discovery": {}}],
+        format!("{side}_propagation"): [{"istio_headers": {}}],
+    });
+    http_filter(MX_FILTER, typed_struct(PEER_METADATA_TYPE, fields))
+}
+
+fn http_filter(name: &str, any: Any) -> HttpFilter {
+    HttpFilter {
+        name: name.into(),
+        config_type: Some(http_filter::ConfigType::TypedConfig(any)),
+        ..Default::default()
+    }
+}
+
+fn network_filter(name: &str, any: Any) -> Filter {
+    Filter {
+        name: name.into(),
+        config_type: Some(ConfigType::TypedConfig(any)),
+    }
+}
+
+/// `istio.envoy.config.filter.http.alpn.v2alpha1.FilterConfig`.
+#[derive(Clone, PartialEq, Message)]
+struct AlpnConfig {
+    #[prost(message, repeated, tag = "1")]
+    alpn_override: Vec<AlpnOverride>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+struct AlpnOverride {
+    /// HTTP10 = 0, HTTP11 = 1, HTTP2 = 2.
+    #[prost(int32, tag = "1")]
+    upstream_protocol: i32,
+    #[prost(string, repeated, tag = "2")]
+    alpn_override: Vec<String>,
+}
+
+/// `istio.alpn`: upstream mTLS of HTTP/1.0, HTTP/1.1 and HTTP/2 requests offers Istio's
+/// ALPN for that protocol first, so the server's sniffing port reads them as HTTP.
+fn alpn() -> HttpFilter {
+    let overrides = [
+        (0, ["istio-http/1.0", "istio", "http/1.0"]),
+        (1, ["istio-http/1.1", "istio", "http/1.1"]),
+        (2, ["istio-h2", "istio", "h2"]),
+    ];
+    let config = AlpnConfig {
+        alpn_override: (overrides.into_iter())
+            .map(|(protocol, alpns)| AlpnOverride {
+                upstream_protocol: protocol,
+                alpn_override: alpns.map(str::to_string).to_vec(),
+            })
+            .collect(),
+    };
+    http_filter(
+        ALPN_FILTER,
+        pack(
+            "istio.envoy.config.filter.http.alpn.v2alpha1.FilterConfig",
+            config,
+        ),
+    )
+}
+
+/// `stats.PluginConfig`, the fields istiod sets without Telemetry overrides.
+#[derive(Clone, PartialEq, Message)]
+struct StatsConfig {
+    #[prost(bool, tag = "6")]
+    disable_host_header_fallback: bool,
+}
+
+/// The stats configuration of a listener: inbound and gateway listeners do not take the
+/// destination service from the Host header (a client chooses it).
+fn stats(host_header_fallback: bool) -> Any {
+    let config = StatsConfig {
+        disable_host_header_fallback: !host_header_fallback,
+    };
+    pack("stats.PluginConfig", config)
+}
+
+/// Adds Istio's filters to the listeners of a proxy of `kind`.
+pub fn add_listener_filters(listeners: &mut [Listener], filters: &IstioFilters, kind: ProxyKind) {
+    let sniffed_alpn = super::sniff::mtls_http_alpn_filter();
+    for listener in listeners {
+        let inbound = super::is_inbound(listener.traffic_direction);
+        // The Host header names the destination only for a sidecar's own clients.
+        let stats_any = stats(!inbound && kind == ProxyKind::Sidecar);
+        let chains =
+            (listener.filter_chains.iter_mut()).chain(listener.default_filter_chain.iter_mut());
+        for chain in chains {
+            edit_chain(chain, inbound, filters, &stats_any, &sniffed_alpn);
+        }
+    }
+}
+
+fn edit_chain(
+    chain: &mut FilterChain,
+    inbound: bool,
+    filters: &IstioFilters,
+    stats_any: &Any,
+    sniffed_alpn: &HttpFilter,
+) {
+    let mut i = 0;
+    while i < chain.filters.len() {
+        let filter = &mut chain.filters[i];
+        match (filter.name.as_str(), &mut filter.config_type) {
+            (super::listener::HCM, Some(ConfigType::TypedConfig(any))) => {
+                if let Ok(mut hcm) = HttpConnectionManager::decode(any.value.as_slice()) {
+                    edit_hcm(&mut hcm, inbound, filters, stats_any, sniffed_alpn);
+                    *any = pack_any(hcm);
+                }
+            }
+            (super::listener::TCP_PROXY, _) => {
+                for _ in 0..filters.stats {
+                    chain
+                        .filters
+                        .insert(i, network_filter(STATS_FILTER, stats_any.clone()));
+                    i += 1;
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    if inbound {
+        chain.filters.insert(0, network_filter(MX_FILTER, tcp_mx()));
+    }
+}
+
+fn edit_hcm(
+    hcm: &mut HttpConnectionManager,
+    inbound: bool,
+    filters: &IstioFilters,
+    stats_any: &Any,
+    sniffed_alpn: &HttpFilter,
+) {
+    let list = &mut hcm.http_filters;
+    list.insert(0, http_mx(inbound));
+    if !inbound {
+        // istio.alpn does what meshd's own ALPN filter state does for stock Envoy.
+        list.retain(|f| f != sniffed_alpn);
+        let at = (list.iter())
+            .position(|f| f.name == super::filters::FAULT_FILTER)
+            .unwrap_or(list.len().saturating_sub(1));
+        list.insert(at, alpn());
+    }
+    let router = list.len().saturating_sub(1);
+    for _ in 0..filters.stats {
+        list.insert(router, http_filter(STATS_FILTER, stats_any.clone()));
+    }
+}
