@@ -62,8 +62,21 @@ impl Drop for Istiod {
 
 impl Istiod {
     /// Starts istiod with `namespace` as its own, working and logging in `dir`, and waits
-    /// until it says it is ready.
+    /// until it says it is ready. The pinned istiod now and then panics while it starts
+    /// (a race in its IP auto-allocation controller, `ipallocate`): a start that exits
+    /// before it is ready is tried once more, and the failure shows istiod's log.
     pub fn start(cluster: &Cluster, namespace: &str, dir: &Path) -> Istiod {
+        match Istiod::start_once(cluster, namespace, dir) {
+            Ok(istiod) => istiod,
+            Err(first) => {
+                eprintln!("istiod exited while starting; starting it again. {first}");
+                Istiod::start_once(cluster, namespace, dir).unwrap_or_else(|e| panic!("{e}"))
+            }
+        }
+    }
+
+    /// One start: istiod ready, or why not (it exited; its log's tail).
+    fn start_once(cluster: &Cluster, namespace: &str, dir: &Path) -> Result<Istiod, String> {
         std::fs::create_dir_all(dir).unwrap();
         let log = dir.join("istiod.log");
         let (xds_port, http_port, monitoring_port) = (free_port(), free_port(), free_port());
@@ -87,7 +100,7 @@ impl Istiod {
             .stderr(std::fs::File::options().append(true).open(&log).unwrap())
             .spawn()
             .expect("starting pilot-discovery");
-        let istiod = Istiod {
+        let mut istiod = Istiod {
             child,
             xds_port,
             monitoring_port,
@@ -95,10 +108,24 @@ impl Istiod {
             log,
         };
         let ready = format!("127.0.0.1:{}", istiod.http_port);
-        wait_until("istiod to be ready", Duration::from_secs(120), || {
-            http_get(&ready, "istiod", "/ready", &[]).is_ok_and(|r| r.status == 200)
+        let mut exited = None;
+        wait_until("istiod to be ready", Duration::from_secs(180), || {
+            exited = istiod.child.try_wait().unwrap();
+            exited.is_some()
+                || http_get(&ready, "istiod", "/ready", &[]).is_ok_and(|r| r.status == 200)
         });
-        istiod
+        match exited {
+            None => Ok(istiod),
+            Some(status) => {
+                let log = istiod.log();
+                let tail: Vec<&str> = log.lines().rev().take(40).collect();
+                let tail: Vec<&str> = tail.into_iter().rev().collect();
+                Err(format!(
+                    "istiod exited ({status}) before it was ready; the end of its log:\n{}",
+                    tail.join("\n")
+                ))
+            }
+        }
     }
 
     pub fn log(&self) -> String {
