@@ -9,19 +9,19 @@ use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use p256::ecdsa::SigningKey;
-use p256::elliptic_curve::Generate;
-use p256::pkcs8::{DecodePrivateKey, EncodePrivateKey};
+use p256::pkcs8::EncodePrivateKey;
 use x509_cert::Certificate;
 use x509_cert::der::{DecodePem, pem::LineEnding};
 use x509_cert::ext::pkix::name::GeneralName;
 use x509_cert::name::Name;
 use x509_cert::spki::SubjectPublicKeyInfoOwned;
 
+use super::key::CaKey;
 use super::{CaError, Profile, Usage, build, cert_pem};
 
 /// Signing material.
 pub struct Material {
-    key: SigningKey,
+    key: CaKey,
     /// The signing certificate.
     cert: Certificate,
     /// The signing certificate and any intermediates, PEM, leaf-most first.
@@ -43,11 +43,11 @@ pub struct Files {
 impl Material {
     /// A new self-signed root (`O=TRUST_DOMAIN`, as istiod names it), valid for `ttl`.
     pub fn self_signed(trust_domain: &str, ttl: Duration) -> Result<Material, CaError> {
-        Material::self_signed_with(SigningKey::generate(), trust_domain, ttl, Vec::new())
+        Material::self_signed_with(CaKey::generate(), trust_domain, ttl, Vec::new())
     }
 
     fn self_signed_with(
-        key: SigningKey,
+        key: CaKey,
         trust_domain: &str,
         ttl: Duration,
         older_roots: Vec<String>,
@@ -86,7 +86,7 @@ impl Material {
     /// plugged in elsewhere (`cacerts`): its certificate and key, the chain up to and
     /// including this root, and the root.
     pub fn issue_intermediate(&self, organization: &str, ttl: Duration) -> Result<Files, CaError> {
-        let key = SigningKey::generate();
+        let key = CaKey::generate();
         let issuer = (self.cert.tbs_certificate().subject(), &self.key);
         let cert = ca_certificate(&key, organization, Some(issuer), ttl)?;
         let pem = cert_pem(&cert)?;
@@ -94,7 +94,7 @@ impl Material {
         chain.extend(self.chain_pem.iter().cloned());
         Ok(Files {
             ca_cert: pem,
-            ca_key: key_to_pem(&key)?,
+            ca_key: key.to_pem()?,
             cert_chain: chain.concat(),
             root_cert: self.roots_pem.concat(),
         })
@@ -123,13 +123,11 @@ impl Material {
     /// `cert-chain.pem` to `ca-cert.pem`.
     pub fn from_files(files: &Files) -> Result<Material, CaError> {
         let bad = |what: &str, e: &dyn std::fmt::Display| CaError::Internal(format!("{what}: {e}"));
-        let key = key_from_pem(&files.ca_key)?;
+        let key = CaKey::from_pem(&files.ca_key)?;
         let cert = Certificate::from_pem(files.ca_cert.trim().as_bytes())
             .map_err(|e| bad("ca-cert.pem", &e))?;
         let cert_spki = cert.tbs_certificate().subject_public_key_info();
-        let key_spki = SubjectPublicKeyInfoOwned::from_key(key.verifying_key())
-            .map_err(|e| bad("ca-key.pem", &e))?;
-        if *cert_spki != key_spki {
+        if *cert_spki != key.spki()? {
             return Err(CaError::Internal(
                 "ca-key.pem is not the key of ca-cert.pem".into(),
             ));
@@ -162,7 +160,7 @@ impl Material {
     pub fn to_files(&self) -> Result<Files, CaError> {
         Ok(Files {
             ca_cert: cert_pem(&self.cert)?,
-            ca_key: key_to_pem(&self.key)?,
+            ca_key: self.key.to_pem()?,
             cert_chain: self.chain_pem.concat(),
             root_cert: self.roots_pem.concat(),
         })
@@ -248,16 +246,15 @@ impl Material {
 /// A CA certificate `O=ORGANIZATION` for `key`, signed by `issuer` (name and key), or
 /// self-signed.
 fn ca_certificate(
-    key: &SigningKey,
+    key: &CaKey,
     organization: &str,
-    issuer: Option<(&Name, &SigningKey)>,
+    issuer: Option<(&Name, &CaKey)>,
     ttl: Duration,
 ) -> Result<Certificate, CaError> {
     let subject: Name = format!("O={organization}")
         .parse()
         .map_err(|e| CaError::Internal(format!("CA subject: {e}")))?;
-    let spki = SubjectPublicKeyInfoOwned::from_key(key.verifying_key())
-        .map_err(|e| CaError::Internal(e.to_string()))?;
+    let spki = key.spki()?;
     let (issuer_name, signer) = issuer.unwrap_or((&subject, key));
     let profile = Profile {
         issuer: issuer_name.clone(),
@@ -268,18 +265,7 @@ fn ca_certificate(
     build(profile, spki, ttl, signer)
 }
 
-/// A P-256 key from PKCS#8 (`PRIVATE KEY`) or SEC1 (`EC PRIVATE KEY`) PEM.
-pub fn key_from_pem(pem: &str) -> Result<SigningKey, CaError> {
-    if let Ok(key) = SigningKey::from_pkcs8_pem(pem.trim()) {
-        return Ok(key);
-    }
-    p256::SecretKey::from_sec1_pem(pem.trim())
-        .map(SigningKey::from)
-        .map_err(|_| {
-            CaError::Internal("ca-key.pem is not a P-256 key in PKCS#8 or SEC1 PEM".into())
-        })
-}
-
+/// A P-256 key (a workload's or meshd's own) as PKCS#8 PEM.
 pub fn key_to_pem(key: &SigningKey) -> Result<String, CaError> {
     key.to_pkcs8_pem(LineEnding::LF)
         .map(|p| p.to_string())

@@ -1,6 +1,8 @@
-//! The workload CA: issues short-lived ECDSA P-256 leaf certificates whose only name is a
-//! critical URI SAN `spiffe://TRUST_DOMAIN/ns/NS/sa/SA`, for identities the caller has
-//! proved (see [`authn`]), over Istio's `IstioCertificateService` (see [`service`]).
+//! The workload CA: issues short-lived leaf certificates (for the CSR's P-256 or RSA key)
+//! whose only name is a critical URI SAN `spiffe://TRUST_DOMAIN/ns/NS/sa/SA`, for
+//! identities the caller has proved (see [`authn`]), over Istio's
+//! `IstioCertificateService` (see [`service`]), signed with a P-256 or RSA CA key
+//! ([`key`]).
 //!
 //! Signing material ([`material`]) is a self-signed root made on first start and persisted,
 //! or plugged-in `cacerts`; the trust bundle may hold several roots while one is rotated.
@@ -8,6 +10,7 @@
 pub mod authn;
 pub mod csr;
 pub use transport::identity;
+pub mod key;
 pub mod material;
 pub mod metrics;
 pub mod persist;
@@ -16,7 +19,7 @@ pub mod service;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime};
 
-use p256::ecdsa::{DerSignature, SigningKey};
+use p256::ecdsa::SigningKey;
 use p256::elliptic_curve::Generate;
 use prometheus_client::metrics::gauge::Gauge;
 use x509_cert::builder::profile::BuilderProfile;
@@ -327,12 +330,12 @@ fn build(
     profile: Profile,
     spki: SubjectPublicKeyInfoOwned,
     ttl: Duration,
-    signer: &SigningKey,
+    signer: &key::CaKey,
 ) -> Result<x509_cert::Certificate, CaError> {
     let builder = CertificateBuilder::new(profile, random_serial(), validity(ttl)?, spki)
         .map_err(|e| CaError::Internal(e.to_string()))?;
     builder
-        .build::<_, DerSignature>(signer)
+        .build::<_, key::CaSignature>(signer)
         .map_err(|e| CaError::Internal(e.to_string()))
 }
 
@@ -356,8 +359,8 @@ pub fn not_after_of_base64_pem(b64: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use p256::ecdsa::VerifyingKey;
     use p256::ecdsa::signature::Verifier;
+    use p256::ecdsa::{DerSignature, VerifyingKey};
     use x509_cert::Certificate;
     use x509_cert::der::{DecodePem, Encode};
 

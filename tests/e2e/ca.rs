@@ -324,6 +324,67 @@ async fn in_kubernetes_tokens_are_checked_by_token_review_and_the_root_lives_in_
     assert_eq!(cert2.roots_pem, root);
 }
 
+/// A cluster moving from istiod keeps its root: istiod's self-signed CA (RSA-2048, in
+/// `istio-ca-secret`) is the one meshd signs with when it takes over, so workloads that
+/// trust istiod's root trust meshd's certificates. rustls checks each signature: the
+/// client verifies meshd's serving certificate, and meshd the renewal's client certificate.
+#[tokio::test(flavor = "multi_thread")]
+async fn meshd_keeps_signing_under_the_rsa_root_istiod_made() {
+    let t = tokio::task::spawn_blocking(|| Tenant::new("ca-from-istiod", ""))
+        .await
+        .unwrap();
+    let t = std::sync::Arc::new(t);
+    let secret = {
+        let t = t.clone();
+        tokio::task::spawn_blocking(move || {
+            let istiod = crate::istiod::Istiod::start(t.cluster, &t.system, &t.dir.join("istiod"));
+            t.apply("apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: reviews, namespace: shop}\n")
+                .unwrap();
+            wait_until("istiod's CA secret", Duration::from_secs(60), || {
+                !t.cluster.object("Secret", &t.system, "istio-ca-secret").is_null()
+            });
+            drop(istiod);
+            t.cluster.object("Secret", &t.system, "istio-ca-secret")
+        })
+        .await
+        .unwrap()
+    };
+    let field = |name: &str| {
+        let b64 = secret["data"][name].as_str().unwrap();
+        String::from_utf8(base64_decode(b64)).unwrap()
+    };
+    let (root, key) = (field("root-cert.pem"), field("ca-key.pem"));
+    assert!(
+        key.starts_with("-----BEGIN RSA PRIVATE KEY-----"),
+        "istiod's key: {key:.40}"
+    );
+
+    let meshd = {
+        let t = t.clone();
+        tokio::task::spawn_blocking(move || Meshd::start_tenant(&t, "meshd", &[], &[]))
+            .await
+            .unwrap()
+    };
+    let token = t.cluster.token(&t.app, "reviews", "istio-ca", 3600);
+    let path = t.dir.join("token");
+    std::fs::write(&path, token).unwrap();
+    let id = format!("spiffe://cluster.local/ns/{}/sa/reviews", t.app);
+    let opts = client_options(&meshd, root.clone(), Some(&path), &id);
+    let cert = request_certificate(&opts, None, 1).await.unwrap();
+    assert_eq!(cert.roots_pem, root);
+    let no_token = CaClientOptions {
+        token_file: None,
+        ..opts
+    };
+    let renewed = request_certificate(&no_token, Some(&cert), 2)
+        .await
+        .unwrap();
+    assert_eq!(renewed.roots_pem, root);
+    // meshd took istiod's material as it was.
+    let now = t.cluster.object("Secret", &t.system, "istio-ca-secret");
+    assert_eq!(now["data"], secret["data"]);
+}
+
 fn base64_decode(text: &str) -> Vec<u8> {
     const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = Vec::new();

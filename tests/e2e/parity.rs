@@ -413,8 +413,7 @@ pub fn run_case(name: &str, yaml: &str, proxies: impl Fn(&Tenant) -> Vec<Proxy>)
     // References by `shop/NAME` (gateways, principals) too.
     t.apply(&yaml.replace("shop/", &format!("{}/", t.app)))
         .unwrap_or_else(|e| panic!("{name}: the API server refused the case: {e}"));
-    // meshd first: it writes `istio-ca-secret` with its P-256 root, which istiod reads
-    // (meshd refuses the RSA root istiod would write; docs/compatibility.md).
+    // meshd first: it writes `istio-ca-secret`, which istiod reads.
     let meshd = Meshd::start_tenant(&t, "meshd", &[], &[]);
     let istiod = Istiod::start(t.cluster, &t.system, &t.dir.join("istiod"));
     let proxies = proxies(&t);
