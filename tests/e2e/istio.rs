@@ -135,6 +135,18 @@ impl PilotAgent {
     /// `shop/NAME-0` as the service account NAME with `token`, at `ip`, labelled
     /// `app: NAME`; `ecc` is `ECC_SIGNATURE_ALGORITHM` (empty: RSA, pilot-agent's default).
     fn start(m: &crate::mtls::Mesh, name: &str, token: &str, ip: &str, ecc: &str) -> PilotAgent {
+        PilotAgent::start_with(m, name, token, ip, ecc, &[])
+    }
+
+    /// As [`PilotAgent::start`], with more of pilot-agent's environment.
+    fn start_with(
+        m: &crate::mtls::Mesh,
+        name: &str,
+        token: &str,
+        ip: &str,
+        ecc: &str,
+        env: &[(&str, &str)],
+    ) -> PilotAgent {
         let dir = temp_dir(&format!("pilot-agent-{name}{ecc}"));
         // What the pod's volumes mount, under the working directory pilot-agent reads
         // them from.
@@ -178,6 +190,7 @@ impl PilotAgent {
             .env("INSTANCE_IP", ip)
             .env("ISTIO_META_INTERCEPTION_MODE", "NONE")
             .env("ISTIO_META_MESHD_OUTBOUND_BIND_INSTANCE_IP", "true")
+            .envs(env.iter().copied())
             .stdout(std::fs::File::create(&log).unwrap())
             .stderr(std::fs::File::options().append(true).open(&log).unwrap())
             .spawn()
@@ -278,6 +291,76 @@ fn the_real_pilot_agent_runs_a_server_sidecar_against_meshd() {
     );
     // The certificate it presented is pilot-agent's: its RSA key.
     assert_eq!(sds_certificate(&agent.admin).0, "1.2.840.113549.1.1.1");
+}
+
+/// The IPv4 addresses `server` (a DNS server on 127.0.0.1, over UDP) answers for `name`;
+/// none when it does not answer or names none.
+fn resolve(server: u16, name: &str) -> Vec<std::net::Ipv4Addr> {
+    use hickory_proto::op::{Message, MessageType, OpCode, Query};
+    use hickory_proto::rr::{Name, RData, RecordType};
+    let mut query = Message::new();
+    query
+        .set_id(7)
+        .set_message_type(MessageType::Query)
+        .set_op_code(OpCode::Query)
+        .set_recursion_desired(true)
+        .add_query(Query::query(Name::from_ascii(name).unwrap(), RecordType::A));
+    let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_secs(2)))
+        .unwrap();
+    socket
+        .send_to(&query.to_vec().unwrap(), ("127.0.0.1", server))
+        .unwrap();
+    let mut buf = [0u8; 4096];
+    let Ok(n) = socket.recv(&mut buf) else {
+        return Vec::new();
+    };
+    let answer = Message::from_vec(&buf[..n]).unwrap();
+    (answer.answers().iter())
+        .filter_map(|r| match r.data() {
+            RData::A(a) => Some(a.0),
+            _ => None,
+        })
+        .collect()
+}
+
+/// pilot-agent capturing DNS (`ISTIO_META_DNS_CAPTURE`), its DNS proxy on a free port
+/// (`DNS_PROXY_ADDR`): it asks meshd for the name table over NDS on the xDS stream it
+/// proxies, and answers from it: a Kubernetes service by its cluster IP, and a
+/// ServiceEntry host written while it runs by the address the entry gives it.
+#[test]
+fn the_real_pilot_agent_answers_dns_from_meshds_name_table() {
+    let _ports = fixed_ports();
+    let m = crate::mtls::mesh("pilot-agent-dns");
+    let dns = free_port();
+    let addr = format!("127.0.0.1:{dns}");
+    let env = [
+        ("ISTIO_META_DNS_CAPTURE", "true"),
+        ("DNS_PROXY_ADDR", &addr),
+    ];
+    let agent = PilotAgent::start_with(&m, "productpage", "pp-token", &loopback_ip(), "", &env);
+    let answers = |name: &str, expected: &str| {
+        let start = Instant::now();
+        loop {
+            let got = resolve(dns, name);
+            if got.iter().map(|a| a.to_string()).collect::<Vec<_>>() == [expected] {
+                return;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "{name}: pilot-agent answers {got:?}, not {expected}; its log:\n{}",
+                agent.log()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    answers("reviews.shop.svc.cluster.local.", "10.96.50.1");
+    m.meshd.write(
+        "partner.yaml",
+        "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: partner, namespace: shop}\nspec:\n  hosts: [api.partner.example]\n  addresses: [240.1.1.7]\n  ports: [{number: 443, name: tls, protocol: TLS}]\n  location: MESH_EXTERNAL\n  resolution: DNS\n",
+    );
+    answers("api.partner.example.", "240.1.1.7");
 }
 
 /// `istioctl proxy-config KIND POD --file DUMP` on the config dump of an Envoy meshd

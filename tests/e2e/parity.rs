@@ -19,7 +19,7 @@ use envoy_api::pb::envoy::service::discovery::v3::{
 use serde_json::{Value as Json, json};
 
 use crate::cluster::Tenant;
-use crate::harness::Meshd;
+use crate::harness::{Meshd, wait_until};
 use crate::istiod::Istiod;
 use crate::parity_diff::{TypeDiff, compare, pattern, resource_json};
 
@@ -413,9 +413,29 @@ pub fn run_case(name: &str, yaml: &str, proxies: impl Fn(&Tenant) -> Vec<Proxy>)
     // References by `shop/NAME` (gateways, principals) too.
     t.apply(&yaml.replace("shop/", &format!("{}/", t.app)))
         .unwrap_or_else(|e| panic!("{name}: the API server refused the case: {e}"));
-    // meshd first: it writes `istio-ca-secret`, which istiod reads.
-    let meshd = Meshd::start_tenant(&t, "meshd", &[], &[]);
+    // istiod first: it writes `istio-ca-secret` (its RSA root, which meshd takes over) and
+    // the ServiceEntries' auto-allocated addresses, which meshd keeps. Two allocators
+    // starting together give some entries the same address, and the pinned istiod panics
+    // resolving such a conflict (`ipallocate.resolveConflict`).
     let istiod = Istiod::start(t.cluster, &t.system, &t.dir.join("istiod"));
+    let entries = || {
+        t.cluster
+            .kubectl(&["get", "serviceentries", "-A", "-o", "json"], None)
+            .unwrap_or_default()
+    };
+    let mut last = entries();
+    wait_until(
+        "istiod's addresses to settle",
+        Duration::from_secs(60),
+        || {
+            std::thread::sleep(Duration::from_millis(500));
+            let now = entries();
+            let settled = now == last;
+            last = now;
+            settled
+        },
+    );
+    let meshd = Meshd::start_tenant(&t, "meshd", &[], &[]);
     let proxies = proxies(&t);
     let istiod_server = Server::Plain(istiod.xds_port);
     let meshd_server = secure_meshd(&t, &meshd, &proxies);
