@@ -16,11 +16,16 @@ use crate::kubernetes::kube_mesh_on;
 
 /// `istioctl ARGS` as the test bed's admin, against meshd's secure port; its stdout.
 fn istioctl(t: &Tenant, secure_port: u16, args: &[&str]) -> String {
+    let xds = ["--xds-address", &format!("127.0.0.1:{secure_port}")];
+    istioctl_on(t, &[&xds[..], args].concat()).0
+}
+
+/// `istioctl ARGS` as the test bed's admin, which must succeed: its stdout and stderr.
+fn istioctl_on(t: &Tenant, args: &[&str]) -> (String, String) {
     let out = Command::new(istio_bin().join("istioctl"))
         .arg("--kubeconfig")
         .arg(&t.cluster.kubeconfig)
         .args(["--istioNamespace", &t.system])
-        .args(["--xds-address", &format!("127.0.0.1:{secure_port}")])
         .args(args)
         .output()
         .expect("running istioctl");
@@ -29,11 +34,11 @@ fn istioctl(t: &Tenant, secure_port: u16, args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr).into_owned(),
     );
     assert!(out.status.success(), "istioctl {args:?}: {stdout}{stderr}");
-    stdout
+    (stdout, stderr)
 }
 
 /// `istioctl proxy-status`, for all proxies (default and verbose) and for one proxy
-/// against its Envoy's own config dump. istioctl asks for a token for the `default`
+/// against its Envoy's own config dump, then `istioctl x precheck`. istioctl asks for a token for the `default`
 /// ServiceAccount of the Istio namespace (TokenRequest), and meshd's TokenReview places
 /// the caller in its root namespace, so every proxy is listed.
 #[test]
@@ -76,6 +81,15 @@ fn the_real_istioctl_reads_proxy_status_from_meshd() {
     for part in ["Clusters Match", "Listeners Match", "Routes Match"] {
         assert!(compared.contains(part), "{part}:\n{compared}");
     }
+
+    // `x precheck` on the cluster meshd runs in: the API server's version, the admin's
+    // permissions, Gateway API versions and the alpha-annotation analyzer over the Istio
+    // namespace and the application's; it finds nothing in meshd's install.
+    let (stdout, stderr) = istioctl_on(&m.t, &["x", "precheck", "--namespace", &m.t.app]);
+    assert!(
+        stderr.contains("No issues found when checking the cluster"),
+        "{stdout}{stderr}"
+    );
 }
 
 /// The workload certificate an Envoy holds over SDS (its config dump's `default` secret):
