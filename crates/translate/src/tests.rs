@@ -81,6 +81,16 @@ fn sidecar(ns: &str, labels: serde_json::Value) -> Proxy {
     .unwrap()
 }
 
+/// The ingress gateway `gw-1` of istio-system (`istio: ingressgateway`).
+fn ingress_gateway() -> Proxy {
+    let meta = json!({"NAMESPACE": "istio-system", "LABELS": {"istio": "ingressgateway"}});
+    Proxy::from_node(
+        "router~10.1.1.1~gw-1.istio-system~istio-system.svc.cluster.local",
+        meta.as_object().unwrap(),
+    )
+    .unwrap()
+}
+
 #[test]
 fn clusters_are_named_outbound_port_subset_host_with_istio_metadata() {
     let cfg = proxy_config(&context(""), &sidecar("shop", json!({})));

@@ -10,7 +10,7 @@ use envoy_api::pb::google::protobuf::value::Kind;
 use prost::Message;
 use serde_json::json;
 
-use super::{context, sidecar};
+use super::{context, ingress_gateway, sidecar};
 use crate::istio_proxy::TypedStruct;
 use crate::{ProxyConfig, proxy_config};
 use model::Proxy;
@@ -27,15 +27,6 @@ fn mesh(metrics: &str) -> String {
 fn istio_proxy(mut p: Proxy) -> Proxy {
     p.istio_extensions = true;
     p
-}
-
-fn gateway() -> Proxy {
-    let meta = json!({"NAMESPACE": "istio-system", "LABELS": {"istio": "ingressgateway"}});
-    Proxy::from_node(
-        "router~10.1.1.1~gw-1.istio-system~istio-system.svc.cluster.local",
-        meta.as_object().unwrap(),
-    )
-    .unwrap()
 }
 
 fn web() -> Proxy {
@@ -85,7 +76,7 @@ fn all_filter_names(cfg: &ProxyConfig) -> Vec<String> {
 #[test]
 fn stock_envoy_gets_none_of_istios_filters() {
     let ctx = context(&mesh("prometheus"));
-    for proxy in [web(), gateway()] {
+    for proxy in [web(), ingress_gateway()] {
         let names = all_filter_names(&proxy_config(&ctx, &proxy));
         assert!(names.iter().all(|n| !n.starts_with("istio.")), "{names:?}");
     }
@@ -211,7 +202,7 @@ fn host_fallback_disabled<'a>(
 fn stats_take_the_destination_from_the_host_header_only_on_a_sidecars_outbound_side() {
     let ctx = context(&mesh("prometheus"));
     let sidecar = proxy_config(&ctx, &istio_proxy(web()));
-    let gateway = proxy_config(&ctx, &istio_proxy(gateway()));
+    let gateway = proxy_config(&ctx, &istio_proxy(ingress_gateway()));
     let stats = |cfg: &ProxyConfig, name: &str| {
         let chains = listener(cfg, name).filter_chains.iter();
         let managers: Vec<_> = chains

@@ -8,9 +8,8 @@ use envoy_api::pb::envoy::extensions::filters::network::http_connection_manager:
 use prost::Message;
 use serde_json::json;
 
-use super::{context, sidecar};
+use super::{context, ingress_gateway, sidecar};
 use crate::proxy_config;
-use model::Proxy;
 
 const OBJECTS: &str = "---\napiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: shop}\nspec: {clusterIP: 10.96.5.1, selector: {app: web}, ports: [{name: http, port: 80}]}\n---\napiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: gw, namespace: istio-system}\nspec:\n  selector: {istio: ingressgateway}\n  servers: [{port: {number: 80, name: http, protocol: HTTP}, hosts: ['*']}]\n";
 
@@ -26,14 +25,8 @@ fn settings(normalization: &str) -> (Vec<(bool, bool, i32)>, usize) {
         "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: istio, namespace: istio-system}}\ndata:\n  mesh: |\n{mesh}{OBJECTS}"
     );
     let ctx = context(&yaml);
-    let meta = json!({"NAMESPACE": "istio-system", "LABELS": {"istio": "ingressgateway"}});
-    let gateway = Proxy::from_node(
-        "router~10.1.1.1~gw-1.istio-system~istio-system.svc.cluster.local",
-        meta.as_object().unwrap(),
-    )
-    .unwrap();
     let mut all = Vec::new();
-    for p in [sidecar("shop", json!({"app": "web"})), gateway] {
+    for p in [sidecar("shop", json!({"app": "web"})), ingress_gateway()] {
         let cfg = proxy_config(&ctx, &p);
         let chains = cfg.listeners.iter().flat_map(|l| {
             l.filter_chains

@@ -13,7 +13,7 @@ use envoy_api::pb::envoy::r#type::tracing::v3::custom_tag;
 use prost::Message;
 use serde_json::json;
 
-use super::context;
+use super::{context, ingress_gateway};
 use crate::{ProxyConfig, proxy_config};
 use model::Proxy;
 
@@ -42,15 +42,6 @@ fn web() -> Proxy {
     .unwrap();
     p.service_cluster = "web.shop".into();
     p
-}
-
-fn gateway() -> Proxy {
-    let meta = json!({"NAMESPACE": "istio-system", "LABELS": {"istio": "ingressgateway"}});
-    Proxy::from_node(
-        "router~10.1.1.1~gw-1.istio-system~istio-system.svc.cluster.local",
-        meta.as_object().unwrap(),
-    )
-    .unwrap()
 }
 
 const GATEWAY: &str = "---\napiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: gw, namespace: istio-system}\nspec:\n  selector: {istio: ingressgateway}\n  servers: [{port: {number: 80, name: http, protocol: HTTP}, hosts: ['*']}]\n";
@@ -237,7 +228,7 @@ fn a_default_zipkin_provider_reports_through_its_services_outbound_cluster() {
         );
     }
     // A gateway's spans have upstream children.
-    let gw = config(ZIPKIN, &gateway());
+    let gw = config(ZIPKIN, &ingress_gateway());
     for hcm in managers(&gw) {
         let t = hcm.tracing.as_ref().unwrap();
         assert!(t.spawn_upstream_span.unwrap().value);
