@@ -1,6 +1,7 @@
 //! RDS for gateways: a route configuration per listener port (`http.PORT`) or HTTPS server
 //! (`https.PORT.NAME.GATEWAY.NS`), one virtual host per host that a server admits and a
-//! bound VirtualService claims, holding the routes of each such VirtualService in turn.
+//! bound VirtualService claims, holding the routes of each such VirtualService in turn;
+//! hosts whose routes come from the same VirtualServices share one virtual host.
 //! The plan ([`gateway_plan`]) is what both the full translation and the cache build from.
 
 use std::collections::BTreeMap;
@@ -24,9 +25,12 @@ pub struct GatewayRoute {
 }
 
 /// One virtual host of a gateway route configuration before assembly: `HOST:PORT`, for
-/// `host`, with the routes of each bound VirtualService in turn.
+/// `host` (and `more_hosts`), with the routes of each bound VirtualService in turn.
 pub struct GatewayVirtualHost<'a> {
     pub host: String,
+    /// Hosts whose routes come from the same VirtualServices, served by this virtual host
+    /// too ([`collapse`]).
+    pub more_hosts: Vec<String>,
     pub port: u32,
     pub sources: Vec<GatewayRoutes<'a>>,
     /// A server with `tls.httpsRedirect` admits the host: Envoy answers every plaintext
@@ -65,7 +69,10 @@ impl GatewayVirtualHost<'_> {
     pub fn head(&self) -> VirtualHost {
         VirtualHost {
             name: format!("{}:{}", self.host, self.port),
-            domains: vec![self.host.clone()],
+            domains: std::iter::once(&self.host)
+                .chain(&self.more_hosts)
+                .cloned()
+                .collect(),
             ..Default::default()
         }
     }
@@ -156,6 +163,7 @@ pub fn gateway_plan<'a>(
                     };
                     let vh = vhosts.entry(host).or_insert_with(|| GatewayVirtualHost {
                         host: host.to_string(),
+                        more_hosts: Vec::new(),
                         port,
                         sources: Vec::new(),
                         require_tls: false,
@@ -176,6 +184,7 @@ pub fn gateway_plan<'a>(
                     .map_or(&**server_host, |(_, h)| h);
                 let vh = vhosts.entry(host).or_insert_with(|| GatewayVirtualHost {
                     host: host.to_string(),
+                    more_hosts: Vec::new(),
                     port,
                     sources: Vec::new(),
                     require_tls: true,
@@ -184,5 +193,40 @@ pub fn gateway_plan<'a>(
             }
         }
     }
-    vhosts.into_values().collect()
+    collapse(vhosts.into_values().collect())
+}
+
+/// Merges virtual hosts whose routes come from the same VirtualServices in the same order
+/// (and that redirect alike) into one, as istiod's `collapseDuplicateRoutes` does: a
+/// VirtualService with several hosts gives a gateway one virtual host, not one copy of its
+/// routes per host. The most specific host (istiod's `MoreSpecific`: names before
+/// wildcards, longer first, then alphabetical) names it; the others follow as domains.
+fn collapse(vhosts: Vec<GatewayVirtualHost<'_>>) -> Vec<GatewayVirtualHost<'_>> {
+    let same = |a: &GatewayVirtualHost, b: &GatewayVirtualHost| {
+        a.require_tls == b.require_tls
+            && a.sources.len() == b.sources.len()
+            && a.sources
+                .iter()
+                .zip(&b.sources)
+                .all(|(x, y)| Arc::ptr_eq(x.vs, y.vs) && x.port == y.port && x.gateway == y.gateway)
+    };
+    let mut ordered = vhosts;
+    ordered.sort_by(|a, b| more_specific(&a.host, &b.host));
+    let mut kept: Vec<GatewayVirtualHost> = Vec::with_capacity(ordered.len());
+    for vh in ordered {
+        match kept.iter_mut().find(|k| same(k, &vh)) {
+            Some(primary) => primary.more_hosts.push(vh.host),
+            None => kept.push(vh),
+        }
+    }
+    kept.sort_by(|a, b| a.host.cmp(&b.host));
+    kept
+}
+
+/// istiod's host order: names before wildcards, longer before shorter, then alphabetical.
+fn more_specific(a: &str, b: &str) -> std::cmp::Ordering {
+    let wildcard = |h: &str| h.starts_with('*');
+    (wildcard(a).cmp(&wildcard(b)))
+        .then(b.len().cmp(&a.len()))
+        .then(a.cmp(b))
 }

@@ -32,6 +32,7 @@ pub(super) type GatewayHostMemo = Generations<u64, Vec<GatewayHostField>>;
 
 pub(super) struct GatewayHostField {
     host: String,
+    more_hosts: Vec<String>,
     port: u32,
     require_tls: bool,
     runs: Vec<Arc<[u8]>>,
@@ -153,7 +154,7 @@ impl ResourceCache {
         let key = {
             use std::hash::{BuildHasher, Hash, Hasher};
             let mut h = foldhash::fast::FixedState::default().build_hasher();
-            (&vh.host, vh.port, vh.require_tls).hash(&mut h);
+            (&vh.host, &vh.more_hosts, vh.port, vh.require_tls).hash(&mut h);
             for r in &runs {
                 (Arc::as_ptr(r) as *const u8 as usize).hash(&mut h);
             }
@@ -163,6 +164,7 @@ impl ResourceCache {
         let fields = memo.get(ctx.id(), key, Vec::new);
         let found = fields.iter().find(|f| {
             f.host == vh.host
+                && f.more_hosts == vh.more_hosts
                 && f.port == vh.port
                 && f.require_tls == vh.require_tls
                 && f.runs.len() == runs.len()
@@ -189,6 +191,7 @@ impl ResourceCache {
         let field: Arc<[u8]> = out.into();
         fields.push(GatewayHostField {
             host: vh.host.clone(),
+            more_hosts: vh.more_hosts.clone(),
             port: vh.port,
             require_tls: vh.require_tls,
             runs,

@@ -193,7 +193,11 @@ fn a_gateways_routes_are_cached_per_virtual_service_and_never_stale() {
     assert_views_agree(&first, &cache);
     let config = translate::proxy_config(&first, &gateways[0]);
     let http80 = config.routes.iter().find(|r| r.name == "http.80").unwrap();
-    assert_eq!(http80.virtual_hosts.len(), 44, "40 + a, b, c and svc-5");
+    assert_eq!(
+        http80.virtual_hosts.len(),
+        43,
+        "40 + a and b (one VirtualService, one virtual host), c and svc-5"
+    );
 
     // One VirtualService edited: its routes are the one entry translated again, for
     // both gateways (one on VHDS) and both views of each.
