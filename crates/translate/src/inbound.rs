@@ -305,6 +305,8 @@ fn inbound_hcm(
         request_id_extension: Some(super::tracing::request_id_extension()),
         // Streams idle for long (server streaming, long polls) stay open, as istiod's.
         stream_idle_timeout: Some(duration(std::time::Duration::ZERO)),
+        // `Expect: 100-continue` reaches the application, as istiod's.
+        proxy_100_continue: true,
         ..Default::default()
     };
     super::listener::PathNormalization::of(mesh).apply(&mut hcm);

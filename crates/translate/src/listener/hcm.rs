@@ -271,6 +271,9 @@ pub(super) fn http_connection_manager(
         request_id_extension: Some(crate::tracing::request_id_extension()),
         // Streams idle for long (server streaming, long polls) stay open, as istiod's.
         stream_idle_timeout: Some(crate::duration(std::time::Duration::ZERO)),
+        // `Expect: 100-continue` goes to the server, which answers it (istiod's
+        // ENABLE_100_CONTINUE_HEADERS default), instead of Envoy answering for it.
+        proxy_100_continue: true,
         ..Default::default()
     };
     PathNormalization::of(mesh).apply(&mut hcm);
