@@ -9,12 +9,12 @@ use std::sync::Arc;
 
 use p256::ecdsa::signature::{Error as SignatureError, Keypair, Signer};
 use p256::ecdsa::{DerSignature, SigningKey};
-use p256::pkcs8::{DecodePrivateKey, EncodePrivateKey};
+use p256::pkcs8::DecodePrivateKey;
 use ring::rand::SystemRandom;
 use ring::signature::{RSA_PKCS1_SHA256, RsaKeyPair};
 use x509_cert::der::asn1::{BitString, Null};
 use x509_cert::der::oid::ObjectIdentifier;
-use x509_cert::der::{Any, Document, pem::LineEnding};
+use x509_cert::der::{Any, Document};
 use x509_cert::spki::{
     AlgorithmIdentifierOwned, DynSignatureAlgorithmIdentifier, EncodePublicKey,
     SignatureBitStringEncoding, SubjectPublicKeyInfoOwned,
@@ -92,10 +92,7 @@ impl CaKey {
     /// The key as PEM: PKCS#8 for P-256, an RSA key as it was read.
     pub fn to_pem(&self) -> Result<String, CaError> {
         match self {
-            CaKey::P256(key) => key
-                .to_pkcs8_pem(LineEnding::LF)
-                .map(|p| p.to_string())
-                .map_err(|e| CaError::Internal(e.to_string())),
+            CaKey::P256(key) => super::material::key_to_pem(key),
             CaKey::Rsa(key) => Ok(key.pem.clone()),
         }
     }

@@ -118,11 +118,10 @@ impl Istiod {
             None => Ok(istiod),
             Some(status) => {
                 let log = istiod.log();
-                let tail: Vec<&str> = log.lines().rev().take(40).collect();
-                let tail: Vec<&str> = tail.into_iter().rev().collect();
+                let lines: Vec<&str> = log.lines().collect();
+                let tail = lines[lines.len().saturating_sub(40)..].join("\n");
                 Err(format!(
-                    "istiod exited ({status}) before it was ready; the end of its log:\n{}",
-                    tail.join("\n")
+                    "istiod exited ({status}) before it was ready; the end of its log:\n{tail}"
                 ))
             }
         }

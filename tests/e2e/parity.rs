@@ -109,10 +109,7 @@ impl Proxy {
             node: Node {
                 id: id.into(),
                 cluster: format!("{workload}.{namespace}"),
-                metadata: match translate::json_value(&metadata).kind {
-                    Some(envoy_api::pb::google::protobuf::value::Kind::StructValue(s)) => Some(s),
-                    _ => unreachable!("an object"),
-                },
+                metadata: metadata.as_object().map(translate::json_struct),
                 // What istio-proxy's Envoy reports among the extensions it was built with,
                 // by which both control planes may know it.
                 extensions: vec![Extension {

@@ -87,12 +87,12 @@ pub struct TypedStruct {
 
 /// A `udpa.type.v1.TypedStruct` of `type_url` with the object `fields`.
 fn typed_struct(type_url: &str, fields: serde_json::Value) -> Any {
-    let Some(pbp::value::Kind::StructValue(value)) = super::json_value(&fields).kind else {
+    let serde_json::Value::Object(fields) = fields else {
         unreachable!("BUG: the fields of a TypedStruct are an object")
     };
     Any {
         type_url: "type.googleapis.com/udpa.type.v1.TypedStruct".into(),
-        value: super::canonical::encode_typed_struct(type_url, &value),
+        value: super::canonical::encode_typed_struct(type_url, &super::json_struct(&fields)),
     }
 }
 
@@ -136,8 +136,9 @@ pub fn add_view_cluster_filters(clusters: &mut [Cluster]) {
 }
 
 fn add_cluster_filters_where(clusters: &mut [Cluster], which: impl Fn(&Cluster) -> bool) {
+    let filter = cluster_filter();
     for c in clusters.iter_mut().filter(|c| which(c)) {
-        c.filters.push(cluster_filter());
+        c.filters.push(filter.clone());
     }
 }
 
@@ -225,40 +226,59 @@ fn stats(host_header_fallback: bool) -> Any {
     pack("stats.PluginConfig", config)
 }
 
+/// The filters [`add_listener_filters`] places, built once for all of a view's listeners.
+struct Built {
+    /// The network metadata exchange that opens every inbound chain.
+    tcp_mx: Filter,
+    /// The HTTP metadata exchange of other and of inbound connection managers.
+    http_mx: [HttpFilter; 2],
+    alpn: HttpFilter,
+    /// meshd's own ALPN filter, which `istio.alpn` replaces.
+    sniffed_alpn: HttpFilter,
+    /// One per Prometheus provider.
+    stats: usize,
+}
+
 /// Adds Istio's filters to the listeners of a proxy of `kind`.
 pub fn add_listener_filters(listeners: &mut [Listener], filters: &IstioFilters, kind: ProxyKind) {
-    let sniffed_alpn = super::sniff::mtls_http_alpn_filter();
+    let built = Built {
+        tcp_mx: network_filter(MX_FILTER, tcp_mx()),
+        http_mx: [http_mx(false), http_mx(true)],
+        alpn: alpn(),
+        sniffed_alpn: super::sniff::mtls_http_alpn_filter(),
+        stats: filters.stats,
+    };
+    // The Host header names the destination only for a sidecar's own clients.
+    let sidecar_outbound_stats = stats(kind == ProxyKind::Sidecar);
+    let inbound_stats = stats(false);
     for listener in listeners {
         let inbound = super::is_inbound(listener.traffic_direction);
-        // The Host header names the destination only for a sidecar's own clients.
-        let stats_any = stats(!inbound && kind == ProxyKind::Sidecar);
+        let stats_any = if inbound {
+            &inbound_stats
+        } else {
+            &sidecar_outbound_stats
+        };
         let chains =
             (listener.filter_chains.iter_mut()).chain(listener.default_filter_chain.iter_mut());
         for chain in chains {
-            edit_chain(chain, inbound, filters, &stats_any, &sniffed_alpn);
+            edit_chain(chain, inbound, &built, stats_any);
         }
     }
 }
 
-fn edit_chain(
-    chain: &mut FilterChain,
-    inbound: bool,
-    filters: &IstioFilters,
-    stats_any: &Any,
-    sniffed_alpn: &HttpFilter,
-) {
+fn edit_chain(chain: &mut FilterChain, inbound: bool, built: &Built, stats_any: &Any) {
     let mut i = 0;
     while i < chain.filters.len() {
         let filter = &mut chain.filters[i];
         match (filter.name.as_str(), &mut filter.config_type) {
             (super::listener::HCM, Some(ConfigType::TypedConfig(any))) => {
                 if let Ok(mut hcm) = HttpConnectionManager::decode(any.value.as_slice()) {
-                    edit_hcm(&mut hcm, inbound, filters, stats_any, sniffed_alpn);
+                    edit_hcm(&mut hcm, inbound, built, stats_any);
                     *any = pack_any(hcm);
                 }
             }
             (super::listener::TCP_PROXY, _) => {
-                for _ in 0..filters.stats {
+                for _ in 0..built.stats {
                     chain
                         .filters
                         .insert(i, network_filter(STATS_FILTER, stats_any.clone()));
@@ -270,29 +290,23 @@ fn edit_chain(
         i += 1;
     }
     if inbound {
-        chain.filters.insert(0, network_filter(MX_FILTER, tcp_mx()));
+        chain.filters.insert(0, built.tcp_mx.clone());
     }
 }
 
-fn edit_hcm(
-    hcm: &mut HttpConnectionManager,
-    inbound: bool,
-    filters: &IstioFilters,
-    stats_any: &Any,
-    sniffed_alpn: &HttpFilter,
-) {
+fn edit_hcm(hcm: &mut HttpConnectionManager, inbound: bool, built: &Built, stats_any: &Any) {
     let list = &mut hcm.http_filters;
-    list.insert(0, http_mx(inbound));
+    list.insert(0, built.http_mx[inbound as usize].clone());
     if !inbound {
         // istio.alpn does what meshd's own ALPN filter state does for stock Envoy.
-        list.retain(|f| f != sniffed_alpn);
+        list.retain(|f| *f != built.sniffed_alpn);
         let at = (list.iter())
             .position(|f| f.name == super::filters::FAULT_FILTER)
             .unwrap_or(list.len().saturating_sub(1));
-        list.insert(at, alpn());
+        list.insert(at, built.alpn.clone());
     }
     let router = list.len().saturating_sub(1);
-    for _ in 0..filters.stats {
+    for _ in 0..built.stats {
         list.insert(router, http_filter(STATS_FILTER, stats_any.clone()));
     }
 }

@@ -334,14 +334,19 @@ pub fn json_value(v: &serde_json::Value) -> pbp::Value {
         serde_json::Value::Array(items) => Kind::ListValue(pbp::ListValue {
             values: items.iter().map(json_value).collect(),
         }),
-        serde_json::Value::Object(map) => Kind::StructValue(Struct {
-            fields: map
-                .iter()
-                .map(|(k, v)| (k.clone(), json_value(v)))
-                .collect(),
-        }),
+        serde_json::Value::Object(map) => Kind::StructValue(json_struct(map)),
     };
     pbp::Value { kind: Some(kind) }
+}
+
+/// A JSON object as a protobuf `Struct`.
+pub fn json_struct(map: &serde_json::Map<String, serde_json::Value>) -> Struct {
+    Struct {
+        fields: map
+            .iter()
+            .map(|(k, v)| (k.clone(), json_value(v)))
+            .collect(),
+    }
 }
 
 /// `metadata.filter_metadata.istio` with the given fields.

@@ -6,7 +6,6 @@ use envoy_api::pb::envoy::config::listener::v3::{Filter, Listener, filter::Confi
 use envoy_api::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
     HttpConnectionManager, http_filter,
 };
-use envoy_api::pb::google::protobuf::value::Kind;
 use prost::Message;
 use serde_json::json;
 
@@ -147,10 +146,7 @@ fn the_exchange_filters_carry_istiods_configurations() {
         let t = TypedStruct::decode(any.value.as_slice()).unwrap();
         (t.type_url, t.value.unwrap())
     };
-    let fields = |json: serde_json::Value| match crate::json_value(&json).kind {
-        Some(Kind::StructValue(s)) => s,
-        _ => unreachable!(),
-    };
+    let fields = |json: serde_json::Value| crate::json_struct(json.as_object().unwrap());
     let cluster = cfg
         .clusters
         .iter()
