@@ -115,9 +115,10 @@ pub fn service(
         stat_name(&mut c, ctx, svc, port.port, "");
         proxy_protocol(&mut c, base_policy);
         let lb = locality::lb(&ctx.mesh, base_policy, svc.traffic_distribution).map(|lb| (lb, at));
-        balance(&mut c, lb, svc, port.port, |_| true);
+        let sent = sends_unready(svc, base_policy);
+        balance(&mut c, lb, svc, port.port, sent);
         if is_eds(&c) {
-            assignments.push(load_assignment(&name, svc, port.port, |_| true, split, lb));
+            assignments.push(load_assignment(&name, svc, port.port, sent, split, lb));
         }
         clusters.push(c);
         let Some((dr_obj, dr_spec)) = dr else {
@@ -135,7 +136,9 @@ pub fn service(
             }
             stat_name(&mut c, ctx, svc, port.port, &subset.name);
             proxy_protocol(&mut c, policy);
-            let in_subset = |e: &model::Endpoint| labels_match(&subset.labels, &e.labels);
+            let sent = sends_unready(svc, policy);
+            let in_subset =
+                |e: &model::Endpoint| labels_match(&subset.labels, &e.labels) && sent(e);
             let lb = locality::lb(&ctx.mesh, policy, svc.traffic_distribution).map(|lb| (lb, at));
             balance(&mut c, lb, svc, port.port, in_subset);
             if is_eds(&c) {
@@ -145,6 +148,23 @@ pub fn service(
         }
     }
     (clusters, assignments)
+}
+
+/// Which endpoints a service cluster's load assignment holds: all, not-ready ones as
+/// `UNHEALTHY` (Envoy counts them, and with panic mode off never sends them requests), but
+/// where outlier detection's `minHealthPercent` turns panic mode on, only the ready ones,
+/// as istiod's `supportsUnhealthyEndpoints` (a service with a `trafficDistribution` keeps
+/// them: its zone spill-over is told by their health).
+fn sends_unready(
+    svc: &Service,
+    policy: Option<&TrafficPolicy>,
+) -> impl Fn(&model::Endpoint) -> bool + Copy {
+    let panics = policy
+        .and_then(|p| p.outlier_detection.as_ref())
+        .and_then(|o| o.min_health_percent)
+        .is_some_and(|p| p > 0);
+    let all = !panics || svc.traffic_distribution != model::service::TrafficDistribution::Any;
+    move |e: &model::Endpoint| all || e.healthy
 }
 
 /// MeshConfig's `outboundClusterStatName` for the cluster of `svc`'s `port` and `subset`,
@@ -412,6 +432,7 @@ fn build(
         (&ctx.mesh, pool::mesh_upgrades(&ctx.mesh, port.protocol)),
     );
     pool::outlier_detection(&mut c, policy.and_then(|p| p.outlier_detection.as_ref()));
+    pool::no_panic_by_default(&mut c);
     if let Some(tls) = policy.and_then(|p| p.tls.as_ref()) {
         originate_tls(&mut c, tls, &mut http, kind, secure);
     }

@@ -7,7 +7,7 @@
 
 use envoy_api::pb::envoy::config::cluster::v3::{
     CircuitBreakers, Cluster, OutlierDetection as EnvoyOutlierDetection, UpstreamConnectionOptions,
-    circuit_breakers::Thresholds, cluster::CommonLbConfig,
+    circuit_breakers::Thresholds, cluster::CommonLbConfig, cluster::LbPolicy,
 };
 use envoy_api::pb::envoy::config::core::v3::{
     Http2ProtocolOptions, HttpProtocolOptions as CommonHttpProtocolOptions,
@@ -311,6 +311,23 @@ fn merge_keepalive(out: &mut EnvoyTcpKeepalive, k: &TcpKeepalive) {
     }
     if let Some(interval) = seconds(k.interval.as_deref()) {
         out.keepalive_interval = Some(interval);
+    }
+}
+
+/// Panic mode off (a threshold of 0) where outlier detection set no threshold, as istiod
+/// does for every service that may send not-ready endpoints (all, by its default
+/// `PILOT_AUTO_SEND_UNHEALTHY_ENDPOINTS`): Envoy's default of 50% would send requests to
+/// the `UNHEALTHY` endpoints of a service with fewer than half of them ready. Not for
+/// clusters whose load balancer the cluster provides (original destination).
+pub fn no_panic_by_default(c: &mut Cluster) {
+    if c.lb_policy == LbPolicy::ClusterProvided as i32 {
+        return;
+    }
+    let lb = c
+        .common_lb_config
+        .get_or_insert_with(CommonLbConfig::default);
+    if lb.healthy_panic_threshold.is_none() {
+        lb.healthy_panic_threshold = Some(Percent { value: 0.0 });
     }
 }
 

@@ -2004,3 +2004,4 @@ mod service_entry_addresses;
 mod shared_hosts;
 mod stat_names;
 mod tracing;
+mod unready_endpoints;
