@@ -3,9 +3,11 @@
 //! with the injector's flags) writes its rules with Debian's iptables (`tools/build.sh
 //! iptables`), then `meshd agent --envoy` runs as the proxy's uid 1337, as the injected
 //! `istio-proxy` container does. An application in the namespace calls a Service by its
-//! cluster IP and is answered through Envoy; a call from outside to the pod's port reaches
-//! the application through Envoy's inbound side. Envoy's statistics show both. Needs root
-//! (network namespaces, iptables); without it the test fails saying so.
+//! cluster IP and is answered through Envoy, and speaks a protocol other than HTTP on the
+//! Service's HTTP port to an address outside the mesh, which passes through; a call from
+//! outside to the pod's port reaches the application through Envoy's inbound side.
+//! Envoy's statistics show each. Needs root (network namespaces, iptables); without it
+//! the test fails saying so.
 
 use std::fs::File;
 use std::io::{Read, Write};
@@ -324,6 +326,34 @@ endpoints: [{{addresses: [{pod_ip}], conditions: {{ready: true}}, targetRef: {{k
     );
     let outbound = "cluster.outbound|80||echo.shop.svc.cluster.local.upstream_rq_total";
     assert!(envoy_stat(&ns, outbound) >= 1, "{outbound}");
+
+    // Not HTTP, to an address no service has, on a port an HTTP service declares: the
+    // HTTP inspector tells it apart, and it passes through to where it was going.
+    let raw = TcpListener::bind(format!("{host_ip}:80")).unwrap();
+    std::thread::spawn(move || {
+        for mut conn in raw.incoming().flatten() {
+            let mut line = [0u8; 5];
+            if conn.read_exact(&mut line).is_ok() && &line == b"PING\n" {
+                let _ = conn.write_all(b"PONG\n");
+            }
+        }
+    });
+    let target = format!("{host_ip}:80");
+    let answer = ns.run(move || {
+        let mut s = std::net::TcpStream::connect(&target).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.write_all(b"PING\n").unwrap();
+        let mut answer = Vec::new();
+        let _ = s.read_to_end(&mut answer);
+        answer
+    });
+    assert_eq!(
+        String::from_utf8_lossy(&answer),
+        "PONG\n",
+        "a non-HTTP protocol on port 80 to an address outside the mesh"
+    );
+    let passed = "cluster.PassthroughCluster.upstream_cx_total";
+    assert!(envoy_stat(&ns, passed) >= 1, "{passed}");
 
     // Inbound: a caller outside reaches the application through Envoy's inbound side.
     let reached = http_get(

@@ -253,7 +253,6 @@ pub fn https_chain(
         }),
         transport_socket: Some(transport_socket),
         filters,
-        transport_socket_connect_timeout: Some(super::duration(std::time::Duration::from_secs(15))),
         ..Default::default()
     }
 }

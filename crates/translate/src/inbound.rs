@@ -510,6 +510,7 @@ fn tls_inspected(
         listener_filters_timeout: Some(duration(timeout)),
         continue_on_listener_filters_timeout: true,
         filter_chains: chains,
+        max_connections_to_accept_per_socket_event: bind_to_port.then(super::listener::accept_one),
         ..Default::default()
     }
 }

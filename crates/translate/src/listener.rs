@@ -35,7 +35,7 @@ use envoy_api::pb::envoy::extensions::filters::network::tcp_proxy::v3::{
 use envoy_api::pb::envoy::r#type::v3::{
     HashPolicy as TcpHashPolicy, hash_policy::PolicySpecifier as TcpHashSpecifier,
 };
-use envoy_api::pb::google::protobuf::BoolValue;
+use envoy_api::pb::google::protobuf::{BoolValue, UInt32Value};
 use envoy_api::util::pack_any;
 
 use super::endpoint::socket_address;
@@ -167,7 +167,7 @@ fn default_chain(match_all: Vec<Chain>, fallthrough: &str) -> FilterChain {
     match match_all.into_iter().next() {
         Some(c) => filter_chain(c),
         None => FilterChain {
-            name: "PassthroughFilterChain".into(),
+            name: PASSTHROUGH_FILTER_CHAIN.into(),
             filter_chain_match: Some(FilterChainMatch::default()),
             filters: vec![tcp_proxy(fallthrough)],
             ..Default::default()
@@ -188,6 +188,11 @@ fn filter_chain(c: Chain) -> FilterChain {
         filters: vec![c.filter],
         ..Default::default()
     }
+}
+
+/// The address a sidecar's shared outbound listeners take when nothing binds them.
+fn is_wildcard(bind: &str) -> bool {
+    bind == "0.0.0.0" || bind == "::"
 }
 
 fn tls_inspector() -> ListenerFilter {
@@ -218,9 +223,43 @@ fn listener(
             filters,
             ..Default::default()
         }],
+        max_connections_to_accept_per_socket_event: bind_to_port.then(accept_one),
         ..Default::default()
     }
 }
+
+/// One connection accepted per socket event on a listener that binds (istiod's
+/// `MAX_CONNECTIONS_PER_SOCKET_EVENT_LOOP` default), which spreads a burst of connections
+/// over Envoy's workers instead of handing it to the one that woke first.
+pub(crate) fn accept_one() -> UInt32Value {
+    UInt32Value { value: 1 }
+}
+
+/// How long a client may take over its TLS handshake once a chain is chosen (istiod's
+/// `GATEWAY_TRANSPORT_SOCKET_CONNECT_TIMEOUT` default, on every chain of its per-port
+/// outbound and gateway listeners): a slow handshake cannot hold a connection's memory.
+pub(crate) fn handshake_timeout() -> Option<envoy_api::pb::google::protobuf::Duration> {
+    Some(super::duration(std::time::Duration::from_secs(15)))
+}
+
+/// What istiod's `buildListenerFromEntry` sets on every per-port outbound listener:
+/// listener filters that wait without limit unless the HTTP inspector's detection
+/// timeout is set (and then continue rather than close), and the handshake timeout on
+/// each chain but `PassthroughFilterChain`.
+fn outbound_options(l: &mut Listener) {
+    l.continue_on_listener_filters_timeout = true;
+    l.listener_filters_timeout
+        .get_or_insert_with(|| super::duration(std::time::Duration::ZERO));
+    let chains = l
+        .filter_chains
+        .iter_mut()
+        .chain((l.default_filter_chain.as_mut()).filter(|c| c.name != PASSTHROUGH_FILTER_CHAIN));
+    for c in chains {
+        c.transport_socket_connect_timeout = handshake_timeout();
+    }
+}
+
+const PASSTHROUGH_FILTER_CHAIN: &str = "PassthroughFilterChain";
 
 /// The services of one sidecar route configuration: `"PORT"`, every HTTP service of the
 /// port, or a sniffed listener's own `HOST:PORT` (`sniffed`: its one service); and the
@@ -573,19 +612,31 @@ pub fn sidecar_listeners<'a>(
     let fallthrough = super::unknown_destination(ctx, proxy);
     let fallthrough = fallthrough.as_deref().unwrap_or(BLACKHOLE_CLUSTER);
     let mut listeners: Vec<Listener> = (outbound.listeners.into_values())
-        .map(|o| match o.rds {
-            None => outbound_listener(&o.bind, o.port, o.bind_to_port, o.chains, fallthrough),
-            Some(rds) if !o.sniffed && o.chains.is_empty() => {
-                let name = format!("{}_{}", o.bind, o.port);
-                let prefix = format!("outbound_{name}");
-                let hcm = http_connection_manager(prefix, rds, Hcm::Outbound, &ctx.mesh);
-                let direction = TrafficDirection::Outbound;
-                listener(&o.bind, o.port, o.bind_to_port, direction, vec![hcm])
-            }
-            Some(rds) => {
-                let (bind, port, bound) = (&o.bind, o.port, o.bind_to_port);
-                sniffed_listener(bind, port, bound, rds, o.chains, fallthrough, &ctx.mesh)
-            }
+        .map(|o| {
+            let (bind, port, bound) = (&o.bind, o.port, o.bind_to_port);
+            let mut l = match o.rds {
+                None => outbound_listener(bind, port, bound, o.chains, fallthrough),
+                // HTTP on a real bind: nothing else can arrive there.
+                Some(rds) if !o.sniffed && o.chains.is_empty() && !is_wildcard(bind) => {
+                    let prefix = format!("outbound_{bind}_{port}");
+                    let hcm = http_connection_manager(prefix, rds, Hcm::Outbound, &ctx.mesh);
+                    let direction = TrafficDirection::Outbound;
+                    listener(bind, port, bound, direction, vec![hcm])
+                }
+                // HTTP on 0.0.0.0 takes every connection to the port whose destination no
+                // other listener has: what is not HTTP passes through (or is refused), as
+                // istiod's HTTP listener with its fallthrough chain.
+                Some(rds) if !o.sniffed && o.chains.is_empty() => {
+                    let http = (rds, Hcm::Outbound);
+                    sniffed_listener(bind, port, bound, http, o.chains, fallthrough, &ctx.mesh)
+                }
+                Some(rds) => {
+                    let http = (rds, Hcm::Sniffed);
+                    sniffed_listener(bind, port, bound, http, o.chains, fallthrough, &ctx.mesh)
+                }
+            };
+            outbound_options(&mut l);
+            l
         })
         .collect();
     if proxy.interception != Interception::None {
@@ -598,13 +649,25 @@ pub fn sidecar_listeners<'a>(
         );
         virtual_outbound.name = "virtualOutbound".into();
         virtual_outbound.filter_chains[0].name = "virtualOutbound-catchall-tcp".into();
+        // A connection to 15001 itself would pass through back to this listener.
+        let blackhole = FilterChain {
+            name: "virtualOutbound-blackhole".into(),
+            filter_chain_match: Some(FilterChainMatch {
+                destination_port: Some(UInt32Value { value: 15001 }),
+                ..Default::default()
+            }),
+            filters: vec![tcp_proxy(BLACKHOLE_CLUSTER)],
+            ..Default::default()
+        };
+        virtual_outbound.filter_chains.insert(0, blackhole);
         virtual_outbound.use_original_dst = Some(BoolValue { value: true });
         listeners.push(virtual_outbound);
     }
     (listeners, outbound.routes)
 }
 
-/// A sniffed outbound listener, as istiod's `buildListenerFromEntry` assembles one: the
+/// A sniffed outbound listener, as istiod's `buildListenerFromEntry` assembles one (its
+/// connection manager `kind`'s: a sniffed port's, or an HTTP port's on 0.0.0.0): the
 /// HTTP chain matches what the HTTP inspector reports for plaintext HTTP; chains matching
 /// on SNI (with the TLS inspector) stay; a chain matching every connection becomes the
 /// default chain, else `PassthroughFilterChain` to `fallthrough`. The inspectors wait for
@@ -615,14 +678,14 @@ fn sniffed_listener(
     bind: &str,
     port: u32,
     bind_to_port: bool,
-    rds: String,
+    (rds, kind): (String, Hcm),
     chains: Vec<Chain>,
     fallthrough: &str,
     mesh: &MeshConfig,
 ) -> Listener {
     let mut l = outbound_listener(bind, port, bind_to_port, Vec::new(), fallthrough);
     let prefix = format!("outbound_{}", l.name);
-    let hcm = http_connection_manager(prefix, rds, Hcm::Sniffed, mesh);
+    let hcm = http_connection_manager(prefix, rds, kind, mesh);
     let (match_all, matching): (Vec<Chain>, Vec<Chain>) =
         chains.into_iter().partition(Chain::matches_all);
     if matching.iter().any(|c| !c.server_names.is_empty()) {

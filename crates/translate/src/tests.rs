@@ -587,8 +587,10 @@ spec:
     };
     use prost::Message;
     let to = |outbound: &envoy_api::pb::envoy::config::listener::v3::Listener| {
-        let Some(ConfigType::TypedConfig(any)) = &outbound.filter_chains[0].filters[0].config_type
-        else {
+        let catch_all = (outbound.filter_chains.iter())
+            .find(|c| c.name == "virtualOutbound-catchall-tcp")
+            .unwrap();
+        let Some(ConfigType::TypedConfig(any)) = &catch_all.filters[0].config_type else {
             panic!()
         };
         TcpProxy::decode(any.value.as_slice())
@@ -1996,6 +1998,7 @@ mod gateway_redirect;
 mod inbound_route;
 mod istio_proxy;
 mod mesh_cluster_defaults;
+mod outbound_listeners;
 mod path_normalization;
 mod protocol_detection;
 mod retries;

@@ -390,6 +390,12 @@ pub fn gateway(
             ));
         }
     }
+    for chain in listeners
+        .iter_mut()
+        .flat_map(|l| l.filter_chains.iter_mut())
+    {
+        chain.transport_socket_connect_timeout = super::handshake_timeout();
+    }
     if !authorization.tcp.is_empty() {
         let chains = listeners
             .iter_mut()
