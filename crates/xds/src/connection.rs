@@ -256,6 +256,14 @@ impl SyncStatus {
     }
 }
 
+/// The types istiod's `/debug/syncz` shows as `NAME_sent` and `NAME_acked`.
+const ISTIOD_SYNC_FIELDS: [(TypeKind, &str); 4] = [
+    (TypeKind::Cluster, "cluster"),
+    (TypeKind::Listener, "listener"),
+    (TypeKind::Route, "route"),
+    (TypeKind::Endpoint, "endpoint"),
+];
+
 impl Serialize for SyncStatus {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeMap;
@@ -263,13 +271,24 @@ impl Serialize for SyncStatus {
         let types: BTreeMap<&str, &TypeStatus> = (PUSH_ORDER.iter())
             .filter_map(|k| Some((k.short(), &**self.types[*k as usize].as_ref()?)))
             .collect();
-        let mut m = s.serialize_map(Some(9))?;
+        let mut m = s.serialize_map(None)?;
         m.serialize_entry("connection_id", &self.connection_id())?;
         m.serialize_entry("proxy", &p.id)?;
         m.serialize_entry("proxy_type", &p.kind)?;
         m.serialize_entry("namespace", &p.namespace)?;
         m.serialize_entry("cluster_id", &p.cluster_id)?;
         m.serialize_entry("istio_version", p.istio_version.as_deref().unwrap_or(""))?;
+        // istiod's fields: nonce sent and ACKed per type, each only when not empty.
+        for (kind, name) in ISTIOD_SYNC_FIELDS {
+            let Some(t) = &self.types[kind as usize] else {
+                continue;
+            };
+            for (suffix, nonce) in [("sent", &t.nonce_sent), ("acked", &t.nonce_acked)] {
+                if !nonce.is_empty() {
+                    m.serialize_entry(&format!("{name}_{suffix}"), nonce)?;
+                }
+            }
+        }
         m.serialize_entry("delta", &self.delta)?;
         m.serialize_entry("types", &types)?;
         m.serialize_entry("in_sync_push", &self.in_sync_push)?;
@@ -667,7 +686,7 @@ mod tests {
     use model::config::Kind;
 
     #[test]
-    fn sync_status_shows_the_proxys_names_and_its_types_by_name() {
+    fn sync_status_shows_the_proxys_names_its_types_and_istiods_nonce_fields() {
         let meta = serde_json::json!({"NAMESPACE": "shop", "CLUSTER_ID": "east", "ISTIO_VERSION": "1.28.0"});
         let proxy = Proxy::from_node(
             "sidecar~10.1.2.3~reviews-0.shop~shop.svc.cluster.local",
@@ -685,7 +704,9 @@ mod tests {
         let rds = status.of(TypeKind::Route);
         rds.nonce_sent = "3-2".into();
         rds.version_sent = "v/3".into();
-        status.of(TypeKind::Cluster).responses = 1;
+        let cds = status.of(TypeKind::Cluster);
+        cds.responses = 1;
+        (cds.nonce_sent, cds.nonce_acked) = ("3-1".into(), "3-1".into());
         let shown = serde_json::to_value(&status).unwrap();
         assert_eq!(
             shown,
@@ -696,10 +717,13 @@ mod tests {
                 "namespace": "shop",
                 "cluster_id": "east",
                 "istio_version": "1.28.0",
+                "cluster_sent": "3-1",
+                "cluster_acked": "3-1",
+                "route_sent": "3-2",
                 "delta": true,
                 "in_sync_push": 3,
                 "types": {
-                    "cds": {"nonce_sent": "", "nonce_acked": "", "version_sent": "", "version_acked": "",
+                    "cds": {"nonce_sent": "3-1", "nonce_acked": "3-1", "version_sent": "", "version_acked": "",
                             "responses": 1, "resources": 0, "rejects": 0, "rejected": false, "last_error": null},
                     "rds": {"nonce_sent": "3-2", "nonce_acked": "", "version_sent": "v/3", "version_acked": "",
                             "responses": 0, "resources": 0, "rejects": 0, "rejected": false, "last_error": null},
