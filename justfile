@@ -60,6 +60,15 @@ parity:
 bench-istiod proxies="1000" change="endpoint":
     cargo bench --locked --features loadgen --bench istiod -- --services 1000 --namespaces 50 --proxies {{proxies}} --warm-proxies 50 --change {{change}} --changes 5
 
+# The change storm (as bench-storm) against meshd, then istiod, on the same API server.
+bench-istiod-storm proxies="1000" rate="1000" duration="60s":
+    cargo bench --locked --features loadgen --bench istiod -- --services 1000 --namespaces 50 --proxies {{proxies}} --warm-proxies 50 --change none --storm-rate {{rate}} --storm-duration {{duration}}
+
+# Certificates per second and CPU per certificate through meshd's and istiod's CA APIs,
+# one sitting, same root and client (target/ca-istiod.json).
+bench-ca-istiod seconds="10":
+    cargo bench --locked --bench ca_istiod -- {{seconds}}
+
 # meshd's push-context build on Istio's own benchmark configurations next to Istio's Go
 # benchmark of the same (go test -bench), one sitting (target/istio-configs.json).
 bench-istio-configs:

@@ -10,11 +10,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use transport::admission::Admission;
 
+#[path = "support/ca_load.rs"]
+mod ca_load;
+
 use meshd::ca::authn::{Authenticator, TokenVerifier};
 use meshd::ca::material::{Material, key_to_pem};
 use meshd::ca::service::CaService;
-use meshd::ca::service::pb::IstioCertificateRequest;
-use meshd::ca::service::pb::istio_certificate_service_client::IstioCertificateServiceClient;
 use meshd::ca::{CertTtl, CertificateAuthority, Identity, csr};
 use meshd::metrics::Metrics;
 use p256::ecdsa::signature::{Signer, Verifier};
@@ -124,33 +125,8 @@ async fn grpc_rate(seconds: f64) -> f64 {
         .await
         .unwrap();
 
-    let done = Arc::new(AtomicU64::new(0));
-    let deadline = Instant::now() + Duration::from_secs_f64(seconds);
-    let workers: Vec<_> = (0..IN_FLIGHT)
-        .map(|_| {
-            let mut client = IstioCertificateServiceClient::new(channel.clone());
-            let done = done.clone();
-            let csr_pem = csr_pem.clone();
-            tokio::spawn(async move {
-                while Instant::now() < deadline {
-                    let r = client
-                        .create_certificate(IstioCertificateRequest {
-                            csr: csr_pem.clone(),
-                            validity_duration: 3600,
-                            metadata: None,
-                        })
-                        .await
-                        .expect("the CA refused a valid request");
-                    assert_eq!(r.into_inner().cert_chain.len(), 2);
-                    done.fetch_add(1, Ordering::Relaxed);
-                }
-            })
-        })
-        .collect();
-    for w in workers {
-        w.await.unwrap();
-    }
-    done.load(Ordering::Relaxed) as f64 / seconds
+    let (issued, took) = ca_load::drive(&[channel], None, &csr_pem, IN_FLIGHT, seconds).await;
+    issued as f64 / took
 }
 
 fn main() {

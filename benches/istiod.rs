@@ -90,6 +90,11 @@ fn main() {
         "convergence_p50": ratio(&istiod_run, &meshd, &["convergence_ms", "p50"], false),
         "convergence_p99": ratio(&istiod_run, &meshd, &["convergence_ms", "p99"], false),
         "connect_rate": ratio(&istiod_run, &meshd, &["connect", "initialised_per_second"], true),
+        // With --storm-rate: the change storm.
+        "storm_final_config_p99": ratio(&istiod_run, &meshd, &["storm", "final_config_after_last_write_ms", "p99"], false),
+        "storm_all_converged": ratio(&istiod_run, &meshd, &["storm", "all_converged_after_last_write_ms"], false),
+        "storm_rss_peak": ratio(&istiod_run, &meshd, &["storm", "rss_peak_bytes"], false),
+        "storm_cpu": ratio(&istiod_run, &meshd, &["meshd", "cpu_seconds_storm"], false),
     });
     let summary = json!({"args": args, "meshd": meshd, "istiod": istiod_run, "ratios": ratios});
     std::fs::write(

@@ -12,8 +12,8 @@ Each summary is placed by its own settings, not by its file name:
 - every summary with a fleet of 1,000 proxies or more and no warm-up: the share of the
   fleet holding its whole initial configuration against the time since the simulator
   began connecting it, at the connect rate it offered (the connect storm's curve);
-- a side-by-side with istiod (`benches/istiod.rs`, a file holding `ratios`): each ratio in
-  meshd's favour against its target (istiod.svg).
+- a side-by-side with istiod (`benches/istiod.rs` or `benches/ca_istiod.rs`, a file
+  holding `ratios`): each ratio in meshd's favour against its target (istiod.svg).
 Needs matplotlib (`pip install matplotlib`).
 """
 
@@ -102,32 +102,49 @@ def main():
         fig.savefig(out / file)
 
 
-# The issue's targets for each ratio (istiod's figure over meshd's, or meshd's rate over
-# istiod's), in meshd's favour.
+# Each ratio drawn (istiod's figure over meshd's, or meshd's rate over istiod's, in
+# meshd's favour) and the issue's target for it, if it sets one.
 TARGETS = {
-    "memory_per_added_proxy": ("memory per proxy", 20),
-    "cpu_per_proxy_per_push": ("CPU per proxy per push", 5),
-    "convergence_p99": ("convergence p99", 3),
-    "connect_rate": ("connect rate", 3),
+    "memory_per_added_proxy": ("memory\nper proxy", 20),
+    "cpu_per_proxy_per_push": ("CPU per proxy\nper push", 5),
+    "convergence_p99": ("convergence\np99", 3),
+    "connect_rate": ("connect\nrate", 3),
+    "storm_final_config_p99": ("storm: all on\nlast write, p99", None),
+    "storm_cpu": ("storm:\nCPU", None),
+    "token_per_second": ("CA: first\ncertificates/s", None),
+    "client_certificate_per_second": ("CA:\nrenewals/s", None),
 }
 
 
+def ratio(value):
+    """A ratio as benches write it ({istiod, meshd, ratio}), or None."""
+    return value.get("ratio") if isinstance(value, dict) else None
+
+
 def istiod_plot(comparisons, path):
-    """Bars of each ratio per comparison file, the target as a mark over each group."""
-    fig, ax = plt.subplots(figsize=(7, 4))
-    keys = list(TARGETS)
-    width = 0.8 / len(comparisons)
-    for i, (name, s) in enumerate(comparisons):
-        values = [(s["ratios"].get(k) or {}).get("ratio", 0) for k in keys]
-        xs = [k + i * width for k in range(len(keys))]
-        ax.bar(xs, values, width, label=name.removesuffix(".json"))
+    """Bars of each ratio, one per comparison file that has it; the target, where the
+    issue sets one, as a dashed mark over its group."""
+    keys = [k for k in TARGETS if any(ratio(s["ratios"].get(k)) for _, s in comparisons)]
+    names = [name.removesuffix(".json") for name, _ in comparisons]
+    colours = {n: f"C{i}" for i, n in enumerate(names)}
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    labelled = set()
     for k, key in enumerate(keys):
+        bars = [(n, ratio(s["ratios"].get(key))) for n, (_, s) in zip(names, comparisons)]
+        bars = [(n, v) for n, v in bars if v]
+        width = 0.8 / len(bars)
+        for i, (n, v) in enumerate(bars):
+            label = None if n in labelled else n
+            labelled.add(n)
+            ax.bar(k - 0.4 + width * (i + 0.5), v, width, color=colours[n], label=label)
         target = TARGETS[key][1]
-        ax.hlines(target, k - width / 2, k + 0.8 - width / 2, colors="black", linestyles="dashed")
-    ax.set_xticks([k + 0.4 - width / 2 for k in range(len(keys))], [TARGETS[k][0] for k in keys], fontsize="small")
+        if target:
+            ax.hlines(target, k - 0.45, k + 0.45, colors="black", linestyles="dashed")
+    ax.axhline(1, color="grey", linewidth=0.8)
+    ax.set_xticks(range(len(keys)), [TARGETS[k][0] for k in keys], fontsize="x-small")
     ax.set_yscale("log")
-    ax.set_ylabel("istiod / meshd (log; dashed: target)")
-    ax.set_title("meshd against istiod, same fleet and mesh, one sitting")
+    ax.set_ylabel("in meshd's favour (log; dashed: target)")
+    ax.set_title("meshd against istiod, same machine, one sitting each")
     ax.grid(alpha=0.3, axis="y")
     ax.legend(fontsize="x-small")
     fig.tight_layout()

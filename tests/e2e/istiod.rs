@@ -46,6 +46,10 @@ pub struct Istiod {
     child: Child,
     /// The plaintext xDS port (Istio's 15010).
     pub xds_port: u16,
+    /// The secure port, xDS and the CA over TLS (Istio's 15012), which
+    /// `benches/ca_istiod.rs` signs through.
+    #[allow(dead_code)]
+    pub secure_port: u16,
     /// Metrics and `/debug` (Istio's 15014), which `benches/istiod.rs` reads.
     #[allow(dead_code)]
     pub monitoring_port: u16,
@@ -66,30 +70,42 @@ impl Istiod {
     /// (a race in its IP auto-allocation controller, `ipallocate`): a start that exits
     /// before it is ready is tried once more, and the failure shows istiod's log.
     pub fn start(cluster: &Cluster, namespace: &str, dir: &Path) -> Istiod {
-        match Istiod::start_once(cluster, namespace, dir) {
+        Istiod::start_with(cluster, namespace, dir, &[])
+    }
+
+    /// As [`Istiod::start`], with `extra` flags of `pilot-discovery discovery`.
+    pub fn start_with(cluster: &Cluster, namespace: &str, dir: &Path, extra: &[&str]) -> Istiod {
+        match Istiod::start_once(cluster, namespace, dir, extra) {
             Ok(istiod) => istiod,
             Err(first) => {
                 eprintln!("istiod exited while starting; starting it again. {first}");
-                Istiod::start_once(cluster, namespace, dir).unwrap_or_else(|e| panic!("{e}"))
+                Istiod::start_once(cluster, namespace, dir, extra).unwrap_or_else(|e| panic!("{e}"))
             }
         }
     }
 
     /// One start: istiod ready, or why not (it exited; its log's tail).
-    fn start_once(cluster: &Cluster, namespace: &str, dir: &Path) -> Result<Istiod, String> {
+    fn start_once(
+        cluster: &Cluster,
+        namespace: &str,
+        dir: &Path,
+        extra: &[&str],
+    ) -> Result<Istiod, String> {
         std::fs::create_dir_all(dir).unwrap();
         let log = dir.join("istiod.log");
-        let (xds_port, http_port, monitoring_port) = (free_port(), free_port(), free_port());
+        let (xds_port, secure_port, http_port, monitoring_port) =
+            (free_port(), free_port(), free_port(), free_port());
         let child = command(&istio_bin().join("pilot-discovery"))
             .arg("discovery")
             .arg("--kubeconfig")
             .arg(&cluster.kubeconfig)
             .args(["--grpcAddr", &format!("127.0.0.1:{xds_port}")])
-            .args(["--secureGRPCAddr", &format!("127.0.0.1:{}", free_port())])
+            .args(["--secureGRPCAddr", &format!("127.0.0.1:{secure_port}")])
             .args(["--httpsAddr", &format!("127.0.0.1:{}", free_port())])
             .args(["--monitoringAddr", &format!("127.0.0.1:{monitoring_port}")])
             .args(["--httpAddr", &format!("127.0.0.1:{http_port}")])
             .args(["--domain", "cluster.local", "--clusterID", "Kubernetes"])
+            .args(extra)
             .current_dir(dir)
             .env("POD_NAMESPACE", namespace)
             .env("POD_NAME", "istiod-0")
@@ -103,6 +119,7 @@ impl Istiod {
         let mut istiod = Istiod {
             child,
             xds_port,
+            secure_port,
             monitoring_port,
             http_port,
             log,

@@ -36,7 +36,9 @@ use tokio::sync::watch;
 
 pub use self::args::*;
 use self::kube_writer::KubeWriter;
-use self::meshd::{Probe, Spawned, meshd_figures, metric, out_of_sync, spawn_meshd, with_identity};
+use self::meshd::{
+    Probe, Spawned, meshd_figures, metric_sum, out_of_sync, spawn_meshd, with_identity,
+};
 use self::node::node;
 pub use self::percentiles::Percentiles;
 use self::proxy::{Marker, ProxyStats, Spec};
@@ -663,6 +665,7 @@ async fn simulate(
             "cpu_seconds": end.cpu_seconds - base.cpu_seconds,
             "cpu_seconds_connecting": connected.cpu_seconds - base.cpu_seconds,
             "cpu_seconds_changes": after_changes.cpu_seconds - connected.cpu_seconds,
+            "cpu_seconds_storm": before_storm.map(|b| end.cpu_seconds - b.cpu_seconds),
             "cpu_us_per_proxy_per_push": (pushed > 0).then(|| {
                 (after_changes.cpu_seconds - connected.cpu_seconds) * 1e6 / pushed as f64
             }),

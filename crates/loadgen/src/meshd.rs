@@ -31,6 +31,21 @@ pub(super) fn metric(text: &str, name: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// The sum of the metric `name` over its label sets (istiod's exporter adds labels of
+/// its own where meshd has none).
+pub(super) fn metric_sum(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix(name)?;
+            let value = match rest.strip_prefix('{') {
+                Some(labelled) => labelled.split_once("} ")?.1,
+                None => rest.strip_prefix(' ')?,
+            };
+            value.trim().parse::<f64>().ok()
+        })
+        .sum()
+}
+
 pub(super) fn meshd_figures(monitoring: &str) -> MeshdFigures {
     match crate::process::http_get(monitoring, "/metrics") {
         Ok(text) => MeshdFigures {
@@ -183,14 +198,23 @@ impl Spawned {
 pub(super) fn out_of_sync(monitoring: &str) -> Result<usize, String> {
     let text = crate::process::http_get(monitoring, "/debug/syncz")?;
     let all: Vec<Json> = serde_json::from_str(&text).map_err(|e| e.to_string())?;
-    Ok(all
+    Ok(all.iter().filter(|c| unacked(c)).count())
+}
+
+/// Whether one `/debug/syncz` entry shows a response not ACKed: by istiod's fields
+/// (`cluster_sent`, `cluster_acked`, ...), which meshd shows too, or by meshd's per type
+/// (every type, VHDS and NDS included).
+fn unacked(c: &Json) -> bool {
+    let istiod_fields = ["cluster", "listener", "route", "endpoint"]
         .iter()
-        .filter(|c| {
-            c["types"]
-                .as_object()
-                .is_some_and(|types| types.values().any(|t| t["nonce_sent"] != t["nonce_acked"]))
-        })
-        .count())
+        .any(|t| {
+            let sent = &c[format!("{t}_sent")];
+            sent.is_string() && *sent != c[format!("{t}_acked")]
+        });
+    let meshd_types = c["types"]
+        .as_object()
+        .is_some_and(|types| types.values().any(|t| t["nonce_sent"] != t["nonce_acked"]));
+    istiod_fields || meshd_types
 }
 
 /// Connected proxies meshd holds a proven identity for (their connection's client
@@ -199,4 +223,41 @@ pub(super) fn with_identity(monitoring: &str) -> Result<usize, String> {
     let text = crate::process::http_get(monitoring, "/debug/workloadz")?;
     let all: Vec<Json> = serde_json::from_str(&text).map_err(|e| e.to_string())?;
     Ok(all.iter().filter(|w| w["identity"].is_string()).count())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_metric_is_summed_over_its_label_sets_and_only_its_own_name_counts() {
+        let text = "# HELP pilot_debounce_time x\n\
+                    pilot_debounce_time_count{otel_scope_name=\"istio\"} 3\n\
+                    pilot_debounce_time_count{otel_scope_name=\"other\"} 4\n\
+                    pilot_debounce_time_count_extra 100\n\
+                    pilot_debounce_time_sum 9\n";
+        assert_eq!(metric_sum(text, "pilot_debounce_time_count"), 7.0);
+        assert_eq!(
+            metric_sum("pilot_debounce_time_count 5\n", "pilot_debounce_time_count"),
+            5.0
+        );
+    }
+
+    #[test]
+    fn istiods_syncz_fields_and_meshds_types_both_show_a_connection_out_of_sync() {
+        let all: Vec<Json> = serde_json::from_str(
+            r#"[{"proxy": "a", "cluster_sent": "1", "cluster_acked": "1", "route_sent": "2", "route_acked": "1"},
+                {"proxy": "b", "cluster_sent": "1", "cluster_acked": "1"},
+                {"proxy": "c", "types": {"vhds": {"nonce_sent": "5", "nonce_acked": "4"}}},
+                {"proxy": "d", "types": {"cds": {"nonce_sent": "5", "nonce_acked": "5"}}, "cluster_sent": "5", "cluster_acked": "5"},
+                {"proxy": "e", "endpoint_sent": "7"}]"#,
+        )
+        .unwrap();
+        let out: Vec<&str> = all
+            .iter()
+            .filter(|c| unacked(c))
+            .map(|c| c["proxy"].as_str().unwrap())
+            .collect();
+        assert_eq!(out, ["a", "c", "e"]);
+    }
 }

@@ -128,9 +128,11 @@ pub(super) async fn storm(
     if writes > 62_500 {
         return Err("a storm has at most 62,500 writes (one address each)".into());
     }
+    // One per merged push, in meshd and in istiod alike (istiod rebuilds no push context
+    // for an endpoint change, so its `pilot_push_context_recompute_count` would say 0).
     let recomputes = |m: &str| {
         crate::process::http_get(m, "/metrics")
-            .map(|t| metric(&t, "pilot_push_context_recompute_count"))
+            .map(|t| metric_sum(&t, "pilot_debounce_time_count"))
             .unwrap_or(0.0)
     };
     let pushes_before = recomputes(&args.monitoring);
