@@ -3,9 +3,10 @@
 //! with the injector's flags) writes its rules with Debian's iptables (`tools/build.sh
 //! iptables`), then `meshd agent --envoy` runs as the proxy's uid 1337, as the injected
 //! `istio-proxy` container does. An application in the namespace calls a Service by its
-//! cluster IP and is answered through Envoy, and speaks a protocol other than HTTP on the
-//! Service's HTTP port to an address outside the mesh, which passes through; a call from
-//! outside to the pod's port reaches the application through Envoy's inbound side.
+//! cluster IP and is answered through Envoy; it speaks a protocol other than HTTP on the
+//! Service's HTTP port to an address outside the mesh, and HTTP to an ExternalName
+//! Service's outside host, which both pass through; a call from outside to the pod's port
+//! reaches the application through Envoy's inbound side.
 //! Envoy's statistics show each. Needs root (network namespaces, iptables); without it
 //! the test fails saying so.
 
@@ -219,6 +220,11 @@ endpoints: [{{addresses: [{host_ip}], conditions: {{ready: true}}}}]
 ---
 apiVersion: v1
 kind: Service
+metadata: {{name: ext, namespace: shop}}
+spec: {{type: ExternalName, externalName: api.example.com, ports: [{{name: http, port: 80}}]}}
+---
+apiVersion: v1
+kind: Service
 metadata: {{name: capture, namespace: shop}}
 spec: {{clusterIP: 10.96.251.11, selector: {{app: capture}}, ports: [{{name: http, port: 9080, targetPort: 9080}}]}}
 ---
@@ -333,9 +339,21 @@ endpoints: [{{addresses: [{pod_ip}], conditions: {{ready: true}}, targetRef: {{k
     std::thread::spawn(move || {
         for mut conn in raw.incoming().flatten() {
             let mut line = [0u8; 5];
-            if conn.read_exact(&mut line).is_ok() && &line == b"PING\n" {
-                let _ = conn.write_all(b"PONG\n");
+            if conn.read_exact(&mut line).is_err() {
+                continue;
             }
+            let answer = if &line == b"PING\n" {
+                "PONG\n".to_string()
+            } else {
+                let mut rest = [0u8; 4096];
+                let _ = conn.read(&mut rest);
+                let body = "from-outside";
+                format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                )
+            };
+            let _ = conn.write_all(answer.as_bytes());
         }
     });
     let target = format!("{host_ip}:80");
@@ -354,6 +372,16 @@ endpoints: [{{addresses: [{pod_ip}], conditions: {{ready: true}}, targetRef: {{k
     );
     let passed = "cluster.PassthroughCluster.upstream_cx_total";
     assert!(envoy_stat(&ns, passed) >= 1, "{passed}");
+
+    // HTTP for an ExternalName Service of a host outside the mesh, sent where the
+    // cluster's DNS would have resolved it: it goes where that host's traffic goes.
+    let outside = format!("{host_ip}:80");
+    let answer = ns.run(move || {
+        http_get(&outside, "ext.shop.svc.cluster.local", "/", &[])
+            .map(|r| format!("{} {}", r.status, r.body))
+            .unwrap_or_else(|e| e.to_string())
+    });
+    assert_eq!(answer, "200 from-outside", "an ExternalName host");
 
     // Inbound: a caller outside reaches the application through Envoy's inbound side.
     let reached = http_get(

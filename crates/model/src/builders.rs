@@ -146,6 +146,13 @@ impl ServiceBuilder {
         self
     }
 
+    /// An ExternalName Service, the alias of `host`, with no cluster IP.
+    pub fn external_name(mut self, host: &str) -> Self {
+        self.def.external_name = Some(host.into());
+        self.def.cluster_ip = None;
+        self
+    }
+
     pub fn annotation(mut self, key: &str, value: &str) -> Self {
         self.object
             .meta

@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use super::destination_rule::{self, DestinationRules};
 use super::egress::{self, Egress};
+use super::service::alias::Aliases;
 use super::service::{build_services, endpoint_locality, kubernetes_hostname, kubernetes_service};
 use super::shared_hosts::SharedHosts;
 use super::{
@@ -68,6 +69,8 @@ pub struct PushContext {
     pub services: imbl::OrdMap<String, Arc<Service>>,
     /// The hosts several services declare (usually none).
     pub shared_hosts: Arc<SharedHosts>,
+    /// The ExternalName Services aliasing each host (usually none).
+    pub aliases: Arc<Aliases>,
     /// Root VirtualServices (those with hosts), oldest first (Istio's precedence), then by
     /// namespace/name, with their delegates' routes merged in ([`super::delegate`]).
     pub virtual_services: Arc<Vec<Arc<ConfigObject>>>,

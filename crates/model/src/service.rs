@@ -14,6 +14,7 @@ use crate::config::{AllocatedAddress, ConfigObject, EndpointSliceDef, Kind, Obje
 use api::labels_match;
 use api::networking::{Location, Resolution, ServiceEntrySpec, WorkloadEntrySpec};
 
+pub mod alias;
 mod locality;
 mod protocol;
 
@@ -82,6 +83,19 @@ pub struct Service {
     pub selector: BTreeMap<String, String>,
     pub labels: BTreeMap<String, String>,
     pub traffic_distribution: TrafficDistribution,
+    /// An ExternalName Service's external name: the service is an alias of that host and
+    /// gets no clusters, listeners or routes of its own (istiod's `Alias` resolution).
+    pub alias_for: Option<String>,
+    /// The ExternalName Services that alias this one (through any chain of aliases),
+    /// sorted by namespace and name: its virtual hosts answer to their names too.
+    pub aliases: Vec<Alias>,
+}
+
+/// An ExternalName Service, as the alias of another service's host.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct Alias {
+    pub namespace: String,
+    pub name: String,
 }
 
 /// A ServiceEntry host's auto-allocated addresses, one per IP family (istiod's
@@ -356,11 +370,16 @@ impl Sources for Store {
 /// four threads); below it a thread costs more than it saves.
 const PARALLEL_FROM: usize = 2_000;
 
-/// Builds every service from the store.
+/// Builds every service from the store: one per host, the hosts several services
+/// declare, and the aliases of each host.
 pub fn build_services(
     store: &Store,
     mesh: &MeshConfig,
-) -> (imbl::OrdMap<String, Arc<Service>>, SharedHosts) {
+) -> (
+    imbl::OrdMap<String, Arc<Service>>,
+    SharedHosts,
+    alias::Aliases,
+) {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(4));
     build_services_on(store, mesh, threads)
 }
@@ -370,7 +389,11 @@ fn build_services_on(
     store: &Store,
     mesh: &MeshConfig,
     threads: usize,
-) -> (imbl::OrdMap<String, Arc<Service>>, SharedHosts) {
+) -> (
+    imbl::OrdMap<String, Arc<Service>>,
+    SharedHosts,
+    alias::Aliases,
+) {
     let sources = Indexed::new(store);
     let networks = EndpointNetworks::new(store, mesh);
     let objects: Vec<&Arc<ConfigObject>> = store.of_kind(Kind::Service).collect();
@@ -402,8 +425,16 @@ fn build_services_on(
         }
         parts
     });
-    let kubernetes = parts.into_iter().flatten();
-    SharedHosts::split(kubernetes.chain(service_entries(store)))
+    let mut all: Vec<Arc<Service>> = parts.into_iter().flatten().collect();
+    all.extend(service_entries(store));
+    let aliases = alias::resolve(all.iter());
+    if !aliases.is_empty() {
+        all = (all.into_iter())
+            .map(|s| alias::with_aliases(s, &aliases))
+            .collect();
+    }
+    let (services, shared) = SharedHosts::split(all);
+    (services, shared, aliases)
 }
 
 /// A Kubernetes Service's hostname.
@@ -519,6 +550,8 @@ pub(super) fn kubernetes_service(
             &obj.meta.annotations,
             sources.namespace_annotations(&obj.key.namespace),
         ),
+        alias_for: def.external_name.clone(),
+        aliases: Vec::new(),
     })
 }
 
@@ -743,6 +776,8 @@ fn service_entry_services(
                 &obj.meta.annotations,
                 namespace_annotations,
             ),
+            alias_for: None,
+            aliases: Vec::new(),
         })
         .collect()
 }

@@ -495,6 +495,8 @@ mod tests {
             selector: BTreeMap::new(),
             labels: BTreeMap::new(),
             traffic_distribution: TrafficDistribution::Any,
+            alias_for: None,
+            aliases: Vec::new(),
         }
     }
 

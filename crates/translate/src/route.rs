@@ -64,40 +64,64 @@ pub use self::gateway::{
 /// own route configuration `HOST:PORT` (`*`: the listener serves that service alone, as
 /// istiod's `getVirtualHostsForSniffedServicePort` writes it). A proxy that knows the
 /// service by an auto-allocated address ([`Service::auto_for`]) has that address among the
-/// domains.
+/// domains; one in the namespace of some of the service's aliases, their short names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Audience {
-    Local(AutoAddresses),
-    Remote(AutoAddresses),
+    Local(AutoAddresses, LocalAliases),
+    Remote(AutoAddresses, LocalAliases),
     Sniffed,
 }
+
+/// Which of a service's aliases ([`Service::aliases`], sorted by namespace) share the
+/// proxy's namespace: those of the namespace of the one at this index, if any.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LocalAliases(Option<usize>);
 
 impl Audience {
     pub fn new(svc: &Service, proxy: &Proxy, sniffed: bool) -> Audience {
         let auto = svc.auto_for(proxy.auto_addresses);
+        let aliases = LocalAliases(
+            svc.aliases
+                .iter()
+                .position(|a| a.namespace == proxy.namespace),
+        );
         if sniffed {
             Audience::Sniffed
         } else if svc.namespace == proxy.namespace {
-            Audience::Local(auto)
+            Audience::Local(auto, aliases)
         } else {
-            Audience::Remote(auto)
+            Audience::Remote(auto, aliases)
         }
     }
 }
 
-/// Every domain Istio gives a service's virtual host for `audience`.
+/// Every domain Istio gives a service's virtual host for `audience`: for the service and
+/// each of its aliases, the host, the host with a trailing dot, and a Kubernetes
+/// Service's `NAME.NAMESPACE.svc`, `NAME.NAMESPACE` and, from its own namespace, `NAME`;
+/// then the service's address.
 pub fn domains(svc: &Service, audience: Audience) -> Vec<String> {
-    let auto = match audience {
+    let (auto, local_aliases) = match audience {
         Audience::Sniffed => return vec!["*".into()],
-        Audience::Local(auto) | Audience::Remote(auto) => auto,
+        Audience::Local(auto, aliases) | Audience::Remote(auto, aliases) => (auto, aliases),
     };
     let mut out = vec![svc.hostname.clone(), format!("{}.", svc.hostname)];
     if svc.kubernetes {
-        if matches!(audience, Audience::Local(_)) {
+        if matches!(audience, Audience::Local(..)) {
             out.push(svc.name.clone());
         }
         out.push(format!("{}.{}.svc", svc.name, svc.namespace));
         out.push(format!("{}.{}", svc.name, svc.namespace));
+    }
+    let local_namespace = local_aliases.0.map(|i| svc.aliases[i].namespace.as_str());
+    for alias in &svc.aliases {
+        let host = model::service::kubernetes_hostname(&alias.namespace, &alias.name);
+        let dotted = format!("{host}.");
+        out.extend([host, dotted]);
+        if local_namespace == Some(alias.namespace.as_str()) {
+            out.push(alias.name.clone());
+        }
+        out.push(format!("{}.{}.svc", alias.name, alias.namespace));
+        out.push(format!("{}.{}", alias.name, alias.namespace));
     }
     if let Some(address) = svc.address_for(auto) {
         out.push(address.to_string());

@@ -129,6 +129,8 @@ mod tests {
             selector: Default::default(),
             labels: Default::default(),
             traffic_distribution: model::TrafficDistribution::Any,
+            alias_for: None,
+            aliases: Vec::new(),
         }
     }
 

@@ -244,6 +244,9 @@ pub struct ServiceDef {
     pub external_addresses: Vec<String>,
     /// Its load balancer's ingress hostnames (cloud load balancers known by name).
     pub external_hostnames: Vec<String>,
+    /// An `ExternalName` Service's name (lowercase, no trailing dot): the Service is an
+    /// alias of that host.
+    pub external_name: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]

@@ -395,9 +395,16 @@ fn service_def(s: core::Service) -> ServiceDef {
         .filter(|i| i.ip.is_none())
         .filter_map(|i| i.hostname)
         .collect();
+    // istiod's `ConvertService`: an ExternalName Service is an alias of its external name.
+    let external_name = (spec.type_.as_deref() == Some("ExternalName"))
+        .then_some(spec.external_name)
+        .flatten()
+        .filter(|n| !n.is_empty())
+        .map(|n| n.trim_end_matches('.').to_ascii_lowercase());
     ServiceDef {
         external_addresses,
         external_hostnames,
+        external_name,
         headless: cluster_ip.as_deref() == Some("None"),
         cluster_ip: cluster_ip.filter(|ip| ip != "None"),
         traffic_distribution: spec.traffic_distribution,

@@ -112,13 +112,14 @@ impl PushContext {
         let mesh = MeshConfig::from_store(store);
         let (virtual_services, delegated) = virtual_services(store, &mesh);
         let networks = Arc::new(NetworkGateways::new(store, &mesh));
-        let (services, shared_hosts) = build_services(store, &mesh);
+        let (services, shared_hosts, aliases) = build_services(store, &mesh);
         let mut ctx = PushContext {
             version: version.into(),
             id: ContextId::next(),
             store: store.clone(),
             services,
             shared_hosts: Arc::new(shared_hosts),
+            aliases: Arc::new(aliases),
             virtual_services,
             delegated,
             destination_rules: destination_rules(store, &mesh),
@@ -182,6 +183,17 @@ impl PushContext {
             let built = store
                 .get(&ObjectKey::new(Kind::Service, &ns, &name))
                 .and_then(|o| kubernetes_service(o, store, &endpoint_networks));
+            // An ExternalName Service, before or now, changes which hosts have aliases.
+            let old = self.services.get(&host);
+            if old.is_some_and(|s| s.alias_for.is_some())
+                || built.as_ref().is_some_and(|s| s.alias_for.is_some())
+            {
+                return PushContext::build(store, version);
+            }
+            let built = built.map(|mut svc| {
+                svc.aliases = self.aliases.get(&host).cloned().unwrap_or_default();
+                svc
+            });
             match built {
                 // Rebuilt but equal: keep the old `Arc`, which caches compare first.
                 Some(svc) if self.services.get(&host).is_some_and(|old| **old == svc) => {}
@@ -230,6 +242,7 @@ impl PushContext {
             store: store.clone(),
             services,
             shared_hosts: self.shared_hosts.clone(),
+            aliases: self.aliases.clone(),
             virtual_services,
             delegated,
             destination_rules: rebuilt_if(

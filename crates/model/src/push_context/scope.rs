@@ -57,7 +57,8 @@ impl PushContext {
     }
 
     /// The services exported to `namespace` that `usable` accepts, one per host (sorted
-    /// by host): of a host several services declare, the one
+    /// by host), but no alias (an ExternalName Service, served as the host it names): of a
+    /// host several services declare, the one
     /// [`HostServices::choose`](crate::shared_hosts::HostServices::choose) picks.
     pub fn exported_services(
         &self,
@@ -66,6 +67,7 @@ impl PushContext {
     ) -> Vec<&Arc<Service>> {
         let default = &self.mesh.default_service_export_to;
         (self.services.values())
+            .filter(|s| s.alias_for.is_none())
             .filter_map(|s| match self.shared_hosts.get(&s.hostname) {
                 Some(all) => all.choose(namespace, default, &usable),
                 None => (s.visible_from(namespace, default) && usable(s)).then_some(s),

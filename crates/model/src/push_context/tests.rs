@@ -118,6 +118,14 @@ fn an_update_equals_a_full_build_and_shares_what_it_did_not_touch() {
             ("a service deleted", String::new(), vec![key(Kind::Service, "ns-1", "svc-1")]),
             ("a service added", shape.service_yaml(1, None), vec![]),
             (
+                "an ExternalName alias of a service",
+                "apiVersion: v1\nkind: Service\nmetadata: {name: alias, namespace: ns-3}\nspec: {type: ExternalName, externalName: svc-2.ns-2.svc.cluster.local}\n".into(),
+                vec![],
+            ),
+            // Rebuilt by the update: it keeps its alias.
+            ("an endpoint of the aliased service", shape.service_yaml(2, Some("10.200.0.2")), vec![]),
+            ("the alias deleted", String::new(), vec![key(Kind::Service, "ns-3", "alias")]),
+            (
                 "a route to a missing host",
                 "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: bad, namespace: ns-1}\nspec:\n  hosts: [bad]\n  http: [{route: [{destination: {host: nowhere}}]}]\n".into(),
                 vec![],
@@ -153,6 +161,10 @@ fn an_update_equals_a_full_build_and_shares_what_it_did_not_touch() {
                 &updated.virtual_services,
                 &ctx.virtual_services
             ));
+        }
+        if what == "an endpoint of the aliased service" {
+            let aliased = &updated.services["svc-2.ns-2.svc.cluster.local"];
+            assert_eq!(aliased.aliases.len(), 1, "{aliased:?}");
         }
         if what == "a ServiceEntry" {
             assert!(
