@@ -3,10 +3,12 @@
 //! with the injector's flags) writes its rules with Debian's iptables (`tools/build.sh
 //! iptables`), then `meshd agent --envoy` runs as the proxy's uid 1337, as the injected
 //! `istio-proxy` container does. An application in the namespace calls a Service by its
-//! cluster IP and is answered through Envoy; it speaks a protocol other than HTTP on the
+//! cluster IP and is answered through Envoy, and a ServiceEntry's address whose
+//! `workloadSelector` selects its own Pod; it speaks a protocol other than HTTP on the
 //! Service's HTTP port to an address outside the mesh, and HTTP to an ExternalName
 //! Service's outside host, which both pass through; a call from outside to the pod's port
-//! reaches the application through Envoy's inbound side.
+//! reaches the application through Envoy's inbound side, and one to a port no Service
+//! declares is HTTP to Envoy still, under an AuthorizationPolicy's path rule.
 //! Envoy's statistics show each. Needs root (network namespaces, iptables); without it
 //! the test fails saying so.
 
@@ -194,6 +196,9 @@ fn captured_traffic_goes_through_envoy_both_ways() {
     answer_with(upstream, "from-echo");
     let app = ns.run(|| TcpListener::bind("0.0.0.0:9080").unwrap());
     answer_with(app, "from-the-app");
+    // A port no Service declares.
+    let undeclared = ns.run(|| TcpListener::bind("0.0.0.0:7070").unwrap());
+    answer_with(undeclared, "from-7070");
 
     let dir = temp_dir("capture");
     let config = dir.join("config");
@@ -218,6 +223,11 @@ addressType: IPv4
 ports: [{{name: http, port: {upstream_port}}}]
 endpoints: [{{addresses: [{host_ip}], conditions: {{ready: true}}}}]
 ---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {{name: no-forbidden, namespace: shop}}
+spec: {{selector: {{matchLabels: {{app: capture}}}}, action: DENY, rules: [{{to: [{{operation: {{paths: [/forbidden]}}}}]}}]}}
+---
 apiVersion: v1
 kind: Service
 metadata: {{name: ext, namespace: shop}}
@@ -232,6 +242,18 @@ apiVersion: v1
 kind: Pod
 metadata: {{name: capture-0, namespace: shop, labels: {{app: capture}}}}
 spec: {{serviceAccountName: capture, containers: []}}
+status: {{podIP: {pod_ip}}}
+---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {{name: billing, namespace: shop}}
+spec:
+  hosts: [billing.internal]
+  addresses: [240.0.0.7]
+  location: MESH_INTERNAL
+  resolution: STATIC
+  ports: [{{number: 7000, name: http, protocol: HTTP, targetPort: 9080}}]
+  workloadSelector: {{labels: {{app: capture}}}}
 ---
 apiVersion: discovery.k8s.io/v1
 kind: EndpointSlice
@@ -333,6 +355,17 @@ endpoints: [{{addresses: [{pod_ip}], conditions: {{ready: true}}, targetRef: {{k
     let outbound = "cluster.outbound|80||echo.shop.svc.cluster.local.upstream_rq_total";
     assert!(envoy_stat(&ns, outbound) >= 1, "{outbound}");
 
+    // A ServiceEntry whose workloadSelector selects the Pod: the Pod is its endpoint.
+    let billing = ns.run(|| {
+        http_get("240.0.0.7:7000", "billing.internal", "/", &[])
+            .map(|r| format!("{} {}", r.status, r.body))
+            .unwrap_or_else(|e| e.to_string())
+    });
+    assert_eq!(
+        billing, "200 from-the-app",
+        "a ServiceEntry selecting the Pod"
+    );
+
     // Not HTTP, to an address no service has, on a port an HTTP service declares: the
     // HTTP inspector tells it apart, and it passes through to where it was going.
     let raw = TcpListener::bind(format!("{host_ip}:80")).unwrap();
@@ -394,4 +427,20 @@ endpoints: [{{addresses: [{pod_ip}], conditions: {{ready: true}}, targetRef: {{k
     assert_eq!(reached.body, "from-the-app");
     let inbound = "cluster.inbound|9080||.upstream_rq_total";
     assert!(envoy_stat(&ns, inbound) >= 1, "{inbound}");
+
+    // HTTP to a port no Service declares is HTTP still: the policy denying one path
+    // refuses that path alone, and Envoy counts requests, not connections.
+    let get = |path: &'static str| {
+        let to = format!("{pod_ip}:7070");
+        let r = http_get(&to, "capture", path, &[]).unwrap();
+        format!("{} {}", r.status, r.body)
+    };
+    assert_eq!(get("/"), "200 from-7070");
+    assert!(
+        get("/forbidden").starts_with("403 "),
+        "{}",
+        get("/forbidden")
+    );
+    let requests = "http.InboundPassthroughCluster.downstream_rq_total";
+    assert!(envoy_stat(&ns, requests) >= 2, "{requests}");
 }

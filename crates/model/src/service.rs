@@ -564,8 +564,56 @@ fn service_entries(store: &Store) -> Vec<Arc<Service>> {
             continue;
         };
         let namespace = store.namespace_annotations(&obj.key.namespace);
-        let services = service_entry_services(obj, se, allocated, &workload_entries, namespace);
+        let mut services = service_entry_services(obj, se, allocated, &workload_entries, namespace);
+        if let Some(selector) = &se.workload_selector {
+            let pods = selected_pods(store, &obj.key.namespace, &selector.labels, se);
+            if !pods.is_empty() {
+                for svc in &mut services {
+                    svc.endpoints.extend(pods.iter().cloned());
+                    svc.endpoints.sort_by(|a, b| a.address.cmp(&b.address));
+                }
+            }
+        }
         out.extend(services.into_iter().map(Arc::new));
+    }
+    out
+}
+
+/// The Pods of `namespace` a ServiceEntry's `workloadSelector` selects, as its endpoints:
+/// istiod's ServiceEntry controller takes Pods as workload instances as it takes
+/// WorkloadEntries. A Pod without an IP yet is none.
+fn selected_pods(
+    store: &Store,
+    namespace: &str,
+    selector: &BTreeMap<String, String>,
+    se: &ServiceEntrySpec,
+) -> Vec<Endpoint> {
+    let mut out = Vec::new();
+    for pod in store.of_kind(Kind::Pod) {
+        let Spec::Pod(def) = &pod.spec else { continue };
+        let Some(ip) = def.ip.as_ref().filter(|ip| !ip.is_empty()) else {
+            continue;
+        };
+        if pod.key.namespace != namespace || !labels_match(selector, &pod.meta.labels) {
+            continue;
+        }
+        let node = (def.node_name.as_deref())
+            .and_then(|n| store.get(&ObjectKey::new(Kind::Node, "", n)))
+            .map(|n| &n.meta.labels);
+        out.push(Endpoint {
+            address: ip.clone(),
+            ports: (se.ports.iter())
+                .map(|p| (p.number, p.target_port.unwrap_or(p.number)))
+                .collect(),
+            labels: pod.meta.labels.clone(),
+            locality: endpoint_locality(&pod.meta.labels, node, None),
+            network: String::new(),
+            weight: 1,
+            healthy: true,
+            service_account: def.service_account.clone(),
+            pod: Some(pod.key.name.clone()),
+            hostname: None,
+        });
     }
     out
 }

@@ -249,8 +249,12 @@ fn inbound_route(
             },
             ..Default::default()
         })),
-        decorator: served.map(|s| Decorator {
-            operation: format!("{}:{}/*", s.service.hostname, s.port),
+        // No service: `:PORT/*` (`:0/*` for the catch-all), as istiod writes it.
+        decorator: Some(Decorator {
+            operation: match served {
+                Some(s) => format!("{}:{}/*", s.service.hostname, s.port),
+                None => format!(":{port}/*"),
+            },
             ..Default::default()
         }),
         ..Default::default()
@@ -287,8 +291,13 @@ fn inbound_hcm(
         ))),
         ..Default::default()
     });
+    // The catch-all's connection manager is named by its cluster, as istiod names it.
+    let stat_prefix = match served {
+        None if cluster == INBOUND_PASSTHROUGH_CLUSTER => cluster.to_string(),
+        _ => format!("inbound_{listener_name}"),
+    };
     let mut hcm = HttpConnectionManager {
-        stat_prefix: format!("inbound_{listener_name}"),
+        stat_prefix,
         codec_type: CodecType::Auto as i32,
         route_specifier: Some(RouteSpecifier::RouteConfig(route)),
         http_filters,
@@ -703,13 +712,15 @@ fn virtual_inbound(ctx: &PushContext, proxy: &Proxy) -> (Vec<Listener>, Vec<Clus
             Some(served),
         ));
     }
-    // Any other port: passed through under the workload's own mode.
+    // Any other port: passed through under the workload's own mode, HTTP told apart as
+    // on a port without a declared protocol (istiod's `virtualInbound-catchall-http`), so
+    // HTTP authorization rules and request metrics apply to it.
     chains.extend(port_chains(
         ctx,
         proxy,
         &authorization,
         0,
-        Serve::Tcp,
+        Serve::Sniffed,
         INBOUND_PASSTHROUGH_CLUSTER,
         "virtualInbound",
         None,

@@ -2005,6 +2005,7 @@ mod protocol_detection;
 mod retries;
 mod security;
 mod service_entry_addresses;
+mod service_entry_workloads;
 mod shared_hosts;
 mod stat_names;
 mod tracing;

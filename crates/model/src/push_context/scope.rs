@@ -172,17 +172,23 @@ impl PushContext {
             .map_or(port, |p| p.target_port.unwrap_or(port))
     }
 
-    /// The Kubernetes services of the proxy's namespace whose selector selects it, by host.
+    /// The services of the proxy's namespace it serves, by host: Kubernetes Services whose
+    /// selector selects it, and ServiceEntries that have it (its address) as an endpoint.
     pub fn services_selecting<'a>(
         &'a self,
         proxy: &'a Proxy,
     ) -> impl Iterator<Item = &'a Arc<Service>> {
         let labels = self.proxy_labels(proxy);
         self.services.values().filter(move |s| {
-            s.kubernetes
-                && s.namespace == proxy.namespace
-                && !s.selector.is_empty()
-                && labels_match(&s.selector, labels)
+            s.namespace == proxy.namespace
+                && if s.kubernetes {
+                    !s.selector.is_empty() && labels_match(&s.selector, labels)
+                } else {
+                    // A ServiceEntry: the proxy is one of its endpoints, by its address
+                    // (istiod's `GetProxyServiceTargets` for its ServiceEntry registry).
+                    s.alias_for.is_none()
+                        && (s.endpoints.iter()).any(|e| proxy.ips.contains(&e.address))
+                }
         })
     }
 

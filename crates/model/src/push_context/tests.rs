@@ -126,6 +126,14 @@ fn an_update_equals_a_full_build_and_shares_what_it_did_not_touch() {
             ("an endpoint of the aliased service", shape.service_yaml(2, Some("10.200.0.2")), vec![]),
             ("the alias deleted", String::new(), vec![key(Kind::Service, "ns-3", "alias")]),
             (
+                "a ServiceEntry selecting Pods",
+                "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: by-pod, namespace: ns-1}\nspec:\n  hosts: [by-pod.internal]\n  location: MESH_INTERNAL\n  resolution: STATIC\n  ports: [{number: 80, name: http, protocol: HTTP}]\n  workloadSelector: {labels: {app: web}}\n".into(),
+                vec![],
+            ),
+            // The Pod selected: an endpoint of the entry, which an update must rebuild.
+            ("a selected pod", pod.replace("spec: {serviceAccountName: web}", "spec: {serviceAccountName: web}\nstatus: {podIP: 10.1.0.1}"), vec![]),
+            ("a selected pod relabelled", pod.replace("app: web", "app: api").replace("spec: {serviceAccountName: web}", "spec: {serviceAccountName: web}\nstatus: {podIP: 10.1.0.1}"), vec![]),
+            (
                 "a route to a missing host",
                 "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: bad, namespace: ns-1}\nspec:\n  hosts: [bad]\n  http: [{route: [{destination: {host: nowhere}}]}]\n".into(),
                 vec![],
@@ -161,6 +169,10 @@ fn an_update_equals_a_full_build_and_shares_what_it_did_not_touch() {
                 &updated.virtual_services,
                 &ctx.virtual_services
             ));
+        }
+        if what == "a selected pod" {
+            let entry = &updated.services["by-pod.internal"];
+            assert_eq!(entry.endpoints.len(), 1, "{entry:?}");
         }
         if what == "an endpoint of the aliased service" {
             let aliased = &updated.services["svc-2.ns-2.svc.cluster.local"];

@@ -678,8 +678,12 @@ fn with_traffic_capture_virtual_inbound_serves_the_ports_of_the_services_selecti
             .iter()
             .map(|c| {
                 let m = c.filter_chain_match.clone().unwrap_or_default();
+                let alpn = match m.application_protocols.as_slice() {
+                    [] => String::new(),
+                    [first, ..] => format!("+{first}"),
+                };
                 format!(
-                    "{}:{}",
+                    "{}:{}{alpn}",
                     m.destination_port.map_or(0, |p| p.value),
                     m.transport_protocol
                 )
@@ -694,13 +698,24 @@ fn with_traffic_capture_virtual_inbound_serves_the_ports_of_the_services_selecti
             "5432:raw_buffer",
             "8080:tls",
             "8080:raw_buffer",
-            "0:tls",
-            "0:raw_buffer"
+            // Any other port: HTTP over mTLS, TCP over mTLS, HTTP, TCP, and TLS the
+            // workload terminates itself.
+            "0:tls+istio-http/1.0",
+            "0:tls+istio-peer-exchange",
+            "0:raw_buffer+http/1.1",
+            "0:raw_buffer",
+            "0:tls"
         ]
     );
     assert_eq!(
         chains_of(&pa("STRICT")),
-        ["15006:", "5432:tls", "8080:tls", "0:tls"]
+        [
+            "15006:",
+            "5432:tls",
+            "8080:tls",
+            "0:tls+istio-http/1.0",
+            "0:tls"
+        ]
     );
 }
 
