@@ -25,7 +25,7 @@ use envoy_api::pb::envoy::config::route::v3::{
         hash_policy::PolicySpecifier,
     },
     route_match::PathSpecifier,
-    weighted_cluster::ClusterWeight,
+    weighted_cluster::{ClusterWeight, cluster_weight},
 };
 use envoy_api::pb::envoy::extensions::retry::host::previous_hosts::v3::PreviousHostsPredicate;
 use envoy_api::pb::envoy::r#type::matcher::v3::{
@@ -545,19 +545,18 @@ fn route_without_decorator(
         )])),
         ..Default::default()
     };
+    let mut authority = None;
     if let Some(h) = &http.headers {
-        if let Some(req) = &h.request {
-            (
-                route.request_headers_to_add,
-                route.request_headers_to_remove,
-            ) = header_options(req);
-        }
-        if let Some(resp) = &h.response {
-            (
-                route.response_headers_to_add,
-                route.response_headers_to_remove,
-            ) = header_options(resp);
-        }
+        let (request, response) = headers_options(h);
+        authority = request.authority;
+        (
+            route.request_headers_to_add,
+            route.request_headers_to_remove,
+        ) = (request.add, request.remove);
+        (
+            route.response_headers_to_add,
+            route.response_headers_to_remove,
+        ) = (response.add, response.remove);
     }
     if let Some(fault) = http.fault.as_ref().and_then(super::filters::route_config) {
         route
@@ -609,7 +608,7 @@ fn route_without_decorator(
         }));
         return route;
     }
-    let mut targets: Vec<(String, u32)> = Vec::new();
+    let mut targets: Vec<(String, u32, Option<&api::networking::Headers>)> = Vec::new();
     let mut hash_policy = Vec::new();
     let mut hashed = false;
     for d in &http.route {
@@ -628,7 +627,8 @@ fn route_without_decorator(
         };
         if weight > 0 {
             let subset = d.destination.subset.as_deref().unwrap_or("");
-            targets.push((outbound_cluster_name(p, subset, &host), weight));
+            let headers = d.headers.as_ref();
+            targets.push((outbound_cluster_name(p, subset, &host), weight, headers));
             if let Some(hash) = destination_hash(ctx.destination_rule_spec(proxy, &host), subset, p)
             {
                 hashed = true;
@@ -639,16 +639,43 @@ fn route_without_decorator(
     // A single destination hashed consistently retries on the same host, as istiod's
     // routes do; several keep the default predicate.
     let same_host_retries = http.route.len() == 1 && hashed;
+    // The rewrite's authority wins over the route's headers'; a single destination's
+    // headers join the route's (its authority only where none is set), as istiod's
+    // `processDestination`; each weighted one's go on its cluster.
+    let mut host_rewrite = rewrite_authority(http).or(authority);
     let cluster_specifier = match targets.len() {
         0 => ClusterSpecifier::Cluster("BlackHoleCluster".into()),
-        1 => ClusterSpecifier::Cluster(targets[0].0.clone()),
+        1 => {
+            if let Some(h) = targets[0].2 {
+                let (request, response) = headers_options(h);
+                route.request_headers_to_add.extend(request.add);
+                route.request_headers_to_remove.extend(request.remove);
+                route.response_headers_to_add.extend(response.add);
+                route.response_headers_to_remove.extend(response.remove);
+                host_rewrite = host_rewrite.or(request.authority);
+            }
+            ClusterSpecifier::Cluster(targets[0].0.clone())
+        }
         _ => ClusterSpecifier::WeightedClusters(WeightedCluster {
             clusters: targets
                 .iter()
-                .map(|(name, w)| ClusterWeight {
-                    name: name.clone(),
-                    weight: Some(UInt32Value { value: *w }),
-                    ..Default::default()
+                .map(|(name, w, headers)| {
+                    let mut c = ClusterWeight {
+                        name: name.clone(),
+                        weight: Some(UInt32Value { value: *w }),
+                        ..Default::default()
+                    };
+                    if let Some(h) = headers {
+                        let (request, response) = headers_options(h);
+                        (c.request_headers_to_add, c.request_headers_to_remove) =
+                            (request.add, request.remove);
+                        (c.response_headers_to_add, c.response_headers_to_remove) =
+                            (response.add, response.remove);
+                        c.host_rewrite_specifier = request
+                            .authority
+                            .map(cluster_weight::HostRewriteSpecifier::HostRewriteLiteral);
+                    }
+                    c
                 })
                 .collect(),
             ..Default::default()
@@ -686,12 +713,15 @@ fn route_without_decorator(
                 }),
                 substitution: rr.rewrite.clone(),
             }),
-        host_rewrite_specifier: rewrite
-            .and_then(|r| r.authority.clone())
-            .map(HostRewriteSpecifier::HostRewriteLiteral),
+        host_rewrite_specifier: host_rewrite.map(HostRewriteSpecifier::HostRewriteLiteral),
         ..Default::default()
     }));
     route
+}
+
+/// The authority `rewrite` sets, if any.
+fn rewrite_authority(http: &HttpRoute) -> Option<String> {
+    (http.rewrite.as_ref()).and_then(|r| r.authority.clone())
 }
 
 /// A route's tracing operation, as istiod's `GetRouteOperation`: `HOST:PORT` of its one

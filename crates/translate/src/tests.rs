@@ -2003,6 +2003,7 @@ mod outbound_listeners;
 mod path_normalization;
 mod protocol_detection;
 mod retries;
+mod route_headers;
 mod security;
 mod service_entry_addresses;
 mod service_entry_workloads;

@@ -131,14 +131,39 @@ pub(super) fn route_match(m: Option<&HttpMatchRequest>) -> RouteMatch {
     }
 }
 
-pub(super) fn header_options(ops: &HeaderOperations) -> (Vec<HeaderValueOption>, Vec<String>) {
-    let mut add: Vec<HeaderValueOption> = Vec::new();
+/// One direction's header operations as Envoy takes them, as istiod's
+/// `TranslateHeadersOperations`: `set` then `add` (each sorted by name), neither of them
+/// touching a header Envoy does not let a route modify (`:`-prefixed, `host`); the
+/// authority `:authority` or `host` asks for (`set`'s before `add`'s), which becomes a host
+/// rewrite.
+#[derive(Default)]
+pub(super) struct HeaderOps {
+    pub add: Vec<HeaderValueOption>,
+    pub remove: Vec<String>,
+    pub authority: Option<String>,
+}
+
+/// Whether a route may not modify the header `name` (istiod's `isInternalHeader`).
+fn internal(name: &str) -> bool {
+    name.starts_with(':') || name.eq_ignore_ascii_case("host")
+}
+
+pub(super) fn header_options(ops: &HeaderOperations) -> HeaderOps {
+    let mut out = HeaderOps::default();
+    let authority =
+        |k: &str| k.eq_ignore_ascii_case(":authority") || k.eq_ignore_ascii_case("host");
     for (set, action) in [
         (&ops.set, HeaderAppendAction::OverwriteIfExistsOrAdd),
         (&ops.add, HeaderAppendAction::AppendIfExistsOrAdd),
     ] {
         for (k, v) in set {
-            add.push(HeaderValueOption {
+            if authority(k) && out.authority.is_none() {
+                out.authority = Some(v.clone());
+            }
+            if internal(k) {
+                continue;
+            }
+            out.add.push(HeaderValueOption {
                 header: Some(HeaderValue {
                     key: k.clone(),
                     value: v.clone(),
@@ -149,7 +174,17 @@ pub(super) fn header_options(ops: &HeaderOperations) -> (Vec<HeaderValueOption>,
             });
         }
     }
-    (add, ops.remove.clone())
+    out.remove = (ops.remove.iter())
+        .filter(|k| !internal(k))
+        .cloned()
+        .collect();
+    out
+}
+
+/// The operations of `headers`: requests' and responses'.
+pub(super) fn headers_options(headers: &api::networking::Headers) -> (HeaderOps, HeaderOps) {
+    let of = |ops: Option<&HeaderOperations>| ops.map(header_options).unwrap_or_default();
+    (of(headers.request.as_ref()), of(headers.response.as_ref()))
 }
 
 /// The matches of an `http` entry that apply to this port, gateway and proxy (`[None]`
