@@ -6,17 +6,18 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
+use self::selected::ByLabel;
 use super::mesh::MeshConfig;
 use super::network::EndpointNetworks;
 use super::shared_hosts::SharedHosts;
 use super::{DOMAIN_SUFFIX, Store};
 use crate::config::{AllocatedAddress, ConfigObject, EndpointSliceDef, Kind, ObjectKey, Spec};
-use api::labels_match;
 use api::networking::{Location, Resolution, ServiceEntrySpec, WorkloadEntrySpec};
 
 pub mod alias;
 mod locality;
 mod protocol;
+mod selected;
 
 pub use self::locality::Locality;
 pub use self::protocol::Protocol;
@@ -557,7 +558,13 @@ pub(super) fn kubernetes_service(
 
 /// The services of every ServiceEntry, one per host.
 fn service_entries(store: &Store) -> Vec<Arc<Service>> {
-    let workload_entries: Vec<&Arc<ConfigObject>> = store.of_kind(Kind::WorkloadEntry).collect();
+    let workload_entries = ByLabel::new(store.of_kind(Kind::WorkloadEntry), workload_labels);
+    let selecting = (store.of_kind(Kind::ServiceEntry))
+        .any(|o| matches!(&o.spec, Spec::ServiceEntry(se, _) if se.workload_selector.is_some()));
+    let pods = match selecting {
+        true => ByLabel::new(store.of_kind(Kind::Pod), |o| &o.meta.labels),
+        false => ByLabel::default(),
+    };
     let mut out = Vec::new();
     for obj in store.of_kind(Kind::ServiceEntry) {
         let Spec::ServiceEntry(se, allocated) = &obj.spec else {
@@ -566,7 +573,7 @@ fn service_entries(store: &Store) -> Vec<Arc<Service>> {
         let namespace = store.namespace_annotations(&obj.key.namespace);
         let mut services = service_entry_services(obj, se, allocated, &workload_entries, namespace);
         if let Some(selector) = &se.workload_selector {
-            let pods = selected_pods(store, &obj.key.namespace, &selector.labels, se);
+            let pods = selected_pods(store, &pods, &obj.key.namespace, &selector.labels, se);
             if !pods.is_empty() {
                 for svc in &mut services {
                     svc.endpoints.extend(pods.iter().cloned());
@@ -579,24 +586,31 @@ fn service_entries(store: &Store) -> Vec<Arc<Service>> {
     out
 }
 
+/// A WorkloadEntry's labels (none for anything else).
+fn workload_labels(o: &ConfigObject) -> &BTreeMap<String, String> {
+    static NONE: BTreeMap<String, String> = BTreeMap::new();
+    match &o.spec {
+        Spec::WorkloadEntry(w) => &w.labels,
+        _ => &NONE,
+    }
+}
+
 /// The Pods of `namespace` a ServiceEntry's `workloadSelector` selects, as its endpoints:
 /// istiod's ServiceEntry controller takes Pods as workload instances as it takes
 /// WorkloadEntries. A Pod without an IP yet is none.
 fn selected_pods(
     store: &Store,
+    pods: &ByLabel<'_>,
     namespace: &str,
     selector: &BTreeMap<String, String>,
     se: &ServiceEntrySpec,
 ) -> Vec<Endpoint> {
     let mut out = Vec::new();
-    for pod in store.of_kind(Kind::Pod) {
+    for pod in pods.selected(namespace, selector, |o| &o.meta.labels) {
         let Spec::Pod(def) = &pod.spec else { continue };
         let Some(ip) = def.ip.as_ref().filter(|ip| !ip.is_empty()) else {
             continue;
         };
-        if pod.key.namespace != namespace || !labels_match(selector, &pod.meta.labels) {
-            continue;
-        }
         let node = (def.node_name.as_deref())
             .and_then(|n| store.get(&ObjectKey::new(Kind::Node, "", n)))
             .map(|n| &n.meta.labels);
@@ -720,7 +734,7 @@ fn service_entry_services(
     obj: &ConfigObject,
     se: &ServiceEntrySpec,
     allocated: &[AllocatedAddress],
-    workload_entries: &[&Arc<ConfigObject>],
+    workload_entries: &ByLabel<'_>,
     namespace_annotations: Option<&BTreeMap<String, String>>,
 ) -> Vec<Service> {
     let ports: Vec<ServicePort> = se
@@ -744,12 +758,8 @@ fn service_entry_services(
         .map(|e| workload_endpoint(e, &ports, &se.ports))
         .collect();
     if let Some(sel) = &se.workload_selector {
-        for we in workload_entries {
-            if we.key.namespace != obj.key.namespace {
-                continue;
-            }
+        for we in workload_entries.selected(&obj.key.namespace, &sel.labels, workload_labels) {
             if let Spec::WorkloadEntry(w) = &we.spec
-                && labels_match(&sel.labels, &w.labels)
                 && !w.address.is_empty()
             {
                 endpoints.push(workload_endpoint(w, &ports, &se.ports));
