@@ -17,9 +17,11 @@ use crate::proxy_config;
 /// `kafka` in shop: headless, its port named for no protocol meshd knows (sniffed).
 const KAFKA: &str = "---\napiVersion: v1\nkind: Service\nmetadata: {name: kafka, namespace: shop}\nspec: {clusterIP: None, ports: [{name: broker, port: 9092}]}\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: kafka-1, namespace: shop, labels: {kubernetes.io/service-name: kafka}}\naddressType: IPv4\nports: [{name: broker, port: 9092}]\nendpoints: [{addresses: [10.0.9.1], conditions: {ready: true}}]\n";
 
-const REGISTRY_ONLY: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: istio, namespace: istio-system}\ndata:\n  mesh: |\n    outboundTrafficPolicy: {mode: REGISTRY_ONLY}\n";
+/// MeshConfig with `outboundTrafficPolicy: REGISTRY_ONLY`.
+pub(super) const REGISTRY_ONLY: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: istio, namespace: istio-system}\ndata:\n  mesh: |\n    outboundTrafficPolicy: {mode: REGISTRY_ONLY}\n";
 
-fn cluster_of(chain: &FilterChain) -> String {
+/// The cluster a chain's tcp_proxy sends to.
+pub(super) fn cluster_of(chain: &FilterChain) -> String {
     let filter = (chain.filters.iter()).find(|f| f.name == "envoy.filters.network.tcp_proxy");
     let Some(ConfigType::TypedConfig(any)) = &filter.unwrap().config_type else {
         panic!("{chain:?}")

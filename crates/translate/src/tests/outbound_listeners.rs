@@ -4,13 +4,10 @@
 //! port; bound listeners accept one connection per socket event; chains time out slow TLS
 //! handshakes.
 
-use envoy_api::pb::envoy::config::listener::v3::{FilterChain, Listener, filter::ConfigType};
-use envoy_api::pb::envoy::extensions::filters::network::tcp_proxy::v3::{
-    TcpProxy, tcp_proxy::ClusterSpecifier,
-};
-use prost::Message;
+use envoy_api::pb::envoy::config::listener::v3::Listener;
 use serde_json::json;
 
+use super::addressless_sniffed::{REGISTRY_ONLY, cluster_of};
 use super::{context, ingress_gateway, sidecar};
 use crate::{ProxyConfig, proxy_config};
 use model::Proxy;
@@ -18,20 +15,6 @@ use model::Proxy;
 fn listener<'a>(cfg: &'a ProxyConfig, name: &str) -> &'a Listener {
     let found = cfg.listeners.iter().find(|l| l.name == name);
     found.unwrap_or_else(|| panic!("no listener {name}"))
-}
-
-/// The cluster a chain's tcp_proxy sends to (its last filter).
-fn tcp_to(chain: &FilterChain) -> String {
-    let Some(ConfigType::TypedConfig(any)) = &chain.filters.last().unwrap().config_type else {
-        panic!("{chain:?}")
-    };
-    match TcpProxy::decode(any.value.as_slice())
-        .unwrap()
-        .cluster_specifier
-    {
-        Some(ClusterSpecifier::Cluster(c)) => c,
-        other => panic!("{other:?}"),
-    }
 }
 
 fn listener_filters(l: &Listener) -> Vec<&str> {
@@ -69,7 +52,7 @@ fn an_http_port_on_0_0_0_0_takes_http_by_inspection_and_passes_the_rest_through(
     assert_eq!(seconds(http.transport_socket_connect_timeout), Some(15));
     let other = l.default_filter_chain.as_ref().unwrap();
     assert_eq!(other.name, "PassthroughFilterChain");
-    assert_eq!(tcp_to(other), "PassthroughCluster");
+    assert_eq!(cluster_of(other), "PassthroughCluster");
     assert_eq!(other.transport_socket_connect_timeout, None);
     // Not bound: the socket is virtualOutbound's.
     assert_eq!(l.max_connections_to_accept_per_socket_event, None);
@@ -77,11 +60,10 @@ fn an_http_port_on_0_0_0_0_takes_http_by_inspection_and_passes_the_rest_through(
 
 #[test]
 fn under_registry_only_what_is_not_http_is_refused() {
-    let mesh = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: istio, namespace: istio-system}\ndata:\n  mesh: |\n    outboundTrafficPolicy: {mode: REGISTRY_ONLY}\n";
-    let cfg = proxy_config(&context(mesh), &sidecar("shop", json!({})));
+    let cfg = proxy_config(&context(REGISTRY_ONLY), &sidecar("shop", json!({})));
     let l = listener(&cfg, "0.0.0.0_9080");
     assert_eq!(
-        tcp_to(l.default_filter_chain.as_ref().unwrap()),
+        cluster_of(l.default_filter_chain.as_ref().unwrap()),
         "BlackHoleCluster"
     );
 }
@@ -122,8 +104,8 @@ fn virtual_outbound_refuses_connections_to_its_own_port() {
     );
     let own = l.filter_chains[0].filter_chain_match.as_ref().unwrap();
     assert_eq!(own.destination_port.map(|p| p.value), Some(15001));
-    assert_eq!(tcp_to(&l.filter_chains[0]), "BlackHoleCluster");
-    assert_eq!(tcp_to(&l.filter_chains[1]), "PassthroughCluster");
+    assert_eq!(cluster_of(&l.filter_chains[0]), "BlackHoleCluster");
+    assert_eq!(cluster_of(&l.filter_chains[1]), "PassthroughCluster");
     assert_eq!(
         l.max_connections_to_accept_per_socket_event
             .map(|v| v.value),
