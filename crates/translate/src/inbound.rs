@@ -273,7 +273,7 @@ fn inbound_route(
 }
 
 fn inbound_hcm(
-    listener_name: &str,
+    stat_prefix: &str,
     port: u32,
     cluster: &str,
     served: Option<&Served>,
@@ -291,13 +291,8 @@ fn inbound_hcm(
         ))),
         ..Default::default()
     });
-    // The catch-all's connection manager is named by its cluster, as istiod names it.
-    let stat_prefix = match served {
-        None if cluster == INBOUND_PASSTHROUGH_CLUSTER => cluster.to_string(),
-        _ => format!("inbound_{listener_name}"),
-    };
     let mut hcm = HttpConnectionManager {
-        stat_prefix,
+        stat_prefix: stat_prefix.to_string(),
         codec_type: CodecType::Auto as i32,
         route_specifier: Some(RouteSpecifier::RouteConfig(route)),
         http_filters,
@@ -359,7 +354,8 @@ impl Serve {
 }
 
 /// The chains serving one inbound port under its effective mTLS mode, each with the
-/// proxy's `authorization` filters, then an HCM (HTTP) or tcp_proxy to `cluster`; a sniffed
+/// proxy's `authorization` filters, then an HCM (HTTP, its stats under `hcm_stats`) or
+/// tcp_proxy to `cluster`; a sniffed
 /// port has both, told apart by [`sniffed_chains`]. `destination_port` narrows them to one
 /// port of a shared listener (virtualInbound).
 #[allow(clippy::too_many_arguments)]
@@ -370,7 +366,7 @@ fn port_chains(
     port: u32,
     serve: Serve,
     cluster: &str,
-    stat_name: &str,
+    hcm_stats: &str,
     destination_port: Option<u32>,
     served: Option<Served>,
 ) -> Vec<FilterChain> {
@@ -380,7 +376,7 @@ fn port_chains(
             let served = served.as_ref();
             let mesh = &ctx.mesh;
             vec![inbound_hcm(
-                stat_name,
+                hcm_stats,
                 port,
                 cluster,
                 served,
@@ -578,7 +574,7 @@ pub fn sidecar(ctx: &PushContext, proxy: &Proxy) -> (Vec<Listener>, Vec<Cluster>
             port,
             Serve::of(protocol),
             &cluster,
-            &name,
+            &format!("inbound_{name}"),
             None,
             served,
         );
@@ -699,7 +695,7 @@ fn virtual_inbound(ctx: &PushContext, proxy: &Proxy) -> (Vec<Listener>, Vec<Clus
         };
         let c = with_stat_name(c, ctx, port, Some(served));
         clusters.push(with_pool(c, ctx, proxy, sidecar, port, Some(served)));
-        let stat = format!("0.0.0.0_{port}");
+        let stat = format!("inbound_0.0.0.0_{port}");
         chains.extend(port_chains(
             ctx,
             proxy,
@@ -722,7 +718,8 @@ fn virtual_inbound(ctx: &PushContext, proxy: &Proxy) -> (Vec<Listener>, Vec<Clus
         0,
         Serve::Sniffed,
         INBOUND_PASSTHROUGH_CLUSTER,
-        "virtualInbound",
+        // Named by its cluster, as istiod names the catch-all's connection manager.
+        INBOUND_PASSTHROUGH_CLUSTER,
         None,
         None,
     ));

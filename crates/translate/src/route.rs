@@ -104,24 +104,26 @@ pub fn domains(svc: &Service, audience: Audience) -> Vec<String> {
         Audience::Sniffed => return vec!["*".into()],
         Audience::Local(auto, aliases) | Audience::Remote(auto, aliases) => (auto, aliases),
     };
+    // A Kubernetes Service's short forms: `NAME` from its own namespace only.
+    let short = |out: &mut Vec<String>, name: &str, namespace: &str, local: bool| {
+        if local {
+            out.push(name.to_string());
+        }
+        out.push(format!("{name}.{namespace}.svc"));
+        out.push(format!("{name}.{namespace}"));
+    };
     let mut out = vec![svc.hostname.clone(), format!("{}.", svc.hostname)];
     if svc.kubernetes {
-        if matches!(audience, Audience::Local(..)) {
-            out.push(svc.name.clone());
-        }
-        out.push(format!("{}.{}.svc", svc.name, svc.namespace));
-        out.push(format!("{}.{}", svc.name, svc.namespace));
+        let local = matches!(audience, Audience::Local(..));
+        short(&mut out, &svc.name, &svc.namespace, local);
     }
     let local_namespace = local_aliases.0.map(|i| svc.aliases[i].namespace.as_str());
     for alias in &svc.aliases {
         let host = model::service::kubernetes_hostname(&alias.namespace, &alias.name);
         let dotted = format!("{host}.");
         out.extend([host, dotted]);
-        if local_namespace == Some(alias.namespace.as_str()) {
-            out.push(alias.name.clone());
-        }
-        out.push(format!("{}.{}.svc", alias.name, alias.namespace));
-        out.push(format!("{}.{}", alias.name, alias.namespace));
+        let local = local_namespace == Some(alias.namespace.as_str());
+        short(&mut out, &alias.name, &alias.namespace, local);
     }
     if let Some(address) = svc.address_for(auto) {
         out.push(address.to_string());
@@ -545,19 +547,7 @@ fn route_without_decorator(
         )])),
         ..Default::default()
     };
-    let mut authority = None;
-    if let Some(h) = &http.headers {
-        let (request, response) = headers_options(h);
-        authority = request.authority;
-        (
-            route.request_headers_to_add,
-            route.request_headers_to_remove,
-        ) = (request.add, request.remove);
-        (
-            route.response_headers_to_add,
-            route.response_headers_to_remove,
-        ) = (response.add, response.remove);
-    }
+    let authority = (http.headers.as_ref()).and_then(|h| add_headers(&mut route, h));
     if let Some(fault) = http.fault.as_ref().and_then(super::filters::route_config) {
         route
             .typed_per_filter_config
@@ -642,17 +632,14 @@ fn route_without_decorator(
     // The rewrite's authority wins over the route's headers'; a single destination's
     // headers join the route's (its authority only where none is set), as istiod's
     // `processDestination`; each weighted one's go on its cluster.
-    let mut host_rewrite = rewrite_authority(http).or(authority);
+    let rewrite = http.rewrite.as_ref();
+    let mut host_rewrite = rewrite.and_then(|r| r.authority.clone()).or(authority);
     let cluster_specifier = match targets.len() {
         0 => ClusterSpecifier::Cluster("BlackHoleCluster".into()),
         1 => {
             if let Some(h) = targets[0].2 {
-                let (request, response) = headers_options(h);
-                route.request_headers_to_add.extend(request.add);
-                route.request_headers_to_remove.extend(request.remove);
-                route.response_headers_to_add.extend(response.add);
-                route.response_headers_to_remove.extend(response.remove);
-                host_rewrite = host_rewrite.or(request.authority);
+                let destination = add_headers(&mut route, h);
+                host_rewrite = host_rewrite.or(destination);
             }
             ClusterSpecifier::Cluster(targets[0].0.clone())
         }
@@ -689,7 +676,6 @@ fn route_without_decorator(
     if same_host_retries && let Some(retry) = retry_policy.as_mut() {
         retry.retry_host_predicate.clear();
     }
-    let rewrite = http.rewrite.as_ref();
     let request_mirror_policies = mirror_policies(ctx, proxy, http, ns, port);
     route.action = Some(Action::Route(RouteAction {
         request_mirror_policies,
@@ -719,9 +705,14 @@ fn route_without_decorator(
     route
 }
 
-/// The authority `rewrite` sets, if any.
-fn rewrite_authority(http: &HttpRoute) -> Option<String> {
-    (http.rewrite.as_ref()).and_then(|r| r.authority.clone())
+/// Adds `headers`' operations to `route`'s; the authority they ask for, if any.
+fn add_headers(route: &mut Route, headers: &api::networking::Headers) -> Option<String> {
+    let (request, response) = headers_options(headers);
+    route.request_headers_to_add.extend(request.add);
+    route.request_headers_to_remove.extend(request.remove);
+    route.response_headers_to_add.extend(response.add);
+    route.response_headers_to_remove.extend(response.remove);
+    request.authority
 }
 
 /// A route's tracing operation, as istiod's `GetRouteOperation`: `HOST:PORT` of its one

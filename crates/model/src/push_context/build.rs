@@ -163,15 +163,18 @@ impl PushContext {
         {
             return PushContext::build(store, version);
         }
-        // A Pod a ServiceEntry's `workloadSelector` may select is one of its endpoints.
-        let selecting_entry = |namespace: &str| {
-            store.of_kind(Kind::ServiceEntry).any(|o| {
-                o.key.namespace == namespace
-                    && matches!(&o.spec, Spec::ServiceEntry(se, _) if se.workload_selector.is_some())
-            })
-        };
-        if (changed.iter()).any(|k| k.kind == Kind::Pod && selecting_entry(&k.namespace)) {
-            return PushContext::build(store, version);
+        // A Pod a ServiceEntry's `workloadSelector` may select is one of its endpoints:
+        // the namespaces with such entries, looked up once when Pods changed.
+        if any(Kind::Pod) {
+            let selecting: std::collections::HashSet<&str> = (store.of_kind(Kind::ServiceEntry))
+                .filter(|o| matches!(&o.spec, Spec::ServiceEntry(se, _) if se.workload_selector.is_some()))
+                .map(|o| o.key.namespace.as_str())
+                .collect();
+            if (changed.iter())
+                .any(|k| k.kind == Kind::Pod && selecting.contains(k.namespace.as_str()))
+            {
+                return PushContext::build(store, version);
+            }
         }
         let mesh = rebuilt_if(any(Kind::ConfigMap), &self.mesh, || {
             MeshConfig::from_store(store)
