@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use crate::harness::*;
+use crate::tls_client::*;
 
 fn indent(pem: &str) -> String {
     pem.lines().map(|l| format!("    {l}\n")).collect()
@@ -102,6 +103,60 @@ fn a_gateway_terminates_https_with_its_credential_served_over_the_secure_port() 
     assert!(
         https_get(&addr, "shop.example.com", &root, "/").is_err(),
         "the old certificate is gone"
+    );
+}
+
+/// The TLS versions and cipher suites of a gateway's server reach Envoy: MeshConfig
+/// `tlsDefaults` where the server sets none, the server's own where it does. The client
+/// speaks one version and offers the suites named; the server's certificate is ECDSA.
+#[test]
+fn a_gateway_server_takes_the_meshs_tls_defaults_and_its_own_versions_and_suites() {
+    use rustls::CipherSuite::{
+        TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256 as AES128,
+        TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256 as CHACHA20,
+    };
+    use rustls::version::{TLS12, TLS13};
+    let dir = temp_dir("gateway-tls-params");
+    let product = Upstream::start("productpage");
+    let port = free_port();
+    let (_, chain, key) = site_certificate("shop.example.com");
+    let yaml = |server: &str| {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: istio, namespace: istio-system}}\ndata:\n  mesh: |\n    tlsDefaults: {{minProtocolVersion: TLSV1_3}}\n---\n{svc}---\napiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {{name: web, namespace: istio-system}}\nspec:\n  selector: {{istio: ingressgateway}}\n  servers:\n  - port: {{number: {port}, name: https, protocol: HTTPS}}\n    hosts: [\"shop/shop.example.com\"]\n    tls: {{mode: SIMPLE, credentialName: shop-cert{server}}}\n---\napiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: front, namespace: shop}}\nspec:\n  hosts: [shop.example.com]\n  gateways: [istio-system/web]\n  http: [{{route: [{{destination: {{host: productpage}}}}]}}]\n---\n{secret}",
+            svc = service_yaml("shop", "productpage", 9080, &[(&product, &[])]),
+            secret = secret_yaml("shop-cert", &chain, &key),
+        )
+    };
+    let (meshd, _gateway) =
+        secure_gateway(&dir, &yaml(""), "istio-ingressgateway", "ingressgateway");
+    let addr = format!("127.0.0.1:{port}");
+    let get = |version, suites: &[rustls::CipherSuite]| {
+        let client = narrow_client(&[version], suites, None, &["http/1.1"]);
+        tls_request(&addr, "shop.example.com", client, "GET /", &[], "")
+    };
+    wait_until("TLS 1.3 to be served", Duration::from_secs(10), || {
+        get(&TLS13, &[]).is_ok_and(|r| r.status == 200)
+    });
+    let refused = get(&TLS12, &[]);
+    assert!(
+        refused.is_err(),
+        "TLS 1.2 under tlsDefaults' TLSV1_3: {refused:?}"
+    );
+
+    let own = ", minProtocolVersion: TLSV1_2, maxProtocolVersion: TLSV1_2, cipherSuites: [ECDHE-ECDSA-AES128-GCM-SHA256]";
+    meshd.write("mesh.yaml", &yaml(own));
+    wait_until("the server's own versions", Duration::from_secs(10), || {
+        get(&TLS12, &[AES128]).is_ok_and(|r| r.status == 200)
+    });
+    let above = get(&TLS13, &[]);
+    assert!(
+        above.is_err(),
+        "TLS 1.3 above maxProtocolVersion: {above:?}"
+    );
+    let other = get(&TLS12, &[CHACHA20]);
+    assert!(
+        other.is_err(),
+        "a suite the server does not list: {other:?}"
     );
 }
 
@@ -370,57 +425,10 @@ fn a_gateway_serves_https_from_certificate_files_and_follows_their_rotation() {
     assert!(get(&root).is_err(), "the old certificate is gone");
 }
 
-/// A client that does not check the server's certificate: an Istio mTLS client's SNI
-/// (`outbound_.PORT_.SUBSET_.HOST`) is not a name in the test server's certificate.
-#[derive(Debug)]
-struct AcceptAnyCertificate(std::sync::Arc<rustls::crypto::CryptoProvider>);
-
-impl rustls::client::danger::ServerCertVerifier for AcceptAnyCertificate {
-    fn verify_server_cert(
-        &self,
-        _: &rustls::pki_types::CertificateDer<'_>,
-        _: &[rustls::pki_types::CertificateDer<'_>],
-        _: &rustls::pki_types::ServerName<'_>,
-        _: &[u8],
-        _: rustls::pki_types::UnixTime,
-    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
-        Ok(rustls::client::danger::ServerCertVerified::assertion())
-    }
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &rustls::pki_types::CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        let algorithms = &self.0.signature_verification_algorithms;
-        rustls::crypto::verify_tls12_signature(message, cert, dss, algorithms)
-    }
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &rustls::pki_types::CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        let algorithms = &self.0.signature_verification_algorithms;
-        rustls::crypto::verify_tls13_signature(message, cert, dss, algorithms)
-    }
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
-}
-
 /// One HTTP/1.1 request over TLS to `addr` with `sni` and `alpn`, the certificate not
 /// checked: the response, or why there was none.
 fn request_with_sni(addr: &str, sni: &str, alpn: &[&str]) -> std::io::Result<HttpResponse> {
-    let provider = transport::tls::provider();
-    let mut config = rustls::ClientConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .dangerous()
-        .with_custom_certificate_verifier(std::sync::Arc::new(AcceptAnyCertificate(provider)))
-        .with_no_client_auth();
-    config.alpn_protocols = alpn.iter().map(|a| a.as_bytes().to_vec()).collect();
-    tls_request(addr, sni, config, "GET /", &[], "")
+    tls_request(addr, sni, unverifying_client(None, alpn), "GET /", &[], "")
 }
 
 /// An AUTO_PASSTHROUGH server (an east-west gateway's) forwards a connection by its Istio

@@ -4,6 +4,7 @@
 mod cluster;
 mod harness;
 mod test_host;
+mod tls_client;
 
 mod bad_config;
 mod ca;
@@ -29,6 +30,7 @@ mod kubernetes_scope;
 mod kubernetes_tls;
 mod kubernetes_webhook;
 mod loadgen;
+mod mesh_tls;
 mod mtls;
 mod observability;
 mod operator;

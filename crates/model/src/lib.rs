@@ -20,6 +20,7 @@ pub mod service;
 pub mod shared_hosts;
 #[cfg(any(test, feature = "testing"))]
 pub mod testmesh;
+pub mod tls;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

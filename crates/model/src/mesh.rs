@@ -110,6 +110,14 @@ pub struct MeshConfig {
     /// `accessLogging`.
     #[serde(default)]
     pub default_providers: DefaultProviders,
+    /// The TLS versions and cipher suites sidecars accept on inbound mutual TLS
+    /// (`crate::tls::TlsParams::mesh_inbound`).
+    #[serde(default, rename = "meshMTLS", skip_serializing_if = "Option::is_none")]
+    pub mesh_mtls: Option<crate::tls::MeshTlsConfig>,
+    /// The TLS versions, cipher suites and curves of gateways' SIMPLE and MUTUAL servers
+    /// and of TLS DestinationRules originate, where those set none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_defaults: Option<crate::tls::MeshTlsConfig>,
     /// MeshNetworks, from the ConfigMap's `meshNetworks` key (not part of `mesh`).
     #[serde(skip_deserializing, skip_serializing_if = "MeshNetworks::is_empty")]
     pub mesh_networks: MeshNetworks,

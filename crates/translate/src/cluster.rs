@@ -434,7 +434,8 @@ fn build(
     pool::outlier_detection(&mut c, policy.and_then(|p| p.outlier_detection.as_ref()));
     pool::no_panic_by_default(&mut c);
     if let Some(tls) = policy.and_then(|p| p.tls.as_ref()) {
-        originate_tls(&mut c, tls, &mut http, kind, secure);
+        let params = model::tls::TlsParams::originate(&ctx.mesh);
+        originate_tls(&mut c, tls, &mut http, (kind, secure), &params);
     }
     pool::attach_http(&mut c, http);
     c
@@ -561,8 +562,8 @@ fn originate_tls(
     c: &mut Cluster,
     tls: &ClientTlsSettings,
     http: &mut Option<HttpProtocolOptions>,
-    kind: ProxyKind,
-    secure: bool,
+    (kind, secure): (ProxyKind, bool),
+    params: &model::tls::TlsParams,
 ) {
     let h2 = pool::http2(http).is_some();
     let credential = super::credentials::CredentialUse::of_client(tls);
@@ -571,12 +572,13 @@ fn originate_tls(
             if kind != ProxyKind::Router || !secure {
                 return;
             }
-            super::tls::originate_credential(tls, &credential, h2)
+            super::tls::originate_credential(tls, &credential, h2, params)
         }
-        (Some(ClientTlsMode::Simple), None) => super::tls::originate(tls, None, h2, secure),
+        (Some(ClientTlsMode::Simple), None) => super::tls::originate(tls, None, h2, secure, params),
         (Some(ClientTlsMode::Mutual), None) => match (&tls.client_certificate, &tls.private_key) {
             (Some(cert), Some(key)) => {
-                super::tls::originate(tls, Some((cert.as_str(), key.as_str())), h2, secure)
+                let client = Some((cert.as_str(), key.as_str()));
+                super::tls::originate(tls, client, h2, secure, params)
             }
             _ => return, // refused by validation
         },

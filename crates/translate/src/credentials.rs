@@ -20,6 +20,8 @@ use api::AnyObject;
 use api::networking::{ClientTlsMode, ClientTlsSettings};
 use api::values::{server_tls_field, server_tls_mode};
 use model::config::Spec;
+use model::mesh::MeshConfig;
+use model::tls::TlsParams;
 use model::{Proxy, PushContext, Service};
 
 /// A Gateway server's `tls` block, as far as meshd serves it.
@@ -32,6 +34,7 @@ pub enum ServerTls {
         credential: String,
         mutual: bool,
         required: bool,
+        params: TlsParams,
     },
     /// SIMPLE, MUTUAL or OPTIONAL_MUTUAL with `serverCertificate` and `privateKey` (and,
     /// when mutual, `caCertificates`) files in the gateway's container, served by its
@@ -41,6 +44,7 @@ pub enum ServerTls {
         key: String,
         ca: Option<String>,
         required: bool,
+        params: TlsParams,
     },
     /// ISTIO_MUTUAL: the gateway's own workload certificate (SDS `default` from its
     /// agent), clients' certificates verified against the mesh's roots (`ROOTCA`) and,
@@ -51,8 +55,13 @@ pub enum ServerTls {
 impl ServerTls {
     /// Reads `{mode: SIMPLE|MUTUAL|OPTIONAL_MUTUAL}` with a `credentialName` or certificate
     /// files, and `{mode: ISTIO_MUTUAL}`; `None` for anything else (PASSTHROUGH,
-    /// AUTO_PASSTHROUGH, incomplete files), which meshd does not serve.
-    pub fn from_server(tls: Option<&AnyObject>, gateway_namespace: &str) -> Option<ServerTls> {
+    /// AUTO_PASSTHROUGH, incomplete files), which meshd does not serve. The first three
+    /// take their versions and suites from `mesh`'s `tlsDefaults` and the server.
+    pub fn from_server(
+        tls: Option<&AnyObject>,
+        gateway_namespace: &str,
+        mesh: &MeshConfig,
+    ) -> Option<ServerTls> {
         let tls = tls?;
         let mode = server_tls_mode(tls);
         if mode == "ISTIO_MUTUAL" {
@@ -74,6 +83,7 @@ impl ServerTls {
             _ => return None,
         };
         let text = |key: &str| server_tls_field(tls, key).map(str::to_string);
+        let params = TlsParams::gateway_server(mesh, tls);
         let Some(name) = text("credentialName") else {
             let ca = text("caCertificates");
             if mutual && ca.is_none() {
@@ -84,6 +94,7 @@ impl ServerTls {
                 key: text("privateKey")?,
                 ca: ca.filter(|_| mutual),
                 required,
+                params,
             });
         };
         let name =
@@ -98,6 +109,7 @@ impl ServerTls {
             credential: name,
             mutual,
             required,
+            params,
         })
     }
 
@@ -203,32 +215,37 @@ pub fn https_chain(
         server_names.clear();
     }
     let alpn = vec!["h2".to_string(), "http/1.1".to_string()];
-    // The certificate, the CA that verifies clients (if any) and whether one is required.
-    let terminate = |cert: SdsSecretConfig, ca: Option<SdsSecretConfig>, required: bool| {
-        let ctx = DownstreamTlsContext {
-            common_tls_context: Some(CommonTlsContext {
-                alpn_protocols: alpn.clone(),
-                tls_certificate_sds_secret_configs: vec![cert],
-                validation_context_type: ca
-                    .map(ValidationContextType::ValidationContextSdsSecretConfig),
+    // The certificate, the CA that verifies clients (if any), whether one is required,
+    // and the versions and suites.
+    let terminate =
+        |cert: SdsSecretConfig, ca: Option<SdsSecretConfig>, required: bool, params: &TlsParams| {
+            let ctx = DownstreamTlsContext {
+                common_tls_context: Some(CommonTlsContext {
+                    tls_params: super::tls::envoy_tls_params(params),
+                    alpn_protocols: alpn.clone(),
+                    tls_certificate_sds_secret_configs: vec![cert],
+                    validation_context_type: ca
+                        .map(ValidationContextType::ValidationContextSdsSecretConfig),
+                    ..Default::default()
+                }),
+                require_client_certificate: Some(BoolValue { value: required }),
                 ..Default::default()
-            }),
-            require_client_certificate: Some(BoolValue { value: required }),
-            ..Default::default()
+            };
+            tls_transport_socket(pack_any(ctx))
         };
-        tls_transport_socket(pack_any(ctx))
-    };
     let transport_socket = match tls {
         ServerTls::Credential {
             credential,
             mutual,
             required,
+            params,
         } => {
             let uses = CredentialUse::server(credential, *mutual);
             terminate(
                 ads_secret(uses.cert_resource()),
                 mutual.then(|| ads_secret(uses.ca_resource())),
                 *required,
+                params,
             )
         }
         ServerTls::Files {
@@ -236,11 +253,13 @@ pub fn https_chain(
             key,
             ca,
             required,
+            params,
         } => terminate(
             super::tls::sds(&super::tls::file_cert(cert, key)),
             ca.as_deref()
                 .map(|ca| super::tls::sds(&super::tls::file_root(ca))),
             *required,
+            params,
         ),
         ServerTls::Mesh { subject_alt_names } => {
             super::tls::downstream_with(alpn.clone(), subject_alt_names)

@@ -401,10 +401,11 @@ fn port_chains(
             ..Default::default()
         })
     };
+    let mesh_tls = model::tls::TlsParams::mesh_inbound(&ctx.mesh);
     let chain = |name: &str, transport: &str, alpns: &[&str], http: bool, tls: bool| FilterChain {
         name: format!("{cluster}-{name}"),
         filter_chain_match: matching(transport, alpns),
-        transport_socket: tls.then(|| tls::downstream(http)),
+        transport_socket: tls.then(|| tls::downstream(http, &mesh_tls)),
         filters: filters(http),
         ..Default::default()
     };

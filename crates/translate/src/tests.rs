@@ -2009,5 +2009,6 @@ mod service_entry_addresses;
 mod service_entry_workloads;
 mod shared_hosts;
 mod stat_names;
+mod tls_params;
 mod tracing;
 mod unready_endpoints;

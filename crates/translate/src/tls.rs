@@ -22,6 +22,7 @@ use envoy_api::util::pack_any;
 
 use super::duration;
 use api::networking::ClientTlsSettings;
+use model::tls::{TlsParams, TlsVersion};
 
 /// The SDS secret names the agent serves.
 pub const WORKLOAD_SECRET: &str = "default";
@@ -95,11 +96,32 @@ fn san_matcher(san_type: SanType, value: &str) -> SubjectAltNameMatcher {
     }
 }
 
-/// TLS 1.2 to 1.3, as istiod's contexts.
+/// TLS 1.2 to 1.3, as istiod's mesh contexts.
 fn tls_params() -> Option<TlsParameters> {
     Some(TlsParameters {
         tls_minimum_protocol_version: TlsProtocol::TlSv12 as i32,
         tls_maximum_protocol_version: TlsProtocol::TlSv13 as i32,
+        ..Default::default()
+    })
+}
+
+fn protocol(version: TlsVersion) -> i32 {
+    (match version {
+        TlsVersion::Auto => TlsProtocol::TlsAuto,
+        TlsVersion::V1_0 => TlsProtocol::TlSv10,
+        TlsVersion::V1_1 => TlsProtocol::TlSv11,
+        TlsVersion::V1_2 => TlsProtocol::TlSv12,
+        TlsVersion::V1_3 => TlsProtocol::TlSv13,
+    }) as i32
+}
+
+/// Envoy's `tls_params` for `params`; none when all are Envoy's defaults.
+pub fn envoy_tls_params(params: &TlsParams) -> Option<TlsParameters> {
+    (!params.is_default()).then(|| TlsParameters {
+        tls_minimum_protocol_version: protocol(params.min),
+        tls_maximum_protocol_version: protocol(params.max),
+        cipher_suites: params.cipher_suites.clone(),
+        ecdh_curves: params.ecdh_curves.clone(),
         ..Default::default()
     })
 }
@@ -117,10 +139,14 @@ fn san_by_form(san: &str) -> SubjectAltNameMatcher {
     san_matcher(kind, san)
 }
 
-fn common(alpn: Vec<String>, sans: &[String]) -> CommonTlsContext {
+fn common(
+    alpn: Vec<String>,
+    sans: &[String],
+    tls_params: Option<TlsParameters>,
+) -> CommonTlsContext {
     let san_matchers = sans.iter().map(|s| san_by_form(s)).collect();
     CommonTlsContext {
-        tls_params: tls_params(),
+        tls_params,
         alpn_protocols: alpn,
         tls_certificate_sds_secret_configs: vec![sds(WORKLOAD_SECRET)],
         validation_context_type: Some(ValidationContextType::CombinedValidationContext(
@@ -181,7 +207,7 @@ pub fn tls_transport_socket(context: envoy_api::pb::google::protobuf::Any) -> Tr
 /// ISTIO_MUTUAL towards a server that must be one of `sans` (any mesh identity if empty).
 pub fn upstream(sni: &str, sans: &[String], h2: bool) -> TransportSocket {
     tls_transport_socket(pack_any(UpstreamTlsContext {
-        common_tls_context: Some(common(mesh_alpn(h2), sans)),
+        common_tls_context: Some(common(mesh_alpn(h2), sans, tls_params())),
         sni: sni.to_string(),
         ..Default::default()
     }))
@@ -212,9 +238,10 @@ pub fn originate(
     client: Option<(&str, &str)>,
     h2: bool,
     agent: bool,
+    params: &TlsParams,
 ) -> TransportSocket {
     let mut common = CommonTlsContext {
-        tls_params: tls_params(),
+        tls_params: envoy_tls_params(params),
         alpn_protocols: if h2 { vec!["h2".into()] } else { Vec::new() },
         ..Default::default()
     };
@@ -278,9 +305,10 @@ pub fn originate_credential(
     tls: &ClientTlsSettings,
     credential: &super::credentials::CredentialUse,
     h2: bool,
+    params: &TlsParams,
 ) -> TransportSocket {
     let mut common = CommonTlsContext {
-        tls_params: tls_params(),
+        tls_params: envoy_tls_params(params),
         alpn_protocols: if h2 { vec!["h2".into()] } else { Vec::new() },
         ..Default::default()
     };
@@ -322,8 +350,9 @@ pub fn raw_buffer() -> TransportSocket {
 }
 
 /// The inbound side of mutual TLS: the workload certificate, a client certificate required
-/// and verified against the root bundle.
-pub fn downstream(http: bool) -> TransportSocket {
+/// and verified against the root bundle, the versions and suites of `params`
+/// ([`TlsParams::mesh_inbound`]).
+pub fn downstream(http: bool, params: &TlsParams) -> TransportSocket {
     let alpn = if http {
         vec!["h2".to_string(), "http/1.1".to_string()]
     } else {
@@ -333,14 +362,23 @@ pub fn downstream(http: bool) -> TransportSocket {
             "http/1.1".to_string(),
         ]
     };
-    downstream_with(alpn, &[])
+    mesh_server(alpn, &[], envoy_tls_params(params))
 }
 
 /// Mutual TLS served with the workload certificate to clients whose certificates chain
-/// to the mesh's roots and, unless `sans` is empty, carry one of `sans`.
+/// to the mesh's roots and, unless `sans` is empty, carry one of `sans` (a gateway's
+/// ISTIO_MUTUAL server).
 pub fn downstream_with(alpn: Vec<String>, sans: &[String]) -> TransportSocket {
+    mesh_server(alpn, sans, tls_params())
+}
+
+fn mesh_server(
+    alpn: Vec<String>,
+    sans: &[String],
+    params: Option<TlsParameters>,
+) -> TransportSocket {
     tls_transport_socket(pack_any(DownstreamTlsContext {
-        common_tls_context: Some(common(alpn, sans)),
+        common_tls_context: Some(common(alpn, sans, params)),
         require_client_certificate: Some(BoolValue { value: true }),
         ..Default::default()
     }))

@@ -12,6 +12,7 @@ mod gateway;
 mod security;
 mod sidecar;
 mod telemetry;
+mod tls;
 mod traffic_policy;
 mod virtual_service;
 
@@ -19,6 +20,7 @@ use self::gateway::*;
 use self::security::*;
 use self::sidecar::*;
 use self::telemetry::*;
+use self::tls::*;
 use self::virtual_service::*;
 
 /// One problem with a field of an object.
@@ -461,6 +463,12 @@ pub fn validate(object: &ConfigObject) -> Vec<Problem> {
             }
             if let Some(t) = &mesh.default_config.tracing {
                 proxy_tracing(&mut r, t);
+            }
+            if let Some(t) = &mesh.mesh_mtls {
+                mesh_tls(&mut r, "data.mesh.meshMTLS", t, true);
+            }
+            if let Some(t) = &mesh.tls_defaults {
+                mesh_tls(&mut r, "data.mesh.tlsDefaults", t, false);
             }
         }
     }

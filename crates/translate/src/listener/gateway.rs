@@ -251,8 +251,9 @@ pub fn gateway(
             let tls_mode = server.tls.as_ref().map(api::values::server_tls_mode);
             // Credentials go only to a gateway with a proven identity.
             let credential = || {
-                (proxy.identity.as_ref())
-                    .and_then(|_| ServerTls::from_server(server.tls.as_ref(), &proxy.namespace))
+                (proxy.identity.as_ref()).and_then(|_| {
+                    ServerTls::from_server(server.tls.as_ref(), &proxy.namespace, &ctx.mesh)
+                })
             };
             let tls_server = match protocol.as_str() {
                 // A `tls` block here is only `httpsRedirect` (validation refuses more).

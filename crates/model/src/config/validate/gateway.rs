@@ -47,6 +47,7 @@ pub(super) fn server_tls(r: &mut Report, field: &str, server: &api::networking::
         }
         return;
     }
+    server_tls_params(r, &f, tls);
     match server_tls_mode(tls).as_str() {
         "PASSTHROUGH" => {}
         "AUTO_PASSTHROUGH" if !server.port.protocol.eq_ignore_ascii_case("TLS") => r.warn(

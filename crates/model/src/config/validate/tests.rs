@@ -1015,3 +1015,66 @@ fn header_matches_take_token_names_in_any_case_pseudo_headers_and_claims() {
         assert_eq!(errors(bad), 1, "{bad}");
     }
 }
+
+fn problems(parsed: &super::super::parse::Parsed) -> Vec<String> {
+    (parsed.issues.iter())
+        .map(|i| format!("{:?} {}: {}", i.level, i.field, i.message))
+        .collect()
+}
+
+#[test]
+fn the_meshs_tls_settings_take_istios_versions_and_warn_about_unknown_suites() {
+    let parsed = parse_file(
+        "mesh.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: istio, namespace: istio-system}\ndata:\n  mesh: |\n    meshMTLS: {minProtocolVersion: TLSV1_1, cipherSuites: [AES128-SHA, RC4-MD5], ecdhCurves: [P-256]}\n    tlsDefaults: {minProtocolVersion: TLSV1_3, cipherSuites: [AES128-SHA, AES128-SHA], ecdhCurves: [P-256, P-257]}\n",
+    );
+    assert_eq!(
+        problems(&parsed),
+        [
+            "Error data.mesh.meshMTLS.minProtocolVersion: \"TLSV1_1\" is not TLS_AUTO, TLSV1_2 or TLSV1_3",
+            "Warning data.mesh.meshMTLS.cipherSuites: ignoring invalid cipher suites: [\"RC4-MD5\"]",
+            "Error data.mesh.meshMTLS.ecdhCurves: mesh TLS does not support ECDH curves configuration",
+            "Warning data.mesh.tlsDefaults.cipherSuites: ignoring duplicate cipher suites: [\"AES128-SHA\"]",
+            "Warning data.mesh.tlsDefaults.ecdhCurves: detected unrecognized ECDH curves: [\"P-257\"]",
+        ]
+    );
+}
+
+#[test]
+fn a_gateway_servers_tls_versions_are_istios_and_the_minimum_is_not_above_the_maximum() {
+    let gw = |tls: &str| {
+        let parsed = parse_file(
+            "gw.yaml",
+            &format!(
+                "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {{name: g, namespace: shop}}\nspec:\n  servers:\n  - {{port: {{number: 443, name: b, protocol: HTTPS}}, hosts: ['*'], tls: {{mode: SIMPLE, credentialName: c, {tls}}}}}\n"
+            ),
+        );
+        problems(&parsed)
+    };
+    assert!(gw("minProtocolVersion: TLSV1_2, maxProtocolVersion: TLSV1_3").is_empty());
+    assert_eq!(
+        gw("minProtocolVersion: TLSV1_3, maxProtocolVersion: TLSV1_2"),
+        [
+            "Error spec.servers[0].tls.minProtocolVersion: is above maxProtocolVersion: Envoy would refuse the listener"
+        ]
+    );
+    assert_eq!(
+        gw("maxProtocolVersion: TLS1.3"),
+        [
+            "Error spec.servers[0].tls.maxProtocolVersion: \"TLS1.3\" is not TLS_AUTO, TLSV1_0, TLSV1_1, TLSV1_2 or TLSV1_3"
+        ]
+    );
+    assert_eq!(
+        gw(
+            "minProtocolVersion: TLSV1_0, cipherSuites: [ECDHE-RSA-AES128-GCM-SHA256, NULL-MD5, '-AES128-SHA']"
+        ),
+        [
+            "Warning spec.servers[0].tls.cipherSuites: ignoring invalid cipher suites: [\"NULL-MD5\"]"
+        ]
+    );
+    assert_eq!(
+        gw("minProtocolVersion: TLSV1_1").len(),
+        1,
+        "below TLS 1.2 without suites is warned about"
+    );
+}
