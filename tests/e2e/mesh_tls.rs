@@ -59,3 +59,50 @@ fn inbound_mutual_tls_takes_istiods_suites_and_the_meshs_minimum_version() {
     );
     assert_eq!(get(&TLS13, &[]).unwrap().body, "reviews");
 }
+
+/// Under PERMISSIVE a TCP port tells a mesh client's mutual TLS (by Istio's ALPN) from a
+/// client's own TLS, which passes through to the application still encrypted, as
+/// istiod's sidecars do: a client without a sidecar reaches the application's TLS server
+/// and checks its certificate. Under STRICT the sidecar terminates every TLS connection
+/// as mutual TLS, and that client is refused.
+#[test]
+fn a_tcp_port_passes_a_clients_own_tls_through_under_permissive() {
+    let m = mesh("mesh-tls-passthrough");
+    let (root, chain, key) = site_certificate("legacy.example.com");
+    let app = Upstream::tls("legacy", &chain, &key, &root);
+    let path = m.meshd.config_dir.join("mesh.yaml");
+    let yaml = std::fs::read_to_string(&path).unwrap();
+    let endpoint = yaml
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("defaultEndpoint: "))
+        .unwrap()
+        .to_string();
+    let tcp = yaml
+        .replace(
+            "{number: 9080, protocol: HTTP, name: http}",
+            "{number: 9080, protocol: TCP, name: tcp}",
+        )
+        .replace("name: http,", "name: tcp,")
+        .replace(&endpoint, &format!("\"127.0.0.1:{}\"", app.port));
+    assert_ne!(yaml, tcp);
+    std::fs::write(&path, tcp).unwrap();
+    let _reviews = m.reviews(&[]);
+    let addr = format!("{}:9080", m.server_ip);
+    let get = || https_get(&addr, "legacy.example.com", &root, "/");
+    wait_until(
+        "the application's own TLS through the sidecar",
+        Duration::from_secs(15),
+        || get().is_ok_and(|r| r.status == 200),
+    );
+    assert_eq!(get().unwrap().body, "legacy");
+
+    m.meshd.write(
+        "pa.yaml",
+        "apiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {name: default, namespace: shop}\nspec: {mtls: {mode: STRICT}}\n",
+    );
+    wait_until(
+        "STRICT to terminate the client's TLS",
+        Duration::from_secs(15),
+        || get().is_err(),
+    );
+}

@@ -417,16 +417,25 @@ fn port_chains(
         return sniffed_chains(mode, secure, chain);
     }
     let http = serve == Serve::Http;
-    let mtls = chain("mtls", "tls", &[], http, true);
     let plaintext = chain("plaintext", "raw_buffer", &[], http, false);
+    // Under PERMISSIVE, only TLS with a mesh client's ALPN is mutual TLS; a TCP port passes
+    // other TLS to the application still encrypted, an HTTP port refuses it (istiod's
+    // `inboundPermissive{HTTP,TCP}FilterChainMatchWithMxcOptions`).
     match (mode, secure) {
-        (Mtls::Strict, true) => vec![mtls],
+        (Mtls::Strict, true) => vec![chain("mtls", "tls", &[], http, true)],
         (Mtls::Strict, false) => {
             let mut refused = refuse_all(cluster);
             refused.filter_chain_match = matching("", &[]);
             vec![refused]
         }
-        (Mtls::Permissive, true) => vec![mtls, plaintext],
+        (Mtls::Permissive, true) => {
+            let mut chains = vec![chain("mtls", "tls", &sniff::ALL_MTLS_ALPNS, http, true)];
+            if !http {
+                chains.push(chain("tls", "tls", &[], false, false));
+            }
+            chains.push(plaintext);
+            chains
+        }
         (Mtls::Permissive, false) | (Mtls::Disable, _) => vec![plaintext],
     }
 }

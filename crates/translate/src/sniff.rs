@@ -32,6 +32,16 @@ pub const PLAINTEXT_HTTP_ALPNS: [&str; 2] = ["http/1.1", "h2c"];
 /// The ALPN a mesh client offers for HTTP over mutual TLS (istiod's `mtlsHTTPALPNs`).
 pub const MTLS_HTTP_ALPNS: [&str; 3] = ["istio-http/1.0", "istio-http/1.1", "istio-h2"];
 
+/// Every ALPN a mesh client offers over mutual TLS (istiod's `allIstioMtlsALPNs`): what
+/// tells a mesh client's TLS from a client's own under PERMISSIVE.
+pub const ALL_MTLS_ALPNS: [&str; 5] = [
+    "istio",
+    "istio-peer-exchange",
+    "istio-http/1.0",
+    "istio-http/1.1",
+    "istio-h2",
+];
+
 /// The ALPN a mesh client offers for TCP over mutual TLS (istiod's `mtlsTCPWithMxcALPNs`).
 pub const MTLS_TCP_ALPNS: [&str; 2] = ["istio-peer-exchange", "istio"];
 

@@ -694,9 +694,12 @@ fn with_traffic_capture_virtual_inbound_serves_the_ports_of_the_services_selecti
         chains_of(""),
         [
             "15006:",
+            // Mutual TLS by the mesh's ALPN; on the TCP port, other TLS passes through to
+            // the workload; then plaintext.
+            "5432:tls+istio",
             "5432:tls",
             "5432:raw_buffer",
-            "8080:tls",
+            "8080:tls+istio",
             "8080:raw_buffer",
             // Any other port: HTTP over mTLS, TCP over mTLS, HTTP, TCP, and TLS the
             // workload terminates itself.
