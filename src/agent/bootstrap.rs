@@ -101,6 +101,47 @@ fn xds_tls_context(server_name: &str) -> Value {
     })
 }
 
+/// Istio's bootstrap `stats_config` tags, and only those: its dashboards and alerts read
+/// the cluster and connection manager of a statistic from the `cluster_name` and
+/// `http_conn_manager_prefix` tags, each ending at the `;` istiod (and meshd) put after
+/// those names. Istio's `stats_matcher` is left out: meshd's proxies keep every statistic.
+fn stats_config() -> Value {
+    let tags = [
+        ("cluster_name", r"^cluster(\.(.+);)"),
+        (
+            "http_conn_manager_prefix",
+            r"^http\.(((?:[_.[:digit:]\w]*|[_\[\]aAbBcCdDeEfF[:digit:]\w\:]*));\.)",
+        ),
+        ("thread_name", r"^server(\.(.+))\.watchdog"),
+        ("tcp_prefix", r"^tcp\.((.*?)\.)\w+?$"),
+        ("response_code", r"_rq(_(\d{3}))$"),
+        ("response_code_class", r"_rq(_(\dxx))$"),
+        (
+            "http_conn_manager_listener_prefix",
+            r"^listener(?=\.).*?\.http\.(((?:[_.[:digit:]]*|[_\[\]aAbBcCdDeEfF[:digit:]]*))\.)",
+        ),
+        (
+            "listener_address",
+            r"^listener\.(((?:[_.[:digit:]]*|[_\[\]aAbBcCdDeEfF[:digit:]]*))\.)",
+        ),
+        (
+            "mongo_prefix",
+            r"^mongo\.(.+?)\.(collection|cmd|cx_|op_|delays_|decoding_)(.*?)$",
+        ),
+        ("cache", r"(cache\.(.+?)\.)"),
+        ("component", r"(component\.(.+?)\.)"),
+        ("tag", r"(tag\.(.+?);\.)"),
+        ("wasm_filter", r"(wasm_filter\.(.+?)\.)"),
+        ("authz_enforce_result", r"rbac(\.(allowed|denied))"),
+        ("authz_dry_run_action", r"(\.istio_dry_run_(allow|deny)_)"),
+        ("authz_dry_run_result", r"(\.shadow_(allowed|denied))"),
+    ];
+    let tags: Vec<Value> = (tags.iter())
+        .map(|(name, regex)| json!({"tag_name": name, "regex": regex}))
+        .collect();
+    json!({"use_all_default_tags": false, "stats_tags": tags})
+}
+
 pub fn render(o: &BootstrapOptions) -> Value {
     let mut xds_tls = xds_tls_context(&o.xds_server_name);
     xds_tls["@type"] =
@@ -117,6 +158,7 @@ pub fn render(o: &BootstrapOptions) -> Value {
     let mut bootstrap = json!({
         "node": {"id": o.node_id, "cluster": "meshd", "metadata": metadata},
         "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": o.admin_port}}},
+        "stats_config": stats_config(),
         "dynamic_resources": {
             "ads_config": {
                 "api_type": if o.delta { "DELTA_GRPC" } else { "GRPC" },

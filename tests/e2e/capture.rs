@@ -352,7 +352,7 @@ endpoints: [{{addresses: [{pod_ip}], conditions: {{ready: true}}, targetRef: {{k
         Duration::from_secs(30),
         || call() == "from-echo",
     );
-    let outbound = "cluster.outbound|80||echo.shop.svc.cluster.local.upstream_rq_total";
+    let outbound = "cluster.outbound|80||echo.shop.svc.cluster.local;.upstream_rq_total";
     assert!(envoy_stat(&ns, outbound) >= 1, "{outbound}");
 
     // A ServiceEntry whose workloadSelector selects the Pod: the Pod is its endpoint.
@@ -403,7 +403,7 @@ endpoints: [{{addresses: [{pod_ip}], conditions: {{ready: true}}, targetRef: {{k
         "PONG\n",
         "a non-HTTP protocol on port 80 to an address outside the mesh"
     );
-    let passed = "cluster.PassthroughCluster.upstream_cx_total";
+    let passed = "cluster.PassthroughCluster;.upstream_cx_total";
     assert!(envoy_stat(&ns, passed) >= 1, "{passed}");
 
     // HTTP for an ExternalName Service of a host outside the mesh, sent where the
@@ -425,7 +425,7 @@ endpoints: [{{addresses: [{pod_ip}], conditions: {{ready: true}}, targetRef: {{k
     )
     .unwrap();
     assert_eq!(reached.body, "from-the-app");
-    let inbound = "cluster.inbound|9080||.upstream_rq_total";
+    let inbound = "cluster.inbound|9080||;.upstream_rq_total";
     assert!(envoy_stat(&ns, inbound) >= 1, "{inbound}");
 
     // HTTP to a port no Service declares is HTTP still: the policy denying one path
@@ -441,6 +441,6 @@ endpoints: [{{addresses: [{pod_ip}], conditions: {{ready: true}}, targetRef: {{k
         "{}",
         get("/forbidden")
     );
-    let requests = "http.InboundPassthroughCluster.downstream_rq_total";
+    let requests = "http.InboundPassthroughCluster;.downstream_rq_total";
     assert!(envoy_stat(&ns, requests) >= 2, "{requests}");
 }

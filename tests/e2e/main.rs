@@ -41,4 +41,5 @@ mod protocol;
 mod scoping;
 mod service_entry_addresses;
 mod sidecar;
+mod stat_tags;
 mod traffic_policy;

@@ -142,7 +142,7 @@ fn assert_reached_reviews_over_mtls(client: &Workload) {
     let cluster = "outbound|9080||reviews.shop.svc.cluster.local";
     let handshakes = client
         .envoy
-        .stat(&format!("cluster.{cluster}.ssl.handshake"));
+        .stat(&format!("cluster.{cluster};.ssl.handshake"));
     assert!(handshakes > 0, "no TLS handshake on {cluster}");
 }
 
@@ -559,7 +559,7 @@ spec:
     assert!(
         client
             .envoy
-            .stat(&format!("cluster.{cluster}.ssl.handshake"))
+            .stat(&format!("cluster.{cluster};.ssl.handshake"))
             > 0
     );
     // Without a mesh certificate the gateway answers nothing.
@@ -928,7 +928,7 @@ spec:
         xfcc.contains("URI=spiffe://cluster.local/ns/shop/sa/productpage"),
         "mTLS end to end, through the gateway: {xfcc:?}"
     );
-    let dnat = "cluster.outbound_.9080_._.reviews.shop.svc.cluster.local.upstream_cx_total";
+    let dnat = "cluster.outbound_.9080_._.reviews.shop.svc.cluster.local;.upstream_cx_total";
     let through = gateway.envoy.stat(dnat);
     assert!(through > 0, "the gateway forwarded nothing");
 
@@ -1030,7 +1030,7 @@ fn an_inbound_request_reset_before_the_application_took_it_is_retried_twice() {
     let retries = || {
         server
             .envoy
-            .stat("cluster.inbound|9080||.upstream_rq_retry")
+            .stat("cluster.inbound|9080||;.upstream_rq_retry")
     };
     assert_eq!(retries(), 0);
     // Envoy holds the rest of istiod's inbound settings: idle streams are never cut, and

@@ -1064,7 +1064,8 @@ fn grpc_requests_are_counted_per_cluster() {
         http_get(&addr, "reviews", "/shop.Reviews/List", headers)
     };
     let grpc = |stat: &str| {
-        let name = format!("cluster.outbound|{port}||reviews.shop.svc.cluster.local.grpc.{stat}: ");
+        let name =
+            format!("cluster.outbound|{port}||reviews.shop.svc.cluster.local;.grpc.{stat}: ");
         let stats = envoy.admin("/stats?filter=grpc").unwrap().body;
         (stats.lines())
             .find_map(|l| l.strip_prefix(&name))
@@ -1097,8 +1098,8 @@ fn a_real_sidecar_counts_requests_under_the_meshs_cluster_stat_name() {
     let envoy = Envoy::sidecar(&meshd, Ads::Delta, "shop", "productpage");
     let get = || http_get(&format!("{}:{port}", envoy.ip), "reviews", "/", &[]);
     // The requests Envoy counted for the cluster whose stats are named `name`.
-    let total = |name: &str| envoy.stat(&format!("cluster.{name}.upstream_rq_total"));
-    let named = format!("reviews.shop_{port};");
+    let total = |name: &str| envoy.stat(&format!("cluster.{name};.upstream_rq_total"));
+    let named = format!("reviews.shop_{port}");
     let istio = format!("outbound|{port}||reviews.shop.svc.cluster.local");
     wait_until(
         "a request counted under the pattern's name",

@@ -153,7 +153,7 @@ fn a_mirror_copies_requests_to_v2_while_v1_answers() {
     };
     let m = reviews_mesh("sc-mirror", Ads::Delta, &vs(""));
     let v2 = format!(
-        "cluster.outbound|{}|v2|reviews.shop.svc.cluster.local.upstream_rq_completed",
+        "cluster.outbound|{}|v2|reviews.shop.svc.cluster.local;.upstream_rq_completed",
         m.port
     );
     for _ in 0..10 {
@@ -843,7 +843,7 @@ fn the_meshs_default_retry_policy_decides_how_often_a_failing_request_is_retried
     let meshd = Meshd::start(&dir);
     let envoy = Envoy::sidecar(&meshd, Ads::Delta, "shop", "productpage");
     let cluster = format!("outbound|{port}||reviews.shop.svc.cluster.local");
-    let retries = || envoy.stat(&format!("cluster.{cluster}.upstream_rq_retry"));
+    let retries = || envoy.stat(&format!("cluster.{cluster};.upstream_rq_retry"));
     let get = || http_get(&format!("{}:{port}", envoy.ip), "reviews", "/", &[]);
     // The retries one failing request makes under the route's current policy.
     let retried = || {

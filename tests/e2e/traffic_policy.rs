@@ -106,7 +106,7 @@ fn a_mesh_wide_wildcard_destination_rule_applies_to_services_without_their_own()
     let cluster = format!("outbound|{port}||reviews.shop.svc.cluster.local");
     // Istio's default retry on 503 would hide a missing ejection from the client: the
     // ejection itself is what Envoy counts, and what its /clusters shows of the endpoint.
-    let stat = format!("cluster.{cluster}.outlier_detection.ejections_enforced_total: ");
+    let stat = format!("cluster.{cluster};.outlier_detection.ejections_enforced_total: ");
     let ejections = || {
         let stats = envoy
             .admin("/stats?filter=ejections_enforced_total")

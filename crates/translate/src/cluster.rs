@@ -167,8 +167,9 @@ fn sends_unready(
     move |e: &model::Endpoint| all || e.healthy
 }
 
-/// MeshConfig's `outboundClusterStatName` for the cluster of `svc`'s `port` and `subset`,
-/// as istiod's `buildCluster` sets it on every outbound cluster (SNI-DNAT ones too).
+/// The stat name of the cluster of `svc`'s `port` and `subset`: MeshConfig's
+/// `outboundClusterStatName`, else the cluster's name, as istiod's `buildCluster` sets it
+/// on every outbound cluster (SNI-DNAT ones too).
 fn stat_name(c: &mut Cluster, ctx: &PushContext, svc: &Service, port: u32, subset: &str) {
     let target = || {
         Some(super::stat_name::Target {
@@ -176,11 +177,8 @@ fn stat_name(c: &mut Cluster, ctx: &PushContext, svc: &Service, port: u32, subse
             ..super::stat_name::Target::outbound(svc, port)
         })
     };
-    if let Some(name) =
-        super::stat_name::alt_stat_name(&ctx.mesh.outbound_cluster_stat_name, target)
-    {
-        c.alt_stat_name = name;
-    }
+    let pattern = &ctx.mesh.outbound_cluster_stat_name;
+    c.alt_stat_name = super::stat_name::alt_stat_name(pattern, target, &c.name);
 }
 
 /// A gateway's SNI-DNAT clusters for `svc`, for its AUTO_PASSTHROUGH servers (istiod's
@@ -208,7 +206,12 @@ pub fn sni_dnat(
         }
     };
     for c in &mut clusters {
+        // Stats under the cluster's own name follow it; a pattern's name stays.
+        let own_stat_name = c.alt_stat_name == super::stat_name::delimited(&c.name);
         rename(&mut c.name);
+        if own_stat_name {
+            c.alt_stat_name = super::stat_name::delimited(&c.name);
+        }
         if let Some(eds) = &mut c.eds_cluster_config {
             rename(&mut eds.service_name);
         }
@@ -280,6 +283,7 @@ pub fn fallback(kind: ProxyKind, mesh: &MeshConfig) -> Vec<Cluster> {
     let connect_timeout = Some(pool::mesh_connect_timeout(mesh));
     let mut clusters = vec![Cluster {
         name: BLACKHOLE_CLUSTER.into(),
+        alt_stat_name: super::stat_name::delimited(BLACKHOLE_CLUSTER),
         cluster_discovery_type: Some(ClusterDiscoveryType::Type(DiscoveryType::Static as i32)),
         connect_timeout,
         ..Default::default()
@@ -287,6 +291,7 @@ pub fn fallback(kind: ProxyKind, mesh: &MeshConfig) -> Vec<Cluster> {
     if kind == ProxyKind::Sidecar {
         let mut passthrough = Cluster {
             name: PASSTHROUGH_CLUSTER.into(),
+            alt_stat_name: super::stat_name::delimited(PASSTHROUGH_CLUSTER),
             cluster_discovery_type: Some(ClusterDiscoveryType::Type(
                 DiscoveryType::OriginalDst as i32,
             )),

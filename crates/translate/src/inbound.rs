@@ -111,10 +111,8 @@ impl<'a> Served<'a> {
 /// `buildInboundCluster`).
 fn with_stat_name(mut c: Cluster, ctx: &PushContext, port: u32, served: Option<Served>) -> Cluster {
     let pattern = &ctx.mesh.inbound_cluster_stat_name;
-    let name = stat_name::alt_stat_name(pattern, || served.map(|s| s.stat_target(Some(port))));
-    if let Some(name) = name {
-        c.alt_stat_name = name;
-    }
+    let target = || served.map(|s| s.stat_target(Some(port)));
+    c.alt_stat_name = stat_name::alt_stat_name(pattern, target, &c.name);
     c
 }
 
@@ -292,7 +290,7 @@ fn inbound_hcm(
         ..Default::default()
     });
     let mut hcm = HttpConnectionManager {
-        stat_prefix: stat_prefix.to_string(),
+        stat_prefix: stat_name::delimited(stat_prefix),
         codec_type: CodecType::Auto as i32,
         route_specifier: Some(RouteSpecifier::RouteConfig(route)),
         http_filters,
@@ -682,6 +680,8 @@ fn virtual_inbound(ctx: &PushContext, proxy: &Proxy) -> (Vec<Listener>, Vec<Clus
         ..Default::default()
     }];
     let mut passthrough = original_dst_cluster(INBOUND_PASSTHROUGH_CLUSTER);
+    // istiod builds both passthrough clusters alike: their stats share one name.
+    passthrough.alt_stat_name = stat_name::delimited(super::PASSTHROUGH_CLUSTER);
     passthrough.connect_timeout = Some(super::pool::mesh_connect_timeout(&ctx.mesh));
     super::pool::passthrough(&mut passthrough);
     let mut clusters = vec![passthrough];

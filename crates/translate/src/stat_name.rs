@@ -12,13 +12,22 @@
 //!   tcp_proxy leaves it as written, as istiod's does;
 //! - `%SERVICE_PORT%`, `%SERVICE_PORT_NAME%`: the service port's number and name.
 //!
-//! A cluster's `alt_stat_name` is the filled pattern and Istio's stat prefix delimiter
-//! ([`alt_stat_name`]); a tcp_proxy's `stat_prefix` is the filled pattern alone.
+//! A cluster's `alt_stat_name` is the filled pattern, else the cluster's name, and Istio's
+//! stat prefix delimiter ([`alt_stat_name`]), as istiod names every cluster; so are the
+//! connection managers' stat prefixes ([`delimited`]). Istio's bootstrap reads the
+//! `cluster_name` and `http_conn_manager_prefix` tags up to the delimiter. A tcp_proxy's
+//! `stat_prefix` is the filled pattern alone.
 
 use model::Service;
 
-/// Istio's `StatPrefixDelimiter`, after a cluster's alternative stat name.
+/// Istio's `StatPrefixDelimiter`, after a cluster's alternative stat name and a connection
+/// manager's stat prefix.
 const DELIMITER: &str = ";";
+
+/// `name` followed by Istio's delimiter.
+pub fn delimited(name: &str) -> String {
+    format!("{name}{DELIMITER}")
+}
 
 /// What a pattern names: a port of `service`, reached as `host` (a route's destination
 /// host as the route writes it, for the tcp_proxy of a route; else the service's own).
@@ -73,18 +82,20 @@ pub fn fill(pattern: &str, t: &Target) -> String {
     s.replace("%SERVICE_PORT_NAME%", t.port_name)
 }
 
-/// A cluster's `alt_stat_name` under `pattern` for what `target` names; `None` when the
-/// pattern is empty or `target` names nothing (the cluster's stats keep its name).
-/// `target` is called only for a pattern, so the usual mesh, which sets none, pays
-/// nothing for it.
+/// The `alt_stat_name` of cluster `name`: `pattern` filled for what `target` names, else
+/// `name`, delimited. `target` is called only for a pattern, so the usual mesh, which
+/// sets none, pays nothing for it.
 pub fn alt_stat_name<'a>(
     pattern: &str,
     target: impl FnOnce() -> Option<Target<'a>>,
-) -> Option<String> {
-    if pattern.is_empty() {
-        return None;
+    name: &str,
+) -> String {
+    if !pattern.is_empty()
+        && let Some(t) = target()
+    {
+        return fill(pattern, &t) + DELIMITER;
     }
-    Some(fill(pattern, &target()?) + DELIMITER)
+    delimited(name)
 }
 
 /// A tcp_proxy's `stat_prefix` under `pattern` for what `target` names, else `default`
@@ -164,14 +175,14 @@ mod tests {
     fn an_empty_pattern_keeps_the_istio_names() {
         let svc = service(true);
         let some = || Some(Target::outbound(&svc, 9080));
-        assert_eq!(alt_stat_name("", some), None);
-        assert_eq!(alt_stat_name("%SERVICE%", || None), None);
+        assert_eq!(alt_stat_name("", some, "c"), "c;");
+        assert_eq!(alt_stat_name("%SERVICE%", || None, "c"), "c;");
         // Without a pattern the target is never built (a mesh that sets none pays nothing).
-        assert_eq!(alt_stat_name("", || unreachable!()), None);
+        assert_eq!(alt_stat_name("", || unreachable!(), "c"), "c;");
         assert_eq!(stat_prefix("", || unreachable!(), "c"), "c");
         assert_eq!(
-            alt_stat_name("%SERVICE%_%SERVICE_PORT%", some).as_deref(),
-            Some("reviews.shop_9080;")
+            alt_stat_name("%SERVICE%_%SERVICE_PORT%", some, "c"),
+            "reviews.shop_9080;"
         );
         assert_eq!(
             stat_prefix("", some, "outbound|9080||x"),

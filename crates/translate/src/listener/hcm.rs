@@ -220,7 +220,7 @@ pub(super) fn http_connection_manager(
         Hcm::Gateway(filters) => (filters, None),
     };
     let mut hcm = HttpConnectionManager {
-        stat_prefix,
+        stat_prefix: crate::stat_name::delimited(&stat_prefix),
         codec_type: CodecType::Auto as i32,
         route_specifier: Some(RouteSpecifier::Rds(Rds {
             config_source: Some(ads_config_source()),

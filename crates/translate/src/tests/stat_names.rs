@@ -75,20 +75,31 @@ fn the_meshs_patterns_name_clusters_and_tcp_proxies_in_envoys_stats() {
     );
     let inbound = tcp_proxy(&cfg, "virtualInbound", Some("inbound|15432||-plaintext"));
     assert_eq!(inbound.stat_prefix, "LocalService_db_5432_%TARGET_PORT%");
-    // Passthrough and blackhole keep their names.
-    assert_eq!(cluster(&cfg, "PassthroughCluster").alt_stat_name, "");
+    // Passthrough and blackhole keep their names, delimited.
+    assert_eq!(
+        cluster(&cfg, "PassthroughCluster").alt_stat_name,
+        "PassthroughCluster;"
+    );
 }
 
 #[test]
 fn without_patterns_stats_keep_the_istio_names() {
     let cfg = config(SERVICES);
-    assert!(
-        cfg.clusters.iter().all(|c| c.alt_stat_name.is_empty()),
-        "{:?}",
-        (cfg.clusters.iter())
-            .map(|c| &c.alt_stat_name)
-            .collect::<Vec<_>>()
-    );
+    // Every cluster's own name and Istio's delimiter, which its bootstrap's
+    // `cluster_name` tag reads up to; the inbound passthrough's stats are the outbound
+    // one's, as istiod names them.
+    let unlike: Vec<(&str, &str)> = (cfg.clusters.iter())
+        .map(|c| (c.name.as_str(), c.alt_stat_name.as_str()))
+        .filter(|(name, stat)| {
+            let own = if *name == "InboundPassthroughCluster" {
+                "PassthroughCluster"
+            } else {
+                name
+            };
+            *stat != format!("{own};")
+        })
+        .collect();
+    assert!(unlike.is_empty(), "{unlike:?}");
     let v2 = "outbound|5432|v2|db.shop.svc.cluster.local";
     assert_eq!(tcp_proxy(&cfg, "10.96.0.50_5432", None).stat_prefix, v2);
     let inbound = tcp_proxy(&cfg, "virtualInbound", Some("inbound|15432||-plaintext"));
