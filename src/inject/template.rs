@@ -90,41 +90,14 @@ fn resource(name: &str) -> Value {
 /// (`GetDeployMetaFromPod`): a ReplicaSet named after its pod-template hash is its
 /// Deployment; a pod with no controller (or a fixed name) is its own workload.
 pub fn workload(pod: &Pod, namespace: &str) -> (String, String) {
-    let meta = &pod.metadata;
-    let name = meta.name.clone().unwrap_or_default();
-    let label = |k: &str| meta.labels.as_ref().and_then(|l| l.get(k)).cloned();
-    let (mut workload, mut api_version, mut kind) = (name, "v1".to_string(), "Pod".to_string());
-    let controller = (meta.owner_references.iter().flatten()).find(|r| r.controller == Some(true));
-    if meta.generate_name.as_deref().is_some_and(|g| !g.is_empty())
-        && let Some(owner) = controller
-    {
-        api_version.clone_from(&owner.api_version);
-        kind.clone_from(&owner.kind);
-        workload.clone_from(&owner.name);
-        if owner.kind == "ReplicaSet"
-            && let Some(hash) = label("pod-template-hash").filter(|h| !h.is_empty())
-            && let Some(deployment) = owner.name.strip_suffix(&format!("-{hash}"))
-        {
-            workload = deployment.to_string();
-            kind = "Deployment".into();
-        } else if owner.kind == "Job"
-            && let Some((cronjob, stamp)) = owner.name.rsplit_once('-')
-            && (8..=10).contains(&stamp.len())
-            && stamp.bytes().all(|b| b.is_ascii_digit())
-        {
-            workload = cronjob.to_string();
-            kind = "CronJob".into();
-            api_version = "batch/v1".into();
-        }
-    }
-    if workload.is_empty() {
-        workload = meta.generate_name.clone().unwrap_or_default();
-    }
+    let w = model::config::workload::PodWorkload::of(&pod.metadata);
     let owner = format!(
-        "kubernetes://apis/{api_version}/namespaces/{namespace}/{}s/{workload}",
-        kind.to_lowercase()
+        "kubernetes://apis/{}/namespaces/{namespace}/{}s/{}",
+        w.api_version,
+        w.kind.to_lowercase(),
+        w.name
     );
-    (workload, owner)
+    (w.name, owner)
 }
 
 /// Istio's `cleanProxyConfig`: the proxy configuration without the values that are

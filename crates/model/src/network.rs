@@ -390,6 +390,7 @@ impl NetworkGateways {
                     service_account: None,
                     pod: None,
                     hostname: None,
+                    workload: String::new(),
                 };
                 (network.clone(), model)
             })

@@ -49,6 +49,10 @@ pub struct Endpoint {
     /// Pod whose `subdomain` is the Service, as a StatefulSet's are):
     /// `HOSTNAME.SERVICE.NS.svc.cluster.local` is its address alone.
     pub hostname: Option<String>,
+    /// The workload it belongs to, as istiod names it for telemetry: its Pod's
+    /// ([`crate::config::workload`]), a WorkloadEntry's, a ServiceEntry's own; empty for
+    /// an address with no Pod.
+    pub workload: String,
 }
 
 /// How Envoy finds a service's endpoints.
@@ -252,14 +256,15 @@ pub(super) trait Sources {
     fn namespace_annotations(&self, name: &str) -> Option<&BTreeMap<String, String>>;
 }
 
-type PodInfo<'a> = (&'a BTreeMap<String, String>, Option<&'a String>);
+/// What an endpoint takes from its Pod: labels, service account, workload.
+type PodInfo<'a> = (&'a BTreeMap<String, String>, Option<&'a String>, &'a str);
 
 fn pod_info(obj: &ConfigObject) -> PodInfo<'_> {
-    let sa = match &obj.spec {
-        Spec::Pod(def) => def.service_account.as_ref(),
-        _ => None,
+    let (sa, workload) = match &obj.spec {
+        Spec::Pod(def) => (def.service_account.as_ref(), def.workload.as_str()),
+        _ => (None, ""),
     };
-    (&obj.meta.labels, sa)
+    (&obj.meta.labels, sa, workload)
 }
 
 /// Every EndpointSlice, Pod and Node of a store, indexed once for a full build.
@@ -481,14 +486,14 @@ pub(super) fn kubernetes_service(
                 .pod
                 .as_ref()
                 .and_then(|name| Some((name, sources.pod(&obj.key.namespace, name)?)));
-            let mut labels = pod.map(|(_, (l, _))| l.clone()).unwrap_or_default();
+            let mut labels = pod.map(|(_, (l, _, _))| l.clone()).unwrap_or_default();
             // As istiod augments them: the node an endpoint runs on is a label of it.
             if let Some(node) = e.node_name.as_ref() {
                 labels
                     .entry(HOSTNAME_LABEL.to_string())
                     .or_insert_with(|| node.clone());
             }
-            let service_account = pod.and_then(|(_, (_, sa))| sa.cloned());
+            let service_account = pod.and_then(|(_, (_, sa, _))| sa.cloned());
             let node = e.node_name.as_deref().and_then(|n| sources.node(n));
             let locality = endpoint_locality(&labels, node, e.zone.as_deref());
             let template = Endpoint {
@@ -502,6 +507,7 @@ pub(super) fn kubernetes_service(
                 service_account,
                 pod: pod.map(|(name, _)| name.clone()),
                 hostname: e.hostname.clone(),
+                workload: pod.map_or_else(String::new, |(_, (_, _, w))| w.to_string()),
             };
             // Clones for all addresses but the last, which takes the template itself.
             if let Some((last, rest)) = e.addresses.split_last() {
@@ -627,6 +633,7 @@ fn selected_pods(
             service_account: def.service_account.clone(),
             pod: Some(pod.key.name.clone()),
             hostname: None,
+            workload: def.workload.clone(),
         });
     }
     out
@@ -656,8 +663,11 @@ pub(crate) fn endpoint_locality(
     }
 }
 
+/// The endpoint of WorkloadEntry `we` (of workload `workload`) for a ServiceEntry's
+/// `ports`.
 fn workload_endpoint(
     we: &WorkloadEntrySpec,
+    workload: String,
     ports: &[ServicePort],
     se_ports: &[api::networking::Port],
 ) -> Endpoint {
@@ -688,6 +698,7 @@ fn workload_endpoint(
         service_account: we.service_account.clone(),
         pod: None,
         hostname: None,
+        workload,
     }
 }
 
@@ -751,18 +762,26 @@ fn service_entry_services(
             target_port: p.target_port,
         })
         .collect();
-    let mut endpoints: Vec<Endpoint> = se
-        .endpoints
-        .iter()
-        .filter(|e| !e.address.is_empty())
-        .map(|e| workload_endpoint(e, &ports, &se.ports))
+    // Inline endpoints are workloads `NAME-INDEX` of the entry, as istiod names them.
+    let mut endpoints: Vec<Endpoint> = (se.endpoints.iter().enumerate())
+        .filter(|(_, e)| !e.address.is_empty())
+        .map(|(i, e)| {
+            let workload = format!("{}-{i}", obj.key.name);
+            workload_endpoint(e, workload, &ports, &se.ports)
+        })
         .collect();
     if let Some(sel) = &se.workload_selector {
         for we in workload_entries.selected(&obj.key.namespace, &sel.labels, workload_labels) {
             if let Spec::WorkloadEntry(w) = &we.spec
                 && !w.address.is_empty()
             {
-                endpoints.push(workload_endpoint(w, &ports, &se.ports));
+                let (meta, name) = (&we.meta, we.key.name.as_str());
+                let workload = crate::config::workload::workload_entry_workload(
+                    name,
+                    &meta.annotations,
+                    &meta.labels,
+                );
+                endpoints.push(workload_endpoint(w, workload.into(), &ports, &se.ports));
             }
         }
     }
@@ -785,6 +804,7 @@ fn service_entry_services(
                 service_account: None,
                 pod: None,
                 hostname: None,
+                workload: obj.key.name.clone(),
             });
         }
     }

@@ -62,7 +62,7 @@ pub fn groups<'a>(
                 address: Some(socket_address(&e.address, *target)),
                 ..Default::default()
             })),
-            metadata: tls_mode_metadata(e),
+            metadata: Some(endpoint_metadata(e, &svc.namespace)),
             health_status: if e.healthy {
                 HealthStatus::Healthy
             } else {
@@ -126,15 +126,47 @@ pub fn load_assignment(
     assignment(name, groups)
 }
 
-/// `envoy.transport_socket_match: {tlsMode: istio}` for a mesh endpoint (its pod carries
-/// `security.istio.io/tlsMode: istio`), so the cluster's mTLS transport socket applies.
-fn tls_mode_metadata(e: &Endpoint) -> Option<Metadata> {
+/// An endpoint's metadata: `envoy.transport_socket_match: {tlsMode: istio}` for a mesh
+/// endpoint (its pod carries `security.istio.io/tlsMode: istio`), so the cluster's mTLS
+/// transport socket applies, and, as istiod's `AppendLbEndpointMetadata`,
+/// `istio: {workload: WORKLOAD;NAMESPACE;CANONICAL_NAME;CANONICAL_REVISION;CLUSTER}`,
+/// from which Istio's stats filter labels requests to a destination that exchanged no
+/// metadata (no sidecar, or no answer).
+fn endpoint_metadata(e: &Endpoint, namespace: &str) -> Metadata {
     let istio = e
         .labels
         .get(super::cluster::TLS_MODE_LABEL)
         .map(String::as_str)
         == Some("istio");
-    istio.then(istio_mtls_metadata)
+    let mut m = if istio {
+        istio_mtls_metadata()
+    } else {
+        Metadata::default()
+    };
+    let label = |keys: &[&str]| keys.iter().find_map(|k| e.labels.get(*k));
+    let name = label(&[
+        "service.istio.io/canonical-name",
+        "app.kubernetes.io/name",
+        "app",
+    ])
+    .unwrap_or(&e.workload);
+    // istiod leaves out the default revision, `latest`.
+    let revision = label(&[
+        "service.istio.io/canonical-revision",
+        "app.kubernetes.io/version",
+        "version",
+    ])
+    .map_or("", |r| if r == "latest" { "" } else { r });
+    let workload = format!(
+        "{};{namespace};{name};{revision};{}",
+        e.workload,
+        model::network::CLUSTER_ID
+    );
+    m.filter_metadata.insert(
+        "istio".into(),
+        super::make_struct(vec![("workload", super::string_value(workload))]),
+    );
+    m
 }
 
 const TRANSPORT_SOCKET_MATCH: &str = "envoy.transport_socket_match";

@@ -481,6 +481,7 @@ mod tests {
                     pod: None,
                     hostname: None,
                     network: String::new(),
+                    workload: String::new(),
                 })
                 .collect(),
             kubernetes: true,

@@ -6,6 +6,7 @@
 pub mod cel;
 pub mod parse;
 pub mod validate;
+pub mod workload;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -308,6 +309,8 @@ pub struct PodDef {
     pub ip: Option<String>,
     pub service_account: Option<String>,
     pub node_name: Option<String>,
+    /// The workload it belongs to ([`workload::PodWorkload`]).
+    pub workload: String,
 }
 
 /// An address IP auto-allocation (istiod's controller, or meshd's

@@ -553,12 +553,14 @@ fn secret_def(s: core::Secret) -> Result<SecretDef, (String, String)> {
 }
 
 fn pod_def(p: core::Pod) -> PodDef {
+    let workload = super::workload::PodWorkload::of(&p.metadata).name;
     let spec = p.spec.unwrap_or_default();
     let status = p.status.unwrap_or_default();
     PodDef {
         ip: status.pod_ip,
         service_account: spec.service_account_name,
         node_name: spec.node_name,
+        workload,
     }
 }
 

@@ -156,7 +156,7 @@ fn mesh_endpoints_get_istio_mutual_with_the_services_identities_and_others_plain
     let marked: Vec<bool> = cla.endpoints[0]
         .lb_endpoints
         .iter()
-        .map(|e| e.metadata.is_some())
+        .map(crate::endpoint::is_mtls)
         .collect();
     assert_eq!(marked, [true, false], "only the injected pod opts in");
 
