@@ -198,17 +198,21 @@ pub fn incoming_with_alpn(
             });
             // The handshake counts against the connection's place.
             let ticket = reserved.admit();
-            let handshake = acceptor.accept(Corked::new(tcp));
+            let handshake = acceptor.accept(Corked::new(tcp)).into_fallible();
             let tx = tx.clone();
             let errors = errors.clone();
             tokio::spawn(async move {
-                match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await {
+                // A failed handshake is counted before its connection closes, so a client
+                // that saw the close finds it counted.
+                let mut handshake = std::pin::pin!(handshake);
+                match tokio::time::timeout(HANDSHAKE_TIMEOUT, &mut handshake).await {
                     Ok(Ok(io)) => {
                         let _ = tx.send(Ok(Admitted { io, ticket })).await;
                     }
-                    Ok(Err(e)) => {
+                    Ok(Err((e, tcp))) => {
                         errors.count("failed");
                         tracing::info!(%peer, "TLS handshake failed: {e}");
+                        drop(tcp);
                     }
                     Err(_) => {
                         errors.count("timed_out");
