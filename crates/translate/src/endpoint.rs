@@ -63,8 +63,10 @@ pub fn groups<'a>(
                 ..Default::default()
             })),
             metadata: Some(endpoint_metadata(e, &svc.namespace)),
+            // A ready endpoint's status is left unset (UNKNOWN, which Envoy counts as
+            // healthy), as istiod leaves it.
             health_status: if e.healthy {
-                HealthStatus::Healthy
+                HealthStatus::Unknown
             } else {
                 HealthStatus::Unhealthy
             } as i32,
@@ -127,18 +129,13 @@ pub fn load_assignment(
 }
 
 /// An endpoint's metadata: `envoy.transport_socket_match: {tlsMode: istio}` for a mesh
-/// endpoint (its pod carries `security.istio.io/tlsMode: istio`), so the cluster's mTLS
-/// transport socket applies, and, as istiod's `AppendLbEndpointMetadata`,
+/// endpoint ([`speaks_mtls`]), so the cluster's mTLS transport socket applies, and, as
+/// istiod's `AppendLbEndpointMetadata`,
 /// `istio: {workload: WORKLOAD;NAMESPACE;CANONICAL_NAME;CANONICAL_REVISION;CLUSTER}`,
 /// from which Istio's stats filter labels requests to a destination that exchanged no
 /// metadata (no sidecar, or no answer).
 fn endpoint_metadata(e: &Endpoint, namespace: &str) -> Metadata {
-    let istio = e
-        .labels
-        .get(super::cluster::TLS_MODE_LABEL)
-        .map(String::as_str)
-        == Some("istio");
-    let mut m = if istio {
+    let mut m = if speaks_mtls(e) {
         istio_mtls_metadata()
     } else {
         Metadata::default()
@@ -167,6 +164,16 @@ fn endpoint_metadata(e: &Endpoint, namespace: &str) -> Metadata {
         super::make_struct(vec![("workload", super::string_value(workload))]),
     );
     m
+}
+
+/// Whether an endpoint speaks Istio mTLS: its `security.istio.io/tlsMode` label says
+/// `istio`, or, for a WorkloadEntry (no Pod) without the label, it has a service account
+/// (istiod's `getTLSModeFromWorkloadEntry`).
+fn speaks_mtls(e: &Endpoint) -> bool {
+    match e.labels.get(super::cluster::TLS_MODE_LABEL) {
+        Some(mode) => mode == "istio",
+        None => e.pod.is_none() && e.service_account.as_deref().is_some_and(|s| !s.is_empty()),
+    }
 }
 
 const TRANSPORT_SOCKET_MATCH: &str = "envoy.transport_socket_match";

@@ -1994,7 +1994,7 @@ fn an_auto_passthrough_server_forwards_each_mtls_sni_to_its_sni_dnat_cluster() {
 mod access_log;
 mod addressless_sniffed;
 mod destination_subnets;
-mod endpoint_telemetry;
+mod endpoint_metadata;
 mod external_name;
 mod gateway_redirect;
 mod inbound_route;

@@ -1,8 +1,9 @@
-//! Every endpoint carries istiod's telemetry metadata,
+//! Endpoint metadata as istiod sets it. Every endpoint carries istiod's telemetry metadata,
 //! `istio.workload: WORKLOAD;NAMESPACE;CANONICAL_NAME;CANONICAL_REVISION;CLUSTER`, which
 //! Istio's stats filter labels requests with when the destination exchanged no metadata:
 //! a Pod's workload by its controller, a WorkloadEntry's name, a ServiceEntry's inline
-//! endpoint `ENTRY-INDEX`.
+//! endpoint `ENTRY-INDEX`. A WorkloadEntry with a service account and no
+//! `security.istio.io/tlsMode` label speaks mTLS.
 
 use envoy_api::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
 use envoy_api::pb::google::protobuf::value::Kind;
@@ -92,4 +93,31 @@ fn endpoints_carry_istiods_telemetry_metadata() {
             "vm-group;shop;vm;;Kubernetes",
         ]
     );
+}
+
+#[test]
+fn a_workload_entry_with_a_service_account_speaks_mtls_unless_its_label_says_otherwise() {
+    let entries = r#"
+---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: vms, namespace: shop}
+spec:
+  hosts: [vms.internal]
+  location: MESH_INTERNAL
+  resolution: STATIC
+  ports: [{number: 80, name: http, protocol: HTTP}]
+  endpoints:
+  - {address: 10.2.0.1, serviceAccount: vm}
+  - {address: 10.2.0.2, serviceAccount: vm, labels: {security.istio.io/tlsMode: disabled}}
+  - {address: 10.2.0.3}
+"#;
+    let cfg = proxy_config(&context(entries), &sidecar("shop", json!({})));
+    let cla = (cfg.endpoints.iter())
+        .find(|e| e.cluster_name == "outbound|80||vms.internal")
+        .unwrap();
+    let mtls: Vec<bool> = (cla.endpoints.iter().flat_map(|g| &g.lb_endpoints))
+        .map(crate::endpoint::is_mtls)
+        .collect();
+    assert_eq!(mtls, [true, false, false]);
 }
