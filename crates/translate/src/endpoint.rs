@@ -63,9 +63,11 @@ pub fn groups<'a>(
                 ..Default::default()
             })),
             metadata: Some(endpoint_metadata(e, &svc.namespace)),
-            // A ready endpoint's status is left unset (UNKNOWN, which Envoy counts as
-            // healthy), as istiod leaves it.
-            health_status: if e.healthy {
+            // A ready endpoint of a Kubernetes Service is HEALTHY; a ServiceEntry's is left
+            // unset (UNKNOWN, which Envoy counts as healthy too), as istiod sends them.
+            health_status: if e.healthy && svc.kubernetes {
+                HealthStatus::Healthy
+            } else if e.healthy {
                 HealthStatus::Unknown
             } else {
                 HealthStatus::Unhealthy

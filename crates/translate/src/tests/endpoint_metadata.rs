@@ -5,6 +5,7 @@
 //! endpoint `ENTRY-INDEX`. A WorkloadEntry with a service account and no
 //! `security.istio.io/tlsMode` label speaks mTLS.
 
+use envoy_api::pb::envoy::config::core::v3::HealthStatus;
 use envoy_api::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
 use envoy_api::pb::google::protobuf::value::Kind;
 use serde_json::json;
@@ -92,6 +93,20 @@ fn endpoints_carry_istiods_telemetry_metadata() {
             // Selected: the auto-registration group names the workload.
             "vm-group;shop;vm;;Kubernetes",
         ]
+    );
+    // A ready Kubernetes endpoint is HEALTHY, a ServiceEntry's left unset, as istiod's.
+    let health = |name: &str| -> Vec<i32> {
+        (cla(name).endpoints.iter().flat_map(|g| &g.lb_endpoints))
+            .map(|e| e.health_status)
+            .collect()
+    };
+    assert_eq!(
+        health("outbound|80||web.shop.svc.cluster.local"),
+        [HealthStatus::Healthy as i32; 2]
+    );
+    assert_eq!(
+        health("outbound|80||vms.internal"),
+        [HealthStatus::Unknown as i32; 2]
     );
 }
 

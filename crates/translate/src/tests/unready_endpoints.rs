@@ -80,8 +80,8 @@ fn service_clusters_never_panic_and_carry_not_ready_endpoints_as_unhealthy() {
     assert_eq!(
         endpoints(&cfg, &format!("outbound|9080||{REVIEWS}")),
         [
-            ("10.0.0.1".to_string(), HealthStatus::Unknown),
-            ("10.0.0.2".to_string(), HealthStatus::Unknown),
+            ("10.0.0.1".to_string(), HealthStatus::Healthy),
+            ("10.0.0.2".to_string(), HealthStatus::Healthy),
             ("10.0.0.3".to_string(), HealthStatus::Unhealthy),
         ]
     );
@@ -96,7 +96,7 @@ fn where_min_health_percent_turns_panic_on_the_not_ready_endpoints_stay_out() {
     assert_eq!(panic_threshold(cluster(&cfg, &v2)), Some(40.0));
     assert_eq!(
         endpoints(&cfg, &v2),
-        [("10.0.0.2".to_string(), HealthStatus::Unknown)],
+        [("10.0.0.2".to_string(), HealthStatus::Healthy)],
         "in panic mode Envoy would send requests to 10.0.0.3"
     );
     // The rest of the rule sets no threshold: panic off, the not-ready endpoint sent.
@@ -116,7 +116,7 @@ fn a_service_with_a_traffic_distribution_keeps_its_not_ready_endpoints_for_spill
     assert_eq!(
         v2,
         [
-            ("10.0.0.2".to_string(), HealthStatus::Unknown),
+            ("10.0.0.2".to_string(), HealthStatus::Healthy),
             ("10.0.0.3".to_string(), HealthStatus::Unhealthy),
         ]
     );
