@@ -1,16 +1,21 @@
 //! Deterministic encoding. prost writes map fields in `HashMap` iteration order, which
 //! differs between map instances, so the same resource could encode to different bytes
 //! (and so different versions) on every push. Every map meshd emits holds at most one entry
-//! except the `Struct` fields of a cluster's `metadata.filter_metadata.istio` and of the
-//! `TypedStruct`s Istio's own filters are configured with; this module encodes `Metadata`
-//! and `TypedStruct` with every map in key order, and [`encode_cluster`] appends the
-//! metadata to the cluster's other fields. Protobuf merges a repeated occurrence of a
-//! message field, so Envoy decodes exactly the same Cluster.
+//! except the `Struct` fields of a cluster's `metadata.filter_metadata.istio`, an mTLS
+//! endpoint's `metadata.filter_metadata` (`envoy.transport_socket_match` and `istio`) and
+//! the `TypedStruct`s Istio's own filters are configured with; this module encodes
+//! `Metadata` and `TypedStruct` with every map in key order, and [`encode_cluster`] and
+//! [`encode_load_assignment`] append the metadata to the message's other fields.
+//! Protobuf merges a repeated occurrence of a message field, so Envoy decodes exactly the
+//! same message.
 
 use std::collections::HashMap;
 
 use envoy_api::pb::envoy::config::cluster::v3::Cluster;
 use envoy_api::pb::envoy::config::core::v3::Metadata;
+use envoy_api::pb::envoy::config::endpoint::v3::{
+    ClusterLoadAssignment, LbEndpoint, LocalityLbEndpoints,
+};
 use envoy_api::pb::google::protobuf::{ListValue, Struct, Value, value::Kind};
 use prost::Message;
 use prost::encoding::{WireType, encode_key, encode_varint};
@@ -108,6 +113,65 @@ pub fn encode_cluster(c: &Cluster) -> Vec<u8> {
     out
 }
 
+/// Field numbers: `ClusterLoadAssignment.endpoints`, `LocalityLbEndpoints.lb_endpoints`,
+/// `LbEndpoint.metadata`.
+const CLA_ENDPOINTS: u32 = 2;
+const LOCALITY_LB_ENDPOINTS: u32 = 2;
+const LB_ENDPOINT_METADATA: u32 = 3;
+
+/// A load assignment's bytes, identical for identical assignments: each endpoint's
+/// metadata in key order, after its other fields.
+pub fn encode_load_assignment(a: &ClusterLoadAssignment) -> Vec<u8> {
+    let several = |m: &Option<Metadata>| m.as_ref().is_some_and(|m| m.filter_metadata.len() > 1);
+    let groups = &a.endpoints;
+    if !(groups.iter().flat_map(|g| &g.lb_endpoints)).any(|e| several(&e.metadata)) {
+        return a.encode_to_vec();
+    }
+    let head = ClusterLoadAssignment {
+        cluster_name: a.cluster_name.clone(),
+        endpoints: Vec::new(),
+        named_endpoints: a.named_endpoints.clone(),
+        policy: a.policy.clone(),
+    };
+    let mut out = head.encode_to_vec();
+    for group in groups {
+        let LocalityLbEndpoints {
+            locality,
+            metadata,
+            lb_endpoints,
+            load_balancing_weight,
+            priority,
+            proximity,
+            lb_config,
+        } = group;
+        let mut body = LocalityLbEndpoints {
+            locality: locality.clone(),
+            metadata: metadata.clone(),
+            lb_endpoints: Vec::new(),
+            load_balancing_weight: *load_balancing_weight,
+            priority: *priority,
+            proximity: *proximity,
+            lb_config: lb_config.clone(),
+        }
+        .encode_to_vec();
+        for e in lb_endpoints {
+            let mut endpoint = LbEndpoint {
+                health_status: e.health_status,
+                metadata: None,
+                load_balancing_weight: e.load_balancing_weight,
+                host_identifier: e.host_identifier.clone(),
+            }
+            .encode_to_vec();
+            if let Some(m) = &e.metadata {
+                length_delimited(LB_ENDPOINT_METADATA, &encode_metadata(m), &mut endpoint);
+            }
+            length_delimited(LOCALITY_LB_ENDPOINTS, &endpoint, &mut body);
+        }
+        length_delimited(CLA_ENDPOINTS, &body, &mut out);
+    }
+    out
+}
+
 /// An HTTP (`stat_prefix` None) or network RBAC filter config, each policy map in key
 /// order (several policies are common there): `rules` are enforced; `shadow` rules are
 /// only evaluated (their result goes to the stats and dynamic metadata under its prefix).
@@ -187,5 +251,57 @@ mod tests {
     fn the_canonical_bytes_decode_to_the_same_cluster() {
         let c = cluster();
         assert_eq!(Cluster::decode(encode_cluster(&c).as_slice()).unwrap(), c);
+    }
+
+    /// An assignment of two localities whose mTLS endpoints carry two metadata keys.
+    fn assignment() -> ClusterLoadAssignment {
+        let endpoint = |ip: &str| {
+            let mut metadata = crate::endpoint::istio_mtls_metadata();
+            let workload = format!("{ip};b;a;;Kubernetes");
+            metadata.filter_metadata.insert(
+                "istio".into(),
+                crate::make_struct(vec![("workload", string_value(workload))]),
+            );
+            LbEndpoint {
+                host_identifier: Some(
+                    envoy_api::pb::envoy::config::endpoint::v3::lb_endpoint::HostIdentifier::Endpoint(
+                        envoy_api::pb::envoy::config::endpoint::v3::Endpoint {
+                            address: Some(crate::endpoint::socket_address(ip, 80)),
+                            ..Default::default()
+                        },
+                    ),
+                ),
+                metadata: Some(metadata),
+                health_status: 1,
+                ..Default::default()
+            }
+        };
+        let group = |zone: &str, ips: &[&str]| LocalityLbEndpoints {
+            locality: Some(envoy_api::pb::envoy::config::core::v3::Locality {
+                zone: zone.into(),
+                ..Default::default()
+            }),
+            lb_endpoints: ips.iter().map(|ip| endpoint(ip)).collect(),
+            priority: 1,
+            ..Default::default()
+        };
+        ClusterLoadAssignment {
+            cluster_name: "outbound|80||a.b.svc".into(),
+            endpoints: vec![
+                group("z1", &["10.0.0.1", "10.0.0.2"]),
+                group("z2", &["10.0.0.3"]),
+            ],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn identical_assignments_encode_to_identical_bytes_that_decode_to_them() {
+        let first = encode_load_assignment(&assignment());
+        for _ in 0..20 {
+            assert_eq!(encode_load_assignment(&assignment()), first);
+        }
+        let decoded = ClusterLoadAssignment::decode(first.as_slice()).unwrap();
+        assert_eq!(decoded, assignment());
     }
 }

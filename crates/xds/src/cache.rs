@@ -777,7 +777,7 @@ fn encode_routes(routes: &[Route]) -> Vec<u8> {
 }
 
 fn encode_assignment(a: &ClusterLoadAssignment) -> Arc<Resource> {
-    encode(&a.cluster_name, a)
+    super::resource::encode_load_assignment(a)
 }
 
 fn virtual_host_field(vh: &VirtualHost) -> Vec<u8> {

@@ -202,6 +202,12 @@ pub(super) fn encode_cluster(c: &Cluster) -> Arc<Resource> {
     from_bytes::<Cluster>(&c.name, translate::canonical::encode_cluster(c))
 }
 
+/// A load assignment, in the canonical encoding (see [`translate::canonical`]).
+pub(super) fn encode_load_assignment(a: &ClusterLoadAssignment) -> Arc<Resource> {
+    let bytes = translate::canonical::encode_load_assignment(a);
+    from_bytes::<ClusterLoadAssignment>(&a.cluster_name, bytes)
+}
+
 pub(super) fn from_bytes<T: Name>(name: &str, value: Vec<u8>) -> Arc<Resource> {
     let hash = xxhash_rust::xxh3::xxh3_64(&value);
     resource::<T>(name, hash, Value::Whole(value.into()))
@@ -303,7 +309,7 @@ impl View {
             self.insert(TypeKind::Cluster, encode_cluster(c));
         }
         for e in endpoints {
-            self.insert(TypeKind::Endpoint, encode(&e.cluster_name, e));
+            self.insert(TypeKind::Endpoint, encode_load_assignment(e));
         }
         for l in listeners {
             self.insert(TypeKind::Listener, encode(&l.name, l));

@@ -867,13 +867,18 @@ fn cached_clusters_follow_the_meshs_outbound_cluster_stat_name() {
     let names = |ctx: &PushContext| -> BTreeSet<String> {
         (view_clusters(ctx, &cache).into_iter())
             .filter(|c| c.name.starts_with("outbound|"))
-            .map(|c| c.alt_stat_name.split('_').next_back().unwrap().to_string())
+            .map(|c| {
+                let own = c.alt_stat_name == format!("{};", c.name);
+                let last = c.alt_stat_name.split('_').next_back().unwrap();
+                if own { "own;" } else { last }.to_string()
+            })
             .collect()
     };
     for (version, lines, expected) in [
         (2, "    outboundClusterStatName: '%SERVICE%_A'\n", "A;"),
         (3, "    outboundClusterStatName: '%SERVICE%_B'\n", "B;"),
-        (4, "    trustDomain: cluster.local\n", ""),
+        // No pattern: each cluster's own name.
+        (4, "    trustDomain: cluster.local\n", "own;"),
     ] {
         apply(&mut store, &mesh_config_map(lines));
         let ctx = PushContext::build(&store, format!("v/{version}"));
