@@ -112,28 +112,27 @@ pub fn valid_cipher_suite(name: &str) -> bool {
     }
 }
 
-/// `suites` without the ones [`valid_cipher_suite`] refuses and without repeats, in
-/// order (istiod's `FilterCipherSuites`): Envoy refuses a whole listener for one name it
-/// does not know.
-pub fn usable_cipher_suites(suites: &[String]) -> Vec<String> {
-    let mut usable: Vec<String> = Vec::with_capacity(suites.len());
-    for s in suites {
-        if !s.is_empty() && valid_cipher_suite(s) && !usable.contains(s) {
-            usable.push(s.clone());
+/// `names` that pass `valid`, without repeats, in order: Envoy refuses a whole listener
+/// for one name it does not know.
+fn usable(names: &[String], valid: impl Fn(&str) -> bool) -> Vec<String> {
+    let mut usable: Vec<String> = Vec::with_capacity(names.len());
+    for n in names {
+        if valid(n) && !usable.contains(n) {
+            usable.push(n.clone());
         }
     }
     usable
 }
 
+/// `suites` without the ones [`valid_cipher_suite`] refuses, empty names and repeats
+/// (istiod's `FilterCipherSuites`).
+pub fn usable_cipher_suites(suites: &[String]) -> Vec<String> {
+    usable(suites, |s| !s.is_empty() && valid_cipher_suite(s))
+}
+
 /// `curves` without names BoringSSL does not offer and without repeats.
 pub fn usable_ecdh_curves(curves: &[String]) -> Vec<String> {
-    let mut usable: Vec<String> = Vec::with_capacity(curves.len());
-    for c in curves {
-        if KNOWN_ECDH_CURVES.contains(&c.as_str()) && !usable.contains(c) {
-            usable.push(c.clone());
-        }
-    }
-    usable
+    usable(curves, |c| KNOWN_ECDH_CURVES.contains(&c))
 }
 
 /// The parameters of one TLS context; `Auto` and empty lists leave Envoy's defaults.
