@@ -409,24 +409,19 @@ fn canonical_labels(pod: &mut Pod, namespace: &str) {
     labels
         .entry("security.istio.io/tlsMode".into())
         .or_insert_with(|| "istio".into());
+    let (name, revision) = model::config::workload::canonical_service(labels, &workload);
+    let (mut name, revision) = (name.to_string(), revision.to_string());
+    // Set only where missing: a label the pod has is what the lookup returned.
     if !labels.contains_key("service.istio.io/canonical-name") {
-        let mut name = ["app.kubernetes.io/name", "app"]
-            .iter()
-            .find_map(|k| labels.get(*k).cloned())
-            .unwrap_or(workload);
         if name.len() > 63 {
             name.truncate(63);
             name = name.trim_end_matches('-').to_string();
         }
         labels.insert("service.istio.io/canonical-name".into(), name);
     }
-    if !labels.contains_key("service.istio.io/canonical-revision") {
-        let revision = ["app.kubernetes.io/version", "version"]
-            .iter()
-            .find_map(|k| labels.get(*k).cloned())
-            .unwrap_or_else(|| "latest".into());
-        labels.insert("service.istio.io/canonical-revision".into(), revision);
-    }
+    labels
+        .entry("service.istio.io/canonical-revision".into())
+        .or_insert(revision);
 }
 
 /// Removes what an earlier injection added (the names `sidecar.istio.io/status` lists),

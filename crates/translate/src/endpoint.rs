@@ -142,20 +142,9 @@ fn endpoint_metadata(e: &Endpoint, namespace: &str) -> Metadata {
     } else {
         Metadata::default()
     };
-    let label = |keys: &[&str]| keys.iter().find_map(|k| e.labels.get(*k));
-    let name = label(&[
-        "service.istio.io/canonical-name",
-        "app.kubernetes.io/name",
-        "app",
-    ])
-    .unwrap_or(&e.workload);
+    let (name, revision) = model::config::workload::canonical_service(&e.labels, &e.workload);
     // istiod leaves out the default revision, `latest`.
-    let revision = label(&[
-        "service.istio.io/canonical-revision",
-        "app.kubernetes.io/version",
-        "version",
-    ])
-    .map_or("", |r| if r == "latest" { "" } else { r });
+    let revision = if revision == "latest" { "" } else { revision };
     let workload = format!(
         "{};{namespace};{name};{revision};{}",
         e.workload,

@@ -66,3 +66,26 @@ pub fn workload_entry_workload<'a>(
         .or(labels.get("service.istio.io/workload-name"))
         .map_or(name, String::as_str)
 }
+
+/// A workload's canonical service name and revision, from its labels as istiod's
+/// `CanonicalService` reads them: `service.istio.io/canonical-name`, else
+/// `app.kubernetes.io/name`, else `app`, else the workload's name; and
+/// `service.istio.io/canonical-revision`, else `app.kubernetes.io/version`, else
+/// `version`, else `latest`.
+pub fn canonical_service<'a>(
+    labels: &'a std::collections::BTreeMap<String, String>,
+    workload: &'a str,
+) -> (&'a str, &'a str) {
+    let first = |keys: [&str; 3]| keys.iter().find_map(|k| labels.get(*k).map(String::as_str));
+    let name = first([
+        "service.istio.io/canonical-name",
+        "app.kubernetes.io/name",
+        "app",
+    ]);
+    let revision = first([
+        "service.istio.io/canonical-revision",
+        "app.kubernetes.io/version",
+        "version",
+    ]);
+    (name.unwrap_or(workload), revision.unwrap_or("latest"))
+}
