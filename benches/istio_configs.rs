@@ -13,7 +13,8 @@
 //! CDS, and everything (CDS, EDS, LDS, RDS), compared with the sum of the types Go's
 //! benchmarks generate for the case: meshd's side does more work in both.
 //!
-//! Prints a table, writes `target/istio-configs.json`.
+//! Prints a table, writes `target/istio-configs.json`. With `MESHD_PROFILE_CONFIGS=NAME,...`
+//! it only builds meshd's push context on those configurations, for a profiler.
 //! `cargo bench --features loadgen --bench istio_configs` (`just bench-istio-configs`).
 
 #![allow(dead_code)]
@@ -155,9 +156,30 @@ fn meshd_figure(store: &Store) -> f64 {
     })
 }
 
+/// meshd's push-context build alone, for five seconds on each configuration named (comma
+/// separated), without Go's benchmarks: what a profiler (`perf record`) samples.
+fn profile_builds(names: &str) {
+    for (name, services, instances, _) in istio_configs::CASES {
+        if !names.split(',').any(|n| n == *name) {
+            continue;
+        }
+        let store = store_of(name, &istio_configs::render(name, *services, *instances));
+        let (start, mut builds) = (Instant::now(), 0u32);
+        while start.elapsed() < Duration::from_secs(5) {
+            std::hint::black_box(PushContext::build(&store, "bench/1".into()));
+            builds += 1;
+        }
+        let per_build = start.elapsed() / builds;
+        println!("{name}: {per_build:?} per build over {builds} builds");
+    }
+}
+
 fn main() {
     meshd::heap::disable_huge_pages_unless_configured();
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    if let Ok(names) = std::env::var("MESHD_PROFILE_CONFIGS") {
+        return profile_builds(&names);
+    }
     let istio = istio_figures(&root);
     let go = |bench: &str, name: &str| istio.get(&(bench.to_string(), name.to_string())).copied();
     let mut rows = Vec::new();

@@ -386,8 +386,15 @@ pub fn build_services(
     SharedHosts,
     alias::Aliases,
 ) {
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(4));
-    build_services_on(store, mesh, threads)
+    build_services_on(store, mesh, machine_threads())
+}
+
+/// The threads a large build may use: the machine's cores, at most four. Read once:
+/// asking the operating system reads the cgroup files on every call, which costs more
+/// than building a small mesh.
+fn machine_threads() -> usize {
+    static THREADS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *THREADS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get().min(4)))
 }
 
 /// [`build_services`] on up to `threads` threads.
@@ -823,9 +830,11 @@ fn service_entry_services(
         }
         out
     };
+    let last = se.hosts.len().saturating_sub(1);
     se.hosts
         .iter()
-        .map(|host| Service {
+        .enumerate()
+        .map(|(i, host)| Service {
             hostname: host.clone(),
             namespace: obj.key.namespace.clone(),
             name: obj.key.name.clone(),
@@ -840,6 +849,8 @@ fn service_entry_services(
                     .filter(|e| !se.endpoints.is_empty() || &e.address == host)
                     .cloned()
                     .collect()
+            } else if i == last {
+                std::mem::take(&mut endpoints)
             } else {
                 endpoints.clone()
             },

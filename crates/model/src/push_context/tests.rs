@@ -402,3 +402,26 @@ fn a_services_endpoints_come_from_its_slices_with_their_pods_labels() {
     endpoints.sort();
     assert_eq!(endpoints, [("10.1.0.1", Some("v1")), ("10.1.0.2", None)]);
 }
+
+#[test]
+fn every_host_of_a_service_entry_has_all_its_endpoints() {
+    let ctx = PushContext::from_yaml(
+        r#"
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: pool, namespace: shop}
+spec:
+  hosts: [a.pool.internal, b.pool.internal, c.pool.internal]
+  ports: [{number: 80, name: http, protocol: HTTP}]
+  resolution: STATIC
+  location: MESH_INTERNAL
+  endpoints: [{address: 10.1.0.1}, {address: 10.1.0.2}]
+"#,
+    );
+    for host in ["a.pool.internal", "b.pool.internal", "c.pool.internal"] {
+        let addresses: Vec<&str> = (ctx.services[host].endpoints.iter())
+            .map(|e| e.address.as_str())
+            .collect();
+        assert_eq!(addresses, ["10.1.0.1", "10.1.0.2"], "{host}");
+    }
+}

@@ -3,7 +3,9 @@
 //! carrying one of its selector's labels instead of at every object of its namespace
 //! (Istio's ServiceEntry benchmark: 100 entries over 1,000 WorkloadEntries).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use foldhash::HashMap;
 use std::sync::Arc;
 
 use api::labels_match;
