@@ -324,7 +324,9 @@ fn a_tls_gateway_server_terminates_and_forwards_by_its_tcp_route() {
 /// MUTUAL against OPTIONAL_MUTUAL at an HTTPS server whose credential carries a CA. Under
 /// MUTUAL a client presenting a certificate from that CA is served and one without a
 /// certificate is refused; under OPTIONAL_MUTUAL the one without is served too, while a
-/// certificate from another CA is still refused.
+/// certificate from another CA is still refused. The application learns the certificate
+/// a client presented from `x-forwarded-client-cert`, which the gateway sets from its own
+/// handshake and never takes from the client (istiod's SANITIZE_SET).
 #[test]
 fn optional_mutual_serves_a_client_without_a_certificate_that_mutual_refuses() {
     let dir = temp_dir("gateway-optional-mutual");
@@ -348,17 +350,31 @@ fn optional_mutual_serves_a_client_without_a_certificate_that_mutual_refuses() {
         "ingressgateway",
     );
     let addr = format!("127.0.0.1:{port}");
-    let get = || https_get(&addr, "shop.example.com", &root, "/");
+    let forged = [(
+        "x-forwarded-client-cert",
+        "By=spiffe://forged;URI=spiffe://cluster.local/ns/shop/sa/forged",
+    )];
+    let get = || https_request(&addr, "shop.example.com", &root, "GET /", &forged, "");
     let get_presenting = |chain: &str, key: &str| {
         let mut config = transport::tls::client_config(&root, Some((chain, key))).unwrap();
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
-        tls_request(&addr, "shop.example.com", config, "GET /", &[], "")
+        tls_request(&addr, "shop.example.com", config, "GET /", &forged, "")
     };
+    let xfcc = |r: &HttpResponse| r.headers["x-echo-xfcc"].clone();
     wait_until(
         "MUTUAL to serve a client certificate of its CA",
         Duration::from_secs(10),
         || get_presenting(&client_chain, &client_key).is_ok_and(|r| r.status == 200),
     );
+    let presenting = get_presenting(&client_chain, &client_key).unwrap();
+    let forwarded = xfcc(&presenting);
+    assert!(
+        forwarded.contains("Hash=")
+            && forwarded.contains("Cert=\"")
+            && forwarded.contains("Subject=\""),
+        "{forwarded:?}"
+    );
+    assert!(!forwarded.contains("forged"), "{forwarded:?}");
     assert!(
         get().is_err(),
         "MUTUAL served a client without a certificate"
@@ -371,7 +387,9 @@ fn optional_mutual_serves_a_client_without_a_certificate_that_mutual_refuses() {
     wait_until("OPTIONAL_MUTUAL to serve", Duration::from_secs(10), || {
         get().is_ok_and(|r| r.status == 200)
     });
-    assert_eq!(get().unwrap().body, "productpage");
+    let without = get().unwrap();
+    assert_eq!(without.body, "productpage");
+    assert_eq!(xfcc(&without), "", "no certificate, so no header");
     let presenting = get_presenting(&client_chain, &client_key).unwrap();
     assert_eq!(
         (presenting.status, presenting.body.as_str()),

@@ -16,6 +16,7 @@ mod gateway;
 mod gateway_tls;
 mod h2spec;
 mod hostile;
+mod inbound_http;
 mod inject;
 mod istio;
 mod istio_configs;

@@ -232,6 +232,17 @@ pub const SUBZONE_LABEL: &str = "topology.istio.io/subzone";
 pub const TOPOLOGY_LABELS: [&str; 3] = [REGION_LABEL, ZONE_LABEL, SUBZONE_LABEL];
 
 impl Service {
+    /// Its name as istiod's `ServiceAttributes.Name` gives it, which Istio's telemetry
+    /// reports (`destination_service_name`): a Kubernetes Service's name, a ServiceEntry
+    /// host's host.
+    pub fn telemetry_name(&self) -> &str {
+        if self.kubernetes {
+            &self.name
+        } else {
+            &self.hostname
+        }
+    }
+
     pub fn port(&self, number: u32) -> Option<&ServicePort> {
         self.ports.iter().find(|p| p.port == number)
     }

@@ -306,24 +306,33 @@ pub fn fallback(kind: ProxyKind, mesh: &MeshConfig) -> Vec<Cluster> {
     clusters
 }
 
+/// The `services` field of a cluster's `istio` metadata, istiod's `addTelemetryMetadata`:
+/// each service's host, name and namespace, which Istio's stats filter reads for the
+/// `destination_service*` labels.
+pub(crate) fn services_metadata(services: &[&Service]) -> (&'static str, Value) {
+    let values = (services.iter())
+        .map(|svc| {
+            struct_value(vec![
+                ("host", string_value(&svc.hostname)),
+                ("name", string_value(svc.telemetry_name())),
+                ("namespace", string_value(&svc.namespace)),
+            ])
+        })
+        .collect();
+    (
+        "services",
+        Value {
+            kind: Some(ValueKind::ListValue(ListValue { values })),
+        },
+    )
+}
+
 fn service_metadata(
     svc: &Service,
     config: Option<String>,
     subset: Option<&str>,
 ) -> Vec<(&'static str, Value)> {
-    let service = struct_value(vec![
-        ("host", string_value(&svc.hostname)),
-        ("name", string_value(&svc.name)),
-        ("namespace", string_value(&svc.namespace)),
-    ]);
-    let mut fields = vec![(
-        "services",
-        Value {
-            kind: Some(ValueKind::ListValue(ListValue {
-                values: vec![service],
-            })),
-        },
-    )];
+    let mut fields = vec![services_metadata(&[svc])];
     if let Some(config) = config {
         fields.push(("config", string_value(config)));
     }

@@ -41,7 +41,7 @@ use envoy_api::pb::envoy::extensions::filters::network::http_connection_manager:
     HttpConnectionManager, HttpFilter,
     http_connection_manager::{
         CodecType, ForwardClientCertDetails, RouteSpecifier, ServerHeaderTransformation,
-        SetCurrentClientCertDetails,
+        SetCurrentClientCertDetails, UpgradeConfig,
     },
     http_filter,
 };
@@ -126,6 +126,8 @@ fn with_stat_name(mut c: Cluster, ctx: &PushContext, port: u32, served: Option<S
 /// is never upgraded to HTTP/2 (`h2UpgradePolicy` is outbound only). Its connect timeout
 /// is the pool's, else MeshConfig's ([`connection_pool`](super::pool::connection_pool)).
 /// InboundPassthroughCluster gets none of this, only the mesh's connect timeout.
+/// `services`, the services on the port, go in the cluster's `istio` metadata for Istio's
+/// stats filter ([`telemetry_services`]).
 fn with_pool(
     mut c: Cluster,
     ctx: &PushContext,
@@ -133,6 +135,7 @@ fn with_pool(
     sidecar: Option<&SidecarSpec>,
     port: u32,
     served: Option<Served>,
+    services: &[&Service],
 ) -> Cluster {
     let sidecar_pool = sidecar.and_then(|s| {
         (s.ingress.iter())
@@ -150,11 +153,15 @@ fn with_pool(
         let policy = destination_rule::spec(rule)?.traffic_policy.as_ref()?;
         Some((rule, super::policy::effective(Some(policy), None, s.port)?))
     });
+    let mut metadata = Vec::new();
+    if !services.is_empty() {
+        metadata.push(super::cluster::services_metadata(services));
+    }
     if let Some((rule, _)) = &rule {
-        c.metadata = Some(super::istio_metadata(vec![(
-            "config",
-            super::string_value(rule.istio_config_path()),
-        )]));
+        metadata.push(("config", super::string_value(rule.istio_config_path())));
+    }
+    if !metadata.is_empty() {
+        c.metadata = Some(super::istio_metadata(metadata));
     }
     let rule_pool = rule.as_ref().and_then(|(_, p)| p.connection_pool.as_ref());
     let pool = sidecar_pool.or(rule_pool).map(|p| {
@@ -168,6 +175,24 @@ fn with_pool(
     super::pool::connection_pool(&mut c, pool.as_ref(), &mut http, (&ctx.mesh, false));
     super::pool::attach_http(&mut c, http);
     c
+}
+
+/// The services an inbound cluster names for Istio's stats filter, as istiod's
+/// `addTelemetryMetadata`: those of `selecting` with the served service port reaching
+/// `target` on the workload, none when the first is outside the mesh.
+fn telemetry_services<'a>(
+    selecting: &[&'a Service],
+    target: u32,
+    served: Served,
+) -> Vec<&'a Service> {
+    if served.service.mesh_external {
+        return Vec::new();
+    }
+    (selecting.iter().copied())
+        .filter(|svc| {
+            (svc.ports.iter()).any(|p| p.port == served.port && target_port(svc, p) == target)
+        })
+        .collect()
 }
 
 /// The ports `svc`'s ports reach on its workloads (`target_port`): what a sidecar's
@@ -302,6 +327,11 @@ fn inbound_hcm(
             dns: true,
             ..Default::default()
         }),
+        // WebSocket upgrades reach the application, as through istiod's inbound.
+        upgrade_configs: vec![UpgradeConfig {
+            upgrade_type: "websocket".into(),
+            ..Default::default()
+        }],
         server_name: "istio-envoy".into(),
         server_header_transformation: ServerHeaderTransformation::Overwrite as i32,
         request_id_extension: Some(super::tracing::request_id_extension()),
@@ -574,7 +604,12 @@ pub fn sidecar(ctx: &PushContext, proxy: &Proxy) -> (Vec<Listener>, Vec<Cluster>
                 protocol,
             });
         let c = with_stat_name(inbound_cluster(&cluster, target), ctx, port, served);
-        clusters.push(with_pool(c, ctx, proxy, sidecar, port, served));
+        // istiod's one target for an ingress listener: the service found, if any.
+        let services: Vec<&Service> = (served.iter())
+            .filter(|s| !s.service.mesh_external)
+            .map(|s| s.service)
+            .collect();
+        clusters.push(with_pool(c, ctx, proxy, sidecar, port, served, &services));
         let chains = port_chains(
             ctx,
             proxy,
@@ -653,7 +688,8 @@ fn virtual_inbound(ctx: &PushContext, proxy: &Proxy) -> (Vec<Listener>, Vec<Clus
     let authorization = authz::Authorization::for_proxy(ctx, proxy);
     // Per target port: how it is served, and the first service.
     let mut ports: BTreeMap<u32, (Serve, Served)> = BTreeMap::new();
-    for svc in ctx.services_selecting(proxy).map(|s| &**s) {
+    let selecting: Vec<&Service> = ctx.services_selecting(proxy).map(|s| &**s).collect();
+    for svc in selecting.iter().copied() {
         for p in &svc.ports {
             let target = target_port(svc, p);
             let entry = ports.entry(target).or_insert_with(|| {
@@ -704,7 +740,16 @@ fn virtual_inbound(ctx: &PushContext, proxy: &Proxy) -> (Vec<Listener>, Vec<Clus
             }
         };
         let c = with_stat_name(c, ctx, port, Some(served));
-        clusters.push(with_pool(c, ctx, proxy, sidecar, port, Some(served)));
+        let services = telemetry_services(&selecting, port, served);
+        clusters.push(with_pool(
+            c,
+            ctx,
+            proxy,
+            sidecar,
+            port,
+            Some(served),
+            &services,
+        ));
         let stat = format!("inbound_0.0.0.0_{port}");
         chains.extend(port_chains(
             ctx,

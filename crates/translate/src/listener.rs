@@ -20,8 +20,9 @@ use envoy_api::pb::envoy::extensions::filters::listener::tls_inspector::v3::TlsI
 use envoy_api::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
     HttpConnectionManager, HttpFilter, Rds,
     http_connection_manager::{
-        CodecType, PathWithEscapedSlashesAction, RouteSpecifier, ServerHeaderTransformation,
-        Tracing as HcmTracing, UpgradeConfig,
+        CodecType, ForwardClientCertDetails, PathWithEscapedSlashesAction, RouteSpecifier,
+        ServerHeaderTransformation, SetCurrentClientCertDetails, Tracing as HcmTracing,
+        UpgradeConfig,
     },
     http_filter,
 };

@@ -1567,12 +1567,13 @@ fn a_services_destination_rule_sets_the_pool_of_its_workloads_inbound_clusters()
         assert_eq!(thresholds(c)[0], 5, "{name}");
         assert!(http_options(c).is_none(), "{name}");
     }
-    // Without a rule: the default circuit breakers and no metadata.
+    // Without a rule: the default circuit breakers, and no rule in the metadata.
     let plain = DETAILS_INBOUND.split("---").next().unwrap();
     let cfg = proxy_config(&context(plain), &proxy);
     let c = cluster(&cfg, "inbound|8080||");
     assert_eq!(thresholds(c)[0], u32::MAX);
-    assert!(c.metadata.is_none());
+    let istio = &c.metadata.as_ref().unwrap().filter_metadata["istio"];
+    assert!(!istio.fields.contains_key("config"), "{istio:?}");
 }
 
 #[test]

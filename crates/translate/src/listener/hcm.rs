@@ -258,6 +258,21 @@ pub(super) fn http_connection_manager(
             }))
             .collect(),
         use_remote_address: Some(BoolValue { value: gateway }),
+        // A gateway replaces any `x-forwarded-client-cert` a client sent with what its
+        // own mutual TLS handshake proved, as istiod's gateways (SANITIZE_SET); a
+        // sidecar's outbound keeps Envoy's SANITIZE.
+        forward_client_cert_details: if gateway {
+            ForwardClientCertDetails::SanitizeSet as i32
+        } else {
+            ForwardClientCertDetails::Sanitize as i32
+        },
+        set_current_client_cert_details: gateway.then(|| SetCurrentClientCertDetails {
+            subject: Some(BoolValue { value: true }),
+            cert: true,
+            dns: true,
+            uri: true,
+            ..Default::default()
+        }),
         upgrade_configs: vec![UpgradeConfig {
             upgrade_type: "websocket".into(),
             ..Default::default()

@@ -142,3 +142,57 @@ fn inbound_clusters_reach_the_application_at_its_original_destination_or_on_loop
     let c = inbound("inboundTrafficPolicy: {mode: LOCALHOST}", "fd00::9");
     assert!(endpoint(&c).contains("\"::1\""), "{}", endpoint(&c));
 }
+
+/// An inbound cluster names, in its `istio` metadata, the services that reach its port
+/// through the same service port as the first (istiod's `addTelemetryMetadata`): Istio's
+/// stats filter reads the `destination_service*` labels of inbound requests from it.
+#[test]
+fn an_inbound_cluster_names_the_services_on_its_port_for_istios_stats() {
+    let more = "---\napiVersion: v1\nkind: Service\nmetadata: {name: web-canary, namespace: shop}\nspec: {clusterIP: 10.96.5.3, selector: {app: web}, ports: [{name: http, port: 80, targetPort: 8080}]}\n---\napiVersion: v1\nkind: Service\nmetadata: {name: zz-admin, namespace: shop}\nspec: {clusterIP: 10.96.5.4, selector: {app: web}, ports: [{name: http, port: 81, targetPort: 8080}]}\n";
+    let ctx = context(&format!("{SERVICES}{more}"));
+    let cfg = proxy_config(&ctx, &sidecar("shop", json!({"app": "web"})));
+    assert_eq!(
+        telemetry_services(&cfg, "inbound|8080||"),
+        [
+            "web-canary.shop.svc.cluster.local shop/web-canary",
+            "web.shop.svc.cluster.local shop/web",
+        ]
+    );
+    assert_eq!(
+        telemetry_services(&cfg, "inbound|9000||"),
+        ["rpc.shop.svc.cluster.local shop/rpc"]
+    );
+
+    // A ServiceEntry's service is named by its host, inbound and outbound, as istiod's.
+    let entry = "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: vm-api, namespace: shop}\nspec:\n  hosts: [api.internal]\n  location: MESH_INTERNAL\n  resolution: STATIC\n  ports: [{number: 7070, name: http, protocol: HTTP}]\n  endpoints: [{address: 10.9.9.9}]\n";
+    let cfg = proxy_config(&context(entry), &sidecar("shop", json!({})));
+    for cluster in ["inbound|7070||", "outbound|7070||api.internal"] {
+        assert_eq!(
+            telemetry_services(&cfg, cluster),
+            ["api.internal shop/api.internal"],
+            "{cluster}"
+        );
+    }
+}
+
+/// The services named in `cluster`'s `istio` metadata: `HOST NAMESPACE/NAME` each.
+fn telemetry_services(cfg: &crate::ProxyConfig, cluster: &str) -> Vec<String> {
+    use envoy_api::pb::google::protobuf::value::Kind;
+    let c = (cfg.clusters.iter()).find(|c| c.name == cluster).unwrap();
+    let istio = &c.metadata.as_ref().unwrap().filter_metadata["istio"];
+    let Some(Kind::ListValue(list)) = &istio.fields["services"].kind else {
+        panic!("{istio:?}")
+    };
+    (list.values.iter())
+        .map(|v| {
+            let Some(Kind::StructValue(s)) = &v.kind else {
+                panic!("{v:?}")
+            };
+            let text = |k: &str| match &s.fields[k].kind {
+                Some(Kind::StringValue(t)) => t.clone(),
+                other => panic!("{k}: {other:?}"),
+            };
+            format!("{} {}/{}", text("host"), text("namespace"), text("name"))
+        })
+        .collect()
+}
