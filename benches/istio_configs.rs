@@ -14,7 +14,7 @@
 //! benchmarks generate for the case: meshd's side does more work in both.
 //!
 //! Prints a table, writes `target/istio-configs.json`. With `MESHD_PROFILE_CONFIGS=NAME,...`
-//! it only builds meshd's push context on those configurations, for a profiler.
+//! it only runs meshd's side on those configurations, for a profiler.
 //! `cargo bench --features loadgen --bench istio_configs` (`just bench-istio-configs`).
 
 #![allow(dead_code)]
@@ -156,21 +156,32 @@ fn meshd_figure(store: &Store) -> f64 {
     })
 }
 
-/// meshd's push-context build alone, for five seconds on each configuration named (comma
-/// separated), without Go's benchmarks: what a profiler (`perf record`) samples.
-fn profile_builds(names: &str) {
-    for (name, services, instances, _) in istio_configs::CASES {
+/// meshd's side alone, without Go's benchmarks, on each configuration named (comma
+/// separated): five seconds of push-context builds, then five of the benchmark proxy's
+/// whole generation, for a profiler (`perf record`) to sample.
+fn profile(names: &str) {
+    let repeat = |what: &str, f: &mut dyn FnMut()| {
+        let (start, mut runs) = (Instant::now(), 0u32);
+        while start.elapsed() < Duration::from_secs(5) {
+            f();
+            runs += 1;
+        }
+        println!("  {what}: {:?} each over {runs}", start.elapsed() / runs);
+    };
+    for (name, services, instances, router) in istio_configs::CASES {
         if !names.split(',').any(|n| n == *name) {
             continue;
         }
+        println!("{name}:");
         let store = store_of(name, &istio_configs::render(name, *services, *instances));
-        let (start, mut builds) = (Instant::now(), 0u32);
-        while start.elapsed() < Duration::from_secs(5) {
+        repeat("push-context build", &mut || {
             std::hint::black_box(PushContext::build(&store, "bench/1".into()));
-            builds += 1;
-        }
-        let per_build = start.elapsed() / builds;
-        println!("{name}: {per_build:?} per build over {builds} builds");
+        });
+        let ctx = PushContext::build(&store, "bench/0".into());
+        let proxy = benchmark_proxy(*router);
+        repeat("generation", &mut || {
+            std::hint::black_box(translate::proxy_config(&ctx, &proxy));
+        });
     }
 }
 
@@ -178,7 +189,7 @@ fn main() {
     meshd::heap::disable_huge_pages_unless_configured();
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     if let Ok(names) = std::env::var("MESHD_PROFILE_CONFIGS") {
-        return profile_builds(&names);
+        return profile(&names);
     }
     let istio = istio_figures(&root);
     let go = |bench: &str, name: &str| istio.get(&(bench.to_string(), name.to_string())).copied();
