@@ -91,16 +91,7 @@ fn upgrade_and_ping(addr: &str, host: &str) -> std::io::Result<(String, String)>
 fn a_websocket_upgrade_reaches_the_application_through_the_inbound_sidecar() {
     let m = mesh("inbound-websocket");
     let app = websocket_echo();
-    let path = m.meshd.config_dir.join("mesh.yaml");
-    let yaml = std::fs::read_to_string(&path).unwrap();
-    let endpoint = yaml
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("defaultEndpoint: "))
-        .unwrap()
-        .to_string();
-    let ws = yaml.replace(&endpoint, &format!("\"127.0.0.1:{app}\""));
-    assert_ne!(yaml, ws);
-    std::fs::write(&path, ws).unwrap();
+    m.serve_from(app, |yaml| yaml);
     let _reviews = m.reviews(&[]);
     let addr = format!("{}:9080", m.server_ip);
     let host = "reviews.shop.svc.cluster.local";

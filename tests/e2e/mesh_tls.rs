@@ -70,22 +70,13 @@ fn a_tcp_port_passes_a_clients_own_tls_through_under_permissive() {
     let m = mesh("mesh-tls-passthrough");
     let (root, chain, key) = site_certificate("legacy.example.com");
     let app = Upstream::tls("legacy", &chain, &key, &root);
-    let path = m.meshd.config_dir.join("mesh.yaml");
-    let yaml = std::fs::read_to_string(&path).unwrap();
-    let endpoint = yaml
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("defaultEndpoint: "))
-        .unwrap()
-        .to_string();
-    let tcp = yaml
-        .replace(
+    m.serve_from(app.port, |yaml| {
+        yaml.replace(
             "{number: 9080, protocol: HTTP, name: http}",
             "{number: 9080, protocol: TCP, name: tcp}",
         )
         .replace("name: http,", "name: tcp,")
-        .replace(&endpoint, &format!("\"127.0.0.1:{}\"", app.port));
-    assert_ne!(yaml, tcp);
-    std::fs::write(&path, tcp).unwrap();
+    });
     let _reviews = m.reviews(&[]);
     let addr = format!("{}:9080", m.server_ip);
     let get = || https_get(&addr, "legacy.example.com", &root, "/");

@@ -79,6 +79,20 @@ spec:
 }
 
 impl Mesh {
+    /// Points reviews' Sidecar ingress at the application on 127.0.0.1:`port` instead of
+    /// the HTTP server, and rewrites the rest of the configuration with `edit`.
+    pub fn serve_from(&self, port: u16, edit: impl FnOnce(String) -> String) {
+        let path = self.meshd.config_dir.join("mesh.yaml");
+        let yaml = std::fs::read_to_string(&path).unwrap();
+        let endpoint = (yaml.lines())
+            .find_map(|l| l.trim().strip_prefix("defaultEndpoint: "))
+            .unwrap()
+            .to_string();
+        let edited = edit(yaml.replace(&endpoint, &format!("\"127.0.0.1:{port}\"")));
+        assert_ne!(yaml, edited);
+        std::fs::write(&path, edited).unwrap();
+    }
+
     pub fn reviews(&self, extra: &[&str]) -> Workload {
         Workload::start(
             &self.meshd,
