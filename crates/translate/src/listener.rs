@@ -511,6 +511,9 @@ impl<'a> SidecarOutbound<'a, '_> {
         // A listener of its own at the service's address (not a shared or real bind).
         let named: Vec<u32> = self.routes.iter().map(|r| r.port).collect();
         let mut http_ports: BTreeMap<u32, Vec<&'a Arc<Service>>> = BTreeMap::new();
+        // Sniffed services on listeners of their own: also in `"PORT"`, if another service
+        // makes it, as istiod gives every HTTP or sniffed service of the port a virtual host.
+        let mut sniffed_own: BTreeMap<u32, Vec<&'a Arc<Service>>> = BTreeMap::new();
         for svc in imported {
             for p in &svc.ports {
                 if RESERVED_PORTS.contains(&p.port) {
@@ -519,6 +522,7 @@ impl<'a> SidecarOutbound<'a, '_> {
                 let tcp = || sidecar_tcp_chains(ctx, proxy, &egress, svc, p.port);
                 match p.protocol {
                     Protocol::Unknown if binding.own_address(svc) => {
+                        sniffed_own.entry(p.port).or_default().push(svc);
                         let route = RouteServices {
                             port: p.port,
                             sniffed: Some(svc),
@@ -556,12 +560,13 @@ impl<'a> SidecarOutbound<'a, '_> {
                 }
             }
         }
-        for (port, services) in http_ports {
+        for (port, mut services) in http_ports {
             let Some(o) = self.at(binding.shared(), port, bind_to_port) else {
                 continue;
             };
             o.rds = Some(port.to_string());
             if !named.contains(&port) {
+                services.extend(sniffed_own.remove(&port).unwrap_or_default());
                 self.routes.push(RouteServices {
                     port,
                     sniffed: None,
@@ -583,8 +588,9 @@ impl<'a> SidecarOutbound<'a, '_> {
 ///   address);
 /// - an undeclared protocol is sniffed: the service's `VIP_PORT` takes HTTP, told apart by
 ///   the HTTP inspector, to its own route configuration `HOST:PORT`, and everything else
-///   as TCP. Without an address (or without capture) the service's HTTP joins `"PORT"`
-///   on the shared listener, which sniffs and sends other traffic to the service;
+///   as TCP; its virtual host is in `"PORT"` too when other services make that. Without
+///   an address (or without capture) the service's HTTP joins `"PORT"` on the shared
+///   listener, which sniffs and sends other traffic to the service;
 /// - a listener that HTTP and TCP services would both take sniffs too.
 pub fn sidecar_listeners<'a>(
     ctx: &'a PushContext,

@@ -71,3 +71,29 @@ fn a_service_entry_without_addresses_takes_its_sniffed_ports_tcp() {
         "outbound|9093||broker.shop.svc.cluster.local"
     );
 }
+
+#[test]
+fn a_sniffed_service_with_an_address_is_also_in_the_ports_shared_route_configuration() {
+    // `events` sniffs 9092 on its own listener; headless `kafka` makes `0.0.0.0_9092` and
+    // its route configuration "9092", in which istiod gives `events` a virtual host too
+    // (reached when the name resolves to an address other than the service's).
+    let events = "---\napiVersion: v1\nkind: Service\nmetadata: {name: events, namespace: shop}\nspec: {clusterIP: 10.96.3.3, ports: [{name: stream, port: 9092}]}\n";
+    let cfg = proxy_config(
+        &context(&format!("{KAFKA}{events}")),
+        &sidecar("shop", json!({"app": "web"})),
+    );
+    let route = (cfg.routes.iter()).find(|r| r.name == "9092").unwrap();
+    let vh = (route.virtual_hosts.iter())
+        .find(|v| v.name == "events.shop.svc.cluster.local:9092")
+        .unwrap_or_else(|| panic!("{route:?}"));
+    assert!(vh.domains.contains(&"10.96.3.3".to_string()), "{vh:?}");
+    assert!(vh.domains.contains(&"events".to_string()), "{vh:?}");
+    // Its own listener keeps its own route configuration.
+    assert!(
+        cfg.routes
+            .iter()
+            .any(|r| r.name == "events.shop.svc.cluster.local:9092")
+    );
+    let kafka = "kafka.shop.svc.cluster.local:9092";
+    assert!(route.virtual_hosts.iter().any(|v| v.name == kafka));
+}
