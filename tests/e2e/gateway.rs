@@ -462,3 +462,71 @@ fn a_destinations_headers_go_with_its_traffic() {
     }
     assert_eq!(seen.len(), 2, "both destinations: {seen:?}");
 }
+
+/// MeshConfig `defaultConfig.gatewayTopology`, as Istio documents it for a gateway behind
+/// a load balancer: with `numTrustedProxies: 1` the client is the address the load
+/// balancer put in `x-forwarded-for`, which an AuthorizationPolicy's `remoteIpBlocks`
+/// then matches; with `proxyProtocol` the client is the PROXY protocol header's source.
+#[test]
+fn a_gateways_topology_decides_which_client_address_it_trusts() {
+    let m = gateway_mesh("gw-topology", Ads::Delta, &[("/", "productpage")]);
+    let client = "203.0.113.7";
+    m.meshd.write(
+        "authz.yaml",
+        &format!("apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {{name: block, namespace: istio-system}}\nspec:\n  selector: {{matchLabels: {{istio: ingressgateway}}}}\n  action: DENY\n  rules:\n  - from: [{{source: {{remoteIpBlocks: [{client}/32]}}}}]\n  - to: [{{operation: {{paths: [/blocked]}}}}]\n"),
+    );
+    let forwarded_for = |xff: &str| {
+        http_get(
+            &m.addr,
+            "shop.example.com",
+            "/",
+            &[("x-forwarded-for", xff)],
+        )
+        .map_or(0, |r| r.status)
+    };
+    wait_until("the policy to apply", Duration::from_secs(10), || {
+        http_get(&m.addr, "shop.example.com", "/blocked", &[]).is_ok_and(|r| r.status == 403)
+    });
+    // Trusting no hop, the client is the connection's peer: the header is not believed.
+    assert_eq!(forwarded_for(client), 200);
+    let deny = || forwarded_for(client) == 403;
+    m.meshd.write(
+        "mesh.yaml",
+        &mesh_configmap("defaultConfig:\n  gatewayTopology: {numTrustedProxies: 1}"),
+    );
+    wait_until(
+        "the gateway to trust one hop",
+        Duration::from_secs(10),
+        deny,
+    );
+    assert_eq!(forwarded_for("198.51.100.1"), 200);
+    // Behind a PROXY protocol load balancer: the header names the client.
+    m.meshd.write(
+        "mesh.yaml",
+        &mesh_configmap("defaultConfig:\n  gatewayTopology: {proxyProtocol: {}}"),
+    );
+    let port = m.addr.rsplit(':').next().unwrap();
+    let behind = |source: &str| {
+        let header = format!("PROXY TCP4 {source} 127.0.0.1 40000 {port}\r\n");
+        raw_http(&m.addr, &header).map_or(0, |r| r.status)
+    };
+    wait_until(
+        "the gateway to read the PROXY protocol",
+        Duration::from_secs(10),
+        || behind(client) == 403,
+    );
+    assert_eq!(behind("198.51.100.1"), 200);
+    assert_eq!(forwarded_for(client), 0, "a connection without the header");
+}
+
+/// One HTTP/1.1 `GET /` to `shop.example.com`, after the bytes of `preamble`.
+fn raw_http(addr: &str, preamble: &str) -> std::io::Result<HttpResponse> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr)?;
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    let request = "GET / HTTP/1.1\r\nHost: shop.example.com\r\nConnection: close\r\n\r\n";
+    stream.write_all(format!("{preamble}{request}").as_bytes())?;
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw)?;
+    parse_response(&raw)
+}

@@ -21,6 +21,7 @@ pub mod shared_hosts;
 #[cfg(any(test, feature = "testing"))]
 pub mod testmesh;
 pub mod tls;
+pub mod topology;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

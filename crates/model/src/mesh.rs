@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use super::Store;
 use super::network::MeshNetworks;
 use crate::config::{ConfigObject, Kind, Spec};
+use crate::topology::{GatewayTopology, TopologyError};
 use api::networking::{LocalityLoadBalancerSetting, OutboundMode, OutboundTrafficPolicy};
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -103,7 +104,8 @@ pub struct MeshConfig {
     /// `false`).
     #[serde(default)]
     pub enable_prometheus_merge: Option<bool>,
-    /// ProxyConfig defaults; only `tracing` is read here (the agent reads the rest).
+    /// ProxyConfig defaults; only `tracing` and `gatewayTopology` are read here (the agent
+    /// reads the rest).
     #[serde(default)]
     pub default_config: ProxyConfig,
     /// The providers used when no Telemetry resource names one: `tracing` and
@@ -239,6 +241,13 @@ pub struct ProxyConfig {
     /// (`PROXY_CONFIG`).
     #[serde(flatten)]
     pub other: serde_json::Map<String, serde_json::Value>,
+}
+
+impl ProxyConfig {
+    /// Its `gatewayTopology` ([`GatewayTopology::from_proxy_config`]).
+    pub fn gateway_topology(&self) -> Result<Option<GatewayTopology>, TopologyError> {
+        GatewayTopology::from_proxy_config(&self.other)
+    }
 }
 
 /// ProxyConfig `tracing`: what applies to every tracer (the agent reads the tracer's own

@@ -9,6 +9,7 @@ use serde_json::{Map, Value};
 
 use super::Locality;
 use super::service::AutoAddresses;
+use super::topology::{GatewayTopology, TopologyError};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -86,6 +87,10 @@ pub struct Proxy {
     /// Such a proxy gets the metadata-exchange, ALPN and stats filters istiod sends
     /// (`translate::istio_proxy`); stock Envoy would refuse them.
     pub istio_extensions: bool,
+    /// A gateway's ProxyConfig `gatewayTopology`, from metadata `PROXY_CONFIG`: the
+    /// default when that has none; `None` when the node sent no `PROXY_CONFIG`, for which
+    /// MeshConfig `defaultConfig`'s applies. Always `None` for a sidecar.
+    pub gateway_topology: Option<GatewayTopology>,
 }
 
 /// The extension name istio-proxy registers its HTTP stats filter under; Envoy lists
@@ -110,6 +115,8 @@ pub enum NodeError {
     Ip { id: String, ip: String },
     #[error("node id {0:?}: no namespace in metadata (NAMESPACE) or DNS domain")]
     Namespace(String),
+    #[error("node id {id:?}: metadata PROXY_CONFIG: {reason}")]
+    ProxyConfig { id: String, reason: String },
 }
 
 impl Proxy {
@@ -172,6 +179,23 @@ impl Proxy {
         } else {
             AutoAddresses::None
         };
+        let gateway_topology = match (kind, metadata.get("PROXY_CONFIG")) {
+            (ProxyKind::Router, Some(Value::Object(config))) => Some(
+                GatewayTopology::from_proxy_config(config)
+                    .map_err(|e: TopologyError| NodeError::ProxyConfig {
+                        id: id.to_string(),
+                        reason: e.to_string(),
+                    })?
+                    .unwrap_or_default(),
+            ),
+            (ProxyKind::Router, Some(other)) => {
+                return Err(NodeError::ProxyConfig {
+                    id: id.to_string(),
+                    reason: format!("{other} is not an object"),
+                });
+            }
+            _ => None,
+        };
         Ok(Proxy {
             id: id.to_string(),
             kind,
@@ -211,6 +235,7 @@ impl Proxy {
                 || flag("ENABLE_DNS_SERVER"),
             auto_addresses,
             istio_extensions: false,
+            gateway_topology,
         })
     }
 

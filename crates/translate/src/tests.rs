@@ -1998,6 +1998,7 @@ mod destination_subnets;
 mod endpoint_metadata;
 mod external_name;
 mod gateway_redirect;
+mod gateway_topology;
 mod inbound_route;
 mod istio_proxy;
 mod mesh_cluster_defaults;

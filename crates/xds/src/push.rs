@@ -16,6 +16,7 @@ use super::resource::{ResourceMap, TypeKind, View};
 use super::wire::Batch;
 use model::config::{Kind, ObjectKey};
 use model::service::AutoAddresses;
+use model::topology::GatewayTopology;
 use model::{Interception, Locality, Proxy, ProxyKind, PushContext, Store};
 use translate::tracing::TraceIds;
 
@@ -258,6 +259,8 @@ pub struct ViewKey<'a> {
     trace_ids: Option<TraceIds<'a>>,
     /// Its Envoy has Istio's extensions.
     istio_extensions: bool,
+    /// A gateway's own `gatewayTopology`.
+    gateway_topology: Option<GatewayTopology>,
 }
 
 impl ViewKey<'_> {
@@ -277,6 +280,7 @@ impl ViewKey<'_> {
             auto_addresses: self.auto_addresses,
             trace_ids: self.trace_ids.map(TraceIds::into_owned),
             istio_extensions: self.istio_extensions,
+            gateway_topology: self.gateway_topology,
         }
     }
 }
@@ -420,6 +424,7 @@ impl Push {
             auto_addresses: proxy.auto_addresses,
             trace_ids: self.trace_aware.then(|| TraceIds::of(proxy)),
             istio_extensions: proxy.istio_extensions,
+            gateway_topology: proxy.gateway_topology,
         };
         // The maps hold owned keys; read through a shared reference they are maps of
         // borrowed ones (a map is covariant in its key).

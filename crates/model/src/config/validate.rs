@@ -464,6 +464,10 @@ pub fn validate(object: &ConfigObject) -> Vec<Problem> {
             if let Some(t) = &mesh.default_config.tracing {
                 proxy_tracing(&mut r, t);
             }
+            if let Err(e) = mesh.default_config.gateway_topology() {
+                let field = format!("data.mesh.defaultConfig.gatewayTopology.{}", e.field);
+                r.error(field.trim_end_matches('.'), e.reason);
+            }
             if let Some(t) = &mesh.mesh_mtls {
                 mesh_tls(&mut r, "data.mesh.meshMTLS", t, true);
             }

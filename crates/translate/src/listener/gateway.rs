@@ -6,7 +6,10 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use envoy_api::pb::envoy::config::core::v3::TrafficDirection;
-use envoy_api::pb::envoy::config::listener::v3::{Filter, FilterChain, FilterChainMatch, Listener};
+use envoy_api::pb::envoy::config::listener::v3::{
+    Filter, FilterChain, FilterChainMatch, Listener, ListenerFilter, listener_filter,
+};
+use envoy_api::util::pack_any;
 
 use super::{
     Chain, HCM, Hcm, filter_chain, http_connection_manager, listener, route_proxy, tcp_proxy_named,
@@ -16,6 +19,7 @@ use crate::credentials::{self, CredentialUse, ServerTls};
 use crate::{authz, cluster, route, sniff, stat_name};
 use api::networking::{L4MatchAttributes, VirtualServiceSpec};
 use model::config::ConfigObject;
+use model::topology::GatewayTopology;
 use model::{Proxy, PushContext, Service, host_matches};
 
 /// A Gateway server that takes TLS: an HTTPS server terminating it (with its route
@@ -235,6 +239,7 @@ pub fn gateway(
     // The AuthorizationPolicies selecting the gateway guard its listeners, as istiod's do:
     // every connection manager, and every chain without one.
     let authorization = authz::Authorization::for_proxy(ctx, proxy);
+    let topology = gateway_topology(ctx, proxy);
     let mut http_servers: BTreeMap<u32, Vec<GatewayServer>> = BTreeMap::new();
     let mut tls_servers: BTreeMap<u32, Vec<TlsServer>> = BTreeMap::new();
     let mut tcp_servers: BTreeMap<u32, Vec<TcpServer>> = BTreeMap::new();
@@ -302,7 +307,7 @@ pub fn gateway(
         let hcm = http_connection_manager(
             format!("outbound_{name}"),
             format!("http.{port}"),
-            Hcm::Gateway(authorization.http.clone()),
+            Hcm::Gateway(authorization.http.clone(), topology),
             &ctx.mesh,
         );
         listeners.push(listener(
@@ -329,7 +334,7 @@ pub fn gateway(
                     let hcm = http_connection_manager(
                         format!("outbound_{name}"),
                         route_name.clone(),
-                        Hcm::Gateway(authorization.http.clone()),
+                        Hcm::Gateway(authorization.http.clone(), topology),
                         &ctx.mesh,
                     );
                     chains.push(credentials::https_chain(&server.hosts, &tls, vec![hcm]));
@@ -407,5 +412,35 @@ pub fn gateway(
                 .splice(0..0, authorization.tcp.iter().cloned());
         }
     }
+    // Behind a load balancer that speaks the PROXY protocol, its header comes first.
+    if topology.proxy_protocol {
+        for l in &mut listeners {
+            l.listener_filters.insert(0, proxy_protocol());
+        }
+    }
     (listeners, routes, credentials)
+}
+
+/// The `gatewayTopology` a gateway runs with: that of the `PROXY_CONFIG` it sent, else
+/// MeshConfig `defaultConfig`'s (istiod's `ProxyConfigOrDefault`; an invalid one there is
+/// reported by validation and read as none).
+pub(crate) fn gateway_topology(ctx: &PushContext, proxy: &Proxy) -> GatewayTopology {
+    proxy.gateway_topology.unwrap_or_else(|| {
+        (ctx.mesh.default_config.gateway_topology())
+            .ok()
+            .flatten()
+            .unwrap_or_default()
+    })
+}
+
+/// The PROXY protocol listener filter (v1 and v2 headers), as istiod's.
+fn proxy_protocol() -> ListenerFilter {
+    use envoy_api::pb::envoy::extensions::filters::listener::proxy_protocol::v3::ProxyProtocol;
+    ListenerFilter {
+        name: "envoy.filters.listener.proxy_protocol".into(),
+        config_type: Some(listener_filter::ConfigType::TypedConfig(pack_any(
+            ProxyProtocol::default(),
+        ))),
+        ..Default::default()
+    }
 }

@@ -2,6 +2,7 @@
 //! every connection manager and tcp_proxy: idle timeout, access logs, tracing.
 
 use super::*;
+use model::topology::{ForwardClientCertDetails as MeshForward, GatewayTopology};
 
 /// What a view sets on every connection manager and tcp_proxy of its listeners, beyond
 /// what each listener's builder put there.
@@ -159,11 +160,12 @@ pub(super) fn edit_filters(
 
 /// Whose connection manager: a sidecar's outbound one, a sniffed listener's (which marks
 /// its requests' upstream mTLS as HTTP, [`sniff::mtls_http_alpn_filter`]), or a
-/// gateway's, with the AuthorizationPolicy filters that apply to the gateway first.
+/// gateway's, with the AuthorizationPolicy filters that apply to the gateway first and
+/// its `gatewayTopology` ([`gateway_topology`](super::gateway::gateway_topology)).
 pub(super) enum Hcm {
     Outbound,
     Sniffed,
-    Gateway(Vec<HttpFilter>),
+    Gateway(Vec<HttpFilter>, GatewayTopology),
 }
 
 /// How a connection manager normalizes request paths before routing and authorization,
@@ -213,12 +215,18 @@ pub(super) fn http_connection_manager(
     kind: Hcm,
     mesh: &MeshConfig,
 ) -> Filter {
-    let gateway = matches!(kind, Hcm::Gateway(_));
-    let (authorization, alpn) = match kind {
-        Hcm::Outbound => (Vec::new(), None),
-        Hcm::Sniffed => (Vec::new(), Some(sniff::mtls_http_alpn_filter())),
-        Hcm::Gateway(filters) => (filters, None),
+    let gateway = matches!(kind, Hcm::Gateway(..));
+    let (authorization, alpn, topology) = match kind {
+        Hcm::Outbound => (Vec::new(), None, None),
+        Hcm::Sniffed => (Vec::new(), Some(sniff::mtls_http_alpn_filter()), None),
+        Hcm::Gateway(filters, topology) => (filters, None, Some(topology)),
     };
+    // A gateway replaces any `x-forwarded-client-cert` a client sent with what its own
+    // mutual TLS handshake proved unless its `gatewayTopology` says otherwise, as istiod's
+    // gateways; a sidecar's outbound keeps Envoy's SANITIZE.
+    let forward = topology.map_or(ForwardClientCertDetails::Sanitize, |t| {
+        forward_client_cert_details(t.forward_client_cert_details)
+    });
     let mut hcm = HttpConnectionManager {
         stat_prefix: crate::stat_name::delimited(&stat_prefix),
         codec_type: CodecType::Auto as i32,
@@ -258,15 +266,15 @@ pub(super) fn http_connection_manager(
             }))
             .collect(),
         use_remote_address: Some(BoolValue { value: gateway }),
-        // A gateway replaces any `x-forwarded-client-cert` a client sent with what its
-        // own mutual TLS handshake proved, as istiod's gateways (SANITIZE_SET); a
-        // sidecar's outbound keeps Envoy's SANITIZE.
-        forward_client_cert_details: if gateway {
-            ForwardClientCertDetails::SanitizeSet as i32
-        } else {
-            ForwardClientCertDetails::Sanitize as i32
-        },
-        set_current_client_cert_details: gateway.then(|| SetCurrentClientCertDetails {
+        xff_num_trusted_hops: topology.map_or(0, |t| t.num_trusted_proxies),
+        forward_client_cert_details: forward as i32,
+        // What the handshake proved is added only where the header is set or appended to.
+        set_current_client_cert_details: (gateway
+            && matches!(
+                forward,
+                ForwardClientCertDetails::SanitizeSet | ForwardClientCertDetails::AppendForward
+            ))
+        .then(|| SetCurrentClientCertDetails {
             subject: Some(BoolValue { value: true }),
             cert: true,
             dns: true,
@@ -295,6 +303,18 @@ pub(super) fn http_connection_manager(
     Filter {
         name: HCM.into(),
         config_type: Some(ConfigType::TypedConfig(pack_any(hcm))),
+    }
+}
+
+/// Envoy's value for MeshConfig's `ForwardClientCertDetails`; `UNDEFINED` is a gateway's
+/// default, `SANITIZE_SET`.
+fn forward_client_cert_details(mesh: MeshForward) -> ForwardClientCertDetails {
+    match mesh {
+        MeshForward::Undefined | MeshForward::SanitizeSet => ForwardClientCertDetails::SanitizeSet,
+        MeshForward::Sanitize => ForwardClientCertDetails::Sanitize,
+        MeshForward::ForwardOnly => ForwardClientCertDetails::ForwardOnly,
+        MeshForward::AppendForward => ForwardClientCertDetails::AppendForward,
+        MeshForward::AlwaysForwardOnly => ForwardClientCertDetails::AlwaysForwardOnly,
     }
 }
 

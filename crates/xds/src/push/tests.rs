@@ -150,6 +150,36 @@ fn proxies_on_two_networks_share_a_view_only_without_network_gateways() {
 }
 
 #[test]
+fn gateways_share_a_view_only_with_the_same_topology_of_their_own() {
+    let gateway = "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: gw, namespace: istio-system}\nspec:\n  selector: {istio: ingressgateway}\n  servers: [{port: {number: 80, name: http, protocol: HTTP}, hosts: ['*']}]\n";
+    let with = |proxy_config: serde_json::Value| {
+        let meta = serde_json::json!({"NAMESPACE": "istio-system", "LABELS": {"istio": "ingressgateway"}, "PROXY_CONFIG": proxy_config});
+        Proxy::from_node(
+            "router~10.9.0.1~gw-0.istio-system~istio-system.svc.cluster.local",
+            meta.as_object().unwrap(),
+        )
+        .unwrap()
+    };
+    let trusting =
+        |hops: u32| with(serde_json::json!({"gatewayTopology": {"numTrustedProxies": hops}}));
+    let push = Push::new(
+        PushContext::from_yaml(gateway),
+        1,
+        Instant::now(),
+        None,
+        Arc::default(),
+    );
+    assert!(!Arc::ptr_eq(
+        &push.view(&trusting(1)),
+        &push.view(&trusting(2))
+    ));
+    assert!(Arc::ptr_eq(
+        &push.view(&trusting(1)),
+        &push.view(&trusting(1))
+    ));
+}
+
+#[test]
 fn a_service_preferring_the_same_node_sends_each_node_its_own_endpoint_first() {
     use envoy_api::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
     use envoy_api::pb::envoy::config::endpoint::v3::lb_endpoint::HostIdentifier;
