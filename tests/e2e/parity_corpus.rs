@@ -62,8 +62,9 @@ pub fn bookinfo_proxies(t: &Tenant) -> Vec<Proxy> {
     ]
 }
 
-/// Bookinfo under STRICT mTLS, with an authorization policy on productpage and reviews'
-/// sidecar scoped to ratings.
+/// Bookinfo under STRICT mTLS, with an authorization policy on productpage, reviews'
+/// sidecar scoped to ratings, and Telemetry metrics overrides in the namespace and for
+/// reviews (one tag set per metric: Go encodes a map in no fixed order).
 pub fn bookinfo_secured() -> String {
     let extra = r#"
 apiVersion: security.istio.io/v1
@@ -96,6 +97,37 @@ spec:
     labels: {app: reviews}
   egress:
   - hosts: [./ratings.shop.svc.cluster.local]
+---
+apiVersion: telemetry.istio.io/v1
+kind: Telemetry
+metadata: {name: metrics, namespace: shop}
+spec:
+  metrics:
+  - providers: [{name: prometheus}]
+    reportingInterval: 15s
+    overrides:
+    - match: {metric: REQUEST_COUNT, mode: CLIENT}
+      tagOverrides:
+        request_host: {value: request.host}
+    - match: {metric: REQUEST_DURATION}
+      disabled: true
+    - match: {mode: SERVER}
+      tagOverrides:
+        grpc_response_status: {operation: REMOVE}
+---
+apiVersion: telemetry.istio.io/v1
+kind: Telemetry
+metadata: {name: reviews, namespace: shop}
+spec:
+  selector:
+    matchLabels: {app: reviews}
+  metrics:
+  - overrides:
+    - match: {metric: ALL_METRICS, mode: SERVER}
+      disabled: true
+    - match: {customMetric: reviews_shown_total, mode: CLIENT}
+      tagOverrides:
+        page: {value: "request.url_path"}
 "#;
     format!("{}\n---\n{extra}", bookinfo())
 }

@@ -1,7 +1,7 @@
 //! `telemetry.istio.io`: Telemetry, served as `v1` and `v1alpha1`, with Istio's field
-//! names. meshd applies its `accessLogging` (`translate::access_log`) and
-//! `tracing` (`translate::tracing`); `metrics` are kept and reported as not
-//! applied.
+//! names. meshd applies its `accessLogging` (`translate::access_log`), `tracing`
+//! (`translate::tracing`) and `metrics` (`translate::istio_proxy`, for proxies with
+//! Istio's stats filter).
 
 use std::collections::BTreeMap;
 
@@ -46,8 +46,72 @@ pub struct TelemetrySpec {
     pub tracing: Vec<TracingEntry>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "any_object_list")]
-    pub metrics: Vec<AnyObject>,
+    pub metrics: Vec<Metrics>,
 }
+
+/// `Metrics`: which providers collect metrics, with overrides of the standard ones.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Metrics {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub providers: Vec<ProviderRef>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub overrides: Vec<MetricsOverrides>,
+    /// How often TCP metrics are reported (a protobuf Duration, `15s`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reporting_interval: Option<String>,
+}
+
+/// `MetricsOverrides`: for the metrics it matches, whether they are dropped and which of
+/// their tags are set or removed.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct MetricsOverrides {
+    #[serde(default, rename = "match", skip_serializing_if = "Option::is_none")]
+    pub r#match: Option<MetricSelector>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disabled: Option<bool>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tag_overrides: BTreeMap<String, TagOverride>,
+}
+
+/// `MetricSelector`: one of Istio's metrics (`REQUEST_COUNT`, ...; `ALL_METRICS` when
+/// none is named) or a custom one, on the `CLIENT`, `SERVER` or both sides.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct MetricSelector {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metric: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub custom_metric: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
+}
+
+/// `MetricsOverrides.TagOverride`: `UPSERT` (the default) a tag to the value of a CEL
+/// expression, or `REMOVE` it.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct TagOverride {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operation: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+}
+
+/// Istio's standard metrics (`MetricSelector.IstioMetric` without `ALL_METRICS`), sorted,
+/// each with the name its Prometheus provider exports it under (after `istio_`).
+pub const ISTIO_METRICS: [(&str, &str); 10] = [
+    ("GRPC_REQUEST_MESSAGES", "request_messages_total"),
+    ("GRPC_RESPONSE_MESSAGES", "response_messages_total"),
+    ("REQUEST_COUNT", "requests_total"),
+    ("REQUEST_DURATION", "request_duration_milliseconds"),
+    ("REQUEST_SIZE", "request_bytes"),
+    ("RESPONSE_SIZE", "response_bytes"),
+    ("TCP_CLOSED_CONNECTIONS", "tcp_connections_closed_total"),
+    ("TCP_OPENED_CONNECTIONS", "tcp_connections_opened_total"),
+    ("TCP_RECEIVED_BYTES", "tcp_received_bytes_total"),
+    ("TCP_SENT_BYTES", "tcp_sent_bytes_total"),
+];
 
 /// `AccessLogging`: which providers log, for which side of the proxy's traffic.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]

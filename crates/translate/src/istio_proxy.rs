@@ -16,7 +16,9 @@
 //! - every tcp_proxy: `istio.stats` right before it.
 //!
 //! The stats filters appear only while a Prometheus provider collects metrics: MeshConfig
-//! `defaultProviders.metrics` names it (Istio's chart names `prometheus`).
+//! `defaultProviders.metrics` names it (Istio's chart names `prometheus`), or the
+//! proxy's Telemetry `metrics` do; the overrides of those decide what each counts
+//! ([`crate::metrics`]).
 
 use envoy_api::pb::envoy::config::cluster::v3::{Cluster, Filter as ClusterFilter};
 use envoy_api::pb::envoy::config::listener::v3::{
@@ -27,8 +29,9 @@ use envoy_api::pb::envoy::extensions::filters::network::http_connection_manager:
 };
 use envoy_api::pb::google::protobuf::{self as pbp, Any};
 use envoy_api::util::pack_any;
-use model::ProxyKind;
-use model::mesh::MeshConfig;
+use model::{Proxy, ProxyKind, PushContext};
+
+use crate::metrics::{ProviderMetrics, Side};
 use prost::Message;
 use serde_json::json;
 
@@ -45,32 +48,24 @@ const TCP_MX_TYPE: &str = "type.googleapis.com/envoy.tcp.metadataexchange.config
 /// What a view of an istio-proxy gets on top of its listeners and clusters.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct IstioFilters {
-    /// One stats filter per Prometheus provider collecting metrics.
-    pub stats: usize,
+    /// Per Prometheus provider collecting the proxy's metrics, in name order: what its
+    /// stats filters count ([`crate::metrics`]).
+    pub stats: Vec<ProviderMetrics>,
 }
 
 impl IstioFilters {
-    /// For a proxy with Istio's extensions; `None` for stock Envoy.
-    pub fn of(mesh: &MeshConfig, istio_extensions: bool) -> Option<IstioFilters> {
-        istio_extensions.then(|| IstioFilters {
-            stats: prometheus_providers(mesh),
+    /// For `proxy` if it has Istio's extensions; `None` for stock Envoy.
+    pub fn of(ctx: &PushContext, proxy: &Proxy) -> Option<IstioFilters> {
+        if !proxy.istio_extensions {
+            return None;
+        }
+        let telemetries = ctx.telemetries_for(proxy);
+        let metrics: Vec<_> = telemetries.iter().flat_map(|t| &t.metrics).collect();
+        let providers = crate::metrics::prometheus_providers(&ctx.mesh, &metrics);
+        Some(IstioFilters {
+            stats: providers.into_values().collect(),
         })
     }
-}
-
-/// How many distinct providers `defaultProviders.metrics` names that are Prometheus
-/// providers (a name no provider has is skipped, as istiod's `fetchProvider` does).
-fn prometheus_providers(mesh: &MeshConfig) -> usize {
-    let mut names: Vec<String> = (mesh.default_providers.metrics.iter())
-        .filter(|n| {
-            mesh.extension_provider(n)
-                .is_some_and(|p| p.prometheus.is_some())
-        })
-        .map(|n| n.to_ascii_lowercase())
-        .collect();
-    names.sort();
-    names.dedup();
-    names.len()
 }
 
 /// `udpa.type.v1.TypedStruct`, which istiod's `TypedStructWithFields` packs Istio's own
@@ -210,22 +205,6 @@ fn alpn() -> HttpFilter {
     )
 }
 
-/// `stats.PluginConfig`, the fields istiod sets without Telemetry overrides.
-#[derive(Clone, PartialEq, Message)]
-struct StatsConfig {
-    #[prost(bool, tag = "6")]
-    disable_host_header_fallback: bool,
-}
-
-/// The stats configuration of a listener: inbound and gateway listeners do not take the
-/// destination service from the Host header (a client chooses it).
-fn stats(host_header_fallback: bool) -> Any {
-    let config = StatsConfig {
-        disable_host_header_fallback: !host_header_fallback,
-    };
-    pack("stats.PluginConfig", config)
-}
-
 /// The filters [`add_listener_filters`] places, built once for all of a view's listeners.
 struct Built {
     /// The network metadata exchange that opens every inbound chain.
@@ -235,8 +214,6 @@ struct Built {
     alpn: HttpFilter,
     /// meshd's own ALPN filter, which `istio.alpn` replaces.
     sniffed_alpn: HttpFilter,
-    /// One per Prometheus provider.
-    stats: usize,
 }
 
 /// Adds Istio's filters to the listeners of a proxy of `kind`.
@@ -246,42 +223,48 @@ pub fn add_listener_filters(listeners: &mut [Listener], filters: &IstioFilters, 
         http_mx: [http_mx(false), http_mx(true)],
         alpn: alpn(),
         sniffed_alpn: super::sniff::mtls_http_alpn_filter(),
-        stats: filters.stats,
     };
-    // The Host header names the destination only for a sidecar's own clients.
-    let sidecar_outbound_stats = stats(kind == ProxyKind::Sidecar);
-    let inbound_stats = stats(false);
+    // Inbound listeners count the server side; a sidecar's outbound ones and a gateway's
+    // the client side. The Host header names the destination only for a sidecar's own
+    // clients.
+    let stats = |side: Side, host_header_fallback: bool| -> Vec<Any> {
+        (filters.stats.iter())
+            .filter_map(|p| p.config(side, host_header_fallback))
+            .collect()
+    };
+    let outbound_stats = stats(Side::Client, kind == ProxyKind::Sidecar);
+    let inbound_stats = stats(Side::Server, false);
     for listener in listeners {
         let inbound = super::is_inbound(listener.traffic_direction);
-        let stats_any = if inbound {
+        let stats = if inbound {
             &inbound_stats
         } else {
-            &sidecar_outbound_stats
+            &outbound_stats
         };
         let chains =
             (listener.filter_chains.iter_mut()).chain(listener.default_filter_chain.iter_mut());
         for chain in chains {
-            edit_chain(chain, inbound, &built, stats_any);
+            edit_chain(chain, inbound, &built, stats);
         }
     }
 }
 
-fn edit_chain(chain: &mut FilterChain, inbound: bool, built: &Built, stats_any: &Any) {
+fn edit_chain(chain: &mut FilterChain, inbound: bool, built: &Built, stats: &[Any]) {
     let mut i = 0;
     while i < chain.filters.len() {
         let filter = &mut chain.filters[i];
         match (filter.name.as_str(), &mut filter.config_type) {
             (super::listener::HCM, Some(ConfigType::TypedConfig(any))) => {
                 if let Ok(mut hcm) = HttpConnectionManager::decode(any.value.as_slice()) {
-                    edit_hcm(&mut hcm, inbound, built, stats_any);
+                    edit_hcm(&mut hcm, inbound, built, stats);
                     *any = pack_any(hcm);
                 }
             }
             (super::listener::TCP_PROXY, _) => {
-                for _ in 0..built.stats {
+                for config in stats {
                     chain
                         .filters
-                        .insert(i, network_filter(STATS_FILTER, stats_any.clone()));
+                        .insert(i, network_filter(STATS_FILTER, config.clone()));
                     i += 1;
                 }
             }
@@ -294,7 +277,7 @@ fn edit_chain(chain: &mut FilterChain, inbound: bool, built: &Built, stats_any: 
     }
 }
 
-fn edit_hcm(hcm: &mut HttpConnectionManager, inbound: bool, built: &Built, stats_any: &Any) {
+fn edit_hcm(hcm: &mut HttpConnectionManager, inbound: bool, built: &Built, stats: &[Any]) {
     let list = &mut hcm.http_filters;
     list.insert(0, built.http_mx[inbound as usize].clone());
     if !inbound {
@@ -306,7 +289,7 @@ fn edit_hcm(hcm: &mut HttpConnectionManager, inbound: bool, built: &Built, stats
         list.insert(at, built.alpn.clone());
     }
     let router = list.len().saturating_sub(1);
-    for _ in 0..built.stats {
-        list.insert(router, http_filter(STATS_FILTER, stats_any.clone()));
+    for (i, config) in stats.iter().enumerate() {
+        list.insert(router + i, http_filter(STATS_FILTER, config.clone()));
     }
 }

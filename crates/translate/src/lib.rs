@@ -15,6 +15,7 @@ pub mod istio_proxy;
 pub mod jwt;
 pub mod listener;
 pub mod locality;
+pub mod metrics;
 pub mod name_table;
 pub mod network;
 pub mod policy;
@@ -164,7 +165,7 @@ pub fn plan<'a>(ctx: &'a PushContext, proxy: &Proxy) -> Plan<'a> {
         tracing: tracing::of(ctx, proxy),
     };
     listener::apply_view_settings(&mut plan.listeners, &settings);
-    if let Some(filters) = istio_proxy::IstioFilters::of(&ctx.mesh, proxy.istio_extensions) {
+    if let Some(filters) = istio_proxy::IstioFilters::of(ctx, proxy) {
         istio_proxy::add_listener_filters(&mut plan.listeners, &filters, proxy.kind);
         istio_proxy::add_view_cluster_filters(&mut clusters);
     }

@@ -4,9 +4,9 @@ use super::*;
 
 /// Telemetry, as istiod's `validateTelemetry` checks it: a mode Istio knows, named
 /// providers, a filter whose expression parses as CEL ([`crate::config::cel`]; Envoy refuses the
-/// whole listener update otherwise), a sampling percentage; `targetRef(s)` are
-/// refused. `metrics`, and tracing's `useRequestIdForTraceSampling: false` and
-/// `disableContextPropagation`, are kept but not applied (warned).
+/// whole listener update otherwise), a sampling percentage, `metrics` ([`metrics`]);
+/// `targetRef(s)` are refused. Tracing's `useRequestIdForTraceSampling: false` and
+/// `disableContextPropagation` are kept but not applied (warned).
 pub(super) fn telemetry(r: &mut Report, t: &api::telemetry::TelemetrySpec) {
     no_target_refs(r, &t.target_ref, &t.target_refs);
     for (i, l) in t.access_logging.iter().enumerate() {
@@ -37,11 +37,75 @@ pub(super) fn telemetry(r: &mut Report, t: &api::telemetry::TelemetrySpec) {
             r.warn(format!("{f}.disableContextPropagation"), NOT_APPLIED);
         }
     }
-    if !t.metrics.is_empty() {
-        r.warn(
-            "spec.metrics",
-            format!("{NOT_APPLIED}: Istio's stats filter is not in stock Envoy"),
-        );
+    for (i, m) in t.metrics.iter().enumerate() {
+        metrics(r, &format!("spec.metrics[{i}]"), m);
+    }
+}
+
+/// A `metrics` entry, as istiod's `validateTelemetryMetrics` checks it, and more where
+/// Envoy would refuse the listener: named providers, a known metric and mode, tag values
+/// only to UPSERT and then CEL expressions, a reporting interval that is a duration.
+fn metrics(r: &mut Report, field: &str, m: &api::telemetry::Metrics) {
+    for (j, p) in m.providers.iter().enumerate() {
+        if p.name.is_empty() {
+            r.error(format!("{field}.providers[{j}].name"), "must not be empty");
+        }
+    }
+    r.duration(format!("{field}.reportingInterval"), &m.reporting_interval);
+    for (j, o) in m.overrides.iter().enumerate() {
+        let f = format!("{field}.overrides[{j}]");
+        let selector = o.r#match.as_ref();
+        if let Some(metric) = selector.and_then(|s| s.metric.as_deref())
+            && metric != "ALL_METRICS"
+            && !(api::telemetry::ISTIO_METRICS.iter()).any(|(name, _)| *name == metric)
+        {
+            r.error(
+                format!("{f}.match.metric"),
+                format!("{metric:?} is not one of Istio's metrics"),
+            );
+        }
+        if selector.and_then(|s| s.custom_metric.as_deref()) == Some("") {
+            r.error(format!("{f}.match.customMetric"), "must not be empty");
+        }
+        if let Some(mode) = selector.and_then(|s| s.mode.as_deref())
+            && !matches!(mode, "CLIENT" | "SERVER" | "CLIENT_AND_SERVER")
+        {
+            let message = format!("{mode:?} is not CLIENT, SERVER or CLIENT_AND_SERVER");
+            r.error(format!("{f}.match.mode"), message);
+        }
+        for (tag, to) in &o.tag_overrides {
+            let tf = format!("{f}.tagOverrides[{tag}]");
+            if tag.is_empty() {
+                r.warn(tf.clone(), "a tag name must not be empty");
+            }
+            let value = to.value.as_deref().unwrap_or("");
+            match to.operation.as_deref().unwrap_or("UPSERT") {
+                "UPSERT" if value.is_empty() => {
+                    r.error(
+                        format!("{tf}.value"),
+                        "must be set when operation is UPSERT",
+                    );
+                }
+                "UPSERT" => {
+                    if let Err(e) = crate::config::cel::check(value) {
+                        r.error(format!("{tf}.value"), format!("not a CEL expression: {e}"));
+                    }
+                }
+                "REMOVE" if !value.is_empty() => {
+                    r.error(
+                        format!("{tf}.value"),
+                        "may only be set when operation is UPSERT",
+                    );
+                }
+                "REMOVE" => {}
+                other => {
+                    r.error(
+                        format!("{tf}.operation"),
+                        format!("{other:?} is not UPSERT or REMOVE"),
+                    );
+                }
+            }
+        }
     }
 }
 

@@ -987,9 +987,30 @@ fn telemetry_is_checked_and_what_meshd_does_not_apply_reported() {
         [
             "spec.tracing[0].useRequestIdForTraceSampling",
             "spec.tracing[0].disableContextPropagation",
-            "spec.metrics"
         ]
     );
+    let metrics = tel(
+        "  metrics:\n  - providers: [{name: ''}]\n    reportingInterval: often\n    overrides:\n    - match: {metric: REQUEST_TOTAL, mode: BOTH}\n      tagOverrides:\n        a: {value: 'request.host'}\n        b: {}\n        c: {operation: REMOVE, value: x}\n        d: {operation: DROP}\n        e: {value: 'request.host =='}\n    - match: {customMetric: ''}\n",
+    );
+    let fields: Vec<&str> = metrics.errors().map(|e| e.field.as_str()).collect();
+    assert_eq!(
+        fields,
+        [
+            "spec.metrics[0].providers[0].name",
+            "spec.metrics[0].reportingInterval",
+            "spec.metrics[0].overrides[0].match.metric",
+            "spec.metrics[0].overrides[0].match.mode",
+            "spec.metrics[0].overrides[0].tagOverrides[b].value",
+            "spec.metrics[0].overrides[0].tagOverrides[c].value",
+            "spec.metrics[0].overrides[0].tagOverrides[d].operation",
+            "spec.metrics[0].overrides[0].tagOverrides[e].value",
+            "spec.metrics[0].overrides[1].match.customMetric",
+        ]
+    );
+    let good = tel(
+        "  metrics:\n  - providers: [{name: prometheus}]\n    reportingInterval: 15s\n    overrides: [{match: {metric: REQUEST_COUNT, mode: CLIENT}, tagOverrides: {host: {value: 'request.host'}, grpc_response_status: {operation: REMOVE}}}]\n",
+    );
+    assert_eq!(good.issues, []);
 }
 
 /// Route header matches take what istiod takes: RFC 7230 tokens in any case (Knative's
