@@ -75,11 +75,23 @@ impl Istiod {
 
     /// As [`Istiod::start`], with `extra` flags of `pilot-discovery discovery`.
     pub fn start_with(cluster: &Cluster, namespace: &str, dir: &Path, extra: &[&str]) -> Istiod {
-        match Istiod::start_once(cluster, namespace, dir, extra) {
+        Istiod::start_with_env(cluster, namespace, dir, extra, &[])
+    }
+
+    /// As [`Istiod::start_with`], with more environment variables.
+    pub fn start_with_env(
+        cluster: &Cluster,
+        namespace: &str,
+        dir: &Path,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Istiod {
+        let once = || Istiod::start_once(cluster, namespace, dir, extra, env);
+        match once() {
             Ok(istiod) => istiod,
             Err(first) => {
                 eprintln!("istiod exited while starting; starting it again. {first}");
-                Istiod::start_once(cluster, namespace, dir, extra).unwrap_or_else(|e| panic!("{e}"))
+                once().unwrap_or_else(|e| panic!("{e}"))
             }
         }
     }
@@ -90,6 +102,7 @@ impl Istiod {
         namespace: &str,
         dir: &Path,
         extra: &[&str],
+        env: &[(&str, &str)],
     ) -> Result<Istiod, String> {
         std::fs::create_dir_all(dir).unwrap();
         let log = dir.join("istiod.log");
@@ -112,6 +125,7 @@ impl Istiod {
             .env("REVISION", "default")
             .env("INJECTION_WEBHOOK_CONFIG_NAME", "")
             .env("VALIDATION_WEBHOOK_CONFIG_NAME", "")
+            .envs(env.iter().copied())
             .stdout(std::fs::File::create(&log).unwrap())
             .stderr(std::fs::File::options().append(true).open(&log).unwrap())
             .spawn()

@@ -398,6 +398,10 @@ pub fn report_dir() -> PathBuf {
 /// starts istiod and meshd on it, asks both about each of `proxies` (built for the
 /// tenant's app and system namespaces), compares, and writes the report and both sides'
 /// JSON under `target/parity/NAME/`.
+/// The environment both control planes run with: labels the metadata exchange carries
+/// beyond Istio's own (listed unsorted and once twice, as an operator might).
+const ENV: &[(&str, &str)] = &[("PILOT_MX_ADDITIONAL_LABELS", "team,cost-center,team")];
+
 pub fn run_case(name: &str, yaml: &str, proxies: impl Fn(&Tenant) -> Vec<Proxy>) -> CaseResult {
     let t = Tenant::new(&format!("parity-{name}"), "");
     // istiod watches every namespace unless told otherwise; meshd the tenant's.
@@ -414,7 +418,7 @@ pub fn run_case(name: &str, yaml: &str, proxies: impl Fn(&Tenant) -> Vec<Proxy>)
     // the ServiceEntries' auto-allocated addresses, which meshd keeps. Two allocators
     // starting together give some entries the same address, and the pinned istiod panics
     // resolving such a conflict (`ipallocate.resolveConflict`).
-    let istiod = Istiod::start(t.cluster, &t.system, &t.dir.join("istiod"));
+    let istiod = Istiod::start_with_env(t.cluster, &t.system, &t.dir.join("istiod"), &[], ENV);
     let entries = || {
         t.cluster
             .kubectl(&["get", "serviceentries", "-A", "-o", "json"], None)
@@ -432,7 +436,7 @@ pub fn run_case(name: &str, yaml: &str, proxies: impl Fn(&Tenant) -> Vec<Proxy>)
             settled
         },
     );
-    let meshd = Meshd::start_tenant(&t, "meshd", &[], &[]);
+    let meshd = Meshd::start_tenant(&t, "meshd", &[], ENV);
     let proxies = proxies(&t);
     let istiod_server = Server::Plain(istiod.xds_port);
     let meshd_server = secure_meshd(&t, &meshd, &proxies);

@@ -157,7 +157,7 @@ impl Assembly for ProxyConfig {
             let (mut c, e) =
                 cluster::service(ctx, svc, rule.map(|r| &**r), proxy.kind, secure, &at);
             if proxy.istio_extensions {
-                crate::istio_proxy::add_cluster_filters(&mut c);
+                crate::istio_proxy::add_cluster_filters(ctx, &mut c);
             }
             self.clusters.extend(c);
             self.endpoints.extend(e);

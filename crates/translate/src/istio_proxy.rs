@@ -51,6 +51,8 @@ pub struct IstioFilters {
     /// Per Prometheus provider collecting the proxy's metrics, in name order: what its
     /// stats filters count ([`crate::metrics`]).
     pub stats: Vec<ProviderMetrics>,
+    /// The labels the metadata-exchange filters add ([`mx_labels`]).
+    pub mx_labels: Vec<String>,
 }
 
 impl IstioFilters {
@@ -64,8 +66,32 @@ impl IstioFilters {
         let providers = crate::metrics::prometheus_providers(&ctx.mesh, &metrics);
         Some(IstioFilters {
             stats: providers.into_values().collect(),
+            mx_labels: mx_labels(ctx),
         })
     }
+}
+
+/// `PILOT_MX_ADDITIONAL_LABELS`: workload labels (comma-separated) the metadata exchange
+/// carries beyond Istio's own, for the stats filter's tags to read; sorted, each once.
+pub fn mx_labels(ctx: &PushContext) -> Vec<String> {
+    let listed = ctx
+        .environment_var("PILOT_MX_ADDITIONAL_LABELS")
+        .unwrap_or("");
+    let mut labels: Vec<String> = (listed.split(','))
+        .filter(|l| !l.is_empty())
+        .map(str::to_string)
+        .collect();
+    labels.sort();
+    labels.dedup();
+    labels
+}
+
+/// `fields` with the metadata exchange's `additional_labels`, when there are any.
+fn with_labels(mut fields: serde_json::Value, labels: &[String]) -> serde_json::Value {
+    if !labels.is_empty() {
+        fields["additional_labels"] = json!(labels);
+    }
+    fields
 }
 
 /// `udpa.type.v1.TypedStruct`, which istiod's `TypedStructWithFields` packs Istio's own
@@ -100,38 +126,41 @@ fn pack(full_name: &str, message: impl Message) -> Any {
     }
 }
 
-/// The TCP metadata-exchange configuration (clusters and inbound chains).
-fn tcp_mx() -> Any {
-    typed_struct(
-        TCP_MX_TYPE,
-        json!({"protocol": "istio-peer-exchange", "enable_discovery": true}),
-    )
+/// The TCP metadata-exchange configuration (clusters and inbound chains), carrying the
+/// additional `labels`.
+fn tcp_mx(labels: &[String]) -> Any {
+    let fields = json!({"protocol": "istio-peer-exchange", "enable_discovery": true});
+    typed_struct(TCP_MX_TYPE, with_labels(fields, labels))
 }
 
 /// The cluster filter every outbound service cluster and PassthroughCluster carries.
-pub fn cluster_filter() -> ClusterFilter {
+pub fn cluster_filter(labels: &[String]) -> ClusterFilter {
     ClusterFilter {
         name: MX_FILTER.into(),
-        typed_config: Some(tcp_mx()),
+        typed_config: Some(tcp_mx(labels)),
         ..Default::default()
     }
 }
 
 /// Adds the cluster filter to a service's `clusters` ([`crate::cluster::service`]).
-pub fn add_cluster_filters(clusters: &mut [Cluster]) {
-    add_cluster_filters_where(clusters, |_| true);
+pub fn add_cluster_filters(ctx: &PushContext, clusters: &mut [Cluster]) {
+    add_cluster_filters_where(clusters, &mx_labels(ctx), |_| true);
 }
 
 /// Adds the cluster filter to a view's own outbound clusters: PassthroughCluster and a
 /// gateway's SNI-DNAT clusters (inbound clusters and BlackHoleCluster get none).
-pub fn add_view_cluster_filters(clusters: &mut [Cluster]) {
+pub fn add_view_cluster_filters(ctx: &PushContext, clusters: &mut [Cluster]) {
     let outbound =
         |c: &Cluster| c.name == crate::PASSTHROUGH_CLUSTER || c.name.starts_with("outbound");
-    add_cluster_filters_where(clusters, outbound);
+    add_cluster_filters_where(clusters, &mx_labels(ctx), outbound);
 }
 
-fn add_cluster_filters_where(clusters: &mut [Cluster], which: impl Fn(&Cluster) -> bool) {
-    let filter = cluster_filter();
+fn add_cluster_filters_where(
+    clusters: &mut [Cluster],
+    labels: &[String],
+    which: impl Fn(&Cluster) -> bool,
+) {
+    let filter = cluster_filter(labels);
     for c in clusters.iter_mut().filter(|c| which(c)) {
         c.filters.push(filter.clone());
     }
@@ -139,14 +168,15 @@ fn add_cluster_filters_where(clusters: &mut [Cluster], which: impl Fn(&Cluster) 
 
 /// The HTTP metadata-exchange filter of an inbound (`downstream`) or other (`upstream`)
 /// connection manager: peers are found from Istio's headers, then from the workload
-/// metadata, and the proxy's own go out in Istio's headers.
-fn http_mx(inbound: bool) -> HttpFilter {
+/// metadata, and the proxy's own go out in Istio's headers, with the additional `labels`.
+fn http_mx(inbound: bool, labels: &[String]) -> HttpFilter {
     let side = if inbound { "downstream" } else { "upstream" };
     let fields = json!({
         format!("{side}_discovery"): [{"istio_headers": {}}, {"workload_discovery": {}}],
         format!("{side}_propagation"): [{"istio_headers": {}}],
     });
-    http_filter(MX_FILTER, typed_struct(PEER_METADATA_TYPE, fields))
+    let config = typed_struct(PEER_METADATA_TYPE, with_labels(fields, labels));
+    http_filter(MX_FILTER, config)
 }
 
 fn http_filter(name: &str, any: Any) -> HttpFilter {
@@ -219,8 +249,11 @@ struct Built {
 /// Adds Istio's filters to the listeners of a proxy of `kind`.
 pub fn add_listener_filters(listeners: &mut [Listener], filters: &IstioFilters, kind: ProxyKind) {
     let built = Built {
-        tcp_mx: network_filter(MX_FILTER, tcp_mx()),
-        http_mx: [http_mx(false), http_mx(true)],
+        tcp_mx: network_filter(MX_FILTER, tcp_mx(&filters.mx_labels)),
+        http_mx: [
+            http_mx(false, &filters.mx_labels),
+            http_mx(true, &filters.mx_labels),
+        ],
         alpn: alpn(),
         sniffed_alpn: super::sniff::mtls_http_alpn_filter(),
     };

@@ -167,7 +167,7 @@ pub fn plan<'a>(ctx: &'a PushContext, proxy: &Proxy) -> Plan<'a> {
     listener::apply_view_settings(&mut plan.listeners, &settings);
     if let Some(filters) = istio_proxy::IstioFilters::of(ctx, proxy) {
         istio_proxy::add_listener_filters(&mut plan.listeners, &filters, proxy.kind);
-        istio_proxy::add_view_cluster_filters(&mut clusters);
+        istio_proxy::add_view_cluster_filters(ctx, &mut clusters);
     }
     plan.services = services;
     plan.clusters = clusters;
@@ -216,7 +216,7 @@ pub fn cluster_plan<'a>(ctx: &'a PushContext, proxy: &Proxy) -> Plan<'a> {
         ProxyKind::Router => sni_dnat(ctx, proxy, &services, &mut clusters),
     };
     if proxy.istio_extensions {
-        istio_proxy::add_view_cluster_filters(&mut clusters);
+        istio_proxy::add_view_cluster_filters(ctx, &mut clusters);
     }
     Plan {
         services,

@@ -509,7 +509,7 @@ impl ResourceCache {
             place.as_ref().unwrap_or(&Place::default()),
         );
         if istio_extensions {
-            translate::istio_proxy::add_cluster_filters(&mut clusters);
+            translate::istio_proxy::add_cluster_filters(ctx, &mut clusters);
         }
         let built = Arc::new(ServiceResources {
             clusters: clusters.iter().map(encode_cluster).collect(),
