@@ -530,3 +530,41 @@ fn raw_http(addr: &str, preamble: &str) -> std::io::Result<HttpResponse> {
     stream.read_to_end(&mut raw)?;
     parse_response(&raw)
 }
+
+/// MeshConfig `defaultConfig.proxyHeaders` at a real Envoy gateway: the `server` header
+/// takes its value, or the application's when disabled, and the `x-envoy-*` debug
+/// headers go when they are disabled.
+#[test]
+fn proxy_headers_decide_the_server_and_debug_headers_of_responses() {
+    let m = gateway_mesh("gw-headers", Ads::Delta, &[("/", "productpage")]);
+    let get = || http_get(&m.addr, "shop.example.com", "/", &[]).unwrap();
+    let first = get();
+    assert_eq!(
+        first.headers.get("server").map(String::as_str),
+        Some("istio-envoy")
+    );
+    assert!(first.headers.contains_key("x-envoy-upstream-service-time"));
+    m.meshd.write(
+        "mesh.yaml",
+        &mesh_configmap(
+            "defaultConfig:\n  proxyHeaders: {server: {value: edge}, envoyDebugHeaders: {disabled: true}}",
+        ),
+    );
+    wait_until(
+        "the server header to be edge",
+        Duration::from_secs(10),
+        || get().headers.get("server").is_some_and(|s| s == "edge"),
+    );
+    assert!(!get().headers.contains_key("x-envoy-upstream-service-time"));
+    m.meshd.write(
+        "mesh.yaml",
+        &mesh_configmap("defaultConfig:\n  proxyHeaders: {server: {disabled: true}}"),
+    );
+    // The upstream sends no `server` header, so none reaches the client.
+    wait_until(
+        "the server header to pass through",
+        Duration::from_secs(10),
+        || !get().headers.contains_key("server"),
+    );
+    assert!(get().headers.contains_key("x-envoy-upstream-service-time"));
+}

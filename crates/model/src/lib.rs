@@ -13,6 +13,7 @@ pub mod jwks;
 pub mod mesh;
 pub mod network;
 pub mod proxy;
+pub mod proxy_headers;
 pub mod push_context;
 pub mod revisions;
 pub mod security;

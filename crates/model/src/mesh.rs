@@ -9,7 +9,8 @@ use serde::{Deserialize, Serialize};
 use super::Store;
 use super::network::MeshNetworks;
 use crate::config::{ConfigObject, Kind, Spec};
-use crate::topology::{GatewayTopology, TopologyError};
+use crate::proxy_headers::ProxyHeaders;
+use crate::topology::{GatewayTopology, ProxyConfigError};
 use api::networking::{LocalityLoadBalancerSetting, OutboundMode, OutboundTrafficPolicy};
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -104,7 +105,7 @@ pub struct MeshConfig {
     /// `false`).
     #[serde(default)]
     pub enable_prometheus_merge: Option<bool>,
-    /// ProxyConfig defaults; only `tracing` and `gatewayTopology` are read here (the agent
+    /// ProxyConfig defaults; only `tracing`, `gatewayTopology` and `proxyHeaders` are read here (the agent
     /// reads the rest).
     #[serde(default)]
     pub default_config: ProxyConfig,
@@ -245,8 +246,13 @@ pub struct ProxyConfig {
 
 impl ProxyConfig {
     /// Its `gatewayTopology` ([`GatewayTopology::from_proxy_config`]).
-    pub fn gateway_topology(&self) -> Result<Option<GatewayTopology>, TopologyError> {
+    pub fn gateway_topology(&self) -> Result<Option<GatewayTopology>, ProxyConfigError> {
         GatewayTopology::from_proxy_config(&self.other)
+    }
+
+    /// Its `proxyHeaders` ([`ProxyHeaders::from_proxy_config`]).
+    pub fn proxy_headers(&self) -> Result<Option<ProxyHeaders>, ProxyConfigError> {
+        ProxyHeaders::from_proxy_config(&self.other)
     }
 }
 

@@ -8,8 +8,9 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::Locality;
+use super::proxy_headers::ProxyHeaders;
 use super::service::AutoAddresses;
-use super::topology::{GatewayTopology, TopologyError};
+use super::topology::{GatewayTopology, ProxyConfigError};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -91,6 +92,10 @@ pub struct Proxy {
     /// default when that has none; `None` when the node sent no `PROXY_CONFIG`, for which
     /// MeshConfig `defaultConfig`'s applies. Always `None` for a sidecar.
     pub gateway_topology: Option<GatewayTopology>,
+    /// ProxyConfig `proxyHeaders`, from metadata `PROXY_CONFIG`: the default when that
+    /// has none; `None` when the node sent no `PROXY_CONFIG`, for which MeshConfig
+    /// `defaultConfig`'s applies.
+    pub proxy_headers: Option<ProxyHeaders>,
 }
 
 /// The extension name istio-proxy registers its HTTP stats filter under; Envoy lists
@@ -179,10 +184,21 @@ impl Proxy {
         } else {
             AutoAddresses::None
         };
+        let proxy_headers = match metadata.get("PROXY_CONFIG") {
+            Some(Value::Object(config)) => Some(
+                ProxyHeaders::from_proxy_config(config)
+                    .map_err(|e| NodeError::ProxyConfig {
+                        id: id.to_string(),
+                        reason: e.to_string(),
+                    })?
+                    .unwrap_or_default(),
+            ),
+            _ => None,
+        };
         let gateway_topology = match (kind, metadata.get("PROXY_CONFIG")) {
             (ProxyKind::Router, Some(Value::Object(config))) => Some(
                 GatewayTopology::from_proxy_config(config)
-                    .map_err(|e: TopologyError| NodeError::ProxyConfig {
+                    .map_err(|e: ProxyConfigError| NodeError::ProxyConfig {
                         id: id.to_string(),
                         reason: e.to_string(),
                     })?
@@ -236,6 +252,7 @@ impl Proxy {
             auto_addresses,
             istio_extensions: false,
             gateway_topology,
+            proxy_headers,
         })
     }
 

@@ -44,11 +44,12 @@ const FORWARD_NAMES: [(&str, ForwardClientCertDetails); 6] = [
     ),
 ];
 
-/// What is wrong with a `gatewayTopology`, naming the field.
+/// What is wrong with a ProxyConfig field (`gatewayTopology`, `proxyHeaders`), naming it
+/// by its path (`gatewayTopology.numTrustedProxies`).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("gatewayTopology.{field}: {reason}")]
-pub struct TopologyError {
-    pub field: &'static str,
+#[error("{field}: {reason}")]
+pub struct ProxyConfigError {
+    pub field: String,
     pub reason: String,
 }
 
@@ -58,7 +59,7 @@ impl GatewayTopology {
     /// it is absent or null. Fields it does not know are ignored, as by istiod's parser.
     pub fn from_proxy_config(
         proxy_config: &serde_json::Map<String, Value>,
-    ) -> Result<Option<GatewayTopology>, TopologyError> {
+    ) -> Result<Option<GatewayTopology>, ProxyConfigError> {
         let Some(value) = proxy_config
             .get("gatewayTopology")
             .or_else(|| proxy_config.get("gateway_topology"))
@@ -67,8 +68,8 @@ impl GatewayTopology {
             return Ok(None);
         };
         let Value::Object(fields) = value else {
-            return Err(TopologyError {
-                field: "",
+            return Err(ProxyConfigError {
+                field: "gatewayTopology".into(),
                 reason: format!("{value} is not an object"),
             });
         };
@@ -77,16 +78,16 @@ impl GatewayTopology {
         };
         let num_trusted_proxies = match get("numTrustedProxies", "num_trusted_proxies") {
             None => 0,
-            Some(v) => uint32(v).ok_or_else(|| TopologyError {
-                field: "numTrustedProxies",
+            Some(v) => uint32(v).ok_or_else(|| ProxyConfigError {
+                field: "gatewayTopology.numTrustedProxies".into(),
                 reason: format!("{v} is not an unsigned 32-bit integer"),
             })?,
         };
         let forward_client_cert_details =
             match get("forwardClientCertDetails", "forward_client_cert_details") {
                 None => ForwardClientCertDetails::Undefined,
-                Some(v) => forward(v).ok_or_else(|| TopologyError {
-                    field: "forwardClientCertDetails",
+                Some(v) => forward(v).ok_or_else(|| ProxyConfigError {
+                    field: "gatewayTopology.forwardClientCertDetails".into(),
                     reason: format!(
                         "{v} is not one of UNDEFINED, SANITIZE, FORWARD_ONLY, APPEND_FORWARD, \
                          SANITIZE_SET, ALWAYS_FORWARD_ONLY"
@@ -97,8 +98,8 @@ impl GatewayTopology {
             None => false,
             Some(Value::Object(_)) => true,
             Some(v) => {
-                return Err(TopologyError {
-                    field: "proxyProtocol",
+                return Err(ProxyConfigError {
+                    field: "gatewayTopology.proxyProtocol".into(),
                     reason: format!("{v} is not an object"),
                 });
             }
@@ -119,7 +120,7 @@ fn uint32(v: &Value) -> Option<u32> {
     }
 }
 
-fn forward(v: &Value) -> Option<ForwardClientCertDetails> {
+pub(crate) fn forward(v: &Value) -> Option<ForwardClientCertDetails> {
     match v {
         Value::String(s) => (FORWARD_NAMES.iter())
             .find(|(n, _)| n == s)
@@ -137,7 +138,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn read(v: Value) -> Result<Option<GatewayTopology>, TopologyError> {
+    fn read(v: Value) -> Result<Option<GatewayTopology>, ProxyConfigError> {
         GatewayTopology::from_proxy_config(v.as_object().unwrap())
     }
 
@@ -171,11 +172,11 @@ mod tests {
     #[test]
     fn a_bad_topology_names_its_field() {
         let e = read(json!({"gatewayTopology": {"numTrustedProxies": -1}})).unwrap_err();
-        assert_eq!(e.field, "numTrustedProxies");
+        assert_eq!(e.field, "gatewayTopology.numTrustedProxies");
         let e = read(json!({"gatewayTopology": {"forwardClientCertDetails": "KEEP"}})).unwrap_err();
-        assert_eq!(e.field, "forwardClientCertDetails");
+        assert_eq!(e.field, "gatewayTopology.forwardClientCertDetails");
         assert!(e.to_string().contains("\"KEEP\""), "{e}");
         let e = read(json!({"gatewayTopology": {"proxyProtocol": true}})).unwrap_err();
-        assert_eq!(e.field, "proxyProtocol");
+        assert_eq!(e.field, "gatewayTopology.proxyProtocol");
     }
 }

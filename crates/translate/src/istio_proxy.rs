@@ -53,6 +53,9 @@ pub struct IstioFilters {
     pub stats: Vec<ProviderMetrics>,
     /// The labels the metadata-exchange filters add ([`mx_labels`]).
     pub mx_labels: Vec<String>,
+    /// ProxyConfig `proxyHeaders.metadataExchangeHeaders.mode: IN_MESH`: the proxy's
+    /// clients send Istio's peer-metadata headers only to clusters in the mesh.
+    pub mx_in_mesh: bool,
 }
 
 impl IstioFilters {
@@ -67,6 +70,8 @@ impl IstioFilters {
         Some(IstioFilters {
             stats: providers.into_values().collect(),
             mx_labels: mx_labels(ctx),
+            mx_in_mesh: crate::listener::proxy_headers(ctx, proxy)
+                .is_some_and(|h| h.metadata_exchange_in_mesh),
         })
     }
 }
@@ -168,12 +173,18 @@ fn add_cluster_filters_where(
 
 /// The HTTP metadata-exchange filter of an inbound (`downstream`) or other (`upstream`)
 /// connection manager: peers are found from Istio's headers, then from the workload
-/// metadata, and the proxy's own go out in Istio's headers, with the additional `labels`.
-fn http_mx(inbound: bool, labels: &[String]) -> HttpFilter {
+/// metadata, and the proxy's own go out in Istio's headers (`in_mesh`: to clusters in the
+/// mesh only), with the additional `labels`.
+fn http_mx(inbound: bool, labels: &[String], in_mesh: bool) -> HttpFilter {
     let side = if inbound { "downstream" } else { "upstream" };
+    let propagation = if in_mesh {
+        json!({"skip_external_clusters": true})
+    } else {
+        json!({})
+    };
     let fields = json!({
         format!("{side}_discovery"): [{"istio_headers": {}}, {"workload_discovery": {}}],
-        format!("{side}_propagation"): [{"istio_headers": {}}],
+        format!("{side}_propagation"): [{"istio_headers": propagation}],
     });
     let config = typed_struct(PEER_METADATA_TYPE, with_labels(fields, labels));
     http_filter(MX_FILTER, config)
@@ -251,8 +262,8 @@ pub fn add_listener_filters(listeners: &mut [Listener], filters: &IstioFilters, 
     let built = Built {
         tcp_mx: network_filter(MX_FILTER, tcp_mx(&filters.mx_labels)),
         http_mx: [
-            http_mx(false, &filters.mx_labels),
-            http_mx(true, &filters.mx_labels),
+            http_mx(false, &filters.mx_labels, filters.mx_in_mesh),
+            http_mx(true, &filters.mx_labels, false),
         ],
         alpn: alpn(),
         sniffed_alpn: super::sniff::mtls_http_alpn_filter(),

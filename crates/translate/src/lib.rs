@@ -163,6 +163,7 @@ pub fn plan<'a>(ctx: &'a PushContext, proxy: &Proxy) -> Plan<'a> {
         idle_timeout: proxy.idle_timeout.map(duration),
         access_logs: access_log::AccessLogs::for_proxy(ctx, proxy),
         tracing: tracing::of(ctx, proxy),
+        headers: listener::proxy_headers(ctx, proxy).map(|h| (h, proxy.kind)),
     };
     listener::apply_view_settings(&mut plan.listeners, &settings);
     if let Some(filters) = istio_proxy::IstioFilters::of(ctx, proxy) {

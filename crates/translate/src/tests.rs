@@ -2005,6 +2005,7 @@ mod mesh_cluster_defaults;
 mod outbound_listeners;
 mod path_normalization;
 mod protocol_detection;
+mod proxy_headers;
 mod retries;
 mod route_headers;
 mod security;

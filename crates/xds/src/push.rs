@@ -15,6 +15,7 @@ use super::metrics::{PushMetrics, type_label};
 use super::resource::{ResourceMap, TypeKind, View};
 use super::wire::Batch;
 use model::config::{Kind, ObjectKey};
+use model::proxy_headers::ProxyHeaders;
 use model::service::AutoAddresses;
 use model::topology::GatewayTopology;
 use model::{Interception, Locality, Proxy, ProxyKind, PushContext, Store};
@@ -261,6 +262,8 @@ pub struct ViewKey<'a> {
     istio_extensions: bool,
     /// A gateway's own `gatewayTopology`.
     gateway_topology: Option<GatewayTopology>,
+    /// Its own `proxyHeaders`.
+    proxy_headers: Option<Cow<'a, ProxyHeaders>>,
 }
 
 impl ViewKey<'_> {
@@ -281,6 +284,7 @@ impl ViewKey<'_> {
             trace_ids: self.trace_ids.map(TraceIds::into_owned),
             istio_extensions: self.istio_extensions,
             gateway_topology: self.gateway_topology,
+            proxy_headers: self.proxy_headers.map(|h| Cow::Owned(h.into_owned())),
         }
     }
 }
@@ -425,6 +429,7 @@ impl Push {
             trace_ids: self.trace_aware.then(|| TraceIds::of(proxy)),
             istio_extensions: proxy.istio_extensions,
             gateway_topology: proxy.gateway_topology,
+            proxy_headers: proxy.proxy_headers.as_ref().map(Cow::Borrowed),
         };
         // The maps hold owned keys; read through a shared reference they are maps of
         // borrowed ones (a map is covariant in its key).

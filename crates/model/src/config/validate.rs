@@ -465,8 +465,10 @@ pub fn validate(object: &ConfigObject) -> Vec<Problem> {
                 proxy_tracing(&mut r, t);
             }
             if let Err(e) = mesh.default_config.gateway_topology() {
-                let field = format!("data.mesh.defaultConfig.gatewayTopology.{}", e.field);
-                r.error(field.trim_end_matches('.'), e.reason);
+                r.error(format!("data.mesh.defaultConfig.{}", e.field), e.reason);
+            }
+            if let Err(e) = mesh.default_config.proxy_headers() {
+                r.error(format!("data.mesh.defaultConfig.{}", e.field), e.reason);
             }
             if let Some(t) = &mesh.mesh_mtls {
                 mesh_tls(&mut r, "data.mesh.meshMTLS", t, true);

@@ -1,8 +1,12 @@
 //! The HTTP connection manager of a listener's filter chain, and what a view sets on
-//! every connection manager and tcp_proxy: idle timeout, access logs, tracing.
+//! every connection manager and tcp_proxy: idle timeout, access logs, tracing, ProxyConfig
+//! `proxyHeaders`.
 
 use super::*;
+use model::ProxyKind;
+use model::proxy_headers::ProxyHeaders;
 use model::topology::{ForwardClientCertDetails as MeshForward, GatewayTopology};
+use prost::Message as _;
 
 /// What a view sets on every connection manager and tcp_proxy of its listeners, beyond
 /// what each listener's builder put there.
@@ -19,6 +23,62 @@ pub(crate) struct ViewSettings {
     /// The proxy's tracing ([`tracing`](crate::tracing)) on every connection manager, by
     /// its listener's side.
     pub tracing: crate::tracing::Sides,
+    /// The proxy's ProxyConfig `proxyHeaders` ([`proxy_headers`]), when it sets any.
+    pub headers: Option<(ProxyHeaders, ProxyKind)>,
+}
+
+/// The `proxyHeaders` `proxy` runs with: those of the `PROXY_CONFIG` it sent, else
+/// MeshConfig `defaultConfig`'s (istiod's `ProxyConfigOrDefault`; invalid there: reported
+/// by validation and read as none); `None` when they change nothing.
+pub(crate) fn proxy_headers(ctx: &PushContext, proxy: &Proxy) -> Option<ProxyHeaders> {
+    let headers = proxy
+        .proxy_headers
+        .clone()
+        .or_else(|| (ctx.mesh.default_config.proxy_headers()).ok().flatten());
+    headers.filter(|h| *h != ProxyHeaders::default())
+}
+
+/// Sets `headers` on a connection manager of a listener of `direction` of a proxy of
+/// `kind`, as istiod's `GetProxyHeadersFromProxyConfig` and its listener builders do.
+/// `attemptCount` and `xForwardedHost` live in the route configurations: not applied.
+fn apply_headers(hcm: &mut HttpConnectionManager, headers: &ProxyHeaders, inbound: bool) {
+    if headers.server_disabled {
+        hcm.server_name = String::new();
+        hcm.server_header_transformation = ServerHeaderTransformation::PassThrough as i32;
+    } else if let Some(value) = &headers.server_value {
+        hcm.server_name.clone_from(value);
+    }
+    if headers.request_id_disabled {
+        hcm.generate_request_id = Some(BoolValue { value: false });
+    }
+    hcm.append_x_forwarded_port = headers.x_forwarded_port;
+    if headers.envoy_debug_headers_disabled {
+        for f in hcm.http_filters.iter_mut().filter(|f| f.name == ROUTER) {
+            if let Some(http_filter::ConfigType::TypedConfig(any)) = &mut f.config_type
+                && let Ok(mut router) = Router::decode(any.value.as_slice())
+            {
+                router.suppress_envoy_headers = true;
+                *any = pack_any(router);
+            }
+        }
+    }
+    if inbound {
+        if headers.forwarded_client_cert != MeshForward::Undefined {
+            hcm.forward_client_cert_details =
+                forward_client_cert_details(headers.forwarded_client_cert) as i32;
+        }
+        let [subject, cert, chain, dns, uri] = headers.client_cert_details;
+        hcm.set_current_client_cert_details = Some(SetCurrentClientCertDetails {
+            subject: Some(BoolValue {
+                value: subject != Some(false),
+            }),
+            cert: cert == Some(true),
+            chain: chain == Some(true),
+            dns: dns != Some(false),
+            uri: uri != Some(false),
+            ..Default::default()
+        });
+    }
 }
 
 /// Applies `settings` to `listeners`. The idle timeout and access logs decode each filter
@@ -30,6 +90,7 @@ pub(crate) fn apply_view_settings(listeners: &mut [Listener], settings: &ViewSet
         idle_timeout,
         access_logs,
         tracing,
+        headers,
     } = settings;
     if let Some(logs) = access_logs {
         for l in listeners.iter_mut() {
@@ -37,10 +98,14 @@ pub(crate) fn apply_view_settings(listeners: &mut [Listener], settings: &ViewSet
             l.access_log.extend(side.listener.iter().cloned());
         }
     }
-    if idle_timeout.is_some() || access_logs.is_some() {
+    if idle_timeout.is_some() || access_logs.is_some() || headers.is_some() {
         edit_filters(
             listeners,
             |hcm, direction| {
+                if let Some((headers, kind)) = headers {
+                    let inbound = crate::is_inbound(direction) && *kind == ProxyKind::Sidecar;
+                    apply_headers(hcm, headers, inbound);
+                }
                 if let Some(timeout) = idle_timeout {
                     let common = hcm
                         .common_http_protocol_options
@@ -258,7 +323,7 @@ pub(super) fn http_connection_manager(
             ])
             .chain(alpn)
             .chain(std::iter::once(HttpFilter {
-                name: "envoy.filters.http.router".into(),
+                name: ROUTER.into(),
                 config_type: Some(http_filter::ConfigType::TypedConfig(pack_any(
                     Router::default(),
                 ))),
@@ -318,5 +383,6 @@ fn forward_client_cert_details(mesh: MeshForward) -> ForwardClientCertDetails {
     }
 }
 
+const ROUTER: &str = "envoy.filters.http.router";
 pub(crate) const HCM: &str = "envoy.filters.network.http_connection_manager";
 pub(crate) const TCP_PROXY: &str = "envoy.filters.network.tcp_proxy";

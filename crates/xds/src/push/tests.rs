@@ -150,7 +150,7 @@ fn proxies_on_two_networks_share_a_view_only_without_network_gateways() {
 }
 
 #[test]
-fn gateways_share_a_view_only_with_the_same_topology_of_their_own() {
+fn gateways_share_a_view_only_with_the_same_topology_and_headers_of_their_own() {
     let gateway = "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: gw, namespace: istio-system}\nspec:\n  selector: {istio: ingressgateway}\n  servers: [{port: {number: 80, name: http, protocol: HTTP}, hosts: ['*']}]\n";
     let with = |proxy_config: serde_json::Value| {
         let meta = serde_json::json!({"NAMESPACE": "istio-system", "LABELS": {"istio": "ingressgateway"}, "PROXY_CONFIG": proxy_config});
@@ -176,6 +176,17 @@ fn gateways_share_a_view_only_with_the_same_topology_of_their_own() {
     assert!(Arc::ptr_eq(
         &push.view(&trusting(1)),
         &push.view(&trusting(1))
+    ));
+    // Nor with other proxy headers of their own.
+    let serving =
+        |name: &str| with(serde_json::json!({"proxyHeaders": {"server": {"value": name}}}));
+    assert!(!Arc::ptr_eq(
+        &push.view(&serving("a")),
+        &push.view(&serving("b"))
+    ));
+    assert!(Arc::ptr_eq(
+        &push.view(&serving("a")),
+        &push.view(&serving("a"))
     ));
 }
 

@@ -845,7 +845,7 @@ fn a_tracing_percentage_out_of_range_and_a_tag_of_no_single_kind_are_warned_abou
 fn the_meshs_listener_and_route_settings_must_be_what_envoy_takes() {
     let parsed = parse_file(
         "mesh.yaml",
-        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: istio, namespace: istio-system}\ndata:\n  mesh: |\n    defaultHttpRetryPolicy: {attempts: 3, perTryTimeout: soon, backoff: 25ms}\n    defaultInboundHttpRetryPolicy: {attempts: -1, backoff: later}\n    pathNormalization: {normalization: SOMETIMES}\n    inboundTrafficPolicy: {mode: NOWHERE}\n    protocolDetectionTimeout: soonish\n    defaultConfig: {gatewayTopology: {forwardClientCertDetails: KEEP}}\n",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: istio, namespace: istio-system}\ndata:\n  mesh: |\n    defaultHttpRetryPolicy: {attempts: 3, perTryTimeout: soon, backoff: 25ms}\n    defaultInboundHttpRetryPolicy: {attempts: -1, backoff: later}\n    pathNormalization: {normalization: SOMETIMES}\n    inboundTrafficPolicy: {mode: NOWHERE}\n    protocolDetectionTimeout: soonish\n    defaultConfig: {gatewayTopology: {forwardClientCertDetails: KEEP}, proxyHeaders: {server: {disabled: maybe}}}\n",
     );
     let errors: Vec<&str> = parsed.errors().map(|e| e.field.as_str()).collect();
     assert_eq!(
@@ -858,6 +858,7 @@ fn the_meshs_listener_and_route_settings_must_be_what_envoy_takes() {
             "data.mesh.defaultInboundHttpRetryPolicy.attempts",
             "data.mesh.defaultInboundHttpRetryPolicy.backoff",
             "data.mesh.defaultConfig.gatewayTopology.forwardClientCertDetails",
+            "data.mesh.defaultConfig.proxyHeaders.server.disabled",
         ]
     );
 }
