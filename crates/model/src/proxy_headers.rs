@@ -5,7 +5,7 @@
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::topology::{ForwardClientCertDetails, ProxyConfigError, forward};
+use crate::topology::{ForwardClientCertDetails, ProxyConfigError, field, forward};
 
 /// ProxyConfig `proxyHeaders`, each field as written (`None`: Istio's default).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize)]
@@ -55,14 +55,8 @@ impl ProxyHeaders {
                     return Ok(false);
                 };
                 let o = object(v, &format!("proxyHeaders.{name}"))?;
-                match field(o, inner, inner) {
-                    None => Ok(false),
-                    Some(Value::Bool(b)) => Ok(*b),
-                    Some(other) => Err(ProxyConfigError {
-                        field: format!("proxyHeaders.{name}.{inner}"),
-                        reason: format!("{other} is not a boolean"),
-                    }),
-                }
+                let path = || format!("proxyHeaders.{name}.{inner}");
+                Ok(boolean(field(o, inner, inner), path)? == Some(true))
             };
         h.server_disabled = flag("server", "server", "disabled")?;
         h.request_id_disabled = flag("requestId", "request_id", "disabled")?;
@@ -121,25 +115,24 @@ impl ProxyHeaders {
                 .iter()
                 .enumerate()
             {
-                h.client_cert_details[i] = match field(d, name, name) {
-                    None => None,
-                    Some(Value::Bool(b)) => Some(*b),
-                    Some(other) => {
-                        return Err(ProxyConfigError {
-                            field: format!("proxyHeaders.setCurrentClientCertDetails.{name}"),
-                            reason: format!("{other} is not a boolean"),
-                        });
-                    }
-                };
+                let path = || format!("proxyHeaders.setCurrentClientCertDetails.{name}");
+                h.client_cert_details[i] = boolean(field(d, name, name), path)?;
             }
         }
         Ok(Some(h))
     }
 }
 
-/// A field by its proto JSON name or its proto name; null is absent.
-fn field<'a>(fields: &'a Map<String, Value>, camel: &str, snake: &str) -> Option<&'a Value> {
-    (fields.get(camel).or_else(|| fields.get(snake))).filter(|v| !v.is_null())
+/// `v` as a boolean if present, else an error naming it by `path`.
+fn boolean(v: Option<&Value>, path: impl Fn() -> String) -> Result<Option<bool>, ProxyConfigError> {
+    match v {
+        None => Ok(None),
+        Some(Value::Bool(b)) => Ok(Some(*b)),
+        Some(other) => Err(ProxyConfigError {
+            field: path(),
+            reason: format!("{other} is not a boolean"),
+        }),
+    }
 }
 
 /// `v` as an object, else an error naming it by `path`.

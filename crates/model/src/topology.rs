@@ -60,11 +60,7 @@ impl GatewayTopology {
     pub fn from_proxy_config(
         proxy_config: &serde_json::Map<String, Value>,
     ) -> Result<Option<GatewayTopology>, ProxyConfigError> {
-        let Some(value) = proxy_config
-            .get("gatewayTopology")
-            .or_else(|| proxy_config.get("gateway_topology"))
-            .filter(|v| !v.is_null())
-        else {
+        let Some(value) = field(proxy_config, "gatewayTopology", "gateway_topology") else {
             return Ok(None);
         };
         let Value::Object(fields) = value else {
@@ -73,28 +69,28 @@ impl GatewayTopology {
                 reason: format!("{value} is not an object"),
             });
         };
-        let get = |camel: &str, snake: &str| {
-            (fields.get(camel).or_else(|| fields.get(snake))).filter(|v| !v.is_null())
-        };
-        let num_trusted_proxies = match get("numTrustedProxies", "num_trusted_proxies") {
+        let num_trusted_proxies = match field(fields, "numTrustedProxies", "num_trusted_proxies") {
             None => 0,
             Some(v) => uint32(v).ok_or_else(|| ProxyConfigError {
                 field: "gatewayTopology.numTrustedProxies".into(),
                 reason: format!("{v} is not an unsigned 32-bit integer"),
             })?,
         };
-        let forward_client_cert_details =
-            match get("forwardClientCertDetails", "forward_client_cert_details") {
-                None => ForwardClientCertDetails::Undefined,
-                Some(v) => forward(v).ok_or_else(|| ProxyConfigError {
-                    field: "gatewayTopology.forwardClientCertDetails".into(),
-                    reason: format!(
-                        "{v} is not one of UNDEFINED, SANITIZE, FORWARD_ONLY, APPEND_FORWARD, \
+        let forward_client_cert_details = match field(
+            fields,
+            "forwardClientCertDetails",
+            "forward_client_cert_details",
+        ) {
+            None => ForwardClientCertDetails::Undefined,
+            Some(v) => forward(v).ok_or_else(|| ProxyConfigError {
+                field: "gatewayTopology.forwardClientCertDetails".into(),
+                reason: format!(
+                    "{v} is not one of UNDEFINED, SANITIZE, FORWARD_ONLY, APPEND_FORWARD, \
                          SANITIZE_SET, ALWAYS_FORWARD_ONLY"
-                    ),
-                })?,
-            };
-        let proxy_protocol = match get("proxyProtocol", "proxy_protocol") {
+                ),
+            })?,
+        };
+        let proxy_protocol = match field(fields, "proxyProtocol", "proxy_protocol") {
             None => false,
             Some(Value::Object(_)) => true,
             Some(v) => {
@@ -110,6 +106,15 @@ impl GatewayTopology {
             proxy_protocol,
         }))
     }
+}
+
+/// A field by its proto JSON name or its proto name; null is absent.
+pub(crate) fn field<'a>(
+    fields: &'a serde_json::Map<String, Value>,
+    camel: &str,
+    snake: &str,
+) -> Option<&'a Value> {
+    (fields.get(camel).or_else(|| fields.get(snake))).filter(|v| !v.is_null())
 }
 
 fn uint32(v: &Value) -> Option<u32> {

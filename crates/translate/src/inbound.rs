@@ -25,8 +25,7 @@ use envoy_api::pb::envoy::config::endpoint::v3::{
     ClusterLoadAssignment, Endpoint, LbEndpoint, LocalityLbEndpoints, lb_endpoint::HostIdentifier,
 };
 use envoy_api::pb::envoy::config::listener::v3::{
-    Filter, FilterChain, FilterChainMatch, Listener, ListenerFilter, filter::ConfigType,
-    listener_filter,
+    Filter, FilterChain, FilterChainMatch, Listener, filter::ConfigType,
 };
 use envoy_api::pb::envoy::config::route::v3::{
     Decorator, Route, RouteAction, RouteConfiguration, RouteMatch, VirtualHost,
@@ -517,21 +516,17 @@ fn tls_inspected(
 ) -> Listener {
     let mut listener_filters = Vec::new();
     if original_dst {
-        listener_filters.push(ListenerFilter {
-            name: "envoy.filters.listener.original_dst".into(),
-            config_type: Some(listener_filter::ConfigType::TypedConfig(pack_any(
-                OriginalDst::default(),
-            ))),
-            ..Default::default()
-        });
+        let config = OriginalDst::default();
+        listener_filters.push(crate::listener::listener_filter(
+            "envoy.filters.listener.original_dst",
+            config,
+        ));
     }
-    listener_filters.push(ListenerFilter {
-        name: "envoy.filters.listener.tls_inspector".into(),
-        config_type: Some(listener_filter::ConfigType::TypedConfig(pack_any(
-            TlsInspector::default(),
-        ))),
-        ..Default::default()
-    });
+    let config = TlsInspector::default();
+    listener_filters.push(crate::listener::listener_filter(
+        "envoy.filters.listener.tls_inspector",
+        config,
+    ));
     // The HTTP inspector when a plaintext chain matches what it reports (a sniffed port).
     let sniffing = chains
         .iter()

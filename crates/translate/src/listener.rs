@@ -197,11 +197,20 @@ fn is_wildcard(bind: &str) -> bool {
 }
 
 fn tls_inspector() -> ListenerFilter {
+    listener_filter(
+        "envoy.filters.listener.tls_inspector",
+        TlsInspector::default(),
+    )
+}
+
+/// The listener filter `name` with its typed configuration.
+pub(crate) fn listener_filter<T: prost::Name + prost::Message>(
+    name: &str,
+    config: T,
+) -> ListenerFilter {
     ListenerFilter {
-        name: "envoy.filters.listener.tls_inspector".into(),
-        config_type: Some(listener_filter::ConfigType::TypedConfig(pack_any(
-            TlsInspector::default(),
-        ))),
+        name: name.into(),
+        config_type: Some(listener_filter::ConfigType::TypedConfig(pack_any(config))),
         ..Default::default()
     }
 }

@@ -14,7 +14,7 @@
 use envoy_api::pb::envoy::config::core::v3::{
     DataSource, SubstitutionFormatString, data_source, substitution_format_string,
 };
-use envoy_api::pb::envoy::config::listener::v3::{ListenerFilter, listener_filter};
+use envoy_api::pb::envoy::config::listener::v3::ListenerFilter;
 use envoy_api::pb::envoy::extensions::filters::common::set_filter_state::v3::{
     FilterStateValue, filter_state_value,
 };
@@ -59,13 +59,8 @@ pub fn detection_timeout(mesh: &model::mesh::MeshConfig) -> std::time::Duration 
 }
 
 pub fn http_inspector() -> ListenerFilter {
-    ListenerFilter {
-        name: "envoy.filters.listener.http_inspector".into(),
-        config_type: Some(listener_filter::ConfigType::TypedConfig(pack_any(
-            HttpInspector::default(),
-        ))),
-        ..Default::default()
-    }
+    let config = HttpInspector::default();
+    crate::listener::listener_filter("envoy.filters.listener.http_inspector", config)
 }
 
 /// The HTTP filter of a sniffed listener's connection manager that makes its requests'

@@ -7,9 +7,8 @@ use std::sync::Arc;
 
 use envoy_api::pb::envoy::config::core::v3::TrafficDirection;
 use envoy_api::pb::envoy::config::listener::v3::{
-    Filter, FilterChain, FilterChainMatch, Listener, ListenerFilter, listener_filter,
+    Filter, FilterChain, FilterChainMatch, Listener, ListenerFilter,
 };
-use envoy_api::util::pack_any;
 
 use super::{
     Chain, HCM, Hcm, filter_chain, http_connection_manager, listener, route_proxy, tcp_proxy_named,
@@ -436,11 +435,8 @@ pub(crate) fn gateway_topology(ctx: &PushContext, proxy: &Proxy) -> GatewayTopol
 /// The PROXY protocol listener filter (v1 and v2 headers), as istiod's.
 fn proxy_protocol() -> ListenerFilter {
     use envoy_api::pb::envoy::extensions::filters::listener::proxy_protocol::v3::ProxyProtocol;
-    ListenerFilter {
-        name: "envoy.filters.listener.proxy_protocol".into(),
-        config_type: Some(listener_filter::ConfigType::TypedConfig(pack_any(
-            ProxyProtocol::default(),
-        ))),
-        ..Default::default()
-    }
+    super::listener_filter(
+        "envoy.filters.listener.proxy_protocol",
+        ProxyProtocol::default(),
+    )
 }
