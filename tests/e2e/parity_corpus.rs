@@ -63,8 +63,9 @@ pub fn bookinfo_proxies(t: &Tenant) -> Vec<Proxy> {
 }
 
 /// Bookinfo under STRICT mTLS, with an authorization policy on productpage, reviews'
-/// sidecar scoped to ratings, and Telemetry metrics overrides in the namespace and for
-/// reviews (one tag set per metric: Go encodes a map in no fixed order).
+/// sidecar scoped to ratings, Telemetry metrics overrides in the namespace and for
+/// reviews (one tag set per metric: Go encodes a map in no fixed order), and a gateway
+/// TLS server terminating mesh mTLS (ISTIO_MUTUAL) in front of ratings over TCP.
 pub fn bookinfo_secured() -> String {
     let extra = r#"
 apiVersion: security.istio.io/v1
@@ -128,6 +129,25 @@ spec:
     - match: {customMetric: reviews_shown_total, mode: CLIENT}
       tagOverrides:
         page: {value: "request.url_path"}
+---
+apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata: {name: mesh-tcp, namespace: shop}
+spec:
+  selector: {istio: ingressgateway}
+  servers:
+  - port: {number: 9443, name: tls-mesh, protocol: TLS}
+    hosts: ["*"]
+    tls: {mode: ISTIO_MUTUAL}
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: mesh-tcp, namespace: shop}
+spec:
+  hosts: ["*"]
+  gateways: [mesh-tcp]
+  tcp:
+  - route: [{destination: {host: ratings, port: {number: 9080}}}]
 "#;
     format!("{}\n---\n{extra}", bookinfo())
 }

@@ -138,6 +138,12 @@ fn tcp_mx(labels: &[String]) -> Any {
     typed_struct(TCP_MX_TYPE, with_labels(fields, labels))
 }
 
+/// The network metadata-exchange filter, as a sidecar's inbound chains and a gateway's
+/// ISTIO_MUTUAL TCP chains open with it.
+pub fn network_mx_filter(ctx: &PushContext) -> Filter {
+    network_filter(MX_FILTER, tcp_mx(&mx_labels(ctx)))
+}
+
 /// The cluster filter every outbound service cluster and PassthroughCluster carries.
 pub fn cluster_filter(labels: &[String]) -> ClusterFilter {
     ClusterFilter {

@@ -348,7 +348,13 @@ pub fn gateway(
                 // (istiod's `createGatewayTCPFilterChainOpts`); no chain without one.
                 TlsServer::Terminated(server, tls) => {
                     if let Some(filter) = gateway_tcp_proxy(ctx, proxy, &server) {
-                        chains.push(credentials::https_chain(&server.hosts, &tls, vec![filter]));
+                        let mut filters = vec![filter];
+                        // Behind ISTIO_MUTUAL the client is a mesh workload: istio-proxy
+                        // learns who from the metadata exchange, first in the chain.
+                        if proxy.istio_extensions && matches!(tls, ServerTls::Mesh { .. }) {
+                            filters.insert(0, crate::istio_proxy::network_mx_filter(ctx));
+                        }
+                        chains.push(credentials::https_chain(&server.hosts, &tls, filters));
                         credentials.extend(tls.credential_use());
                     }
                 }
@@ -406,9 +412,12 @@ pub fn gateway(
             .iter_mut()
             .flat_map(|l| l.filter_chains.iter_mut());
         for chain in chains.filter(|c| !c.filters.iter().any(|f| f.name == HCM)) {
+            // After the metadata exchange, whose peer the policies may match.
+            let mx = crate::istio_proxy::MX_FILTER;
+            let at = usize::from(chain.filters.first().is_some_and(|f| f.name == mx));
             chain
                 .filters
-                .splice(0..0, authorization.tcp.iter().cloned());
+                .splice(at..at, authorization.tcp.iter().cloned());
         }
     }
     // Behind a load balancer that speaks the PROXY protocol, its header comes first.

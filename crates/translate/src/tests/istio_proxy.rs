@@ -236,3 +236,38 @@ fn without_a_prometheus_provider_there_are_no_stats_filters() {
         assert!(names.iter().any(|n| n == "istio.metadata_exchange"));
     }
 }
+
+#[test]
+fn a_gateways_istio_mutual_tcp_chain_opens_with_the_metadata_exchange_before_its_policies() {
+    let server = "---\napiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: mesh-tcp, namespace: istio-system}\nspec:\n  selector: {istio: ingressgateway}\n  servers: [{port: {number: 9443, name: tls-mesh, protocol: TLS}, hosts: ['*'], tls: {mode: ISTIO_MUTUAL}}]\n---\napiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: mesh-tcp, namespace: istio-system}\nspec:\n  hosts: ['*']\n  gateways: [mesh-tcp]\n  tcp: [{route: [{destination: {host: web.shop.svc.cluster.local, port: {number: 5432}}}]}]\n---\napiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {name: deny, namespace: istio-system}\nspec:\n  selector: {matchLabels: {istio: ingressgateway}}\n  action: DENY\n  rules: [{from: [{source: {ipBlocks: [192.0.2.0/24]}}]}]\n";
+    let ctx = context(&format!("{}{server}", mesh("prometheus")));
+    let mut gateway = istio_proxy(ingress_gateway());
+    gateway.identity = Some("spiffe://cluster.local/ns/istio-system/sa/gw".into());
+    let names = |cfg: &ProxyConfig| -> Vec<String> {
+        let l = listener(cfg, "0.0.0.0_9443");
+        (l.filter_chains[0].filters.iter())
+            .map(|f| f.name.clone())
+            .collect()
+    };
+    let cfg = proxy_config(&ctx, &gateway);
+    assert_eq!(
+        names(&cfg),
+        [
+            "istio.metadata_exchange",
+            "envoy.filters.network.rbac",
+            "istio.stats",
+            "envoy.filters.network.tcp_proxy"
+        ]
+    );
+    // Stock Envoy: the policies first.
+    gateway.istio_extensions = false;
+    let cfg = proxy_config(&ctx, &gateway);
+    let stock = names(&cfg);
+    assert_eq!(
+        stock,
+        [
+            "envoy.filters.network.rbac",
+            "envoy.filters.network.tcp_proxy"
+        ]
+    );
+}
