@@ -184,34 +184,29 @@ impl Proxy {
         } else {
             AutoAddresses::None
         };
-        let proxy_headers = match metadata.get("PROXY_CONFIG") {
-            Some(Value::Object(config)) => Some(
-                ProxyHeaders::from_proxy_config(config)
-                    .map_err(|e| NodeError::ProxyConfig {
-                        id: id.to_string(),
-                        reason: e.to_string(),
-                    })?
-                    .unwrap_or_default(),
-            ),
-            _ => None,
+        // PROXY_CONFIG: the proxy's headers; and a gateway's topology, which needs it to
+        // be an object if sent at all.
+        let refused = |reason: String| NodeError::ProxyConfig {
+            id: id.to_string(),
+            reason,
         };
-        let gateway_topology = match (kind, metadata.get("PROXY_CONFIG")) {
-            (ProxyKind::Router, Some(Value::Object(config))) => Some(
-                GatewayTopology::from_proxy_config(config)
-                    .map_err(|e: ProxyConfigError| NodeError::ProxyConfig {
-                        id: id.to_string(),
-                        reason: e.to_string(),
-                    })?
-                    .unwrap_or_default(),
-            ),
-            (ProxyKind::Router, Some(other)) => {
-                return Err(NodeError::ProxyConfig {
-                    id: id.to_string(),
-                    reason: format!("{other} is not an object"),
-                });
+        let proxy_config = match metadata.get("PROXY_CONFIG") {
+            Some(Value::Object(config)) => Some(config),
+            Some(other) if kind == ProxyKind::Router => {
+                return Err(refused(format!("{other} is not an object")));
             }
             _ => None,
         };
+        let read = |e: ProxyConfigError| refused(e.to_string());
+        let proxy_headers = (proxy_config.map(ProxyHeaders::from_proxy_config))
+            .transpose()
+            .map_err(read)?
+            .map(Option::unwrap_or_default);
+        let gateway_topology = (proxy_config.filter(|_| kind == ProxyKind::Router))
+            .map(GatewayTopology::from_proxy_config)
+            .transpose()
+            .map_err(read)?
+            .map(Option::unwrap_or_default);
         Ok(Proxy {
             id: id.to_string(),
             kind,

@@ -29,6 +29,7 @@ use envoy_api::pb::envoy::extensions::filters::network::http_connection_manager:
 };
 use envoy_api::pb::google::protobuf::{self as pbp, Any};
 use envoy_api::util::pack_any;
+use model::proxy_headers::ProxyHeaders;
 use model::{Proxy, ProxyKind, PushContext};
 
 use crate::metrics::{ProviderMetrics, Side};
@@ -59,8 +60,13 @@ pub struct IstioFilters {
 }
 
 impl IstioFilters {
-    /// For `proxy` if it has Istio's extensions; `None` for stock Envoy.
-    pub fn of(ctx: &PushContext, proxy: &Proxy) -> Option<IstioFilters> {
+    /// For `proxy` if it has Istio's extensions, with the `proxyHeaders` it runs with
+    /// ([`crate::listener::proxy_headers`]); `None` for stock Envoy.
+    pub fn of(
+        ctx: &PushContext,
+        proxy: &Proxy,
+        headers: Option<&ProxyHeaders>,
+    ) -> Option<IstioFilters> {
         if !proxy.istio_extensions {
             return None;
         }
@@ -70,8 +76,7 @@ impl IstioFilters {
         Some(IstioFilters {
             stats: providers.into_values().collect(),
             mx_labels: mx_labels(ctx),
-            mx_in_mesh: crate::listener::proxy_headers(ctx, proxy)
-                .is_some_and(|h| h.metadata_exchange_in_mesh),
+            mx_in_mesh: headers.is_some_and(|h| h.metadata_exchange_in_mesh),
         })
     }
 }
@@ -160,10 +165,11 @@ pub fn add_cluster_filters(ctx: &PushContext, clusters: &mut [Cluster]) {
 
 /// Adds the cluster filter to a view's own outbound clusters: PassthroughCluster and a
 /// gateway's SNI-DNAT clusters (inbound clusters and BlackHoleCluster get none).
-pub fn add_view_cluster_filters(ctx: &PushContext, clusters: &mut [Cluster]) {
+/// `labels`: [`mx_labels`].
+pub fn add_view_cluster_filters(clusters: &mut [Cluster], labels: &[String]) {
     let outbound =
         |c: &Cluster| c.name == crate::PASSTHROUGH_CLUSTER || c.name.starts_with("outbound");
-    add_cluster_filters_where(clusters, &mx_labels(ctx), outbound);
+    add_cluster_filters_where(clusters, labels, outbound);
 }
 
 fn add_cluster_filters_where(

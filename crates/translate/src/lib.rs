@@ -166,9 +166,10 @@ pub fn plan<'a>(ctx: &'a PushContext, proxy: &Proxy) -> Plan<'a> {
         headers: listener::proxy_headers(ctx, proxy).map(|h| (h, proxy.kind)),
     };
     listener::apply_view_settings(&mut plan.listeners, &settings);
-    if let Some(filters) = istio_proxy::IstioFilters::of(ctx, proxy) {
+    let headers = settings.headers.as_ref().map(|(h, _)| h);
+    if let Some(filters) = istio_proxy::IstioFilters::of(ctx, proxy, headers) {
         istio_proxy::add_listener_filters(&mut plan.listeners, &filters, proxy.kind);
-        istio_proxy::add_view_cluster_filters(ctx, &mut clusters);
+        istio_proxy::add_view_cluster_filters(&mut clusters, &filters.mx_labels);
     }
     plan.services = services;
     plan.clusters = clusters;
@@ -217,7 +218,7 @@ pub fn cluster_plan<'a>(ctx: &'a PushContext, proxy: &Proxy) -> Plan<'a> {
         ProxyKind::Router => sni_dnat(ctx, proxy, &services, &mut clusters),
     };
     if proxy.istio_extensions {
-        istio_proxy::add_view_cluster_filters(ctx, &mut clusters);
+        istio_proxy::add_view_cluster_filters(&mut clusters, &istio_proxy::mx_labels(ctx));
     }
     Plan {
         services,

@@ -280,12 +280,12 @@ pub(super) fn http_connection_manager(
     kind: Hcm,
     mesh: &MeshConfig,
 ) -> Filter {
-    let gateway = matches!(kind, Hcm::Gateway(..));
     let (authorization, alpn, topology) = match kind {
         Hcm::Outbound => (Vec::new(), None, None),
         Hcm::Sniffed => (Vec::new(), Some(sniff::mtls_http_alpn_filter()), None),
         Hcm::Gateway(filters, topology) => (filters, None, Some(topology)),
     };
+    let gateway = topology.is_some();
     // A gateway replaces any `x-forwarded-client-cert` a client sent with what its own
     // mutual TLS handshake proved unless its `gatewayTopology` says otherwise, as istiod's
     // gateways; a sidecar's outbound keeps Envoy's SANITIZE.

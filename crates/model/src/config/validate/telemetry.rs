@@ -46,11 +46,7 @@ pub(super) fn telemetry(r: &mut Report, t: &api::telemetry::TelemetrySpec) {
 /// Envoy would refuse the listener: named providers, a known metric and mode, tag values
 /// only to UPSERT and then CEL expressions, a reporting interval that is a duration.
 fn metrics(r: &mut Report, field: &str, m: &api::telemetry::Metrics) {
-    for (j, p) in m.providers.iter().enumerate() {
-        if p.name.is_empty() {
-            r.error(format!("{field}.providers[{j}].name"), "must not be empty");
-        }
-    }
+    providers_named(r, field, &m.providers);
     r.duration(format!("{field}.reportingInterval"), &m.reporting_interval);
     for (j, o) in m.overrides.iter().enumerate() {
         let f = format!("{field}.overrides[{j}]");
@@ -67,12 +63,7 @@ fn metrics(r: &mut Report, field: &str, m: &api::telemetry::Metrics) {
         if selector.and_then(|s| s.custom_metric.as_deref()) == Some("") {
             r.error(format!("{f}.match.customMetric"), "must not be empty");
         }
-        if let Some(mode) = selector.and_then(|s| s.mode.as_deref())
-            && !matches!(mode, "CLIENT" | "SERVER" | "CLIENT_AND_SERVER")
-        {
-            let message = format!("{mode:?} is not CLIENT, SERVER or CLIENT_AND_SERVER");
-            r.error(format!("{f}.match.mode"), message);
-        }
+        workload_mode(r, &f, selector.and_then(|s| s.mode.as_deref()));
         for (tag, to) in &o.tag_overrides {
             let tf = format!("{f}.tagOverrides[{tag}]");
             if tag.is_empty() {
@@ -116,12 +107,22 @@ pub(super) fn telemetry_entry(
     selector: &Option<api::telemetry::LogSelector>,
     providers: &[api::telemetry::ProviderRef],
 ) {
-    if let Some(mode) = selector.as_ref().and_then(|m| m.mode.as_deref())
+    workload_mode(r, field, selector.as_ref().and_then(|m| m.mode.as_deref()));
+    providers_named(r, field, providers);
+}
+
+/// An entry's `match.mode`: one Istio knows.
+fn workload_mode(r: &mut Report, field: &str, mode: Option<&str>) {
+    if let Some(mode) = mode
         && !matches!(mode, "CLIENT" | "SERVER" | "CLIENT_AND_SERVER")
     {
         let message = format!("{mode:?} is not CLIENT, SERVER or CLIENT_AND_SERVER");
         r.error(format!("{field}.match.mode"), message);
     }
+}
+
+/// An entry's `providers`: each named.
+fn providers_named(r: &mut Report, field: &str, providers: &[api::telemetry::ProviderRef]) {
     for (j, p) in providers.iter().enumerate() {
         if p.name.is_empty() {
             r.error(format!("{field}.providers[{j}].name"), "must not be empty");
