@@ -7,6 +7,8 @@
 #                          (tools/istio/go.mod) into target/tools/istio/bin/
 #   tools/build.sh h2spec  h2spec, the HTTP/2 conformance suite (tools/h2spec/go.mod),
 #                          into target/tools/h2spec/bin/
+#   tools/build.sh kwok    kwok, which serves the kubelet's API (port-forward) for the
+#                          test bed's nodes (tools/kwok/go.mod), into target/tools/kwok/bin/
 #   tools/build.sh iptables  iptables-restore and iptables-save (Debian's iptables
 #                          package, nftables backend, at the versions pinned below), for
 #                          the traffic capture test; into target/tools/iptables/bin/
@@ -69,8 +71,9 @@ case "$set_name" in
 kube) module="$here" out="${MESHD_TOOLS_DIR:-$root/target/tools}" ;;
 istio) module="$here/istio" out="${MESHD_TOOLS_DIR:-$root/target/tools}/istio" ;;
 h2spec) module="$here/h2spec" out="${MESHD_TOOLS_DIR:-$root/target/tools}/h2spec" ;;
+kwok) module="$here/kwok" out="${MESHD_TOOLS_DIR:-$root/target/tools}/kwok" ;;
 *)
-    echo "tools/build.sh: unknown set '$set_name' (kube, istio, h2spec or iptables)" >&2
+    echo "tools/build.sh: unknown set '$set_name' (kube, istio, h2spec, kwok or iptables)" >&2
     exit 2
     ;;
 esac
@@ -122,6 +125,9 @@ istio)
     ;;
 h2spec)
     build h2spec github.com/summerwind/h2spec/cmd/h2spec -ldflags "-s -w"
+    ;;
+kwok)
+    build kwok sigs.k8s.io/kwok/cmd/kwok -ldflags "-s -w"
     ;;
 esac
 echo "$key" >"$bin.new/.key"

@@ -128,17 +128,28 @@ pub struct HttpResponse {
     pub body: String,
 }
 
-/// One HTTP/1.1 request over a fresh connection.
+/// One HTTP/1.1 GET over a fresh connection.
 pub fn http_get(
     addr: &str,
     host: &str,
     path: &str,
     headers: &[(&str, &str)],
 ) -> std::io::Result<HttpResponse> {
+    http_request(addr, host, "GET", path, headers)
+}
+
+/// One HTTP/1.1 request without a body over a fresh connection.
+pub fn http_request(
+    addr: &str,
+    host: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> std::io::Result<HttpResponse> {
     let mut stream =
         TcpStream::connect_timeout(&addr.parse::<SocketAddr>().unwrap(), Duration::from_secs(2))?;
     stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-    let mut req = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n");
+    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n");
     for (k, v) in headers {
         req.push_str(&format!("{k}: {v}\r\n"));
     }
@@ -1136,6 +1147,12 @@ static_resources:
             path,
             &[],
         )
+    }
+
+    /// A POST to the admin port (which the admin's mutating and `/logging` paths require).
+    pub fn admin_post(&self, path: &str) -> std::io::Result<HttpResponse> {
+        let addr = format!("127.0.0.1:{}", self.admin_port);
+        http_request(&addr, "localhost", "POST", path, &[])
     }
 
     /// Envoy's own `/config_dump` of one `resource` (e.g. `dynamic_listeners`), as text.

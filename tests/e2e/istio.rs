@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use crate::cluster::Tenant;
 use crate::harness::{envoy_bin, fixed_ports, free_port, http_get, loopback_ip, temp_dir};
 use crate::istiod::{istio_bin, istio_source};
+use crate::kubelet::{Forward, Kubelet};
 use crate::kubernetes::kube_mesh_on;
 
 /// `istioctl ARGS` as the test bed's admin, against meshd's secure port; its stdout.
@@ -38,7 +39,7 @@ fn istioctl_on(t: &Tenant, args: &[&str]) -> (String, String) {
 }
 
 /// `istioctl proxy-status`, for all proxies (default and verbose) and for one proxy
-/// against its Envoy's own config dump, then `istioctl x precheck`. istioctl asks for a token for the `default`
+/// against its Envoy's own configuration (a dump, and live), then `istioctl x precheck`. istioctl asks for a token for the `default`
 /// ServiceAccount of the Istio namespace (TokenRequest), and meshd's TokenReview places
 /// the caller in its root namespace, so every proxy is listed.
 #[test]
@@ -71,15 +72,36 @@ fn the_real_istioctl_reads_proxy_status_from_meshd() {
         .unwrap_or_else(|| panic!("{pod} not listed:\n{verbose}"));
     assert_eq!(line.matches("SYNCED").count(), 4, "{verbose}");
 
+    // One proxy, compared with its Envoy's config: from a dump, and live through the pod's
+    // port-forward (a pod on a node kwok serves, see `kubelet.rs`).
     let dump = m.t.dir.join("envoy-config-dump.json");
     std::fs::write(&dump, m.envoy.admin("/config_dump").unwrap().body).unwrap();
-    let compared = istioctl(
+    let from_file = istioctl(
         &m.t,
         secure,
         &["proxy-status", &pod, "--file", dump.to_str().unwrap()],
     );
-    for part in ["Clusters Match", "Listeners Match", "Routes Match"] {
-        assert!(compared.contains(part), "{part}:\n{compared}");
+    let kubelet = Kubelet::start(
+        m.t.cluster,
+        &[Forward {
+            namespace: &m.t.system,
+            pod: "istioctl-real-0",
+            port: 15000,
+            to: m.envoy.admin_port,
+        }],
+    );
+    m.t.cluster
+        .apply(&format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: istioctl-real-0, namespace: {}, labels: {{istio: ingressgateway, app: istio-ingressgateway}}}}\nspec:\n  nodeName: {}\n  containers:\n  - {{name: istio-proxy, image: proxyv2}}\n",
+            m.t.system, kubelet.node
+        ))
+        .unwrap();
+    kubelet.wait_running(&m.t.system, "istioctl-real-0");
+    let live = istioctl(&m.t, secure, &["proxy-status", &pod]);
+    for (source, compared) in [("file", from_file), ("live", live)] {
+        for part in ["Clusters Match", "Listeners Match", "Routes Match"] {
+            assert!(compared.contains(part), "{source} {part}:\n{compared}");
+        }
     }
 
     // `x precheck` on the cluster meshd runs in: the API server's version, the admin's
@@ -377,10 +399,14 @@ fn the_real_pilot_agent_answers_dns_from_meshds_name_table() {
     answers("api.partner.example.", "240.1.1.7");
 }
 
-/// `istioctl proxy-config KIND POD --file DUMP` on the config dump of an Envoy meshd
-/// configured (productpage's `meshd agent` sidecar calling reviews): istioctl reads
-/// Istio's names back out of meshd's (service, port, subset and direction from the cluster
-/// name; the route's virtual host; the endpoint's cluster; the SDS secrets).
+/// `istioctl proxy-config KIND POD` on an Envoy meshd configured (productpage's `meshd
+/// agent` sidecar calling reviews), read live and from files. Live, istioctl finds the pod
+/// in the test bed's API server and reaches its admin port through `pods/portforward`, which
+/// the API server proxies to the pod's node: a node kwok serves (see `kubelet.rs`), whose
+/// port-forward reaches the Envoy. From files, `--file` reads the same Envoy's dumps, and the
+/// two print the same. istioctl reads Istio's names back out of meshd's (service, port,
+/// subset and direction from the cluster name; the route's virtual host; the endpoint's
+/// cluster; the SDS secrets), shows the bootstrap, and sets the Envoy's log levels.
 #[test]
 fn the_real_istioctl_reads_each_proxy_config_of_an_envoy_meshd_configured() {
     let m = crate::mtls::mesh("istioctl-pc");
@@ -394,20 +420,51 @@ fn the_real_istioctl_reads_each_proxy_config_of_an_envoy_meshd_configured() {
     let clusters = dir.join("clusters.json");
     let body = client.envoy.admin("/clusters?format=json").unwrap().body;
     std::fs::write(&clusters, body).unwrap();
-    let proxy_config = |kind: &str| {
-        let file = if kind == "endpoint" { &clusters } else { &dump };
+
+    let cluster = crate::cluster::Cluster::shared();
+    let namespace = crate::cluster::Cluster::namespace("istioctl-pc");
+    let kubelet = Kubelet::start(
+        cluster,
+        &[Forward {
+            namespace: &namespace,
+            pod: "productpage-0",
+            port: 15000,
+            to: client.envoy.admin_port,
+        }],
+    );
+    cluster
+        .apply(&format!(
+            "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {namespace}}}\n---\napiVersion: v1\nkind: Pod\nmetadata: {{name: productpage-0, namespace: {namespace}}}\nspec:\n  nodeName: {}\n  containers:\n  - {{name: istio-proxy, image: proxyv2}}\n",
+            kubelet.node
+        ))
+        .unwrap();
+    kubelet.wait_running(&namespace, "productpage-0");
+    let pod = format!("productpage-0.{namespace}");
+    let istioctl = |args: &[&str]| {
         let out = Command::new(istio_bin().join("istioctl"))
-            .args(["proxy-config", kind, "--file"])
-            .arg(file)
+            .arg("--kubeconfig")
+            .arg(&cluster.kubeconfig)
+            .args(args)
             .output()
             .expect("running istioctl");
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
         assert!(
             out.status.success(),
-            "istioctl proxy-config {kind}: {text}{}",
-            String::from_utf8_lossy(&out.stderr)
+            "istioctl {args:?}: {text}{}\nkwok's log:\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            kubelet.log()
         );
         text
+    };
+    let proxy_config = |kind: &str| {
+        let file = if kind == "endpoint" { &clusters } else { &dump };
+        let from_file = istioctl(&["proxy-config", kind, "--file", file.to_str().unwrap()]);
+        let live = istioctl(&["proxy-config", kind, &pod]);
+        assert_eq!(
+            live, from_file,
+            "istioctl proxy-config {kind}, live and from a file"
+        );
+        live
     };
     // Each row's whitespace-separated columns.
     let rows = |text: &str| -> Vec<Vec<String>> {
@@ -432,13 +489,13 @@ fn the_real_istioctl_reads_each_proxy_config_of_an_envoy_meshd_configured() {
         "{routes}"
     );
     let endpoints = proxy_config("endpoint");
-    let cluster = format!("outbound|9080||{reviews}");
+    let cluster_name = format!("outbound|9080||{reviews}");
     assert!(
         rows(&endpoints).contains(&vec![
             format!("{}:9080", m.server_ip),
             "HEALTHY".into(),
             "OK".into(),
-            cluster.clone()
+            cluster_name.clone()
         ]),
         "{endpoints}"
     );
@@ -458,6 +515,25 @@ fn the_real_istioctl_reads_each_proxy_config_of_an_envoy_meshd_configured() {
         (rows(&secrets).iter()).any(|r| r.first().is_some_and(|n| n == "ROOTCA")),
         "{secrets}"
     );
+    // The bootstrap, as JSON; the file's has its `lastUpdated` time, the live one not.
+    let bootstrap = |source: &str| -> serde_json::Value {
+        let text = istioctl(&["proxy-config", "bootstrap", source]);
+        let mut json: serde_json::Value = serde_json::from_str(&text).unwrap();
+        json.as_object_mut().unwrap().remove("lastUpdated");
+        json
+    };
+    let live = bootstrap(&pod);
+    assert_eq!(live, bootstrap(&format!("--file={}", dump.display())));
+    let admin = &live["bootstrap"]["admin"]["address"]["socketAddress"]["portValue"];
+    assert_eq!(*admin, client.envoy.admin_port, "{live}");
+
+    // `proxy-config log` changes the Envoy's levels through the same port-forward.
+    let before = client.envoy.admin_post("/logging").unwrap().body;
+    assert!(!before.contains("http: debug"), "{before}");
+    let levels = istioctl(&["proxy-config", "log", &pod, "--level", "http:debug"]);
+    assert!(levels.contains("http: debug"), "{levels}");
+    let after = client.envoy.admin_post("/logging").unwrap().body;
+    assert!(after.contains("http: debug"), "{after}");
 }
 
 /// `meshd validate` against the real `istioctl analyze --use-kube=false -A` on the same

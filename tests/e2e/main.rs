@@ -23,6 +23,7 @@ mod istio_configs;
 mod istioctl;
 mod istiod;
 mod jwt;
+mod kubelet;
 mod kubernetes;
 mod kubernetes_crds;
 mod kubernetes_inject;
