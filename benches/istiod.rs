@@ -7,6 +7,8 @@
 //! ratios in meshd's favour.
 //!
 //! `cargo bench --features loadgen --bench istiod -- LOADGEN_ARGS` (`just bench-istiod`).
+//! `ISTIOD_ENV="NAME=VALUE ..."` gives istiod more environment (its tuning variables,
+//! e.g. `PILOT_MAX_REQUESTS_PER_SECOND`); without it istiod runs as installed.
 
 #![allow(dead_code)]
 
@@ -69,7 +71,20 @@ fn main() {
         &args,
         &["--spawn-meshd".into()],
     );
-    let istiod = istiod::Istiod::start(&cluster, "istio-system", &out.join("istiod"));
+    let istiod_env = std::env::var("ISTIOD_ENV").unwrap_or_default();
+    let istiod_env: Vec<(&str, &str)> = (istiod_env.split_whitespace())
+        .map(|kv| {
+            kv.split_once('=')
+                .unwrap_or_else(|| panic!("ISTIOD_ENV: {kv:?} is not NAME=VALUE"))
+        })
+        .collect();
+    let istiod = istiod::Istiod::start_with_env(
+        &cluster,
+        "istio-system",
+        &out.join("istiod"),
+        &[],
+        &istiod_env,
+    );
     let against_istiod = [
         "--xds".to_string(),
         format!("127.0.0.1:{}", istiod.xds_port),
@@ -96,7 +111,7 @@ fn main() {
         "storm_rss_peak": ratio(&istiod_run, &meshd, &["storm", "rss_peak_bytes"], false),
         "storm_cpu": ratio(&istiod_run, &meshd, &["meshd", "cpu_seconds_storm"], false),
     });
-    let summary = json!({"args": args, "meshd": meshd, "istiod": istiod_run, "ratios": ratios});
+    let summary = json!({"args": args, "istiod_env": std::env::var("ISTIOD_ENV").unwrap_or_default(), "meshd": meshd, "istiod": istiod_run, "ratios": ratios});
     std::fs::write(
         root.join("target/loadgen/istiod-compare.json"),
         format!("{summary:#}\n"),
