@@ -542,7 +542,9 @@ fn raw_http(addr: &str, preamble: &str) -> std::io::Result<HttpResponse> {
 
 /// MeshConfig `defaultConfig.proxyHeaders` at a real Envoy gateway: the `server` header
 /// takes its value, or the application's when disabled, and the `x-envoy-*` debug
-/// headers go when they are disabled.
+/// headers go when they are disabled; the application's `x-envoy-attempt-count` goes with
+/// `attemptCount` disabled, and a rewritten authority's original value reaches it in
+/// `x-forwarded-host` with `xForwardedHost` enabled.
 #[test]
 fn proxy_headers_decide_the_server_and_debug_headers_of_responses() {
     let m = gateway_mesh("gw-headers", Ads::Delta, &[("/", "productpage")]);
@@ -576,4 +578,40 @@ fn proxy_headers_decide_the_server_and_debug_headers_of_responses() {
     );
     // The upstream sends no `server` header, so none reaches the client.
     until("no server header, the debug headers back", None, true);
+
+    // `attemptCount` and `xForwardedHost` live in the gateway's virtual hosts: the
+    // application sees `x-envoy-attempt-count` unless it is disabled, and, where a route
+    // rewrites the authority, the original host in `x-forwarded-host` once it is enabled.
+    m.meshd.write(
+        "front.yaml",
+        &front_vs(&[("/", "productpage")]).replace(
+            "  - match: [{uri: {prefix: /}}]",
+            "  - match: [{uri: {prefix: /rw}}]\n    rewrite: {authority: rewritten.example.com}\n    route: [{destination: {host: productpage}}]\n  - match: [{uri: {prefix: /}}]",
+        ),
+    );
+    let echoed = |path: &str| {
+        let r = http_get(&m.addr, "shop.example.com", path, &[]).ok()?;
+        let h = |name: &str| r.headers.get(name).cloned().unwrap_or_default();
+        Some((h("x-echo-attempt-count"), h("x-echo-forwarded-host")))
+    };
+    let until_echoed = |what: &str, path: &str, attempts: &str, host: &str| {
+        wait_until(what, Duration::from_secs(10), || {
+            echoed(path) == Some((attempts.to_string(), host.to_string()))
+        });
+    };
+    until_echoed("the attempt count, no x-forwarded-host", "/rw", "1", "");
+    m.meshd.write(
+        "mesh.yaml",
+        &mesh_configmap(
+            "defaultConfig:\n  proxyHeaders: {attemptCount: {disabled: true}, xForwardedHost: {enabled: true}}",
+        ),
+    );
+    until_echoed(
+        "no attempt count, the original host",
+        "/rw",
+        "",
+        "shop.example.com",
+    );
+    // A route without a rewrite keeps the host, so it appends nothing.
+    assert_eq!(echoed("/"), Some((String::new(), String::new())));
 }

@@ -437,7 +437,9 @@ pub fn read_request(reader: &mut impl BufRead, line: &str) -> Option<Request> {
 }
 
 /// Answers the HTTP/1.1 requests of one connection with the status `decide` gives the
-/// path, the upstream's name and `extra` response headers (each ending in CRLF). A
+/// path, the upstream's name and `extra` response headers (each ending in CRLF), and the
+/// request's `x-forwarded-client-cert`, `x-envoy-attempt-count` and `x-forwarded-host` as
+/// `x-echo-xfcc`, `x-echo-attempt-count` and `x-echo-forwarded-host`. A
 /// connection whose first line is not an HTTP/1 request line is an echo: each line comes
 /// back as `NAME echo: LINE`.
 pub fn serve_connection(
@@ -471,10 +473,15 @@ pub fn serve_connection(
         let close = request
             .header("connection")
             .is_some_and(|v| v.to_ascii_lowercase().contains("close"));
-        let xfcc = request.header("x-forwarded-client-cert").unwrap_or("");
+        let echo = |h: &str| request.header(h).unwrap_or("").to_string();
+        let (xfcc, attempts) = (
+            echo("x-forwarded-client-cert"),
+            echo("x-envoy-attempt-count"),
+        );
+        let forwarded_host = echo("x-forwarded-host");
         let status = decide(path);
         let resp = format!(
-            "HTTP/1.1 {status}\r\ncontent-type: text/plain\r\nx-upstream: {name}\r\nx-path: {path}\r\nx-echo-xfcc: {xfcc}\r\n{extra}content-length: {}\r\n\r\n{name}",
+            "HTTP/1.1 {status}\r\ncontent-type: text/plain\r\nx-upstream: {name}\r\nx-path: {path}\r\nx-echo-xfcc: {xfcc}\r\nx-echo-attempt-count: {attempts}\r\nx-echo-forwarded-host: {forwarded_host}\r\n{extra}content-length: {}\r\n\r\n{name}",
             name.len()
         );
         let writer = reader.get_mut();

@@ -18,7 +18,7 @@ pub struct ProxyHeaders {
     pub server_value: Option<String>,
     /// `requestId.disabled`: no `x-request-id` is generated.
     pub request_id_disabled: bool,
-    /// `attemptCount.disabled`: no `x-envoy-attempt-count` (not applied by meshd yet).
+    /// `attemptCount.disabled`: no `x-envoy-attempt-count` (set in virtual hosts).
     pub attempt_count_disabled: bool,
     /// `envoyDebugHeaders.disabled`: no `x-envoy-*` debug headers.
     pub envoy_debug_headers_disabled: bool,
@@ -29,7 +29,7 @@ pub struct ProxyHeaders {
     pub client_cert_details: [Option<bool>; 5],
     /// `xForwardedPort.enabled`: `x-forwarded-port` is appended.
     pub x_forwarded_port: bool,
-    /// `xForwardedHost.enabled`: `x-forwarded-host` is appended (not applied by meshd yet).
+    /// `xForwardedHost.enabled`: `x-forwarded-host` is appended (set in route actions).
     pub x_forwarded_host: bool,
 }
 

@@ -15,7 +15,7 @@ use envoy_api::pb::envoy::extensions::transport_sockets::tls::v3::Secret;
 use model::config::ConfigObject;
 use model::{Proxy, PushContext, Service};
 
-use crate::route::{self, GatewayVirtualHost, VirtualHostPlan};
+use crate::route::{self, GatewayVirtualHost, RouteHeaders, VirtualHostPlan};
 use crate::{ProxyConfig, cluster, cluster_plan, locality, name_table, plan};
 
 /// Where [`assemble`] puts a proxy's configuration, part by part.
@@ -65,13 +65,15 @@ pub trait Assembly {
     /// A virtual host built for this proxy alone.
     fn virtual_host(&mut self, vh: &VirtualHost) -> Self::VirtualHost;
     /// The route configuration `name`, holding `virtual_hosts` in order (over VHDS for a
-    /// proxy on [`Proxy::vhds`]: its shell, and each virtual host as a resource).
+    /// proxy on [`Proxy::vhds`]: its shell, and each virtual host as a resource), each
+    /// with what the proxy's `headers` change in it.
     fn route_configuration(
         &mut self,
         ctx: &PushContext,
         proxy: &Proxy,
         name: &str,
         virtual_hosts: Vec<Self::VirtualHost>,
+        headers: Option<RouteHeaders>,
     );
     /// The DNS name table of `services`, for a proxy whose agent runs a DNS proxy.
     fn name_table(&mut self, ctx: &PushContext, proxy: &Proxy, services: &[&Arc<Service>]);
@@ -100,7 +102,7 @@ pub fn assemble<A: Assembly>(ctx: &PushContext, proxy: &Proxy, out: &mut A) {
         if !sniffed {
             vhosts.extend(plan.catch_all.as_ref().map(|c| out.virtual_host(c)));
         }
-        out.route_configuration(ctx, proxy, &r.name, vhosts);
+        out.route_configuration(ctx, proxy, &r.name, vhosts, plan.route_headers);
     }
     for r in &plan.gateway_routes {
         let planned = route::gateway_plan(ctx, proxy, &r.servers);
@@ -111,7 +113,7 @@ pub fn assemble<A: Assembly>(ctx: &PushContext, proxy: &Proxy, out: &mut A) {
                 .map(|vh| out.gateway_virtual_host(ctx, proxy, vh))
                 .collect()
         };
-        out.route_configuration(ctx, proxy, &r.name, vhosts);
+        out.route_configuration(ctx, proxy, &r.name, vhosts, plan.route_headers);
     }
     if proxy.dns_proxy {
         out.name_table(ctx, proxy, &plan.services);
@@ -216,8 +218,12 @@ impl Assembly for ProxyConfig {
         _: &PushContext,
         proxy: &Proxy,
         name: &str,
-        virtual_hosts: Vec<VirtualHost>,
+        mut virtual_hosts: Vec<VirtualHost>,
+        headers: Option<RouteHeaders>,
     ) {
+        if let Some(headers) = headers {
+            virtual_hosts.iter_mut().for_each(|vh| headers.apply(vh));
+        }
         let rc = route::with_virtual_hosts(name.to_string(), virtual_hosts);
         if proxy.vhds {
             let (shell, vhosts) = route::into_vhds(rc);

@@ -81,6 +81,8 @@ pub struct Plan<'a> {
     pub gateway_routes: Vec<route::GatewayRoute>,
     /// Gateway credentials, for proxies with a proven identity only.
     pub secrets: Vec<Secret>,
+    /// What the proxy's `proxyHeaders` change in every virtual host it is sent.
+    pub route_headers: Option<route::RouteHeaders>,
 }
 
 /// A sidecar route configuration before assembly: `"PORT"` (these virtual hosts, then the
@@ -127,6 +129,7 @@ pub fn plan<'a>(ctx: &'a PushContext, proxy: &Proxy) -> Plan<'a> {
                 catch_all: Some(route::sidecar_catch_all(ctx, proxy)),
                 gateway_routes: Vec::new(),
                 secrets: Vec::new(),
+                route_headers: None,
             }
         }
         ProxyKind::Router => {
@@ -147,6 +150,7 @@ pub fn plan<'a>(ctx: &'a PushContext, proxy: &Proxy) -> Plan<'a> {
                 catch_all: None,
                 gateway_routes: routes,
                 secrets,
+                route_headers: None,
             }
         }
     };
@@ -167,6 +171,7 @@ pub fn plan<'a>(ctx: &'a PushContext, proxy: &Proxy) -> Plan<'a> {
     };
     listener::apply_view_settings(&mut plan.listeners, &settings);
     let headers = settings.headers.as_ref().map(|(h, _)| h);
+    plan.route_headers = headers.and_then(route::RouteHeaders::of);
     if let Some(filters) = istio_proxy::IstioFilters::of(ctx, proxy, headers) {
         istio_proxy::add_listener_filters(&mut plan.listeners, &filters, proxy.kind);
         istio_proxy::add_view_cluster_filters(&mut clusters, &filters.mx_labels);
@@ -229,6 +234,7 @@ pub fn cluster_plan<'a>(ctx: &'a PushContext, proxy: &Proxy) -> Plan<'a> {
         catch_all: None,
         gateway_routes: Vec::new(),
         secrets: Vec::new(),
+        route_headers: None,
     }
 }
 

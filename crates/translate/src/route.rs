@@ -47,10 +47,12 @@ use model::service::AutoAddresses;
 use model::{Proxy, PushContext, Service, host_matches, resolve_host};
 
 mod gateway;
+mod headers;
 mod matching;
 mod retry;
 mod vhds;
 
+pub use self::headers::RouteHeaders;
 pub use self::matching::*;
 pub use self::retry::*;
 pub use self::vhds::*;

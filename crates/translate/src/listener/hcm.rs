@@ -40,7 +40,7 @@ pub(crate) fn proxy_headers(ctx: &PushContext, proxy: &Proxy) -> Option<ProxyHea
 
 /// Sets `headers` on a connection manager of a listener of `direction` of a proxy of
 /// `kind`, as istiod's `GetProxyHeadersFromProxyConfig` and its listener builders do.
-/// `attemptCount` and `xForwardedHost` live in the route configurations: not applied.
+/// `attemptCount` and `xForwardedHost` live in the virtual hosts ([`crate::route::RouteHeaders`]).
 fn apply_headers(hcm: &mut HttpConnectionManager, headers: &ProxyHeaders, inbound: bool) {
     if headers.server_disabled {
         hcm.server_name = String::new();

@@ -159,3 +159,64 @@ fn in_mesh_metadata_exchange_headers_skip_external_clusters_on_the_client_side()
         assert_eq!(text.contains("skip_external_clusters"), !inbound, "{text}");
     }
 }
+
+/// `web`'s VirtualService: `/a` rewrites the authority, the rest routes as written; and
+/// one for the gateway's server.
+const REWRITE: &str = "---\napiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: web, namespace: shop}\nspec:\n  hosts: [web]\n  http:\n  - match: [{uri: {prefix: /a}}]\n    rewrite: {authority: a.example.com}\n    route: [{destination: {host: web}}]\n  - route: [{destination: {host: web}}]\n---\napiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: front, namespace: shop}\nspec:\n  hosts: [front.example.com]\n  gateways: [istio-system/gw]\n  http:\n  - route: [{destination: {host: web}}]\n";
+
+/// Each virtual host of `proxy`'s route configurations: (name, whether it includes the
+/// attempt count, the names of its routes that append `x-forwarded-host`).
+fn virtual_hosts(default_config: &str, proxy: &Proxy) -> Vec<(String, bool, Vec<String>)> {
+    use envoy_api::pb::envoy::config::route::v3::route::Action;
+    let mesh = format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: istio, namespace: istio-system}}\ndata:\n  mesh: |\n    defaultConfig: {default_config}\n"
+    );
+    let cfg = proxy_config(&context(&format!("{mesh}{OBJECTS}{REWRITE}")), proxy);
+    let vhosts: Vec<_> = (cfg.routes.iter()).flat_map(|r| &r.virtual_hosts).collect();
+    assert!(!vhosts.is_empty(), "{:?}", cfg.routes);
+    (vhosts.into_iter())
+        .map(|vh| {
+            let appending = (vh.routes.iter())
+                .filter(
+                    |r| matches!(&r.action, Some(Action::Route(a)) if a.append_x_forwarded_host),
+                )
+                .map(|r| r.name.clone())
+                .collect();
+            (vh.name.clone(), vh.include_request_attempt_count, appending)
+        })
+        .collect()
+}
+
+#[test]
+fn attempt_count_and_x_forwarded_host_are_set_in_every_virtual_host() {
+    // Istio's defaults: the attempt count everywhere, no x-forwarded-host.
+    for (name, attempts, appending) in virtual_hosts("{}", &web(None)) {
+        assert!(attempts && appending.is_empty(), "{name}: {appending:?}");
+    }
+    let own = json!({"proxyHeaders": {"attemptCount": {"disabled": true}, "xForwardedHost": {"enabled": true}}});
+    let vhosts = virtual_hosts("{}", &web(Some(own)));
+    for (name, attempts, _) in &vhosts {
+        assert!(!attempts, "{name}");
+    }
+    // x-forwarded-host on the route that rewrites and on the catch-all's, as istiod.
+    let appending = |name: &str| {
+        let vh = vhosts.iter().find(|(n, ..)| n == name);
+        vh.unwrap_or_else(|| panic!("{name} in {vhosts:?}")).2.len()
+    };
+    assert_eq!(appending("web.shop.svc.cluster.local:80"), 1, "{vhosts:?}");
+    assert_eq!(appending("allow_any"), 1, "{vhosts:?}");
+
+    // A gateway's virtual hosts, from MeshConfig's defaultConfig.
+    let mesh = "{proxyHeaders: {attemptCount: {disabled: true}}}";
+    let gateway = virtual_hosts(mesh, &ingress_gateway());
+    assert_eq!(gateway.len(), 1, "{gateway:?}");
+    assert!(
+        gateway.iter().all(|(_, attempts, _)| !attempts),
+        "{gateway:?}"
+    );
+    let gateway = virtual_hosts("{}", &ingress_gateway());
+    assert!(
+        gateway.iter().all(|(_, attempts, _)| *attempts),
+        "{gateway:?}"
+    );
+}

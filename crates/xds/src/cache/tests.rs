@@ -963,3 +963,26 @@ fn cached_virtual_hosts_and_gateway_routes_follow_the_meshs_default_retry_policy
         assert_eq!(attempts(&ctx), BTreeSet::from_iter(expected), "v/{version}");
     }
 }
+
+#[test]
+fn proxy_headers_in_virtual_hosts_are_in_cached_views_as_translated() {
+    let store = Shape::new(40, 4, 2).store();
+    let (ctx, cache) = first_push(&store);
+    let with_headers = |mut p: Proxy| {
+        let config = json!({"proxyHeaders": {"attemptCount": {"disabled": true}, "xForwardedHost": {"enabled": true}}});
+        let meta = json!({"NAMESPACE": p.namespace, "PROXY_CONFIG": config});
+        let headers = Proxy::from_node(&p.id, meta.as_object().unwrap()).unwrap();
+        p.proxy_headers = headers.proxy_headers;
+        p
+    };
+    let [sidecar, vhds_sidecar, gateway] = [0, 3, 5].map(|i| with_headers(proxies()[i].clone()));
+    assert_views_agree_for(&ctx, &cache, vec![sidecar.clone(), vhds_sidecar, gateway]);
+    // (The mesh's gateway has only its blackhole virtual host, which they leave alone.)
+    let routes = |p: &Proxy| {
+        let v = view(&ctx, p, &cache);
+        (v.all(TypeKind::Route).values())
+            .map(|r| r.value().into_owned())
+            .collect::<Vec<_>>()
+    };
+    assert_ne!(routes(&sidecar), routes(&proxies()[0]));
+}

@@ -6,7 +6,7 @@
 use envoy_api::pb::envoy::config::cluster::v3::Cluster;
 use envoy_api::pb::envoy::config::listener::v3::Listener;
 use envoy_api::pb::envoy::extensions::transport_sockets::tls::v3::Secret;
-use translate::route::GatewayVirtualHost;
+use translate::route::{GatewayVirtualHost, RouteHeaders};
 
 use super::*;
 
@@ -101,8 +101,14 @@ impl translate::Assembly for Cached<'_> {
         ctx: &PushContext,
         proxy: &Proxy,
         name: &str,
-        virtual_hosts: Vec<Arc<[u8]>>,
+        mut virtual_hosts: Vec<Arc<[u8]>>,
+        headers: Option<RouteHeaders>,
     ) {
+        if let Some(headers) = headers {
+            for field in &mut virtual_hosts {
+                *field = with_route_headers(field, headers).into();
+            }
+        }
         insert_route_configuration(&mut self.view, ctx, proxy, self.cache, name, virtual_hosts);
     }
 
@@ -276,6 +282,19 @@ pub fn view_after_endpoints(
         view.share(TypeKind::NameTable, previous.set(TypeKind::NameTable));
     }
     view
+}
+
+/// An encoded `virtual_hosts` field with what a proxy's `headers` change in it: the
+/// shared encoding decoded, changed and encoded again (only for proxies whose
+/// `proxyHeaders` set `attemptCount` or `xForwardedHost`).
+fn with_route_headers(field: &[u8], headers: RouteHeaders) -> Vec<u8> {
+    use prost::encoding::decode_varint;
+    let mut rest = field;
+    decode_varint(&mut rest).expect("BUG: a virtual_hosts field");
+    decode_varint(&mut rest).expect("BUG: a virtual_hosts field");
+    let mut vh = VirtualHost::decode(rest).expect("BUG: an encoded virtual host");
+    headers.apply(&mut vh);
+    virtual_host_field(&vh)
 }
 
 /// A virtual host of `route_config` as a VHDS resource, from its encoded `virtual_hosts`
