@@ -550,7 +550,12 @@ async fn config_dump(
         .to_string();
     (
         StatusCode::OK,
-        Json(dump::config_dump(&view, push.version(), &at)),
+        Json(dump::config_dump(
+            &view,
+            push.version(),
+            &at,
+            c.route_names.as_deref(),
+        )),
     )
 }
 

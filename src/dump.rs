@@ -3,7 +3,7 @@
 //! `/debug/config_dump?proxyID=` can be diffed against what the proxy itself reports.
 //! Private keys are redacted as Envoy redacts them.
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use envoy_api::pb::google::protobuf::Any;
 
@@ -97,8 +97,15 @@ fn as_envoy_prints(mut value: Value) -> Value {
     value
 }
 
-/// A proxy's configuration as Envoy's `/config_dump` shows its dynamic resources.
-pub fn config_dump(view: &View, version: &str, sent_at: &str) -> Value {
+/// A proxy's configuration as Envoy's `/config_dump` shows its dynamic resources; its
+/// route configurations those it subscribes to (`route_names`, see
+/// [`xds::debug::subscribed_routes`]).
+pub fn config_dump(
+    view: &View,
+    version: &str,
+    sent_at: &str,
+    route_names: Option<&[Arc<str>]>,
+) -> Value {
     let all = |kind: TypeKind| view.all(kind).values();
     let clusters: Vec<Value> = all(TypeKind::Cluster)
         .map(|r| json!({"version_info": version, "cluster": resource_json(r), "last_updated": sent_at}))
@@ -111,7 +118,7 @@ pub fn config_dump(view: &View, version: &str, sent_at: &str) -> Value {
             json!({"name": &*r.name, "active_state": {"version_info": version, "listener": resource_json(r), "last_updated": sent_at}})
         })
         .collect();
-    let routes: Vec<Value> = all(TypeKind::Route)
+    let routes: Vec<Value> = (xds::debug::subscribed_routes(view, route_names).iter())
         .map(|r| {
             let config = any_json(&xds::debug::route_config_with_vhds(r, view));
             json!({"version_info": version, "route_config": config, "last_updated": sent_at})

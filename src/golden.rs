@@ -106,7 +106,7 @@ fn every_golden_case_gives_each_proxy_its_expected_configuration() {
         for p in &case.proxies {
             let mut proxy = Proxy::from_node(&p.id, &p.metadata).unwrap();
             proxy.identity = p.identity.clone();
-            let got = config_dump(&view(&context, &proxy, &cache), "golden/1", "");
+            let got = config_dump(&view(&context, &proxy, &cache), "golden/1", "", None);
             let file = dir.join(format!("{}.json", p.name));
             if update {
                 std::fs::write(&file, format!("{got:#}\n")).unwrap();

@@ -10,7 +10,9 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::cluster::Tenant;
-use crate::harness::{envoy_bin, fixed_ports, free_port, http_get, loopback_ip, temp_dir};
+use crate::harness::{
+    envoy_bin, fixed_ports, free_port, http_get, loopback_ip, temp_dir, wait_until,
+};
 use crate::istiod::{istio_bin, istio_source};
 use crate::kubelet::{Forward, Kubelet};
 use crate::kubernetes::kube_mesh_on;
@@ -103,6 +105,23 @@ fn the_real_istioctl_reads_proxy_status_from_meshd() {
             assert!(compared.contains(part), "{source} {part}:\n{compared}");
         }
     }
+
+    // The Gateway removed, Envoy drains the gateway's listener (45 s, as istio-agent runs
+    // it) and keeps subscribing to its route configuration, which meshd answers empty.
+    // meshd's dump holds the route configurations the proxy subscribes to, as istiod's
+    // does, so the routes still match.
+    m.t.delete("gateway.networking.istio.io", "web");
+    wait_until(
+        "the gateway's listener to drain",
+        Duration::from_secs(10),
+        || {
+            m.envoy
+                .config_dump("dynamic_listeners")
+                .contains("draining_state")
+        },
+    );
+    let draining = istioctl(&m.t, secure, &["proxy-status", &pod]);
+    assert!(draining.contains("Routes Match"), "{draining}");
 
     // `x precheck` on the cluster meshd runs in: the API server's version, the admin's
     // permissions, Gateway API versions and the alpha-annotation analyzer over the Istio

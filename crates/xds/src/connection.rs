@@ -242,6 +242,10 @@ pub struct SyncStatus {
     pub model: Arc<Proxy>,
     /// The HTTP/2 connection its stream is on.
     pub transport: Option<Arc<transport::grpc::Connection>>,
+    /// The route configurations the proxy subscribes to, as of its last request that
+    /// changed them: istiod's debug dump shows these (a draining listener's too), not the
+    /// ones its current listeners name. `None` before its first RDS request.
+    pub route_names: Option<Arc<[Arc<str>]>>,
 }
 
 impl SyncStatus {
@@ -319,6 +323,7 @@ impl Connection {
             in_sync_push: 0,
             model: proxy.clone(),
             transport: None,
+            route_names: None,
         }));
         shared.register(id, &proxy, status.clone());
         let push = shared.current_push();
@@ -375,6 +380,17 @@ impl Connection {
         if !w.wildcard {
             w.names = all.keys().cloned().collect();
         }
+    }
+
+    /// Records the route configurations the proxy subscribes to in its status, after a
+    /// request that changed them.
+    pub fn note_route_names(&self) {
+        let w = &self.watches[TypeKind::Route as usize];
+        let names: Arc<[Arc<str>]> = match w.held_view(TypeKind::Route) {
+            Some(held) => held.keys().cloned().collect(),
+            None => w.names.iter().cloned().collect(),
+        };
+        self.status.lock().unwrap().route_names = Some(names);
     }
 
     /// Whether the proxy subscribed to `name` of `kind` (explicitly or by wildcard).

@@ -318,17 +318,36 @@ fn config_dump(
     };
     let push = shared.current_push();
     let view = push.view(&status.model);
-    Ok(config_dump_configs(&view, push.version())
-        .into_iter()
-        .map(|a| resource::with_type_url("", &a.type_url, a.value))
-        .collect())
+    Ok(
+        config_dump_configs(&view, push.version(), status.route_names.as_deref())
+            .into_iter()
+            .map(|a| resource::with_type_url("", &a.type_url, a.value))
+            .collect(),
+    )
+}
+
+/// The route configurations of `view` a proxy subscribed to as `route_names` (one it
+/// names that the view lacks as it was answered: empty), as istiod's debug dumps generate
+/// them from the watched names; without a subscription on record, the view's.
+pub fn subscribed_routes(view: &View, route_names: Option<&[Arc<str>]>) -> Vec<Arc<Resource>> {
+    match route_names {
+        Some(names) => (names.iter())
+            .filter_map(|n| view.get(TypeKind::Route, n))
+            .collect(),
+        None => view.all(TypeKind::Route).values().cloned().collect(),
+    }
 }
 
 /// What `/config_dump` holds of a proxy's dynamic configuration, in istiod's order:
 /// bootstrap (empty), clusters, listeners, scoped routes (empty), routes (with the
 /// virtual hosts VHDS sent folded into their route configurations, as Envoy shows them),
 /// secrets (private keys redacted, as Envoy redacts them), extension configs (empty).
-pub fn config_dump_configs(view: &View, version: &str) -> Vec<Any> {
+/// The routes are those the proxy subscribes to ([`subscribed_routes`]).
+pub fn config_dump_configs(
+    view: &View,
+    version: &str,
+    route_names: Option<&[Arc<str>]>,
+) -> Vec<Any> {
     let all = |kind: TypeKind| view.all(kind).values();
     let clusters = ClustersConfigDump {
         version_info: version.to_string(),
@@ -357,7 +376,7 @@ pub fn config_dump_configs(view: &View, version: &str) -> Vec<Any> {
         ..Default::default()
     };
     let routes = RoutesConfigDump {
-        dynamic_route_configs: all(TypeKind::Route)
+        dynamic_route_configs: (subscribed_routes(view, route_names).iter())
             .map(|r| routes_config_dump::DynamicRouteConfig {
                 version_info: version.to_string(),
                 route_config: Some(route_config_with_vhds(r, view)),

@@ -61,7 +61,14 @@ impl Framing for Delta {
 
 async fn handle(conn: &mut Connection, req: DeltaDiscoveryRequest, tx: &Tx) -> Result<(), Closed> {
     let kind = TypeKind::from_url(&req.type_url);
+    let route_names_change = kind == Some(TypeKind::Route)
+        && (!conn.watches[TypeKind::Route as usize].subscribed
+            || !req.resource_names_subscribe.is_empty()
+            || !req.resource_names_unsubscribe.is_empty());
     handle_request(conn, req, tx).await?;
+    if route_names_change {
+        conn.note_route_names();
+    }
     if kind == Some(TypeKind::Route) {
         // Route configurations sent in answer: their virtual hosts follow, as nothing
         // else would send them (a push sends them after its route configurations).
@@ -488,6 +495,50 @@ mod tests {
             (TypeKind::Route.url(), vec!["8080".into()])
         );
         assert_eq!(answer(&mut rx), (TypeKind::VirtualHost.url(), all));
+    }
+
+    /// The route configurations a proxy subscribes to are on record for the debug dump,
+    /// one the view lacks (a draining listener's) included, as it was answered: empty.
+    #[tokio::test]
+    async fn the_subscribed_route_configurations_are_on_record() {
+        use crate::testing;
+        use model::testmesh::{Load, Shape};
+
+        let store = Shape::new(30, 3, 2).store();
+        let pushes = testing::Pushes::default();
+        let (_pushed, rx) = tokio::sync::watch::channel(pushes.build(&store, 1));
+        let meta = serde_json::json!({"NAMESPACE": "ns-1", "LABELS": {"app": "a"}});
+        let proxy = model::Proxy::from_node(
+            "sidecar~10.9.0.1~a-0.ns-1~ns-1.svc.cluster.local",
+            meta.as_object().unwrap(),
+        )
+        .unwrap();
+        let mut conn = Connection::new(testing::shared(rx), proxy, true);
+        let (tx, _rx) = crate::outbox::channel(16);
+        let names = |conn: &Connection| -> Option<Vec<String>> {
+            let status = conn.status.lock().unwrap();
+            let names = status.route_names.as_ref()?;
+            Some(names.iter().map(|n| n.to_string()).collect())
+        };
+        assert_eq!(names(&conn), None);
+        let rds = |sub: &[&str], unsub: &[&str]| DeltaDiscoveryRequest {
+            type_url: TypeKind::Route.url().into(),
+            ..request(sub, unsub)
+        };
+        handle(&mut conn, rds(&["8080"], &[]), &tx).await.unwrap();
+        assert_eq!(names(&conn), Some(vec!["8080".into()]));
+        handle(&mut conn, rds(&["http.9999"], &[]), &tx)
+            .await
+            .unwrap();
+        handle(&mut conn, rds(&[], &["8080"]), &tx).await.unwrap();
+        assert_eq!(names(&conn), Some(vec!["http.9999".into()]));
+
+        let view = conn.view();
+        assert!(view.all(TypeKind::Route).contains_key("8080"));
+        let status = conn.status.lock().unwrap().clone();
+        let dumped = crate::debug::subscribed_routes(&view, status.route_names.as_deref());
+        let dumped: Vec<&str> = dumped.iter().map(|r| &*r.name).collect();
+        assert_eq!(dumped, ["http.9999"]);
     }
 
     #[test]

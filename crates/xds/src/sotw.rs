@@ -113,6 +113,9 @@ async fn handle(conn: &mut Connection, req: DiscoveryRequest, tx: &Tx) -> Result
         let (changed, _) = conn.diff_of(kind, &desired);
         respond(conn, kind, desired, &changed, None, tx).await?;
     }
+    if kind == TypeKind::Route && (first || names_changed) {
+        conn.note_route_names();
+    }
     Ok(())
 }
 

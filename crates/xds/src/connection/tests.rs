@@ -17,6 +17,7 @@ fn sync_status_shows_the_proxys_names_its_types_and_istiods_nonce_fields() {
         in_sync_push: 3,
         model: Arc::new(proxy),
         transport: None,
+        route_names: None,
     };
     let rds = status.of(TypeKind::Route);
     rds.nonce_sent = "3-2".into();
