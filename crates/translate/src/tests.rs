@@ -198,8 +198,9 @@ fn sidecar_routes_carry_every_kubernetes_name_and_the_virtual_service() {
         "connect-failure,refused-stream,unavailable,cancelled,retriable-status-codes"
     );
     assert_eq!(retry.num_retries.as_ref().unwrap().value, 2);
-    assert_eq!(retry.host_selection_retry_max_attempts, 3);
-    assert_eq!(retry.retriable_status_codes, [503]);
+    // istiod's `retry.DefaultPolicy`: no status code retriable.
+    assert_eq!(retry.host_selection_retry_max_attempts, 5);
+    assert!(retry.retriable_status_codes.is_empty());
     assert_eq!(
         retry.retry_host_predicate[0].name,
         "envoy.retry_host_predicates.previous_hosts"

@@ -3,13 +3,13 @@
 
 use super::*;
 
-/// Istio's default retry policy, as the seeds specify it (older Istio: 3 host-selection
-/// attempts, retriable status 503).
+/// Istio's default retry policy, as istiod's `retry.DefaultPolicy` writes it: two retries
+/// on connection failures, refused streams and gRPC `unavailable` and `cancelled`, no
+/// status code retriable, 5 host-selection attempts away from the hosts already tried.
 pub const DEFAULT_RETRY_ON: &str =
     "connect-failure,refused-stream,unavailable,cancelled,retriable-status-codes";
 pub const DEFAULT_RETRIES: u32 = 2;
-pub const DEFAULT_HOST_SELECTION_ATTEMPTS: i64 = 3;
-pub const DEFAULT_RETRIABLE_STATUS: u32 = 503;
+pub const DEFAULT_HOST_SELECTION_ATTEMPTS: i64 = 5;
 
 pub(super) fn default_retry_policy() -> RetryPolicy {
     RetryPolicy {
@@ -19,7 +19,6 @@ pub(super) fn default_retry_policy() -> RetryPolicy {
         }),
         retry_host_predicate: vec![previous_hosts()],
         host_selection_retry_max_attempts: DEFAULT_HOST_SELECTION_ATTEMPTS,
-        retriable_status_codes: vec![DEFAULT_RETRIABLE_STATUS],
         ..Default::default()
     }
 }
