@@ -288,20 +288,16 @@ pub fn view_after_endpoints(
 /// shared encoding decoded, changed and encoded again (only for proxies whose
 /// `proxyHeaders` set `attemptCount` or `xForwardedHost`).
 fn with_route_headers(field: &[u8], headers: RouteHeaders) -> Vec<u8> {
-    use prost::encoding::decode_varint;
-    let mut rest = field;
-    decode_varint(&mut rest).expect("BUG: a virtual_hosts field");
-    decode_varint(&mut rest).expect("BUG: a virtual_hosts field");
-    let mut vh = VirtualHost::decode(rest).expect("BUG: an encoded virtual host");
+    let mut vh =
+        VirtualHost::decode(virtual_host_body(field)).expect("BUG: an encoded virtual host");
     headers.apply(&mut vh);
     virtual_host_field(&vh)
 }
 
-/// A virtual host of `route_config` as a VHDS resource, from its encoded `virtual_hosts`
-/// field: the message renamed [`translate::route::vhds_name`], byte for byte what
-/// encoding the renamed virtual host gives (the name is its first field).
-pub(super) fn vhds_resource(route_config: &str, field: &[u8]) -> Arc<Resource> {
-    use prost::encoding::{decode_varint, encode_varint};
+/// The encoded virtual host inside an encoded `virtual_hosts` field (past its key and
+/// length).
+fn virtual_host_body(field: &[u8]) -> &[u8] {
+    use prost::encoding::decode_varint;
     let mut rest = field;
     let key = decode_varint(&mut rest).expect("BUG: a virtual_hosts field");
     let len = decode_varint(&mut rest).expect("BUG: a virtual_hosts field");
@@ -309,7 +305,15 @@ pub(super) fn vhds_resource(route_config: &str, field: &[u8]) -> Arc<Resource> {
         (key, len as usize),
         (u64::from(VIRTUAL_HOSTS << 3 | 2), rest.len())
     );
-    let mut body = rest;
+    rest
+}
+
+/// A virtual host of `route_config` as a VHDS resource, from its encoded `virtual_hosts`
+/// field: the message renamed [`translate::route::vhds_name`], byte for byte what
+/// encoding the renamed virtual host gives (the name is its first field).
+pub(super) fn vhds_resource(route_config: &str, field: &[u8]) -> Arc<Resource> {
+    use prost::encoding::{decode_varint, encode_varint};
+    let mut body = virtual_host_body(field);
     let mut old_name = "";
     if body.first() == Some(&0x0a) {
         body = &body[1..];
