@@ -52,6 +52,27 @@ pub fn built(set: &str) -> PathBuf {
     PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
 }
 
+/// The directory of Go module `module` in the module cache, at the version the set's
+/// `tools/SET/go.mod` pins (building the set fetched it): where its test data and
+/// packaging files are read, never copied.
+pub fn module_source(set: &str, module: &str) -> PathBuf {
+    let out = Command::new("go")
+        .args(["list", "-m", "-f", "{{.Dir}}", module])
+        .current_dir(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tools")
+                .join(set),
+        )
+        .output()
+        .unwrap_or_else(|e| panic!("running go list (Go is needed for {module}'s sources): {e}"));
+    assert!(
+        out.status.success(),
+        "go list -m {module}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+}
+
 /// What `start` makes, kept for the rest of the test binary's life. It is made on a
 /// thread that never ends, so that the parent-death signal of the processes it spawns
 /// fires only when the test binary exits (the signal follows the spawning thread).

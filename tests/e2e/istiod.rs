@@ -4,7 +4,7 @@
 //! `benches/istio_configs.rs`).
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::process::Child;
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -24,18 +24,7 @@ pub fn istio_source() -> &'static Path {
     DIR.get_or_init(|| {
         // Building Istio's tools fetches its module into the cache.
         istio_bin();
-        let tools = Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/istio");
-        let out = Command::new("go")
-            .args(["list", "-m", "-f", "{{.Dir}}", "istio.io/istio"])
-            .current_dir(&tools)
-            .output()
-            .expect("running go list (Go is needed for Istio's sources)");
-        assert!(
-            out.status.success(),
-            "go list -m istio.io/istio: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+        crate::cluster::module_source("istio", "istio.io/istio")
     })
 }
 

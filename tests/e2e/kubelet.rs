@@ -10,11 +10,11 @@
 //! time).
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::process::Child;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use crate::cluster::{Cluster, built, command};
+use crate::cluster::{Cluster, built, command, module_source};
 use crate::harness::{free_port, temp_dir, wait_until};
 
 /// A pod port forwarded to a local port.
@@ -50,17 +50,7 @@ fn kwok_bin() -> &'static Path {
 /// kwok's source in the Go module cache, at the version `tools/kwok/go.mod` pins.
 fn kwok_source() -> PathBuf {
     kwok_bin();
-    let out = Command::new("go")
-        .args(["list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/kwok"])
-        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/kwok"))
-        .output()
-        .expect("running go list (Go is needed for kwok's stages)");
-    assert!(
-        out.status.success(),
-        "go list -m sigs.k8s.io/kwok: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+    module_source("kwok", "sigs.k8s.io/kwok")
 }
 
 impl Kubelet {
