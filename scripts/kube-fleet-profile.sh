@@ -18,15 +18,13 @@ command -v perf >/dev/null || { echo "perf is missing" >&2; exit 1; }
 out=target/flamegraphs
 mkdir -p "$out"
 progress=$out/kube-$name.progress
+. scripts/fleet-run.sh
 cargo bench --locked --features loadgen --bench kube_source --no-run 2>/dev/null
 cargo bench --locked --features loadgen --bench kube_source -- "$@" --progress-lines \
     --json "$out/kube-$name.json" >/dev/null 2>"$progress" &
 bench=$!
 trap 'kill $bench 2>/dev/null || true' EXIT
-until grep -aqF -- "$phase" "$progress"; do
-    kill -0 $bench 2>/dev/null || { echo "the bench ended before \"$phase\"" >&2; exit 1; }
-    sleep 0.05
-done
+await_phase "$progress" "$phase" $bench
 meshd=$(pgrep -f "release/meshd serve" | head -n1)
 [ -n "$meshd" ] || { echo "no meshd started by the simulator" >&2; exit 1; }
 perf record -F "${FREQ:-999}" -p "$meshd" -o "$out/kube-$name.perf" >/dev/null 2>&1 &
