@@ -7,7 +7,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU16, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU16, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -54,25 +54,7 @@ pub fn envoy_bin() -> &'static Path {
     })
 }
 
-/// A port nobody listens on right now, each call in this process a different one. It
-/// is taken from below the kernel's ephemeral range (32768-60999 by default): a port the
-/// kernel hands out can be given to some outgoing connection before its user (Envoy
-/// binding a gateway listener) binds it, which made that bind fail now and then.
-pub fn free_port() -> u16 {
-    const FIRST: u32 = 20_000;
-    const COUNT: u32 = 12_000;
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    // Another test process starts elsewhere in the range.
-    let start = std::process::id() % COUNT;
-    loop {
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        assert!(n < COUNT, "no free port left in {FIRST}..{}", FIRST + COUNT);
-        let port = (FIRST + (start + n) % COUNT) as u16;
-        if TcpListener::bind(("0.0.0.0", port)).is_ok() {
-            return port;
-        }
-    }
-}
+pub use testkit::ports::free_port;
 
 /// A loopback address of its own per caller (127.0.0.2, .3, ...), for sidecars that bind
 /// their outbound listeners on their IP.

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use serde_json::Value as Json;
+use testkit::ports::free_port;
 
 use super::{LoadgenArgs, Source};
 
@@ -117,17 +118,11 @@ impl Drop for Spawned {
     }
 }
 
-fn free_port() -> Result<u16, String> {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .map_err(|e| e.to_string())
-}
-
-/// Starts meshd (this binary) on the source and free local ports, and points `args` at
-/// it (at its secure port with --secure).
+/// Starts meshd (this binary) on the source and free local ports (below the ephemeral
+/// range, so that the restart finds them free), and points `args` at it (at its secure
+/// port with --secure).
 pub(super) fn spawn_meshd(args: &mut LoadgenArgs, source: &Source) -> Result<Spawned, String> {
-    let ports = [free_port()?, free_port()?, free_port()?];
+    let ports = [free_port(), free_port(), free_port()];
     args.xds = format!("127.0.0.1:{}", ports[if args.secure { 1 } else { 0 }]);
     args.monitoring = format!("127.0.0.1:{}", ports[2]);
     let kubeconfig = source.kubeconfig().map(PathBuf::from);
@@ -164,7 +159,7 @@ impl Spawned {
             .stderr(std::fs::File::create(&log).map_err(|e| e.to_string())?)
             .spawn()
             .map_err(|e| format!("starting meshd: {e}"))?;
-        let spawned = Spawned {
+        let mut spawned = Spawned {
             child,
             ports,
             config_dir,
@@ -173,8 +168,16 @@ impl Spawned {
         let monitoring = format!("127.0.0.1:{monitoring}");
         let deadline = Instant::now() + Duration::from_secs(120);
         while crate::process::http_get(&monitoring, "/ready").is_err() {
-            if Instant::now() > deadline {
-                return Err(format!("meshd not ready in 120s; see {}", log.display()));
+            let exited = spawned.child.try_wait().map_err(|e| e.to_string())?;
+            if exited.is_some() || Instant::now() > deadline {
+                let said = std::fs::read_to_string(&log).unwrap_or_default();
+                let lines: Vec<&str> = said.lines().collect();
+                let tail = lines[lines.len().saturating_sub(20)..].join("\n");
+                let state = match exited {
+                    Some(status) => format!("meshd exited ({status}) before it was ready"),
+                    None => "meshd not ready in 120s".to_string(),
+                };
+                return Err(format!("{state}; the end of {}:\n{tail}", log.display()));
             }
             std::thread::sleep(Duration::from_millis(20));
         }

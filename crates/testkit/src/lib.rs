@@ -2,3 +2,4 @@
 //! never depends on it.
 
 pub mod mesh;
+pub mod ports;
