@@ -266,7 +266,8 @@ pub fn https_chain(
         }
     };
     FilterChain {
-        filter_chain_match: Some(FilterChainMatch {
+        // As istiod's: a chain that matches every connection has no match at all.
+        filter_chain_match: (!server_names.is_empty()).then(|| FilterChainMatch {
             server_names,
             ..Default::default()
         }),
