@@ -8,6 +8,13 @@ use meshd::ca::{CertTtl, CertificateAuthority, Identity, csr};
 
 use crate::harness::*;
 
+/// The endpoints of `cluster` that `envoy`'s outlier detection has ejected so far.
+fn ejections(envoy: &Envoy, cluster: &str) -> u64 {
+    envoy.stat(&format!(
+        "cluster.{cluster};.outlier_detection.ejections_enforced_total"
+    ))
+}
+
 /// reviews has two endpoints, one answering 503 to everything. With consecutive-5xx
 /// outlier detection Envoy ejects it after its first failure and every later request
 /// reaches the healthy one (were the rule ignored, about half would fail); the connection
@@ -30,11 +37,7 @@ fn outlier_detection_ejects_a_failing_endpoint_and_the_pool_sets_envoys_circuit_
     // Until Envoy has ejected the failing endpoint (on its first 503; Envoy's main thread
     // tells the workers a moment later) it may answer; after that, never.
     let cluster = format!("outbound|{port}||reviews.shop.svc.cluster.local");
-    let ejected = || {
-        envoy.stat(&format!(
-            "cluster.{cluster};.outlier_detection.ejections_enforced_total"
-        )) >= 1
-    };
+    let ejected = || ejections(&envoy, &cluster) >= 1;
     wait_until(
         "Envoy to eject the failing endpoint",
         Duration::from_secs(10),
@@ -109,15 +112,10 @@ fn a_mesh_wide_wildcard_destination_rule_applies_to_services_without_their_own()
     let cluster = format!("outbound|{port}||reviews.shop.svc.cluster.local");
     // The ejection is what Envoy counts, and what its /clusters shows of the endpoint;
     // after it, no request reaches the failing endpoint.
-    let ejections = || {
-        envoy.stat(&format!(
-            "cluster.{cluster};.outlier_detection.ejections_enforced_total"
-        ))
-    };
     wait_until(
         "Envoy to eject the failing endpoint",
         Duration::from_secs(10),
-        || get().is_ok() && ejections() >= 1,
+        || get().is_ok() && ejections(&envoy, &cluster) >= 1,
     );
     let failures = (0..20).filter(|_| get().unwrap().status == 503).count();
     assert_eq!(failures, 0, "the failing endpoint was not ejected");
@@ -271,11 +269,7 @@ fn outlier_detection_keeps_traffic_in_the_proxys_zone_and_fails_over_within_its_
     // Until Envoy has ejected it (on its first 503; the main thread tells the workers a
     // moment later) the endpoint may still answer; after that, only zone-a and zone-b do.
     let in_region = |body: &str| body == "reviews-a" || body == "reviews-b";
-    let ejected = || {
-        in_f.stat(&format!(
-            "cluster.{cluster};.outlier_detection.ejections_enforced_total"
-        )) >= 1
-    };
+    let ejected = || ejections(&in_f, &cluster) >= 1;
     wait_until(
         "the zone-f sidecar to eject zone-f's endpoint",
         Duration::from_secs(10),
